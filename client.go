@@ -1,0 +1,364 @@
+package drover
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/agentrt"
+	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/internal/scheduler"
+	"github.com/drover-run/drover/internal/supervisor"
+	"github.com/drover-run/drover/store"
+)
+
+// Roles selects what a Client runs when started.
+type Roles struct {
+	Scheduler  bool
+	Agent      bool
+	Supervisor bool
+}
+
+// AllRoles runs scheduler, agents and supervisor in one process.
+var AllRoles = Roles{Scheduler: true, Agent: true, Supervisor: true}
+
+// Config configures a Client.
+type Config struct {
+	// Store is the state store driver, for example from sqlite.Open. Required.
+	Store store.Driver
+	// InstanceID names this process in LockedBy and in events. Restarting
+	// with the same ID resumes the tasks the process held. Default: a
+	// random ID (tasks of a previous run are then recovered by the
+	// supervisor once their CompleteBy passes).
+	InstanceID string
+	// Workflows this client can submit and schedule.
+	Workflows []Workflow
+	// Agents this process runs (with the Agent role).
+	Agents []Agent
+	// ExternalAgents are agents that run in other processes; steps may name
+	// them without a local registration.
+	ExternalAgents []string
+	// Roles to run on Start. Zero value: all roles.
+	Roles Roles
+	// Schedulers is how many scheduler instances (goroutines) to run. Default 1.
+	Schedulers int
+	// SupervisorInterval is the time between supervisor sweeps. Default 1s.
+	SupervisorInterval time.Duration
+	// LeaseTTL is how long supervisor leadership lasts unrenewed. Default 10s.
+	LeaseTTL time.Duration
+	// MaxInFlight caps the tasks one scheduler holds at once. Default 1024.
+	MaxInFlight int
+	// ClaimBatch caps the tasks claimed per transaction. Default 256.
+	ClaimBatch int
+	// PollInterval is how often roles poll the store when nothing in this
+	// process signals new work (work from other processes). Default 100ms.
+	PollInterval time.Duration
+	// MaxInputBytes caps a task's input. Default 1 MiB.
+	MaxInputBytes int
+	// IsPermanent classifies agent errors as permanent in addition to those
+	// wrapped with Permanent; for errors from libraries you do not control.
+	IsPermanent func(error) bool
+	// Clock defaults to the system clock.
+	Clock Clock
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+}
+
+// DefaultMaxInputBytes is the default cap on a task's input.
+const DefaultMaxInputBytes = 1 << 20
+
+// Client submits and inspects tasks and, once started, runs the roles.
+type Client struct {
+	cfg       Config
+	store     store.Driver
+	clock     Clock
+	log       *slog.Logger
+	workflows map[string]Workflow
+	counters  flow.Counters
+
+	mu         sync.Mutex
+	started    bool
+	cancel     context.CancelFunc
+	done       chan struct{}
+	schedulers map[string]*scheduler.Scheduler
+	runtime    *agentrt.Runtime
+	supervisor *supervisor.Supervisor
+}
+
+// New validates cfg and returns a Client. It does not touch the store.
+func New(cfg Config) (*Client, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	}
+	if cfg.Roles == (Roles{}) {
+		cfg.Roles = AllRoles
+	}
+	if cfg.InstanceID == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		cfg.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if !validName(cfg.InstanceID) {
+		return nil, fmt.Errorf("%w: InstanceID %q must be 1-%d printable characters without spaces", ErrInvalidConfig, cfg.InstanceID, maxNameLen)
+	}
+	if cfg.Schedulers <= 0 {
+		cfg.Schedulers = 1
+	}
+	if cfg.SupervisorInterval <= 0 {
+		cfg.SupervisorInterval = time.Second
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 1024
+	}
+	if cfg.ClaimBatch <= 0 {
+		cfg.ClaimBatch = 256
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 100 * time.Millisecond
+	}
+	if cfg.MaxInputBytes <= 0 {
+		cfg.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	c := &Client{cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, workflows: map[string]Workflow{}}
+
+	agents := map[string]bool{}
+	for _, a := range cfg.Agents {
+		if !validName(a.Name) {
+			return nil, fmt.Errorf("%w: agent name %q must be 1-%d printable characters without spaces", ErrInvalidConfig, a.Name, maxNameLen)
+		}
+		if a.Func == nil {
+			return nil, fmt.Errorf("%w: agent %q has no Func", ErrInvalidConfig, a.Name)
+		}
+		if agents[a.Name] {
+			return nil, fmt.Errorf("%w: agent %q registered twice", ErrInvalidConfig, a.Name)
+		}
+		agents[a.Name] = true
+	}
+	for _, name := range cfg.ExternalAgents {
+		agents[name] = true
+	}
+	var errs []error
+	for _, w := range cfg.Workflows {
+		if err := w.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, dup := c.workflows[w.Name]; dup {
+			errs = append(errs, fmt.Errorf("%w: workflow %q defined twice", ErrInvalidWorkflow, w.Name))
+			continue
+		}
+		// Agents are checked only where this process runs them; otherwise
+		// they may live in another process.
+		if cfg.Roles.Agent {
+			for _, s := range w.Steps {
+				for _, a := range []string{s.Agent, s.Compensation} {
+					if a != "" && !agents[a] {
+						errs = append(errs, fmt.Errorf("workflow %q step %q: %w %q (register it in Agents or list it in ExternalAgents)", w.Name, s.Name, ErrUnknownAgent, a))
+					}
+				}
+			}
+		}
+		c.workflows[w.Name] = w.withDefaults()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// InstanceID returns the instance ID this client runs as.
+func (c *Client) InstanceID() string { return c.cfg.InstanceID }
+
+// Store returns the state-store driver.
+func (c *Client) Store() store.Driver { return c.store }
+
+// Migrate brings the store's schema up to date.
+func (c *Client) Migrate(ctx context.Context) error { return c.store.Migrate(ctx) }
+
+func (c *Client) checkSchema(ctx context.Context) error {
+	applied, latest, err := c.store.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if applied == 0 {
+		return fmt.Errorf("%w: run `drover migrate` or Client.Migrate", ErrNotMigrated)
+	}
+	if applied > latest {
+		return fmt.Errorf("%w: store at version %d, this drover knows %d", ErrSchemaTooNew, applied, latest)
+	}
+	if applied < latest {
+		return fmt.Errorf("%w: store at version %d of %d; run `drover migrate`", ErrNotMigrated, applied, latest)
+	}
+	return nil
+}
+
+// Start runs the configured roles in the background until Stop.
+func (c *Client) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return ErrAlreadyStarted
+	}
+	if err := c.checkSchema(ctx); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cancel = cancel
+	c.done = make(chan struct{})
+	c.schedulers = map[string]*scheduler.Scheduler{}
+	var wg sync.WaitGroup
+	run := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(runCtx); err != nil {
+				c.log.Error("role stopped", "role", name, "err", err)
+			}
+		}()
+	}
+
+	if c.cfg.Roles.Agent && len(c.cfg.Agents) > 0 {
+		specs := make([]agentrt.Spec, 0, len(c.cfg.Agents))
+		for _, a := range c.cfg.Agents {
+			fn := a.Func
+			specs = append(specs, agentrt.Spec{
+				Name: a.Name, Func: func(ctx context.Context, r *dt.AgentRequest) ([]byte, error) { return fn(ctx, r) },
+				Concurrency: a.Concurrency, InitialInterval: a.Retry.InitialInterval, MaxInterval: a.Retry.MaxInterval,
+				MaxTries: a.Retry.MaxTries, BreakerFailures: a.Breaker.Failures, BreakerOpen: a.Breaker.OpenFor,
+			})
+		}
+		rt := agentrt.New(c.store, c.clock, c.cfg.InstanceID+"/agent", c.log, specs)
+		rt.PollInterval = c.cfg.PollInterval
+		rt.IsPermanent = func(err error) bool {
+			return IsPermanent(err) || (c.cfg.IsPermanent != nil && c.cfg.IsPermanent(err))
+		}
+		c.runtime = rt
+	}
+	if c.cfg.Roles.Scheduler {
+		for i := range c.cfg.Schedulers {
+			id := fmt.Sprintf("%s/scheduler-%d", c.cfg.InstanceID, i)
+			s := scheduler.New(c.store, c.clock, &flow.Machine{Instance: id, Counters: &c.counters}, c.log)
+			s.ClaimBatch, s.MaxInFlight, s.PollInterval = c.cfg.ClaimBatch, c.cfg.MaxInFlight, c.cfg.PollInterval
+			if rt := c.runtime; rt != nil {
+				s.OnDispatch = func(reqs []*dt.AgentRequest) {
+					for _, r := range reqs {
+						if rt.Has(r.Agent) {
+							rt.Wake()
+							return
+						}
+					}
+				}
+			}
+			c.schedulers[id] = s
+		}
+	}
+	if c.runtime != nil {
+		scheds := c.schedulers
+		c.runtime.Deliver = func(r *dt.AgentReply, sched string) bool {
+			if s := scheds[sched]; s != nil {
+				return s.Deliver(r)
+			}
+			return false
+		}
+		run("agent", c.runtime.Run)
+	}
+	for id, s := range c.schedulers {
+		run("scheduler "+id, s.Run)
+	}
+	if c.cfg.Roles.Supervisor {
+		sv := supervisor.New(c.store, c.clock, c.cfg.InstanceID+"/supervisor", c.log, &c.counters)
+		sv.Interval, sv.LeaseTTL = c.cfg.SupervisorInterval, c.cfg.LeaseTTL
+		sv.OnRecover = c.wakeSchedulers
+		c.supervisor = sv
+		run("supervisor", sv.Run)
+	}
+	go func() { wg.Wait(); close(c.done) }()
+	c.started = true
+	return nil
+}
+
+// Stop stops the roles and waits for them, up to ctx's deadline. Agent calls
+// in flight run on until they finish or reach their CompleteBy.
+func (c *Client) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if !c.started {
+		c.mu.Unlock()
+		return nil
+	}
+	c.cancel()
+	done := c.done
+	c.started = false
+	c.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Client) wakeSchedulers() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.schedulers {
+		s.Wake()
+	}
+}
+
+// Stats are counters of what this process did since it started.
+type Stats struct {
+	Dispatched     int64 `json:"dispatched"`
+	RepliesApplied int64 `json:"replies_applied"`
+	LateReplies    int64 `json:"late_replies"`
+	Recoveries     int64 `json:"supervisor_recoveries"`
+	Alerts         int64 `json:"alerts"`
+	AgentCalls     int64 `json:"agent_calls"`
+	AgentRetries   int64 `json:"agent_retries"`
+	Abandoned      int64 `json:"abandoned_calls"`
+	BreakerRefused int64 `json:"breaker_refused"`
+}
+
+// Stats returns this process's counters.
+func (c *Client) Stats() Stats {
+	s := Stats{
+		Dispatched: c.counters.Dispatched.Load(), RepliesApplied: c.counters.RepliesApplied.Load(),
+		LateReplies: c.counters.LateReplies.Load(), Recoveries: c.counters.Recoveries.Load(), Alerts: c.counters.Alerts.Load(),
+	}
+	c.mu.Lock()
+	rt := c.runtime
+	c.mu.Unlock()
+	if rt != nil {
+		s.AgentCalls, s.AgentRetries = rt.Stats.Calls.Load(), rt.Stats.Retries.Load()
+		s.Abandoned, s.BreakerRefused = rt.Stats.Abandoned.Load(), rt.Stats.BreakerOpen.Load()
+	}
+	return s
+}
+
+// SupervisorTerm returns the term this process's supervisor leads in, or 0.
+func (c *Client) SupervisorTerm() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.supervisor == nil {
+		return 0
+	}
+	return c.supervisor.Term()
+}

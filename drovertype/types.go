@@ -1,0 +1,205 @@
+package drovertype
+
+import "time"
+
+// ProcessState is the state of a task or a step, named as in the Scheduler Agent
+// Supervisor pattern.
+//
+// A task moves Pending → Processing → Processed | Error. When it must be undone
+// it moves to Compensating and then Compensated | Error. Any non-final task can
+// be Cancelled.
+type ProcessState string
+
+// The states a task or step can be in.
+const (
+	Pending      ProcessState = "Pending"
+	Processing   ProcessState = "Processing"
+	Processed    ProcessState = "Processed"
+	Error        ProcessState = "Error"
+	Compensating ProcessState = "Compensating"
+	Compensated  ProcessState = "Compensated"
+	Cancelled    ProcessState = "Cancelled"
+)
+
+// AllStates lists every ProcessState in lifecycle order.
+var AllStates = []ProcessState{Pending, Processing, Processed, Error, Compensating, Compensated, Cancelled}
+
+// Final reports whether no further transition happens without an operator.
+func (s ProcessState) Final() bool {
+	switch s {
+	case Processed, Error, Compensated, Cancelled:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is one of the defined states.
+func (s ProcessState) Valid() bool {
+	for _, v := range AllStates {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// FailurePolicy says what happens to a task when a step fails for good: its
+// FailureCount reached the workflow's threshold, or its agent returned a
+// permanent error.
+type FailurePolicy string
+
+const (
+	// PolicyError marks the task Error and raises an operator alert.
+	PolicyError FailurePolicy = "error"
+	// PolicyCompensate undoes the completed steps with their compensations.
+	PolicyCompensate FailurePolicy = "compensate"
+)
+
+// Valid reports whether p is a known policy.
+func (p FailurePolicy) Valid() bool { return p == PolicyError || p == PolicyCompensate }
+
+// RequestKind tells an agent whether to do a step or undo it.
+type RequestKind string
+
+const (
+	// KindDo runs the step.
+	KindDo RequestKind = "do"
+	// KindCompensate runs the step's compensating transaction.
+	KindCompensate RequestKind = "compensate"
+)
+
+// Task is one submitted workflow run and its state-store record.
+type Task struct {
+	ID           string
+	Workflow     string
+	Input        []byte
+	InputHash    string // sha256 of workflow and input, for idempotent submit
+	ProcessState ProcessState
+	LockedBy     string     // scheduler instance holding the task; "" when null
+	CompleteBy   *time.Time // deadline of the current step while Processing
+	FailureCount int        // supervisor recoveries of this task, all steps
+	CurrentStep  int        // index of the step being run or compensated
+	StepCount    int
+	OrderingKey  string
+	Output       []byte // output of the last step once Processed
+	LastError    string
+
+	// Policy copied from the workflow at submit, so the supervisor needs no
+	// workflow code and a running task keeps the version it started with.
+	FailureThreshold int
+	OnFailure        FailurePolicy
+	RetryDelay       time.Duration
+
+	AvailableAt time.Time // not claimed before this (supervisor back-off)
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+
+	Steps []Step // filled by calls that return a task with its steps
+}
+
+// Step is one step of a task and its state-store record.
+type Step struct {
+	TaskID       string
+	Index        int
+	Name         string
+	Agent        string
+	Timeout      time.Duration // time budget: CompleteBy = dispatch time + Timeout
+	Compensation string        // agent that undoes this step; "" when none
+
+	ProcessState      ProcessState
+	CompensationState ProcessState // "" until the step is being undone
+	LockedBy          string
+	CompleteBy        *time.Time
+	FailureCount      int
+	Attempt           int    // fencing token, incremented on every dispatch
+	IdempotencyKey    string // stable over every attempt and resubmission
+	Output            []byte
+	LastError         string
+	StartedAt         *time.Time
+	FinishedAt        *time.Time
+	UpdatedAt         time.Time
+}
+
+// AgentRequest is the message the Scheduler sends an agent through the request
+// queue in the store.
+type AgentRequest struct {
+	ID             int64
+	Agent          string
+	TaskID         string
+	Workflow       string
+	StepIndex      int
+	StepName       string
+	Attempt        int
+	Kind           RequestKind
+	IdempotencyKey string
+	CompleteBy     time.Time
+	Scheduler      string // instance that dispatched it and holds the task
+	ClaimedBy      string // agent runtime instance working on it; "" when free
+	CreatedAt      time.Time
+
+	// Payload, joined in when the request is claimed.
+	Input          []byte // the task's input
+	PreviousOutput []byte // output of the step before, nil for the first
+	StepOutput     []byte // the step's own output; set for compensations
+}
+
+// AgentReply is an agent's answer to one request. A reply is applied only if
+// its Attempt is still the step's current attempt and CompleteBy has not passed.
+type AgentReply struct {
+	ID        int64
+	TaskID    string
+	StepIndex int
+	Attempt   int
+	Kind      RequestKind
+	Output    []byte
+	Failed    bool // a permanent failure; transient ones are retried or dropped
+	Error     string
+	CreatedAt time.Time
+}
+
+// EventType names an entry of a task's history.
+type EventType string
+
+// Event types recorded in the history.
+const (
+	EventSubmitted       EventType = "submitted"
+	EventClaimed         EventType = "claimed"
+	EventStepStarted     EventType = "step_started"
+	EventStepProcessed   EventType = "step_processed"
+	EventStepFailed      EventType = "step_failed"
+	EventStepTimedOut    EventType = "step_timed_out"
+	EventStepRetry       EventType = "step_retry"
+	EventReplyDiscarded  EventType = "reply_discarded"
+	EventCompensating    EventType = "compensating"
+	EventStepCompensated EventType = "step_compensated"
+	EventProcessed       EventType = "processed"
+	EventCompensated     EventType = "compensated"
+	EventError           EventType = "error"
+	EventCancelled       EventType = "cancelled"
+	EventResubmitted     EventType = "resubmitted"
+)
+
+// Event is one entry of the append-only history. Alert events are the ones an
+// operator must look at.
+type Event struct {
+	ID        int64
+	TaskID    string
+	StepIndex int // -1 when the event is about the whole task
+	Type      EventType
+	State     ProcessState // task state after the event
+	Alert     bool
+	Actor     string // instance that caused it (scheduler, supervisor, operator)
+	Term      int64  // supervisor leader term, for events a supervisor caused
+	Attempt   int
+	Message   string
+	CreatedAt time.Time
+}
+
+// Lease is a leader-election lease. Term increases every time the holder
+// changes and fences the actions of a deposed holder.
+type Lease struct {
+	Name      string
+	Holder    string
+	Term      int64
+	ExpiresAt time.Time
+}

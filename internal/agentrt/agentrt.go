@@ -1,0 +1,349 @@
+// Package agentrt is the Agent role: it pulls requests from the store's request
+// queue, calls each agent's function with retries, a circuit breaker and a hard
+// deadline (the request's CompleteBy), and sends replies back to the Scheduler.
+//
+// Once CompleteBy passes the runtime abandons the call and sends nothing, not
+// even an error (SAS-7): the Supervisor recovers the step instead.
+package agentrt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/sony/gobreaker/v2"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/store"
+)
+
+// Func is the code of one agent: it calls a remote service and returns the
+// step's output. ctx ends at the request's CompleteBy.
+type Func func(ctx context.Context, req *dt.AgentRequest) ([]byte, error)
+
+// Classifier reports whether an error is permanent (not worth retrying).
+type Classifier func(error) bool
+
+// Spec describes one agent.
+type Spec struct {
+	Name        string
+	Func        Func
+	Concurrency int // calls at once in this process
+	// Retry backoff inside the deadline.
+	InitialInterval time.Duration
+	MaxInterval     time.Duration
+	MaxTries        uint // 0: until the deadline
+	// Circuit breaker: opens after BreakerFailures consecutive failures and
+	// stays open BreakerOpen before letting a trial call through.
+	BreakerFailures uint32
+	BreakerOpen     time.Duration
+}
+
+// Delivery hands a reply to the scheduler that holds the task. It returns
+// false when that scheduler is not in this process.
+type Delivery func(r *dt.AgentReply, scheduler string) bool
+
+// Stats counts what the runtime did.
+type Stats struct {
+	Calls       atomic.Int64 // invocations of agent functions, retries included
+	Retries     atomic.Int64
+	Abandoned   atomic.Int64 // requests whose deadline passed: nothing sent
+	Replies     atomic.Int64
+	Permanent   atomic.Int64
+	BreakerOpen atomic.Int64 // calls refused by an open breaker
+}
+
+type agent struct {
+	spec    Spec
+	breaker *gobreaker.CircuitBreaker[[]byte]
+	slots   chan struct{}
+	active  atomic.Int64
+}
+
+// Runtime runs the registered agents of one process.
+type Runtime struct {
+	Driver       store.Driver
+	Clock        clock.Clock
+	Instance     string
+	Log          *slog.Logger
+	PollInterval time.Duration
+	IsPermanent  Classifier
+	Deliver      Delivery
+	Stats        Stats
+
+	agents  map[string]*agent
+	order   []string
+	wake    chan struct{}
+	replies chan *dt.AgentReply
+	wg      sync.WaitGroup
+}
+
+// New builds a runtime for the given agents.
+func New(d store.Driver, c clock.Clock, instance string, log *slog.Logger, specs []Spec) *Runtime {
+	rt := &Runtime{
+		Driver: d, Clock: c, Instance: instance, Log: log, PollInterval: 200 * time.Millisecond,
+		agents: map[string]*agent{}, wake: make(chan struct{}, 1), replies: make(chan *dt.AgentReply, 4096),
+	}
+	for _, s := range specs {
+		if s.Concurrency <= 0 {
+			s.Concurrency = 64
+		}
+		if s.InitialInterval <= 0 {
+			s.InitialInterval = 50 * time.Millisecond
+		}
+		if s.MaxInterval <= 0 {
+			s.MaxInterval = 5 * time.Second
+		}
+		if s.BreakerFailures == 0 {
+			s.BreakerFailures = 10
+		}
+		if s.BreakerOpen <= 0 {
+			s.BreakerOpen = 2 * time.Second
+		}
+		a := &agent{spec: s, slots: make(chan struct{}, s.Concurrency)}
+		failures := s.BreakerFailures
+		a.breaker = gobreaker.NewCircuitBreaker[[]byte](gobreaker.Settings{
+			Name:        s.Name,
+			MaxRequests: 1,
+			Timeout:     s.BreakerOpen,
+			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+			// Business errors say nothing about the service's health.
+			IsSuccessful: func(err error) bool { return err == nil || rt.permanent(err) },
+		})
+		rt.agents[s.Name] = a
+		rt.order = append(rt.order, s.Name)
+	}
+	return rt
+}
+
+// Has reports whether the runtime runs the named agent.
+func (rt *Runtime) Has(name string) bool { _, ok := rt.agents[name]; return ok }
+
+// Wake tells the runtime that requests may be waiting.
+func (rt *Runtime) Wake() {
+	select {
+	case rt.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (rt *Runtime) permanent(err error) bool {
+	return rt.IsPermanent != nil && rt.IsPermanent(err)
+}
+
+// Run pulls and runs requests until ctx ends, then waits for calls in flight
+// to finish or reach their deadlines.
+func (rt *Runtime) Run(ctx context.Context) error {
+	if len(rt.agents) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	// Requests this instance had claimed before a restart are ours to redo.
+	if err := rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		n, err := x.RequestRelease(ctx, rt.Instance)
+		if n > 0 {
+			rt.Log.Info("agent runtime resumed requests claimed before restart", "count", n)
+		}
+		return err
+	}); err != nil && ctx.Err() == nil {
+		rt.Log.Error("release claimed requests", "err", err)
+	}
+	writerDone := make(chan struct{})
+	writerCtx, stopWriter := context.WithCancel(context.WithoutCancel(ctx))
+	go func() { defer close(writerDone); rt.writeReplies(writerCtx) }()
+
+	ticker := time.NewTicker(rt.PollInterval)
+	defer ticker.Stop()
+	for {
+		more, err := rt.pull(ctx)
+		if err != nil && ctx.Err() == nil {
+			rt.Log.Warn("claim agent requests", "err", err)
+		}
+		if more {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			rt.wg.Wait()
+			stopWriter()
+			<-writerDone
+			return nil
+		case <-rt.wake:
+		case <-ticker.C:
+		}
+	}
+}
+
+// pull claims requests for every agent with free slots, in one transaction.
+// more reports that some agent filled all its free slots.
+func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
+	var claimed []*dt.AgentRequest
+	now := rt.Clock.Now()
+	err = rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		claimed = claimed[:0]
+		more = false
+		for _, name := range rt.order {
+			a := rt.agents[name]
+			free := a.spec.Concurrency - int(a.active.Load())
+			if free <= 0 {
+				continue
+			}
+			reqs, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: name, ClaimedBy: rt.Instance, Now: now, Limit: free})
+			if err != nil {
+				return err
+			}
+			if len(reqs) == free {
+				more = true
+			}
+			claimed = append(claimed, reqs...)
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, r := range claimed {
+		a := rt.agents[r.Agent]
+		a.active.Add(1)
+		rt.wg.Add(1)
+		go rt.handle(ctx, a, r)
+	}
+	return more && len(claimed) > 0, nil
+}
+
+func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
+	defer rt.wg.Done()
+	defer func() {
+		a.active.Add(-1)
+		rt.Wake()
+	}()
+	// The call keeps running through a shutdown; only the deadline ends it.
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.CompleteBy.Sub(rt.Clock.Now()))
+	defer cancel()
+	out, err := rt.call(callCtx, a, r)
+	if callCtx.Err() != nil || !rt.Clock.Now().Before(r.CompleteBy) {
+		// SAS-7: past CompleteBy the agent sends nothing back.
+		rt.Stats.Abandoned.Add(1)
+		return
+	}
+	reply := &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind, Output: out, CreatedAt: rt.Clock.Now()}
+	if err != nil {
+		reply.Failed = true
+		reply.Error = err.Error()
+		rt.Stats.Permanent.Add(1)
+	}
+	rt.Stats.Replies.Add(1)
+	if rt.Deliver != nil && rt.Deliver(reply, r.Scheduler) {
+		return
+	}
+	select {
+	case rt.replies <- reply:
+	case <-callCtx.Done():
+		rt.Stats.Abandoned.Add(1)
+	}
+}
+
+// call runs the agent function with retries inside ctx's deadline. It returns
+// a nil error on success, the permanent error, or whatever stopped it when the
+// deadline passed.
+func (rt *Runtime) call(ctx context.Context, a *agent, r *dt.AgentRequest) ([]byte, error) {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = a.spec.InitialInterval
+	b.MaxInterval = a.spec.MaxInterval
+	b.RandomizationFactor = 0.5 // jitter
+	opts := []backoff.RetryOption{backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0)}
+	if a.spec.MaxTries > 0 {
+		opts = append(opts, backoff.WithMaxTries(a.spec.MaxTries))
+	}
+	tries := 0
+	out, err := backoff.Retry(ctx, func() ([]byte, error) {
+		if tries++; tries > 1 {
+			rt.Stats.Retries.Add(1)
+		}
+		out, err := a.breaker.Execute(func() ([]byte, error) {
+			rt.Stats.Calls.Add(1)
+			return rt.invoke(ctx, a, r)
+		})
+		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+			rt.Stats.BreakerOpen.Add(1)
+			return nil, err
+		}
+		if err != nil && rt.permanent(err) {
+			return nil, backoff.Permanent(err)
+		}
+		return out, err
+	}, opts...)
+	if err != nil && !rt.permanent(err) {
+		// Transient to the end (tries exhausted): leave the step to the
+		// supervisor, as if the deadline had passed.
+		<-ctx.Done()
+	}
+	return out, err
+}
+
+// invoke calls the function but stops waiting at the deadline, so a function
+// that ignores its context cannot hold the reply past CompleteBy.
+func (rt *Runtime) invoke(ctx context.Context, a *agent, r *dt.AgentRequest) (out []byte, err error) {
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- result{err: fmt.Errorf("agent %s panicked: %v", a.spec.Name, p)}
+			}
+		}()
+		o, e := a.spec.Func(ctx, r)
+		done <- result{o, e}
+	}()
+	select {
+	case res := <-done:
+		return res.out, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// writeReplies batches replies for schedulers in other processes into the
+// reply queue.
+func (rt *Runtime) writeReplies(ctx context.Context) {
+	for {
+		var first *dt.AgentReply
+		select {
+		case first = <-rt.replies:
+		case <-ctx.Done():
+			return
+		}
+		batch := []*dt.AgentReply{first}
+	fill:
+		for len(batch) < 512 {
+			select {
+			case r := <-rt.replies:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		for {
+			err := rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+				return x.ReplyInsertMany(ctx, batch)
+			})
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			rt.Log.Warn("write agent replies; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}

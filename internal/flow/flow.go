@@ -1,0 +1,651 @@
+package flow
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+// Errors the state machine returns.
+var (
+	// ErrTaskConflict: a task with this ID exists with a different workflow or input.
+	ErrTaskConflict = errors.New("task ID already used with a different workflow or input")
+	// ErrNotResubmittable: only Error and Cancelled tasks can be resubmitted.
+	ErrNotResubmittable = errors.New("task is not in Error or Cancelled")
+	// ErrAlreadyFinal: the task is final and cannot be cancelled.
+	ErrAlreadyFinal = errors.New("task is already final")
+	// ErrNotLeader: this supervisor does not hold the current lease.
+	ErrNotLeader = errors.New("not the supervisor leader")
+	// ErrBadStep: the step index does not exist in the task.
+	ErrBadStep = errors.New("no such step")
+)
+
+// Counters are totals since the process started, for metrics and the demo.
+type Counters struct {
+	Dispatched     atomic.Int64
+	RepliesApplied atomic.Int64
+	LateReplies    atomic.Int64 // replies discarded by the fence
+	Recoveries     atomic.Int64 // steps the supervisor reset for another try
+	Alerts         atomic.Int64
+}
+
+// InputHash identifies a submission for idempotent submit.
+func InputHash(workflow string, input []byte) string {
+	h := sha256.New()
+	h.Write([]byte(workflow))
+	h.Write([]byte{0})
+	h.Write(input)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// IdempotencyKey is the stable key of one step: the same on every attempt,
+// agent retry, supervisor recovery and resubmission.
+func IdempotencyKey(taskID string, index int, name string) string {
+	return fmt.Sprintf("%s/%d/%s", taskID, index, name)
+}
+
+// batch collects the writes of one transaction so they reach the store as a
+// few batched calls.
+type batch struct {
+	released int // tasks the instance let go of
+	tasks    []*dt.Task
+	steps    []*dt.Step
+	dirtyT   map[*dt.Task]bool
+	dirtyS   map[*dt.Step]bool
+	requests []*dt.AgentRequest
+	deletes  []store.StepRef
+	events   []*dt.Event
+}
+
+func newBatch() *batch {
+	return &batch{dirtyT: map[*dt.Task]bool{}, dirtyS: map[*dt.Step]bool{}}
+}
+
+func (b *batch) task(t *dt.Task) {
+	if !b.dirtyT[t] {
+		b.dirtyT[t] = true
+		b.tasks = append(b.tasks, t)
+	}
+}
+
+func (b *batch) step(s *dt.Step) {
+	if !b.dirtyS[s] {
+		b.dirtyS[s] = true
+		b.steps = append(b.steps, s)
+	}
+}
+
+func (b *batch) event(e *dt.Event) { b.events = append(b.events, e) }
+
+func (b *batch) flush(ctx context.Context, x store.Executor) error {
+	if len(b.deletes) > 0 {
+		if err := x.RequestDeleteByStep(ctx, b.deletes); err != nil {
+			return err
+		}
+	}
+	if len(b.steps) > 0 {
+		if err := x.StepUpdateMany(ctx, b.steps); err != nil {
+			return err
+		}
+	}
+	if len(b.tasks) > 0 {
+		if err := x.TaskUpdateMany(ctx, b.tasks); err != nil {
+			return err
+		}
+	}
+	if len(b.requests) > 0 {
+		if err := x.RequestInsertMany(ctx, b.requests); err != nil {
+			return err
+		}
+	}
+	if len(b.events) > 0 {
+		if err := x.EventInsertMany(ctx, b.events); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loaded is a task with its steps, read inside the transaction.
+type loaded struct {
+	task  *dt.Task
+	steps []*dt.Step
+}
+
+func load(ctx context.Context, x store.Executor, tasks []*dt.Task) (map[string]*loaded, error) {
+	ids := make([]string, len(tasks))
+	m := make(map[string]*loaded, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.ID
+		m[t.ID] = &loaded{task: t}
+	}
+	steps, err := x.StepListByTasks(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range steps {
+		if l := m[s.TaskID]; l != nil {
+			l.steps = append(l.steps, s)
+		}
+	}
+	return m, nil
+}
+
+func ev(t *dt.Task, step int, typ dt.EventType, actor string, now time.Time) *dt.Event {
+	return &dt.Event{TaskID: t.ID, StepIndex: step, Type: typ, State: t.ProcessState, Actor: actor, CreatedAt: now}
+}
+
+// Submit inserts a task and its steps, or returns the existing task when the
+// same ID was submitted before with the same workflow and input.
+func Submit(ctx context.Context, x store.Executor, t *dt.Task, steps []*dt.Step) (existing *dt.Task, err error) {
+	inserted, err := x.TaskInsert(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if !inserted {
+		cur, err := x.TaskGet(ctx, t.ID)
+		if err != nil {
+			return nil, err
+		}
+		if cur.InputHash != t.InputHash || cur.Workflow != t.Workflow {
+			return nil, fmt.Errorf("task %q: %w", t.ID, ErrTaskConflict)
+		}
+		return cur, nil
+	}
+	if err := x.StepInsertMany(ctx, steps); err != nil {
+		return nil, err
+	}
+	return nil, x.EventInsertMany(ctx, []*dt.Event{ev(t, -1, dt.EventSubmitted, "", t.CreatedAt)})
+}
+
+// Machine runs transitions for one role instance.
+type Machine struct {
+	Instance string
+	Counters *Counters
+}
+
+// Claim locks up to limit claimable tasks for the instance and dispatches each
+// one's next request. It returns the requests it inserted.
+func (m *Machine) Claim(ctx context.Context, x store.Executor, now time.Time, limit int) ([]*dt.AgentRequest, int, error) {
+	tasks, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit})
+	if err != nil || len(tasks) == 0 {
+		return nil, 0, err
+	}
+	ls, err := load(ctx, x, tasks)
+	if err != nil {
+		return nil, 0, err
+	}
+	b := newBatch()
+	for _, t := range tasks {
+		m.advance(b, ls[t.ID], now)
+	}
+	return b.requests, len(tasks), b.flush(ctx, x)
+}
+
+// Resume re-dispatches nothing: a restarted scheduler keeps its tasks and
+// their outstanding requests; it only frees the requests its own agent runtime
+// had claimed, so they are handed out again under the same attempt.
+func Resume(ctx context.Context, x store.Executor, agentInstance string) (int, error) {
+	return x.RequestRelease(ctx, agentInstance)
+}
+
+// advance moves a held task forward: dispatch its next step (or next
+// compensation), or finish it.
+func (m *Machine) advance(b *batch, l *loaded, now time.Time) {
+	t := l.task
+	switch t.ProcessState {
+	case dt.Processing:
+		for _, s := range l.steps {
+			if s.ProcessState != dt.Processed {
+				m.dispatch(b, t, s, dt.KindDo, now)
+				return
+			}
+		}
+		t.ProcessState = dt.Processed
+		if n := len(l.steps); n > 0 {
+			t.Output = l.steps[n-1].Output
+		}
+		m.release(b, t, now)
+		b.event(ev(t, -1, dt.EventProcessed, m.Instance, now))
+	case dt.Compensating:
+		for i := len(l.steps) - 1; i >= 0; i-- {
+			s := l.steps[i]
+			if s.ProcessState == dt.Processed && s.Compensation != "" &&
+				(s.CompensationState == "" || s.CompensationState == dt.Pending || s.CompensationState == dt.Processing) {
+				m.dispatch(b, t, s, dt.KindCompensate, now)
+				return
+			}
+		}
+		t.ProcessState = dt.Compensated
+		m.release(b, t, now)
+		b.event(ev(t, -1, dt.EventCompensated, m.Instance, now))
+	default:
+		// Claimed in a state that needs no work (cannot happen through
+		// TaskClaim); let go of it.
+		m.release(b, t, now)
+	}
+}
+
+func (m *Machine) release(b *batch, t *dt.Task, now time.Time) {
+	if t.LockedBy == m.Instance {
+		b.released++
+	}
+	t.LockedBy = ""
+	t.CompleteBy = nil
+	t.UpdatedAt = now
+	b.task(t)
+}
+
+func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.Step, kind dt.RequestKind, now time.Time) {
+	deadline := now.Add(s.Timeout)
+	s.Attempt++
+	s.LockedBy = m.Instance
+	s.CompleteBy = &deadline
+	s.UpdatedAt = now
+	agent, key := s.Agent, s.IdempotencyKey
+	typ := dt.EventStepStarted
+	if kind == dt.KindCompensate {
+		if s.CompensationState == "" {
+			s.FailureCount = 0
+		}
+		s.CompensationState = dt.Processing
+		agent, key = s.Compensation, s.IdempotencyKey+"/compensate"
+		typ = dt.EventCompensating
+	} else {
+		s.ProcessState = dt.Processing
+		if s.StartedAt == nil {
+			started := now
+			s.StartedAt = &started
+		}
+	}
+	b.step(s)
+	t.LockedBy = m.Instance
+	t.CurrentStep = s.Index
+	t.CompleteBy = &deadline
+	t.UpdatedAt = now
+	b.task(t)
+	b.requests = append(b.requests, &dt.AgentRequest{
+		Agent: agent, TaskID: t.ID, Workflow: t.Workflow, StepIndex: s.Index, StepName: s.Name, Attempt: s.Attempt,
+		Kind: kind, IdempotencyKey: key, CompleteBy: deadline, Scheduler: m.Instance, CreatedAt: now,
+	})
+	e := ev(t, s.Index, typ, m.Instance, now)
+	e.Attempt = s.Attempt
+	b.event(e)
+	if m.Counters != nil {
+		m.Counters.Dispatched.Add(1)
+	}
+}
+
+// ApplyReplies applies agents' replies to tasks the instance holds, each only
+// if its attempt is current and its deadline has not passed; others are
+// discarded, recorded and counted. It returns the requests it dispatched next.
+func (m *Machine) ApplyReplies(ctx context.Context, x store.Executor, now time.Time, replies []*dt.AgentReply) (reqs []*dt.AgentRequest, released int, err error) {
+	if len(replies) == 0 {
+		return nil, 0, nil
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, r := range replies {
+		if !seen[r.TaskID] {
+			seen[r.TaskID] = true
+			ids = append(ids, r.TaskID)
+		}
+	}
+	tasks, err := x.TaskGetMany(ctx, ids)
+	if err != nil {
+		return nil, 0, err
+	}
+	ls, err := load(ctx, x, tasks)
+	if err != nil {
+		return nil, 0, err
+	}
+	b := newBatch()
+	for _, r := range replies {
+		m.applyReply(b, ls[r.TaskID], r, now)
+	}
+	return b.requests, b.released, b.flush(ctx, x)
+}
+
+func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Time) {
+	var s *dt.Step
+	if l != nil && r.StepIndex >= 0 && r.StepIndex < len(l.steps) {
+		s = l.steps[r.StepIndex]
+	}
+	current := s != nil && l.task.LockedBy == m.Instance && s.Attempt == r.Attempt &&
+		s.CompleteBy != nil && !now.After(*s.CompleteBy)
+	if current {
+		switch r.Kind {
+		case dt.KindDo:
+			current = s.ProcessState == dt.Processing && l.task.ProcessState == dt.Processing
+		case dt.KindCompensate:
+			current = s.CompensationState == dt.Processing && l.task.ProcessState == dt.Compensating
+		default:
+			current = false
+		}
+	}
+	if !current {
+		if m.Counters != nil {
+			m.Counters.LateReplies.Add(1)
+		}
+		if l != nil {
+			e := ev(l.task, r.StepIndex, dt.EventReplyDiscarded, m.Instance, now)
+			e.Attempt = r.Attempt
+			e.Message = "reply is stale: attempt superseded, deadline passed or task no longer held"
+			b.event(e)
+		}
+		return
+	}
+	if m.Counters != nil {
+		m.Counters.RepliesApplied.Add(1)
+	}
+	t := l.task
+	b.deletes = append(b.deletes, store.StepRef{TaskID: t.ID, Index: s.Index})
+	s.LockedBy = ""
+	s.CompleteBy = nil
+	s.UpdatedAt = now
+	b.step(s)
+	switch {
+	case r.Kind == dt.KindDo && !r.Failed:
+		s.ProcessState = dt.Processed
+		s.Output = r.Output
+		s.LastError = ""
+		finished := now
+		s.FinishedAt = &finished
+		e := ev(t, s.Index, dt.EventStepProcessed, m.Instance, now)
+		e.Attempt = r.Attempt
+		b.event(e)
+		m.advance(b, l, now)
+	case r.Kind == dt.KindDo:
+		s.ProcessState = dt.Error
+		s.LastError = r.Error
+		finished := now
+		s.FinishedAt = &finished
+		m.alert(b, t, s.Index, dt.EventStepFailed, "permanent error: "+r.Error, now)
+		m.failTask(b, l, r.Error, now)
+	case !r.Failed:
+		s.CompensationState = dt.Compensated
+		s.LastError = ""
+		e := ev(t, s.Index, dt.EventStepCompensated, m.Instance, now)
+		e.Attempt = r.Attempt
+		b.event(e)
+		m.advance(b, l, now)
+	default:
+		s.CompensationState = dt.Error
+		s.LastError = r.Error
+		m.alert(b, t, s.Index, dt.EventStepFailed, "compensation failed permanently: "+r.Error, now)
+		t.ProcessState = dt.Error
+		t.LastError = fmt.Sprintf("compensation of step %d (%s) failed: %s", s.Index, s.Name, r.Error)
+		m.release(b, t, now)
+		m.alert(b, t, -1, dt.EventError, t.LastError, now)
+	}
+}
+
+func (m *Machine) alert(b *batch, t *dt.Task, step int, typ dt.EventType, msg string, now time.Time) *dt.Event {
+	e := ev(t, step, typ, m.Instance, now)
+	e.Alert = true
+	e.Message = msg
+	b.event(e)
+	if m.Counters != nil {
+		m.Counters.Alerts.Add(1)
+	}
+	return e
+}
+
+// failTask applies the workflow's policy to a task whose current step failed
+// for good, while the instance holds it.
+func (m *Machine) failTask(b *batch, l *loaded, reason string, now time.Time) {
+	t := l.task
+	t.LastError = reason
+	if t.OnFailure == dt.PolicyCompensate {
+		t.ProcessState = dt.Compensating
+		b.event(ev(t, -1, dt.EventCompensating, m.Instance, now))
+		m.advance(b, l, now)
+		return
+	}
+	t.ProcessState = dt.Error
+	m.release(b, t, now)
+	m.alert(b, t, -1, dt.EventError, reason, now)
+}
+
+// Supervisor is the fenced identity of the elected supervisor.
+type Supervisor struct {
+	Instance string
+	Term     int64
+	Lease    string
+	Counters *Counters
+}
+
+// CheckLeader fails with ErrNotLeader unless the lease, read inside the
+// caller's transaction, is still ours in our term and unexpired at now.
+func (sv *Supervisor) CheckLeader(ctx context.Context, x store.Executor, now time.Time) error {
+	l, err := x.LeaseGet(ctx, sv.Lease)
+	if errors.Is(err, store.ErrNotFound) {
+		return ErrNotLeader
+	}
+	if err != nil {
+		return err
+	}
+	if l.Holder != sv.Instance || l.Term != sv.Term || !now.Before(l.ExpiresAt) {
+		return ErrNotLeader
+	}
+	return nil
+}
+
+// Sweep finds held tasks whose CompleteBy passed and recovers them: below the
+// threshold the step goes back to Pending (after the workflow's back-off);
+// at it, the workflow's policy applies. Every action is fenced by the lease.
+func (sv *Supervisor) Sweep(ctx context.Context, x store.Executor, now time.Time, limit int) (int, error) {
+	if err := sv.CheckLeader(ctx, x, now); err != nil {
+		return 0, err
+	}
+	tasks, err := x.TaskListExpired(ctx, now, limit)
+	if err != nil || len(tasks) == 0 {
+		return 0, err
+	}
+	ls, err := load(ctx, x, tasks)
+	if err != nil {
+		return 0, err
+	}
+	b := newBatch()
+	for _, t := range tasks {
+		sv.recover(b, ls[t.ID], now)
+	}
+	if _, err := x.RequestDeleteExpired(ctx, now.Add(-time.Minute), limit); err != nil {
+		return 0, err
+	}
+	return len(tasks), b.flush(ctx, x)
+}
+
+func (sv *Supervisor) event(b *batch, t *dt.Task, step int, typ dt.EventType, now time.Time) *dt.Event {
+	e := ev(t, step, typ, sv.Instance, now)
+	e.Term = sv.Term
+	b.event(e)
+	return e
+}
+
+func (sv *Supervisor) recover(b *batch, l *loaded, now time.Time) {
+	t := l.task
+	t.LockedBy = ""
+	t.CompleteBy = nil
+	t.UpdatedAt = now
+	b.task(t)
+	if t.CurrentStep < 0 || t.CurrentStep >= len(l.steps) {
+		return
+	}
+	s := l.steps[t.CurrentStep]
+	compensating := t.ProcessState == dt.Compensating
+	inFlight := (!compensating && s.ProcessState == dt.Processing) || (compensating && s.CompensationState == dt.Processing)
+	if !inFlight {
+		// Nothing in flight; unlocking is enough for a scheduler to resume it.
+		return
+	}
+	b.deletes = append(b.deletes, store.StepRef{TaskID: t.ID, Index: s.Index})
+	s.FailureCount++
+	t.FailureCount++
+	s.LockedBy = ""
+	s.CompleteBy = nil
+	s.UpdatedAt = now
+	b.step(s)
+	e := sv.event(b, t, s.Index, dt.EventStepTimedOut, now)
+	e.Attempt = s.Attempt
+	e.Message = fmt.Sprintf("CompleteBy passed; FailureCount %d of %d", s.FailureCount, t.FailureThreshold)
+
+	if s.FailureCount < t.FailureThreshold {
+		if compensating {
+			s.CompensationState = dt.Pending
+		} else {
+			s.ProcessState = dt.Pending
+			t.ProcessState = dt.Pending
+		}
+		t.AvailableAt = now.Add(backoff(t.RetryDelay, s.FailureCount))
+		if sv.Counters != nil {
+			sv.Counters.Recoveries.Add(1)
+		}
+		sv.event(b, t, s.Index, dt.EventStepRetry, now).Attempt = s.Attempt
+		return
+	}
+	reason := fmt.Sprintf("step %d (%s) timed out %d times", s.Index, s.Name, s.FailureCount)
+	s.LastError = reason
+	alert := func(typ dt.EventType, step int, msg string) {
+		e := sv.event(b, t, step, typ, now)
+		e.Alert = true
+		e.Message = msg
+		if sv.Counters != nil {
+			sv.Counters.Alerts.Add(1)
+		}
+	}
+	if compensating {
+		s.CompensationState = dt.Error
+		t.ProcessState = dt.Error
+		t.LastError = "compensation: " + reason
+		alert(dt.EventError, -1, t.LastError)
+		return
+	}
+	s.ProcessState = dt.Error
+	t.LastError = reason
+	if t.OnFailure == dt.PolicyCompensate {
+		t.ProcessState = dt.Compensating
+		alert(dt.EventStepFailed, s.Index, reason+"; compensating")
+		sv.event(b, t, -1, dt.EventCompensating, now)
+		return
+	}
+	t.ProcessState = dt.Error
+	alert(dt.EventError, -1, reason)
+}
+
+// backoff doubles the workflow's retry delay for each failure, capped at 64×.
+func backoff(base time.Duration, failures int) time.Duration {
+	if base <= 0 || failures <= 1 {
+		return max(base, 0)
+	}
+	return base << min(failures-1, 6)
+}
+
+// Cancel moves a non-final task to Cancelled. An agent call in flight is not
+// interrupted, but its reply will be discarded by the fence.
+func Cancel(ctx context.Context, x store.Executor, id, actor, reason string, now time.Time) (*dt.Task, error) {
+	t, err := x.TaskGet(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.ProcessState.Final() {
+		return t, fmt.Errorf("task %q is %s: %w", id, t.ProcessState, ErrAlreadyFinal)
+	}
+	ls, err := load(ctx, x, []*dt.Task{t})
+	if err != nil {
+		return nil, err
+	}
+	b := newBatch()
+	for _, s := range ls[id].steps {
+		if s.ProcessState == dt.Pending || s.ProcessState == dt.Processing {
+			s.ProcessState = dt.Cancelled
+			s.LockedBy, s.CompleteBy, s.UpdatedAt = "", nil, now
+			b.step(s)
+			b.deletes = append(b.deletes, store.StepRef{TaskID: id, Index: s.Index})
+		}
+		if s.CompensationState == dt.Processing || s.CompensationState == dt.Pending {
+			s.CompensationState = dt.Cancelled
+			s.LockedBy, s.CompleteBy, s.UpdatedAt = "", nil, now
+			b.step(s)
+			b.deletes = append(b.deletes, store.StepRef{TaskID: id, Index: s.Index})
+		}
+	}
+	t.ProcessState = dt.Cancelled
+	t.LockedBy, t.CompleteBy, t.UpdatedAt = "", nil, now
+	b.task(t)
+	e := ev(t, -1, dt.EventCancelled, actor, now)
+	e.Message = reason
+	b.event(e)
+	return t, b.flush(ctx, x)
+}
+
+// Resubmit puts an Error or Cancelled task back to work, keeping every step's
+// idempotency key. A task whose compensation failed resumes compensating.
+// Otherwise it resumes forward from fromStep, or, when fromStep < 0, from its
+// first step not yet Processed.
+func Resubmit(ctx context.Context, x store.Executor, id, actor string, fromStep int, now time.Time) (*dt.Task, error) {
+	t, err := x.TaskGet(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.ProcessState != dt.Error && t.ProcessState != dt.Cancelled {
+		return t, fmt.Errorf("task %q is %s: %w", id, t.ProcessState, ErrNotResubmittable)
+	}
+	if fromStep >= t.StepCount {
+		return t, fmt.Errorf("task %q has %d steps, step %d: %w", id, t.StepCount, fromStep, ErrBadStep)
+	}
+	ls, err := load(ctx, x, []*dt.Task{t})
+	if err != nil {
+		return nil, err
+	}
+	steps := ls[id].steps
+	b := newBatch()
+	compensating := false
+	for _, s := range steps {
+		if s.CompensationState != "" && s.CompensationState != dt.Compensated {
+			compensating = true
+		}
+	}
+	if compensating && fromStep < 0 {
+		for _, s := range steps {
+			if s.CompensationState == dt.Error || s.CompensationState == dt.Cancelled || s.CompensationState == dt.Processing {
+				s.CompensationState = dt.Pending
+				s.FailureCount, s.LastError, s.UpdatedAt = 0, "", now
+				b.step(s)
+			}
+		}
+		t.ProcessState = dt.Compensating
+	} else {
+		start := fromStep
+		if start < 0 {
+			start = len(steps)
+			for i, s := range steps {
+				if s.ProcessState != dt.Processed {
+					start = i
+					break
+				}
+			}
+		}
+		for _, s := range steps[min(start, len(steps)):] {
+			s.ProcessState = dt.Pending
+			s.CompensationState = ""
+			s.FailureCount, s.LastError, s.UpdatedAt = 0, "", now
+			s.LockedBy, s.CompleteBy, s.FinishedAt = "", nil, nil
+			b.step(s)
+		}
+		t.ProcessState = dt.Pending
+	}
+	t.FailureCount, t.LastError = 0, ""
+	t.LockedBy, t.CompleteBy = "", nil
+	t.AvailableAt, t.UpdatedAt = now, now
+	b.task(t)
+	b.event(ev(t, fromStep, dt.EventResubmitted, actor, now))
+	return t, b.flush(ctx, x)
+}

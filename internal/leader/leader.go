@@ -1,0 +1,73 @@
+// Package leader elects one leader among several instances through a lease row
+// in the store. The lease has a term that grows every time the holder changes;
+// the leader passes its term to every action it fences (see flow.Supervisor),
+// so a deposed leader cannot act once another has taken the lease.
+package leader
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/store"
+)
+
+// Elector tries to hold one named lease.
+type Elector struct {
+	Driver   store.Driver
+	Clock    clock.Clock
+	Name     string
+	Instance string
+	TTL      time.Duration
+
+	term    atomic.Int64 // 0 when not leader
+	expires atomic.Int64 // unix micro of our lease expiry
+}
+
+// Term returns the term this instance leads in, or 0 when it is not leader
+// (or its lease ran out locally).
+func (e *Elector) Term() int64 {
+	t := e.term.Load()
+	if t == 0 || !e.Clock.Now().Before(time.UnixMicro(e.expires.Load())) {
+		return 0
+	}
+	return t
+}
+
+// TryAcquire takes or renews the lease and reports the term it leads in.
+func (e *Elector) TryAcquire(ctx context.Context) (int64, error) {
+	var (
+		l  *dt.Lease
+		ok bool
+	)
+	now := e.Clock.Now()
+	err := e.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		var err error
+		l, ok, err = x.LeaseAcquire(ctx, store.LeaseParams{Name: e.Name, Holder: e.Instance, Now: now, TTL: e.TTL})
+		return err
+	})
+	if err != nil {
+		e.term.Store(0)
+		return 0, err
+	}
+	if !ok {
+		e.term.Store(0)
+		return 0, nil
+	}
+	e.expires.Store(l.ExpiresAt.UnixMicro())
+	e.term.Store(l.Term)
+	return l.Term, nil
+}
+
+// Resign gives the lease up so another instance can take over at once.
+func (e *Elector) Resign(ctx context.Context) error {
+	t := e.term.Swap(0)
+	if t == 0 {
+		return nil
+	}
+	return e.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.LeaseRelease(ctx, e.Name, e.Instance, t)
+	})
+}

@@ -1,0 +1,191 @@
+// Package scheduler is the Scheduler role: it claims Pending tasks from the
+// state store (setting LockedBy), dispatches each task's steps in order as
+// request messages to agents, and applies the agents' replies, fenced by
+// attempt and CompleteBy.
+//
+// One Scheduler is one instance (one LockedBy value). It works in batches:
+// each loop applies every reply that has arrived and claims new tasks up to
+// its in-flight limit, all in one transaction.
+package scheduler
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/store"
+)
+
+// Scheduler is one scheduler instance.
+type Scheduler struct {
+	Driver  store.Driver
+	Clock   clock.Clock
+	Machine *flow.Machine
+	Log     *slog.Logger
+	// ClaimBatch caps the tasks claimed per transaction.
+	ClaimBatch int
+	// MaxInFlight caps the tasks this instance holds at once, so deadlines
+	// do not start ticking on more work than the agents can take.
+	MaxInFlight int
+	// PollInterval is how often the store is polled for tasks and replies
+	// when nothing in this process signals new work.
+	PollInterval time.Duration
+	// OnDispatch is told about every request dispatched (to wake agents).
+	OnDispatch func([]*dt.AgentRequest)
+
+	inbox    chan *dt.AgentReply
+	carry    *dt.AgentReply // taken from the inbox while waiting; applied next tick
+	wake     chan struct{}
+	inFlight int
+}
+
+// New returns a scheduler for the given instance ID.
+func New(d store.Driver, c clock.Clock, m *flow.Machine, log *slog.Logger) *Scheduler {
+	return &Scheduler{
+		Driver: d, Clock: c, Machine: m, Log: log,
+		ClaimBatch: 256, MaxInFlight: 1024, PollInterval: 100 * time.Millisecond,
+		inbox: make(chan *dt.AgentReply, 8192), wake: make(chan struct{}, 1),
+	}
+}
+
+// Instance is the scheduler's LockedBy value.
+func (s *Scheduler) Instance() string { return s.Machine.Instance }
+
+// Wake tells the scheduler that tasks may be waiting.
+func (s *Scheduler) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Deliver hands a reply from an agent in this process to the scheduler. It
+// returns false when the inbox is full; the caller then writes the reply to
+// the store's reply queue.
+func (s *Scheduler) Deliver(r *dt.AgentReply) bool {
+	select {
+	case s.inbox <- r:
+		return true
+	default:
+		return false
+	}
+}
+
+// Run loops until ctx ends. A scheduler restarted with the same instance ID
+// finds its tasks still locked to it and goes on: their requests are still
+// queued and replies to them still apply.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.recount(ctx)
+	ticker := time.NewTicker(s.PollInterval)
+	defer ticker.Stop()
+	pollReplies := true
+	for {
+		busy, err := s.Tick(ctx, pollReplies)
+		if err != nil && ctx.Err() == nil {
+			s.Log.Warn("scheduler tick", "instance", s.Instance(), "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(s.PollInterval):
+			}
+		}
+		pollReplies = false
+		if busy {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.wake:
+		case r := <-s.inbox:
+			s.carry = r
+		case <-ticker.C:
+			pollReplies = true
+			s.recount(ctx)
+		}
+	}
+}
+
+// recount refreshes the in-flight count from the store: the supervisor may
+// have taken tasks away from this instance.
+func (s *Scheduler) recount(ctx context.Context) {
+	n, err := s.Driver.Reader().TaskCountLockedBy(ctx, s.Instance())
+	if err == nil {
+		s.inFlight = n
+	}
+}
+
+// Tick applies the replies waiting in the inbox (and, with pollStore, those in
+// the store's reply queue), then claims new tasks, in one transaction. busy
+// reports that more work is probably waiting.
+func (s *Scheduler) Tick(ctx context.Context, pollStore bool) (busy bool, err error) {
+	var replies []*dt.AgentReply
+	if s.carry != nil {
+		replies = append(replies, s.carry)
+		s.carry = nil
+	}
+fill:
+	for len(replies) < 4*s.ClaimBatch {
+		select {
+		case r := <-s.inbox:
+			replies = append(replies, r)
+		default:
+			break fill
+		}
+	}
+	now := s.Clock.Now()
+	var (
+		dispatched []*dt.AgentRequest
+		released   int
+		claimed    int
+		asked      int
+		fromStore  int
+	)
+	err = s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		dispatched, released, claimed, fromStore = nil, 0, 0, 0
+		all := replies
+		if pollStore {
+			more, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: s.Instance(), Limit: 4 * s.ClaimBatch})
+			if err != nil {
+				return err
+			}
+			fromStore = len(more)
+			all = append(all[:len(replies):len(replies)], more...)
+		}
+		reqs, rel, err := s.Machine.ApplyReplies(ctx, x, now, all)
+		if err != nil {
+			return err
+		}
+		dispatched, released = reqs, rel
+		asked = min(s.MaxInFlight-(s.inFlight-released), s.ClaimBatch)
+		if asked > 0 {
+			reqs, n, err := s.Machine.Claim(ctx, x, now, asked)
+			if err != nil {
+				return err
+			}
+			dispatched = append(dispatched, reqs...)
+			claimed = n
+		}
+		return nil
+	})
+	if err != nil {
+		// The transaction rolled back: hand the inbox replies back so a
+		// later tick applies them (they are fenced, so order is harmless).
+		// Replies that do not fit are dropped: the supervisor recovers their
+		// steps, and the agent's idempotency key makes the redo safe.
+		for _, r := range replies {
+			if !s.Deliver(r) {
+				break
+			}
+		}
+		return false, err
+	}
+	s.inFlight += claimed - released
+	if len(dispatched) > 0 && s.OnDispatch != nil {
+		s.OnDispatch(dispatched)
+	}
+	busy = (asked > 0 && claimed == asked) || len(s.inbox) > 0 || fromStore == 4*s.ClaimBatch
+	return busy, nil
+}

@@ -1,0 +1,210 @@
+package drover
+
+import (
+	"context"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/store"
+)
+
+// Task returns a task with all its steps.
+func (c *Client) Task(ctx context.Context, id string) (*Task, error) {
+	r := c.store.Reader()
+	t, err := r.TaskGet(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	steps, err := r.StepListByTasks(ctx, []string{id})
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range steps {
+		t.Steps = append(t.Steps, *s)
+	}
+	return t, nil
+}
+
+// ListParams filters Tasks. Zero values mean no filter.
+type ListParams struct {
+	States   []ProcessState
+	Workflow string
+	AfterID  string // keyset pagination
+	Limit    int    // default 100
+}
+
+// Tasks lists tasks (without steps) ordered by ID.
+func (c *Client) Tasks(ctx context.Context, p ListParams) ([]*Task, error) {
+	if p.Limit <= 0 {
+		p.Limit = 100
+	}
+	for _, s := range p.States {
+		if !s.Valid() {
+			return nil, &stateError{s}
+		}
+	}
+	return c.store.Reader().TaskList(ctx, store.TaskListParams{States: p.States, Workflow: p.Workflow, AfterID: p.AfterID, Limit: p.Limit})
+}
+
+type stateError struct{ s ProcessState }
+
+func (e *stateError) Error() string {
+	return "unknown process state " + string(e.s) + " (want Pending, Processing, Processed, Error, Compensating, Compensated or Cancelled)"
+}
+func (e *stateError) Unwrap() error { return ErrInvalidInput }
+
+// Counts returns the number of tasks in each state.
+func (c *Client) Counts(ctx context.Context) (map[ProcessState]int, error) {
+	return c.store.Reader().TaskCountByState(ctx)
+}
+
+// ResubmitOptions are optional settings of Resubmit.
+type ResubmitOptions struct {
+	// FromStep re-runs the task from this step index (steps from it on go
+	// back to Pending). Nil: from the failed step.
+	FromStep *int
+	// Actor is recorded in the event history. Default "operator".
+	Actor string
+}
+
+// Resubmit puts an Error or Cancelled task back to work after an operator
+// fixed the cause (SAS-8). Idempotency keys stay the same, so a remote service
+// that already applied a step recognises the retry.
+func (c *Client) Resubmit(ctx context.Context, id string, opts *ResubmitOptions) (*Task, error) {
+	from, actor := -1, "operator"
+	if opts != nil {
+		if opts.FromStep != nil {
+			from = *opts.FromStep
+			if from < 0 {
+				return nil, flow.ErrBadStep
+			}
+		}
+		if opts.Actor != "" {
+			actor = opts.Actor
+		}
+	}
+	var t *Task
+	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		var err error
+		t, err = flow.Resubmit(ctx, x, id, actor, from, c.clock.Now())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.wakeSchedulers()
+	return t, nil
+}
+
+// Cancel moves a non-final task to Cancelled. A call in flight is not
+// interrupted, but its reply is discarded.
+func (c *Client) Cancel(ctx context.Context, id, reason string) (*Task, error) {
+	var t *Task
+	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		var err error
+		t, err = flow.Cancel(ctx, x, id, "operator", reason, c.clock.Now())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// EventQuery filters Events.
+type EventQuery struct {
+	TaskID     string // "" for all tasks
+	AlertsOnly bool
+	AfterID    int64 // events with a greater ID
+	Limit      int   // default 1000
+}
+
+// Events reads the durable event history in ID order.
+func (c *Client) Events(ctx context.Context, q EventQuery) ([]*Event, error) {
+	if q.Limit <= 0 {
+		q.Limit = 1000
+	}
+	return c.store.Reader().EventList(ctx, store.EventListParams{TaskID: q.TaskID, AlertsOnly: q.AlertsOnly, AfterID: q.AfterID, Limit: q.Limit})
+}
+
+// Subscription selects what Subscribe delivers.
+type Subscription struct {
+	TaskID     string // "" for every task
+	AlertsOnly bool   // only operator alerts
+	// AfterID resumes after the last event ID the subscriber saw, so one
+	// that reconnects misses nothing.
+	AfterID int64
+	// PollInterval is how often the history is read. Default 50ms.
+	PollInterval time.Duration
+}
+
+// Subscribe streams events from the durable history, in order, until ctx
+// ends; then the channel closes. Delivery is at-least-once per subscription:
+// keep the last ID you handled and pass it as AfterID when you resubscribe.
+func (c *Client) Subscribe(ctx context.Context, s Subscription) <-chan *Event {
+	if s.PollInterval <= 0 {
+		s.PollInterval = 50 * time.Millisecond
+	}
+	ch := make(chan *Event, 64)
+	go func() {
+		defer close(ch)
+		after := s.AfterID
+		for {
+			evs, err := c.Events(ctx, EventQuery{TaskID: s.TaskID, AlertsOnly: s.AlertsOnly, AfterID: after, Limit: 1000})
+			if err != nil && ctx.Err() == nil {
+				c.log.Warn("subscribe: read events", "err", err)
+			}
+			for _, e := range evs {
+				select {
+				case ch <- e:
+					after = e.ID
+				case <-ctx.Done():
+					return
+				}
+			}
+			if len(evs) == 1000 {
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.PollInterval):
+			}
+		}
+	}()
+	return ch
+}
+
+// Wait blocks until the task is final (or ctx ends) and returns it with its steps.
+func (c *Client) Wait(ctx context.Context, id string) (*Task, error) {
+	for {
+		// Last event ID first, then the state: a final event written in
+		// between is then after `last` and reaches the subscription.
+		last := int64(0)
+		evs, err := c.Events(ctx, EventQuery{TaskID: id, Limit: 1 << 30})
+		if err != nil {
+			return nil, err
+		}
+		if len(evs) > 0 {
+			last = evs[len(evs)-1].ID
+		}
+		t, err := c.Task(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if t.ProcessState.Final() {
+			return t, nil
+		}
+		sub, cancel := context.WithCancel(ctx)
+		for e := range c.Subscribe(sub, Subscription{TaskID: id, AfterID: last}) {
+			if dt.ProcessState(e.State).Final() {
+				break
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,589 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+// executor runs the primitives on a write transaction (tx), or on the read
+// pool (db). prepared is set for drover's own transactions, whose connection
+// is the one the cached statements live on.
+type executor struct {
+	d        *Driver
+	tx       *sql.Tx
+	db       *sql.DB
+	prepared bool
+}
+
+var _ store.Executor = (*executor)(nil)
+
+func (e *executor) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if e.tx == nil {
+		return nil, errors.New("sqlite: write outside a transaction")
+	}
+	if e.prepared {
+		if s := e.d.stmt(query); s != nil {
+			r, err := e.tx.StmtContext(ctx, s).ExecContext(ctx, args...)
+			return r, translate(err)
+		}
+	}
+	r, err := e.tx.ExecContext(ctx, query, args...)
+	return r, translate(err)
+}
+
+func (e *executor) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	var (
+		rows *sql.Rows
+		err  error
+	)
+	switch {
+	case e.tx == nil:
+		rows, err = e.db.QueryContext(ctx, query, args...)
+	case e.prepared && e.d.stmt(query) != nil:
+		rows, err = e.tx.StmtContext(ctx, e.d.stmt(query)).QueryContext(ctx, args...)
+	default:
+		rows, err = e.tx.QueryContext(ctx, query, args...)
+	}
+	return rows, translate(err)
+}
+
+// Time helpers: the schema stores microseconds since the epoch.
+
+func us(t time.Time) int64 { return t.UnixMicro() }
+
+func usPtr(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+func fromUS(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func fromNullUS(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromUS(v.Int64)
+	return &t
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func jsonList[T any](v []T) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func scanTasks(rows *sql.Rows) ([]*dt.Task, error) {
+	defer rows.Close()
+	var out []*dt.Task
+	for rows.Next() {
+		var (
+			t                                 dt.Task
+			lockedBy, orderingKey, lastErr    sql.NullString
+			completeBy                        sql.NullInt64
+			retryDelay, avail, created, updtd int64
+			state, onFailure                  string
+		)
+		if err := rows.Scan(&t.ID, &t.Workflow, &t.Input, &t.InputHash, &state, &lockedBy, &completeBy,
+			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
+			&t.FailureThreshold, &onFailure, &retryDelay, &avail, &created, &updtd); err != nil {
+			return nil, translate(err)
+		}
+		t.ProcessState = dt.ProcessState(state)
+		t.OnFailure = dt.FailurePolicy(onFailure)
+		t.LockedBy = lockedBy.String
+		t.CompleteBy = fromNullUS(completeBy)
+		t.OrderingKey = orderingKey.String
+		t.LastError = lastErr.String
+		t.RetryDelay = time.Duration(retryDelay) * time.Microsecond
+		t.AvailableAt = fromUS(avail)
+		t.CreatedAt = fromUS(created)
+		t.UpdatedAt = fromUS(updtd)
+		out = append(out, &t)
+	}
+	return out, translate(rows.Err())
+}
+
+func (e *executor) TaskInsert(ctx context.Context, t *dt.Task) (bool, error) {
+	r, err := e.exec(ctx, qTaskInsert,
+		t.ID, t.Workflow, t.Input, t.InputHash, string(t.ProcessState), nullStr(t.LockedBy), usPtr(t.CompleteBy),
+		t.FailureCount, t.CurrentStep, t.StepCount, nullStr(t.OrderingKey), t.Output, nullStr(t.LastError),
+		t.FailureThreshold, string(t.OnFailure), t.RetryDelay.Microseconds(), us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt))
+	if err != nil {
+		return false, fmt.Errorf("sqlite: insert task %s: %w", t.ID, err)
+	}
+	n, err := r.RowsAffected()
+	return n == 1, err
+}
+
+func (e *executor) TaskGet(ctx context.Context, id string) (*dt.Task, error) {
+	rows, err := e.query(ctx, qTaskGet, id)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: get task: %w", err)
+	}
+	ts, err := scanTasks(rows)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: get task: %w", err)
+	}
+	if len(ts) == 0 {
+		return nil, fmt.Errorf("task %q: %w", id, store.ErrNotFound)
+	}
+	return ts[0], nil
+}
+
+func (e *executor) TaskGetMany(ctx context.Context, ids []string) ([]*dt.Task, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := e.query(ctx, qTaskGetMany, jsonList(ids))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: get tasks: %w", err)
+	}
+	return scanTasks(rows)
+}
+
+func (e *executor) TaskList(ctx context.Context, p store.TaskListParams) ([]*dt.Task, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if len(p.States) > 0 {
+		where = append(where, `process_state IN (SELECT value FROM json_each(?))`)
+		args = append(args, jsonList(p.States))
+	}
+	if p.Workflow != "" {
+		where = append(where, `workflow = ?`)
+		args = append(args, p.Workflow)
+	}
+	if p.AfterID != "" {
+		where = append(where, `id > ?`)
+		args = append(args, p.AfterID)
+	}
+	q := `SELECT ` + taskCols + ` FROM tasks`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY id`
+	if p.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, p.Limit)
+	}
+	rows, err := e.query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list tasks: %w", err)
+	}
+	return scanTasks(rows)
+}
+
+func (e *executor) TaskCountByState(ctx context.Context) (map[dt.ProcessState]int, error) {
+	rows, err := e.query(ctx, qTaskCountByState)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: count tasks: %w", err)
+	}
+	defer rows.Close()
+	out := map[dt.ProcessState]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, translate(err)
+		}
+		out[dt.ProcessState(s)] = n
+	}
+	return out, translate(rows.Err())
+}
+
+func (e *executor) TaskCountLockedBy(ctx context.Context, instance string) (int, error) {
+	rows, err := e.query(ctx, qTaskCountLockedBy, instance)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: count held tasks: %w", err)
+	}
+	defer rows.Close()
+	var n int
+	if rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, translate(err)
+		}
+	}
+	return n, translate(rows.Err())
+}
+
+func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
+	rows, err := e.query(ctx, qTaskClaim, p.Instance, us(p.Now), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim tasks: %w", err)
+	}
+	return scanTasks(rows)
+}
+
+func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*dt.Task, error) {
+	rows, err := e.query(ctx, qTaskListLockedBy, instance, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list held tasks: %w", err)
+	}
+	return scanTasks(rows)
+}
+
+func (e *executor) TaskListExpired(ctx context.Context, now time.Time, limit int) ([]*dt.Task, error) {
+	rows, err := e.query(ctx, qTaskListExpired, us(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list expired tasks: %w", err)
+	}
+	return scanTasks(rows)
+}
+
+func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
+	for _, t := range tasks {
+		_, err := e.exec(ctx, qTaskUpdate,
+			string(t.ProcessState), nullStr(t.LockedBy), usPtr(t.CompleteBy), t.FailureCount, t.CurrentStep,
+			t.Output, nullStr(t.LastError), us(t.AvailableAt), us(t.UpdatedAt), t.ID)
+		if err != nil {
+			return fmt.Errorf("sqlite: update task %s: %w", t.ID, err)
+		}
+	}
+	return nil
+}
+
+func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.Step) error {
+	for _, s := range steps {
+		_, err := e.exec(ctx, qStepInsert,
+			s.TaskID, s.Index, s.Name, s.Agent, s.Timeout.Microseconds(), s.Compensation, string(s.ProcessState),
+			string(s.CompensationState), nullStr(s.LockedBy), usPtr(s.CompleteBy), s.FailureCount, s.Attempt,
+			s.IdempotencyKey, s.Output, nullStr(s.LastError), usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt))
+		if err != nil {
+			return fmt.Errorf("sqlite: insert step %s/%d: %w", s.TaskID, s.Index, err)
+		}
+	}
+	return nil
+}
+
+func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.Step, error) {
+	if len(taskIDs) == 0 {
+		return nil, nil
+	}
+	var (
+		rows *sql.Rows
+		err  error
+	)
+	if len(taskIDs) == 1 {
+		rows, err = e.query(ctx, qStepListOne, taskIDs[0])
+	} else {
+		rows, err = e.query(ctx, qStepListMany, jsonList(taskIDs))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list steps: %w", err)
+	}
+	defer rows.Close()
+	var out []*dt.Step
+	for rows.Next() {
+		var (
+			s                                 dt.Step
+			timeout, updated                  int64
+			state, compState                  string
+			lockedBy, lastErr                 sql.NullString
+			completeBy, startedAt, finishedAt sql.NullInt64
+		)
+		if err := rows.Scan(&s.TaskID, &s.Index, &s.Name, &s.Agent, &timeout, &s.Compensation, &state, &compState,
+			&lockedBy, &completeBy, &s.FailureCount, &s.Attempt, &s.IdempotencyKey, &s.Output, &lastErr,
+			&startedAt, &finishedAt, &updated); err != nil {
+			return nil, translate(err)
+		}
+		s.Timeout = time.Duration(timeout) * time.Microsecond
+		s.ProcessState = dt.ProcessState(state)
+		s.CompensationState = dt.ProcessState(compState)
+		s.LockedBy = lockedBy.String
+		s.CompleteBy = fromNullUS(completeBy)
+		s.LastError = lastErr.String
+		s.StartedAt = fromNullUS(startedAt)
+		s.FinishedAt = fromNullUS(finishedAt)
+		s.UpdatedAt = fromUS(updated)
+		out = append(out, &s)
+	}
+	return out, translate(rows.Err())
+}
+
+func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.Step) error {
+	for _, s := range steps {
+		_, err := e.exec(ctx, qStepUpdate,
+			string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy), usPtr(s.CompleteBy),
+			s.FailureCount, s.Attempt, s.Output, nullStr(s.LastError), usPtr(s.StartedAt), usPtr(s.FinishedAt),
+			us(s.UpdatedAt), s.TaskID, s.Index)
+		if err != nil {
+			return fmt.Errorf("sqlite: update step %s/%d: %w", s.TaskID, s.Index, err)
+		}
+	}
+	return nil
+}
+
+func (e *executor) RequestInsertMany(ctx context.Context, reqs []*dt.AgentRequest) error {
+	for _, r := range reqs {
+		res, err := e.exec(ctx, qRequestInsert,
+			r.Agent, r.TaskID, r.StepIndex, r.Attempt, string(r.Kind), r.IdempotencyKey, us(r.CompleteBy),
+			r.Scheduler, nullStr(r.ClaimedBy), us(r.CreatedAt))
+		if err != nil {
+			return fmt.Errorf("sqlite: insert request: %w", err)
+		}
+		if r.ID, err = res.LastInsertId(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams) ([]*dt.AgentRequest, error) {
+	rows, err := e.query(ctx, qRequestClaim, p.ClaimedBy, p.Agent, us(p.Now), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim requests: %w", err)
+	}
+	var (
+		out  []*dt.AgentRequest
+		ids  []int64
+		byID = map[int64]*dt.AgentRequest{}
+	)
+	for rows.Next() {
+		var (
+			r                   dt.AgentRequest
+			kind                string
+			completeBy, created int64
+		)
+		if err := rows.Scan(&r.ID, &r.Agent, &r.TaskID, &r.StepIndex, &r.Attempt, &kind, &r.IdempotencyKey,
+			&completeBy, &r.Scheduler, &created); err != nil {
+			rows.Close()
+			return nil, translate(err)
+		}
+		r.Kind = dt.RequestKind(kind)
+		r.CompleteBy = fromUS(completeBy)
+		r.CreatedAt = fromUS(created)
+		r.ClaimedBy = p.ClaimedBy
+		out = append(out, &r)
+		ids = append(ids, r.ID)
+		byID[r.ID] = &r
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(out) == 0 {
+		return out, translate(err)
+	}
+	rows, err = e.query(ctx, qRequestPayload, jsonList(ids))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: request payload: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id                   int64
+			workflow, name       string
+			input, own, previous []byte
+		)
+		if err := rows.Scan(&id, &workflow, &input, &name, &own, &previous); err != nil {
+			return nil, translate(err)
+		}
+		if r := byID[id]; r != nil {
+			r.Workflow, r.Input, r.StepName, r.PreviousOutput = workflow, input, name, previous
+			if r.Kind == dt.KindCompensate {
+				r.StepOutput = own
+			}
+		}
+	}
+	return out, translate(rows.Err())
+}
+
+func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef) error {
+	for _, ref := range refs {
+		if _, err := e.exec(ctx, qRequestDeleteByStep, ref.TaskID, ref.Index); err != nil {
+			return fmt.Errorf("sqlite: delete requests: %w", err)
+		}
+	}
+	return nil
+}
+
+func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, error) {
+	r, err := e.exec(ctx, qRequestRelease, claimedBy)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: release requests: %w", err)
+	}
+	n, err := r.RowsAffected()
+	return int(n), err
+}
+
+func (e *executor) RequestDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+	r, err := e.exec(ctx, qRequestDeleteExpired, us(now), limit)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: delete expired requests: %w", err)
+	}
+	n, err := r.RowsAffected()
+	return int(n), err
+}
+
+func (e *executor) ReplyInsertMany(ctx context.Context, replies []*dt.AgentReply) error {
+	for _, r := range replies {
+		res, err := e.exec(ctx, qReplyInsert, r.TaskID, r.StepIndex, r.Attempt, string(r.Kind), r.Output, r.Failed, nullStr(r.Error), us(r.CreatedAt))
+		if err != nil {
+			return fmt.Errorf("sqlite: insert reply: %w", err)
+		}
+		if r.ID, err = res.LastInsertId(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*dt.AgentReply, error) {
+	rows, err := e.query(ctx, qReplyTake, p.Scheduler, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: take replies: %w", err)
+	}
+	defer rows.Close()
+	var out []*dt.AgentReply
+	for rows.Next() {
+		var (
+			r       dt.AgentReply
+			kind    string
+			errText sql.NullString
+			created int64
+		)
+		if err := rows.Scan(&r.ID, &r.TaskID, &r.StepIndex, &r.Attempt, &kind, &r.Output, &r.Failed, &errText, &created); err != nil {
+			return nil, translate(err)
+		}
+		r.Kind = dt.RequestKind(kind)
+		r.Error = errText.String
+		r.CreatedAt = fromUS(created)
+		out = append(out, &r)
+	}
+	return out, translate(rows.Err())
+}
+
+func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) error {
+	for _, ev := range events {
+		var step any
+		if ev.StepIndex >= 0 {
+			step = ev.StepIndex
+		}
+		res, err := e.exec(ctx, qEventInsert, ev.TaskID, step, string(ev.Type), nullStr(string(ev.State)), ev.Alert, nullStr(ev.Actor),
+			ev.Term, ev.Attempt, nullStr(ev.Message), us(ev.CreatedAt))
+		if err != nil {
+			return fmt.Errorf("sqlite: insert event: %w", err)
+		}
+		if ev.ID, err = res.LastInsertId(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*dt.Event, error) {
+	q := `SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at FROM events WHERE id > ?`
+	args := []any{p.AfterID}
+	if p.TaskID != "" {
+		q += ` AND task_id = ?`
+		args = append(args, p.TaskID)
+	}
+	if p.AlertsOnly {
+		q += ` AND alert = 1`
+	}
+	q += ` ORDER BY id`
+	if p.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, p.Limit)
+	}
+	rows, err := e.query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list events: %w", err)
+	}
+	defer rows.Close()
+	var out []*dt.Event
+	for rows.Next() {
+		var (
+			ev                    dt.Event
+			step, term, attempt   sql.NullInt64
+			typ                   string
+			state, actor, message sql.NullString
+			created               int64
+		)
+		if err := rows.Scan(&ev.ID, &ev.TaskID, &step, &typ, &state, &ev.Alert, &actor, &term, &attempt, &message, &created); err != nil {
+			return nil, translate(err)
+		}
+		ev.StepIndex = -1
+		if step.Valid {
+			ev.StepIndex = int(step.Int64)
+		}
+		ev.Type = dt.EventType(typ)
+		ev.State = dt.ProcessState(state.String)
+		ev.Actor = actor.String
+		ev.Term = term.Int64
+		ev.Attempt = int(attempt.Int64)
+		ev.Message = message.String
+		ev.CreatedAt = fromUS(created)
+		out = append(out, &ev)
+	}
+	return out, translate(rows.Err())
+}
+
+func (e *executor) LeaseAcquire(ctx context.Context, p store.LeaseParams) (*dt.Lease, bool, error) {
+	// One statement: insert a fresh lease, renew our own, or take an expired one.
+	rows, err := e.query(ctx, qLeaseAcquire, p.Name, p.Holder, us(p.Now), us(p.Now.Add(p.TTL)))
+	if err != nil {
+		return nil, false, fmt.Errorf("sqlite: acquire lease: %w", err)
+	}
+	l, err := scanLease(rows)
+	if err != nil {
+		return nil, false, err
+	}
+	if l != nil {
+		return l, true, nil
+	}
+	cur, err := e.LeaseGet(ctx, p.Name)
+	return cur, false, err
+}
+
+func scanLease(rows *sql.Rows) (*dt.Lease, error) {
+	defer rows.Close()
+	if !rows.Next() {
+		return nil, translate(rows.Err())
+	}
+	var (
+		l   dt.Lease
+		exp int64
+	)
+	if err := rows.Scan(&l.Name, &l.Holder, &l.Term, &exp); err != nil {
+		return nil, translate(err)
+	}
+	l.ExpiresAt = fromUS(exp)
+	return &l, nil
+}
+
+func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error) {
+	rows, err := e.query(ctx, qLeaseGet, name)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: get lease: %w", err)
+	}
+	l, err := scanLease(rows)
+	if err != nil {
+		return nil, err
+	}
+	if l == nil {
+		return nil, fmt.Errorf("lease %q: %w", name, store.ErrNotFound)
+	}
+	return l, nil
+}
+
+func (e *executor) LeaseRelease(ctx context.Context, name, holder string, term int64) error {
+	if _, err := e.exec(ctx, qLeaseRelease, name, holder, term); err != nil {
+		return fmt.Errorf("sqlite: release lease: %w", err)
+	}
+	return nil
+}

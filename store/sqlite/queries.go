@@ -1,0 +1,100 @@
+package sqlite
+
+// The SQL of the SQLite driver. Hot-path statements are prepared once per
+// driver (see hotQueries); the rest run unprepared.
+
+// Column lists shared by the task and step queries.
+const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
+ current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
+ retry_delay_us, available_at, created_at, updated_at`
+const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
+ locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at`
+
+const (
+	qTaskInsert = `INSERT INTO tasks (` + taskCols + `)
+ VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
+
+	qTaskGet = `SELECT ` + taskCols + ` FROM tasks WHERE id = ?`
+
+	qTaskGetMany = `SELECT ` + taskCols + ` FROM tasks WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id`
+
+	qTaskCountByState = `SELECT process_state, count(*) FROM tasks GROUP BY process_state`
+
+	qTaskCountLockedBy = `SELECT count(*) FROM tasks WHERE locked_by = ? AND complete_by IS NOT NULL`
+
+	qTaskClaim = `UPDATE tasks SET locked_by = ?1,
+   process_state = CASE process_state WHEN 'Pending' THEN 'Processing' ELSE process_state END,
+   updated_at = ?2
+ WHERE id IN (SELECT id FROM tasks
+   WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating') AND available_at <= ?2
+   ORDER BY available_at, id LIMIT ?3)
+ RETURNING ` + taskCols
+
+	qTaskListLockedBy = `SELECT ` + taskCols + ` FROM tasks WHERE locked_by = ? AND complete_by IS NOT NULL ORDER BY id LIMIT ?`
+
+	qTaskListExpired = `SELECT ` + taskCols + ` FROM tasks
+ WHERE locked_by IS NOT NULL AND complete_by < ? ORDER BY complete_by LIMIT ?`
+
+	qTaskUpdate = `UPDATE tasks SET process_state = ?, locked_by = ?, complete_by = ?, failure_count = ?,
+ current_step = ?, output = ?, last_error = ?, available_at = ?, updated_at = ? WHERE id = ?`
+
+	qStepInsert = `INSERT INTO steps (` + stepCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+
+	qStepListOne = `SELECT ` + stepCols + ` FROM steps WHERE task_id = ? ORDER BY step_index`
+
+	qStepListMany = `SELECT ` + stepCols + ` FROM steps WHERE task_id IN (SELECT value FROM json_each(?))
+ ORDER BY task_id, step_index`
+
+	qStepUpdate = `UPDATE steps SET process_state = ?, compensation_state = ?, locked_by = ?, complete_by = ?,
+ failure_count = ?, attempt = ?, output = ?, last_error = ?, started_at = ?, finished_at = ?, updated_at = ?
+ WHERE task_id = ? AND step_index = ?`
+
+	qRequestInsert = `INSERT INTO agent_requests (agent, task_id, step_index, attempt, kind, idempotency_key,
+ complete_by, scheduler, claimed_by, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)`
+
+	qRequestClaim = `UPDATE agent_requests SET claimed_by = ?1
+ WHERE id IN (SELECT id FROM agent_requests WHERE agent = ?2 AND claimed_by IS NULL AND complete_by > ?3 ORDER BY id LIMIT ?4)
+ RETURNING id, agent, task_id, step_index, attempt, kind, idempotency_key, complete_by, scheduler, created_at`
+
+	// qRequestPayload joins the message body into claimed requests: the
+	// task's input, the step's own output (for compensation) and the output
+	// of the step before.
+	qRequestPayload = `SELECT r.id, t.workflow, t.input, s.name, s.output, p.output
+ FROM agent_requests r
+ JOIN tasks t ON t.id = r.task_id
+ JOIN steps s ON s.task_id = r.task_id AND s.step_index = r.step_index
+ LEFT JOIN steps p ON p.task_id = r.task_id AND p.step_index = r.step_index - 1
+ WHERE r.id IN (SELECT value FROM json_each(?))`
+
+	qRequestDeleteByStep = `DELETE FROM agent_requests WHERE task_id = ? AND step_index = ?`
+
+	qRequestRelease = `UPDATE agent_requests SET claimed_by = NULL WHERE claimed_by = ?`
+
+	qRequestDeleteExpired = `DELETE FROM agent_requests WHERE id IN
+ (SELECT id FROM agent_requests WHERE complete_by < ? ORDER BY id LIMIT ?)`
+
+	qReplyInsert = `INSERT INTO agent_replies (task_id, step_index, attempt, kind, output, failed, error, created_at)
+ VALUES (?,?,?,?,?,?,?,?)`
+
+	qReplyTake = `DELETE FROM agent_replies WHERE id IN (
+   SELECT r.id FROM agent_replies r LEFT JOIN tasks t ON t.id = r.task_id
+   WHERE t.locked_by = ? OR t.locked_by IS NULL ORDER BY r.id LIMIT ?)
+ RETURNING id, task_id, step_index, attempt, kind, output, failed, error, created_at`
+
+	qEventInsert = `INSERT INTO events (task_id, step_index, type, state, alert, actor, term, attempt, message, created_at)
+ VALUES (?,?,?,?,?,?,?,?,?,?)`
+
+	qLeaseAcquire = `INSERT INTO leases (name, holder, term, expires_at) VALUES (?1, ?2, 1, ?4)
+ ON CONFLICT (name) DO UPDATE SET
+   term = CASE WHEN leases.holder = ?2 THEN leases.term ELSE leases.term + 1 END,
+   holder = ?2, expires_at = ?4
+ WHERE leases.holder = ?2 OR leases.expires_at <= ?3
+ RETURNING name, holder, term, expires_at`
+
+	qLeaseGet = `SELECT name, holder, term, expires_at FROM leases WHERE name = ?`
+
+	qLeaseRelease = `UPDATE leases SET expires_at = 0 WHERE name = ? AND holder = ? AND term = ?`
+)
+
+// hotQueries run on every scheduler, agent or supervisor cycle.
+var hotQueries = []string{qTaskInsert, qTaskGet, qTaskGetMany, qTaskCountByState, qTaskCountLockedBy, qTaskClaim, qTaskListLockedBy, qTaskListExpired, qTaskUpdate, qStepInsert, qStepListOne, qStepListMany, qStepUpdate, qRequestInsert, qRequestClaim, qRequestPayload, qRequestDeleteByStep, qRequestRelease, qRequestDeleteExpired, qReplyInsert, qReplyTake, qEventInsert, qLeaseAcquire, qLeaseGet, qLeaseRelease}

@@ -1,0 +1,334 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mattn/go-sqlite3"
+
+	"github.com/drover-run/drover/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Options configure Open.
+type Options struct {
+	// Create makes the file if it does not exist. Without it a missing file is
+	// an error, so a mistyped path never yields an empty store.
+	Create bool
+	// BusyTimeout is how long a write waits for another process's lock
+	// before failing with store.ErrLocked. Default 10s.
+	BusyTimeout time.Duration
+	// Synchronous is SQLite's synchronous setting: "full" (default: a
+	// committed transaction survives power loss) or "normal" (survives a
+	// process crash; faster).
+	Synchronous string
+	// ReadConns is the size of the read pool. Default 4.
+	ReadConns int
+}
+
+// Driver is a store.Driver on one SQLite file.
+type Driver struct {
+	path  string
+	write *sql.DB
+	read  *sql.DB
+
+	prepMu sync.Mutex                           // serializes prepareHot and Close
+	stmts  atomic.Pointer[map[string]*sql.Stmt] // hot statements, once prepared
+	closed bool
+}
+
+var _ store.Driver = (*Driver)(nil)
+
+// Open opens (and with Options.Create, creates) the SQLite store at path.
+// It checks the file really is a SQLite database before returning.
+func Open(ctx context.Context, path string, opts Options) (*Driver, error) {
+	if path == "" {
+		return nil, errors.New("sqlite: empty database path")
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 10 * time.Second
+	}
+	switch strings.ToLower(opts.Synchronous) {
+	case "":
+		opts.Synchronous = "FULL"
+	case "full", "normal":
+		opts.Synchronous = strings.ToUpper(opts.Synchronous)
+	default:
+		return nil, fmt.Errorf("sqlite: synchronous must be full or normal, got %q", opts.Synchronous)
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = 4
+	}
+	if !opts.Create {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("sqlite: database file %s: %w", path, err)
+		}
+	} else if dir := filepath.Dir(path); dir != "" {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("sqlite: directory of database file %s: %w", path, err)
+		}
+	}
+
+	q := url.Values{}
+	q.Set("_busy_timeout", strconv.Itoa(int(opts.BusyTimeout/time.Millisecond)))
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", opts.Synchronous)
+	q.Set("_txlock", "immediate")
+	q.Set("_cache_size", "-32000")
+	mode := "rw"
+	if opts.Create {
+		mode = "rwc"
+	}
+	q.Set("mode", mode)
+	writeDSN := "file:" + escapePath(path) + "?" + q.Encode()
+	write, err := sql.Open("sqlite3", writeDSN)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	write.SetConnMaxIdleTime(0)
+
+	d := &Driver{path: path, write: write}
+	// Touch the file: fails fast on a non-database or locked file.
+	if _, err := write.ExecContext(ctx, "SELECT count(*) FROM sqlite_master"); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, translate(err))
+	}
+
+	rq := url.Values{}
+	rq.Set("_busy_timeout", strconv.Itoa(int(opts.BusyTimeout/time.Millisecond)))
+	rq.Set("mode", "rw")
+	rq.Set("_query_only", "1")
+	read, err := sql.Open("sqlite3", "file:"+escapePath(path)+"?"+rq.Encode())
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	read.SetMaxOpenConns(opts.ReadConns)
+	read.SetMaxIdleConns(opts.ReadConns)
+	d.read = read
+	return d, nil
+}
+
+func escapePath(p string) string {
+	// The DSN is a URI: escape what would end the path early.
+	r := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+	return r.Replace(p)
+}
+
+// Name implements store.Driver.
+func (d *Driver) Name() string { return "sqlite" }
+
+// Path returns the database file path.
+func (d *Driver) Path() string { return d.path }
+
+// DB returns the write database handle, for applications that submit inside
+// their own transaction (BeginTx on it and pass the *sql.Tx to SubmitTx).
+func (d *Driver) DB() *sql.DB { return d.write }
+
+// Close implements store.Driver.
+func (d *Driver) Close() error {
+	d.prepMu.Lock()
+	d.closed = true
+	if m := d.stmts.Swap(nil); m != nil {
+		for _, s := range *m {
+			s.Close()
+		}
+	}
+	d.prepMu.Unlock()
+	return errors.Join(d.read.Close(), d.write.Close())
+}
+
+// InTx implements store.Driver.
+func (d *Driver) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
+	d.prepareHot(ctx)
+	tx, err := d.write.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: begin: %w", translate(err))
+	}
+	if err := fn(ctx, &executor{d: d, tx: tx, prepared: true}); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: commit: %w", translate(err))
+	}
+	return nil
+}
+
+// InExternalTx implements store.Driver. tx must be a *sql.Tx opened on the same
+// SQLite file (for instance from DB()).
+func (d *Driver) InExternalTx(ctx context.Context, tx any, fn func(context.Context, store.Executor) error) error {
+	sqlTx, ok := tx.(*sql.Tx)
+	if !ok || sqlTx == nil {
+		return fmt.Errorf("sqlite: got %T, want *sql.Tx: %w", tx, store.ErrUnsupportedTx)
+	}
+	return fn(ctx, &executor{d: d, tx: sqlTx})
+}
+
+// Reader implements store.Driver.
+func (d *Driver) Reader() store.Executor { return &executor{d: d, db: d.read} }
+
+// prepareHot prepares the hot-path statements once the schema exists. It
+// must run outside any transaction: the write pool has one connection, and
+// preparing on the pool from inside a transaction would wait for it forever.
+func (d *Driver) prepareHot(ctx context.Context) {
+	if d.stmts.Load() != nil {
+		return
+	}
+	d.prepMu.Lock()
+	defer d.prepMu.Unlock()
+	if d.closed || d.stmts.Load() != nil {
+		return
+	}
+	stmts := map[string]*sql.Stmt{}
+	for _, q := range hotQueries {
+		s, err := d.write.PrepareContext(ctx, q)
+		if err != nil {
+			// Not migrated yet: run unprepared and try again next time.
+			for _, s := range stmts {
+				s.Close()
+			}
+			return
+		}
+		stmts[q] = s
+	}
+	d.stmts.Store(&stmts)
+}
+
+// stmt returns the prepared statement for a hot query, or nil.
+func (d *Driver) stmt(query string) *sql.Stmt {
+	if m := d.stmts.Load(); m != nil {
+		return (*m)[query]
+	}
+	return nil
+}
+
+// translate maps SQLite errors to the store's sentinels, keeping the original.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case sqlite3.ErrBusy, sqlite3.ErrLocked:
+			return fmt.Errorf("%w: %w", store.ErrLocked, err)
+		case sqlite3.ErrNotADB, sqlite3.ErrCorrupt:
+			return fmt.Errorf("%w: %w", store.ErrCorrupt, err)
+		}
+	}
+	return err
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("sqlite: migration file %s: name must start with a version number", e.Name())
+		}
+		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	return ms, nil
+}
+
+const createMigrationsTable = `CREATE TABLE IF NOT EXISTS drover_migrations (
+    version    INTEGER NOT NULL PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL
+)`
+
+// Migrate implements store.Driver. Each migration runs in its own
+// transaction; concurrent migrators serialize on the write lock.
+func (d *Driver) Migrate(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	if _, err := d.write.ExecContext(ctx, createMigrationsTable); err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", translate(err))
+	}
+	for _, m := range ms {
+		tx, err := d.write.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("sqlite: migrate: %w", translate(err))
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM drover_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("sqlite: migrate: %w", translate(err))
+		}
+		if n > 0 {
+			tx.Rollback()
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("sqlite: migration %s: %w", m.name, translate(err))
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO drover_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+			m.version, m.name, time.Now().UnixMicro()); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("sqlite: migration %s: %w", m.name, translate(err))
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("sqlite: migration %s: %w", m.name, translate(err))
+		}
+	}
+	return nil
+}
+
+// SchemaVersion implements store.Driver.
+func (d *Driver) SchemaVersion(ctx context.Context) (applied, latest int, err error) {
+	ms, err := migrations()
+	if err != nil {
+		return 0, 0, err
+	}
+	latest = ms[len(ms)-1].version
+	var exists int
+	if err := d.read.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name='drover_migrations'`).Scan(&exists); err != nil {
+		return 0, latest, fmt.Errorf("sqlite: schema version: %w", translate(err))
+	}
+	if exists == 0 {
+		return 0, latest, nil
+	}
+	var v sql.NullInt64
+	if err := d.read.QueryRowContext(ctx, `SELECT max(version) FROM drover_migrations`).Scan(&v); err != nil {
+		return 0, latest, fmt.Errorf("sqlite: schema version: %w", translate(err))
+	}
+	return int(v.Int64), latest, nil
+}

@@ -1,0 +1,153 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/drover-run/drover/drovertype"
+)
+
+// Errors returned by drivers. Drivers translate database errors at the boundary
+// so callers can test them with errors.Is.
+var (
+	// ErrNotFound: the task, step or lease does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrLocked: the database is locked by another process beyond the busy timeout.
+	ErrLocked = errors.New("store is locked by another process")
+	// ErrCorrupt: the database file is not a valid store.
+	ErrCorrupt = errors.New("store is corrupt or not a drover database")
+	// ErrUnsupportedTx: the caller's transaction is not of a type the driver accepts.
+	ErrUnsupportedTx = errors.New("transaction type not supported by this driver")
+	// ErrSchemaTooNew: the database was migrated by a newer drover.
+	ErrSchemaTooNew = errors.New("store schema is newer than this drover")
+	// ErrNotMigrated: the database has no drover schema yet.
+	ErrNotMigrated = errors.New("store is not migrated")
+)
+
+// Driver is one database holding a drover state store.
+type Driver interface {
+	// Name is the driver's short name, such as "sqlite".
+	Name() string
+	// Migrate applies every embedded migration not yet applied.
+	Migrate(ctx context.Context) error
+	// SchemaVersion reports the applied and the latest known migration version.
+	SchemaVersion(ctx context.Context) (applied, latest int, err error)
+	// InTx runs fn in one write transaction, committed if fn returns nil.
+	InTx(ctx context.Context, fn func(ctx context.Context, x Executor) error) error
+	// InExternalTx runs fn inside a transaction the caller owns (for SQLite a
+	// *sql.Tx on the same database file); the caller commits or rolls back.
+	InExternalTx(ctx context.Context, tx any, fn func(ctx context.Context, x Executor) error) error
+	// Reader returns an Executor for reads outside any write transaction.
+	Reader() Executor
+	// Close releases the database.
+	Close() error
+}
+
+// Executor runs the store primitives. Every method takes ctx first. Methods that
+// take slices apply all of them in order; drivers may batch them.
+type Executor interface {
+	TaskInsert(ctx context.Context, t *drovertype.Task) (inserted bool, err error)
+	TaskGet(ctx context.Context, id string) (*drovertype.Task, error)
+	TaskGetMany(ctx context.Context, ids []string) ([]*drovertype.Task, error)
+	TaskList(ctx context.Context, p TaskListParams) ([]*drovertype.Task, error)
+	TaskCountByState(ctx context.Context) (map[drovertype.ProcessState]int, error)
+	TaskCountLockedBy(ctx context.Context, instance string) (int, error)
+	// TaskClaim atomically locks up to Limit claimable tasks for Instance:
+	// Pending ones, and Compensating ones nobody holds, available at Now.
+	// Pending tasks become Processing. Oldest first.
+	TaskClaim(ctx context.Context, p TaskClaimParams) ([]*drovertype.Task, error)
+	// TaskListLockedBy returns the non-final tasks an instance holds.
+	TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*drovertype.Task, error)
+	// TaskListExpired returns held tasks whose CompleteBy is before Now.
+	TaskListExpired(ctx context.Context, now time.Time, limit int) ([]*drovertype.Task, error)
+	// TaskUpdateMany writes the mutable fields of each task.
+	TaskUpdateMany(ctx context.Context, tasks []*drovertype.Task) error
+
+	StepInsertMany(ctx context.Context, steps []*drovertype.Step) error
+	// StepListByTasks returns the steps of the given tasks ordered by task
+	// then index.
+	StepListByTasks(ctx context.Context, taskIDs []string) ([]*drovertype.Step, error)
+	// StepUpdateMany writes the mutable fields of each step.
+	StepUpdateMany(ctx context.Context, steps []*drovertype.Step) error
+
+	RequestInsertMany(ctx context.Context, reqs []*drovertype.AgentRequest) error
+	// RequestClaim hands up to Limit unclaimed requests for Agent, oldest
+	// first, to ClaimedBy, with their payload joined in. Requests whose
+	// CompleteBy has passed are not handed out.
+	RequestClaim(ctx context.Context, p RequestClaimParams) ([]*drovertype.AgentRequest, error)
+	// RequestDeleteByStep deletes every request of the given steps.
+	RequestDeleteByStep(ctx context.Context, refs []StepRef) error
+	// RequestRelease frees the requests claimed by an agent instance, so they
+	// are handed out again (used when that instance restarts).
+	RequestRelease(ctx context.Context, claimedBy string) (int, error)
+	// RequestDeleteExpired deletes requests whose CompleteBy is before now.
+	RequestDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error)
+
+	ReplyInsertMany(ctx context.Context, replies []*drovertype.AgentReply) error
+	// ReplyTake deletes and returns up to Limit replies for tasks locked by
+	// Scheduler, or for tasks nobody holds (stale replies to discard).
+	ReplyTake(ctx context.Context, p ReplyTakeParams) ([]*drovertype.AgentReply, error)
+
+	EventInsertMany(ctx context.Context, events []*drovertype.Event) error
+	EventList(ctx context.Context, p EventListParams) ([]*drovertype.Event, error)
+
+	// LeaseAcquire takes or renews the named lease for Holder: it succeeds
+	// when the lease is free, expired at Now, or already Holder's. The term
+	// increments whenever the holder changes.
+	LeaseAcquire(ctx context.Context, p LeaseParams) (lease *drovertype.Lease, acquired bool, err error)
+	LeaseGet(ctx context.Context, name string) (*drovertype.Lease, error)
+	// LeaseRelease gives the lease up if Holder holds it in Term.
+	LeaseRelease(ctx context.Context, name, holder string, term int64) error
+}
+
+// TaskListParams filters TaskList. Zero values mean no filter.
+type TaskListParams struct {
+	States   []drovertype.ProcessState
+	Workflow string
+	AfterID  string // keyset pagination: tasks with ID > AfterID
+	Limit    int
+}
+
+// TaskClaimParams are the arguments of TaskClaim.
+type TaskClaimParams struct {
+	Instance string
+	Now      time.Time
+	Limit    int
+}
+
+// RequestClaimParams are the arguments of RequestClaim.
+type RequestClaimParams struct {
+	Agent     string
+	ClaimedBy string
+	Now       time.Time
+	Limit     int
+}
+
+// ReplyTakeParams are the arguments of ReplyTake.
+type ReplyTakeParams struct {
+	Scheduler string
+	Limit     int
+}
+
+// EventListParams filters EventList. Events come in ID order.
+type EventListParams struct {
+	TaskID     string // "" for every task
+	AlertsOnly bool
+	AfterID    int64
+	Limit      int
+}
+
+// LeaseParams are the arguments of LeaseAcquire.
+type LeaseParams struct {
+	Name   string
+	Holder string
+	Now    time.Time
+	TTL    time.Duration
+}
+
+// StepRef names one step of one task.
+type StepRef struct {
+	TaskID string
+	Index  int
+}

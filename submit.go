@@ -1,0 +1,151 @@
+package drover
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/store"
+)
+
+// SubmitOptions are optional settings of a submission.
+type SubmitOptions struct {
+	// ID is the caller's task ID, for idempotent submission: submitting the
+	// same ID with the same workflow and input returns the existing task;
+	// with a different one it fails with ErrTaskConflict. Default: a
+	// generated, time-ordered UUID.
+	ID string
+}
+
+// SubmitParams is one task of SubmitMany.
+type SubmitParams struct {
+	Workflow string
+	Input    []byte
+	Options  SubmitOptions
+}
+
+// Submit records a new task, Pending, with its steps. input must be a JSON
+// document of at most Config.MaxInputBytes.
+func (c *Client) Submit(ctx context.Context, workflow string, input []byte, opts *SubmitOptions) (*Task, error) {
+	p := SubmitParams{Workflow: workflow, Input: input}
+	if opts != nil {
+		p.Options = *opts
+	}
+	ts, err := c.submit(ctx, nil, []SubmitParams{p})
+	if err != nil {
+		return nil, err
+	}
+	return ts[0], nil
+}
+
+// SubmitMany records several tasks in one transaction: all or none.
+func (c *Client) SubmitMany(ctx context.Context, params []SubmitParams) ([]*Task, error) {
+	return c.submit(ctx, nil, params)
+}
+
+// SubmitTx records a task inside the caller's own transaction, so the
+// application's business row and the task commit together or not at all
+// (SAS-14). For SQLite, tx is a *sql.Tx on the same database file; the
+// caller commits. Schedulers in this process are woken at once; others find
+// the task at their next poll after the commit.
+func (c *Client) SubmitTx(ctx context.Context, tx any, workflow string, input []byte, opts *SubmitOptions) (*Task, error) {
+	p := SubmitParams{Workflow: workflow, Input: input}
+	if opts != nil {
+		p.Options = *opts
+	}
+	ts, err := c.submit(ctx, tx, []SubmitParams{p})
+	if err != nil {
+		return nil, err
+	}
+	return ts[0], nil
+}
+
+type prepared struct {
+	task  *dt.Task
+	steps []*dt.Step
+}
+
+// prepare validates one submission and builds its records; it touches nothing.
+func (c *Client) prepare(p SubmitParams) (*prepared, error) {
+	w, ok := c.workflows[p.Workflow]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownWorkflow, p.Workflow)
+	}
+	if len(p.Input) > c.cfg.MaxInputBytes {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d (Config.MaxInputBytes)", ErrInputTooLarge, len(p.Input), c.cfg.MaxInputBytes)
+	}
+	input := p.Input
+	if len(input) == 0 {
+		input = []byte("null")
+	}
+	if !json.Valid(input) {
+		return nil, fmt.Errorf("%w: not a JSON document", ErrInvalidInput)
+	}
+	id := p.Options.ID
+	if id == "" {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		id = u.String()
+	} else if !validName(id) {
+		return nil, fmt.Errorf("%w %q: must be 1-%d printable characters without spaces", ErrInvalidTaskID, id, maxNameLen)
+	}
+	now := c.clock.Now()
+	t := &dt.Task{
+		ID: id, Workflow: w.Name, Input: input, InputHash: flow.InputHash(w.Name, input),
+		ProcessState: dt.Pending, StepCount: len(w.Steps),
+		FailureThreshold: w.FailureThreshold, OnFailure: w.OnFailure, RetryDelay: w.RetryDelay,
+		AvailableAt: now, CreatedAt: now, UpdatedAt: now,
+	}
+	steps := make([]*dt.Step, len(w.Steps))
+	for i, s := range w.Steps {
+		steps[i] = &dt.Step{
+			TaskID: id, Index: i, Name: s.Name, Agent: s.Agent, Timeout: s.Timeout, Compensation: s.Compensation,
+			ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, i, s.Name), UpdatedAt: now,
+		}
+	}
+	return &prepared{task: t, steps: steps}, nil
+}
+
+func (c *Client) submit(ctx context.Context, tx any, params []SubmitParams) ([]*Task, error) {
+	ps := make([]*prepared, len(params))
+	for i, p := range params {
+		var err error
+		if ps[i], err = c.prepare(p); err != nil {
+			if len(params) > 1 {
+				return nil, fmt.Errorf("task %d: %w", i, err)
+			}
+			return nil, err
+		}
+	}
+	out := make([]*Task, len(ps))
+	fn := func(ctx context.Context, x store.Executor) error {
+		for i, p := range ps {
+			existing, err := flow.Submit(ctx, x, p.task, p.steps)
+			if err != nil {
+				return err
+			}
+			out[i] = p.task
+			if existing != nil {
+				out[i] = existing
+			}
+		}
+		return nil
+	}
+	var err error
+	if tx != nil {
+		err = c.store.InExternalTx(ctx, tx, fn)
+	} else {
+		err = c.store.InTx(ctx, fn)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.wakeSchedulers()
+	return out, nil
+}

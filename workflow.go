@@ -1,0 +1,111 @@
+package drover
+
+import (
+	"fmt"
+	"time"
+	"unicode"
+)
+
+// Workflow is an ordered pipeline of steps and the policy for when one fails.
+type Workflow struct {
+	Name  string
+	Steps []Step
+	// FailureThreshold is the FailureCount at which the supervisor stops
+	// retrying a timed-out step and applies OnFailure. Default 3.
+	FailureThreshold int
+	// OnFailure applies when a step fails for good (threshold reached or a
+	// permanent error): PolicyError (default) or PolicyCompensate.
+	OnFailure FailurePolicy
+	// RetryDelay is how long a recovered step waits before it is claimed
+	// again, doubled on each further failure. Default 0.
+	RetryDelay time.Duration
+}
+
+// Step is one step of a workflow.
+type Step struct {
+	Name  string
+	Agent string
+	// Timeout is the step's time budget: CompleteBy is dispatch time plus
+	// Timeout. Default 30s.
+	Timeout time.Duration
+	// Compensation names the agent that undoes this step; optional.
+	Compensation string
+}
+
+const (
+	defaultStepTimeout      = 30 * time.Second
+	defaultFailureThreshold = 3
+	maxNameLen              = 200
+)
+
+func validName(s string) bool {
+	if s == "" || len(s) > maxNameLen {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate reports every problem with the definition as a *ValidationError.
+func (w Workflow) Validate() error {
+	var p []string
+	if !validName(w.Name) {
+		p = append(p, fmt.Sprintf("name %q must be 1-%d printable characters without spaces", w.Name, maxNameLen))
+	}
+	if len(w.Steps) == 0 {
+		p = append(p, "it has no steps")
+	}
+	if w.FailureThreshold < 0 {
+		p = append(p, fmt.Sprintf("FailureThreshold %d is negative", w.FailureThreshold))
+	}
+	if w.OnFailure != "" && !w.OnFailure.Valid() {
+		p = append(p, fmt.Sprintf("OnFailure %q must be %q or %q", w.OnFailure, PolicyError, PolicyCompensate))
+	}
+	if w.RetryDelay < 0 {
+		p = append(p, fmt.Sprintf("RetryDelay %s is negative", w.RetryDelay))
+	}
+	seen := map[string]bool{}
+	for i, s := range w.Steps {
+		if !validName(s.Name) {
+			p = append(p, fmt.Sprintf("step %d: name %q must be 1-%d printable characters without spaces", i, s.Name, maxNameLen))
+		} else if seen[s.Name] {
+			p = append(p, fmt.Sprintf("step %d: name %q is used twice", i, s.Name))
+		}
+		seen[s.Name] = true
+		if !validName(s.Agent) {
+			p = append(p, fmt.Sprintf("step %d (%s): agent %q must be 1-%d printable characters without spaces", i, s.Name, s.Agent, maxNameLen))
+		}
+		if s.Timeout < 0 {
+			p = append(p, fmt.Sprintf("step %d (%s): Timeout %s is negative", i, s.Name, s.Timeout))
+		}
+		if s.Compensation != "" && !validName(s.Compensation) {
+			p = append(p, fmt.Sprintf("step %d (%s): compensation agent %q must be printable characters without spaces", i, s.Name, s.Compensation))
+		}
+	}
+	if len(p) > 0 {
+		return &ValidationError{Workflow: w.Name, Problems: p}
+	}
+	return nil
+}
+
+func (w Workflow) withDefaults() Workflow {
+	if w.FailureThreshold == 0 {
+		w.FailureThreshold = defaultFailureThreshold
+	}
+	if w.OnFailure == "" {
+		w.OnFailure = PolicyError
+	}
+	steps := make([]Step, len(w.Steps))
+	copy(steps, w.Steps)
+	for i := range steps {
+		if steps[i].Timeout == 0 {
+			steps[i].Timeout = defaultStepTimeout
+		}
+	}
+	w.Steps = steps
+	return w
+}
