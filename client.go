@@ -47,7 +47,8 @@ type Config struct {
 	// ExternalAgents are agents that run in other processes; steps may name
 	// them without a local registration.
 	ExternalAgents []string
-	// Roles to run on Start. Zero value: all roles.
+	// Roles to run on Start. Zero value: all roles. A client that only
+	// submits and reads never calls Start and needs no roles or agents.
 	Roles Roles
 	// Schedulers is how many scheduler instances (goroutines) to run. Default 1.
 	Schedulers int
@@ -84,6 +85,8 @@ type Client struct {
 	log       *slog.Logger
 	workflows map[string]Workflow
 	counters  flow.Counters
+	// knownAgents are the registered and external agents.
+	knownAgents map[string]bool
 
 	mu         sync.Mutex
 	started    bool
@@ -141,6 +144,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, workflows: map[string]Workflow{}}
 
 	agents := map[string]bool{}
+	c.knownAgents = agents
 	for _, a := range cfg.Agents {
 		if !validName(a.Name) {
 			return nil, fmt.Errorf("%w: agent name %q must be 1-%d printable characters without spaces", ErrInvalidConfig, a.Name, maxNameLen)
@@ -166,23 +170,29 @@ func New(cfg Config) (*Client, error) {
 			errs = append(errs, fmt.Errorf("%w: workflow %q defined twice", ErrInvalidWorkflow, w.Name))
 			continue
 		}
-		// Agents are checked only where this process runs them; otherwise
-		// they may live in another process.
-		if cfg.Roles.Agent {
-			for _, s := range w.Steps {
-				for _, a := range []string{s.Agent, s.Compensation} {
-					if a != "" && !agents[a] {
-						errs = append(errs, fmt.Errorf("workflow %q step %q: %w %q (register it in Agents or list it in ExternalAgents)", w.Name, s.Name, ErrUnknownAgent, a))
-					}
-				}
-			}
-		}
 		c.workflows[w.Name] = w.withDefaults()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// checkAgents fails when a step names an agent that is neither registered
+// nor declared external. Only a process running the Agent role checks: a
+// client that only submits and reads needs no agents.
+func (c *Client) checkAgents() error {
+	var errs []error
+	for _, w := range c.workflows {
+		for _, s := range w.Steps {
+			for _, a := range []string{s.Agent, s.Compensation} {
+				if a != "" && !c.knownAgents[a] {
+					errs = append(errs, fmt.Errorf("workflow %q step %q: %w %q (register it in Config.Agents or list it in Config.ExternalAgents)", w.Name, s.Name, ErrUnknownAgent, a))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // InstanceID returns the instance ID this client runs as.
@@ -217,6 +227,11 @@ func (c *Client) Start(ctx context.Context) error {
 	defer c.mu.Unlock()
 	if c.started {
 		return ErrAlreadyStarted
+	}
+	if c.cfg.Roles.Agent {
+		if err := c.checkAgents(); err != nil {
+			return err
+		}
 	}
 	if err := c.checkSchema(ctx); err != nil {
 		return err
@@ -256,17 +271,13 @@ func (c *Client) Start(ctx context.Context) error {
 	if c.cfg.Roles.Scheduler {
 		for i := range c.cfg.Schedulers {
 			id := fmt.Sprintf("%s/scheduler-%d", c.cfg.InstanceID, i)
-			s := scheduler.New(c.store, c.clock, &flow.Machine{Instance: id, Counters: &c.counters}, c.log)
+			m := &flow.Machine{Instance: id, Counters: &c.counters}
+			s := scheduler.New(c.store, c.clock, m, c.log)
 			s.ClaimBatch, s.MaxInFlight, s.PollInterval = c.cfg.ClaimBatch, c.cfg.MaxInFlight, c.cfg.PollInterval
 			if rt := c.runtime; rt != nil {
-				s.OnDispatch = func(reqs []*dt.AgentRequest) {
-					for _, r := range reqs {
-						if rt.Has(r.Agent) {
-							rt.Wake()
-							return
-						}
-					}
-				}
+				m.Reserve = rt.Reserve
+				s.OnDispatch = rt.Dispatch
+				s.OnRollback = rt.Unreserve
 			}
 			c.schedulers[id] = s
 		}

@@ -59,6 +59,12 @@ func (c *Client) Counts(ctx context.Context) (map[ProcessState]int, error) {
 	return c.store.Reader().TaskCountByState(ctx)
 }
 
+// Active returns how many tasks are not final yet (Pending, Processing or
+// Compensating): the depth of the work queue. It reads indexes only.
+func (c *Client) Active(ctx context.Context) (int, error) {
+	return c.store.Reader().TaskCountActive(ctx)
+}
+
 // ResubmitOptions are optional settings of Resubmit.
 type ResubmitOptions struct {
 	// FromStep re-runs the task from this step index (steps from it on go

@@ -123,19 +123,15 @@ func (c *Client) submit(ctx context.Context, tx any, params []SubmitParams) ([]*
 			return nil, err
 		}
 	}
-	out := make([]*Task, len(ps))
+	subs := make([]flow.Submission, len(ps))
+	for i, p := range ps {
+		subs[i] = flow.Submission{Task: p.task, Steps: p.steps}
+	}
+	var out []*Task
 	fn := func(ctx context.Context, x store.Executor) error {
-		for i, p := range ps {
-			existing, err := flow.Submit(ctx, x, p.task, p.steps)
-			if err != nil {
-				return err
-			}
-			out[i] = p.task
-			if existing != nil {
-				out[i] = existing
-			}
-		}
-		return nil
+		var err error
+		out, err = flow.Submit(ctx, x, subs)
+		return err
 	}
 	var err error
 	if tx != nil {

@@ -47,12 +47,18 @@ type Driver interface {
 // Executor runs the store primitives. Every method takes ctx first. Methods that
 // take slices apply all of them in order; drivers may batch them.
 type Executor interface {
-	TaskInsert(ctx context.Context, t *drovertype.Task) (inserted bool, err error)
+	// TaskInsertMany inserts tasks whose ID is not taken yet; inserted[i]
+	// reports whether tasks[i] was inserted (false: the ID exists, nothing
+	// changed). IDs within one call must be distinct.
+	TaskInsertMany(ctx context.Context, tasks []*drovertype.Task) (inserted []bool, err error)
 	TaskGet(ctx context.Context, id string) (*drovertype.Task, error)
 	TaskGetMany(ctx context.Context, ids []string) ([]*drovertype.Task, error)
 	TaskList(ctx context.Context, p TaskListParams) ([]*drovertype.Task, error)
 	TaskCountByState(ctx context.Context) (map[drovertype.ProcessState]int, error)
 	TaskCountLockedBy(ctx context.Context, instance string) (int, error)
+	// TaskCountActive counts the tasks not yet final: Pending, Processing or
+	// Compensating. Cheap (index-only), for queue-depth monitoring.
+	TaskCountActive(ctx context.Context) (int, error)
 	// TaskClaim atomically locks up to Limit claimable tasks for Instance:
 	// Pending ones, and Compensating ones nobody holds, available at Now.
 	// Pending tasks become Processing. Oldest first.

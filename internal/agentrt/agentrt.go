@@ -82,6 +82,12 @@ type Runtime struct {
 	wake    chan struct{}
 	replies chan *dt.AgentReply
 	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	running context.Context // set while Run runs; nil before and after
+	// backlog is set when a pull filled every free slot, so requests may be
+	// waiting in the store for a slot to free up.
+	backlog atomic.Bool
 }
 
 // New builds a runtime for the given agents.
@@ -125,6 +131,68 @@ func New(d store.Driver, c clock.Clock, instance string, log *slog.Logger, specs
 // Has reports whether the runtime runs the named agent.
 func (rt *Runtime) Has(name string) bool { _, ok := rt.agents[name]; return ok }
 
+// Reserve takes a free call slot of the named agent for a request the
+// scheduler is about to dispatch in this process (the fast path). On ok the
+// request must be inserted claimed by the returned instance and then passed
+// to Dispatch after commit, or to Unreserve if the transaction failed.
+func (rt *Runtime) Reserve(name string) (string, bool) {
+	a := rt.agents[name]
+	if a == nil {
+		return "", false
+	}
+	rt.mu.Lock()
+	running := rt.running != nil
+	rt.mu.Unlock()
+	if !running {
+		return "", false
+	}
+	for {
+		n := a.active.Load()
+		if n >= int64(a.spec.Concurrency) {
+			return "", false
+		}
+		if a.active.CompareAndSwap(n, n+1) {
+			return rt.Instance, true
+		}
+	}
+}
+
+// Unreserve returns the slots of reserved requests whose dispatch rolled back.
+func (rt *Runtime) Unreserve(reqs []*dt.AgentRequest) {
+	for _, r := range reqs {
+		if r.ClaimedBy == rt.Instance {
+			rt.agents[r.Agent].active.Add(-1)
+		}
+	}
+}
+
+// Dispatch starts the calls of committed requests reserved through Reserve,
+// and wakes the puller if other requests are for agents it runs.
+func (rt *Runtime) Dispatch(reqs []*dt.AgentRequest) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	wake := false
+	for _, r := range reqs {
+		a := rt.agents[r.Agent]
+		switch {
+		case a == nil:
+		case r.ClaimedBy != rt.Instance:
+			wake = true
+		case rt.running == nil:
+			// Shutting down: the row stays claimed by this instance; a
+			// restart with the same ID releases it, or the supervisor
+			// recovers the step after its CompleteBy.
+			a.active.Add(-1)
+		default:
+			rt.wg.Add(1)
+			go rt.handle(rt.running, a, r)
+		}
+	}
+	if wake {
+		rt.Wake()
+	}
+}
+
 // Wake tells the runtime that requests may be waiting.
 func (rt *Runtime) Wake() {
 	select {
@@ -154,6 +222,9 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	}); err != nil && ctx.Err() == nil {
 		rt.Log.Error("release claimed requests", "err", err)
 	}
+	rt.mu.Lock()
+	rt.running = ctx
+	rt.mu.Unlock()
 	writerDone := make(chan struct{})
 	writerCtx, stopWriter := context.WithCancel(context.WithoutCancel(ctx))
 	go func() { defer close(writerDone); rt.writeReplies(writerCtx) }()
@@ -170,6 +241,9 @@ func (rt *Runtime) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			rt.mu.Lock()
+			rt.running = nil
+			rt.mu.Unlock()
 			rt.wg.Wait()
 			stopWriter()
 			<-writerDone
@@ -208,6 +282,9 @@ func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	rt.backlog.Store(more)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
 	for _, r := range claimed {
 		a := rt.agents[r.Agent]
 		a.active.Add(1)
@@ -221,7 +298,9 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 	defer rt.wg.Done()
 	defer func() {
 		a.active.Add(-1)
-		rt.Wake()
+		if rt.backlog.Load() {
+			rt.Wake()
+		}
 	}()
 	// The call keeps running through a shutdown; only the deadline ends it.
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.CompleteBy.Sub(rt.Clock.Now()))

@@ -142,14 +142,49 @@ func ev(t *dt.Task, step int, typ dt.EventType, actor string, now time.Time) *dt
 	return &dt.Event{TaskID: t.ID, StepIndex: step, Type: typ, State: t.ProcessState, Actor: actor, CreatedAt: now}
 }
 
-// Submit inserts a task and its steps, or returns the existing task when the
-// same ID was submitted before with the same workflow and input.
-func Submit(ctx context.Context, x store.Executor, t *dt.Task, steps []*dt.Step) (existing *dt.Task, err error) {
-	inserted, err := x.TaskInsert(ctx, t)
+// Submission is one task and its steps to insert.
+type Submission struct {
+	Task  *dt.Task
+	Steps []*dt.Step
+}
+
+// Submit inserts tasks and their steps. A task whose ID already exists with
+// the same workflow and input is not inserted again: its stored record is
+// returned in its place. With a different workflow or input the whole call
+// fails with ErrTaskConflict. The result holds the stored task of each
+// submission.
+func Submit(ctx context.Context, x store.Executor, subs []Submission) ([]*dt.Task, error) {
+	out := make([]*dt.Task, len(subs))
+	first := map[string]int{} // ID → index of its first submission in this call
+	var fresh []*dt.Task
+	var freshIdx []int
+	for i, s := range subs {
+		if j, dup := first[s.Task.ID]; dup {
+			if subs[j].Task.InputHash != s.Task.InputHash || subs[j].Task.Workflow != s.Task.Workflow {
+				return nil, fmt.Errorf("task %q: %w", s.Task.ID, ErrTaskConflict)
+			}
+			continue
+		}
+		first[s.Task.ID] = i
+		fresh = append(fresh, s.Task)
+		freshIdx = append(freshIdx, i)
+	}
+	inserted, err := x.TaskInsertMany(ctx, fresh)
 	if err != nil {
 		return nil, err
 	}
-	if !inserted {
+	var (
+		steps  []*dt.Step
+		events []*dt.Event
+	)
+	for k, t := range fresh {
+		i := freshIdx[k]
+		if inserted[k] {
+			out[i] = t
+			steps = append(steps, subs[i].Steps...)
+			events = append(events, ev(t, -1, dt.EventSubmitted, "", t.CreatedAt))
+			continue
+		}
 		cur, err := x.TaskGet(ctx, t.ID)
 		if err != nil {
 			return nil, err
@@ -157,18 +192,27 @@ func Submit(ctx context.Context, x store.Executor, t *dt.Task, steps []*dt.Step)
 		if cur.InputHash != t.InputHash || cur.Workflow != t.Workflow {
 			return nil, fmt.Errorf("task %q: %w", t.ID, ErrTaskConflict)
 		}
-		return cur, nil
+		out[i] = cur
+	}
+	for i, s := range subs {
+		if out[i] == nil {
+			out[i] = out[first[s.Task.ID]]
+		}
 	}
 	if err := x.StepInsertMany(ctx, steps); err != nil {
 		return nil, err
 	}
-	return nil, x.EventInsertMany(ctx, []*dt.Event{ev(t, -1, dt.EventSubmitted, "", t.CreatedAt)})
+	return out, x.EventInsertMany(ctx, events)
 }
 
 // Machine runs transitions for one role instance.
 type Machine struct {
 	Instance string
 	Counters *Counters
+	// Reserve, when set, offers each dispatched request to an agent runtime
+	// in this process: if it returns ok, the request is inserted already
+	// claimed by claimedBy and must be handed to that runtime after commit.
+	Reserve func(agent string) (claimedBy string, ok bool)
 }
 
 // Claim locks up to limit claimable tasks for the instance and dispatches each
@@ -202,11 +246,13 @@ func (m *Machine) advance(b *batch, l *loaded, now time.Time) {
 	t := l.task
 	switch t.ProcessState {
 	case dt.Processing:
+		var prev []byte
 		for _, s := range l.steps {
 			if s.ProcessState != dt.Processed {
-				m.dispatch(b, t, s, dt.KindDo, now)
+				m.dispatch(b, t, s, prev, dt.KindDo, now)
 				return
 			}
+			prev = s.Output
 		}
 		t.ProcessState = dt.Processed
 		if n := len(l.steps); n > 0 {
@@ -219,7 +265,11 @@ func (m *Machine) advance(b *batch, l *loaded, now time.Time) {
 			s := l.steps[i]
 			if s.ProcessState == dt.Processed && s.Compensation != "" &&
 				(s.CompensationState == "" || s.CompensationState == dt.Pending || s.CompensationState == dt.Processing) {
-				m.dispatch(b, t, s, dt.KindCompensate, now)
+				var prev []byte
+				if i > 0 {
+					prev = l.steps[i-1].Output
+				}
+				m.dispatch(b, t, s, prev, dt.KindCompensate, now)
 				return
 			}
 		}
@@ -243,7 +293,7 @@ func (m *Machine) release(b *batch, t *dt.Task, now time.Time) {
 	b.task(t)
 }
 
-func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.Step, kind dt.RequestKind, now time.Time) {
+func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.Step, prev []byte, kind dt.RequestKind, now time.Time) {
 	deadline := now.Add(s.Timeout)
 	s.Attempt++
 	s.LockedBy = m.Instance
@@ -271,10 +321,18 @@ func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.Step, kind dt.RequestKind
 	t.CompleteBy = &deadline
 	t.UpdatedAt = now
 	b.task(t)
-	b.requests = append(b.requests, &dt.AgentRequest{
+	req := &dt.AgentRequest{
 		Agent: agent, TaskID: t.ID, Workflow: t.Workflow, StepIndex: s.Index, StepName: s.Name, Attempt: s.Attempt,
 		Kind: kind, IdempotencyKey: key, CompleteBy: deadline, Scheduler: m.Instance, CreatedAt: now,
-	})
+		Input: t.Input, PreviousOutput: prev,
+	}
+	if kind == dt.KindCompensate {
+		req.StepOutput = s.Output
+	}
+	if m.Reserve != nil {
+		req.ClaimedBy, _ = m.Reserve(agent)
+	}
+	b.requests = append(b.requests, req)
 	e := ev(t, s.Index, typ, m.Instance, now)
 	e.Attempt = s.Attempt
 	b.event(e)

@@ -33,8 +33,12 @@ type Scheduler struct {
 	// PollInterval is how often the store is polled for tasks and replies
 	// when nothing in this process signals new work.
 	PollInterval time.Duration
-	// OnDispatch is told about every request dispatched (to wake agents).
+	// OnDispatch is told about every request dispatched, after commit (to
+	// start or wake agents in this process).
 	OnDispatch func([]*dt.AgentRequest)
+	// OnRollback is told about the requests of a transaction that rolled
+	// back (to return reserved agent slots).
+	OnRollback func([]*dt.AgentRequest)
 
 	inbox    chan *dt.AgentReply
 	carry    *dt.AgentReply // taken from the inbox while waiting; applied next tick
@@ -155,22 +159,25 @@ fill:
 			all = append(all[:len(replies):len(replies)], more...)
 		}
 		reqs, rel, err := s.Machine.ApplyReplies(ctx, x, now, all)
+		dispatched, released = reqs, rel
 		if err != nil {
 			return err
 		}
-		dispatched, released = reqs, rel
 		asked = min(s.MaxInFlight-(s.inFlight-released), s.ClaimBatch)
 		if asked > 0 {
 			reqs, n, err := s.Machine.Claim(ctx, x, now, asked)
+			dispatched = append(dispatched, reqs...)
 			if err != nil {
 				return err
 			}
-			dispatched = append(dispatched, reqs...)
 			claimed = n
 		}
 		return nil
 	})
 	if err != nil {
+		if s.OnRollback != nil && len(dispatched) > 0 {
+			s.OnRollback(dispatched)
+		}
 		// The transaction rolled back: hand the inbox replies back so a
 		// later tick applies them (they are fenced, so order is harmless).
 		// Replies that do not fit are dropped: the supervisor recovers their

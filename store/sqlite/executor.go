@@ -119,18 +119,35 @@ func scanTasks(rows *sql.Rows) ([]*dt.Task, error) {
 	return out, translate(rows.Err())
 }
 
-func (e *executor) TaskInsert(ctx context.Context, t *dt.Task) (bool, error) {
-	r, err := e.exec(ctx, qTaskInsert,
-		t.ID, t.Workflow, t.Input, t.InputHash, string(t.ProcessState), nullStr(t.LockedBy), usPtr(t.CompleteBy),
-		t.FailureCount, t.CurrentStep, t.StepCount, nullStr(t.OrderingKey), t.Output, nullStr(t.LastError),
-		t.FailureThreshold, string(t.OnFailure), t.RetryDelay.Microseconds(), us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt))
-	if err != nil {
-		return false, fmt.Errorf("sqlite: insert task %s: %w", t.ID, err)
+func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool, error) {
+	inserted := make([]bool, len(tasks))
+	if len(tasks) == 0 {
+		return inserted, nil
 	}
-	n, err := r.RowsAffected()
-	return n == 1, err
+	rows := make([][]any, len(tasks))
+	for i, t := range tasks {
+		rows[i] = []any{t.ID, t.Workflow, t.Input, t.InputHash, string(t.ProcessState), nullStr(t.LockedBy),
+			usPtr(t.CompleteBy), t.FailureCount, t.CurrentStep, t.StepCount, nullStr(t.OrderingKey), t.Output,
+			nullStr(t.LastError), t.FailureThreshold, string(t.OnFailure), t.RetryDelay.Microseconds(),
+			us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt)}
+	}
+	got := make(map[string]bool, len(tasks))
+	err := e.queryRows(ctx, "insert tasks", mTaskInsert, rows, func(r *sql.Rows) error {
+		var id string
+		if err := r.Scan(&id); err != nil {
+			return err
+		}
+		got[id] = true
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range tasks {
+		inserted[i] = got[t.ID]
+	}
+	return inserted, nil
 }
-
 func (e *executor) TaskGet(ctx context.Context, id string) (*dt.Task, error) {
 	rows, err := e.query(ctx, qTaskGet, id)
 	if err != nil {
@@ -223,6 +240,21 @@ func (e *executor) TaskCountLockedBy(ctx context.Context, instance string) (int,
 	return n, translate(rows.Err())
 }
 
+func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
+	rows, err := e.query(ctx, qTaskCountActive)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: count active tasks: %w", err)
+	}
+	defer rows.Close()
+	var n int
+	if rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, translate(err)
+		}
+	}
+	return n, translate(rows.Err())
+}
+
 func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
 	rows, err := e.query(ctx, qTaskClaim, p.Instance, us(p.Now), p.Limit)
 	if err != nil {
@@ -248,30 +280,23 @@ func (e *executor) TaskListExpired(ctx context.Context, now time.Time, limit int
 }
 
 func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
-	for _, t := range tasks {
-		_, err := e.exec(ctx, qTaskUpdate,
-			string(t.ProcessState), nullStr(t.LockedBy), usPtr(t.CompleteBy), t.FailureCount, t.CurrentStep,
-			t.Output, nullStr(t.LastError), us(t.AvailableAt), us(t.UpdatedAt), t.ID)
-		if err != nil {
-			return fmt.Errorf("sqlite: update task %s: %w", t.ID, err)
-		}
+	rows := make([][]any, len(tasks))
+	for i, t := range tasks {
+		rows[i] = []any{t.ID, string(t.ProcessState), nullStr(t.LockedBy), usPtr(t.CompleteBy), t.FailureCount,
+			t.CurrentStep, t.Output, nullStr(t.LastError), us(t.AvailableAt), us(t.UpdatedAt)}
 	}
-	return nil
+	return e.execRows(ctx, "update tasks", mTaskUpdate, rows, nil)
 }
-
 func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.Step) error {
-	for _, s := range steps {
-		_, err := e.exec(ctx, qStepInsert,
-			s.TaskID, s.Index, s.Name, s.Agent, s.Timeout.Microseconds(), s.Compensation, string(s.ProcessState),
-			string(s.CompensationState), nullStr(s.LockedBy), usPtr(s.CompleteBy), s.FailureCount, s.Attempt,
-			s.IdempotencyKey, s.Output, nullStr(s.LastError), usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt))
-		if err != nil {
-			return fmt.Errorf("sqlite: insert step %s/%d: %w", s.TaskID, s.Index, err)
-		}
+	rows := make([][]any, len(steps))
+	for i, s := range steps {
+		rows[i] = []any{s.TaskID, s.Index, s.Name, s.Agent, s.Timeout.Microseconds(), s.Compensation,
+			string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy), usPtr(s.CompleteBy),
+			s.FailureCount, s.Attempt, s.IdempotencyKey, s.Output, nullStr(s.LastError),
+			usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt)}
 	}
-	return nil
+	return e.execRows(ctx, "insert steps", mStepInsert, rows, nil)
 }
-
 func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.Step, error) {
 	if len(taskIDs) == 0 {
 		return nil, nil
@@ -318,33 +343,29 @@ func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt
 }
 
 func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.Step) error {
-	for _, s := range steps {
-		_, err := e.exec(ctx, qStepUpdate,
-			string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy), usPtr(s.CompleteBy),
-			s.FailureCount, s.Attempt, s.Output, nullStr(s.LastError), usPtr(s.StartedAt), usPtr(s.FinishedAt),
-			us(s.UpdatedAt), s.TaskID, s.Index)
-		if err != nil {
-			return fmt.Errorf("sqlite: update step %s/%d: %w", s.TaskID, s.Index, err)
-		}
+	rows := make([][]any, len(steps))
+	for i, s := range steps {
+		rows[i] = []any{s.TaskID, s.Index, string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy),
+			usPtr(s.CompleteBy), s.FailureCount, s.Attempt, s.Output, nullStr(s.LastError),
+			usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt)}
 	}
-	return nil
+	return e.execRows(ctx, "update steps", mStepUpdate, rows, nil)
 }
-
 func (e *executor) RequestInsertMany(ctx context.Context, reqs []*dt.AgentRequest) error {
-	for _, r := range reqs {
-		res, err := e.exec(ctx, qRequestInsert,
-			r.Agent, r.TaskID, r.StepIndex, r.Attempt, string(r.Kind), r.IdempotencyKey, us(r.CompleteBy),
-			r.Scheduler, nullStr(r.ClaimedBy), us(r.CreatedAt))
-		if err != nil {
-			return fmt.Errorf("sqlite: insert request: %w", err)
-		}
-		if r.ID, err = res.LastInsertId(); err != nil {
-			return err
-		}
+	rows := make([][]any, len(reqs))
+	for i, r := range reqs {
+		rows[i] = []any{r.Agent, r.TaskID, r.StepIndex, r.Attempt, string(r.Kind), r.IdempotencyKey,
+			us(r.CompleteBy), r.Scheduler, nullStr(r.ClaimedBy), us(r.CreatedAt)}
 	}
-	return nil
+	return e.execRows(ctx, "insert requests", mRequestInsert, rows, func(res sql.Result, first, n int) error {
+		// One INSERT in a write transaction: its rowids are consecutive.
+		last, err := res.LastInsertId()
+		for i := range n {
+			reqs[first+i].ID = last - int64(n-1-i)
+		}
+		return err
+	})
 }
-
 func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams) ([]*dt.AgentRequest, error) {
 	rows, err := e.query(ctx, qRequestClaim, p.ClaimedBy, p.Agent, us(p.Now), p.Limit)
 	if err != nil {
@@ -403,14 +424,12 @@ func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams)
 }
 
 func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef) error {
-	for _, ref := range refs {
-		if _, err := e.exec(ctx, qRequestDeleteByStep, ref.TaskID, ref.Index); err != nil {
-			return fmt.Errorf("sqlite: delete requests: %w", err)
-		}
+	rows := make([][]any, len(refs))
+	for i, r := range refs {
+		rows[i] = []any{r.TaskID, r.Index}
 	}
-	return nil
+	return e.execRows(ctx, "delete requests", mRequestDeleteByStep, rows, nil)
 }
-
 func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, error) {
 	r, err := e.exec(ctx, qRequestRelease, claimedBy)
 	if err != nil {
@@ -430,18 +449,18 @@ func (e *executor) RequestDeleteExpired(ctx context.Context, now time.Time, limi
 }
 
 func (e *executor) ReplyInsertMany(ctx context.Context, replies []*dt.AgentReply) error {
-	for _, r := range replies {
-		res, err := e.exec(ctx, qReplyInsert, r.TaskID, r.StepIndex, r.Attempt, string(r.Kind), r.Output, r.Failed, nullStr(r.Error), us(r.CreatedAt))
-		if err != nil {
-			return fmt.Errorf("sqlite: insert reply: %w", err)
-		}
-		if r.ID, err = res.LastInsertId(); err != nil {
-			return err
-		}
+	rows := make([][]any, len(replies))
+	for i, r := range replies {
+		rows[i] = []any{r.TaskID, r.StepIndex, r.Attempt, string(r.Kind), r.Output, r.Failed, nullStr(r.Error), us(r.CreatedAt)}
 	}
-	return nil
+	return e.execRows(ctx, "insert replies", mReplyInsert, rows, func(res sql.Result, first, n int) error {
+		last, err := res.LastInsertId()
+		for i := range n {
+			replies[first+i].ID = last - int64(n-1-i)
+		}
+		return err
+	})
 }
-
 func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*dt.AgentReply, error) {
 	rows, err := e.query(ctx, qReplyTake, p.Scheduler, p.Limit)
 	if err != nil {
@@ -468,23 +487,24 @@ func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*d
 }
 
 func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) error {
-	for _, ev := range events {
+	rows := make([][]any, len(events))
+	for i, ev := range events {
 		var step any
 		if ev.StepIndex >= 0 {
 			step = ev.StepIndex
 		}
-		res, err := e.exec(ctx, qEventInsert, ev.TaskID, step, string(ev.Type), nullStr(string(ev.State)), ev.Alert, nullStr(ev.Actor),
-			ev.Term, ev.Attempt, nullStr(ev.Message), us(ev.CreatedAt))
-		if err != nil {
-			return fmt.Errorf("sqlite: insert event: %w", err)
-		}
-		if ev.ID, err = res.LastInsertId(); err != nil {
-			return err
-		}
+		rows[i] = []any{ev.TaskID, step, string(ev.Type), nullStr(string(ev.State)), ev.Alert, nullStr(ev.Actor),
+			ev.Term, ev.Attempt, nullStr(ev.Message), us(ev.CreatedAt)}
 	}
-	return nil
+	return e.execRows(ctx, "insert events", mEventInsert, rows, func(res sql.Result, first, n int) error {
+		// AUTOINCREMENT within one INSERT of a write transaction: consecutive IDs.
+		last, err := res.LastInsertId()
+		for i := range n {
+			events[first+i].ID = last - int64(n-1-i)
+		}
+		return err
+	})
 }
-
 func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*dt.Event, error) {
 	q := `SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at FROM events WHERE id > ?`
 	args := []any{p.AfterID}

@@ -11,8 +11,11 @@ const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, pr
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at`
 
 const (
-	qTaskInsert = `INSERT INTO tasks (` + taskCols + `)
- VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
+	// qTaskCountActive counts through the two partial indexes, so its cost
+	// follows the active tasks, not the table.
+	qTaskCountActive = `SELECT (SELECT count(*) FROM tasks INDEXED BY tasks_claimable
+   WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating'))
+ + (SELECT count(*) FROM tasks INDEXED BY tasks_held WHERE locked_by IS NOT NULL)`
 
 	qTaskGet = `SELECT ` + taskCols + ` FROM tasks WHERE id = ?`
 
@@ -25,7 +28,7 @@ const (
 	qTaskClaim = `UPDATE tasks SET locked_by = ?1,
    process_state = CASE process_state WHEN 'Pending' THEN 'Processing' ELSE process_state END,
    updated_at = ?2
- WHERE id IN (SELECT id FROM tasks
+ WHERE id IN (SELECT id FROM tasks INDEXED BY tasks_claimable
    WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating') AND available_at <= ?2
    ORDER BY available_at, id LIMIT ?3)
  RETURNING ` + taskCols
@@ -35,22 +38,10 @@ const (
 	qTaskListExpired = `SELECT ` + taskCols + ` FROM tasks
  WHERE locked_by IS NOT NULL AND complete_by < ? ORDER BY complete_by LIMIT ?`
 
-	qTaskUpdate = `UPDATE tasks SET process_state = ?, locked_by = ?, complete_by = ?, failure_count = ?,
- current_step = ?, output = ?, last_error = ?, available_at = ?, updated_at = ? WHERE id = ?`
-
-	qStepInsert = `INSERT INTO steps (` + stepCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
-
 	qStepListOne = `SELECT ` + stepCols + ` FROM steps WHERE task_id = ? ORDER BY step_index`
 
 	qStepListMany = `SELECT ` + stepCols + ` FROM steps WHERE task_id IN (SELECT value FROM json_each(?))
  ORDER BY task_id, step_index`
-
-	qStepUpdate = `UPDATE steps SET process_state = ?, compensation_state = ?, locked_by = ?, complete_by = ?,
- failure_count = ?, attempt = ?, output = ?, last_error = ?, started_at = ?, finished_at = ?, updated_at = ?
- WHERE task_id = ? AND step_index = ?`
-
-	qRequestInsert = `INSERT INTO agent_requests (agent, task_id, step_index, attempt, kind, idempotency_key,
- complete_by, scheduler, claimed_by, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)`
 
 	qRequestClaim = `UPDATE agent_requests SET claimed_by = ?1
  WHERE id IN (SELECT id FROM agent_requests WHERE agent = ?2 AND claimed_by IS NULL AND complete_by > ?3 ORDER BY id LIMIT ?4)
@@ -66,23 +57,15 @@ const (
  LEFT JOIN steps p ON p.task_id = r.task_id AND p.step_index = r.step_index - 1
  WHERE r.id IN (SELECT value FROM json_each(?))`
 
-	qRequestDeleteByStep = `DELETE FROM agent_requests WHERE task_id = ? AND step_index = ?`
-
 	qRequestRelease = `UPDATE agent_requests SET claimed_by = NULL WHERE claimed_by = ?`
 
 	qRequestDeleteExpired = `DELETE FROM agent_requests WHERE id IN
  (SELECT id FROM agent_requests WHERE complete_by < ? ORDER BY id LIMIT ?)`
 
-	qReplyInsert = `INSERT INTO agent_replies (task_id, step_index, attempt, kind, output, failed, error, created_at)
- VALUES (?,?,?,?,?,?,?,?)`
-
 	qReplyTake = `DELETE FROM agent_replies WHERE id IN (
    SELECT r.id FROM agent_replies r LEFT JOIN tasks t ON t.id = r.task_id
    WHERE t.locked_by = ? OR t.locked_by IS NULL ORDER BY r.id LIMIT ?)
  RETURNING id, task_id, step_index, attempt, kind, output, failed, error, created_at`
-
-	qEventInsert = `INSERT INTO events (task_id, step_index, type, state, alert, actor, term, attempt, message, created_at)
- VALUES (?,?,?,?,?,?,?,?,?,?)`
 
 	qLeaseAcquire = `INSERT INTO leases (name, holder, term, expires_at) VALUES (?1, ?2, 1, ?4)
  ON CONFLICT (name) DO UPDATE SET
@@ -96,5 +79,41 @@ const (
 	qLeaseRelease = `UPDATE leases SET expires_at = 0 WHERE name = ? AND holder = ? AND term = ?`
 )
 
+// Multi-row statements: see multiRow. Blobs are bound as []byte.
+var (
+	mTaskInsert = multiRow{head: `INSERT INTO tasks (` + taskCols + `) VALUES `,
+		row: `(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, tail: ` ON CONFLICT (id) DO NOTHING RETURNING id`}
+	mTaskUpdate = multiRow{head: `UPDATE tasks SET process_state = u.column2, locked_by = u.column3,
+ complete_by = u.column4, failure_count = u.column5, current_step = u.column6, output = u.column7,
+ last_error = u.column8, available_at = u.column9, updated_at = u.column10 FROM (VALUES `,
+		row: `(?,?,?,?,?,?,?,?,?,?)`, tail: `) AS u WHERE tasks.id = u.column1`}
+	mStepInsert = multiRow{head: `INSERT INTO steps (` + stepCols + `) VALUES `,
+		row: `(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`}
+	mStepUpdate = multiRow{head: `UPDATE steps SET process_state = u.column3, compensation_state = u.column4,
+ locked_by = u.column5, complete_by = u.column6, failure_count = u.column7, attempt = u.column8,
+ output = u.column9, last_error = u.column10, started_at = u.column11, finished_at = u.column12,
+ updated_at = u.column13 FROM (VALUES `,
+		row: `(?,?,?,?,?,?,?,?,?,?,?,?,?)`, tail: `) AS u WHERE steps.task_id = u.column1 AND steps.step_index = u.column2`}
+	mRequestInsert = multiRow{head: `INSERT INTO agent_requests (agent, task_id, step_index, attempt, kind,
+ idempotency_key, complete_by, scheduler, claimed_by, created_at) VALUES `, row: `(?,?,?,?,?,?,?,?,?,?)`}
+	mRequestDeleteByStep = multiRow{head: `DELETE FROM agent_requests WHERE (task_id, step_index) IN (VALUES `,
+		row: `(?,?)`, tail: `)`}
+	mEventInsert = multiRow{head: `INSERT INTO events (task_id, step_index, type, state, alert, actor, term,
+ attempt, message, created_at) VALUES `, row: `(?,?,?,?,?,?,?,?,?,?)`}
+	mReplyInsert = multiRow{head: `INSERT INTO agent_replies (task_id, step_index, attempt, kind, output, failed,
+ error, created_at) VALUES `, row: `(?,?,?,?,?,?,?,?)`}
+
+	multiRows = []multiRow{mTaskInsert, mTaskUpdate, mStepInsert, mStepUpdate, mRequestInsert,
+		mRequestDeleteByStep, mEventInsert, mReplyInsert}
+)
+
 // hotQueries run on every scheduler, agent or supervisor cycle.
-var hotQueries = []string{qTaskInsert, qTaskGet, qTaskGetMany, qTaskCountByState, qTaskCountLockedBy, qTaskClaim, qTaskListLockedBy, qTaskListExpired, qTaskUpdate, qStepInsert, qStepListOne, qStepListMany, qStepUpdate, qRequestInsert, qRequestClaim, qRequestPayload, qRequestDeleteByStep, qRequestRelease, qRequestDeleteExpired, qReplyInsert, qReplyTake, qEventInsert, qLeaseAcquire, qLeaseGet, qLeaseRelease}
+var hotQueries = append([]string{qTaskGet, qTaskGetMany, qTaskCountByState, qTaskCountLockedBy, qTaskClaim, qTaskListLockedBy, qTaskListExpired, qStepListOne, qStepListMany, qRequestClaim, qRequestPayload, qRequestRelease, qRequestDeleteExpired, qReplyTake, qLeaseAcquire, qLeaseGet, qLeaseRelease}, allMultiRowSizes()...)
+
+func allMultiRowSizes() []string {
+	var out []string
+	for _, m := range multiRows {
+		out = append(out, m.allSizes()...)
+	}
+	return out
+}

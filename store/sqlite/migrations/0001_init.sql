@@ -32,7 +32,8 @@ CREATE INDEX tasks_claimable ON tasks (available_at, id)
     WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating');
 -- What the supervisor sweeps and what a restarted scheduler resumes.
 CREATE INDEX tasks_held ON tasks (complete_by) WHERE locked_by IS NOT NULL;
-CREATE INDEX tasks_state ON tasks (process_state, id);
+-- No index on process_state alone: every state change would pay for it.
+-- Listing by state scans; the hot paths use the two partial indexes above.
 
 -- One row per step of a task. attempt is the fencing token; idempotency_key
 -- never changes after submit.
