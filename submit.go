@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -95,7 +96,9 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 	} else if !validName(id) {
 		return nil, fmt.Errorf("%w %q: must be 1-%d printable characters without spaces", ErrInvalidTaskID, id, maxNameLen)
 	}
-	now := c.clock.Now()
+	// The store keeps microseconds; truncate so the returned task equals
+	// the stored one.
+	now := c.clock.Now().Truncate(time.Microsecond)
 	t := &dt.Task{
 		ID: id, Workflow: w.Name, Input: input, InputHash: flow.InputHash(w.Name, input),
 		ProcessState: dt.Pending, StepCount: len(w.Steps),

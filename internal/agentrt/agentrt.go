@@ -259,13 +259,15 @@ func (rt *Runtime) Run(ctx context.Context) error {
 func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
 	var claimed []*dt.AgentRequest
 	now := rt.Clock.Now()
+	full := false // some agent had no free slot: wake when one frees up
 	err = rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		claimed = claimed[:0]
-		more = false
+		more, full = false, false
 		for _, name := range rt.order {
 			a := rt.agents[name]
 			free := a.spec.Concurrency - int(a.active.Load())
 			if free <= 0 {
+				full = true
 				continue
 			}
 			reqs, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: name, ClaimedBy: rt.Instance, Now: now, Limit: free})
@@ -282,7 +284,7 @@ func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	rt.backlog.Store(more)
+	rt.backlog.Store(more || full)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	for _, r := range claimed {
@@ -391,6 +393,31 @@ func (rt *Runtime) invoke(ctx context.Context, a *agent, r *dt.AgentRequest) (ou
 	}
 }
 
+// flushReplies writes the replies still queued at shutdown, so work that
+// finished is not redone. It gets a few seconds of its own.
+func (rt *Runtime) flushReplies() {
+	var batch []*dt.AgentReply
+	for {
+		select {
+		case r := <-rt.replies:
+			batch = append(batch, r)
+			continue
+		default:
+		}
+		break
+	}
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.ReplyInsertMany(ctx, batch)
+	}); err != nil {
+		rt.Log.Warn("write agent replies at shutdown; their steps will be redone", "count", len(batch), "err", err)
+	}
+}
+
 // writeReplies batches replies for schedulers in other processes into the
 // reply queue.
 func (rt *Runtime) writeReplies(ctx context.Context) {
@@ -399,6 +426,7 @@ func (rt *Runtime) writeReplies(ctx context.Context) {
 		select {
 		case first = <-rt.replies:
 		case <-ctx.Done():
+			rt.flushReplies()
 			return
 		}
 		batch := []*dt.AgentReply{first}
@@ -412,10 +440,18 @@ func (rt *Runtime) writeReplies(ctx context.Context) {
 			}
 		}
 		for {
-			err := rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			// Its own deadline, not ctx: ctx ends at shutdown, when the
+			// batch in hand must still be written.
+			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := rt.Driver.InTx(wctx, func(ctx context.Context, x store.Executor) error {
 				return x.ReplyInsertMany(ctx, batch)
 			})
-			if err == nil || ctx.Err() != nil {
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				rt.Log.Warn("write agent replies at shutdown; their steps will be redone", "count", len(batch), "err", err)
 				break
 			}
 			rt.Log.Warn("write agent replies; retrying", "err", err)

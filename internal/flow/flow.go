@@ -541,7 +541,11 @@ func (sv *Supervisor) recover(b *batch, l *loaded, now time.Time) {
 	compensating := t.ProcessState == dt.Compensating
 	inFlight := (!compensating && s.ProcessState == dt.Processing) || (compensating && s.CompensationState == dt.Processing)
 	if !inFlight {
-		// Nothing in flight; unlocking is enough for a scheduler to resume it.
+		// Nothing in flight: make it claimable again; the claim's advance
+		// works out what comes next.
+		if !compensating {
+			t.ProcessState = dt.Pending
+		}
 		return
 	}
 	b.deletes = append(b.deletes, store.StepRef{TaskID: t.ID, Index: s.Index})

@@ -24,6 +24,10 @@ type Elector struct {
 
 	term    atomic.Int64 // 0 when not leader
 	expires atomic.Int64 // unix micro of our lease expiry
+	// held is the last term acquired, kept through errors so Resign can
+	// release a lease whose renewal failed (the release is conditional on
+	// holder and term, so releasing a lost lease is harmless).
+	held atomic.Int64
 }
 
 // Term returns the term this instance leads in, or 0 when it is not leader
@@ -57,13 +61,15 @@ func (e *Elector) TryAcquire(ctx context.Context) (int64, error) {
 		return 0, nil
 	}
 	e.expires.Store(l.ExpiresAt.UnixMicro())
+	e.held.Store(l.Term)
 	e.term.Store(l.Term)
 	return l.Term, nil
 }
 
 // Resign gives the lease up so another instance can take over at once.
 func (e *Elector) Resign(ctx context.Context) error {
-	t := e.term.Swap(0)
+	e.term.Store(0)
+	t := e.held.Swap(0)
 	if t == 0 {
 		return nil
 	}

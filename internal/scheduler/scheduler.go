@@ -11,6 +11,7 @@ package scheduler
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
@@ -40,6 +41,8 @@ type Scheduler struct {
 	// back (to return reserved agent slots).
 	OnRollback func([]*dt.AgentRequest)
 
+	inboxMu  sync.RWMutex // Deliver holds it shared; Run's exit exclusively
+	stopped  bool         // Run has exited: Deliver refuses
 	inbox    chan *dt.AgentReply
 	carry    *dt.AgentReply // taken from the inbox while waiting; applied next tick
 	wake     chan struct{}
@@ -70,6 +73,11 @@ func (s *Scheduler) Wake() {
 // returns false when the inbox is full; the caller then writes the reply to
 // the store's reply queue.
 func (s *Scheduler) Deliver(r *dt.AgentReply) bool {
+	s.inboxMu.RLock()
+	defer s.inboxMu.RUnlock()
+	if s.stopped {
+		return false
+	}
 	select {
 	case s.inbox <- r:
 		return true
@@ -78,10 +86,33 @@ func (s *Scheduler) Deliver(r *dt.AgentReply) bool {
 	}
 }
 
+// shutdown refuses further deliveries and applies the replies already in
+// the inbox, so calls that finished during shutdown are not redone.
+func (s *Scheduler) shutdown() {
+	s.inboxMu.Lock()
+	s.stopped = true
+	s.inboxMu.Unlock()
+	if s.carry == nil && len(s.inbox) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	savedMax, savedBatch := s.MaxInFlight, s.ClaimBatch
+	s.MaxInFlight, s.ClaimBatch = 0, 0 // apply only; claim nothing new
+	defer func() { s.MaxInFlight, s.ClaimBatch = savedMax, savedBatch }()
+	for s.carry != nil || len(s.inbox) > 0 {
+		if _, err := s.tick(ctx, false, false); err != nil {
+			s.Log.Warn("apply replies at shutdown; their steps will be redone", "err", err)
+			return
+		}
+	}
+}
+
 // Run loops until ctx ends. A scheduler restarted with the same instance ID
 // finds its tasks still locked to it and goes on: their requests are still
 // queued and replies to them still apply.
 func (s *Scheduler) Run(ctx context.Context) error {
+	defer s.shutdown()
 	s.recount(ctx)
 	ticker := time.NewTicker(s.PollInterval)
 	defer ticker.Stop()
@@ -125,6 +156,10 @@ func (s *Scheduler) recount(ctx context.Context) {
 // the store's reply queue), then claims new tasks, in one transaction. busy
 // reports that more work is probably waiting.
 func (s *Scheduler) Tick(ctx context.Context, pollStore bool) (busy bool, err error) {
+	return s.tick(ctx, pollStore, true)
+}
+
+func (s *Scheduler) tick(ctx context.Context, pollStore, redeliver bool) (busy bool, err error) {
 	var replies []*dt.AgentReply
 	if s.carry != nil {
 		replies = append(replies, s.carry)
@@ -182,9 +217,11 @@ fill:
 		// later tick applies them (they are fenced, so order is harmless).
 		// Replies that do not fit are dropped: the supervisor recovers their
 		// steps, and the agent's idempotency key makes the redo safe.
-		for _, r := range replies {
-			if !s.Deliver(r) {
-				break
+		if redeliver {
+			for _, r := range replies {
+				if !s.Deliver(r) {
+					break
+				}
 			}
 		}
 		return false, err

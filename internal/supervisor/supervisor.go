@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/drover-run/drover/internal/clock"
@@ -35,7 +36,8 @@ type Supervisor struct {
 	// OnRecover is called after a sweep that changed tasks (to wake schedulers).
 	OnRecover func()
 
-	elector *leader.Elector
+	electorOnce sync.Once
+	elector     *leader.Elector
 }
 
 // New returns a supervisor.
@@ -45,10 +47,12 @@ func New(d store.Driver, c clock.Clock, instance string, log *slog.Logger, count
 	return s
 }
 
+// el creates the elector on first use (after the caller set LeaseTTL), once:
+// Term is read from other goroutines while Run runs.
 func (s *Supervisor) el() *leader.Elector {
-	if s.elector == nil {
+	s.electorOnce.Do(func() {
 		s.elector = &leader.Elector{Driver: s.Driver, Clock: s.Clock, Name: LeaseName, Instance: s.Instance, TTL: s.LeaseTTL}
-	}
+	})
 	return s.elector
 }
 

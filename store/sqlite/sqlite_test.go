@@ -1,0 +1,350 @@
+package sqlite_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+	"github.com/drover-run/drover/store/sqlite"
+	"github.com/drover-run/drover/store/storetest"
+)
+
+func openStore(t *testing.T, path string, opts sqlite.Options) *sqlite.Driver {
+	t.Helper()
+	d, err := sqlite.Open(context.Background(), path, opts)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func freshStore(t *testing.T) (*sqlite.Driver, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "drover.db")
+	d := openStore(t, path, sqlite.Options{Create: true})
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return d, path
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) store.Driver {
+		d, _ := freshStore(t)
+		return d
+	})
+}
+
+func TestOpenMissingFileWithoutCreate(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "missing.db")
+	d, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err == nil {
+		d.Close()
+		t.Fatal("Open without Create on a missing file succeeded")
+	}
+	if _, serr := os.Stat(path); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("Open without Create created %s (stat: %v)", path, serr)
+	}
+	// Nor in a missing directory with Create.
+	if d, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "no", "such", "dir.db"), sqlite.Options{Create: true}); err == nil {
+		d.Close()
+		t.Error("Open with Create in a missing directory succeeded")
+	}
+}
+
+func TestOpenCorruptFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "corrupt.db")
+	junk := make([]byte, 8192)
+	if _, err := rand.Read(junk); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, junk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, create := range []bool{false, true} {
+		d, err := sqlite.Open(context.Background(), path, sqlite.Options{Create: create})
+		if err == nil {
+			d.Close()
+			t.Fatalf("Open(Create=%v) of random bytes succeeded", create)
+		}
+		if !errors.Is(err, store.ErrCorrupt) {
+			t.Errorf("Open(Create=%v) of random bytes: err = %v, want errors.Is(err, store.ErrCorrupt)", create, err)
+		}
+	}
+}
+
+func TestOpenBadOptions(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "x.db")
+	if d, err := sqlite.Open(context.Background(), path, sqlite.Options{Create: true, Synchronous: "sometimes"}); err == nil {
+		d.Close()
+		t.Error("Open with Synchronous=sometimes succeeded")
+	}
+	if d, err := sqlite.Open(context.Background(), "", sqlite.Options{Create: true}); err == nil {
+		d.Close()
+		t.Error("Open with an empty path succeeded")
+	}
+}
+
+func TestSchemaVersionBeforeMigrate(t *testing.T) {
+	t.Parallel()
+	d := openStore(t, filepath.Join(t.TempDir(), "new.db"), sqlite.Options{Create: true})
+	applied, latest, err := d.SchemaVersion(context.Background())
+	if err != nil || applied != 0 || latest < 1 {
+		t.Fatalf("SchemaVersion of an empty file = %d, %d, %v; want 0, >=1, nil", applied, latest, err)
+	}
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	applied, latest2, err := d.SchemaVersion(context.Background())
+	if err != nil || applied != latest || latest2 != latest {
+		t.Fatalf("after Migrate: %d, %d, %v; want %d, %d", applied, latest2, err, latest, latest)
+	}
+	if d.Name() != "sqlite" {
+		t.Errorf("Name = %q", d.Name())
+	}
+}
+
+func TestInExternalTxWrongType(t *testing.T) {
+	t.Parallel()
+	d, _ := freshStore(t)
+	called := false
+	fn := func(context.Context, store.Executor) error { called = true; return nil }
+	var nilTx *sql.Tx
+	for _, tx := range []any{nil, "tx", d.DB(), nilTx, &struct{}{}} {
+		err := d.InExternalTx(context.Background(), tx, fn)
+		if !errors.Is(err, store.ErrUnsupportedTx) {
+			t.Errorf("InExternalTx(%T): err = %v, want ErrUnsupportedTx", tx, err)
+		}
+	}
+	if called {
+		t.Error("the callback ran with an unsupported transaction")
+	}
+}
+
+func TestInExternalTxCommitAndRollback(t *testing.T) {
+	t.Parallel()
+	d, _ := freshStore(t)
+	ctx := context.Background()
+	for _, commit := range []bool{true, false} {
+		id := fmt.Sprintf("ext-%v", commit)
+		tx, err := d.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
+			_, err := x.TaskInsertMany(ctx, []*dt.Task{task(id, time.Now())})
+			return err
+		})
+		if err != nil {
+			tx.Rollback()
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit()
+		} else {
+			err = tx.Rollback()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.Reader().TaskGet(ctx, id)
+		if commit && err != nil {
+			t.Errorf("committed external tx: %v", err)
+		}
+		if !commit && !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("rolled back external tx: err = %v, want ErrNotFound", err)
+		}
+	}
+}
+
+func task(id string, now time.Time) *dt.Task {
+	return &dt.Task{ID: id, Workflow: "wf", Input: []byte(`{}`), InputHash: "h", ProcessState: dt.Pending, StepCount: 1,
+		FailureThreshold: 3, OnFailure: dt.PolicyError, AvailableAt: now, CreatedAt: now, UpdatedAt: now}
+}
+
+// Two drivers on one file are two processes sharing a store: their claims
+// never overlap.
+func TestTwoProcessesClaimDisjoint(t *testing.T) {
+	t.Parallel()
+	d1, path := freshStore(t)
+	d2 := openStore(t, path, sqlite.Options{})
+	const total = 500
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	tasks := make([]*dt.Task, total)
+	for i := range tasks {
+		tasks[i] = task(fmt.Sprintf("t%04d", i), now)
+	}
+	if err := d1.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+		_, err := x.TaskInsertMany(ctx, tasks)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		by   = map[string]string{}
+		errs []error
+	)
+	for i := range 8 {
+		d := []*sqlite.Driver{d1, d2}[i%2]
+		inst := fmt.Sprintf("p%d-c%d", i%2, i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				var got []*dt.Task
+				err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+					var err error
+					got, err = x.TaskClaim(ctx, store.TaskClaimParams{Instance: inst, Now: now, Limit: 10})
+					return err
+				})
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				}
+				for _, tk := range got {
+					if prev, dup := by[tk.ID]; dup {
+						errs = append(errs, fmt.Errorf("%s claimed by %s and %s", tk.ID, prev, inst))
+					}
+					by[tk.ID] = inst
+				}
+				mu.Unlock()
+				if err != nil || len(got) == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if len(by) != total {
+		t.Fatalf("claimed %d tasks, want %d", len(by), total)
+	}
+	perProcess := map[byte]int{}
+	for _, inst := range by {
+		perProcess[inst[1]]++
+	}
+	t.Logf("claims per process: %v", perProcess)
+}
+
+func TestLockedStore(t *testing.T) {
+	t.Parallel()
+	_, path := freshStore(t)
+	d := openStore(t, path, sqlite.Options{BusyTimeout: 100 * time.Millisecond})
+	ctx := context.Background()
+
+	// Another process holds the write lock.
+	other, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		_, err := x.TaskInsertMany(ctx, []*dt.Task{task("t", time.Now())})
+		return err
+	})
+	if !errors.Is(err, store.ErrLocked) {
+		t.Fatalf("InTx while another connection holds BEGIN EXCLUSIVE: err = %v, want ErrLocked", err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("waited %s for a 100ms busy timeout", waited)
+	}
+	if err := d.Migrate(ctx); err != nil && !errors.Is(err, store.ErrLocked) {
+		t.Errorf("Migrate while locked: err = %v, want nil or ErrLocked", err)
+	}
+	// Readers are not blocked (WAL).
+	if _, err := d.Reader().TaskCountByState(ctx); err != nil {
+		t.Errorf("read while locked: %v", err)
+	}
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	// Once released, writes go through.
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		_, err := x.TaskInsertMany(ctx, []*dt.Task{task("t", time.Now())})
+		return err
+	}); err != nil {
+		t.Fatalf("InTx after the lock was released: %v", err)
+	}
+}
+
+// File names with URI-special characters open the file they name.
+func TestOpenPathWithSpecialCharacters(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "my dir#1")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "drover?v=1&x=%20.db")
+	d := openStore(t, path, sqlite.Options{Create: true})
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+		_, err := x.TaskInsertMany(ctx, []*dt.Task{task("t", time.Now())})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the database is not at the path given: %v", err)
+	}
+	again := openStore(t, path, sqlite.Options{})
+	if _, err := again.Reader().TaskGet(context.Background(), "t"); err != nil {
+		t.Errorf("reopened store: %v", err)
+	}
+}
+
+// Two processes starting at once both migrate a fresh file.
+func TestConcurrentMigrate(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "fresh.db")
+	first := openStore(t, path, sqlite.Options{Create: true})
+	var drivers []*sqlite.Driver
+	for range 4 {
+		drivers = append(drivers, openStore(t, path, sqlite.Options{}))
+	}
+	drivers = append(drivers, first)
+	var wg sync.WaitGroup
+	errs := make([]error, len(drivers))
+	for i, d := range drivers {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = d.Migrate(context.Background()) }()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent Migrate: %v", err)
+	}
+	for _, d := range drivers {
+		applied, latest, err := d.SchemaVersion(context.Background())
+		if err != nil || applied != latest {
+			t.Errorf("SchemaVersion = %d, %d, %v", applied, latest, err)
+		}
+	}
+}

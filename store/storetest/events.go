@@ -1,0 +1,309 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+func eventCases() []testCase {
+	return []testCase{
+		{"InsertListFilters", testEventList},
+		{"TailingReaderMissesNothing", testEventTailing},
+	}
+}
+
+func leaseCases() []testCase {
+	return []testCase{
+		{"AcquireRenewTakeover", testLeaseAcquire},
+		{"Release", testLeaseRelease},
+		{"GetNotFound", testLeaseGetNotFound},
+	}
+}
+
+func eventIDs(evs []*dt.Event) []int64 {
+	out := make([]int64, len(evs))
+	for i, e := range evs {
+		out[i] = e.ID
+	}
+	return out
+}
+
+func testEventList(t *testing.T, d store.Driver) {
+	insertTasks(t, d, newTask("a"), newTask("b"))
+	mk := func(task string, step int, typ dt.EventType, alert bool) *dt.Event {
+		return &dt.Event{TaskID: task, StepIndex: step, Type: typ, State: dt.Processing, Alert: alert,
+			Actor: "actor-" + task, Term: 0, Attempt: 1, Message: "msg " + string(typ), CreatedAt: at(time.Duration(step+2) * time.Second)}
+	}
+	first := []*dt.Event{
+		{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: base}, // empty optional fields
+		mk("a", 0, dt.EventStepStarted, false),
+		mk("b", -1, dt.EventSubmitted, false),
+	}
+	second := []*dt.Event{
+		mk("a", 0, dt.EventStepFailed, true),
+		{TaskID: "b", StepIndex: 3, Type: dt.EventStepTimedOut, State: dt.Processing, Actor: "sup", Term: 7, Attempt: 2, CreatedAt: at(time.Minute)},
+		mk("a", -1, dt.EventError, true),
+	}
+	second[2].State = dt.Error
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		if err := x.EventInsertMany(ctx, first); err != nil {
+			return err
+		}
+		return x.EventInsertMany(ctx, nil)
+	})
+	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.EventInsertMany(ctx, second) })
+	inserted := append(append([]*dt.Event(nil), first...), second...)
+
+	all := listEvents(t, d, store.EventListParams{})
+	if len(all) != 6 {
+		t.Fatalf("EventList = %d events, want 6", len(all))
+	}
+	for i, e := range all {
+		if i > 0 && e.ID <= all[i-1].ID {
+			t.Errorf("event IDs not increasing: %v", eventIDs(all))
+		}
+		checkEqual(t, fmt.Sprintf("event %d", i), e, inserted[i], "ID")
+	}
+	if all[0].StepIndex != -1 || all[4].StepIndex != 3 || all[4].Term != 7 {
+		t.Errorf("StepIndex/Term round trip: %+v, %+v", all[0], all[4])
+	}
+	id := func(i int) int64 { return all[i].ID }
+	cases := []struct {
+		p    store.EventListParams
+		want []int64
+	}{
+		{store.EventListParams{TaskID: "a"}, []int64{id(0), id(1), id(3), id(5)}},
+		{store.EventListParams{TaskID: "b"}, []int64{id(2), id(4)}},
+		{store.EventListParams{TaskID: "missing"}, []int64{}},
+		{store.EventListParams{AlertsOnly: true}, []int64{id(3), id(5)}},
+		{store.EventListParams{AfterID: id(2)}, []int64{id(3), id(4), id(5)}},
+		{store.EventListParams{AfterID: id(5)}, []int64{}},
+		{store.EventListParams{Limit: 2}, []int64{id(0), id(1)}},
+		{store.EventListParams{AfterID: id(1), Limit: 2}, []int64{id(2), id(3)}},
+		{store.EventListParams{TaskID: "a", AfterID: id(1), Limit: 1}, []int64{id(3)}},
+		{store.EventListParams{TaskID: "a", AlertsOnly: true, AfterID: id(3)}, []int64{id(5)}},
+		{store.EventListParams{TaskID: "b", AlertsOnly: true}, []int64{}},
+	}
+	for _, c := range cases {
+		got := eventIDs(listEvents(t, d, c.p))
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("EventList(%+v) = %v, want %v", c.p, got, c.want)
+		}
+	}
+	// Reads inside a transaction agree.
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		got, err := x.EventList(ctx, store.EventListParams{TaskID: "b"})
+		if err != nil {
+			return err
+		}
+		if fmt.Sprint(eventIDs(got)) != fmt.Sprint([]int64{id(2), id(4)}) {
+			t.Errorf("EventList in a transaction = %v", eventIDs(got))
+		}
+		return nil
+	})
+}
+
+func acquire(t *testing.T, d store.Driver, name, holder string, now time.Time, ttl time.Duration) (*dt.Lease, bool) {
+	t.Helper()
+	var (
+		l  *dt.Lease
+		ok bool
+	)
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		l, ok, err = x.LeaseAcquire(ctx, store.LeaseParams{Name: name, Holder: holder, Now: now, TTL: ttl})
+		return err
+	})
+	return l, ok
+}
+
+func getLease(t *testing.T, d store.Driver, name string) *dt.Lease {
+	t.Helper()
+	l, err := d.Reader().LeaseGet(context.Background(), name)
+	if err != nil {
+		t.Fatalf("LeaseGet(%s): %v", name, err)
+	}
+	return l
+}
+
+func checkLease(t *testing.T, what string, l *dt.Lease, holder string, term int64, expires time.Time) {
+	t.Helper()
+	if l == nil {
+		t.Fatalf("%s: no lease returned", what)
+	}
+	if l.Holder != holder || l.Term != term || !l.ExpiresAt.Equal(expires) {
+		t.Errorf("%s: lease %s held by %q term %d expires %s; want %q term %d expires %s",
+			what, l.Name, l.Holder, l.Term, l.ExpiresAt.Format(time.RFC3339Nano), holder, term, expires.Format(time.RFC3339Nano))
+	}
+}
+
+func testLeaseAcquire(t *testing.T, d store.Driver) {
+	ttl := 10 * time.Second
+	l, ok := acquire(t, d, "sup", "A", base, ttl)
+	if !ok {
+		t.Fatal("fresh lease not acquired")
+	}
+	checkLease(t, "fresh", l, "A", 1, at(ttl))
+	checkLease(t, "fresh, read back", getLease(t, d, "sup"), "A", 1, at(ttl))
+
+	// Renewal by the holder keeps the term and extends the expiry.
+	l, ok = acquire(t, d, "sup", "A", at(5*time.Second), ttl)
+	if !ok {
+		t.Fatal("renewal refused")
+	}
+	checkLease(t, "renewed", l, "A", 1, at(15*time.Second))
+
+	// Another holder is refused while it is unexpired, and told who holds it.
+	l, ok = acquire(t, d, "sup", "B", at(14*time.Second), ttl)
+	if ok {
+		t.Fatal("B acquired a lease A holds unexpired")
+	}
+	checkLease(t, "refused", l, "A", 1, at(15*time.Second))
+	checkLease(t, "after refusal", getLease(t, d, "sup"), "A", 1, at(15*time.Second))
+
+	// Another lease name is independent.
+	if l, ok := acquire(t, d, "other", "B", at(14*time.Second), ttl); !ok || l.Term != 1 {
+		t.Fatalf("independent lease: %+v %v", l, ok)
+	}
+
+	// After expiry, B takes over with the next term.
+	l, ok = acquire(t, d, "sup", "B", at(16*time.Second), ttl)
+	if !ok {
+		t.Fatal("B could not take the expired lease")
+	}
+	checkLease(t, "taken over", l, "B", 2, at(26*time.Second))
+
+	// A, deposed, is refused.
+	l, ok = acquire(t, d, "sup", "A", at(17*time.Second), ttl)
+	if ok {
+		t.Fatal("deposed A re-acquired B's lease")
+	}
+	checkLease(t, "deposed refused", l, "B", 2, at(26*time.Second))
+
+	// A takes it back after B's expiry: term 3.
+	l, ok = acquire(t, d, "sup", "A", at(27*time.Second), ttl)
+	if !ok {
+		t.Fatal("A could not take the expired lease back")
+	}
+	checkLease(t, "back to A", l, "A", 3, at(37*time.Second))
+}
+
+func testLeaseRelease(t *testing.T, d store.Driver) {
+	ttl := time.Minute
+	if _, ok := acquire(t, d, "sup", "A", base, ttl); !ok {
+		t.Fatal("not acquired")
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		// Wrong holder or wrong term: no effect.
+		if err := x.LeaseRelease(ctx, "sup", "B", 1); err != nil {
+			return err
+		}
+		if err := x.LeaseRelease(ctx, "sup", "A", 2); err != nil {
+			return err
+		}
+		return x.LeaseRelease(ctx, "missing", "A", 1)
+	})
+	if _, ok := acquire(t, d, "sup", "B", at(time.Second), ttl); ok {
+		t.Fatal("B acquired after a release by the wrong holder or term")
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.LeaseRelease(ctx, "sup", "A", 1) })
+	// Long before the old expiry, B acquires at once, with a new term.
+	l, ok := acquire(t, d, "sup", "B", at(time.Second), ttl)
+	if !ok {
+		t.Fatal("B could not acquire a released lease")
+	}
+	checkLease(t, "after release", l, "B", 2, at(time.Second+ttl))
+}
+
+func testLeaseGetNotFound(t *testing.T, d store.Driver) {
+	_, err := d.Reader().LeaseGet(context.Background(), "none")
+	wantErrIs(t, err, store.ErrNotFound, "LeaseGet")
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		_, err := x.LeaseGet(ctx, "none")
+		wantErrIs(t, err, store.ErrNotFound, "LeaseGet in a transaction")
+		return nil
+	})
+}
+
+// Subscribers tail the history with EventList(AfterID: last ID seen). That
+// only misses nothing if an event never becomes visible with an ID below one
+// already visible: IDs must follow commit order even with concurrent writers.
+func testEventTailing(t *testing.T, d store.Driver) {
+	const (
+		writers = 8
+		each    = 40
+	)
+	insertTasks(t, d, newTask("t"))
+	var (
+		wg   sync.WaitGroup
+		errs = make([]error, writers)
+	)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				errs[w] = d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+					ev := &dt.Event{TaskID: "t", StepIndex: w, Type: dt.EventStepStarted, Attempt: i + 1, CreatedAt: base}
+					if err := x.EventInsertMany(ctx, []*dt.Event{ev}); err != nil {
+						return err
+					}
+					// More work in the same transaction widens the window
+					// between taking an ID and committing.
+					_, err := x.TaskGet(ctx, "t")
+					return err
+				})
+				if errs[w] != nil {
+					return
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+
+	seen := map[int64]bool{}
+	var last int64
+	tail := func() {
+		evs := listEvents(t, d, store.EventListParams{TaskID: "t", AfterID: last})
+		for _, e := range evs {
+			if e.ID <= last {
+				t.Errorf("EventList(AfterID %d) returned ID %d", last, e.ID)
+			}
+			seen[e.ID] = true
+			last = e.ID
+		}
+	}
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		tail()
+	}
+	tail()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	all := listEvents(t, d, store.EventListParams{TaskID: "t"})
+	if len(all) != writers*each {
+		t.Fatalf("%d events stored, want %d", len(all), writers*each)
+	}
+	missed := 0
+	for _, e := range all {
+		if !seen[e.ID] {
+			missed++
+		}
+	}
+	if missed > 0 {
+		t.Errorf("a reader tailing by AfterID missed %d of %d events: an event committed with an ID below one already read", missed, len(all))
+	}
+}

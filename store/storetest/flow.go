@@ -1,0 +1,1055 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/store"
+)
+
+// The flow cases run drover's state machine (internal/flow) on the driver:
+// whatever the database, the transitions must come out the same.
+func flowCases() []testCase {
+	return []testCase{
+		{"SubmitIdempotent", testFlowSubmitIdempotent},
+		{"ClaimDispatchesFirstStep", testFlowClaimDispatch},
+		{"RepliesAdvanceToProcessed", testFlowRepliesAdvance},
+		{"LateReplyAfterSupervisorReset", testFlowLateReplyAfterReset},
+		{"ReplyAfterCompleteByDiscarded", testFlowReplyAfterDeadline},
+		{"StaleRepliesDiscarded", testFlowStaleReplies},
+		{"PermanentFailurePolicyError", testFlowPermanentError},
+		{"PermanentFailurePolicyCompensate", testFlowPermanentCompensate},
+		{"CompensationPermanentFailure", testFlowCompensationFails},
+		{"SupervisorThresholdError", testFlowSupervisorThresholdError},
+		{"SupervisorThresholdCompensate", testFlowSupervisorThresholdCompensate},
+		{"SweepNotLeaderChangesNothing", testFlowSweepNotLeader},
+		{"CancelAndResubmit", testFlowCancelResubmit},
+		{"ResubmitFromStep", testFlowResubmitFromStep},
+		{"ResubmitResumesCompensation", testFlowResubmitCompensation},
+		{"ConcurrentSchedulers", testFlowConcurrentSchedulers},
+	}
+}
+
+// ---- fixture ----
+
+type wfStep struct {
+	name, agent, comp string
+}
+
+type workflow struct {
+	name       string
+	steps      []wfStep
+	policy     dt.FailurePolicy
+	threshold  int
+	retryDelay time.Duration
+	timeout    time.Duration
+}
+
+// orderWF: reserve (undone by unreserve), charge (undone by refund), ship.
+func orderWF() workflow {
+	return workflow{
+		name: "order",
+		steps: []wfStep{
+			{"reserve", "inventory", "unreserve"},
+			{"charge", "payments", "refund"},
+			{"ship", "shipping", ""},
+		},
+		policy: dt.PolicyError, threshold: 3, timeout: 10 * time.Second,
+	}
+}
+
+func (w workflow) submission(id string, input string, now time.Time) flow.Submission {
+	in := []byte(input)
+	t := &dt.Task{
+		ID: id, Workflow: w.name, Input: in, InputHash: flow.InputHash(w.name, in), ProcessState: dt.Pending,
+		StepCount: len(w.steps), FailureThreshold: w.threshold, OnFailure: w.policy, RetryDelay: w.retryDelay,
+		AvailableAt: now, CreatedAt: now, UpdatedAt: now,
+	}
+	steps := make([]*dt.Step, len(w.steps))
+	for i, s := range w.steps {
+		steps[i] = &dt.Step{
+			TaskID: id, Index: i, Name: s.name, Agent: s.agent, Timeout: w.timeout, Compensation: s.comp,
+			ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, i, s.name), UpdatedAt: now,
+		}
+	}
+	return flow.Submission{Task: t, Steps: steps}
+}
+
+type env struct {
+	t *testing.T
+	d store.Driver
+	m *flow.Machine
+	c *flow.Counters
+}
+
+func newEnv(t *testing.T, d store.Driver) *env {
+	c := &flow.Counters{}
+	return &env{t: t, d: d, m: &flow.Machine{Instance: "sched-1", Counters: c}, c: c}
+}
+
+func (e *env) submit(w workflow, id string) {
+	e.t.Helper()
+	inTx(e.t, e.d, func(ctx context.Context, x store.Executor) error {
+		_, err := flow.Submit(ctx, x, []flow.Submission{w.submission(id, `{"order":"`+id+`"}`, base)})
+		return err
+	})
+}
+
+func (e *env) claim(now time.Time) []*dt.AgentRequest {
+	e.t.Helper()
+	var reqs []*dt.AgentRequest
+	inTx(e.t, e.d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		reqs, _, err = e.m.Claim(ctx, x, now, 100)
+		return err
+	})
+	return reqs
+}
+
+func (e *env) apply(now time.Time, replies ...*dt.AgentReply) ([]*dt.AgentRequest, int) {
+	e.t.Helper()
+	var (
+		reqs []*dt.AgentRequest
+		rel  int
+	)
+	inTx(e.t, e.d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		reqs, rel, err = e.m.ApplyReplies(ctx, x, now, replies)
+		return err
+	})
+	return reqs, rel
+}
+
+// one expects exactly one request and returns it.
+func (e *env) one(reqs []*dt.AgentRequest, what string) *dt.AgentRequest {
+	e.t.Helper()
+	if len(reqs) != 1 {
+		e.t.Fatalf("%s: %d requests dispatched, want 1: %v", what, len(reqs), reqKeys(reqs))
+	}
+	return reqs[0]
+}
+
+func ok(r *dt.AgentRequest, out string) *dt.AgentReply {
+	return &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind, Output: []byte(out), CreatedAt: base}
+}
+
+func failed(r *dt.AgentRequest, msg string) *dt.AgentReply {
+	return &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind, Failed: true, Error: msg, CreatedAt: base}
+}
+
+// leader acquires the supervisor lease for holder and returns its fenced identity.
+func (e *env) leader(holder string, now time.Time, ttl time.Duration) *flow.Supervisor {
+	e.t.Helper()
+	l, got := acquire(e.t, e.d, "supervisor", holder, now, ttl)
+	if !got {
+		e.t.Fatalf("%s could not acquire the supervisor lease (held by %s)", holder, l.Holder)
+	}
+	return &flow.Supervisor{Instance: holder, Term: l.Term, Lease: "supervisor", Counters: e.c}
+}
+
+// sweep runs one sweep and commits whatever it did, error or not.
+func (e *env) sweep(sv *flow.Supervisor, now time.Time) (int, error) {
+	e.t.Helper()
+	var (
+		n    int
+		serr error
+	)
+	inTx(e.t, e.d, func(ctx context.Context, x store.Executor) error {
+		n, serr = sv.Sweep(ctx, x, now, 100)
+		return nil
+	})
+	return n, serr
+}
+
+func (e *env) mustSweep(sv *flow.Supervisor, now time.Time, want int) {
+	e.t.Helper()
+	n, err := e.sweep(sv, now)
+	if err != nil || n != want {
+		e.t.Fatalf("Sweep at %s = %d, %v; want %d", now.Sub(base), n, err, want)
+	}
+}
+
+func (e *env) task(id string) (*dt.Task, []*dt.Step) {
+	e.t.Helper()
+	return getTask(e.t, e.d, id), getSteps(e.t, e.d, id)
+}
+
+// peek lists the queued requests of an agent without claiming them.
+func (e *env) peek(agent string, now time.Time) []*dt.AgentRequest {
+	e.t.Helper()
+	var reqs []*dt.AgentRequest
+	inTx(e.t, e.d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		if reqs, err = x.RequestClaim(ctx, store.RequestClaimParams{Agent: agent, ClaimedBy: "peek", Now: now, Limit: 1000}); err != nil {
+			return err
+		}
+		_, err = x.RequestRelease(ctx, "peek")
+		return err
+	})
+	return reqs
+}
+
+func (e *env) events(id string) []*dt.Event {
+	e.t.Helper()
+	return listEvents(e.t, e.d, store.EventListParams{TaskID: id})
+}
+
+// types renders events as "type[step]" with a "!" for alerts.
+func types(evs []*dt.Event) string {
+	var out []string
+	for _, ev := range evs {
+		s := string(ev.Type)
+		if ev.StepIndex >= 0 {
+			s += fmt.Sprintf("[%d]", ev.StepIndex)
+		}
+		if ev.Alert {
+			s += "!"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, " ")
+}
+
+func (e *env) wantEvents(id, want string) []*dt.Event {
+	e.t.Helper()
+	evs := e.events(id)
+	if got := types(evs); got != want {
+		e.t.Errorf("events of %s:\n got %s\nwant %s", id, got, want)
+	}
+	return evs
+}
+
+func (e *env) wantState(id string, task dt.ProcessState, steps ...dt.ProcessState) (*dt.Task, []*dt.Step) {
+	e.t.Helper()
+	tk, ss := e.task(id)
+	var got []string
+	for _, s := range ss {
+		st := string(s.ProcessState)
+		if s.CompensationState != "" {
+			st += "/" + string(s.CompensationState)
+		}
+		got = append(got, st)
+	}
+	var want []string
+	for _, s := range steps {
+		want = append(want, string(s))
+	}
+	if tk.ProcessState != task || strings.Join(got, " ") != strings.Join(want, " ") {
+		e.t.Fatalf("task %s is %s with steps [%s]; want %s with steps [%s]", id, tk.ProcessState, strings.Join(got, " "), task, strings.Join(want, " "))
+	}
+	return tk, ss
+}
+
+// compState is a step state with a compensation state, as wantState prints it.
+func compState(s, c dt.ProcessState) dt.ProcessState { return s + "/" + c }
+
+func (e *env) wantUnlocked(tk *dt.Task) {
+	e.t.Helper()
+	if tk.LockedBy != "" || tk.CompleteBy != nil {
+		e.t.Errorf("task %s still held: LockedBy %q CompleteBy %v", tk.ID, tk.LockedBy, tk.CompleteBy)
+	}
+}
+
+// snapshot renders everything the store holds about the given tasks.
+func (e *env) snapshot(ids []string, agents []string) string {
+	e.t.Helper()
+	var b strings.Builder
+	for _, id := range ids {
+		tk, steps := e.task(id)
+		fmt.Fprintf(&b, "task %s\n", render(tk))
+		for _, s := range steps {
+			fmt.Fprintf(&b, "step %s\n", render(s))
+		}
+	}
+	for _, ev := range listEvents(e.t, e.d, store.EventListParams{}) {
+		fmt.Fprintf(&b, "event %s\n", render(ev))
+	}
+	for _, a := range agents {
+		for _, r := range e.peek(a, base) {
+			fmt.Fprintf(&b, "request %d %s\n", r.ID, reqKeys([]*dt.AgentRequest{r}))
+		}
+	}
+	for _, name := range []string{"supervisor"} {
+		if l, err := e.d.Reader().LeaseGet(context.Background(), name); err == nil {
+			fmt.Fprintf(&b, "lease %s\n", render(l))
+		}
+	}
+	return b.String()
+}
+
+var orderAgents = []string{"inventory", "unreserve", "payments", "refund", "shipping"}
+
+// ---- cases ----
+
+func testFlowSubmitIdempotent(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	sub := w.submission("o1", `{"n":1}`, base)
+	var out []*dt.Task
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		out, err = flow.Submit(ctx, x, []flow.Submission{sub})
+		return err
+	})
+	if len(out) != 1 || out[0].ID != "o1" {
+		t.Fatalf("Submit returned %v", out)
+	}
+	stored := getTask(t, d, "o1")
+	checkEqual(t, "submitted task", stored, sub.Task)
+	steps := getSteps(t, d, "o1")
+	if len(steps) != 3 {
+		t.Fatalf("%d steps stored", len(steps))
+	}
+	for i, s := range steps {
+		checkEqual(t, fmt.Sprintf("step %d", i), s, sub.Steps[i])
+	}
+	e.wantEvents("o1", "submitted")
+	before := e.snapshot([]string{"o1"}, orderAgents)
+
+	// Same ID, workflow and input, later: the stored task comes back.
+	again := w.submission("o1", `{"n":1}`, at(time.Hour))
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		out, err = flow.Submit(ctx, x, []flow.Submission{again, again})
+		return err
+	})
+	if len(out) != 2 {
+		t.Fatalf("Submit of two returned %d", len(out))
+	}
+	for _, o := range out {
+		checkEqual(t, "resubmitted task returned", o, stored)
+	}
+	if after := e.snapshot([]string{"o1"}, orderAgents); after != before {
+		t.Errorf("an identical submit changed the store:\nbefore %s\nafter  %s", before, after)
+	}
+
+	// Different input or workflow: conflict, nothing changes even if the
+	// caller commits.
+	other := orderWF()
+	other.name = "other"
+	for _, sub := range []flow.Submission{w.submission("o1", `{"n":2}`, base), other.submission("o1", `{"n":1}`, base)} {
+		var err error
+		inTx(t, d, func(ctx context.Context, x store.Executor) error {
+			_, err = flow.Submit(ctx, x, []flow.Submission{sub})
+			return nil
+		})
+		wantErrIs(t, err, flow.ErrTaskConflict, "conflicting submit")
+	}
+	// Two different submissions of one new ID in one call conflict too.
+	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+		_, err := flow.Submit(ctx, x, []flow.Submission{w.submission("o2", `1`, base), w.submission("o2", `2`, base)})
+		return err
+	})
+	wantErrIs(t, err, flow.ErrTaskConflict, "conflicting submissions in one call")
+	if after := e.snapshot([]string{"o1"}, orderAgents); after != before {
+		t.Errorf("a conflicting submit changed the store:\nbefore %s\nafter  %s", before, after)
+	}
+	if _, err := d.Reader().TaskGet(context.Background(), "o2"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("o2 exists after a rolled-back conflicting submit: %v", err)
+	}
+}
+
+func testFlowClaimDispatch(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	e.submit(orderWF(), "o1")
+	now := at(time.Second)
+	r := e.one(e.claim(now), "claim")
+	deadline := now.Add(10 * time.Second)
+	want := &dt.AgentRequest{
+		ID: r.ID, Agent: "inventory", TaskID: "o1", Workflow: "order", StepIndex: 0, StepName: "reserve", Attempt: 1,
+		Kind: dt.KindDo, IdempotencyKey: flow.IdempotencyKey("o1", 0, "reserve"), CompleteBy: deadline,
+		Scheduler: "sched-1", CreatedAt: now,
+	}
+	checkEqual(t, "dispatched request", r, want, "ClaimedBy", "Input", "PreviousOutput", "StepOutput")
+	if e.c.Dispatched.Load() != 1 {
+		t.Errorf("Dispatched = %d, want 1", e.c.Dispatched.Load())
+	}
+
+	tk, steps := e.wantState("o1", dt.Processing, dt.Processing, dt.Pending, dt.Pending)
+	if tk.LockedBy != "sched-1" || tk.CompleteBy == nil || !tk.CompleteBy.Equal(deadline) || tk.CurrentStep != 0 {
+		t.Errorf("claimed task: LockedBy %q CompleteBy %v CurrentStep %d", tk.LockedBy, tk.CompleteBy, tk.CurrentStep)
+	}
+	s := steps[0]
+	if s.Attempt != 1 || s.LockedBy != "sched-1" || s.CompleteBy == nil || !s.CompleteBy.Equal(deadline) ||
+		s.StartedAt == nil || !s.StartedAt.Equal(now) || s.FailureCount != 0 {
+		t.Errorf("dispatched step: %+v", s)
+	}
+	if steps[1].Attempt != 0 || steps[1].LockedBy != "" {
+		t.Errorf("step 1 touched: %+v", steps[1])
+	}
+
+	queued := e.peek("inventory", now)
+	if len(queued) != 1 {
+		t.Fatalf("%d requests queued for inventory, want 1", len(queued))
+	}
+	q := queued[0]
+	want.ID = q.ID
+	want.Input = []byte(`{"order":"o1"}`)
+	checkEqual(t, "queued request with payload", q, want, "ClaimedBy")
+	evs := e.wantEvents("o1", "submitted step_started[0]")
+	if len(evs) == 2 && (evs[1].Attempt != 1 || evs[1].Actor != "sched-1" || evs[1].State != dt.Processing) {
+		t.Errorf("step_started event: %+v", evs[1])
+	}
+	if again := e.claim(at(time.Hour)); len(again) != 0 {
+		t.Errorf("held task claimed again: %v", reqKeys(again))
+	}
+}
+
+func testFlowRepliesAdvance(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	e.submit(orderWF(), "o1")
+	r0 := e.one(e.claim(base), "claim")
+	reqs, rel := e.apply(at(time.Second), ok(r0, `{"reserved":true}`))
+	r1 := e.one(reqs, "after step 0")
+	if rel != 0 {
+		t.Errorf("released %d after step 0", rel)
+	}
+	if r1.StepIndex != 1 || r1.Attempt != 1 || r1.Agent != "payments" || r1.IdempotencyKey != flow.IdempotencyKey("o1", 1, "charge") ||
+		!r1.CompleteBy.Equal(at(11*time.Second)) {
+		t.Errorf("step 1 request: %+v", r1)
+	}
+	tk, steps := e.wantState("o1", dt.Processing, dt.Processed, dt.Processing, dt.Pending)
+	if tk.CurrentStep != 1 || tk.LockedBy != "sched-1" || !tk.CompleteBy.Equal(at(11*time.Second)) {
+		t.Errorf("task after step 0: %+v", tk)
+	}
+	s0 := steps[0]
+	if string(s0.Output) != `{"reserved":true}` || s0.LockedBy != "" || s0.CompleteBy != nil || s0.FinishedAt == nil ||
+		!s0.FinishedAt.Equal(at(time.Second)) {
+		t.Errorf("step 0 after its reply: %+v", s0)
+	}
+	if q := e.peek("inventory", at(time.Second)); len(q) != 0 {
+		t.Errorf("step 0's request still queued: %v", reqKeys(q))
+	}
+	q := e.peek("payments", at(time.Second))
+	if len(q) != 1 || string(q[0].PreviousOutput) != `{"reserved":true}` || q[0].StepOutput != nil {
+		t.Fatalf("step 1 request payload: %+v", q)
+	}
+
+	r2 := e.one(first(e.apply(at(2*time.Second), ok(r1, `{"charged":42}`))), "after step 1")
+	reqs, rel = e.apply(at(3*time.Second), ok(r2, `{"tracking":"T1"}`))
+	if len(reqs) != 0 || rel != 1 {
+		t.Errorf("after the last step: %d requests, %d released; want 0, 1", len(reqs), rel)
+	}
+	tk, _ = e.wantState("o1", dt.Processed, dt.Processed, dt.Processed, dt.Processed)
+	e.wantUnlocked(tk)
+	if string(tk.Output) != `{"tracking":"T1"}` || tk.LastError != "" || tk.FailureCount != 0 {
+		t.Errorf("finished task: output %q, LastError %q, FailureCount %d", tk.Output, tk.LastError, tk.FailureCount)
+	}
+	evs := e.wantEvents("o1", "submitted step_started[0] step_processed[0] step_started[1] step_processed[1] step_started[2] step_processed[2] processed")
+	if last := evs[len(evs)-1]; last.State != dt.Processed || last.Alert {
+		t.Errorf("processed event: %+v", last)
+	}
+	for _, a := range orderAgents {
+		if q := e.peek(a, at(3*time.Second)); len(q) != 0 {
+			t.Errorf("requests left for %s: %v", a, reqKeys(q))
+		}
+	}
+	if e.c.RepliesApplied.Load() != 3 || e.c.LateReplies.Load() != 0 || e.c.Dispatched.Load() != 3 {
+		t.Errorf("counters: applied %d late %d dispatched %d", e.c.RepliesApplied.Load(), e.c.LateReplies.Load(), e.c.Dispatched.Load())
+	}
+}
+
+func first(reqs []*dt.AgentRequest, _ int) []*dt.AgentRequest { return reqs }
+
+func testFlowLateReplyAfterReset(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	e.submit(orderWF(), "o1")
+	old := e.one(e.claim(base), "claim") // CompleteBy base+10s
+
+	// The agent is slow; the supervisor (leader) resets the step after its
+	// CompleteBy, and the scheduler dispatches it again.
+	sv := e.leader("sup", at(20*time.Second), time.Minute)
+	e.mustSweep(sv, at(20*time.Second), 1)
+	tk, steps := e.wantState("o1", dt.Pending, dt.Pending, dt.Pending, dt.Pending)
+	e.wantUnlocked(tk)
+	if steps[0].FailureCount != 1 || steps[0].Attempt != 1 {
+		t.Errorf("step after reset: FailureCount %d Attempt %d", steps[0].FailureCount, steps[0].Attempt)
+	}
+	if q := e.peek("inventory", at(20*time.Second)); len(q) != 0 {
+		t.Errorf("the reset step's request is still queued: %v", reqKeys(q))
+	}
+	cur := e.one(e.claim(at(20*time.Second)), "re-claim")
+	if cur.Attempt != 2 || cur.IdempotencyKey != old.IdempotencyKey {
+		t.Errorf("re-dispatch: attempt %d key %q; want attempt 2 and the same key %q", cur.Attempt, cur.IdempotencyKey, old.IdempotencyKey)
+	}
+
+	// The old attempt's answer finally arrives: it must be discarded.
+	reqs, _ := e.apply(at(21*time.Second), ok(old, `"late"`))
+	if len(reqs) != 0 {
+		t.Errorf("a late reply dispatched %v", reqKeys(reqs))
+	}
+	if n := e.c.LateReplies.Load(); n != 1 {
+		t.Errorf("LateReplies = %d, want 1", n)
+	}
+	tk, steps = e.wantState("o1", dt.Processing, dt.Processing, dt.Pending, dt.Pending)
+	if steps[0].Attempt != 2 || steps[0].Output != nil || tk.LockedBy != "sched-1" || tk.CurrentStep != 0 {
+		t.Errorf("after the late reply: step %+v task %+v", steps[0], tk)
+	}
+	evs := e.wantEvents("o1", "submitted step_started[0] step_timed_out[0] step_retry[0] step_started[0] reply_discarded[0]")
+	if len(evs) == 6 {
+		if d := evs[5]; d.Attempt != 1 || d.Actor != "sched-1" {
+			t.Errorf("reply_discarded event: %+v", d)
+		}
+		if to := evs[2]; to.Actor != "sup" || to.Term != sv.Term || to.Attempt != 1 {
+			t.Errorf("step_timed_out event: %+v", to)
+		}
+	}
+	if q := e.peek("inventory", at(21*time.Second)); len(q) != 1 || q[0].Attempt != 2 {
+		t.Errorf("queued after the late reply: %v, want attempt 2 only", reqKeys(q))
+	}
+	// The current attempt's answer applies.
+	e.one(first(e.apply(at(22*time.Second), ok(cur, `"on time"`))), "after the current reply")
+	_, steps = e.wantState("o1", dt.Processing, dt.Processed, dt.Processing, dt.Pending)
+	if string(steps[0].Output) != `"on time"` {
+		t.Errorf("step 0 output %q", steps[0].Output)
+	}
+}
+
+func testFlowReplyAfterDeadline(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	e.submit(orderWF(), "o1")
+	r := e.one(e.claim(base), "claim")
+	reqs, _ := e.apply(r.CompleteBy.Add(time.Microsecond), ok(r, `"too late"`))
+	if len(reqs) != 0 || e.c.LateReplies.Load() != 1 || e.c.RepliesApplied.Load() != 0 {
+		t.Errorf("reply after CompleteBy: %d dispatched, late %d, applied %d", len(reqs), e.c.LateReplies.Load(), e.c.RepliesApplied.Load())
+	}
+	_, steps := e.wantState("o1", dt.Processing, dt.Processing, dt.Pending, dt.Pending)
+	if steps[0].Output != nil || steps[0].Attempt != 1 {
+		t.Errorf("step 0 after a late reply: %+v", steps[0])
+	}
+	e.wantEvents("o1", "submitted step_started[0] reply_discarded[0]")
+	// The permanent-failure kind of late reply is discarded as well.
+	e.apply(r.CompleteBy.Add(time.Second), failed(r, "late failure"))
+	e.wantState("o1", dt.Processing, dt.Processing, dt.Pending, dt.Pending)
+}
+
+func testFlowStaleReplies(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	e.submit(orderWF(), "o1")
+	r := e.one(e.claim(base), "claim")
+
+	// Another scheduler instance does not hold the task.
+	other := &flow.Machine{Instance: "sched-2", Counters: e.c}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		_, _, err := other.ApplyReplies(ctx, x, at(time.Second), []*dt.AgentReply{ok(r, `"x"`)})
+		return err
+	})
+	// Wrong attempt, wrong kind, no such step, no such task.
+	wrongAttempt := ok(r, `"x"`)
+	wrongAttempt.Attempt = 2
+	wrongKind := ok(r, `"x"`)
+	wrongKind.Kind = dt.KindCompensate
+	noStep := ok(r, `"x"`)
+	noStep.StepIndex = 9
+	noTask := ok(r, `"x"`)
+	noTask.TaskID = "missing"
+	e.apply(at(time.Second), wrongAttempt, wrongKind, noStep, noTask)
+	if n := e.c.LateReplies.Load(); n != 5 {
+		t.Errorf("LateReplies = %d, want 5", n)
+	}
+	e.wantState("o1", dt.Processing, dt.Processing, dt.Pending, dt.Pending)
+	e.wantEvents("o1", "submitted step_started[0] reply_discarded[0] reply_discarded[0] reply_discarded[0] reply_discarded[9]")
+
+	// The right reply applies once; a duplicate of it is discarded.
+	e.apply(at(2*time.Second), ok(r, `"first"`), ok(r, `"dup"`))
+	_, steps := e.wantState("o1", dt.Processing, dt.Processed, dt.Processing, dt.Pending)
+	if string(steps[0].Output) != `"first"` || e.c.RepliesApplied.Load() != 1 || e.c.LateReplies.Load() != 6 {
+		t.Errorf("duplicate reply: output %q, applied %d, late %d", steps[0].Output, e.c.RepliesApplied.Load(), e.c.LateReplies.Load())
+	}
+}
+
+func testFlowPermanentError(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	e.submit(orderWF(), "o1")
+	r0 := e.one(e.claim(base), "claim")
+	r1 := e.one(first(e.apply(at(time.Second), ok(r0, `"r"`))), "step 1")
+	reqs, rel := e.apply(at(2*time.Second), failed(r1, "card declined"))
+	if len(reqs) != 0 || rel != 1 {
+		t.Errorf("after a permanent failure: %d requests, %d released", len(reqs), rel)
+	}
+	tk, steps := e.wantState("o1", dt.Error, dt.Processed, dt.Error, dt.Pending)
+	e.wantUnlocked(tk)
+	if !strings.Contains(tk.LastError, "card declined") || !strings.Contains(steps[1].LastError, "card declined") {
+		t.Errorf("LastError: task %q, step %q", tk.LastError, steps[1].LastError)
+	}
+	evs := e.wantEvents("o1", "submitted step_started[0] step_processed[0] step_started[1] step_failed[1]! error!")
+	if n := len(evs); n > 0 && (evs[n-1].State != dt.Error || !strings.Contains(evs[n-1].Message, "card declined")) {
+		t.Errorf("error event: %+v", evs[n-1])
+	}
+	if e.c.Alerts.Load() != 2 {
+		t.Errorf("Alerts = %d, want 2", e.c.Alerts.Load())
+	}
+	if q := e.peek("payments", at(2*time.Second)); len(q) != 0 {
+		t.Errorf("failed step's request still queued: %v", reqKeys(q))
+	}
+	if again := e.claim(at(time.Hour)); len(again) != 0 {
+		t.Errorf("an Error task was claimed: %v", reqKeys(again))
+	}
+}
+
+func testFlowPermanentCompensate(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := workflow{
+		name: "trip", policy: dt.PolicyCompensate, threshold: 3, timeout: 10 * time.Second,
+		steps: []wfStep{{"flight", "air", "air-cancel"}, {"notify", "mail", ""}, {"hotel", "rooms", "rooms-cancel"}, {"car", "cars", "cars-cancel"}},
+	}
+	e.submit(w, "trip1")
+	r := e.one(e.claim(base), "claim")
+	r = e.one(first(e.apply(at(1*time.Second), ok(r, `"F"`))), "step 1")
+	r = e.one(first(e.apply(at(2*time.Second), ok(r, `"N"`))), "step 2")
+	r = e.one(first(e.apply(at(3*time.Second), ok(r, `"H"`))), "step 3")
+	c2 := e.one(first(e.apply(at(4*time.Second), failed(r, "no cars"))), "first compensation")
+
+	// Compensations run from the highest Processed step down, skipping
+	// steps without one.
+	if c2.StepIndex != 2 || c2.Kind != dt.KindCompensate || c2.Agent != "rooms-cancel" || c2.Attempt != 2 ||
+		c2.IdempotencyKey != flow.IdempotencyKey("trip1", 2, "hotel")+"/compensate" {
+		t.Errorf("first compensation request: %+v", c2)
+	}
+	tk, _ := e.wantState("trip1", dt.Compensating, dt.Processed, dt.Processed, compState(dt.Processed, dt.Processing), dt.Error)
+	if tk.LockedBy != "sched-1" || tk.CurrentStep != 2 {
+		t.Errorf("compensating task: LockedBy %q CurrentStep %d", tk.LockedBy, tk.CurrentStep)
+	}
+	q := e.peek("rooms-cancel", at(4*time.Second))
+	if len(q) != 1 || string(q[0].StepOutput) != `"H"` || string(q[0].PreviousOutput) != `"N"` {
+		t.Fatalf("compensation payload: %+v", q)
+	}
+	c0 := e.one(first(e.apply(at(5*time.Second), ok(c2, `"hotel cancelled"`))), "second compensation")
+	if c0.StepIndex != 0 || c0.Kind != dt.KindCompensate || c0.Agent != "air-cancel" {
+		t.Errorf("second compensation request: %+v", c0)
+	}
+	reqs, rel := e.apply(at(6*time.Second), ok(c0, `"flight cancelled"`))
+	if len(reqs) != 0 || rel != 1 {
+		t.Errorf("after the last compensation: %d requests, %d released", len(reqs), rel)
+	}
+	tk, steps := e.wantState("trip1", dt.Compensated,
+		compState(dt.Processed, dt.Compensated), dt.Processed, compState(dt.Processed, dt.Compensated), dt.Error)
+	e.wantUnlocked(tk)
+	if string(steps[2].Output) != `"H"` {
+		t.Errorf("compensation overwrote the step's output: %q", steps[2].Output)
+	}
+	e.wantEvents("trip1", "submitted step_started[0] step_processed[0] step_started[1] step_processed[1] step_started[2] step_processed[2] "+
+		"step_started[3] step_failed[3]! compensating compensating[2] step_compensated[2] compensating[0] step_compensated[0] compensated")
+}
+
+func testFlowCompensationFails(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	w.policy = dt.PolicyCompensate
+	e.submit(w, "o1")
+	r := e.one(e.claim(base), "claim")
+	r = e.one(first(e.apply(at(time.Second), ok(r, `"R"`))), "step 1")
+	c0 := e.one(first(e.apply(at(2*time.Second), failed(r, "declined"))), "compensation")
+	if c0.StepIndex != 0 || c0.Agent != "unreserve" {
+		t.Fatalf("compensation request: %+v", c0)
+	}
+	reqs, rel := e.apply(at(3*time.Second), failed(c0, "warehouse gone"))
+	if len(reqs) != 0 || rel != 1 {
+		t.Errorf("after a failed compensation: %d requests, %d released", len(reqs), rel)
+	}
+	tk, _ := e.wantState("o1", dt.Error, compState(dt.Processed, dt.Error), dt.Error, dt.Pending)
+	e.wantUnlocked(tk)
+	if !strings.Contains(tk.LastError, "warehouse gone") {
+		t.Errorf("LastError %q", tk.LastError)
+	}
+	evs := e.wantEvents("o1", "submitted step_started[0] step_processed[0] step_started[1] step_failed[1]! compensating compensating[0] step_failed[0]! error!")
+	if n := len(evs); n > 0 && evs[n-1].State != dt.Error {
+		t.Errorf("final event state %s", evs[n-1].State)
+	}
+	if e.c.Alerts.Load() != 3 {
+		t.Errorf("Alerts = %d, want 3", e.c.Alerts.Load())
+	}
+}
+
+func testFlowSupervisorThresholdError(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	w.retryDelay = time.Second
+	e.submit(w, "o1")
+	sv := e.leader("sup", base, time.Hour)
+	key := flow.IdempotencyKey("o1", 0, "reserve")
+
+	e.one(e.claim(base), "claim") // CompleteBy +10s
+	if n, err := e.sweep(sv, at(10*time.Second)); n != 0 || err != nil {
+		t.Fatalf("sweep at CompleteBy: %d %v; want nothing expired yet", n, err)
+	}
+	e.mustSweep(sv, at(11*time.Second), 1)
+	tk, steps := e.wantState("o1", dt.Pending, dt.Pending, dt.Pending, dt.Pending)
+	e.wantUnlocked(tk)
+	if tk.FailureCount != 1 || steps[0].FailureCount != 1 || steps[0].LockedBy != "" || steps[0].CompleteBy != nil {
+		t.Errorf("after 1st timeout: task FailureCount %d, step %+v", tk.FailureCount, steps[0])
+	}
+	if !tk.AvailableAt.Equal(at(12 * time.Second)) {
+		t.Errorf("AvailableAt after 1st timeout = %s, want now + RetryDelay = +12s", tk.AvailableAt.Sub(base))
+	}
+	if e.c.Recoveries.Load() != 1 {
+		t.Errorf("Recoveries = %d", e.c.Recoveries.Load())
+	}
+	if q := e.peek("inventory", at(11*time.Second)); len(q) != 0 {
+		t.Errorf("requests of a recovered step: %v", reqKeys(q))
+	}
+	if r := e.claim(at(11 * time.Second)); len(r) != 0 {
+		t.Errorf("claimed before the back-off: %v", reqKeys(r))
+	}
+	r := e.one(e.claim(at(12*time.Second)), "2nd dispatch") // CompleteBy +22s
+	if r.Attempt != 2 || r.IdempotencyKey != key {
+		t.Errorf("2nd dispatch: %+v", r)
+	}
+
+	e.mustSweep(sv, at(23*time.Second), 1)
+	tk, steps = e.wantState("o1", dt.Pending, dt.Pending, dt.Pending, dt.Pending)
+	if tk.FailureCount != 2 || steps[0].FailureCount != 2 || !tk.AvailableAt.Equal(at(25*time.Second)) {
+		t.Errorf("after 2nd timeout: FailureCount %d/%d AvailableAt +%s; want 2/2 and +25s (doubled back-off)",
+			tk.FailureCount, steps[0].FailureCount, tk.AvailableAt.Sub(base))
+	}
+	if r := e.claim(at(24 * time.Second)); len(r) != 0 {
+		t.Errorf("claimed before the doubled back-off: %v", reqKeys(r))
+	}
+	r = e.one(e.claim(at(25*time.Second)), "3rd dispatch") // CompleteBy +35s
+	if r.Attempt != 3 || r.IdempotencyKey != key {
+		t.Errorf("3rd dispatch: %+v", r)
+	}
+
+	// At the threshold the policy applies: Error and an alert.
+	e.mustSweep(sv, at(36*time.Second), 1)
+	tk, steps = e.wantState("o1", dt.Error, dt.Error, dt.Pending, dt.Pending)
+	e.wantUnlocked(tk)
+	if tk.FailureCount != 3 || steps[0].FailureCount != 3 || tk.LastError == "" {
+		t.Errorf("at the threshold: FailureCount %d/%d LastError %q", tk.FailureCount, steps[0].FailureCount, tk.LastError)
+	}
+	evs := e.wantEvents("o1", "submitted step_started[0] step_timed_out[0] step_retry[0] step_started[0] step_timed_out[0] step_retry[0] "+
+		"step_started[0] step_timed_out[0] error!")
+	for _, ev := range evs {
+		if ev.Type == dt.EventStepTimedOut || ev.Type == dt.EventError || ev.Type == dt.EventStepRetry {
+			if ev.Actor != "sup" || ev.Term != sv.Term {
+				t.Errorf("supervisor event %s by %q term %d, want sup term %d", ev.Type, ev.Actor, ev.Term, sv.Term)
+			}
+		}
+	}
+	if e.c.Recoveries.Load() != 2 || e.c.Alerts.Load() != 1 {
+		t.Errorf("Recoveries %d Alerts %d; want 2, 1", e.c.Recoveries.Load(), e.c.Alerts.Load())
+	}
+	if n, err := e.sweep(sv, at(time.Minute)); n != 0 || err != nil {
+		t.Errorf("sweep after Error: %d %v", n, err)
+	}
+	if r := e.claim(at(time.Hour)); len(r) != 0 {
+		t.Errorf("Error task claimed: %v", reqKeys(r))
+	}
+}
+
+func testFlowSupervisorThresholdCompensate(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	w.policy, w.threshold = dt.PolicyCompensate, 2
+	e.submit(w, "o1")
+	sv := e.leader("sup", base, time.Hour)
+	r := e.one(e.claim(base), "claim")
+	e.one(first(e.apply(at(time.Second), ok(r, `"R"`))), "step 1") // CompleteBy +11s
+
+	e.mustSweep(sv, at(12*time.Second), 1)
+	e.wantState("o1", dt.Pending, dt.Processed, dt.Pending, dt.Pending)
+	e.one(e.claim(at(12*time.Second)), "step 1 again") // CompleteBy +22s
+	e.mustSweep(sv, at(23*time.Second), 1)
+	tk, _ := e.wantState("o1", dt.Compensating, dt.Processed, dt.Error, dt.Pending)
+	e.wantUnlocked(tk)
+
+	// A scheduler picks the Compensating task up and undoes step 0.
+	c := e.one(e.claim(at(23*time.Second)), "compensation")
+	if c.Kind != dt.KindCompensate || c.StepIndex != 0 || c.Agent != "unreserve" || c.Attempt != 2 {
+		t.Errorf("compensation request: %+v", c)
+	}
+	// The compensation times out too: retried below the threshold...
+	e.mustSweep(sv, c.CompleteBy.Add(time.Second), 1)
+	tk, steps := e.wantState("o1", dt.Compensating, compState(dt.Processed, dt.Pending), dt.Error, dt.Pending)
+	e.wantUnlocked(tk)
+	if steps[0].FailureCount != 1 {
+		t.Errorf("compensation FailureCount %d, want 1", steps[0].FailureCount)
+	}
+	now := c.CompleteBy.Add(time.Second)
+	c = e.one(e.claim(now), "compensation again")
+	if c.Kind != dt.KindCompensate || c.Attempt != 3 {
+		t.Errorf("compensation retry: %+v", c)
+	}
+	// ...and then Error with an alert.
+	e.mustSweep(sv, c.CompleteBy.Add(time.Second), 1)
+	tk, _ = e.wantState("o1", dt.Error, compState(dt.Processed, dt.Error), dt.Error, dt.Pending)
+	e.wantUnlocked(tk)
+	e.wantEvents("o1", "submitted step_started[0] step_processed[0] step_started[1] step_timed_out[1] step_retry[1] step_started[1] "+
+		"step_timed_out[1] step_failed[1]! compensating compensating[0] step_timed_out[0] step_retry[0] compensating[0] step_timed_out[0] error!")
+}
+
+func testFlowSweepNotLeader(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	e.submit(orderWF(), "o1")
+	e.one(e.claim(base), "claim") // CompleteBy +10s
+	now := at(time.Minute)
+	before := e.snapshot([]string{"o1"}, orderAgents)
+	check := func(what string, sv *flow.Supervisor, now time.Time) {
+		t.Helper()
+		n, err := e.sweep(sv, now)
+		if !errors.Is(err, flow.ErrNotLeader) || n != 0 {
+			t.Errorf("%s: Sweep = %d, %v; want 0, ErrNotLeader", what, n, err)
+		}
+		if after := e.snapshot([]string{"o1"}, orderAgents); after != before {
+			t.Errorf("%s: the store changed:\nbefore %s\nafter  %s", what, before, after)
+		}
+	}
+	check("no lease at all", &flow.Supervisor{Instance: "A", Term: 1, Lease: "supervisor"}, now)
+
+	a := e.leader("A", now, 10*time.Second) // A leads in term 1 until +70s
+	before = e.snapshot([]string{"o1"}, orderAgents)
+	check("another instance", &flow.Supervisor{Instance: "B", Term: a.Term, Lease: "supervisor"}, now)
+	check("the holder with a wrong term", &flow.Supervisor{Instance: "A", Term: a.Term + 1, Lease: "supervisor"}, now)
+	check("the holder once its lease expired", a, at(70*time.Second))
+
+	b := e.leader("B", at(71*time.Second), 10*time.Second)
+	if b.Term <= a.Term {
+		t.Fatalf("B's term %d not above A's %d", b.Term, a.Term)
+	}
+	before = e.snapshot([]string{"o1"}, orderAgents)
+	check("the deposed leader with its old term", a, at(72*time.Second))
+	check("the deposed leader claiming the new term", &flow.Supervisor{Instance: "A", Term: b.Term, Lease: "supervisor"}, at(72*time.Second))
+	if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+		return a.CheckLeader(ctx, x, at(72*time.Second))
+	}); !errors.Is(err, flow.ErrNotLeader) {
+		t.Errorf("CheckLeader of the deposed leader = %v", err)
+	}
+	// The real leader acts.
+	e.mustSweep(b, at(72*time.Second), 1)
+	evs := e.events("o1")
+	for _, ev := range evs {
+		if ev.Type == dt.EventStepTimedOut && (ev.Actor != "B" || ev.Term != b.Term) {
+			t.Errorf("timed out event by %q term %d, want B term %d", ev.Actor, ev.Term, b.Term)
+		}
+	}
+}
+
+func testFlowCancelResubmit(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	e.submit(orderWF(), "o1")
+	r0 := e.one(e.claim(base), "claim")
+	r1 := e.one(first(e.apply(at(time.Second), ok(r0, `"R"`))), "step 1")
+
+	var (
+		tk  *dt.Task
+		err error
+	)
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		tk, err = flow.Cancel(ctx, x, "o1", "operator", "customer changed their mind", at(2*time.Second))
+		return err
+	})
+	if tk.ProcessState != dt.Cancelled {
+		t.Errorf("Cancel returned %s", tk.ProcessState)
+	}
+	tk, steps := e.wantState("o1", dt.Cancelled, dt.Processed, dt.Cancelled, dt.Cancelled)
+	e.wantUnlocked(tk)
+	if steps[1].LockedBy != "" || steps[1].CompleteBy != nil {
+		t.Errorf("cancelled step still held: %+v", steps[1])
+	}
+	if q := e.peek("payments", at(2*time.Second)); len(q) != 0 {
+		t.Errorf("cancelled step's request still queued: %v", reqKeys(q))
+	}
+	evs := e.events("o1")
+	if last := evs[len(evs)-1]; last.Type != dt.EventCancelled || last.Actor != "operator" || last.Message != "customer changed their mind" || last.State != dt.Cancelled {
+		t.Errorf("cancelled event: %+v", last)
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		_, err := flow.Cancel(ctx, x, "o1", "operator", "again", at(3*time.Second))
+		wantErrIs(t, err, flow.ErrAlreadyFinal, "Cancel of a Cancelled task")
+		_, err = flow.Cancel(ctx, x, "missing", "operator", "", at(3*time.Second))
+		wantErrIs(t, err, store.ErrNotFound, "Cancel of a missing task")
+		_, err = flow.Resubmit(ctx, x, "missing", "operator", -1, at(3*time.Second))
+		wantErrIs(t, err, store.ErrNotFound, "Resubmit of a missing task")
+		return nil
+	})
+
+	// The call in flight answers after the cancel: discarded.
+	e.apply(at(3*time.Second), ok(r1, `"charged anyway"`))
+	if e.c.LateReplies.Load() != 1 {
+		t.Errorf("LateReplies = %d", e.c.LateReplies.Load())
+	}
+	e.wantState("o1", dt.Cancelled, dt.Processed, dt.Cancelled, dt.Cancelled)
+
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		tk, err = flow.Resubmit(ctx, x, "o1", "ops", -1, at(4*time.Second))
+		return err
+	})
+	tk, steps = e.wantState("o1", dt.Pending, dt.Processed, dt.Pending, dt.Pending)
+	e.wantUnlocked(tk)
+	if !tk.AvailableAt.Equal(at(4*time.Second)) || tk.FailureCount != 0 || tk.LastError != "" {
+		t.Errorf("resubmitted task: %+v", tk)
+	}
+	for i, s := range steps {
+		if want := flow.IdempotencyKey("o1", i, orderWF().steps[i].name); s.IdempotencyKey != want {
+			t.Errorf("step %d key %q after resubmit, want %q", i, s.IdempotencyKey, want)
+		}
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		_, err := flow.Resubmit(ctx, x, "o1", "ops", -1, at(4*time.Second))
+		wantErrIs(t, err, flow.ErrNotResubmittable, "Resubmit of a Pending task")
+		return nil
+	})
+	r1b := e.one(e.claim(at(4*time.Second)), "after resubmit")
+	if r1b.StepIndex != 1 || r1b.Attempt != 2 || r1b.IdempotencyKey != r1.IdempotencyKey {
+		t.Errorf("resubmitted dispatch: step %d attempt %d key %q; want step 1 attempt 2 key %q", r1b.StepIndex, r1b.Attempt, r1b.IdempotencyKey, r1.IdempotencyKey)
+	}
+	r2 := e.one(first(e.apply(at(5*time.Second), ok(r1b, `"C"`))), "step 2")
+	e.apply(at(6*time.Second), ok(r2, `"S"`))
+	tk, _ = e.wantState("o1", dt.Processed, dt.Processed, dt.Processed, dt.Processed)
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		_, err := flow.Resubmit(ctx, x, "o1", "ops", -1, at(7*time.Second))
+		wantErrIs(t, err, flow.ErrNotResubmittable, "Resubmit of a Processed task")
+		_, err = flow.Cancel(ctx, x, "o1", "ops", "", at(7*time.Second))
+		wantErrIs(t, err, flow.ErrAlreadyFinal, "Cancel of a Processed task")
+		return nil
+	})
+	e.wantEvents("o1", "submitted step_started[0] step_processed[0] step_started[1] cancelled reply_discarded[1] resubmitted "+
+		"step_started[1] step_processed[1] step_started[2] step_processed[2] processed")
+}
+
+func testFlowResubmitFromStep(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	e.submit(orderWF(), "o1")
+	r0 := e.one(e.claim(base), "claim")
+	r1 := e.one(first(e.apply(at(time.Second), ok(r0, `"R"`))), "step 1")
+	e.apply(at(2*time.Second), failed(r1, "declined"))
+	e.wantState("o1", dt.Error, dt.Processed, dt.Error, dt.Pending)
+
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		_, err := flow.Resubmit(ctx, x, "o1", "ops", 3, at(3*time.Second))
+		wantErrIs(t, err, flow.ErrBadStep, "Resubmit from a step that does not exist")
+		return nil
+	})
+	e.wantState("o1", dt.Error, dt.Processed, dt.Error, dt.Pending)
+
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		_, err := flow.Resubmit(ctx, x, "o1", "ops", 0, at(3*time.Second))
+		return err
+	})
+	tk, steps := e.wantState("o1", dt.Pending, dt.Pending, dt.Pending, dt.Pending)
+	if tk.LastError != "" || steps[1].LastError != "" || steps[0].FinishedAt != nil {
+		t.Errorf("resubmit from step 0 kept old results: task %q step1 %q step0 finished %v", tk.LastError, steps[1].LastError, steps[0].FinishedAt)
+	}
+	evs := e.events("o1")
+	if last := evs[len(evs)-1]; last.Type != dt.EventResubmitted || last.StepIndex != 0 || last.Actor != "ops" {
+		t.Errorf("resubmitted event: %+v", last)
+	}
+	a := e.one(e.claim(at(3*time.Second)), "step 0 again")
+	if a.StepIndex != 0 || a.Attempt != 2 || a.IdempotencyKey != r0.IdempotencyKey {
+		t.Errorf("step 0 redo: %+v", a)
+	}
+	b := e.one(first(e.apply(at(4*time.Second), ok(a, `"R2"`))), "step 1 again")
+	if b.StepIndex != 1 || b.Attempt != 2 || b.IdempotencyKey != r1.IdempotencyKey {
+		t.Errorf("step 1 redo: %+v", b)
+	}
+	c := e.one(first(e.apply(at(5*time.Second), ok(b, `"C"`))), "step 2")
+	e.apply(at(6*time.Second), ok(c, `"S"`))
+	e.wantState("o1", dt.Processed, dt.Processed, dt.Processed, dt.Processed)
+}
+
+func testFlowResubmitCompensation(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	w.policy = dt.PolicyCompensate
+	e.submit(w, "o1")
+	r := e.one(e.claim(base), "claim")
+	r = e.one(first(e.apply(at(time.Second), ok(r, `"R"`))), "step 1")
+	r = e.one(first(e.apply(at(2*time.Second), ok(r, `"C"`))), "step 2")
+	c1 := e.one(first(e.apply(at(3*time.Second), failed(r, "no truck"))), "refund")
+	e.apply(at(4*time.Second), failed(c1, "bank down"))
+	e.wantState("o1", dt.Error, dt.Processed, compState(dt.Processed, dt.Error), dt.Error)
+
+	var tk *dt.Task
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		tk, err = flow.Resubmit(ctx, x, "o1", "ops", -1, at(5*time.Second))
+		return err
+	})
+	tk, _ = e.wantState("o1", dt.Compensating, dt.Processed, compState(dt.Processed, dt.Pending), dt.Error)
+	e.wantUnlocked(tk)
+	c1b := e.one(e.claim(at(5*time.Second)), "refund again")
+	if c1b.StepIndex != 1 || c1b.Kind != dt.KindCompensate || c1b.Agent != "refund" || c1b.Attempt != c1.Attempt+1 ||
+		c1b.IdempotencyKey != c1.IdempotencyKey {
+		t.Errorf("resumed compensation: %+v (first was %+v)", c1b, c1)
+	}
+	c0 := e.one(first(e.apply(at(6*time.Second), ok(c1b, `"refunded"`))), "unreserve")
+	if c0.StepIndex != 0 || c0.Agent != "unreserve" {
+		t.Errorf("next compensation: %+v", c0)
+	}
+	e.apply(at(7*time.Second), ok(c0, `"unreserved"`))
+	tk, _ = e.wantState("o1", dt.Compensated, compState(dt.Processed, dt.Compensated), compState(dt.Processed, dt.Compensated), dt.Error)
+	e.wantUnlocked(tk)
+}
+
+func testFlowConcurrentSchedulers(t *testing.T, d store.Driver) {
+	const n = 200
+	w := orderWF()
+	var subs []flow.Submission
+	for i := range n {
+		subs = append(subs, w.submission(fmt.Sprintf("o%03d", i), `{}`, base))
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		_, err := flow.Submit(ctx, x, subs)
+		return err
+	})
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		reqs []*dt.AgentRequest
+		errs []error
+	)
+	for i := range 4 {
+		m := &flow.Machine{Instance: fmt.Sprintf("sched-%d", i)}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				var got []*dt.AgentRequest
+				err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+					var err error
+					got, _, err = m.Claim(ctx, x, base, 7)
+					return err
+				})
+				mu.Lock()
+				reqs = append(reqs, got...)
+				if err != nil {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+				if err != nil || len(got) == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, r := range reqs {
+		if prev, dup := seen[r.TaskID]; dup {
+			t.Errorf("task %s dispatched by %s and %s", r.TaskID, prev, r.Scheduler)
+		}
+		seen[r.TaskID] = r.Scheduler
+	}
+	if len(seen) != n {
+		t.Errorf("%d tasks dispatched, want %d", len(seen), n)
+	}
+	if q := newEnv(t, d).peek("inventory", base); len(q) != n {
+		t.Errorf("%d requests queued, want %d", len(q), n)
+	}
+	for _, id := range []string{"o000", "o123", "o199"} {
+		tk := getTask(t, d, id)
+		if tk.LockedBy != seen[id] || getSteps(t, d, id)[0].Attempt != 1 {
+			t.Errorf("task %s held by %q, dispatched by %q", id, tk.LockedBy, seen[id])
+		}
+	}
+}

@@ -1,0 +1,564 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+func taskCases() []testCase {
+	return []testCase{
+		{"InsertRoundTrip", testTaskInsertRoundTrip},
+		{"InsertConflict", testTaskInsertConflict},
+		{"GetNotFound", testTaskGetNotFound},
+		{"GetMany", testTaskGetMany},
+		{"List", testTaskList},
+		{"CountByState", testTaskCountByState},
+		{"ClaimClaimable", testTaskClaimClaimable},
+		{"ClaimOldestFirstAndLimit", testTaskClaimOldestFirst},
+		{"ClaimConcurrent", testTaskClaimConcurrent},
+		{"ListLockedBy", testTaskListLockedBy},
+		{"ListExpired", testTaskListExpired},
+		{"UpdateManyRoundTrip", testTaskUpdateMany},
+	}
+}
+
+func testTaskInsertRoundTrip(t *testing.T, d store.Driver) {
+	fresh, full := newTask("fresh"), fullTask("full")
+	insertTasks(t, d, fresh, full)
+	checkEqual(t, "fresh task", getTask(t, d, "fresh"), fresh)
+	checkEqual(t, "task with every field set", getTask(t, d, "full"), full)
+
+	// Reading inside a write transaction gives the same.
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		got, err := x.TaskGet(ctx, "full")
+		if err != nil {
+			return err
+		}
+		checkEqual(t, "task read in a transaction", got, full)
+		return nil
+	})
+
+	// An empty call inserts nothing and does not fail.
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		ins, err := x.TaskInsertMany(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if len(ins) != 0 {
+			t.Errorf("TaskInsertMany(nil) = %v, want empty", ins)
+		}
+		return nil
+	})
+}
+
+func testTaskInsertConflict(t *testing.T, d store.Driver) {
+	orig := newTask("dup")
+	insertTasks(t, d, orig)
+
+	other := fullTask("dup")
+	other.Workflow = "other"
+	other.Input = []byte(`{"other":true}`)
+	other.InputHash = "different"
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		ins, err := x.TaskInsertMany(ctx, []*dt.Task{newTask("new1"), other, newTask("new2")})
+		if err != nil {
+			return err
+		}
+		if fmt.Sprint(ins) != "[true false true]" {
+			t.Errorf("inserted = %v, want [true false true]", ins)
+		}
+		return nil
+	})
+	checkEqual(t, "task after a conflicting insert", getTask(t, d, "dup"), orig)
+	getTask(t, d, "new1")
+	getTask(t, d, "new2")
+}
+
+func testTaskGetNotFound(t *testing.T, d store.Driver) {
+	_, err := d.Reader().TaskGet(context.Background(), "missing")
+	wantErrIs(t, err, store.ErrNotFound, "TaskGet on the reader")
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		_, err := x.TaskGet(ctx, "missing")
+		wantErrIs(t, err, store.ErrNotFound, "TaskGet in a transaction")
+		return nil
+	})
+}
+
+func testTaskGetMany(t *testing.T, d store.Driver) {
+	a, b, c := newTask("a"), fullTask("b"), newTask("c")
+	insertTasks(t, d, a, b, c)
+	got, err := d.Reader().TaskGetMany(context.Background(), []string{"c", "missing", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameSet(taskIDs(got), []string{"b", "c"}) {
+		t.Fatalf("TaskGetMany = %v, want b and c", taskIDs(got))
+	}
+	for _, g := range got {
+		want := c
+		if g.ID == "b" {
+			want = b
+		}
+		checkEqual(t, "task "+g.ID, g, want)
+	}
+	got, err = d.Reader().TaskGetMany(context.Background(), nil)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("TaskGetMany(nil) = %v, %v; want nothing", taskIDs(got), err)
+	}
+}
+
+func testTaskList(t *testing.T, d store.Driver) {
+	var tasks []*dt.Task
+	for i := range 10 {
+		tk := newTask(fmt.Sprintf("t%02d", i))
+		if i%2 == 1 {
+			tk.Workflow = "odd"
+		}
+		switch i % 3 {
+		case 1:
+			tk.ProcessState = dt.Error
+		case 2:
+			tk.ProcessState = dt.Processed
+		}
+		tasks = append(tasks, tk)
+	}
+	// Insert out of ID order.
+	insertTasks(t, d, append(tasks[5:], tasks[:5]...)...)
+	ctx := context.Background()
+	list := func(p store.TaskListParams) []string {
+		t.Helper()
+		got, err := d.Reader().TaskList(ctx, p)
+		if err != nil {
+			t.Fatalf("TaskList(%+v): %v", p, err)
+		}
+		return taskIDs(got)
+	}
+	cases := []struct {
+		p    store.TaskListParams
+		want string
+	}{
+		{store.TaskListParams{}, "[t00 t01 t02 t03 t04 t05 t06 t07 t08 t09]"},
+		{store.TaskListParams{Limit: 3}, "[t00 t01 t02]"},
+		{store.TaskListParams{AfterID: "t02", Limit: 3}, "[t03 t04 t05]"},
+		{store.TaskListParams{AfterID: "t08"}, "[t09]"},
+		{store.TaskListParams{AfterID: "t09"}, "[]"},
+		{store.TaskListParams{Workflow: "odd"}, "[t01 t03 t05 t07 t09]"},
+		{store.TaskListParams{States: []dt.ProcessState{dt.Error}}, "[t01 t04 t07]"},
+		{store.TaskListParams{States: []dt.ProcessState{dt.Error, dt.Processed}}, "[t01 t02 t04 t05 t07 t08]"},
+		{store.TaskListParams{States: []dt.ProcessState{dt.Error, dt.Processed}, Workflow: "wf", AfterID: "t02", Limit: 2}, "[t04 t08]"},
+		{store.TaskListParams{States: []dt.ProcessState{dt.Compensating}}, "[]"},
+		{store.TaskListParams{Workflow: "none"}, "[]"},
+	}
+	for _, c := range cases {
+		if got := fmt.Sprint(list(c.p)); got != c.want {
+			t.Errorf("TaskList(%+v) = %s, want %s (in ID order)", c.p, got, c.want)
+		}
+	}
+	// Keyset pagination walks every task exactly once.
+	var all []string
+	after := ""
+	for {
+		page := list(store.TaskListParams{AfterID: after, Limit: 4})
+		if len(page) == 0 {
+			break
+		}
+		all = append(all, page...)
+		after = page[len(page)-1]
+	}
+	if fmt.Sprint(all) != cases[0].want {
+		t.Errorf("paginated walk = %v", all)
+	}
+	// Fields survive listing.
+	got, err := d.Reader().TaskList(ctx, store.TaskListParams{AfterID: "t04", Limit: 1})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("TaskList: %v %v", taskIDs(got), err)
+	}
+	checkEqual(t, "listed task", got[0], tasks[5])
+}
+
+func testTaskCountByState(t *testing.T, d store.Driver) {
+	ctx := context.Background()
+	counts, err := d.Reader().TaskCountByState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, n := range counts {
+		if n != 0 {
+			t.Errorf("empty store: count[%s] = %d", s, n)
+		}
+	}
+	if n, err := d.Reader().TaskCountActive(ctx); err != nil || n != 0 {
+		t.Errorf("empty store: TaskCountActive = %d, %v", n, err)
+	}
+	want := map[dt.ProcessState]int{dt.Pending: 3, dt.Processing: 1, dt.Error: 2, dt.Cancelled: 1,
+		dt.Compensating: 2, dt.Processed: 4, dt.Compensated: 1}
+	i := 0
+	for s, n := range want {
+		for j := range n {
+			tk := newTask(fmt.Sprintf("t%d", i))
+			tk.ProcessState = s
+			// As the state machine keeps them: Processing tasks are held,
+			// Compensating ones held or waiting for a scheduler.
+			if s == dt.Processing || (s == dt.Compensating && j == 0) {
+				tk.LockedBy, tk.CompleteBy = "sched", tp(at(time.Minute))
+			}
+			insertTasks(t, d, tk)
+			i++
+		}
+	}
+	counts, err = d.Reader().TaskCountByState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range dt.AllStates {
+		if counts[s] != want[s] {
+			t.Errorf("count[%s] = %d, want %d", s, counts[s], want[s])
+		}
+	}
+	// Active: not final (Pending, Processing, Compensating), held or not.
+	if n, err := d.Reader().TaskCountActive(ctx); err != nil || n != 6 {
+		t.Errorf("TaskCountActive = %d, %v; want 6", n, err)
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		n, err := x.TaskCountActive(ctx)
+		if err != nil || n != 6 {
+			t.Errorf("TaskCountActive in a transaction = %d, %v; want 6", n, err)
+		}
+		return err
+	})
+}
+
+func testTaskClaimClaimable(t *testing.T, d store.Driver) {
+	ctx := context.Background()
+	mk := func(id string, state dt.ProcessState, lockedBy string, avail time.Duration) *dt.Task {
+		tk := newTask(id)
+		tk.ProcessState, tk.LockedBy, tk.AvailableAt = state, lockedBy, at(avail)
+		if lockedBy != "" {
+			tk.CompleteBy = tp(at(time.Hour))
+		}
+		return tk
+	}
+	tasks := []*dt.Task{
+		mk("pending", dt.Pending, "", -time.Second),
+		mk("pending-now", dt.Pending, "", 0), // available exactly at Now
+		mk("pending-later", dt.Pending, "", time.Microsecond),
+		mk("comp-free", dt.Compensating, "", -time.Second),
+		mk("comp-held", dt.Compensating, "other", -time.Second),
+		mk("comp-later", dt.Compensating, "", time.Second),
+		mk("processing", dt.Processing, "other", -time.Second),
+		mk("processed", dt.Processed, "", -time.Second),
+		mk("error", dt.Error, "", -time.Second),
+		mk("compensated", dt.Compensated, "", -time.Second),
+		mk("cancelled", dt.Cancelled, "", -time.Second),
+	}
+	insertTasks(t, d, tasks...)
+	var claimed []*dt.Task
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		claimed, err = x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s1", Now: base, Limit: 100})
+		return err
+	})
+	if !sameSet(taskIDs(claimed), []string{"pending", "pending-now", "comp-free"}) {
+		t.Fatalf("TaskClaim = %v, want pending, pending-now, comp-free", sorted(taskIDs(claimed)))
+	}
+	for _, c := range claimed {
+		want := dt.Processing
+		if c.ID == "comp-free" {
+			want = dt.Compensating
+		}
+		if c.ProcessState != want || c.LockedBy != "s1" {
+			t.Errorf("claimed %s returned as %s locked by %q, want %s locked by s1", c.ID, c.ProcessState, c.LockedBy, want)
+		}
+		stored := getTask(t, d, c.ID)
+		if stored.ProcessState != want || stored.LockedBy != "s1" {
+			t.Errorf("claimed %s stored as %s locked by %q, want %s locked by s1", c.ID, stored.ProcessState, stored.LockedBy, want)
+		}
+		checkEqual(t, "claimed task "+c.ID+" as returned vs stored", c, stored, "UpdatedAt")
+	}
+	// Nothing else changed.
+	for _, tk := range tasks {
+		if contains(taskIDs(claimed), tk.ID) {
+			continue
+		}
+		checkEqual(t, "unclaimed task "+tk.ID, getTask(t, d, tk.ID), tk)
+	}
+	// Already locked: a second claim, even by the same instance, gets nothing.
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		for _, inst := range []string{"s2", "s1"} {
+			again, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: inst, Now: base, Limit: 100})
+			if err != nil {
+				return err
+			}
+			if len(again) != 0 {
+				t.Errorf("second claim by %s got %v", inst, taskIDs(again))
+			}
+		}
+		return nil
+	})
+	// Later, the later ones come.
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		later, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s2", Now: at(time.Second), Limit: 100})
+		if err != nil {
+			return err
+		}
+		if !sameSet(taskIDs(later), []string{"pending-later", "comp-later"}) {
+			t.Errorf("claim at +1s = %v, want pending-later, comp-later", taskIDs(later))
+		}
+		return nil
+	})
+	_ = ctx
+}
+
+func testTaskClaimOldestFirst(t *testing.T, d store.Driver) {
+	// IDs sort the opposite way from availability.
+	var tasks []*dt.Task
+	for i := range 6 {
+		tk := newTask(fmt.Sprintf("t%d", 9-i))
+		tk.AvailableAt = at(time.Duration(i) * time.Second)
+		tasks = append(tasks, tk)
+	}
+	insertTasks(t, d, tasks[3], tasks[0], tasks[5], tasks[1], tasks[4], tasks[2])
+	claim := func(limit int) []string {
+		var got []*dt.Task
+		inTx(t, d, func(ctx context.Context, x store.Executor) error {
+			var err error
+			got, err = x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s", Now: at(time.Hour), Limit: limit})
+			return err
+		})
+		return taskIDs(got)
+	}
+	if got := claim(2); !sameSet(got, []string{"t9", "t8"}) {
+		t.Errorf("first claim of 2 = %v, want the two oldest t9, t8", got)
+	}
+	if got := claim(3); !sameSet(got, []string{"t7", "t6", "t5"}) {
+		t.Errorf("second claim of 3 = %v, want t7, t6, t5", got)
+	}
+	if got := claim(3); !sameSet(got, []string{"t4"}) {
+		t.Errorf("third claim = %v, want t4", got)
+	}
+	if got := claim(3); len(got) != 0 {
+		t.Errorf("fourth claim = %v, want nothing", got)
+	}
+}
+
+func testTaskClaimConcurrent(t *testing.T, d store.Driver) {
+	const (
+		total    = 500
+		claimers = 8
+		batch    = 10
+	)
+	tasks := make([]*dt.Task, total)
+	for i := range tasks {
+		tasks[i] = newTask(fmt.Sprintf("t%04d", i))
+		tasks[i].AvailableAt = at(time.Duration(i%7) * time.Millisecond)
+	}
+	insertTasks(t, d, tasks...)
+
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		by   = map[string]string{} // task → claimer
+		dups []string
+		errs []error
+	)
+	for c := range claimers {
+		inst := fmt.Sprintf("claimer-%d", c)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				var got []*dt.Task
+				err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+					var err error
+					got, err = x.TaskClaim(ctx, store.TaskClaimParams{Instance: inst, Now: at(time.Second), Limit: batch})
+					return err
+				})
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("%s: %w", inst, err))
+					mu.Unlock()
+					return
+				}
+				if len(got) > batch {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("%s claimed %d > limit %d", inst, len(got), batch))
+					mu.Unlock()
+				}
+				mu.Lock()
+				for _, tk := range got {
+					if prev, ok := by[tk.ID]; ok {
+						dups = append(dups, fmt.Sprintf("%s by %s and %s", tk.ID, prev, inst))
+					}
+					by[tk.ID] = inst
+				}
+				mu.Unlock()
+				if len(got) == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("claimers failed: %v", err)
+	}
+	if len(dups) > 0 {
+		t.Fatalf("tasks claimed twice: %v", dups)
+	}
+	if len(by) != total {
+		t.Fatalf("claimed %d distinct tasks, want all %d", len(by), total)
+	}
+	stored, err := d.Reader().TaskList(context.Background(), store.TaskListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range stored {
+		if tk.ProcessState != dt.Processing || tk.LockedBy != by[tk.ID] {
+			t.Errorf("task %s stored %s locked by %q, claimed by %q", tk.ID, tk.ProcessState, tk.LockedBy, by[tk.ID])
+		}
+	}
+}
+
+func testTaskListLockedBy(t *testing.T, d store.Driver) {
+	mk := func(id, lockedBy string, state dt.ProcessState) *dt.Task {
+		tk := newTask(id)
+		tk.ProcessState, tk.LockedBy = state, lockedBy
+		if lockedBy != "" {
+			tk.CompleteBy = tp(at(time.Minute))
+		}
+		return tk
+	}
+	insertTasks(t, d,
+		mk("a1", "A", dt.Processing), mk("a2", "A", dt.Compensating), mk("a3", "A", dt.Processing),
+		mk("b1", "B", dt.Processing), mk("free", "", dt.Pending), mk("done", "", dt.Processed))
+	ctx := context.Background()
+	got, err := d.Reader().TaskListLockedBy(ctx, "A", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameSet(taskIDs(got), []string{"a1", "a2", "a3"}) {
+		t.Errorf("TaskListLockedBy(A) = %v, want a1 a2 a3", taskIDs(got))
+	}
+	for _, g := range got {
+		checkEqual(t, "held task "+g.ID, g, getTask(t, d, g.ID))
+	}
+	got, err = d.Reader().TaskListLockedBy(ctx, "A", 2)
+	if err != nil || len(got) != 2 {
+		t.Errorf("TaskListLockedBy(A, limit 2) = %v, %v; want 2 tasks", taskIDs(got), err)
+	}
+	got, err = d.Reader().TaskListLockedBy(ctx, "nobody", 10)
+	if err != nil || len(got) != 0 {
+		t.Errorf("TaskListLockedBy(nobody) = %v, %v", taskIDs(got), err)
+	}
+	for inst, want := range map[string]int{"A": 3, "B": 1, "nobody": 0} {
+		n, err := d.Reader().TaskCountLockedBy(ctx, inst)
+		if err != nil || n != want {
+			t.Errorf("TaskCountLockedBy(%s) = %d, %v; want %d", inst, n, err, want)
+		}
+	}
+}
+
+func testTaskListExpired(t *testing.T, d store.Driver) {
+	mk := func(id, lockedBy string, completeBy time.Duration) *dt.Task {
+		tk := newTask(id)
+		tk.ProcessState, tk.LockedBy, tk.CompleteBy = dt.Processing, lockedBy, tp(at(completeBy))
+		return tk
+	}
+	free := newTask("free") // not held: never expired
+	free.CompleteBy = tp(at(-time.Hour))
+	insertTasks(t, d, mk("e1", "A", -3*time.Second), mk("e2", "B", -2*time.Second), mk("e3", "A", -time.Microsecond),
+		mk("live", "A", time.Second), free)
+	ctx := context.Background()
+	got, err := d.Reader().TaskListExpired(ctx, base, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameSet(taskIDs(got), []string{"e1", "e2", "e3"}) {
+		t.Errorf("TaskListExpired = %v, want e1 e2 e3", taskIDs(got))
+	}
+	got, err = d.Reader().TaskListExpired(ctx, base, 2)
+	if err != nil || len(got) != 2 {
+		t.Errorf("TaskListExpired(limit 2) = %v, %v", taskIDs(got), err)
+	}
+	got, err = d.Reader().TaskListExpired(ctx, at(-time.Hour), 100)
+	if err != nil || len(got) != 0 {
+		t.Errorf("TaskListExpired an hour earlier = %v, %v; want none", taskIDs(got), err)
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		got, err := x.TaskListExpired(ctx, at(2*time.Second), 100)
+		if err != nil {
+			return err
+		}
+		if !sameSet(taskIDs(got), []string{"e1", "e2", "e3", "live"}) {
+			t.Errorf("TaskListExpired at +2s in a transaction = %v", taskIDs(got))
+		}
+		return nil
+	})
+}
+
+func testTaskUpdateMany(t *testing.T, d store.Driver) {
+	a, b := newTask("a"), fullTask("b")
+	insertTasks(t, d, a, b)
+
+	// a: every mutable field from empty to set; b: every nullable one to null.
+	a2 := *a
+	a2.ProcessState = dt.Compensating
+	a2.LockedBy = "sched-1"
+	a2.CompleteBy = tp(at(time.Minute))
+	a2.FailureCount = 4
+	a2.CurrentStep = 1
+	a2.Output = []byte(`"out"`)
+	a2.LastError = "why"
+	a2.AvailableAt = at(time.Hour)
+	a2.UpdatedAt = at(2 * time.Hour)
+	b2 := *b
+	b2.ProcessState = dt.Error
+	b2.LockedBy = ""
+	b2.CompleteBy = nil
+	b2.FailureCount = 0
+	b2.CurrentStep = 0
+	b2.Output = nil
+	b2.LastError = ""
+	b2.AvailableAt = at(3 * time.Hour)
+	b2.UpdatedAt = at(4 * time.Hour)
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.TaskUpdateMany(ctx, []*dt.Task{&a2, &b2})
+	})
+	checkEqual(t, "task a updated", getTask(t, d, "a"), &a2)
+	checkEqual(t, "task b updated to nulls", getTask(t, d, "b"), &b2)
+
+	// And back: null to set, set to null.
+	b3 := b2
+	b3.ProcessState = dt.Processing
+	b3.LockedBy = "sched-2"
+	b3.CompleteBy = tp(at(5 * time.Hour))
+	b3.Output = []byte(`{"again":1}`)
+	b3.LastError = "again"
+	a3 := a2
+	a3.LockedBy, a3.CompleteBy, a3.Output, a3.LastError = "", nil, nil, ""
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.TaskUpdateMany(ctx, []*dt.Task{&b3, &a3})
+	})
+	checkEqual(t, "task a back to nulls", getTask(t, d, "a"), &a3)
+	checkEqual(t, "task b back from nulls", getTask(t, d, "b"), &b3)
+
+	// The identity of a task is not mutable.
+	a4 := a3
+	a4.Workflow, a4.Input, a4.InputHash, a4.CreatedAt, a4.StepCount = "changed", []byte(`1`), "changed", at(9*time.Hour), 9
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.TaskUpdateMany(ctx, []*dt.Task{&a4})
+	})
+	got := getTask(t, d, "a")
+	if got.Workflow != a.Workflow || !eqBytes(got.Input, a.Input) || got.InputHash != a.InputHash ||
+		!got.CreatedAt.Equal(a.CreatedAt) || got.StepCount != a.StepCount {
+		t.Errorf("TaskUpdateMany changed immutable fields: %+v", got)
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.TaskUpdateMany(ctx, nil) })
+}
