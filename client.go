@@ -342,6 +342,7 @@ type Stats struct {
 	LateReplies    int64 `json:"late_replies"`
 	Recoveries     int64 `json:"supervisor_recoveries"`
 	Alerts         int64 `json:"alerts"`
+	TasksFinished  int64 `json:"tasks_finished"` // brought to Processed, Compensated or Error by this process
 	AgentCalls     int64 `json:"agent_calls"`
 	AgentRetries   int64 `json:"agent_retries"`
 	Abandoned      int64 `json:"abandoned_calls"`
@@ -353,6 +354,7 @@ func (c *Client) Stats() Stats {
 	s := Stats{
 		Dispatched: c.counters.Dispatched.Load(), RepliesApplied: c.counters.RepliesApplied.Load(),
 		LateReplies: c.counters.LateReplies.Load(), Recoveries: c.counters.Recoveries.Load(), Alerts: c.counters.Alerts.Load(),
+		TasksFinished: c.counters.Finished.Load(),
 	}
 	c.mu.Lock()
 	rt := c.runtime

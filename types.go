@@ -36,6 +36,24 @@ const (
 	Cancelled    = dt.Cancelled
 )
 
+// The event types of the history.
+const (
+	EventSubmitted       = dt.EventSubmitted
+	EventStepStarted     = dt.EventStepStarted
+	EventStepProcessed   = dt.EventStepProcessed
+	EventStepFailed      = dt.EventStepFailed
+	EventStepTimedOut    = dt.EventStepTimedOut
+	EventStepRetry       = dt.EventStepRetry
+	EventReplyDiscarded  = dt.EventReplyDiscarded
+	EventCompensating    = dt.EventCompensating
+	EventStepCompensated = dt.EventStepCompensated
+	EventProcessed       = dt.EventProcessed
+	EventCompensated     = dt.EventCompensated
+	EventError           = dt.EventError
+	EventCancelled       = dt.EventCancelled
+	EventResubmitted     = dt.EventResubmitted
+)
+
 // The failure policies.
 const (
 	PolicyError      = dt.PolicyError

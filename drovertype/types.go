@@ -163,7 +163,6 @@ type EventType string
 // Event types recorded in the history.
 const (
 	EventSubmitted       EventType = "submitted"
-	EventClaimed         EventType = "claimed"
 	EventStepStarted     EventType = "step_started"
 	EventStepProcessed   EventType = "step_processed"
 	EventStepFailed      EventType = "step_failed"

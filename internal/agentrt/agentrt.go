@@ -115,12 +115,20 @@ func New(d store.Driver, c clock.Clock, instance string, log *slog.Logger, specs
 		a := &agent{spec: s, slots: make(chan struct{}, s.Concurrency)}
 		failures := s.BreakerFailures
 		a.breaker = gobreaker.NewCircuitBreaker[[]byte](gobreaker.Settings{
-			Name:        s.Name,
-			MaxRequests: 1,
+			Name: s.Name,
+			// Several trial calls when half-open, so one hung trial does
+			// not shut the agent out until its deadline.
+			MaxRequests: uint32(max(1, s.Concurrency/8)),
 			Timeout:     s.BreakerOpen,
 			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
 			// Business errors say nothing about the service's health.
 			IsSuccessful: func(err error) bool { return err == nil || rt.permanent(err) },
+			// Our own deadline passing is not the service failing: calls
+			// dispatched together would otherwise time out together and
+			// trip the breaker for every later step.
+			IsExcluded: func(err error) bool {
+				return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+			},
 		})
 		rt.agents[s.Name] = a
 		rt.order = append(rt.order, s.Name)

@@ -27,13 +27,33 @@ var (
 	ErrBadStep = errors.New("no such step")
 )
 
-// Counters are totals since the process started, for metrics and the demo.
+// Counters are totals since the process started, for metrics, the demo and
+// the benchmark. They change only when the transaction that did the work
+// commits (see Machine.Commit), so a reader never counts work a rollback undid.
 type Counters struct {
 	Dispatched     atomic.Int64
 	RepliesApplied atomic.Int64
 	LateReplies    atomic.Int64 // replies discarded by the fence
 	Recoveries     atomic.Int64 // steps the supervisor reset for another try
 	Alerts         atomic.Int64
+	Finished       atomic.Int64 // tasks this process brought to Processed, Compensated or Error
+}
+
+// tally is what one transaction would add to the Counters.
+type tally struct {
+	dispatched, applied, late, recoveries, alerts, finished int64
+}
+
+func (c *Counters) add(t tally) {
+	if c == nil {
+		return
+	}
+	c.Dispatched.Add(t.dispatched)
+	c.RepliesApplied.Add(t.applied)
+	c.LateReplies.Add(t.late)
+	c.Recoveries.Add(t.recoveries)
+	c.Alerts.Add(t.alerts)
+	c.Finished.Add(t.finished)
 }
 
 // InputHash identifies a submission for idempotent submit.
@@ -209,11 +229,20 @@ func Submit(ctx context.Context, x store.Executor, subs []Submission) ([]*dt.Tas
 type Machine struct {
 	Instance string
 	Counters *Counters
+	pending  tally // counts of the transaction in progress
+
 	// Reserve, when set, offers each dispatched request to an agent runtime
 	// in this process: if it returns ok, the request is inserted already
 	// claimed by claimedBy and must be handed to that runtime after commit.
 	Reserve func(agent string) (claimedBy string, ok bool)
 }
+
+// Commit publishes the counts of the transaction that just committed.
+// Call it after every successful transaction that ran Machine methods.
+func (m *Machine) Commit() { m.Counters.add(m.pending); m.pending = tally{} }
+
+// Discard drops the counts of a transaction that rolled back.
+func (m *Machine) Discard() { m.pending = tally{} }
 
 // Claim locks up to limit claimable tasks for the instance and dispatches each
 // one's next request. It returns the requests it inserted.
@@ -260,11 +289,11 @@ func (m *Machine) advance(b *batch, l *loaded, now time.Time) {
 		}
 		m.release(b, t, now)
 		b.event(ev(t, -1, dt.EventProcessed, m.Instance, now))
+		m.pending.finished++
 	case dt.Compensating:
 		for i := len(l.steps) - 1; i >= 0; i-- {
 			s := l.steps[i]
-			if s.ProcessState == dt.Processed && s.Compensation != "" &&
-				(s.CompensationState == "" || s.CompensationState == dt.Pending || s.CompensationState == dt.Processing) {
+			if needsCompensation(s) {
 				var prev []byte
 				if i > 0 {
 					prev = l.steps[i-1].Output
@@ -276,11 +305,29 @@ func (m *Machine) advance(b *batch, l *loaded, now time.Time) {
 		t.ProcessState = dt.Compensated
 		m.release(b, t, now)
 		b.event(ev(t, -1, dt.EventCompensated, m.Instance, now))
+		m.pending.finished++
 	default:
 		// Claimed in a state that needs no work (cannot happen through
 		// TaskClaim); let go of it.
 		m.release(b, t, now)
 	}
+}
+
+// needsCompensation reports whether a step still has to be undone: it
+// completed, or the supervisor marked it (its outcome is unknown: it timed
+// out, and the remote service may have applied it), and its compensation has
+// not finished.
+func needsCompensation(s *dt.Step) bool {
+	if s.Compensation == "" {
+		return false
+	}
+	switch s.CompensationState {
+	case dt.Pending, dt.Processing:
+		return true
+	case "":
+		return s.ProcessState == dt.Processed
+	}
+	return false
 }
 
 func (m *Machine) release(b *batch, t *dt.Task, now time.Time) {
@@ -336,9 +383,7 @@ func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.Step, prev []byte, kind d
 	e := ev(t, s.Index, typ, m.Instance, now)
 	e.Attempt = s.Attempt
 	b.event(e)
-	if m.Counters != nil {
-		m.Counters.Dispatched.Add(1)
-	}
+	m.pending.dispatched++
 }
 
 // ApplyReplies applies agents' replies to tasks the instance holds, each only
@@ -389,9 +434,7 @@ func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Tim
 		}
 	}
 	if !current {
-		if m.Counters != nil {
-			m.Counters.LateReplies.Add(1)
-		}
+		m.pending.late++
 		if l != nil {
 			e := ev(l.task, r.StepIndex, dt.EventReplyDiscarded, m.Instance, now)
 			e.Attempt = r.Attempt
@@ -400,9 +443,7 @@ func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Tim
 		}
 		return
 	}
-	if m.Counters != nil {
-		m.Counters.RepliesApplied.Add(1)
-	}
+	m.pending.applied++
 	t := l.task
 	b.deletes = append(b.deletes, store.StepRef{TaskID: t.ID, Index: s.Index})
 	s.LockedBy = ""
@@ -425,7 +466,7 @@ func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Tim
 		s.LastError = r.Error
 		finished := now
 		s.FinishedAt = &finished
-		m.alert(b, t, s.Index, dt.EventStepFailed, "permanent error: "+r.Error, now)
+		m.alert(b, t, s.Index, dt.EventStepFailed, "permanent error: "+r.Error, now).Attempt = r.Attempt
 		m.failTask(b, l, r.Error, now)
 	case !r.Failed:
 		s.CompensationState = dt.Compensated
@@ -437,11 +478,12 @@ func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Tim
 	default:
 		s.CompensationState = dt.Error
 		s.LastError = r.Error
-		m.alert(b, t, s.Index, dt.EventStepFailed, "compensation failed permanently: "+r.Error, now)
+		m.alert(b, t, s.Index, dt.EventStepFailed, "compensation failed permanently: "+r.Error, now).Attempt = r.Attempt
 		t.ProcessState = dt.Error
 		t.LastError = fmt.Sprintf("compensation of step %d (%s) failed: %s", s.Index, s.Name, r.Error)
 		m.release(b, t, now)
 		m.alert(b, t, -1, dt.EventError, t.LastError, now)
+		m.pending.finished++
 	}
 }
 
@@ -450,9 +492,7 @@ func (m *Machine) alert(b *batch, t *dt.Task, step int, typ dt.EventType, msg st
 	e.Alert = true
 	e.Message = msg
 	b.event(e)
-	if m.Counters != nil {
-		m.Counters.Alerts.Add(1)
-	}
+	m.pending.alerts++
 	return e
 }
 
@@ -470,6 +510,7 @@ func (m *Machine) failTask(b *batch, l *loaded, reason string, now time.Time) {
 	t.ProcessState = dt.Error
 	m.release(b, t, now)
 	m.alert(b, t, -1, dt.EventError, reason, now)
+	m.pending.finished++
 }
 
 // Supervisor is the fenced identity of the elected supervisor.
@@ -478,7 +519,15 @@ type Supervisor struct {
 	Term     int64
 	Lease    string
 	Counters *Counters
+
+	pending tally
 }
+
+// Commit publishes the counts of the sweep transaction that just committed.
+func (sv *Supervisor) Commit() { sv.Counters.add(sv.pending); sv.pending = tally{} }
+
+// Discard drops the counts of a sweep that rolled back.
+func (sv *Supervisor) Discard() { sv.pending = tally{} }
 
 // CheckLeader fails with ErrNotLeader unless the lease, read inside the
 // caller's transaction, is still ours in our term and unexpired at now.
@@ -567,9 +616,7 @@ func (sv *Supervisor) recover(b *batch, l *loaded, now time.Time) {
 			t.ProcessState = dt.Pending
 		}
 		t.AvailableAt = now.Add(backoff(t.RetryDelay, s.FailureCount))
-		if sv.Counters != nil {
-			sv.Counters.Recoveries.Add(1)
-		}
+		sv.pending.recoveries++
 		sv.event(b, t, s.Index, dt.EventStepRetry, now).Attempt = s.Attempt
 		return
 	}
@@ -579,20 +626,24 @@ func (sv *Supervisor) recover(b *batch, l *loaded, now time.Time) {
 		e := sv.event(b, t, step, typ, now)
 		e.Alert = true
 		e.Message = msg
-		if sv.Counters != nil {
-			sv.Counters.Alerts.Add(1)
-		}
+		sv.pending.alerts++
 	}
 	if compensating {
 		s.CompensationState = dt.Error
 		t.ProcessState = dt.Error
 		t.LastError = "compensation: " + reason
 		alert(dt.EventError, -1, t.LastError)
+		sv.pending.finished++
 		return
 	}
 	s.ProcessState = dt.Error
 	t.LastError = reason
 	if t.OnFailure == dt.PolicyCompensate {
+		if s.Compensation != "" {
+			// It timed out: it may have taken effect. Undo it too; the
+			// compensation is idempotent like every agent call.
+			s.CompensationState = dt.Pending
+		}
 		t.ProcessState = dt.Compensating
 		alert(dt.EventStepFailed, s.Index, reason+"; compensating")
 		sv.event(b, t, -1, dt.EventCompensating, now)
@@ -600,6 +651,7 @@ func (sv *Supervisor) recover(b *batch, l *loaded, now time.Time) {
 	}
 	t.ProcessState = dt.Error
 	alert(dt.EventError, -1, reason)
+	sv.pending.finished++
 }
 
 // backoff doubles the workflow's retry delay for each failure, capped at 64×.

@@ -210,6 +210,7 @@ fill:
 		return nil
 	})
 	if err != nil {
+		s.Machine.Discard()
 		if s.OnRollback != nil && len(dispatched) > 0 {
 			s.OnRollback(dispatched)
 		}
@@ -226,6 +227,7 @@ fill:
 		}
 		return false, err
 	}
+	s.Machine.Commit()
 	s.inFlight += claimed - released
 	if len(dispatched) > 0 && s.OnDispatch != nil {
 		s.OnDispatch(dispatched)

@@ -100,6 +100,11 @@ func (s *Supervisor) Sweep(ctx context.Context) (int, error) {
 			n, err = sv.Sweep(ctx, x, s.Clock.Now(), s.Batch)
 			return err
 		})
+		if err != nil {
+			sv.Discard()
+		} else {
+			sv.Commit()
+		}
 		if errors.Is(err, flow.ErrNotLeader) {
 			return total, nil
 		}

@@ -75,8 +75,14 @@ func Open(ctx context.Context, path string, opts Options) (*Driver, error) {
 		opts.ReadConns = 4
 	}
 	if !opts.Create {
-		if _, err := os.Stat(path); err != nil {
+		fi, err := os.Stat(path)
+		if err != nil {
 			return nil, fmt.Errorf("sqlite: database file %s: %w", path, err)
+		}
+		if fi.Size() == 0 {
+			// SQLite would happily turn it into a database; a reader must
+			// not change the file it was pointed at.
+			return nil, fmt.Errorf("sqlite: database file %s is empty: %w (run `drover migrate` to create the schema)", path, store.ErrNotMigrated)
 		}
 	} else if dir := filepath.Dir(path); dir != "" {
 		if _, err := os.Stat(dir); err != nil {
@@ -233,6 +239,10 @@ func translate(err error) error {
 			return fmt.Errorf("%w: %w", store.ErrLocked, err)
 		case sqlite3.ErrNotADB, sqlite3.ErrCorrupt:
 			return fmt.Errorf("%w: %w", store.ErrCorrupt, err)
+		case sqlite3.ErrError:
+			if strings.HasPrefix(se.Error(), "no such table") {
+				return fmt.Errorf("%w (run `drover migrate`): %w", store.ErrNotMigrated, err)
+			}
 		}
 	}
 	return err

@@ -110,6 +110,7 @@ func (e *env) claim(now time.Time) []*dt.AgentRequest {
 		reqs, _, err = e.m.Claim(ctx, x, now, 100)
 		return err
 	})
+	e.m.Commit()
 	return reqs
 }
 
@@ -124,6 +125,7 @@ func (e *env) apply(now time.Time, replies ...*dt.AgentReply) ([]*dt.AgentReques
 		reqs, rel, err = e.m.ApplyReplies(ctx, x, now, replies)
 		return err
 	})
+	e.m.Commit()
 	return reqs, rel
 }
 
@@ -165,6 +167,7 @@ func (e *env) sweep(sv *flow.Supervisor, now time.Time) (int, error) {
 		n, serr = sv.Sweep(ctx, x, now, 100)
 		return nil
 	})
+	sv.Commit()
 	return n, serr
 }
 
@@ -541,6 +544,7 @@ func testFlowStaleReplies(t *testing.T, d store.Driver) {
 		_, _, err := other.ApplyReplies(ctx, x, at(time.Second), []*dt.AgentReply{ok(r, `"x"`)})
 		return err
 	})
+	other.Commit()
 	// Wrong attempt, wrong kind, no such step, no such task.
 	wrongAttempt := ok(r, `"x"`)
 	wrongAttempt.Attempt = 2
@@ -757,17 +761,24 @@ func testFlowSupervisorThresholdCompensate(t *testing.T, d store.Driver) {
 	e.wantState("o1", dt.Pending, dt.Processed, dt.Pending, dt.Pending)
 	e.one(e.claim(at(12*time.Second)), "step 1 again") // CompleteBy +22s
 	e.mustSweep(sv, at(23*time.Second), 1)
-	tk, _ := e.wantState("o1", dt.Compensating, dt.Processed, dt.Error, dt.Pending)
+	// Step 1 timed out: it may have taken effect, so it is marked for
+	// compensation too, and is undone first (highest index).
+	tk, _ := e.wantState("o1", dt.Compensating, dt.Processed, compState(dt.Error, dt.Pending), dt.Pending)
 	e.wantUnlocked(tk)
 
-	// A scheduler picks the Compensating task up and undoes step 0.
-	c := e.one(e.claim(at(23*time.Second)), "compensation")
+	c := e.one(e.claim(at(23*time.Second)), "compensation of the timed-out step")
+	if c.Kind != dt.KindCompensate || c.StepIndex != 1 || c.Agent != "refund" || c.Attempt != 3 {
+		t.Errorf("compensation request: %+v", c)
+	}
+	// Then step 0, which completed, dispatched by the same transaction.
+	reqs, _ := e.apply(at(24*time.Second), ok(c, `"refunded"`))
+	c = e.one(reqs, "compensation of step 0")
 	if c.Kind != dt.KindCompensate || c.StepIndex != 0 || c.Agent != "unreserve" || c.Attempt != 2 {
 		t.Errorf("compensation request: %+v", c)
 	}
 	// The compensation times out too: retried below the threshold...
 	e.mustSweep(sv, c.CompleteBy.Add(time.Second), 1)
-	tk, steps := e.wantState("o1", dt.Compensating, compState(dt.Processed, dt.Pending), dt.Error, dt.Pending)
+	tk, steps := e.wantState("o1", dt.Compensating, compState(dt.Processed, dt.Pending), compState(dt.Error, dt.Compensated), dt.Pending)
 	e.wantUnlocked(tk)
 	if steps[0].FailureCount != 1 {
 		t.Errorf("compensation FailureCount %d, want 1", steps[0].FailureCount)
@@ -779,10 +790,10 @@ func testFlowSupervisorThresholdCompensate(t *testing.T, d store.Driver) {
 	}
 	// ...and then Error with an alert.
 	e.mustSweep(sv, c.CompleteBy.Add(time.Second), 1)
-	tk, _ = e.wantState("o1", dt.Error, compState(dt.Processed, dt.Error), dt.Error, dt.Pending)
+	tk, _ = e.wantState("o1", dt.Error, compState(dt.Processed, dt.Error), compState(dt.Error, dt.Compensated), dt.Pending)
 	e.wantUnlocked(tk)
 	e.wantEvents("o1", "submitted step_started[0] step_processed[0] step_started[1] step_timed_out[1] step_retry[1] step_started[1] "+
-		"step_timed_out[1] step_failed[1]! compensating compensating[0] step_timed_out[0] step_retry[0] compensating[0] step_timed_out[0] error!")
+		"step_timed_out[1] step_failed[1]! compensating compensating[1] step_compensated[1] compensating[0] step_timed_out[0] step_retry[0] compensating[0] step_timed_out[0] error!")
 }
 
 func testFlowSweepNotLeader(t *testing.T, d store.Driver) {

@@ -1,0 +1,616 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/drover-run/drover/store/sqlite"
+)
+
+// guard bounds every wait so a bug fails a test instead of hanging it.
+const guard = 30 * time.Second
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// run calls the CLI with args and optional stdin.
+func run(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*guard)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := MainIO(ctx, args, strings.NewReader(stdin), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+// mustRun runs the CLI and fails the test unless it exits 0.
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	r := run(t, "", args...)
+	if r.code != 0 {
+		t.Fatalf("drover %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// wantFailure checks a failed run: the exit code, and exactly one line on
+// stderr, "drover: ...", containing want.
+func wantFailure(t *testing.T, r result, code int, want string) {
+	t.Helper()
+	if r.code != code {
+		t.Errorf("exit %d, want %d; stderr: %q", r.code, code, r.stderr)
+	}
+	if !strings.HasPrefix(r.stderr, "drover: ") || strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
+		t.Errorf("stderr is not one 'drover: ' line: %q", r.stderr)
+	}
+	if !strings.Contains(strings.ToLower(r.stderr), strings.ToLower(want)) {
+		t.Errorf("stderr %q does not mention %q", r.stderr, want)
+	}
+	if strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine ") {
+		t.Errorf("stderr shows a panic: %q", r.stderr)
+	}
+	if r.stdout != "" {
+		t.Errorf("stdout not empty on failure: %q", r.stdout)
+	}
+}
+
+// migratedDB returns the sqlite: URL of a fresh migrated database.
+func migratedDB(t *testing.T) (url, path string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "drover.db")
+	url = "sqlite:" + path
+	out := mustRun(t, "migrate", "--db", url, "--json")
+	var m struct {
+		DB     string `json:"db"`
+		From   int    `json:"from_version"`
+		To     int    `json:"to_version"`
+		Latest int    `json:"latest_version"`
+	}
+	if err := json.Unmarshal([]byte(out), &m); err != nil || m.From != 0 || m.To < 1 || m.To != m.Latest || m.DB != path {
+		t.Fatalf("migrate --json = %q (%v)", out, err)
+	}
+	return url, path
+}
+
+// taskCount counts the tasks in the database at path, read directly.
+func taskCount(t *testing.T, path string) int {
+	t.Helper()
+	drv, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	counts, err := drv.Reader().TaskCountByState(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+const order1 = `{"order_id":"o-1","amount":1234}`
+
+func TestSubmitStatusListCancelResubmit(t *testing.T) {
+	t.Parallel()
+	db, path := migratedDB(t)
+
+	// Migrate again: a no-op.
+	if out := mustRun(t, "migrate", "--db", db); !strings.Contains(out, "up to date") {
+		t.Errorf("second migrate: %q", out)
+	}
+
+	id := strings.TrimSpace(mustRun(t, "submit", "orders", order1, "--db", db))
+	if id == "" || strings.Contains(id, " ") {
+		t.Fatalf("submit printed %q, want a task ID", id)
+	}
+
+	// Idempotent submission with --id; from stdin too.
+	a := strings.TrimSpace(mustRun(t, "submit", "orders", `{"order_id":"o-2","amount":5}`, "--id", "order-o-2", "--db", db))
+	r := run(t, "  {\"order_id\":\"o-2\",\"amount\":5}\n", "submit", "orders", "-", "--id", "order-o-2", "--db", db)
+	if a != "order-o-2" || r.code != 0 || strings.TrimSpace(r.stdout) != "order-o-2" {
+		t.Fatalf("idempotent submit: %q then %+v", a, r)
+	}
+	before := taskCount(t, path)
+	if before != 2 {
+		t.Fatalf("%d tasks, want 2", before)
+	}
+	wantFailure(t, run(t, "", "submit", "orders", `{"order_id":"o-2","amount":6}`, "--id", "order-o-2", "--db", db), 1, "different")
+	if n := taskCount(t, path); n != before {
+		t.Fatalf("conflicting submit changed the task count: %d → %d", before, n)
+	}
+
+	// status --json: the task with all its steps.
+	var st TaskJSON
+	if err := json.Unmarshal([]byte(mustRun(t, "status", "order-o-2", "--db", db, "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.ID != "order-o-2" || st.Workflow != "orders" || st.State != "Pending" || len(st.Steps) != 3 || st.LockedBy != nil || st.FailureCount != 0 {
+		t.Fatalf("status = %+v", st)
+	}
+	for i, name := range []string{"reserve", "charge", "ship"} {
+		s := st.Steps[i]
+		if s.Name != name || s.State != "Pending" || s.IdempotencyKey == "" || s.Attempt != 0 || s.LockedBy != nil || s.CompleteBy != nil {
+			t.Errorf("step %d = %+v", i, s)
+		}
+	}
+	if string(st.Input) != `{"order_id":"o-2","amount":5}` {
+		t.Errorf("input = %s", st.Input)
+	}
+	// The human form names every column.
+	human := mustRun(t, "status", "order-o-2", "--db", db, "--events")
+	for _, w := range []string{"LOCKED_BY", "COMPLETE_BY", "FAILURES", "ATTEMPT", "IDEMPOTENCY_KEY", "LAST_ERROR", "submitted"} {
+		if !strings.Contains(human, w) {
+			t.Errorf("status output lacks %q:\n%s", w, human)
+		}
+	}
+	var withEvents TaskJSON
+	if err := json.Unmarshal([]byte(mustRun(t, "status", "order-o-2", "--db", db, "--json", "--events")), &withEvents); err != nil {
+		t.Fatal(err)
+	}
+	if len(withEvents.Events) != 1 || withEvents.Events[0].Type != "submitted" {
+		t.Errorf("events = %+v", withEvents.Events)
+	}
+
+	// list --json, with filters and paging.
+	var l struct {
+		Tasks     []TaskJSON `json:"tasks"`
+		NextAfter string     `json:"next_after"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "list", "--db", db, "--json")), &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Tasks) != 2 || l.NextAfter != "" {
+		t.Fatalf("list = %+v", l)
+	}
+	l.Tasks = nil
+	if err := json.Unmarshal([]byte(mustRun(t, "list", "--db", db, "--json", "--limit", "1")), &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Tasks) != 1 || l.NextAfter != l.Tasks[0].ID {
+		t.Fatalf("list --limit 1 = %+v", l)
+	}
+	first := l.Tasks[0].ID
+	l.Tasks = nil
+	if err := json.Unmarshal([]byte(mustRun(t, "list", "--db", db, "--json", "--after", first)), &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Tasks) != 1 || l.Tasks[0].ID == first {
+		t.Fatalf("list --after = %+v", l)
+	}
+	l.Tasks = nil
+	if err := json.Unmarshal([]byte(mustRun(t, "list", "--db", db, "--json", "--state", "error,cancelled", "--workflow", "orders")), &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Tasks) != 0 {
+		t.Fatalf("list --state error = %+v", l)
+	}
+	if out := mustRun(t, "list", "--db", db); !strings.Contains(out, "order-o-2") || !strings.Contains(out, id) {
+		t.Errorf("list:\n%s", out)
+	}
+
+	// Resubmitting a Pending task fails; cancel, then resubmit.
+	wantFailure(t, run(t, "", "resubmit", "order-o-2", "--db", db), 1, "not in Error or Cancelled")
+	var c TaskJSON
+	if err := json.Unmarshal([]byte(mustRun(t, "cancel", "order-o-2", "--reason", "test", "--db", db, "--json")), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.State != "Cancelled" {
+		t.Fatalf("cancel = %+v", c)
+	}
+	wantFailure(t, run(t, "", "cancel", "order-o-2", "--db", db), 1, "already final")
+	if out := mustRun(t, "resubmit", "order-o-2", "--from-step", "0", "--db", db); !strings.Contains(out, "Pending") {
+		t.Fatalf("resubmit: %q", out)
+	}
+	wantFailure(t, run(t, "", "status", "no-such-task", "--db", db), 1, "not found")
+
+	// events: JSON lines, alerts filter.
+	out := mustRun(t, "events", "--db", db, "--json", "--task", "order-o-2")
+	var types []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var ev EventJSON
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("events line %q: %v", line, err)
+		}
+		types = append(types, ev.Type)
+	}
+	if strings.Join(types, ",") != "submitted,cancelled,resubmitted" {
+		t.Errorf("event types = %v", types)
+	}
+	if out := mustRun(t, "events", "--db", db, "--alerts", "--json"); out != "" {
+		t.Errorf("alerts: %q", out)
+	}
+}
+
+func TestEventsFollow(t *testing.T) {
+	t.Parallel()
+	db, _ := migratedDB(t)
+	mustRun(t, "submit", "orders", order1, "--id", "f-1", "--db", db)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- MainIO(ctx, []string{"events", "--follow", "--json", "--db", db}, strings.NewReader(""), out, io.Discard)
+	}()
+	waitFor(t, "the first event", func() bool { return strings.Contains(out.String(), `"task_id":"f-1"`) })
+	mustRun(t, "cancel", "f-1", "--db", db)
+	waitFor(t, "the cancel event", func() bool { return strings.Contains(out.String(), `"type":"cancelled"`) })
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("events --follow exit %d", code)
+		}
+	case <-time.After(guard):
+		t.Fatal("events --follow did not stop")
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	db, path := migratedDB(t)
+	mustRun(t, "submit", "orders", order1, "--id", "keep", "--db", db)
+	before := taskCount(t, path)
+	dir := t.TempDir()
+
+	missing := filepath.Join(dir, "missing.db")
+	corrupt := filepath.Join(dir, "corrupt.db")
+	junk := make([]byte, 8192)
+	_, _ = rand.Read(junk)
+	if err := os.WriteFile(corrupt, junk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := `{"order_id":"o-1","amount":1,"pad":"` + strings.Repeat("x", 1<<20) + `"}`
+
+	cases := []struct {
+		name  string
+		stdin string
+		args  []string
+		code  int
+		want  string
+	}{
+		{"unknown workflow", "", []string{"submit", "nope", order1, "--db", db}, 1, "unknown workflow"},
+		{"malformed JSON", "", []string{"submit", "orders", `{"order_id":`, "--db", db}, 1, "invalid input"},
+		{"malformed JSON on stdin", "{oops", []string{"submit", "orders", "-", "--db", db}, 1, "invalid input"},
+		{"unknown field", "", []string{"submit", "orders", `{"order_id":"o","amount":1,"x":2}`, "--db", db}, 1, "unknown field"},
+		{"missing field", "", []string{"submit", "orders", `{"order_id":"o"}`, "--db", db}, 1, "missing amount"},
+		{"no input", "", []string{"submit", "orders", "--db", db}, 1, "missing order_id"},
+		{"oversized input", "", []string{"submit", "orders", huge, "--db", db}, 1, "too large"},
+		{"oversized stdin", huge, []string{"submit", "orders", "-", "--db", db}, 1, "too large"},
+		{"over --max-input-bytes", "", []string{"submit", "orders", order1, "--max-input-bytes", "10", "--db", db}, 1, "too large"},
+		{"bad task ID", "", []string{"submit", "orders", order1, "--id", "has space", "--db", db}, 1, "invalid task ID"},
+		{"missing db", "", []string{"submit", "orders", order1, "--db", "sqlite:" + missing}, 1, "does not exist"},
+		{"missing db status", "", []string{"status", "x", "--db", missing}, 1, "does not exist"},
+		{"missing db list", "", []string{"list", "--db", "file:" + missing}, 1, "does not exist"},
+		{"corrupt db", "", []string{"submit", "orders", order1, "--db", "sqlite://" + corrupt}, 1, "corrupt"},
+		{"corrupt db migrate", "", []string{"migrate", "--db", corrupt}, 1, "corrupt"},
+		{"corrupt db server", "", []string{"server", "--db", corrupt}, 1, "corrupt"},
+		{"not migrated", "", []string{"list", "--db", empty}, 1, "drover migrate"},
+		{"postgres", "", []string{"list", "--db", "postgres://u@localhost/drover"}, 1, "postgres driver not available yet (coming with the PostgreSQL issue)"},
+		{"unknown scheme", "", []string{"list", "--db", "mysql://x"}, 2, "unknown scheme"},
+		{"unknown task", "", []string{"status", "nope", "--db", db}, 1, "not found"},
+		{"unknown command", "", []string{"frobnicate"}, 2, "unknown command"},
+		{"unknown flag", "", []string{"list", "--frob", "--db", db}, 2, "unknown flag"},
+		{"too many args", "", []string{"submit", "orders", order1, "extra", "--db", db}, 2, "accepts between 1 and 2"},
+		{"no args", "", []string{"status", "--db", db}, 2, "accepts 1 arg"},
+		{"bad state", "", []string{"list", "--state", "Done", "--db", db}, 2, "--state"},
+		{"bad duration", "", []string{"server", "--lease-ttl", "soon", "--db", db}, 2, "invalid argument"},
+		{"bad roles", "", []string{"server", "--roles", "scheduler,janitor", "--db", db}, 2, "unknown role"},
+		{"bad synchronous", "", []string{"server", "--synchronous", "sometimes", "--db", db}, 2, "synchronous"},
+		{"bad rates", "", []string{"demo", "orders", "--transient-rate", "0.9", "--hang-rate", "0.5"}, 2, "at most 1"},
+		{"demo without subcommand", "", []string{"demo"}, 2, "subcommand"},
+		{"bad log level", "", []string{"list", "--log-level", "loud", "--db", db}, 2, "log-level"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			wantFailure(t, run(t, tc.stdin, tc.args...), tc.code, tc.want)
+		})
+	}
+	if n := taskCount(t, path); n != before {
+		t.Errorf("bad input changed the task count: %d → %d", before, n)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("a command created the missing database file: %v", err)
+	}
+	if b, err := os.ReadFile(corrupt); err != nil || !bytes.Equal(b, junk) {
+		t.Errorf("the corrupt file was changed (%v)", err)
+	}
+}
+
+func TestLockedDB(t *testing.T) {
+	t.Parallel()
+	db, path := migratedDB(t)
+	before := taskCount(t, path)
+
+	// Another process holds the write lock.
+	other, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	wantFailure(t, run(t, "", "submit", "orders", order1, "--lock-timeout", "200ms", "--db", db), 1, "locked")
+	wantFailure(t, run(t, "", "migrate", "--lock-timeout", "200ms", "--db", db), 1, "locked")
+	if _, err := conn.ExecContext(t.Context(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if n := taskCount(t, path); n != before {
+		t.Errorf("task count %d → %d", before, n)
+	}
+	// Once released, the same submission works.
+	mustRun(t, "submit", "orders", order1, "--lock-timeout", "200ms", "--db", db)
+}
+
+func TestDBURL(t *testing.T) {
+	t.Parallel()
+	cases := map[string]string{
+		"sqlite:./drover.db":    "./drover.db",
+		"sqlite:/tmp/x.db":      "/tmp/x.db",
+		"sqlite:///tmp/x.db":    "/tmp/x.db",
+		"sqlite://rel/x.db":     "rel/x.db",
+		"file:/tmp/x.db":        "/tmp/x.db",
+		"file:///tmp/x.db":      "/tmp/x.db",
+		"file:x.db":             "x.db",
+		"/var/lib/drover.db":    "/var/lib/drover.db",
+		"data.db":               "data.db",
+		"./dir.with.dots/a://b": "./dir.with.dots/a://b",
+	}
+	for in, want := range cases {
+		got, err := dbPath(in)
+		if err != nil || got != want {
+			t.Errorf("dbPath(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "sqlite:", "postgres://x/y", "postgresql://x", "mysql://h/db", "sqlite:x.db?mode=ro"} {
+		if _, err := dbPath(bad); err == nil {
+			t.Errorf("dbPath(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestDBFromEnv(t *testing.T) {
+	t.Parallel()
+	db, _ := migratedDB(t)
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string {
+		if k == EnvDatabaseURL {
+			return db
+		}
+		return ""
+	}}
+	root := e.rootCmd()
+	root.SetArgs([]string{"list", "--json"})
+	if err := root.ExecuteContext(t.Context()); err != nil {
+		t.Fatalf("list with %s: %v", EnvDatabaseURL, err)
+	}
+	if !strings.Contains(out.String(), `"tasks":[]`) {
+		t.Fatalf("list = %q", out.String())
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--help"}, {"migrate", "--help"}, {"server", "--help"}, {"submit", "--help"}, {"status", "--help"},
+		{"list", "--help"}, {"resubmit", "--help"}, {"cancel", "--help"}, {"events", "--help"},
+		{"demo", "orders", "--help"}, {"bench", "--help"},
+	} {
+		r := run(t, "", args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") || !strings.Contains(r.stdout, "Examples:") || r.stderr != "" {
+			t.Errorf("drover %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// demoSummaryOK checks the invariants the demo must defend.
+func TestDemoOrders(t *testing.T) {
+	t.Parallel()
+	r := run(t, "", "demo", "orders", "--orders", "60", "--transient-rate", "0.2", "--hang-rate", "0.05",
+		"--permanent-rate", "0.05", "--json", "--seed", "7")
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	var s DemoSummary
+	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &s); err != nil {
+		t.Fatalf("last line %q: %v", lastLine(r.stdout), err)
+	}
+	t.Logf("demo: %+v", s)
+	if s.Orders != 60 || s.Processed+s.Error+s.Compensated != 60 {
+		t.Errorf("outcome does not add up: %+v", s)
+	}
+	if s.DuplicateEffects != 0 {
+		t.Errorf("duplicate effects: %d", s.DuplicateEffects)
+	}
+	if s.SupervisorRecoveries == 0 {
+		t.Errorf("no supervisor recoveries with hangs injected")
+	}
+	if s.Error+s.Compensated == 0 {
+		t.Errorf("no failed orders with permanent faults injected")
+	}
+	if s.ErrorTasksWithoutAlert != 0 || s.Alerts < s.Error {
+		t.Errorf("alerts: %d, error tasks without alert: %d", s.Alerts, s.ErrorTasksWithoutAlert)
+	}
+	if s.AgentCalls == 0 || s.Seconds <= 0 {
+		t.Errorf("summary incomplete: %+v", s)
+	}
+	if !strings.Contains(r.stderr, "demo: submitted 60 orders") {
+		t.Errorf("no progress on stderr: %q", r.stderr)
+	}
+}
+
+func TestDemoKeepsExplicitDB(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "demo.db")
+	out := mustRun(t, "demo", "orders", "--orders", "5", "--transient-rate", "0", "--hang-rate", "0", "--permanent-rate", "0", "--db", "sqlite:"+path)
+	if !strings.Contains(out, "processed 5") {
+		t.Fatalf("demo: %q", out)
+	}
+	if n := taskCount(t, path); n != 5 {
+		t.Fatalf("%d tasks in the demo database, want 5", n)
+	}
+}
+
+func TestBench(t *testing.T) {
+	t.Parallel()
+	prof := filepath.Join(t.TempDir(), "cpu.out")
+	r := run(t, "", "bench", "--tasks", "2000", "--json", "--cpuprofile", prof, "--synchronous", "normal")
+	if r.code != 0 {
+		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	var b BenchResult
+	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
+		t.Fatalf("bench output %q: %v", r.stdout, err)
+	}
+	if b.Tasks != 2000 || b.Steps != 1 || b.Seconds <= 0 || b.TasksPerSec <= 0 || b.InsertSeconds <= 0 || b.EndToEndPerSec <= 0 {
+		t.Fatalf("bench = %+v", b)
+	}
+	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
+		t.Fatalf("no CPU profile: %v", err)
+	}
+}
+
+func TestServer(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "server.db")
+	db := "sqlite:" + path
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errb := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- MainIO(ctx, []string{"server", "--db", db, "--instance-id", "srv-1", "--supervisor-interval", "100ms",
+			"--poll-interval", "20ms", "--synchronous", "normal", "--log-level", "warn"}, strings.NewReader(""), io.Discard, errb)
+	}()
+	waitFor(t, "the ready line", func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("server exited %d: %s", code, errb.String())
+		default:
+		}
+		return strings.Contains(errb.String(), ReadyPrefix+"instance=srv-1 db="+path)
+	})
+
+	mustRun(t, "submit", "orders", order1, "--id", "s-1", "--db", db)
+	waitFor(t, "the order to be processed", func() bool {
+		var st TaskJSON
+		return json.Unmarshal([]byte(mustRun(t, "status", "s-1", "--db", db, "--json")), &st) == nil && st.State == "Processed"
+	})
+	var st TaskJSON
+	if err := json.Unmarshal([]byte(mustRun(t, "status", "s-1", "--db", db, "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st.Steps {
+		if s.State != "Processed" || s.Attempt != 1 || !strings.Contains(string(s.Output), `"confirmation"`) {
+			t.Errorf("step %+v", s)
+		}
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("server exit %d: %s", code, errb.String())
+		}
+	case <-time.After(guard):
+		t.Fatal("server did not stop")
+	}
+}
+
+// TestServerSplitRoles runs the roles in two "processes" on one database.
+func TestServerSplitRoles(t *testing.T) {
+	t.Parallel()
+	db, _ := migratedDB(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	start := func(id string, roles string) *syncBuffer {
+		b := &syncBuffer{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code := MainIO(ctx, []string{"server", "--db", db, "--instance-id", id, "--roles", roles, "--poll-interval", "20ms",
+				"--supervisor-interval", "100ms", "--log-level", "error"}, strings.NewReader(""), io.Discard, b); code != 0 {
+				t.Errorf("server %s exit %d: %s", id, code, b.String())
+			}
+		}()
+		waitFor(t, "server "+id, func() bool { return strings.Contains(b.String(), ReadyPrefix) })
+		return b
+	}
+	start("sched", "scheduler,supervisor")
+	start("agents", "agent")
+	for i := range 3 {
+		mustRun(t, "submit", "orders", fmt.Sprintf(`{"order_id":"x-%d","amount":1}`, i), "--id", fmt.Sprintf("x-%d", i), "--db", db)
+	}
+	waitFor(t, "three processed orders", func() bool {
+		var l struct{ Tasks []TaskJSON }
+		return json.Unmarshal([]byte(mustRun(t, "list", "--state", "Processed", "--db", db, "--json")), &l) == nil && len(l.Tasks) == 3
+	})
+	cancel()
+	wg.Wait()
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls cond until it holds, failing the test after guard.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(guard)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}

@@ -1,0 +1,492 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/orders"
+	"github.com/drover-run/drover/store/sqlite"
+)
+
+func (e *env) migrateCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Create the database if needed and apply schema migrations",
+		Long: `migrate creates the SQLite database file named by --db if it does not exist and
+applies every schema migration this drover embeds that is not applied yet. It
+is safe to run again and safe to run while servers use the database. It prints
+the schema version before and after.`,
+		Example: `  drover migrate --db sqlite:./drover.db
+  DROVER_DATABASE_URL=sqlite:/var/lib/drover/drover.db drover migrate --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			path, err := dbPath(e.dbURL)
+			if err != nil {
+				return err
+			}
+			drv, err := sqlite.Open(ctx, path, sqlite.Options{Create: true, BusyTimeout: e.lockTimeout})
+			if err != nil {
+				return storeErr(path, err)
+			}
+			defer drv.Close()
+			before, latest, err := drv.SchemaVersion(ctx)
+			if err != nil {
+				return storeErr(path, err)
+			}
+			if before > latest {
+				return fmt.Errorf("database %s is at schema version %d, this drover knows %d (%w): upgrade drover", path, before, latest, drover.ErrSchemaTooNew)
+			}
+			if err := drv.Migrate(ctx); err != nil {
+				return storeErr(path, err)
+			}
+			after, _, err := drv.SchemaVersion(ctx)
+			if err != nil {
+				return storeErr(path, err)
+			}
+			if e.jsonOut {
+				return writeJSON(e.stdout, map[string]any{"db": path, "from_version": before, "to_version": after, "latest_version": latest})
+			}
+			if before == after {
+				fmt.Fprintf(e.stdout, "database %s is up to date at schema version %d\n", path, after)
+			} else {
+				fmt.Fprintf(e.stdout, "database %s migrated from schema version %d to %d\n", path, before, after)
+			}
+			return nil
+		},
+	}
+}
+
+// knownWorkflows lists the workflows the CLI can submit.
+func knownWorkflows() []string { return []string{orders.WorkflowName} }
+
+func (e *env) submitCmd() *cobra.Command {
+	var (
+		id          string
+		maxInput    int
+		stepTimeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "submit WORKFLOW [INPUT-JSON|-]",
+		Short: "Submit a task",
+		Long: `submit records a new task of WORKFLOW in the database, Pending, and prints its
+ID. A running "drover server" picks it up. INPUT-JSON is the task input, one
+JSON document; "-" reads it from standard input; without it the input is null.
+
+With --id the submission is idempotent: submitting the same ID with the same
+workflow and input again returns the existing task; with a different input it
+fails. Without --id a time-ordered UUID is generated.
+
+Workflows this drover knows: orders, whose input is
+{"order_id":"o-1","amount":1234} (both fields required, no others).
+
+The database must exist and be migrated ("drover migrate").`,
+		Example: `  drover submit orders '{"order_id":"o-1","amount":1234}'
+  drover submit orders '{"order_id":"o-2","amount":50}' --id order-o-2 --json
+  echo '{"order_id":"o-3","amount":7}' | drover submit orders -`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if maxInput <= 0 {
+				return usagef("--max-input-bytes must be positive, got %d", maxInput)
+			}
+			if stepTimeout <= 0 {
+				return usagef("--step-timeout must be positive, got %s", stepTimeout)
+			}
+			workflow := args[0]
+			var input []byte
+			if len(args) == 2 {
+				if args[1] == "-" {
+					b, err := io.ReadAll(io.LimitReader(e.stdin, int64(maxInput)+1))
+					if err != nil {
+						return fmt.Errorf("read input from stdin: %w", err)
+					}
+					input = b
+				} else {
+					input = []byte(args[1])
+				}
+			}
+			if len(input) > maxInput {
+				return fmt.Errorf("%w: more than %d bytes (--max-input-bytes)", drover.ErrInputTooLarge, maxInput)
+			}
+			input = bytes.TrimSpace(input)
+			if !contains(knownWorkflows(), workflow) {
+				return fmt.Errorf("%w %q (this drover knows: %s)", drover.ErrUnknownWorkflow, workflow, strings.Join(knownWorkflows(), ", "))
+			}
+			if len(input) > 0 && !jsonValid(input) {
+				return fmt.Errorf("%w: not a JSON document: %s", drover.ErrInvalidInput, jsonProblem(input))
+			}
+			if workflow == orders.WorkflowName {
+				if _, err := orders.ParseOrder(input); err != nil {
+					return fmt.Errorf("%w: %w", drover.ErrInvalidInput, err)
+				}
+			}
+			c, drv, err := e.readClient(ctx, maxInput, stepTimeout)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			t, err := c.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id})
+			if err != nil {
+				return storeErr(drv.Path(), err)
+			}
+			if e.jsonOut {
+				full, err := c.Task(ctx, t.ID)
+				if err != nil {
+					return err
+				}
+				return writeJSON(e.stdout, taskJSON(full))
+			}
+			fmt.Fprintln(e.stdout, t.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&id, "id", "", "task ID, for idempotent submission (default: a generated UUID)")
+	cmd.Flags().IntVar(&maxInput, "max-input-bytes", drover.DefaultMaxInputBytes, "largest input accepted, in bytes")
+	cmd.Flags().DurationVar(&stepTimeout, "step-timeout", orders.DefaultStepTimeout, "time budget of each step of the task (recorded with it)")
+	return cmd
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *env) statusCmd() *cobra.Command {
+	var withEvents bool
+	cmd := &cobra.Command{
+		Use:   "status TASK",
+		Short: "Show a task and all its steps",
+		Long: `status shows one task's state record and every step's: ProcessState,
+LockedBy (the instance holding it), CompleteBy (its deadline), FailureCount,
+the attempt number (the fencing token), the idempotency key passed to the
+remote service on every try, and the last error. --events adds the task's
+event history (state changes, retries, supervisor recoveries, alerts).`,
+		Example: `  drover status order-o-1
+  drover status order-o-1 --events
+  drover status order-o-1 --json | jq .steps`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, drv, err := e.readClient(ctx, 0, 0)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			t, err := c.Task(ctx, args[0])
+			if err != nil {
+				return storeErr(drv.Path(), err)
+			}
+			var events []*drover.Event
+			if withEvents {
+				if events, err = allEvents(ctx, c, drover.EventQuery{TaskID: t.ID}); err != nil {
+					return err
+				}
+				if events == nil {
+					events = []*drover.Event{}
+				}
+			}
+			if e.jsonOut {
+				j := taskJSON(t)
+				for _, ev := range events {
+					j.Events = append(j.Events, eventJSON(ev))
+				}
+				return writeJSON(e.stdout, j)
+			}
+			return printTask(e.stdout, t, events)
+		},
+	}
+	cmd.Flags().BoolVar(&withEvents, "events", false, "also show the task's event history")
+	return cmd
+}
+
+// allEvents pages through the event history.
+func allEvents(ctx context.Context, c *drover.Client, q drover.EventQuery) ([]*drover.Event, error) {
+	var out []*drover.Event
+	q.Limit = 1000
+	for {
+		evs, err := c.Events(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, evs...)
+		if len(evs) < q.Limit {
+			return out, nil
+		}
+		q.AfterID = evs[len(evs)-1].ID
+	}
+}
+
+func parseStates(in []string) ([]drover.ProcessState, error) {
+	var out []drover.ProcessState
+	for _, s := range in {
+		for _, part := range strings.Split(s, ",") {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			found := false
+			for _, st := range []drover.ProcessState{drover.Pending, drover.Processing, drover.Processed, drover.Error, drover.Compensating, drover.Compensated, drover.Cancelled} {
+				if strings.EqualFold(string(st), part) {
+					out = append(out, st)
+					found = true
+				}
+			}
+			if !found {
+				return nil, usagef("--state %q: want Pending, Processing, Processed, Error, Compensating, Compensated or Cancelled", part)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (e *env) listCmd() *cobra.Command {
+	var (
+		states   []string
+		workflow string
+		limit    int
+		after    string
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List tasks",
+		Long: `list prints tasks ordered by ID, optionally only those in the given states
+(--state, repeatable or comma-separated, case-insensitive) or of one workflow.
+Page with --limit and --after: pass the last ID printed (or "next_after" of
+the JSON output) as --after to get the next page.`,
+		Example: `  drover list --state Error --state Compensated
+  drover list --workflow orders --limit 50 --after order-o-49
+  drover list --state error --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			sts, err := parseStates(states)
+			if err != nil {
+				return err
+			}
+			if limit <= 0 {
+				return usagef("--limit must be positive, got %d", limit)
+			}
+			c, drv, err := e.readClient(ctx, 0, 0)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			ts, err := c.Tasks(ctx, drover.ListParams{States: sts, Workflow: workflow, AfterID: after, Limit: limit})
+			if err != nil {
+				return storeErr(drv.Path(), err)
+			}
+			next := ""
+			if len(ts) == limit {
+				next = ts[len(ts)-1].ID
+			}
+			if e.jsonOut {
+				out := struct {
+					Tasks     []TaskJSON `json:"tasks"`
+					NextAfter string     `json:"next_after,omitempty"`
+				}{Tasks: []TaskJSON{}, NextAfter: next}
+				for _, t := range ts {
+					out.Tasks = append(out.Tasks, taskJSON(t))
+				}
+				return writeJSON(e.stdout, out)
+			}
+			tw := newTable(e.stdout)
+			row(tw, "ID", "WORKFLOW", "STATE", "STEP", "LOCKED_BY", "COMPLETE_BY", "FAILURES", "UPDATED", "LAST_ERROR")
+			for _, t := range ts {
+				row(tw, t.ID, t.Workflow, string(t.ProcessState), fmt.Sprintf("%d/%d", t.CurrentStep, t.StepCount), dash(t.LockedBy),
+					fmtTime(t.CompleteBy), fmt.Sprint(t.FailureCount), fmtTime(&t.UpdatedAt), dash(clip(t.LastError, 60)))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != "" {
+				fmt.Fprintf(e.stderr, "more tasks may follow: --after %s\n", next)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&states, "state", nil, "only tasks in this state (repeatable)")
+	cmd.Flags().StringVar(&workflow, "workflow", "", "only tasks of this workflow")
+	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many tasks")
+	cmd.Flags().StringVar(&after, "after", "", "only tasks whose ID sorts after this one")
+	return cmd
+}
+
+func (e *env) resubmitCmd() *cobra.Command {
+	var fromStep int
+	cmd := &cobra.Command{
+		Use:   "resubmit TASK",
+		Short: "Put an Error or Cancelled task back to work",
+		Long: `resubmit is the operator's answer to an alert: after fixing the cause of a
+failure, put the task (Error or Cancelled) back to Pending so a scheduler runs
+it again from the failed step, or from --from-step N (0-based). A task whose
+compensation failed resumes compensating. Steps keep their idempotency keys,
+so a remote service that already applied a step recognises the retry.`,
+		Example: `  drover list --state Error
+  drover resubmit order-o-7
+  drover resubmit order-o-7 --from-step 0 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			var opts drover.ResubmitOptions
+			if cmd.Flags().Changed("from-step") {
+				if fromStep < 0 {
+					return usagef("--from-step must be 0 or more, got %d", fromStep)
+				}
+				opts.FromStep = &fromStep
+			}
+			c, drv, err := e.readClient(ctx, 0, 0)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			t, err := c.Resubmit(ctx, args[0], &opts)
+			if err != nil {
+				return storeErr(drv.Path(), err)
+			}
+			return e.printChanged(ctx, c, t, "resubmitted")
+		},
+	}
+	cmd.Flags().IntVar(&fromStep, "from-step", 0, "re-run from this step index (default: the failed step)")
+	return cmd
+}
+
+func (e *env) cancelCmd() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel TASK",
+		Short: "Cancel a task that is not final",
+		Long: `cancel moves a task that is not final to Cancelled. A call already in flight
+is not interrupted, but its reply is discarded. Completed steps are not
+compensated. A cancelled task can be resubmitted.`,
+		Example: `  drover cancel order-o-7 --reason "customer withdrew"`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, drv, err := e.readClient(ctx, 0, 0)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			t, err := c.Cancel(ctx, args[0], reason)
+			if err != nil {
+				return storeErr(drv.Path(), err)
+			}
+			return e.printChanged(ctx, c, t, "cancelled")
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the event history")
+	return cmd
+}
+
+func (e *env) printChanged(ctx context.Context, c *drover.Client, t *drover.Task, verb string) error {
+	if e.jsonOut {
+		full, err := c.Task(ctx, t.ID)
+		if err != nil {
+			return err
+		}
+		return writeJSON(e.stdout, taskJSON(full))
+	}
+	fmt.Fprintf(e.stdout, "%s %s: now %s\n", verb, t.ID, t.ProcessState)
+	return nil
+}
+
+func (e *env) eventsCmd() *cobra.Command {
+	var (
+		taskID string
+		alerts bool
+		after  int64
+		follow bool
+		limit  int
+	)
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Show the event history, or follow it",
+		Long: `events prints the durable event history in order: submissions, claims, step
+starts and completions, retries, supervisor recoveries (step_timed_out),
+compensations, and alerts (events an operator must look at). --task keeps
+one task's events, --alerts only alerts, --after ID those after an event ID.
+
+--follow keeps printing new events as they are recorded until interrupted;
+resume later without missing any by passing the last ID seen as --after.
+With --json every event is one JSON object per line.`,
+		Example: `  drover events --alerts
+  drover events --task order-o-7
+  drover events --follow --after 1200 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if after < 0 {
+				return usagef("--after must be 0 or more, got %d", after)
+			}
+			if limit <= 0 {
+				return usagef("--limit must be positive, got %d", limit)
+			}
+			c, drv, err := e.readClient(ctx, 0, 0)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			if follow {
+				for ev := range c.Subscribe(ctx, drover.Subscription{TaskID: taskID, AlertsOnly: alerts, AfterID: after}) {
+					var err error
+					if e.jsonOut {
+						err = writeJSON(e.stdout, eventJSON(ev))
+					} else {
+						_, err = fmt.Fprintln(e.stdout, eventLine(ev))
+					}
+					if err != nil {
+						return err
+					}
+				}
+				return nil // interrupted: a normal end of --follow
+			}
+			evs, err := c.Events(ctx, drover.EventQuery{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: limit})
+			if err != nil {
+				return storeErr(drv.Path(), err)
+			}
+			if e.jsonOut {
+				for _, ev := range evs {
+					if err := writeJSON(e.stdout, eventJSON(ev)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			return printEvents(e.stdout, evs, true)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&taskID, "task", "", "only this task's events")
+	f.BoolVar(&alerts, "alerts", false, "only alerts")
+	f.Int64Var(&after, "after", 0, "only events with an ID greater than this")
+	f.BoolVar(&follow, "follow", false, "keep printing new events until interrupted")
+	f.IntVar(&limit, "limit", 1000, "at most this many events (without --follow)")
+	return cmd
+}
+
+// stateCounts formats counts by state, in name order.
+func stateCounts(m map[drover.ProcessState]int) string {
+	var parts []string
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, string(k))
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[drover.ProcessState(k)]))
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,284 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/drover-run/drover"
+)
+
+// The JSON forms of tasks, steps and events printed with --json. Field names
+// follow the state store's columns.
+
+// TaskJSON is a task as printed with --json.
+type TaskJSON struct {
+	ID               string          `json:"id"`
+	Workflow         string          `json:"workflow"`
+	State            string          `json:"state"`
+	Input            json.RawMessage `json:"input"`
+	Output           json.RawMessage `json:"output"`
+	LockedBy         *string         `json:"locked_by"`
+	CompleteBy       *time.Time      `json:"complete_by"`
+	FailureCount     int             `json:"failure_count"`
+	FailureThreshold int             `json:"failure_threshold"`
+	OnFailure        string          `json:"on_failure"`
+	CurrentStep      int             `json:"current_step"`
+	StepCount        int             `json:"step_count"`
+	LastError        string          `json:"last_error,omitempty"`
+	CreatedAt        time.Time       `json:"created_at"`
+	UpdatedAt        time.Time       `json:"updated_at"`
+	Steps            []StepJSON      `json:"steps,omitempty"`
+	Events           []EventJSON     `json:"events,omitempty"`
+}
+
+// StepJSON is a step as printed with --json.
+type StepJSON struct {
+	Index             int             `json:"index"`
+	Name              string          `json:"name"`
+	Agent             string          `json:"agent"`
+	Compensation      string          `json:"compensation,omitempty"`
+	State             string          `json:"state"`
+	CompensationState string          `json:"compensation_state,omitempty"`
+	LockedBy          *string         `json:"locked_by"`
+	CompleteBy        *time.Time      `json:"complete_by"`
+	FailureCount      int             `json:"failure_count"`
+	Attempt           int             `json:"attempt"`
+	IdempotencyKey    string          `json:"idempotency_key"`
+	TimeoutSeconds    float64         `json:"timeout_seconds"`
+	Output            json.RawMessage `json:"output"`
+	LastError         string          `json:"last_error,omitempty"`
+	StartedAt         *time.Time      `json:"started_at"`
+	FinishedAt        *time.Time      `json:"finished_at"`
+}
+
+// EventJSON is an event as printed with --json.
+type EventJSON struct {
+	ID        int64     `json:"id"`
+	TaskID    string    `json:"task_id"`
+	Step      *int      `json:"step"`
+	Type      string    `json:"type"`
+	State     string    `json:"state"`
+	Alert     bool      `json:"alert"`
+	Actor     string    `json:"actor,omitempty"`
+	Term      int64     `json:"term,omitempty"`
+	Attempt   int       `json:"attempt,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// rawJSON returns b as a JSON value: null when empty, a JSON string when b
+// is not valid JSON (never the case for what drover stores, but be safe).
+func rawJSON(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	if !json.Valid(b) {
+		q, _ := json.Marshal(string(b))
+		return q
+	}
+	return b
+}
+
+func taskJSON(t *drover.Task) TaskJSON {
+	j := TaskJSON{
+		ID: t.ID, Workflow: t.Workflow, State: string(t.ProcessState), Input: rawJSON(t.Input), Output: rawJSON(t.Output),
+		LockedBy: nullable(t.LockedBy), CompleteBy: t.CompleteBy, FailureCount: t.FailureCount,
+		FailureThreshold: t.FailureThreshold, OnFailure: string(t.OnFailure), CurrentStep: t.CurrentStep,
+		StepCount: t.StepCount, LastError: t.LastError, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+	}
+	for i := range t.Steps {
+		s := &t.Steps[i]
+		j.Steps = append(j.Steps, StepJSON{
+			Index: s.Index, Name: s.Name, Agent: s.Agent, Compensation: s.Compensation, State: string(s.ProcessState),
+			CompensationState: string(s.CompensationState), LockedBy: nullable(s.LockedBy), CompleteBy: s.CompleteBy,
+			FailureCount: s.FailureCount, Attempt: s.Attempt, IdempotencyKey: s.IdempotencyKey,
+			TimeoutSeconds: s.Timeout.Seconds(), Output: rawJSON(s.Output), LastError: s.LastError,
+			StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
+		})
+	}
+	return j
+}
+
+func eventJSON(e *drover.Event) EventJSON {
+	j := EventJSON{
+		ID: e.ID, TaskID: e.TaskID, Type: string(e.Type), State: string(e.State), Alert: e.Alert,
+		Actor: e.Actor, Term: e.Term, Attempt: e.Attempt, Message: e.Message, CreatedAt: e.CreatedAt,
+	}
+	if e.StepIndex >= 0 {
+		i := e.StepIndex
+		j.Step = &i
+	}
+	return j
+}
+
+// writeJSON prints v as one line of JSON.
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	_, err = w.Write(b)
+	return err
+}
+
+const timeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+func fmtTime(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(timeFormat)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// clip shortens s to n runes for tables, on one line.
+func clip(s string, n int) string {
+	s = oneLine(s)
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+func row(tw io.Writer, cols ...string) {
+	fmt.Fprintln(tw, strings.Join(cols, "\t"))
+}
+
+func printTask(w io.Writer, t *drover.Task, events []*drover.Event) error {
+	tw := newTable(w)
+	row(tw, "Task:", t.ID)
+	row(tw, "Workflow:", t.Workflow)
+	row(tw, "State:", string(t.ProcessState))
+	row(tw, "LockedBy:", dash(t.LockedBy))
+	row(tw, "CompleteBy:", fmtTime(t.CompleteBy))
+	row(tw, "FailureCount:", fmt.Sprintf("%d (threshold %d, on failure: %s)", t.FailureCount, t.FailureThreshold, t.OnFailure))
+	row(tw, "Current step:", fmt.Sprintf("%d of %d", t.CurrentStep, t.StepCount))
+	row(tw, "Input:", clip(string(t.Input), 200))
+	if len(t.Output) > 0 {
+		row(tw, "Output:", clip(string(t.Output), 200))
+	}
+	if t.LastError != "" {
+		row(tw, "Last error:", clip(t.LastError, 300))
+	}
+	row(tw, "Created:", fmtTime(&t.CreatedAt))
+	row(tw, "Updated:", fmtTime(&t.UpdatedAt))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = newTable(w)
+	row(tw, "STEP", "NAME", "AGENT", "STATE", "COMPENSATION", "LOCKED_BY", "COMPLETE_BY", "FAILURES", "ATTEMPT", "IDEMPOTENCY_KEY", "LAST_ERROR")
+	for i := range t.Steps {
+		s := &t.Steps[i]
+		comp := "-"
+		if s.Compensation != "" {
+			comp = s.Compensation
+			if s.CompensationState != "" {
+				comp += ":" + string(s.CompensationState)
+			}
+		}
+		row(tw, strconv.Itoa(s.Index), s.Name, s.Agent, string(s.ProcessState), comp, dash(s.LockedBy), fmtTime(s.CompleteBy),
+			strconv.Itoa(s.FailureCount), strconv.Itoa(s.Attempt), s.IdempotencyKey, dash(clip(s.LastError, 80)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if events != nil {
+		fmt.Fprintln(w)
+		return printEvents(w, events, false)
+	}
+	return nil
+}
+
+func printEvents(w io.Writer, events []*drover.Event, withTask bool) error {
+	tw := newTable(w)
+	cols := []string{"ID", "TIME"}
+	if withTask {
+		cols = append(cols, "TASK")
+	}
+	cols = append(cols, "STEP", "TYPE", "STATE", "ALERT", "ACTOR", "ATTEMPT", "MESSAGE")
+	row(tw, cols...)
+	for _, e := range events {
+		printEventRow(tw, e, withTask)
+	}
+	return tw.Flush()
+}
+
+func printEventRow(tw io.Writer, e *drover.Event, withTask bool) {
+	cols := []string{strconv.FormatInt(e.ID, 10), fmtTime(&e.CreatedAt)}
+	if withTask {
+		cols = append(cols, e.TaskID)
+	}
+	step := "-"
+	if e.StepIndex >= 0 {
+		step = strconv.Itoa(e.StepIndex)
+	}
+	alert := ""
+	if e.Alert {
+		alert = "ALERT"
+	}
+	attempt := "-"
+	if e.Attempt > 0 {
+		attempt = strconv.Itoa(e.Attempt)
+	}
+	cols = append(cols, step, string(e.Type), string(e.State), dash(alert), dash(e.Actor), attempt, dash(clip(e.Message, 120)))
+	row(tw, cols...)
+}
+
+func jsonValid(b []byte) bool { return json.Valid(b) }
+
+// jsonProblem says what is wrong with a document json.Valid rejected.
+func jsonProblem(b []byte) string {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err.Error()
+	}
+	return "invalid JSON"
+}
+
+// eventLine formats one event on one line, for --follow.
+func eventLine(e *drover.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %s task=%s", e.ID, fmtTime(&e.CreatedAt), e.TaskID)
+	if e.StepIndex >= 0 {
+		fmt.Fprintf(&b, " step=%d", e.StepIndex)
+	}
+	fmt.Fprintf(&b, " %s state=%s", e.Type, e.State)
+	if e.Alert {
+		b.WriteString(" ALERT")
+	}
+	if e.Actor != "" {
+		fmt.Fprintf(&b, " actor=%s", e.Actor)
+	}
+	if e.Attempt > 0 {
+		fmt.Fprintf(&b, " attempt=%d", e.Attempt)
+	}
+	if e.Message != "" {
+		fmt.Fprintf(&b, " msg=%q", oneLine(e.Message))
+	}
+	return b.String()
+}
