@@ -112,7 +112,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	if !validName(cfg.InstanceID) {
-		return nil, fmt.Errorf("%w: InstanceID %q must be 1-%d printable characters without spaces", ErrInvalidConfig, cfg.InstanceID, maxNameLen)
+		return nil, fmt.Errorf("%w: InstanceID %q must be 1-%d printable characters without spaces or \"/\"", ErrInvalidConfig, cfg.InstanceID, maxNameLen)
 	}
 	if cfg.Schedulers <= 0 {
 		cfg.Schedulers = 1
@@ -147,7 +147,7 @@ func New(cfg Config) (*Client, error) {
 	c.knownAgents = agents
 	for _, a := range cfg.Agents {
 		if !validName(a.Name) {
-			return nil, fmt.Errorf("%w: agent name %q must be 1-%d printable characters without spaces", ErrInvalidConfig, a.Name, maxNameLen)
+			return nil, fmt.Errorf("%w: agent name %q must be 1-%d printable characters without spaces or \"/\"", ErrInvalidConfig, a.Name, maxNameLen)
 		}
 		if a.Func == nil {
 			return nil, fmt.Errorf("%w: agent %q has no Func", ErrInvalidConfig, a.Name)

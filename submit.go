@@ -94,7 +94,7 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 		}
 		id = u.String()
 	} else if !validName(id) {
-		return nil, fmt.Errorf("%w %q: must be 1-%d printable characters without spaces", ErrInvalidTaskID, id, maxNameLen)
+		return nil, fmt.Errorf("%w %q: must be 1-%d printable characters without spaces or \"/\"", ErrInvalidTaskID, id, maxNameLen)
 	}
 	// The store keeps microseconds; truncate so the returned task equals
 	// the stored one.

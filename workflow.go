@@ -43,7 +43,8 @@ func validName(s string) bool {
 		return false
 	}
 	for _, r := range s {
-		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+		// "/" separates the parts of an idempotency key.
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '/' {
 			return false
 		}
 	}
@@ -54,7 +55,7 @@ func validName(s string) bool {
 func (w Workflow) Validate() error {
 	var p []string
 	if !validName(w.Name) {
-		p = append(p, fmt.Sprintf("name %q must be 1-%d printable characters without spaces", w.Name, maxNameLen))
+		p = append(p, fmt.Sprintf("name %q must be 1-%d printable characters without spaces or \"/\"", w.Name, maxNameLen))
 	}
 	if len(w.Steps) == 0 {
 		p = append(p, "it has no steps")
@@ -71,19 +72,19 @@ func (w Workflow) Validate() error {
 	seen := map[string]bool{}
 	for i, s := range w.Steps {
 		if !validName(s.Name) {
-			p = append(p, fmt.Sprintf("step %d: name %q must be 1-%d printable characters without spaces", i, s.Name, maxNameLen))
+			p = append(p, fmt.Sprintf("step %d: name %q must be 1-%d printable characters without spaces or \"/\"", i, s.Name, maxNameLen))
 		} else if seen[s.Name] {
 			p = append(p, fmt.Sprintf("step %d: name %q is used twice", i, s.Name))
 		}
 		seen[s.Name] = true
 		if !validName(s.Agent) {
-			p = append(p, fmt.Sprintf("step %d (%s): agent %q must be 1-%d printable characters without spaces", i, s.Name, s.Agent, maxNameLen))
+			p = append(p, fmt.Sprintf("step %d (%s): agent %q must be 1-%d printable characters without spaces or \"/\"", i, s.Name, s.Agent, maxNameLen))
 		}
 		if s.Timeout < 0 {
 			p = append(p, fmt.Sprintf("step %d (%s): Timeout %s is negative", i, s.Name, s.Timeout))
 		}
 		if s.Compensation != "" && !validName(s.Compensation) {
-			p = append(p, fmt.Sprintf("step %d (%s): compensation agent %q must be printable characters without spaces", i, s.Name, s.Compensation))
+			p = append(p, fmt.Sprintf("step %d (%s): compensation agent %q must be printable characters without spaces or \"/\"", i, s.Name, s.Compensation))
 		}
 	}
 	if len(p) > 0 {

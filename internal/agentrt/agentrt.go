@@ -265,30 +265,50 @@ func (rt *Runtime) Run(ctx context.Context) error {
 // pull claims requests for every agent with free slots, in one transaction.
 // more reports that some agent filled all its free slots.
 func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
-	var claimed []*dt.AgentRequest
-	now := rt.Clock.Now()
+	// Take the free slots before claiming, so the scheduler's fast path
+	// (Reserve) cannot hand out the same slots meanwhile.
+	taken := make(map[string]int, len(rt.order))
 	full := false // some agent had no free slot: wake when one frees up
+	for _, name := range rt.order {
+		if n := rt.agents[name].takeFree(); n > 0 {
+			taken[name] = n
+		} else {
+			full = true
+		}
+	}
+	if len(taken) == 0 {
+		rt.backlog.Store(full)
+		return false, nil
+	}
+	var claimed []*dt.AgentRequest
+	got := map[string]int{}
 	err = rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		claimed = claimed[:0]
-		more, full = false, false
+		claimed, more = claimed[:0], false
+		clear(got)
+		now := rt.Clock.Now()
 		for _, name := range rt.order {
-			a := rt.agents[name]
-			free := a.spec.Concurrency - int(a.active.Load())
-			if free <= 0 {
-				full = true
+			n := taken[name]
+			if n == 0 {
 				continue
 			}
-			reqs, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: name, ClaimedBy: rt.Instance, Now: now, Limit: free})
+			reqs, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: name, ClaimedBy: rt.Instance, Now: now, Limit: n})
 			if err != nil {
 				return err
 			}
-			if len(reqs) == free {
+			if len(reqs) == n {
 				more = true
 			}
+			got[name] = len(reqs)
 			claimed = append(claimed, reqs...)
 		}
 		return nil
 	})
+	if err != nil {
+		clear(got)
+	}
+	for name, n := range taken {
+		rt.agents[name].active.Add(-int64(n - got[name]))
+	}
 	if err != nil {
 		return false, err
 	}
@@ -296,26 +316,76 @@ func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	for _, r := range claimed {
-		a := rt.agents[r.Agent]
-		a.active.Add(1)
 		rt.wg.Add(1)
-		go rt.handle(ctx, a, r)
+		go rt.handle(ctx, rt.agents[r.Agent], r)
 	}
 	return more && len(claimed) > 0, nil
 }
 
+// takeFree takes every free call slot of the agent and returns how many.
+func (a *agent) takeFree() int {
+	for {
+		n := a.active.Load()
+		free := int64(a.spec.Concurrency) - n
+		if free <= 0 {
+			return 0
+		}
+		if a.active.CompareAndSwap(n, n+free) {
+			return int(free)
+		}
+	}
+}
+
+// callSlot is one taken call slot. It is freed once: when the call ends,
+// or, for a call abandoned at its deadline whose function ignores its
+// context, when that function finally returns — so the agent never runs
+// more than Concurrency functions at once.
+type callSlot struct {
+	rt    *Runtime
+	a     *agent
+	once  sync.Once
+	mu    sync.Mutex
+	state slotState // of the current attempt
+}
+
+type slotState int
+
+const (
+	slotRunning   slotState = iota // the function is running, the caller waits
+	slotFinished                   // the function returned
+	slotAbandoned                  // the caller left at the deadline; the function frees the slot
+)
+
+func (c *callSlot) free() {
+	c.once.Do(func() {
+		c.a.active.Add(-1)
+		if c.rt.backlog.Load() {
+			c.rt.Wake()
+		}
+	})
+}
+
 func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 	defer rt.wg.Done()
+	slot := &callSlot{rt: rt, a: a}
 	defer func() {
-		a.active.Add(-1)
-		if rt.backlog.Load() {
-			rt.Wake()
+		slot.mu.Lock()
+		abandoned := slot.state == slotAbandoned
+		slot.mu.Unlock()
+		if !abandoned {
+			slot.free()
 		}
 	}()
+	left := r.CompleteBy.Sub(rt.Clock.Now())
+	if left <= 0 {
+		// SAS-7: never start a call after CompleteBy.
+		rt.Stats.Abandoned.Add(1)
+		return
+	}
 	// The call keeps running through a shutdown; only the deadline ends it.
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.CompleteBy.Sub(rt.Clock.Now()))
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), left)
 	defer cancel()
-	out, err := rt.call(callCtx, a, r)
+	out, err := rt.call(callCtx, a, r, slot)
 	if callCtx.Err() != nil || !rt.Clock.Now().Before(r.CompleteBy) {
 		// SAS-7: past CompleteBy the agent sends nothing back.
 		rt.Stats.Abandoned.Add(1)
@@ -341,7 +411,7 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 // call runs the agent function with retries inside ctx's deadline. It returns
 // a nil error on success, the permanent error, or whatever stopped it when the
 // deadline passed.
-func (rt *Runtime) call(ctx context.Context, a *agent, r *dt.AgentRequest) ([]byte, error) {
+func (rt *Runtime) call(ctx context.Context, a *agent, r *dt.AgentRequest, slot *callSlot) ([]byte, error) {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = a.spec.InitialInterval
 	b.MaxInterval = a.spec.MaxInterval
@@ -357,7 +427,7 @@ func (rt *Runtime) call(ctx context.Context, a *agent, r *dt.AgentRequest) ([]by
 		}
 		out, err := a.breaker.Execute(func() ([]byte, error) {
 			rt.Stats.Calls.Add(1)
-			return rt.invoke(ctx, a, r)
+			return rt.invoke(ctx, a, r, slot)
 		})
 		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 			rt.Stats.BreakerOpen.Add(1)
@@ -377,26 +447,43 @@ func (rt *Runtime) call(ctx context.Context, a *agent, r *dt.AgentRequest) ([]by
 }
 
 // invoke calls the function but stops waiting at the deadline, so a function
-// that ignores its context cannot hold the reply past CompleteBy.
-func (rt *Runtime) invoke(ctx context.Context, a *agent, r *dt.AgentRequest) (out []byte, err error) {
+// that ignores its context cannot hold the reply past CompleteBy. Such a
+// function keeps its call slot until it returns.
+func (rt *Runtime) invoke(ctx context.Context, a *agent, r *dt.AgentRequest, slot *callSlot) (out []byte, err error) {
 	type result struct {
 		out []byte
 		err error
 	}
 	done := make(chan result, 1)
+	slot.mu.Lock()
+	slot.state = slotRunning
+	slot.mu.Unlock()
 	go func() {
+		var res result
 		defer func() {
 			if p := recover(); p != nil {
-				done <- result{err: fmt.Errorf("agent %s panicked: %v", a.spec.Name, p)}
+				res = result{err: fmt.Errorf("agent %s panicked: %v", a.spec.Name, p)}
 			}
+			slot.mu.Lock()
+			abandoned := slot.state == slotAbandoned
+			slot.state = slotFinished
+			slot.mu.Unlock()
+			if abandoned {
+				slot.free()
+			}
+			done <- res
 		}()
-		o, e := a.spec.Func(ctx, r)
-		done <- result{o, e}
+		res.out, res.err = a.spec.Func(ctx, r)
 	}()
 	select {
 	case res := <-done:
 		return res.out, res.err
 	case <-ctx.Done():
+		slot.mu.Lock()
+		if slot.state == slotRunning {
+			slot.state = slotAbandoned
+		}
+		slot.mu.Unlock()
 		return nil, ctx.Err()
 	}
 }

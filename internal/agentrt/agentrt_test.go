@@ -65,7 +65,7 @@ func setup(t *testing.T, n int, agent string, timeout time.Duration) (store.Driv
 			return err
 		}
 		var err error
-		reqs, _, err = (&flow.Machine{Instance: "sched"}).Claim(ctx, x, now, n)
+		reqs, _, _, err = (&flow.Machine{Instance: "sched"}).Claim(ctx, x, now, n)
 		return err
 	})
 	if err != nil {
@@ -483,7 +483,7 @@ func TestReserveAndDispatch(t *testing.T) {
 			return err
 		}
 		var err error
-		reqs, _, err = m.Claim(ctx, x, now, 10)
+		reqs, _, _, err = m.Claim(ctx, x, now, 10)
 		return err
 	}); err != nil {
 		t.Fatal(err)

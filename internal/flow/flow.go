@@ -66,7 +66,8 @@ func InputHash(workflow string, input []byte) string {
 }
 
 // IdempotencyKey is the stable key of one step: the same on every attempt,
-// agent retry, supervisor recovery and resubmission.
+// agent retry, supervisor recovery and resubmission. Task IDs and step names
+// cannot contain "/", so keys of different steps never collide.
 func IdempotencyKey(taskID string, index int, name string) string {
 	return fmt.Sprintf("%s/%d/%s", taskID, index, name)
 }
@@ -245,21 +246,23 @@ func (m *Machine) Commit() { m.Counters.add(m.pending); m.pending = tally{} }
 func (m *Machine) Discard() { m.pending = tally{} }
 
 // Claim locks up to limit claimable tasks for the instance and dispatches each
-// one's next request. It returns the requests it inserted.
-func (m *Machine) Claim(ctx context.Context, x store.Executor, now time.Time, limit int) ([]*dt.AgentRequest, int, error) {
+// one's next request.
+// It returns the requests it inserted, how many tasks it claimed, and how
+// many of those it let go of at once (nothing was left to do).
+func (m *Machine) Claim(ctx context.Context, x store.Executor, now time.Time, limit int) (reqs []*dt.AgentRequest, claimed, released int, err error) {
 	tasks, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit})
 	if err != nil || len(tasks) == 0 {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	ls, err := load(ctx, x, tasks)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	b := newBatch()
 	for _, t := range tasks {
 		m.advance(b, ls[t.ID], now)
 	}
-	return b.requests, len(tasks), b.flush(ctx, x)
+	return b.requests, len(tasks), b.released, b.flush(ctx, x)
 }
 
 // Resume re-dispatches nothing: a restarted scheduler keeps its tasks and
@@ -584,6 +587,14 @@ func (sv *Supervisor) recover(b *batch, l *loaded, now time.Time) {
 	t.UpdatedAt = now
 	b.task(t)
 	if t.CurrentStep < 0 || t.CurrentStep >= len(l.steps) {
+		// Cannot happen through the state machine; never leave a task
+		// that nothing will pick up.
+		t.ProcessState = dt.Error
+		t.LastError = fmt.Sprintf("current step %d out of range (%d steps)", t.CurrentStep, len(l.steps))
+		e := sv.event(b, t, -1, dt.EventError, now)
+		e.Alert, e.Message = true, t.LastError
+		sv.pending.alerts++
+		sv.pending.finished++
 		return
 	}
 	s := l.steps[t.CurrentStep]
@@ -654,12 +665,19 @@ func (sv *Supervisor) recover(b *batch, l *loaded, now time.Time) {
 	sv.pending.finished++
 }
 
-// backoff doubles the workflow's retry delay for each failure, capped at 64×.
+// maxBackoff caps a recovered step's wait before it is claimed again.
+const maxBackoff = 24 * time.Hour
+
+// backoff doubles the workflow's retry delay for each failure, capped at 64×
+// and at maxBackoff.
 func backoff(base time.Duration, failures int) time.Duration {
-	if base <= 0 || failures <= 1 {
-		return max(base, 0)
+	if base <= 0 {
+		return 0
 	}
-	return base << min(failures-1, 6)
+	if base >= maxBackoff {
+		return maxBackoff
+	}
+	return min(base<<min(max(failures-1, 0), 6), maxBackoff)
 }
 
 // Cancel moves a non-final task to Cancelled. An agent call in flight is not
@@ -723,11 +741,17 @@ func Resubmit(ctx context.Context, x store.Executor, id, actor string, fromStep 
 	b := newBatch()
 	compensating := false
 	for _, s := range steps {
-		if s.CompensationState != "" && s.CompensationState != dt.Compensated {
+		if s.CompensationState != "" {
 			compensating = true
 		}
 	}
-	if compensating && fromStep < 0 {
+	if compensating && fromStep >= 0 {
+		// Steps were undone; running some forward again would leave the
+		// task Processed with undone steps (and their keys would make the
+		// remote service treat the redo as already done).
+		return t, fmt.Errorf("task %q was being compensated; it can only resume compensating (resubmit without a step): %w", id, ErrNotResubmittable)
+	}
+	if compensating {
 		for _, s := range steps {
 			if s.CompensationState == dt.Error || s.CompensationState == dt.Cancelled || s.CompensationState == dt.Processing {
 				s.CompensationState = dt.Pending

@@ -92,16 +92,10 @@ func (s *Scheduler) shutdown() {
 	s.inboxMu.Lock()
 	s.stopped = true
 	s.inboxMu.Unlock()
-	if s.carry == nil && len(s.inbox) == 0 {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	savedMax, savedBatch := s.MaxInFlight, s.ClaimBatch
-	s.MaxInFlight, s.ClaimBatch = 0, 0 // apply only; claim nothing new
-	defer func() { s.MaxInFlight, s.ClaimBatch = savedMax, savedBatch }()
 	for s.carry != nil || len(s.inbox) > 0 {
-		if _, err := s.tick(ctx, false, false); err != nil {
+		if _, err := s.tick(ctx, tickOptions{applyOnly: true}); err != nil {
 			s.Log.Warn("apply replies at shutdown; their steps will be redone", "err", err)
 			return
 		}
@@ -113,12 +107,19 @@ func (s *Scheduler) shutdown() {
 // queued and replies to them still apply.
 func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.shutdown()
-	s.recount(ctx)
 	ticker := time.NewTicker(s.PollInterval)
 	defer ticker.Stop()
-	pollReplies := true
+	var lastPoll time.Time
 	for {
-		busy, err := s.Tick(ctx, pollReplies)
+		// The store's reply queue and the held-task count are read on a
+		// timer, busy or not: a scheduler with a backlog must still apply
+		// replies from agents in other processes before their deadlines.
+		poll := time.Since(lastPoll) >= s.PollInterval
+		if poll {
+			lastPoll = time.Now()
+			s.recount(ctx)
+		}
+		busy, err := s.tick(ctx, tickOptions{pollStore: poll, redeliver: true})
 		if err != nil && ctx.Err() == nil {
 			s.Log.Warn("scheduler tick", "instance", s.Instance(), "err", err)
 			select {
@@ -126,8 +127,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			case <-time.After(s.PollInterval):
 			}
 		}
-		pollReplies = false
 		if busy {
+			if ctx.Err() != nil {
+				return nil
+			}
 			continue
 		}
 		select {
@@ -137,14 +140,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		case r := <-s.inbox:
 			s.carry = r
 		case <-ticker.C:
-			pollReplies = true
-			s.recount(ctx)
 		}
 	}
 }
 
-// recount refreshes the in-flight count from the store: the supervisor may
-// have taken tasks away from this instance.
+// recount refreshes the in-flight count from the store: the supervisor and
+// operators take tasks away from this instance without telling it.
 func (s *Scheduler) recount(ctx context.Context) {
 	n, err := s.Driver.Reader().TaskCountLockedBy(ctx, s.Instance())
 	if err == nil {
@@ -152,21 +153,28 @@ func (s *Scheduler) recount(ctx context.Context) {
 	}
 }
 
-// Tick applies the replies waiting in the inbox (and, with pollStore, those in
-// the store's reply queue), then claims new tasks, in one transaction. busy
-// reports that more work is probably waiting.
+// Tick runs one loop iteration: it applies the replies waiting in the inbox
+// (and, with pollStore, those in the store's reply queue), then claims new
+// tasks, in one transaction. busy reports that more work is probably waiting.
 func (s *Scheduler) Tick(ctx context.Context, pollStore bool) (busy bool, err error) {
-	return s.tick(ctx, pollStore, true)
+	return s.tick(ctx, tickOptions{pollStore: pollStore, redeliver: true})
 }
 
-func (s *Scheduler) tick(ctx context.Context, pollStore, redeliver bool) (busy bool, err error) {
+type tickOptions struct {
+	pollStore bool // also take replies from the store's reply queue
+	redeliver bool // on rollback, put inbox replies back
+	applyOnly bool // apply replies, claim nothing (shutdown)
+}
+
+func (s *Scheduler) tick(ctx context.Context, o tickOptions) (busy bool, err error) {
+	limit := 4 * s.ClaimBatch
 	var replies []*dt.AgentReply
 	if s.carry != nil {
 		replies = append(replies, s.carry)
 		s.carry = nil
 	}
 fill:
-	for len(replies) < 4*s.ClaimBatch {
+	for len(replies) < limit {
 		select {
 		case r := <-s.inbox:
 			replies = append(replies, r)
@@ -174,7 +182,6 @@ fill:
 			break fill
 		}
 	}
-	now := s.Clock.Now()
 	var (
 		dispatched []*dt.AgentRequest
 		released   int
@@ -183,10 +190,13 @@ fill:
 		fromStore  int
 	)
 	err = s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		dispatched, released, claimed, fromStore = nil, 0, 0, 0
+		// Read the clock once the write lock is held: waiting for it must
+		// not make a stale reply look on time, nor start a step late.
+		now := s.Clock.Now()
+		dispatched, released, claimed, asked, fromStore = nil, 0, 0, 0, 0
 		all := replies
-		if pollStore {
-			more, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: s.Instance(), Limit: 4 * s.ClaimBatch})
+		if o.pollStore {
+			more, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: s.Instance(), Limit: limit})
 			if err != nil {
 				return err
 			}
@@ -198,14 +208,17 @@ fill:
 		if err != nil {
 			return err
 		}
+		if o.applyOnly {
+			return nil
+		}
 		asked = min(s.MaxInFlight-(s.inFlight-released), s.ClaimBatch)
 		if asked > 0 {
-			reqs, n, err := s.Machine.Claim(ctx, x, now, asked)
+			reqs, n, rel, err := s.Machine.Claim(ctx, x, now, asked)
 			dispatched = append(dispatched, reqs...)
 			if err != nil {
 				return err
 			}
-			claimed = n
+			claimed, released = n, released+rel
 		}
 		return nil
 	})
@@ -218,7 +231,7 @@ fill:
 		// later tick applies them (they are fenced, so order is harmless).
 		// Replies that do not fit are dropped: the supervisor recovers their
 		// steps, and the agent's idempotency key makes the redo safe.
-		if redeliver {
+		if o.redeliver {
 			for _, r := range replies {
 				if !s.Deliver(r) {
 					break
@@ -232,6 +245,6 @@ fill:
 	if len(dispatched) > 0 && s.OnDispatch != nil {
 		s.OnDispatch(dispatched)
 	}
-	busy = (asked > 0 && claimed == asked) || len(s.inbox) > 0 || fromStore == 4*s.ClaimBatch
+	busy = (asked > 0 && claimed == asked) || len(s.inbox) > 0 || fromStore == limit
 	return busy, nil
 }

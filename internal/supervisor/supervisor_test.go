@@ -67,7 +67,7 @@ func dispatch(t *testing.T, d store.Driver, now time.Time) int {
 	var n int
 	if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 		var err error
-		_, n, err = (&flow.Machine{Instance: "sched"}).Claim(ctx, x, now, 10000)
+		_, n, _, err = (&flow.Machine{Instance: "sched"}).Claim(ctx, x, now, 10000)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -107,7 +107,7 @@ func (e *env) claim(now time.Time) []*dt.AgentRequest {
 	var reqs []*dt.AgentRequest
 	inTx(e.t, e.d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		reqs, _, err = e.m.Claim(ctx, x, now, 100)
+		reqs, _, _, err = e.m.Claim(ctx, x, now, 100)
 		return err
 	})
 	e.m.Commit()
@@ -1025,7 +1025,7 @@ func testFlowConcurrentSchedulers(t *testing.T, d store.Driver) {
 				var got []*dt.AgentRequest
 				err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 					var err error
-					got, _, err = m.Claim(ctx, x, base, 7)
+					got, _, _, err = m.Claim(ctx, x, base, 7)
 					return err
 				})
 				mu.Lock()

@@ -1,0 +1,202 @@
+package drover_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drover-run/drover"
+)
+
+// Regression tests for bugs found in review; each failed before its fix.
+
+// An agent's Concurrency holds across its two intake paths: the scheduler's
+// in-process fast path (Reserve) and the pull from the request queue (work
+// dispatched by a scheduler in another process).
+func TestAgentConcurrencyLimitAcrossIntakePaths(t *testing.T) {
+	d := newStore(t)
+	ctx := context.Background()
+	const limit = 4
+	var cur, peak atomic.Int64
+	wfs := []drover.Workflow{{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "w", Timeout: 30 * time.Second}}}}
+	fn := func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
+		n := cur.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(3 * time.Millisecond)
+		cur.Add(-1)
+		return []byte(`1`), nil
+	}
+	// B: scheduler only, in "another process": dispatches to the queue.
+	startClient(t, drover.Config{Store: d, InstanceID: "B", Workflows: wfs, Roles: drover.Roles{Scheduler: true}, ExternalAgents: []string{"w"}, MaxInFlight: 64})
+	a := startClient(t, drover.Config{Store: d, InstanceID: "A", Workflows: wfs, MaxInFlight: 64,
+		Agents: []drover.Agent{{Name: "w", Concurrency: limit, Func: fn}}})
+	ps := make([]drover.SubmitParams, 1500)
+	for i := range ps {
+		ps[i] = drover.SubmitParams{Workflow: "w", Input: []byte(`{}`)}
+	}
+	if _, err := a.SubmitMany(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "all processed", func() bool { c, _ := a.Counts(ctx); return c[drover.Processed] == len(ps) })
+	t.Logf("peak concurrent calls %d, limit %d", peak.Load(), limit)
+	if peak.Load() > limit {
+		t.Errorf("agent ran %d calls at once, Concurrency is %d", peak.Load(), limit)
+	}
+}
+
+// A task whose compensation failed part-way can only resume compensating:
+// running steps forward again would leave it Processed with undone steps.
+func TestResubmitAfterPartialCompensation(t *testing.T) {
+	d := newStore(t)
+	ctx := context.Background()
+	var cFails, caFails atomic.Bool
+	cFails.Store(true)
+	caFails.Store(true)
+	ok := func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) { return []byte(`"ok"`), nil }
+	wfs := []drover.Workflow{{Name: "w", OnFailure: drover.PolicyCompensate, Steps: []drover.Step{
+		{Name: "a", Agent: "a", Compensation: "ca", Timeout: 5 * time.Second},
+		{Name: "b", Agent: "b", Compensation: "cb", Timeout: 5 * time.Second},
+		{Name: "c", Agent: "c", Timeout: 5 * time.Second},
+	}}}
+	c := startClient(t, drover.Config{Store: d, Workflows: wfs, Agents: []drover.Agent{
+		{Name: "a", Func: ok}, {Name: "b", Func: ok}, {Name: "cb", Func: ok},
+		{Name: "ca", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
+			if caFails.Load() {
+				return nil, drover.Permanent(errors.New("ca down"))
+			}
+			return []byte(`"ok"`), nil
+		}},
+		{Name: "c", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
+			if cFails.Load() {
+				return nil, drover.Permanent(errors.New("c refused"))
+			}
+			return []byte(`"ok"`), nil
+		}},
+	}})
+	tk, err := c.Submit(ctx, "w", []byte(`{}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitTask(t, c, tk.ID)
+	for _, s := range got.Steps {
+		t.Logf("after failure: task %s; step %s %s comp=%q", got.ProcessState, s.Name, s.ProcessState, s.CompensationState)
+	}
+	if got.ProcessState != drover.Error || got.Steps[1].CompensationState != drover.Compensated || got.Steps[0].CompensationState != drover.Error {
+		t.Fatalf("after the failed compensation: task %s, steps %+v", got.ProcessState, got.Steps)
+	}
+	cFails.Store(false)
+	from := 2
+	if _, err := c.Resubmit(ctx, tk.ID, &drover.ResubmitOptions{FromStep: &from}); !errors.Is(err, drover.ErrNotResubmittable) {
+		t.Fatalf("resubmit forward after compensation: err %v, want ErrNotResubmittable", err)
+	}
+	// The operator fixes the compensation and resubmits: it resumes undoing.
+	caFails.Store(false)
+	if _, err := c.Resubmit(ctx, tk.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	got = waitTask(t, c, tk.ID)
+	if got.ProcessState != drover.Compensated || got.Steps[0].CompensationState != drover.Compensated {
+		t.Errorf("after resubmit: task %s, step a compensation %q; want Compensated", got.ProcessState, got.Steps[0].CompensationState)
+	}
+}
+
+// A scheduler kept busy by a backlog and by its in-process agents still takes
+// the replies of agents in other processes from the store before their
+// deadlines.
+func TestBusySchedulerTakesStoreReplies(t *testing.T) {
+	d := newStore(t)
+	ctx := context.Background()
+	wfs := []drover.Workflow{
+		{Name: "lw", Steps: []drover.Step{{Name: "l", Agent: "local", Timeout: 60 * time.Second}}},
+		{Name: "rw", Steps: []drover.Step{{Name: "r", Agent: "remote", Timeout: 1 * time.Second}}},
+	}
+	// B: agent-only process running "remote"; its replies go to the store.
+	startClient(t, drover.Config{Store: d, InstanceID: "B", Workflows: wfs, Roles: drover.Roles{Agent: true},
+		Agents:         []drover.Agent{{Name: "remote", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) { return []byte(`"r"`), nil }}},
+		ExternalAgents: []string{"local"}, PollInterval: 20 * time.Millisecond})
+	sub, err := drover.New(drover.Config{Store: d, Workflows: wfs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rids []string
+	for i := 0; i < 20; i++ {
+		tk, err := sub.Submit(ctx, "rw", []byte(`{}`), &drover.SubmitOptions{ID: fmt.Sprintf("remote-%02d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rids = append(rids, tk.ID)
+	}
+	for b := 0; b < 30; b++ {
+		ps := make([]drover.SubmitParams, 1000)
+		for i := range ps {
+			ps[i] = drover.SubmitParams{Workflow: "lw", Input: []byte(`{}`)}
+		}
+		if _, err := sub.SubmitMany(ctx, ps); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A: scheduler + supervisor + the in-process "local" agent.
+	a := startClient(t, drover.Config{Store: d, InstanceID: "A", Workflows: wfs, PollInterval: 20 * time.Millisecond,
+		Agents: []drover.Agent{{Name: "local", Concurrency: 512, Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
+			time.Sleep(2 * time.Millisecond)
+			return []byte(`"l"`), nil
+		}}}, ExternalAgents: []string{"remote"}})
+	start := time.Now()
+	deadline := start.Add(40 * time.Second)
+	for time.Now().Before(deadline) {
+		done := 0
+		for _, id := range rids {
+			tk, _ := a.Task(ctx, id)
+			if tk.ProcessState.Final() {
+				done++
+			}
+		}
+		if done == len(rids) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	counts, _ := a.Counts(ctx)
+	timeouts, discarded := 0, 0
+	for _, id := range rids {
+		for _, e := range events(t, a, id) {
+			switch e.Type {
+			case "step_timed_out":
+				timeouts++
+			case "reply_discarded":
+				discarded++
+			}
+		}
+	}
+	tk, _ := a.Task(ctx, rids[0])
+	t.Logf("after %s: counts %v; remote tasks: %d step timeouts, %d discarded replies; remote-00 %s attempt %d; stats %+v",
+		time.Since(start).Round(time.Millisecond), counts, timeouts, discarded, tk.ProcessState, tk.Steps[0].Attempt, a.Stats())
+	if timeouts > 0 {
+		t.Errorf("remote steps whose agent answered at once timed out %d times (replies sat in agent_replies while the scheduler was busy)", timeouts)
+	}
+}
+
+func TestTaskIDAndNamesCannotContainSlash(t *testing.T) {
+	// "/" separates the parts of an idempotency key: task "order/1" step
+	// "charge" and task "order" step "1/charge" would share one.
+	t.Parallel()
+	w := drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "0/charge", Agent: "a"}}}
+	if err := w.Validate(); !errors.Is(err, drover.ErrInvalidWorkflow) {
+		t.Errorf("step name with a slash: %v, want ErrInvalidWorkflow", err)
+	}
+	c, err := drover.New(drover.Config{Store: newStore(t), Workflows: []drover.Workflow{{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(context.Background(), "w", nil, &drover.SubmitOptions{ID: "order/1"}); !errors.Is(err, drover.ErrInvalidTaskID) {
+		t.Errorf("task ID with a slash: %v, want ErrInvalidTaskID", err)
+	}
+}
