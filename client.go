@@ -90,6 +90,7 @@ type Client struct {
 
 	mu         sync.Mutex
 	started    bool
+	instance   *instanceLease
 	cancel     context.CancelFunc
 	done       chan struct{}
 	schedulers map[string]*scheduler.Scheduler
@@ -236,6 +237,11 @@ func (c *Client) Start(ctx context.Context) error {
 	if err := c.checkSchema(ctx); err != nil {
 		return err
 	}
+	lease, err := c.acquireInstance(ctx)
+	if err != nil {
+		return err
+	}
+	c.instance = lease
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	c.done = make(chan struct{})
@@ -274,6 +280,7 @@ func (c *Client) Start(ctx context.Context) error {
 			m := &flow.Machine{Instance: id, Counters: &c.counters}
 			s := scheduler.New(c.store, c.clock, m, c.log)
 			s.ClaimBatch, s.MaxInFlight, s.PollInterval = c.cfg.ClaimBatch, c.cfg.MaxInFlight, c.cfg.PollInterval
+			s.Fence = lease.check
 			if rt := c.runtime; rt != nil {
 				m.Reserve = rt.Reserve
 				s.OnDispatch = rt.Dispatch
@@ -302,7 +309,20 @@ func (c *Client) Start(ctx context.Context) error {
 		c.supervisor = sv
 		run("supervisor", sv.Run)
 	}
-	go func() { wg.Wait(); close(c.done) }()
+	// Keep the instance lease; if it is lost, stop acting at once.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := lease.keep(runCtx, c.cfg.LeaseTTL/3); err != nil {
+			c.log.Error("instance lease lost; stopping all roles", "instance", c.cfg.InstanceID, "err", err)
+			cancel()
+		}
+	}()
+	go func() {
+		wg.Wait()
+		lease.release(context.Background())
+		close(c.done)
+	}()
 	c.started = true
 	return nil
 }

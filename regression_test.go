@@ -200,3 +200,31 @@ func TestTaskIDAndNamesCannotContainSlash(t *testing.T) {
 		t.Errorf("task ID with a slash: %v, want ErrInvalidTaskID", err)
 	}
 }
+
+// Two live processes with one InstanceID would both act as the same
+// scheduler; the second Start is refused until the first lets go.
+func TestSecondClientWithSameInstanceIDIsRefused(t *testing.T) {
+	t.Parallel()
+	d := newStore(t)
+	ctx := context.Background()
+	wfs := []drover.Workflow{{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a"}}}}
+	agents := []drover.Agent{{Name: "a", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) { return nil, nil }}}
+	first := startClient(t, drover.Config{Store: d, InstanceID: "twin", Workflows: wfs, Agents: agents})
+	second, err := drover.New(drover.Config{Store: d, InstanceID: "twin", Workflows: wfs, Agents: agents})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(ctx); !errors.Is(err, drover.ErrInstanceInUse) {
+		t.Fatalf("twin started: %v, want ErrInstanceInUse", err)
+	}
+	if err := first.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A clean Stop releases the ID at once.
+	if err := second.Start(ctx); err != nil {
+		t.Fatalf("start after the first stopped: %v", err)
+	}
+	if err := second.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -265,32 +265,35 @@ func (rt *Runtime) Run(ctx context.Context) error {
 // pull claims requests for every agent with free slots, in one transaction.
 // more reports that some agent filled all its free slots.
 func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
-	// Take the free slots before claiming, so the scheduler's fast path
-	// (Reserve) cannot hand out the same slots meanwhile.
-	taken := make(map[string]int, len(rt.order))
-	full := false // some agent had no free slot: wake when one frees up
-	for _, name := range rt.order {
-		if n := rt.agents[name].takeFree(); n > 0 {
-			taken[name] = n
-		} else {
-			full = true
+	var (
+		claimed []*dt.AgentRequest
+		taken   = make(map[string]int, len(rt.order))
+		got     = make(map[string]int, len(rt.order))
+		full    bool // some agent had no free slot: wake when one frees up
+	)
+	// Give back the slots taken but not used, whatever happens.
+	giveBack := func() {
+		for name, n := range taken {
+			rt.agents[name].active.Add(-int64(n - got[name]))
 		}
+		clear(taken)
 	}
-	if len(taken) == 0 {
-		rt.backlog.Store(full)
-		return false, nil
-	}
-	var claimed []*dt.AgentRequest
-	got := map[string]int{}
 	err = rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		claimed, more = claimed[:0], false
+		giveBack()
+		claimed, more, full = claimed[:0], false, false
 		clear(got)
 		now := rt.Clock.Now()
 		for _, name := range rt.order {
-			n := taken[name]
+			// Take the free slots before claiming, inside the transaction:
+			// the scheduler's fast path (Reserve) cannot hand out the same
+			// slots meanwhile, and no slot is held while waiting for the
+			// write lock.
+			n := rt.agents[name].takeFree()
 			if n == 0 {
+				full = true
 				continue
 			}
+			taken[name] = n
 			reqs, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: name, ClaimedBy: rt.Instance, Now: now, Limit: n})
 			if err != nil {
 				return err
@@ -306,9 +309,7 @@ func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
 	if err != nil {
 		clear(got)
 	}
-	for name, n := range taken {
-		rt.agents[name].active.Add(-int64(n - got[name]))
-	}
+	giveBack()
 	if err != nil {
 		return false, err
 	}

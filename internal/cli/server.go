@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -172,8 +173,22 @@ server is running it prints one line on stderr:
 			if err != nil {
 				return err
 			}
-			if err := c.Start(ctx); err != nil {
-				return storeErr(path, err)
+			// After a crash, the same instance ID frees up when its lease
+			// expires (--lease-ttl): wait for it rather than fail.
+			for {
+				err := c.Start(ctx)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, drover.ErrInstanceInUse) {
+					return storeErr(path, err)
+				}
+				log.Warn("waiting for the instance ID to be released", "err", err)
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("%w; gave up on signal", err)
+				case <-time.After(min(leaseTTL/4, time.Second)):
+				}
 			}
 			log.Info("server started", "instance", c.InstanceID(), "db", path, "roles", rolesString(r),
 				"schedulers", schedulers, "supervisor_interval", supInterval, "remote_url", remoteURL)

@@ -40,6 +40,10 @@ type Scheduler struct {
 	// OnRollback is told about the requests of a transaction that rolled
 	// back (to return reserved agent slots).
 	OnRollback func([]*dt.AgentRequest)
+	// Fence, when set, runs first in every transaction; an error aborts it.
+	// The client checks there that this process still holds its instance
+	// lease, so a twin or a process that lost its lease cannot act.
+	Fence func(ctx context.Context, x store.Executor, now time.Time) error
 
 	inboxMu  sync.RWMutex // Deliver holds it shared; Run's exit exclusively
 	stopped  bool         // Run has exited: Deliver refuses
@@ -194,6 +198,11 @@ fill:
 		// not make a stale reply look on time, nor start a step late.
 		now := s.Clock.Now()
 		dispatched, released, claimed, asked, fromStore = nil, 0, 0, 0, 0
+		if s.Fence != nil {
+			if err := s.Fence(ctx, x, now); err != nil {
+				return err
+			}
+		}
 		all := replies
 		if o.pollStore {
 			more, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: s.Instance(), Limit: limit})

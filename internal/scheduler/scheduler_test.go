@@ -210,8 +210,11 @@ func TestClientRestartWithSameInstanceIDResumes(t *testing.T) {
 	roles := drover.Roles{Scheduler: true, Agent: true} // no supervisor
 	gate := make(chan struct{})
 	var hung atomic.Int64
+	// A short instance lease: the "crashed" first life stops renewing it at
+	// Stop, and the second life may start once it has expired.
+	const leaseTTL = 300 * time.Millisecond
 	c1, err := drover.New(drover.Config{Store: d, InstanceID: "node-1", Workflows: []drover.Workflow{wf}, Roles: roles,
-		PollInterval: 10 * time.Millisecond,
+		PollInterval: 10 * time.Millisecond, LeaseTTL: leaseTTL,
 		Agents: []drover.Agent{{Name: "a", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
 			hung.Add(1)
 			<-gate
@@ -239,7 +242,7 @@ func TestClientRestartWithSameInstanceIDResumes(t *testing.T) {
 
 	var calls atomic.Int64
 	c2, err := drover.New(drover.Config{Store: d, InstanceID: "node-1", Workflows: []drover.Workflow{wf}, Roles: roles,
-		PollInterval: 10 * time.Millisecond,
+		PollInterval: 10 * time.Millisecond, LeaseTTL: leaseTTL,
 		Agents: []drover.Agent{{Name: "a", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
 			calls.Add(1)
 			return []byte(`"ok"`), nil
@@ -247,9 +250,18 @@ func TestClientRestartWithSameInstanceIDResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c2.Start(ctx); err != nil {
-		t.Fatal(err)
+	// The first life's lease is still live right after its Stop: a twin is
+	// refused until it expires, as after a real crash.
+	if err := c2.Start(ctx); !errors.Is(err, drover.ErrInstanceInUse) {
+		t.Fatalf("second life started while the first one's lease was live: %v", err)
 	}
+	waitFor(t, "the first life's instance lease to expire", func() bool {
+		err := c2.Start(ctx)
+		if err != nil && !errors.Is(err, drover.ErrInstanceInUse) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
 	t.Cleanup(func() { c2.Stop(context.Background()) })
 	for _, id := range ids {
 		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)

@@ -1,0 +1,90 @@
+package drover
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/drover-run/drover/internal/leader"
+	"github.com/drover-run/drover/store"
+)
+
+// ErrInstanceInUse is returned by Start when another live process runs with
+// the same InstanceID. After a crash, the ID frees up once its lease expires
+// (Config.LeaseTTL).
+var ErrInstanceInUse = errors.New("instance ID in use by another live process")
+
+// errInstanceLost aborts a scheduler transaction once the lease is gone.
+var errInstanceLost = errors.New("instance lease lost")
+
+// instanceLease makes an InstanceID exclusive to one running Client: two
+// processes acting as the same scheduler would both treat its tasks as
+// their own. Each Start takes the lease "instance:<ID>" with a fresh token.
+type instanceLease struct {
+	el *leader.Elector
+}
+
+func (c *Client) acquireInstance(ctx context.Context) (*instanceLease, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	el := &leader.Elector{Driver: c.store, Clock: c.clock, Name: "instance:" + c.cfg.InstanceID,
+		Instance: hex.EncodeToString(b[:]), TTL: c.cfg.LeaseTTL}
+	term, err := el.TryAcquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("instance lease: %w", err)
+	}
+	if term == 0 {
+		l, _ := c.store.Reader().LeaseGet(ctx, el.Name)
+		until := ""
+		if l != nil {
+			until = fmt.Sprintf(" (its lease runs until %s unless renewed)", l.ExpiresAt.Format(time.RFC3339))
+		}
+		return nil, fmt.Errorf("%w: %q%s", ErrInstanceInUse, c.cfg.InstanceID, until)
+	}
+	return &instanceLease{el: el}, nil
+}
+
+// keep renews the lease every interval until ctx ends; it returns an error
+// when the lease is lost (another process took the ID after it expired).
+func (l *instanceLease) keep(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		term, err := l.el.TryAcquire(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil && term == 0 {
+			return errInstanceLost
+		}
+		// A store error is retried at the next tick; check() stops the
+		// schedulers meanwhile if the lease runs out.
+	}
+}
+
+// check fails unless this process still holds the lease at now; it runs
+// inside each scheduler transaction.
+func (l *instanceLease) check(ctx context.Context, x store.Executor, now time.Time) error {
+	cur, err := x.LeaseGet(ctx, l.el.Name)
+	if err != nil {
+		return err
+	}
+	if cur.Holder != l.el.Instance || !now.Before(cur.ExpiresAt) {
+		return errInstanceLost
+	}
+	return nil
+}
+
+func (l *instanceLease) release(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = l.el.Resign(ctx)
+}
