@@ -1,0 +1,97 @@
+// Package postgres is drover's scale-out state-store driver: the store lives in
+// one schema of a PostgreSQL database, and any number of drover processes on
+// any number of hosts share it.
+//
+// # Connecting
+//
+// [Open] takes a connection URL (pgx syntax, pool settings such as
+// pool_max_conns included) and makes its own pgxpool.Pool; [New] wraps a pool
+// the application already has and leaves it open on Close. [Options].Schema
+// (default "drover") names the schema holding every drover object, so drover
+// can share a database with the application. [Driver.Migrate] creates it.
+// Statement texts are fixed, so pgx's default statement cache prepares each
+// once per connection; behind a transaction-pooling proxy that cannot keep
+// prepared statements, add default_query_exec_mode=exec to the URL.
+//
+// # Schema handling
+//
+// The schema name is validated as [a-z_][a-z0-9_]* and every statement is
+// generated once, at Open, with table names qualified by the quoted schema.
+// Nothing depends on search_path: the driver's own pool and a caller's
+// transaction passed to [Driver.InExternalTx] (a pgx.Tx, or a *sql.Tx of the
+// pgx database/sql driver) hit the same tables, and the caller's session
+// settings are never changed. Only migrations, inside their own transaction,
+// use SET LOCAL search_path so the migration files need not name the schema.
+//
+// Migrations are the embedded migrations/*.sql files, recorded in the
+// schema's drover_migrations table and applied in version order, each in its
+// own transaction holding a per-schema pg_advisory_xact_lock, so processes
+// that start together and all call Migrate take turns safely.
+//
+// # Locking
+//
+// Transactions run at READ COMMITTED. Inside [Driver.InTx] (and InExternalTx)
+// the reads the engine bases a decision on — TaskGet, TaskGetMany,
+// TaskListExpired, StepListByTasks and LeaseGet — lock the rows they return
+// with FOR UPDATE until the transaction ends, so the engine's
+// read-check-write is safe against other processes (the store package's
+// locking rule). Multi-row locking reads take their rows in primary-key
+// order, the same order everywhere, so they do not deadlock one another.
+//
+// The queue-like primitives never wait for each other: TaskClaim,
+// RequestClaim, RequestDeleteExpired and ReplyTake pick their rows with
+// FOR UPDATE SKIP LOCKED in a MATERIALIZED CTE (so the locking subquery runs
+// once and never locks more than its LIMIT), then update or delete exactly
+// those rows. Competing schedulers and agents each get different rows.
+//
+// Reads through [Driver.Reader] run on the pool and lock nothing; Reader
+// refuses writes.
+//
+// # Batches
+//
+// Batch primitives are one statement per call whatever the batch size: the
+// rows travel as array parameters and come back out of unnest(...), as in
+// INSERT … SELECT … FROM unnest($1::text[], …) and UPDATE … FROM
+// unnest(…) AS u(…). Statement texts are fixed, so pgx prepares each once per
+// connection. Inserts that return IDs (requests, replies, events) feed their
+// rows in input order (WITH ORDINALITY … ORDER BY ord) and assign the
+// returned IDs back in that order.
+//
+// # Event order and gap-free tailing
+//
+// Subscribers tail the history with EventList(AfterID: last ID seen). With a
+// plain bigserial that can skip events: IDs are taken at insert but become
+// visible at commit, so a transaction holding ID 10 may commit after one
+// holding ID 11 was read. The driver closes that gap by making
+// event-writing transactions commit in ID order: EventInsertMany first takes
+// a transaction-level advisory lock, pg_advisory_xact_lock(key of "events" and
+// the schema), once per transaction, and holds it until commit or rollback.
+// IDs are therefore taken in lock order and committed before the next
+// writer can take any.
+//
+// The cost: within one schema, the part of each event-writing transaction
+// from its first event insert to its commit runs one at a time, and those
+// commits cannot share a WAL flush. The engine writes events last in each
+// transaction (its batch flush), so the serialized part is one INSERT and
+// the COMMIT; everything before it, claims and row locks included, still runs
+// in parallel. With batches of hundreds of tasks per transaction this is far
+// from the limit (see the package benchmark). An application that calls
+// SubmitTx inside its own transaction holds the lock until it commits, and
+// stalls other event writers meanwhile: commit promptly after SubmitTx.
+//
+// Alternatives that avoid the lock (ordering by transaction ID, or holding a
+// reader back behind the oldest in-flight transaction) do not fit the
+// store contract's single AfterID cursor, so this driver does not use them.
+//
+// # Time and errors
+//
+// State logic never reads the database clock: every "now" is a parameter.
+// Times are timestamptz, stored to the microsecond (pgx truncates, like
+// time.UnixMicro) and returned in UTC. Durations are bigint microseconds.
+//
+// Errors are translated at the boundary: a missing row is store.ErrNotFound,
+// a missing schema or table store.ErrNotMigrated, a lock_timeout
+// store.ErrLocked; other errors (connection refused or closed, deadlocks,
+// serialization failures) are returned wrapped with what the driver was doing,
+// the pgx error kept in the chain for errors.As. InTx does not retry.
+package postgres

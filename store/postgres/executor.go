@@ -1,0 +1,791 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+// rows is what the executor needs of a result set; pgx.Rows has it, and
+// sqlRows adapts *sql.Rows.
+type rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// querier runs statements on the driver's pool, a pgx transaction or a
+// database/sql transaction.
+type querier interface {
+	exec(ctx context.Context, sql string, args ...any) (int64, error)
+	query(ctx context.Context, sql string, args ...any) (rows, error)
+}
+
+// pgxConn is the part of *pgxpool.Pool and pgx.Tx the executor uses.
+type pgxConn interface {
+	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+type pgxQuerier struct{ c pgxConn }
+
+func (q pgxQuerier) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	tag, err := q.c.Exec(ctx, sql, args...)
+	return tag.RowsAffected(), err
+}
+
+func (q pgxQuerier) query(ctx context.Context, sql string, args ...any) (rows, error) {
+	return q.c.Query(ctx, sql, args...)
+}
+
+// sqlQuerier runs on a *sql.Tx of the pgx database/sql driver, which hands
+// every argument (arrays included) to pgx unchanged.
+type sqlQuerier struct{ tx *sql.Tx }
+
+func (q sqlQuerier) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (q sqlQuerier) query(ctx context.Context, query string, args ...any) (rows, error) {
+	r, err := q.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{r}, nil
+}
+
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { _ = r.Rows.Close() }
+
+// executor runs the primitives. tx is set inside a transaction (drover's or
+// the caller's): reads lock the rows they return and writes are allowed. On
+// the pool (Reader) reads lock nothing and writes are refused.
+type executor struct {
+	d  *Driver
+	q  querier
+	tx bool
+
+	// eventLocked: this transaction already holds the event-order lock.
+	eventLocked bool
+}
+
+var _ store.Executor = (*executor)(nil)
+
+var errReadOnly = errors.New("postgres: write outside a transaction (Reader is read-only)")
+
+func (e *executor) write(what string) error {
+	if !e.tx {
+		return fmt.Errorf("%s: %w", what, errReadOnly)
+	}
+	return nil
+}
+
+// pick returns the locking variant of a read inside a transaction.
+func (e *executor) pick(plain, locking string) string {
+	if e.tx {
+		return locking
+	}
+	return plain
+}
+
+func (e *executor) exec(ctx context.Context, what, query string, args ...any) (int64, error) {
+	n, err := e.q.exec(ctx, query, args...)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: %s: %w", what, translate(err))
+	}
+	return n, nil
+}
+
+// each runs query and calls scan for every row.
+func (e *executor) each(ctx context.Context, what, query string, args []any, scan func(rows) error) error {
+	r, err := e.q.query(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("postgres: %s: %w", what, translate(err))
+	}
+	defer r.Close()
+	for r.Next() {
+		if err := scan(r); err != nil {
+			return fmt.Errorf("postgres: %s: %w", what, translate(err))
+		}
+	}
+	if err := r.Err(); err != nil {
+		return fmt.Errorf("postgres: %s: %w", what, translate(err))
+	}
+	return nil
+}
+
+// ---- value helpers ----
+
+func nullStr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func fromTS(ts pgtype.Timestamptz) *time.Time {
+	if !ts.Valid {
+		return nil
+	}
+	t := ts.Time.UTC()
+	return &t
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func sortedIDs(ids []int64, want int, what string) ([]int64, error) {
+	if len(ids) != want {
+		return nil, fmt.Errorf("postgres: %s: %d rows inserted, want %d", what, len(ids), want)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+func scanIDs(ids *[]int64) func(rows) error {
+	return func(r rows) error {
+		var id int64
+		if err := r.Scan(&id); err != nil {
+			return err
+		}
+		*ids = append(*ids, id)
+		return nil
+	}
+}
+
+// ---- tasks ----
+
+func scanTask(out *[]*dt.Task) func(rows) error {
+	return func(r rows) error {
+		var (
+			t                              dt.Task
+			lockedBy, orderingKey, lastErr pgtype.Text
+			completeBy                     pgtype.Timestamptz
+			retryDelay                     int64
+			state, onFailure               string
+		)
+		if err := r.Scan(&t.ID, &t.Workflow, &t.Input, &t.InputHash, &state, &lockedBy, &completeBy,
+			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
+			&t.FailureThreshold, &onFailure, &retryDelay, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt); err != nil {
+			return err
+		}
+		t.ProcessState = dt.ProcessState(state)
+		t.OnFailure = dt.FailurePolicy(onFailure)
+		t.LockedBy = lockedBy.String
+		t.CompleteBy = fromTS(completeBy)
+		t.OrderingKey = orderingKey.String
+		t.LastError = lastErr.String
+		t.RetryDelay = time.Duration(retryDelay) * time.Microsecond
+		t.AvailableAt = t.AvailableAt.UTC()
+		t.CreatedAt = t.CreatedAt.UTC()
+		t.UpdatedAt = t.UpdatedAt.UTC()
+		*out = append(*out, &t)
+		return nil
+	}
+}
+
+func (e *executor) tasks(ctx context.Context, what, query string, args ...any) ([]*dt.Task, error) {
+	var out []*dt.Task
+	if err := e.each(ctx, what, query, args, scanTask(&out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool, error) {
+	inserted := make([]bool, len(tasks))
+	if len(tasks) == 0 {
+		return inserted, nil
+	}
+	if err := e.write("insert tasks"); err != nil {
+		return nil, err
+	}
+	n := len(tasks)
+	var (
+		ids, workflows, hashes, states, onFailure = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		inputs, outputs                           = make([][]byte, n), make([][]byte, n)
+		lockedBy, orderingKeys, lastErrs          = make([]*string, n), make([]*string, n), make([]*string, n)
+		completeBy                                = make([]*time.Time, n)
+		failures, current, stepCount, threshold   = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+		retryDelay                                = make([]int64, n)
+		avail, created, updated                   = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+	)
+	for i, t := range tasks {
+		ids[i], workflows[i], inputs[i], hashes[i], states[i] = t.ID, t.Workflow, nonNil(t.Input), t.InputHash, string(t.ProcessState)
+		lockedBy[i], completeBy[i], failures[i], current[i] = nullStr(t.LockedBy), t.CompleteBy, int32(t.FailureCount), int32(t.CurrentStep)
+		stepCount[i], orderingKeys[i], outputs[i], lastErrs[i] = int32(t.StepCount), nullStr(t.OrderingKey), t.Output, nullStr(t.LastError)
+		threshold[i], onFailure[i], retryDelay[i] = int32(t.FailureThreshold), string(t.OnFailure), t.RetryDelay.Microseconds()
+		avail[i], created[i], updated[i] = t.AvailableAt, t.CreatedAt, t.UpdatedAt
+	}
+	got := make(map[string]bool, n)
+	err := e.each(ctx, "insert tasks", e.d.q.taskInsert, []any{ids, workflows, inputs, hashes, states, lockedBy,
+		completeBy, failures, current, stepCount, orderingKeys, outputs, lastErrs, threshold, onFailure, retryDelay,
+		avail, created, updated}, func(r rows) error {
+		var id string
+		if err := r.Scan(&id); err != nil {
+			return err
+		}
+		got[id] = true
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range tasks {
+		inserted[i] = got[t.ID]
+	}
+	return inserted, nil
+}
+
+func (e *executor) TaskGet(ctx context.Context, id string) (*dt.Task, error) {
+	ts, err := e.tasks(ctx, "get task", e.pick(e.d.q.taskGet, e.d.q.taskGetLock), id)
+	if err != nil {
+		return nil, err
+	}
+	if len(ts) == 0 {
+		return nil, fmt.Errorf("task %q: %w", id, store.ErrNotFound)
+	}
+	return ts[0], nil
+}
+
+func (e *executor) TaskGetMany(ctx context.Context, ids []string) ([]*dt.Task, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return e.tasks(ctx, "get tasks", e.pick(e.d.q.taskGetMany, e.d.q.taskGetManyLock), ids)
+}
+
+func (e *executor) TaskList(ctx context.Context, p store.TaskListParams) ([]*dt.Task, error) {
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if len(p.States) > 0 {
+		states := make([]string, len(p.States))
+		for i, s := range p.States {
+			states[i] = string(s)
+		}
+		where = append(where, `process_state = ANY(`+arg(states)+`::text[])`)
+	}
+	if p.Workflow != "" {
+		where = append(where, `workflow = `+arg(p.Workflow))
+	}
+	if p.AfterID != "" {
+		where = append(where, `id > `+arg(p.AfterID))
+	}
+	q := e.d.q.taskList
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY id`
+	if p.Limit > 0 {
+		q += ` LIMIT ` + arg(p.Limit)
+	}
+	return e.tasks(ctx, "list tasks", q, args...)
+}
+
+func (e *executor) count(ctx context.Context, what, query string, args ...any) (int, error) {
+	var n int64
+	err := e.each(ctx, what, query, args, func(r rows) error { return r.Scan(&n) })
+	return int(n), err
+}
+
+func (e *executor) TaskCountByState(ctx context.Context) (map[dt.ProcessState]int, error) {
+	out := map[dt.ProcessState]int{}
+	err := e.each(ctx, "count tasks", e.d.q.taskCountByState, nil, func(r rows) error {
+		var (
+			s string
+			n int64
+		)
+		if err := r.Scan(&s, &n); err != nil {
+			return err
+		}
+		out[dt.ProcessState(s)] = int(n)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (e *executor) TaskCountLockedBy(ctx context.Context, instance string) (int, error) {
+	return e.count(ctx, "count held tasks", e.d.q.taskCountLockedBy, instance)
+}
+
+func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
+	return e.count(ctx, "count active tasks", e.d.q.taskCountActive)
+}
+
+func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
+	if err := e.write("claim tasks"); err != nil {
+		return nil, err
+	}
+	return e.tasks(ctx, "claim tasks", e.d.q.taskClaim, p.Instance, p.Now, p.Limit)
+}
+
+func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*dt.Task, error) {
+	return e.tasks(ctx, "list held tasks", e.d.q.taskListLockedBy, instance, limit)
+}
+
+func (e *executor) TaskListExpired(ctx context.Context, now time.Time, limit int) ([]*dt.Task, error) {
+	if !e.tx {
+		return e.tasks(ctx, "list expired tasks", e.d.q.taskListExpired, now, limit)
+	}
+	// Locked in ID order; handed back oldest deadline first, as on the pool.
+	ts, err := e.tasks(ctx, "list expired tasks", e.d.q.taskListExpiredLock, now, limit)
+	sort.SliceStable(ts, func(i, j int) bool { return ts[i].CompleteBy.Before(*ts[j].CompleteBy) })
+	return ts, err
+}
+
+func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	if err := e.write("update tasks"); err != nil {
+		return err
+	}
+	n := len(tasks)
+	var (
+		ids, states        = make([]string, n), make([]string, n)
+		lockedBy, lastErrs = make([]*string, n), make([]*string, n)
+		completeBy         = make([]*time.Time, n)
+		failures, current  = make([]int32, n), make([]int32, n)
+		outputs            = make([][]byte, n)
+		avail, updated     = make([]time.Time, n), make([]time.Time, n)
+	)
+	for i, t := range tasks {
+		ids[i], states[i], lockedBy[i], completeBy[i] = t.ID, string(t.ProcessState), nullStr(t.LockedBy), t.CompleteBy
+		failures[i], current[i], outputs[i], lastErrs[i] = int32(t.FailureCount), int32(t.CurrentStep), t.Output, nullStr(t.LastError)
+		avail[i], updated[i] = t.AvailableAt, t.UpdatedAt
+	}
+	_, err := e.exec(ctx, "update tasks", e.d.q.taskUpdate, ids, states, lockedBy, completeBy, failures, current,
+		outputs, lastErrs, avail, updated)
+	return err
+}
+
+// ---- steps ----
+
+func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.Step) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	if err := e.write("insert steps"); err != nil {
+		return err
+	}
+	n := len(steps)
+	var (
+		taskIDs, names, agents, comps, states, compStates = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		keys                                              = make([]string, n)
+		index, failures, attempts                         = make([]int32, n), make([]int32, n), make([]int32, n)
+		timeouts                                          = make([]int64, n)
+		lockedBy, lastErrs                                = make([]*string, n), make([]*string, n)
+		completeBy, started, finished                     = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
+		outputs                                           = make([][]byte, n)
+		updated                                           = make([]time.Time, n)
+	)
+	for i, s := range steps {
+		taskIDs[i], index[i], names[i], agents[i], timeouts[i] = s.TaskID, int32(s.Index), s.Name, s.Agent, s.Timeout.Microseconds()
+		comps[i], states[i], compStates[i], lockedBy[i] = s.Compensation, string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy)
+		completeBy[i], failures[i], attempts[i], keys[i] = s.CompleteBy, int32(s.FailureCount), int32(s.Attempt), s.IdempotencyKey
+		outputs[i], lastErrs[i], started[i], finished[i], updated[i] = s.Output, nullStr(s.LastError), s.StartedAt, s.FinishedAt, s.UpdatedAt
+	}
+	_, err := e.exec(ctx, "insert steps", e.d.q.stepInsert, taskIDs, index, names, agents, timeouts, comps, states,
+		compStates, lockedBy, completeBy, failures, attempts, keys, outputs, lastErrs, started, finished, updated)
+	return err
+}
+
+func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.Step, error) {
+	if len(taskIDs) == 0 {
+		return nil, nil
+	}
+	var out []*dt.Step
+	err := e.each(ctx, "list steps", e.pick(e.d.q.stepList, e.d.q.stepListLock), []any{taskIDs}, func(r rows) error {
+		var (
+			s                                 dt.Step
+			timeout                           int64
+			state, compState                  string
+			lockedBy, lastErr                 pgtype.Text
+			completeBy, startedAt, finishedAt pgtype.Timestamptz
+		)
+		if err := r.Scan(&s.TaskID, &s.Index, &s.Name, &s.Agent, &timeout, &s.Compensation, &state, &compState,
+			&lockedBy, &completeBy, &s.FailureCount, &s.Attempt, &s.IdempotencyKey, &s.Output, &lastErr,
+			&startedAt, &finishedAt, &s.UpdatedAt); err != nil {
+			return err
+		}
+		s.Timeout = time.Duration(timeout) * time.Microsecond
+		s.ProcessState = dt.ProcessState(state)
+		s.CompensationState = dt.ProcessState(compState)
+		s.LockedBy = lockedBy.String
+		s.CompleteBy = fromTS(completeBy)
+		s.LastError = lastErr.String
+		s.StartedAt = fromTS(startedAt)
+		s.FinishedAt = fromTS(finishedAt)
+		s.UpdatedAt = s.UpdatedAt.UTC()
+		out = append(out, &s)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.Step) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	if err := e.write("update steps"); err != nil {
+		return err
+	}
+	n := len(steps)
+	var (
+		taskIDs, states, compStates   = make([]string, n), make([]string, n), make([]string, n)
+		index, failures, attempts     = make([]int32, n), make([]int32, n), make([]int32, n)
+		lockedBy, lastErrs            = make([]*string, n), make([]*string, n)
+		completeBy, started, finished = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
+		outputs                       = make([][]byte, n)
+		updated                       = make([]time.Time, n)
+	)
+	for i, s := range steps {
+		taskIDs[i], index[i], states[i], compStates[i] = s.TaskID, int32(s.Index), string(s.ProcessState), string(s.CompensationState)
+		lockedBy[i], completeBy[i], failures[i], attempts[i] = nullStr(s.LockedBy), s.CompleteBy, int32(s.FailureCount), int32(s.Attempt)
+		outputs[i], lastErrs[i], started[i], finished[i], updated[i] = s.Output, nullStr(s.LastError), s.StartedAt, s.FinishedAt, s.UpdatedAt
+	}
+	_, err := e.exec(ctx, "update steps", e.d.q.stepUpdate, taskIDs, index, states, compStates, lockedBy, completeBy,
+		failures, attempts, outputs, lastErrs, started, finished, updated)
+	return err
+}
+
+// ---- agent requests ----
+
+func (e *executor) RequestInsertMany(ctx context.Context, reqs []*dt.AgentRequest) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	if err := e.write("insert requests"); err != nil {
+		return err
+	}
+	n := len(reqs)
+	var (
+		agents, taskIDs, kinds, keys, scheds = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		index, attempts                      = make([]int32, n), make([]int32, n)
+		completeBy, created                  = make([]time.Time, n), make([]time.Time, n)
+		claimedBy                            = make([]*string, n)
+	)
+	for i, r := range reqs {
+		agents[i], taskIDs[i], index[i], attempts[i], kinds[i] = r.Agent, r.TaskID, int32(r.StepIndex), int32(r.Attempt), string(r.Kind)
+		keys[i], completeBy[i], scheds[i], claimedBy[i], created[i] = r.IdempotencyKey, r.CompleteBy, r.Scheduler, nullStr(r.ClaimedBy), r.CreatedAt
+	}
+	var ids []int64
+	if err := e.each(ctx, "insert requests", e.d.q.requestInsert, []any{agents, taskIDs, index, attempts, kinds, keys,
+		completeBy, scheds, claimedBy, created}, scanIDs(&ids)); err != nil {
+		return err
+	}
+	ids, err := sortedIDs(ids, n, "insert requests")
+	if err != nil {
+		return err
+	}
+	for i, r := range reqs {
+		r.ID = ids[i]
+	}
+	return nil
+}
+
+func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams) ([]*dt.AgentRequest, error) {
+	if err := e.write("claim requests"); err != nil {
+		return nil, err
+	}
+	var out []*dt.AgentRequest
+	err := e.each(ctx, "claim requests", e.d.q.requestClaim, []any{p.ClaimedBy, p.Agent, p.Now, p.Limit}, func(rs rows) error {
+		var (
+			r              dt.AgentRequest
+			kind           string
+			workflow, name pgtype.Text
+			own            []byte
+		)
+		if err := rs.Scan(&r.ID, &r.Agent, &r.TaskID, &r.StepIndex, &r.Attempt, &kind, &r.IdempotencyKey,
+			&r.CompleteBy, &r.Scheduler, &r.CreatedAt, &workflow, &r.Input, &name, &own, &r.PreviousOutput); err != nil {
+			return err
+		}
+		r.Kind = dt.RequestKind(kind)
+		r.CompleteBy = r.CompleteBy.UTC()
+		r.CreatedAt = r.CreatedAt.UTC()
+		r.ClaimedBy = p.ClaimedBy
+		r.Workflow, r.StepName = workflow.String, name.String
+		if r.Kind == dt.KindCompensate {
+			r.StepOutput = own
+		}
+		out = append(out, &r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	if err := e.write("delete requests"); err != nil {
+		return err
+	}
+	taskIDs, index := make([]string, len(refs)), make([]int32, len(refs))
+	for i, r := range refs {
+		taskIDs[i], index[i] = r.TaskID, int32(r.Index)
+	}
+	_, err := e.exec(ctx, "delete requests", e.d.q.requestDeleteByStep, taskIDs, index)
+	return err
+}
+
+func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, error) {
+	if err := e.write("release requests"); err != nil {
+		return 0, err
+	}
+	n, err := e.exec(ctx, "release requests", e.d.q.requestRelease, claimedBy)
+	return int(n), err
+}
+
+func (e *executor) RequestDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+	if err := e.write("delete expired requests"); err != nil {
+		return 0, err
+	}
+	n, err := e.exec(ctx, "delete expired requests", e.d.q.requestDeleteExpired, now, limit)
+	return int(n), err
+}
+
+// ---- agent replies ----
+
+func (e *executor) ReplyInsertMany(ctx context.Context, replies []*dt.AgentReply) error {
+	if len(replies) == 0 {
+		return nil
+	}
+	if err := e.write("insert replies"); err != nil {
+		return err
+	}
+	n := len(replies)
+	var (
+		taskIDs, kinds  = make([]string, n), make([]string, n)
+		index, attempts = make([]int32, n), make([]int32, n)
+		outputs         = make([][]byte, n)
+		failed          = make([]bool, n)
+		errs            = make([]*string, n)
+		created         = make([]time.Time, n)
+	)
+	for i, r := range replies {
+		taskIDs[i], index[i], attempts[i], kinds[i] = r.TaskID, int32(r.StepIndex), int32(r.Attempt), string(r.Kind)
+		outputs[i], failed[i], errs[i], created[i] = r.Output, r.Failed, nullStr(r.Error), r.CreatedAt
+	}
+	var ids []int64
+	if err := e.each(ctx, "insert replies", e.d.q.replyInsert, []any{taskIDs, index, attempts, kinds, outputs, failed,
+		errs, created}, scanIDs(&ids)); err != nil {
+		return err
+	}
+	ids, err := sortedIDs(ids, n, "insert replies")
+	if err != nil {
+		return err
+	}
+	for i, r := range replies {
+		r.ID = ids[i]
+	}
+	return nil
+}
+
+func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*dt.AgentReply, error) {
+	if err := e.write("take replies"); err != nil {
+		return nil, err
+	}
+	var out []*dt.AgentReply
+	err := e.each(ctx, "take replies", e.d.q.replyTake, []any{p.Scheduler, p.Limit}, func(rs rows) error {
+		var (
+			r       dt.AgentReply
+			kind    string
+			errText pgtype.Text
+		)
+		if err := rs.Scan(&r.ID, &r.TaskID, &r.StepIndex, &r.Attempt, &kind, &r.Output, &r.Failed, &errText, &r.CreatedAt); err != nil {
+			return err
+		}
+		r.Kind = dt.RequestKind(kind)
+		r.Error = errText.String
+		r.CreatedAt = r.CreatedAt.UTC()
+		out = append(out, &r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ---- events ----
+
+// EventInsertMany takes the schema's event-order lock (once per transaction)
+// before inserting, so transactions that write events commit in the order of
+// their event IDs and a reader tailing by ID never skips one. See doc.go.
+func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if err := e.write("insert events"); err != nil {
+		return err
+	}
+	if !e.eventLocked {
+		if _, err := e.exec(ctx, "lock event order", e.d.q.eventLock, e.d.eventLockKey); err != nil {
+			return err
+		}
+		e.eventLocked = true
+	}
+	n := len(events)
+	var (
+		taskIDs, types           = make([]string, n), make([]string, n)
+		steps, attempts          = make([]*int32, n), make([]int32, n)
+		states, actors, messages = make([]*string, n), make([]*string, n), make([]*string, n)
+		alerts                   = make([]bool, n)
+		terms                    = make([]int64, n)
+		created                  = make([]time.Time, n)
+	)
+	for i, ev := range events {
+		if ev.StepIndex >= 0 {
+			s := int32(ev.StepIndex)
+			steps[i] = &s
+		}
+		taskIDs[i], types[i], states[i], alerts[i] = ev.TaskID, string(ev.Type), nullStr(string(ev.State)), ev.Alert
+		actors[i], terms[i], attempts[i], messages[i], created[i] = nullStr(ev.Actor), ev.Term, int32(ev.Attempt), nullStr(ev.Message), ev.CreatedAt
+	}
+	var ids []int64
+	if err := e.each(ctx, "insert events", e.d.q.eventInsert, []any{taskIDs, steps, types, states, alerts, actors,
+		terms, attempts, messages, created}, scanIDs(&ids)); err != nil {
+		return err
+	}
+	ids, err := sortedIDs(ids, n, "insert events")
+	if err != nil {
+		return err
+	}
+	for i, ev := range events {
+		ev.ID = ids[i]
+	}
+	return nil
+}
+
+func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*dt.Event, error) {
+	q := e.d.q.eventList
+	args := []any{p.AfterID}
+	if p.TaskID != "" {
+		args = append(args, p.TaskID)
+		q += fmt.Sprintf(` AND task_id = $%d`, len(args))
+	}
+	if p.AlertsOnly {
+		q += ` AND alert`
+	}
+	q += ` ORDER BY id`
+	if p.Limit > 0 {
+		args = append(args, p.Limit)
+		q += fmt.Sprintf(` LIMIT $%d`, len(args))
+	}
+	var out []*dt.Event
+	err := e.each(ctx, "list events", q, args, func(r rows) error {
+		var (
+			ev                    dt.Event
+			step, attempt         pgtype.Int4
+			term                  pgtype.Int8
+			typ                   string
+			state, actor, message pgtype.Text
+		)
+		if err := r.Scan(&ev.ID, &ev.TaskID, &step, &typ, &state, &ev.Alert, &actor, &term, &attempt, &message, &ev.CreatedAt); err != nil {
+			return err
+		}
+		ev.StepIndex = -1
+		if step.Valid {
+			ev.StepIndex = int(step.Int32)
+		}
+		ev.Type = dt.EventType(typ)
+		ev.State = dt.ProcessState(state.String)
+		ev.Actor = actor.String
+		ev.Term = term.Int64
+		ev.Attempt = int(attempt.Int32)
+		ev.Message = message.String
+		ev.CreatedAt = ev.CreatedAt.UTC()
+		out = append(out, &ev)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ---- leases ----
+
+func scanLease(out **dt.Lease) func(rows) error {
+	return func(r rows) error {
+		var l dt.Lease
+		if err := r.Scan(&l.Name, &l.Holder, &l.Term, &l.ExpiresAt); err != nil {
+			return err
+		}
+		l.ExpiresAt = l.ExpiresAt.UTC()
+		*out = &l
+		return nil
+	}
+}
+
+func (e *executor) LeaseAcquire(ctx context.Context, p store.LeaseParams) (*dt.Lease, bool, error) {
+	if err := e.write("acquire lease"); err != nil {
+		return nil, false, err
+	}
+	var l *dt.Lease
+	if err := e.each(ctx, "acquire lease", e.d.q.leaseAcquire, []any{p.Name, p.Holder, p.Now, p.Now.Add(p.TTL)}, scanLease(&l)); err != nil {
+		return nil, false, err
+	}
+	if l != nil {
+		return l, true, nil
+	}
+	cur, err := e.LeaseGet(ctx, p.Name)
+	return cur, false, err
+}
+
+func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error) {
+	var l *dt.Lease
+	if err := e.each(ctx, "get lease", e.pick(e.d.q.leaseGet, e.d.q.leaseGetLock), []any{name}, scanLease(&l)); err != nil {
+		return nil, err
+	}
+	if l == nil {
+		return nil, fmt.Errorf("lease %q: %w", name, store.ErrNotFound)
+	}
+	return l, nil
+}
+
+func (e *executor) LeaseRelease(ctx context.Context, name, holder string, term int64) error {
+	if err := e.write("release lease"); err != nil {
+		return err
+	}
+	_, err := e.exec(ctx, "release lease", e.d.q.leaseRelease, name, holder, term)
+	return err
+}

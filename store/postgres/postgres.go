@@ -1,0 +1,352 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/drover-run/drover/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// DefaultSchema is the schema drover uses when Options.Schema is empty.
+const DefaultSchema = "drover"
+
+// Options configure Open and New.
+type Options struct {
+	// Schema is the PostgreSQL schema holding every drover table, created by
+	// Migrate, so drover can share a database with the application. It must
+	// match [a-z_][a-z0-9_]* (at most 63 bytes). Default "drover".
+	Schema string
+}
+
+// Driver is a store.Driver on one schema of a PostgreSQL database. Any number
+// of drivers, in any number of processes, may share the schema.
+type Driver struct {
+	pool     *pgxpool.Pool
+	ownsPool bool
+	schema   string
+	q        *queries
+
+	eventLockKey   int64 // advisory lock ordering event commits in this schema
+	migrateLockKey int64 // advisory lock serializing migrators of this schema
+
+	closeOnce sync.Once
+}
+
+var _ store.Driver = (*Driver)(nil)
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// Open connects to the PostgreSQL database at url (a postgres:// URL or a
+// key=value connection string, as pgxpool.ParseConfig takes; pool settings
+// such as pool_max_conns go in it too) and checks that the server answers.
+// Close closes the pool Open made.
+func Open(ctx context.Context, url string, opts Options) (*Driver, error) {
+	if err := normalize(&opts); err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse connection string: %w", err)
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "drover"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect to %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, translate(err))
+	}
+	d := newDriver(pool, opts)
+	d.ownsPool = true
+	return d, nil
+}
+
+// New returns a driver on a pool the caller made and keeps owning: Close
+// leaves it open. The pool may use any search_path; drover qualifies every
+// name with its schema.
+func New(pool *pgxpool.Pool, opts Options) (*Driver, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: nil pool")
+	}
+	if err := normalize(&opts); err != nil {
+		return nil, err
+	}
+	return newDriver(pool, opts), nil
+}
+
+func normalize(opts *Options) error {
+	if opts.Schema == "" {
+		opts.Schema = DefaultSchema
+	}
+	if !schemaName.MatchString(opts.Schema) || len(opts.Schema) > 63 {
+		return fmt.Errorf("postgres: schema name %q: want [a-z_][a-z0-9_]*, at most 63 bytes", opts.Schema)
+	}
+	return nil
+}
+
+func newDriver(pool *pgxpool.Pool, opts Options) *Driver {
+	return &Driver{
+		pool:           pool,
+		schema:         opts.Schema,
+		q:              newQueries(pgx.Identifier{opts.Schema}.Sanitize()),
+		eventLockKey:   lockKey("drover.events", opts.Schema),
+		migrateLockKey: lockKey("drover.migrate", opts.Schema),
+	}
+}
+
+// lockKey derives a stable advisory-lock key from a purpose and a schema, so
+// stores in different schemas of one database never contend.
+func lockKey(purpose, schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(purpose))
+	h.Write([]byte{0})
+	h.Write([]byte(schema))
+	return int64(h.Sum64())
+}
+
+// Name implements store.Driver.
+func (d *Driver) Name() string { return "postgres" }
+
+// Schema returns the schema the store lives in.
+func (d *Driver) Schema() string { return d.schema }
+
+// Pool returns the connection pool, for applications that submit inside
+// their own transaction: Begin on it (or on any pool to the same database)
+// and pass the pgx.Tx to SubmitTx.
+func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
+
+// Close implements store.Driver. It closes the pool if Open made it; a pool
+// passed to New stays open.
+func (d *Driver) Close() error {
+	d.closeOnce.Do(func() {
+		if d.ownsPool {
+			d.pool.Close()
+		}
+	})
+	return nil
+}
+
+// InTx implements store.Driver. The transaction is READ COMMITTED; reads
+// through its Executor lock the rows they return (FOR UPDATE). It is not
+// retried: a deadlock or serialization error is returned to the caller.
+func (d *Driver) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: begin: %w", translate(err))
+	}
+	done := false
+	defer func() {
+		if !done { // fn failed or panicked, or commit failed
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := fn(ctx, &executor{d: d, q: pgxQuerier{tx}, tx: true}); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: commit: %w", translate(err))
+	}
+	done = true
+	return nil
+}
+
+// InExternalTx implements store.Driver. tx is the caller's transaction on the
+// same database: a pgx.Tx (from pgx or pgxpool) or a *sql.Tx opened through
+// the pgx database/sql driver (github.com/jackc/pgx/v5/stdlib). The caller
+// commits or rolls back. Statements name drover's schema explicitly, so the
+// transaction's search_path does not matter and is not changed.
+//
+// If fn writes events, the transaction holds the schema's event-order lock
+// until it ends (see the package documentation): commit promptly.
+func (d *Driver) InExternalTx(ctx context.Context, tx any, fn func(context.Context, store.Executor) error) error {
+	var q querier
+	switch t := tx.(type) {
+	case *sql.Tx:
+		if t != nil {
+			q = sqlQuerier{t}
+		}
+	case pgx.Tx:
+		if v := reflect.ValueOf(t); v.Kind() != reflect.Pointer || !v.IsNil() {
+			q = pgxQuerier{t}
+		}
+	}
+	if q == nil {
+		return fmt.Errorf("postgres: got %T, want pgx.Tx or *sql.Tx: %w", tx, store.ErrUnsupportedTx)
+	}
+	return fn(ctx, &executor{d: d, q: q, tx: true})
+}
+
+// Reader implements store.Driver. Its reads run on the pool, each in its own
+// implicit transaction, and lock nothing; it refuses writes.
+func (d *Driver) Reader() store.Executor { return &executor{d: d, q: pgxQuerier{d.pool}} }
+
+// translate maps PostgreSQL errors to the store's sentinels, keeping the
+// original error (and its pgconn details) in the chain.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "42P01", "3F000": // undefined_table, invalid_schema_name
+			return fmt.Errorf("%w: %w", store.ErrNotMigrated, err)
+		case "55P03": // lock_not_available (lock_timeout)
+			return fmt.Errorf("%w: %w", store.ErrLocked, err)
+		}
+	}
+	return err
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("postgres: migration file %s: name must start with a version number", e.Name())
+		}
+		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	return ms, nil
+}
+
+// migrateTx runs fn in a transaction holding the schema's migration lock, so
+// concurrent migrators (several processes starting at once) take turns.
+func (d *Driver) migrateTx(ctx context.Context, fn func(tx pgx.Tx) error) (err error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, d.migrateLockKey); err != nil {
+		return translate(err)
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return translate(tx.Commit(ctx))
+}
+
+// Migrate implements store.Driver. It creates the schema if it is missing,
+// then applies each embedded migration not yet applied, each in its own
+// transaction under a per-schema advisory lock. A schema migrated by a newer
+// drover fails with store.ErrSchemaTooNew.
+func (d *Driver) Migrate(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	latest := ms[len(ms)-1].version
+	var applied int
+	err = d.migrateTx(ctx, func(tx pgx.Tx) error {
+		// CREATE SCHEMA IF NOT EXISTS would demand the CREATE privilege on
+		// the database even when the schema exists; look first, so a schema
+		// a DBA made beforehand is enough.
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, d.schema).Scan(&exists); err != nil {
+			return translate(err)
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, d.q.createSchema); err != nil {
+				return translate(err)
+			}
+		}
+		if _, err := tx.Exec(ctx, d.q.migrationsTable); err != nil {
+			return translate(err)
+		}
+		return translate(tx.QueryRow(ctx, d.q.migrationMax).Scan(&applied))
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: migrate schema %s: %w", d.schema, err)
+	}
+	if applied > latest {
+		return fmt.Errorf("postgres: schema %s is at version %d, this drover knows %d: %w", d.schema, applied, latest, store.ErrSchemaTooNew)
+	}
+	for _, m := range ms {
+		err := d.migrateTx(ctx, func(tx pgx.Tx) error {
+			var done bool
+			if err := tx.QueryRow(ctx, d.q.migrationApplied, m.version).Scan(&done); err != nil {
+				return translate(err)
+			}
+			if done {
+				return nil
+			}
+			// Our own transaction: SET LOCAL ends with it.
+			if _, err := tx.Exec(ctx, d.q.searchPath); err != nil {
+				return translate(err)
+			}
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return translate(err)
+			}
+			_, err := tx.Exec(ctx, d.q.migrationRecord, m.version, m.name)
+			return translate(err)
+		})
+		if err != nil {
+			return fmt.Errorf("postgres: migration %s in schema %s: %w", m.name, d.schema, err)
+		}
+	}
+	return nil
+}
+
+// SchemaVersion implements store.Driver. A schema that does not exist yet is
+// at version 0.
+func (d *Driver) SchemaVersion(ctx context.Context) (applied, latest int, err error) {
+	ms, err := migrations()
+	if err != nil {
+		return 0, 0, err
+	}
+	latest = ms[len(ms)-1].version
+	var exists bool
+	table := pgx.Identifier{d.schema, "drover_migrations"}.Sanitize()
+	if err := d.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil {
+		return 0, latest, fmt.Errorf("postgres: schema version: %w", translate(err))
+	}
+	if !exists {
+		return 0, latest, nil
+	}
+	if err := d.pool.QueryRow(ctx, d.q.migrationMax).Scan(&applied); err != nil {
+		return 0, latest, fmt.Errorf("postgres: schema version: %w", translate(err))
+	}
+	return applied, latest, nil
+}

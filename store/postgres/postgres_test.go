@@ -1,0 +1,751 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/store"
+	"github.com/drover-run/drover/store/postgres"
+	"github.com/drover-run/drover/store/storetest"
+)
+
+// The tests need a PostgreSQL server: DROVER_TEST_DATABASE_URL, for example
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable. Without it they
+// fail, unless DROVER_TEST_POSTGRES=skip says to skip them. Every store lives
+// in its own schema drover_test_<random>, dropped at the end of its test.
+const (
+	urlEnv  = "DROVER_TEST_DATABASE_URL"
+	skipEnv = "DROVER_TEST_POSTGRES"
+)
+
+func testURL(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv(urlEnv)
+	if url == "" {
+		if os.Getenv(skipEnv) == "skip" {
+			t.Skipf("%s is not set and %s=skip", urlEnv, skipEnv)
+		}
+		t.Fatalf("%s is not set: these tests need a PostgreSQL server, e.g. %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' "+
+			"(set %s=skip to skip them)", urlEnv, urlEnv, skipEnv)
+	}
+	return url
+}
+
+// freshSchema returns an unused schema name and drops that schema (with
+// everything in it) when the test ends.
+func freshSchema(t testing.TB) string {
+	t.Helper()
+	url := testURL(t)
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	schema := "drover_test_" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// openSchema opens a driver on schema, closed when the test ends.
+func openSchema(t testing.TB, schema string) *postgres.Driver {
+	t.Helper()
+	d, err := postgres.Open(context.Background(), testURL(t), postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// open returns a migrated driver on a fresh schema.
+func open(t testing.TB) *postgres.Driver {
+	t.Helper()
+	d := openSchema(t, freshSchema(t))
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return d
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	testURL(t)
+	storetest.Run(t, func(t *testing.T) store.Driver { return open(t) })
+}
+
+// viaSQL is a driver whose transactions are database/sql transactions of
+// the pgx stdlib driver, run through InExternalTx: the conformance suite on
+// it checks every primitive on the *sql.Tx path (arrays in, nullable columns
+// and times out through database/sql's conversions).
+type viaSQL struct {
+	*postgres.Driver
+	db *sql.DB
+}
+
+func (v viaSQL) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
+	tx, err := v.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := v.InExternalTx(ctx, tx, fn); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+func TestConformanceDatabaseSQL(t *testing.T) {
+	t.Parallel()
+	url := testURL(t)
+	storetest.Run(t, func(t *testing.T) store.Driver {
+		d := open(t)
+		db, err := sql.Open("pgx", url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return viaSQL{d, db}
+	})
+}
+
+func task(id string, now time.Time) *dt.Task {
+	return &dt.Task{ID: id, Workflow: "wf", Input: []byte(`{}`), InputHash: "h", ProcessState: dt.Pending, StepCount: 1,
+		FailureThreshold: 3, OnFailure: dt.PolicyError, AvailableAt: now, CreatedAt: now, UpdatedAt: now}
+}
+
+func insert(t *testing.T, d store.Driver, tasks ...*dt.Task) {
+	t.Helper()
+	if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+		_, err := x.TaskInsertMany(ctx, tasks)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenOptions(t *testing.T) {
+	t.Parallel()
+	url := testURL(t)
+	ctx := context.Background()
+	for _, bad := range []string{"Drover", "1abc", "a-b", "a b", `x"y`, "public.x", string(make([]byte, 64))} {
+		if d, err := postgres.Open(ctx, url, postgres.Options{Schema: bad}); err == nil {
+			d.Close()
+			t.Errorf("Open with schema %q succeeded", bad)
+		}
+	}
+	d, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Schema() != "drover" || d.Name() != "postgres" {
+		t.Errorf("Schema %q Name %q; want drover, postgres", d.Schema(), d.Name())
+	}
+	if _, err := postgres.New(nil, postgres.Options{}); err == nil {
+		t.Error("New(nil pool) succeeded")
+	}
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	t.Parallel()
+	testURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := postgres.Open(ctx, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=5", postgres.Options{})
+	if err == nil {
+		d.Close()
+		t.Fatal("Open of a closed port succeeded")
+	}
+	t.Logf("Open of a closed port: %v", err)
+	if _, err := postgres.Open(ctx, "postgres://%zz", postgres.Options{}); err == nil {
+		t.Error("Open of a malformed URL succeeded")
+	}
+}
+
+func TestSchemaVersionAndNotMigrated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := openSchema(t, freshSchema(t))
+	applied, latest, err := d.SchemaVersion(ctx)
+	if err != nil || applied != 0 || latest < 1 {
+		t.Fatalf("SchemaVersion of a missing schema = %d, %d, %v; want 0, >=1, nil", applied, latest, err)
+	}
+	if _, err := d.Reader().TaskGet(ctx, "x"); !errors.Is(err, store.ErrNotMigrated) {
+		t.Errorf("TaskGet before Migrate: err = %v, want ErrNotMigrated", err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	applied, latest2, err := d.SchemaVersion(ctx)
+	if err != nil || applied != latest || latest2 != latest {
+		t.Fatalf("after Migrate: %d, %d, %v; want %d, %d", applied, latest2, err, latest, latest)
+	}
+	// A newer drover migrated it: refuse.
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+pgx.Identifier{d.Schema(), "drover_migrations"}.Sanitize()+
+		` (version, name) VALUES (9999, '9999_future.sql')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); !errors.Is(err, store.ErrSchemaTooNew) {
+		t.Errorf("Migrate of a newer schema: err = %v, want ErrSchemaTooNew", err)
+	}
+}
+
+// Processes starting together all migrate one fresh schema.
+func TestConcurrentMigrate(t *testing.T) {
+	t.Parallel()
+	schema := freshSchema(t)
+	var drivers []*postgres.Driver
+	for range 4 {
+		drivers = append(drivers, openSchema(t, schema))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(drivers))
+	for i, d := range drivers {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = d.Migrate(context.Background()) }()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent Migrate: %v", err)
+	}
+	for _, d := range drivers {
+		applied, latest, err := d.SchemaVersion(context.Background())
+		if err != nil || applied != latest {
+			t.Errorf("SchemaVersion = %d, %d, %v", applied, latest, err)
+		}
+	}
+	insert(t, drivers[0], task("t", time.Now()))
+	if _, err := drivers[3].Reader().TaskGet(context.Background(), "t"); err != nil {
+		t.Error(err)
+	}
+}
+
+// Two schemas of one database are two independent stores.
+func TestSchemaIsolation(t *testing.T) {
+	t.Parallel()
+	a, b := open(t), open(t)
+	ctx := context.Background()
+	now := time.Now()
+	ta := task("same", now)
+	tb := task("same", now)
+	tb.Workflow = "other"
+	insert(t, a, ta, task("only-a", now))
+	insert(t, b, tb)
+	for _, d := range []*postgres.Driver{a, b} {
+		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			return x.EventInsertMany(ctx, []*dt.Event{{TaskID: "same", StepIndex: -1, Type: dt.EventSubmitted, Actor: d.Schema(), CreatedAt: now}})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := b.Reader().TaskGet(ctx, "same")
+	if err != nil || got.Workflow != "other" {
+		t.Errorf("schema b task = %+v, %v; want its own", got, err)
+	}
+	if _, err := b.Reader().TaskGet(ctx, "only-a"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("schema b sees schema a's task: %v", err)
+	}
+	counts, err := a.Reader().TaskCountByState(ctx)
+	if err != nil || counts[dt.Pending] != 2 {
+		t.Errorf("schema a counts %v, %v; want 2 Pending", counts, err)
+	}
+	for _, d := range []*postgres.Driver{a, b} {
+		evs, err := d.Reader().EventList(ctx, store.EventListParams{})
+		if err != nil || len(evs) != 1 || evs[0].Actor != d.Schema() {
+			t.Errorf("events of %s: %v, %v", d.Schema(), evs, err)
+		}
+	}
+	// Claiming in one schema leaves the other alone.
+	if err := a.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		got, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s", Now: now, Limit: 10})
+		if len(got) != 2 {
+			t.Errorf("claimed %d in a, want 2", len(got))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.Reader().TaskGet(ctx, "same"); got.LockedBy != "" {
+		t.Errorf("claim in schema a locked schema b's task")
+	}
+}
+
+// extApp is an application table next to drover's, written in the same
+// transaction as a submit.
+func extApp(t *testing.T, d *postgres.Driver) string {
+	t.Helper()
+	table := pgx.Identifier{d.Schema(), "app_orders"}.Sanitize()
+	if _, err := d.Pool().Exec(context.Background(), `CREATE TABLE `+table+` (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+func submitIn(ctx context.Context, d *postgres.Driver, tx any, id string) error {
+	return d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
+		now := time.Now()
+		_, err := flow.Submit(ctx, x, []flow.Submission{{Task: task(id, now), Steps: []*dt.Step{{TaskID: id, Name: "s", Agent: "a",
+			Timeout: time.Second, ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, 0, "s"), UpdatedAt: now}}}})
+		return err
+	})
+}
+
+// checkExternal verifies that the app row and the task both exist, or both not.
+func checkExternal(t *testing.T, d *postgres.Driver, table, id string, want bool) {
+	t.Helper()
+	ctx := context.Background()
+	var n int
+	if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE id = $1`, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.Reader().TaskGet(ctx, id)
+	steps, serr := d.Reader().StepListByTasks(ctx, []string{id})
+	evs, eerr := d.Reader().EventList(ctx, store.EventListParams{TaskID: id})
+	if serr != nil || eerr != nil {
+		t.Fatal(serr, eerr)
+	}
+	if want && (n != 1 || err != nil || len(steps) != 1 || len(evs) != 1) {
+		t.Errorf("%s committed: app rows %d, task err %v, %d steps, %d events; want all there", id, n, err, len(steps), len(evs))
+	}
+	if !want && (n != 0 || !errors.Is(err, store.ErrNotFound) || len(steps) != 0 || len(evs) != 0) {
+		t.Errorf("%s rolled back: app rows %d, task err %v, %d steps, %d events; want none", id, n, err, len(steps), len(evs))
+	}
+}
+
+func TestInExternalTxPgx(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	table := extApp(t, d)
+	ctx := context.Background()
+	// The caller's own pool, with the default search_path.
+	pool, err := pgxpool.New(ctx, testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for _, commit := range []bool{true, false} {
+		id := fmt.Sprintf("pgx-%v", commit)
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (id) VALUES ($1)`, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := submitIn(ctx, d, tx, id); err != nil {
+			tx.Rollback(ctx)
+			t.Fatal(err)
+		}
+		var sp string
+		if err := tx.QueryRow(ctx, `SHOW search_path`).Scan(&sp); err != nil || sp != `"$user", public` {
+			t.Errorf("the caller's search_path became %q (%v)", sp, err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkExternal(t, d, table, id, commit)
+	}
+}
+
+func TestInExternalTxDatabaseSQL(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	table := extApp(t, d)
+	ctx := context.Background()
+	db, err := sql.Open("pgx", testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, commit := range []bool{true, false} {
+		id := fmt.Sprintf("sql-%v", commit)
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (id) VALUES ($1)`, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := submitIn(ctx, d, tx, id); err != nil {
+			tx.Rollback()
+			t.Fatal(err)
+		}
+		// Reads through the caller's transaction see its own writes.
+		if err := d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
+			got, err := x.TaskGet(ctx, id)
+			if err == nil && (got.ID != id || got.CreatedAt.Location() != time.UTC) {
+				t.Errorf("TaskGet through *sql.Tx = %+v", got)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit()
+		} else {
+			err = tx.Rollback()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkExternal(t, d, table, id, commit)
+	}
+}
+
+func TestInExternalTxWrongType(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	called := false
+	fn := func(context.Context, store.Executor) error { called = true; return nil }
+	var (
+		nilSQL  *sql.Tx
+		nilPool *pgxpool.Tx
+		nilPgx  pgx.Tx
+	)
+	for _, tx := range []any{nil, "tx", d.Pool(), nilSQL, nilPool, nilPgx, &struct{}{}} {
+		err := d.InExternalTx(context.Background(), tx, fn)
+		if !errors.Is(err, store.ErrUnsupportedTx) {
+			t.Errorf("InExternalTx(%T): err = %v, want ErrUnsupportedTx", tx, err)
+		}
+	}
+	if called {
+		t.Error("the callback ran with an unsupported transaction")
+	}
+}
+
+func TestReaderRefusesWrites(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	if _, err := d.Reader().TaskInsertMany(ctx, []*dt.Task{task("t", time.Now())}); err == nil {
+		t.Error("TaskInsertMany on the Reader succeeded")
+	}
+	if _, err := d.Reader().TaskClaim(ctx, store.TaskClaimParams{Instance: "s", Now: time.Now(), Limit: 1}); err == nil {
+		t.Error("TaskClaim on the Reader succeeded")
+	}
+	if _, err := d.Reader().TaskGet(ctx, "t"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the refused insert wrote: %v", err)
+	}
+}
+
+// The locking rule: inside InTx the engine's reads lock what they return
+// until the transaction ends; the same reads on the Reader lock nothing.
+func TestReadsInTxLockRows(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	held := task("held", now)
+	held.ProcessState, held.LockedBy, held.CompleteBy = dt.Processing, "s", &now
+	insert(t, d, held)
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		if err := x.StepInsertMany(ctx, []*dt.Step{{TaskID: "held", Name: "s", Agent: "a", ProcessState: dt.Processing,
+			IdempotencyKey: "k", UpdatedAt: now}}); err != nil {
+			return err
+		}
+		_, _, err := x.LeaseAcquire(ctx, store.LeaseParams{Name: "sup", Holder: "A", Now: now, TTL: time.Minute})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	reads := map[string]func(ctx context.Context, x store.Executor) error{
+		"TaskGet": func(ctx context.Context, x store.Executor) error { _, err := x.TaskGet(ctx, "held"); return err },
+		"TaskGetMany": func(ctx context.Context, x store.Executor) error {
+			_, err := x.TaskGetMany(ctx, []string{"held"})
+			return err
+		},
+		"TaskListExpired": func(ctx context.Context, x store.Executor) error {
+			got, err := x.TaskListExpired(ctx, now.Add(time.Second), 10)
+			if err == nil && len(got) != 1 {
+				err = fmt.Errorf("TaskListExpired = %d tasks, want 1", len(got))
+			}
+			return err
+		},
+		"StepListByTasks": func(ctx context.Context, x store.Executor) error {
+			_, err := x.StepListByTasks(ctx, []string{"held"})
+			return err
+		},
+		"LeaseGet": func(ctx context.Context, x store.Executor) error { _, err := x.LeaseGet(ctx, "sup"); return err },
+	}
+	for name, read := range reads {
+		t.Run(name, func(t *testing.T) {
+			locked := make(chan struct{})
+			release := make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+					if err := read(ctx, x); err != nil {
+						return err
+					}
+					close(locked)
+					<-release
+					return nil
+				})
+			}()
+			select {
+			case <-locked:
+			case err := <-done:
+				t.Fatalf("first transaction: %v", err)
+			}
+			// The Reader is not blocked.
+			if err := read(ctx, d.Reader()); err != nil {
+				t.Errorf("%s on the Reader while locked: %v", name, err)
+			}
+			// A second transaction waits for the lock.
+			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			err := d.InTx(wctx, read)
+			cancel()
+			if err == nil {
+				t.Errorf("%s in a second transaction did not wait for the first one's lock", name)
+			}
+			close(release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			// Once released, it goes through.
+			if err := d.InTx(ctx, read); err != nil {
+				t.Errorf("%s after release: %v", name, err)
+			}
+		})
+	}
+}
+
+// Two drivers with their own pools are two processes sharing one store:
+// their claims never overlap.
+func TestTwoProcessesClaimDisjoint(t *testing.T) {
+	t.Parallel()
+	d1 := open(t)
+	d2 := openSchema(t, d1.Schema())
+	const total = 1000
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	tasks := make([]*dt.Task, total)
+	for i := range tasks {
+		tasks[i] = task(fmt.Sprintf("t%04d", i), now)
+	}
+	insert(t, d1, tasks...)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		by   = map[string]string{}
+		errs []error
+	)
+	for i := range 8 {
+		d := []*postgres.Driver{d1, d2}[i%2]
+		inst := fmt.Sprintf("p%d-c%d", i%2, i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				var got []*dt.Task
+				err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+					var err error
+					got, err = x.TaskClaim(ctx, store.TaskClaimParams{Instance: inst, Now: now, Limit: 10})
+					return err
+				})
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				}
+				if len(got) > 10 {
+					errs = append(errs, fmt.Errorf("%s claimed %d > 10", inst, len(got)))
+				}
+				for _, tk := range got {
+					if prev, dup := by[tk.ID]; dup {
+						errs = append(errs, fmt.Errorf("%s claimed by %s and %s", tk.ID, prev, inst))
+					}
+					by[tk.ID] = inst
+				}
+				mu.Unlock()
+				if err != nil || len(got) == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if len(by) != total {
+		t.Fatalf("claimed %d tasks, want %d", len(by), total)
+	}
+	perProcess := map[string]int{}
+	for _, inst := range by {
+		perProcess[inst[:2]]++
+	}
+	t.Logf("claims per process: %v", perProcess)
+	if perProcess["p0"] == 0 || perProcess["p1"] == 0 {
+		t.Errorf("one process claimed nothing: %v", perProcess)
+	}
+	// Every claim is stored as returned.
+	stored, err := d2.Reader().TaskList(context.Background(), store.TaskListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range stored {
+		if tk.LockedBy != by[tk.ID] || tk.ProcessState != dt.Processing {
+			t.Errorf("%s stored locked by %q (%s), claimed by %q", tk.ID, tk.LockedBy, tk.ProcessState, by[tk.ID])
+		}
+	}
+}
+
+// New wraps the caller's pool and leaves it open on Close.
+func TestNewKeepsCallerPool(t *testing.T) {
+	t.Parallel()
+	schema := freshSchema(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := postgres.New(pool, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	insert(t, d, task("t", time.Now()))
+	d.Close()
+	if err := pool.Ping(ctx); err != nil {
+		t.Errorf("the caller's pool was closed by Driver.Close: %v", err)
+	}
+}
+
+// BenchmarkClaimApplyCycle measures the scheduler's hot loop on PostgreSQL, as
+// the SQLite perf harness does: 20k single-step tasks, then transactions that
+// each apply the replies to the previous batch and claim the next 256. It
+// reports tasks/s (one claim and one reply applied per task). procs=1 is one
+// scheduler; procs=4 is four drivers (four pools, as four processes would
+// have) sharing the schema, each with its own scheduler instance.
+//
+//	DROVER_TEST_DATABASE_URL=... go test -run '^$' -bench ClaimApplyCycle -benchtime 3x ./store/postgres/
+func BenchmarkClaimApplyCycle(b *testing.B) {
+	if os.Getenv(urlEnv) == "" {
+		b.Skipf("%s is not set", urlEnv)
+	}
+	for _, procs := range []int{1, 4} {
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { benchCycle(b, procs) })
+	}
+}
+
+func benchCycle(b *testing.B, procs int) {
+	const (
+		n     = 20000
+		batch = 256
+	)
+	ctx := context.Background()
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		d := open(b)
+		drivers := []*postgres.Driver{d}
+		for len(drivers) < procs {
+			drivers = append(drivers, openSchema(b, d.Schema()))
+		}
+		now := time.Now()
+		for first := 0; first < n; first += 1000 {
+			var subs []flow.Submission
+			for j := first; j < min(n, first+1000); j++ {
+				id := fmt.Sprintf("b%06d", j)
+				tk := task(id, now)
+				tk.Input = []byte(fmt.Sprintf(`{"i":%d}`, j))
+				subs = append(subs, flow.Submission{Task: tk, Steps: []*dt.Step{{TaskID: id, Name: "a", Agent: "noop",
+					Timeout: time.Minute, ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, 0, "a"), UpdatedAt: now}}})
+			}
+			if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+				_, err := flow.Submit(ctx, x, subs)
+				return err
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make([]error, procs)
+		for p, d := range drivers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[p] = cycleUntilDone(ctx, d, &flow.Machine{Instance: fmt.Sprintf("s%d", p)}, batch)
+			}()
+		}
+		wg.Wait()
+		total += time.Since(start)
+		b.StopTimer()
+		if err := errors.Join(errs...); err != nil {
+			b.Fatal(err)
+		}
+		counts, err := d.Reader().TaskCountByState(ctx)
+		if err != nil || counts[dt.Processed] != n {
+			b.Fatalf("after the run: %v, %v; want %d Processed", counts, err, n)
+		}
+		for _, d := range drivers {
+			d.Close()
+		}
+		b.StartTimer()
+	}
+	rate := float64(n*b.N) / total.Seconds()
+	b.ReportMetric(rate, "tasks/s")
+	b.Logf("procs=%d: %d tasks in %s: %.0f tasks/s", procs, n*b.N, total, rate)
+}
+
+// cycleUntilDone runs apply-then-claim transactions until nothing is left
+// to claim and every reply is applied.
+func cycleUntilDone(ctx context.Context, d *postgres.Driver, m *flow.Machine, batch int) error {
+	var pending []*dt.AgentRequest
+	for {
+		var next []*dt.AgentRequest
+		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			replies := make([]*dt.AgentReply, len(pending))
+			for k, r := range pending {
+				replies[k] = &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind, Output: []byte("null")}
+			}
+			if _, _, err := m.ApplyReplies(ctx, x, time.Now(), replies); err != nil {
+				return err
+			}
+			var err error
+			next, _, _, err = m.Claim(ctx, x, time.Now(), batch)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if len(pending) == 0 && len(next) == 0 {
+			return nil
+		}
+		pending = next
+	}
+}

@@ -1,0 +1,294 @@
+package postgres
+
+import "strings"
+
+// The SQL of the PostgreSQL driver. Every statement names its tables with the
+// placeholder {s}, replaced once at Open by the quoted schema, so the same text
+// runs on the driver's pool and on a caller's transaction whatever that
+// connection's search_path. The texts are fixed (batches travel as array
+// parameters), so pgx prepares each one once per connection and reuses it.
+
+// Column lists shared by the task and step queries.
+const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
+ current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
+ retry_delay_us, available_at, created_at, updated_at`
+
+const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
+ locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at`
+
+const eventCols = `id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at`
+
+// prefixed returns a column list with every column qualified by alias.
+func prefixed(alias, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, p := range parts {
+		parts[i] = alias + "." + strings.TrimSpace(p)
+	}
+	return strings.Join(parts, ", ")
+}
+
+const (
+	tTaskGet     = `SELECT ` + taskCols + ` FROM {s}.tasks WHERE id = $1`
+	tTaskGetLock = tTaskGet + ` FOR UPDATE`
+
+	// Locking reads take their rows in ID order, the same order every
+	// locking read uses, so two transactions never wait on each other in a
+	// cycle over tasks.
+	tTaskGetMany     = `SELECT ` + taskCols + ` FROM {s}.tasks WHERE id = ANY($1::text[]) ORDER BY id`
+	tTaskGetManyLock = tTaskGetMany + ` FOR UPDATE`
+
+	tTaskCountByState = `SELECT process_state, count(*) FROM {s}.tasks GROUP BY process_state`
+
+	tTaskCountLockedBy = `SELECT count(*) FROM {s}.tasks WHERE locked_by = $1 AND complete_by IS NOT NULL`
+
+	// tTaskCountActive counts through the two partial indexes, so its cost
+	// follows the active tasks, not the table.
+	tTaskCountActive = `SELECT (SELECT count(*) FROM {s}.tasks
+   WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating'))
+ + (SELECT count(*) FROM {s}.tasks WHERE locked_by IS NOT NULL)`
+
+	tTaskListLockedBy = `SELECT ` + taskCols + ` FROM {s}.tasks
+ WHERE locked_by = $1 AND complete_by IS NOT NULL ORDER BY id LIMIT $2`
+
+	tTaskListExpired = `SELECT ` + taskCols + ` FROM {s}.tasks
+ WHERE locked_by IS NOT NULL AND complete_by < $1 ORDER BY complete_by, id LIMIT $2`
+
+	// tTaskListExpiredLock picks the oldest deadlines, then locks them in ID
+	// order. The outer WHERE repeats the condition so a task another
+	// transaction released or renewed while we waited for its lock is
+	// re-checked and left out.
+	tTaskListExpiredLock = `SELECT ` + taskCols + ` FROM {s}.tasks
+ WHERE id IN (SELECT id FROM {s}.tasks WHERE locked_by IS NOT NULL AND complete_by < $1 ORDER BY complete_by, id LIMIT $2)
+   AND locked_by IS NOT NULL AND complete_by < $1
+ ORDER BY id FOR UPDATE`
+
+	tTaskInsert = `INSERT INTO {s}.tasks (` + taskCols + `)
+ SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
+   $8::int[], $9::int[], $10::int[], $11::text[], $12::bytea[], $13::text[], $14::int[], $15::text[], $16::bigint[],
+   $17::timestamptz[], $18::timestamptz[], $19::timestamptz[])
+   AS u(` + taskCols + `)
+ ORDER BY id
+ ON CONFLICT (id) DO NOTHING
+ RETURNING id`
+
+	tTaskUpdate = `UPDATE {s}.tasks AS t SET process_state = u.process_state, locked_by = u.locked_by,
+   complete_by = u.complete_by, failure_count = u.failure_count, current_step = u.current_step,
+   output = u.output, last_error = u.last_error, available_at = u.available_at, updated_at = u.updated_at
+ FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[], $6::int[], $7::bytea[], $8::text[],
+   $9::timestamptz[], $10::timestamptz[])
+   AS u(id, process_state, locked_by, complete_by, failure_count, current_step, output, last_error, available_at, updated_at)
+ WHERE t.id = u.id`
+
+	tStepList     = `SELECT ` + stepCols + ` FROM {s}.steps WHERE task_id = ANY($1::text[]) ORDER BY task_id, step_index`
+	tStepListLock = tStepList + ` FOR UPDATE`
+
+	tStepInsert = `INSERT INTO {s}.steps (` + stepCols + `)
+ SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[],
+   $9::text[], $10::timestamptz[], $11::int[], $12::int[], $13::text[], $14::bytea[], $15::text[], $16::timestamptz[],
+   $17::timestamptz[], $18::timestamptz[])
+   AS u(` + stepCols + `)
+ ORDER BY task_id, step_index`
+
+	tStepUpdate = `UPDATE {s}.steps AS s SET process_state = u.process_state, compensation_state = u.compensation_state,
+   locked_by = u.locked_by, complete_by = u.complete_by, failure_count = u.failure_count, attempt = u.attempt,
+   output = u.output, last_error = u.last_error, started_at = u.started_at, finished_at = u.finished_at,
+   updated_at = u.updated_at
+ FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::int[], $8::int[],
+   $9::bytea[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[])
+   AS u(task_id, step_index, process_state, compensation_state, locked_by, complete_by, failure_count, attempt,
+        output, last_error, started_at, finished_at, updated_at)
+ WHERE s.task_id = u.task_id AND s.step_index = u.step_index`
+
+	// Inserts that hand IDs back: rows are fed in input order (ORDER BY
+	// ord), so the sequence numbers them in that order; the caller sorts the
+	// returned IDs and assigns them back by position.
+	requestInsCols = `agent, task_id, step_index, attempt, kind, idempotency_key, complete_by, scheduler, claimed_by, created_at`
+	tRequestInsert = `INSERT INTO {s}.agent_requests (` + requestInsCols + `)
+ SELECT ` + requestInsCols + ` FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::text[],
+   $7::timestamptz[], $8::text[], $9::text[], $10::timestamptz[])
+   WITH ORDINALITY AS u(` + requestInsCols + `, ord)
+ ORDER BY ord
+ RETURNING id`
+
+	// tRequestClaim claims and joins the payload in one round trip: the
+	// task's input, the step's own output (for compensation) and the output
+	// of the step before.
+	tRequestClaim = `WITH c AS MATERIALIZED (
+   SELECT id FROM {s}.agent_requests
+   WHERE agent = $2 AND claimed_by IS NULL AND complete_by > $3
+   ORDER BY id LIMIT $4
+   FOR UPDATE SKIP LOCKED),
+ u AS (
+   UPDATE {s}.agent_requests AS r SET claimed_by = $1 FROM c WHERE r.id = c.id
+   RETURNING r.id, r.agent, r.task_id, r.step_index, r.attempt, r.kind, r.idempotency_key, r.complete_by,
+     r.scheduler, r.created_at)
+ SELECT u.id, u.agent, u.task_id, u.step_index, u.attempt, u.kind, u.idempotency_key, u.complete_by, u.scheduler,
+   u.created_at, t.workflow, t.input, s.name, s.output, p.output
+ FROM u
+ LEFT JOIN {s}.tasks t ON t.id = u.task_id
+ LEFT JOIN {s}.steps s ON s.task_id = u.task_id AND s.step_index = u.step_index
+ LEFT JOIN {s}.steps p ON p.task_id = u.task_id AND p.step_index = u.step_index - 1
+ ORDER BY u.id`
+
+	tRequestDeleteByStep = `DELETE FROM {s}.agent_requests AS r
+ USING unnest($1::text[], $2::int[]) AS u(task_id, step_index)
+ WHERE r.task_id = u.task_id AND r.step_index = u.step_index`
+
+	tRequestRelease = `UPDATE {s}.agent_requests SET claimed_by = NULL WHERE claimed_by = $1`
+
+	tRequestDeleteExpired = `WITH c AS MATERIALIZED (
+   SELECT id FROM {s}.agent_requests WHERE complete_by < $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+ DELETE FROM {s}.agent_requests AS r USING c WHERE r.id = c.id`
+
+	replyInsCols = `task_id, step_index, attempt, kind, output, failed, error, created_at`
+	tReplyInsert = `INSERT INTO {s}.agent_replies (` + replyInsCols + `)
+ SELECT ` + replyInsCols + ` FROM unnest($1::text[], $2::int[], $3::int[], $4::text[], $5::bytea[], $6::bool[],
+   $7::text[], $8::timestamptz[])
+   WITH ORDINALITY AS u(` + replyInsCols + `, ord)
+ ORDER BY ord
+ RETURNING id`
+
+	// tReplyTake: replies for tasks the scheduler holds, or for tasks nobody
+	// holds (stale, to discard). SKIP LOCKED: two takers never wait on or
+	// share a reply.
+	tReplyTake = `WITH c AS MATERIALIZED (
+   SELECT r.id FROM {s}.agent_replies r LEFT JOIN {s}.tasks t ON t.id = r.task_id
+   WHERE t.locked_by = $1 OR t.locked_by IS NULL
+   ORDER BY r.id LIMIT $2
+   FOR UPDATE OF r SKIP LOCKED),
+ d AS (
+   DELETE FROM {s}.agent_replies AS r USING c WHERE r.id = c.id
+   RETURNING r.id, r.task_id, r.step_index, r.attempt, r.kind, r.output, r.failed, r.error, r.created_at)
+ SELECT * FROM d ORDER BY id`
+
+	// tEventLock serializes the event-writing transactions of one schema
+	// from their first event insert to their commit, so events become
+	// visible in ID order (see doc.go).
+	tEventLock = `SELECT pg_advisory_xact_lock($1)`
+
+	eventInsCols = `task_id, step_index, type, state, alert, actor, term, attempt, message, created_at`
+	tEventInsert = `INSERT INTO {s}.events (` + eventInsCols + `)
+ SELECT ` + eventInsCols + ` FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::text[],
+   $7::bigint[], $8::int[], $9::text[], $10::timestamptz[])
+   WITH ORDINALITY AS u(` + eventInsCols + `, ord)
+ ORDER BY ord
+ RETURNING id`
+
+	tEventList = `SELECT ` + eventCols + ` FROM {s}.events WHERE id > $1`
+
+	// tLeaseAcquire: one statement inserts a fresh lease, renews our own or
+	// takes an expired one; the term moves on whenever the holder changes.
+	tLeaseAcquire = `INSERT INTO {s}.leases AS l (name, holder, term, expires_at) VALUES ($1, $2, 1, $4)
+ ON CONFLICT (name) DO UPDATE SET
+   term = CASE WHEN l.holder = EXCLUDED.holder THEN l.term ELSE l.term + 1 END,
+   holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+ WHERE l.holder = EXCLUDED.holder OR l.expires_at <= $3
+ RETURNING name, holder, term, expires_at`
+
+	tLeaseGet     = `SELECT name, holder, term, expires_at FROM {s}.leases WHERE name = $1`
+	tLeaseGetLock = tLeaseGet + ` FOR UPDATE`
+
+	// A released lease expires at the epoch: free at once for anyone.
+	tLeaseRelease = `UPDATE {s}.leases SET expires_at = 'epoch' WHERE name = $1 AND holder = $2 AND term = $3`
+
+	tMigrationsTable = `CREATE TABLE IF NOT EXISTS {s}.drover_migrations (
+    version    integer     NOT NULL PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`
+	tMigrationApplied = `SELECT EXISTS (SELECT 1 FROM {s}.drover_migrations WHERE version = $1)`
+	tMigrationRecord  = `INSERT INTO {s}.drover_migrations (version, name) VALUES ($1, $2)`
+	tMigrationMax     = `SELECT coalesce(max(version), 0) FROM {s}.drover_migrations`
+	tSearchPath       = `SET LOCAL search_path TO {s}`
+	tCreateSchema     = `CREATE SCHEMA {s}`
+)
+
+// taskColsT is taskCols qualified by the alias t, for RETURNING after a join.
+var taskColsT = prefixed("t", taskCols)
+
+var (
+	// tTaskClaim: the candidates are locked with SKIP LOCKED, so competing
+	// schedulers each take different tasks without waiting for each other.
+	// The CTE is MATERIALIZED so the locking subquery runs exactly once (an
+	// IN (subquery) may be rescanned and lock more than LIMIT rows).
+	tTaskClaim = `WITH c AS MATERIALIZED (
+   SELECT id FROM {s}.tasks
+   WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating') AND available_at <= $2
+   ORDER BY available_at, id LIMIT $3
+   FOR UPDATE SKIP LOCKED)
+ UPDATE {s}.tasks AS t SET locked_by = $1,
+   process_state = CASE t.process_state WHEN 'Pending' THEN 'Processing' ELSE t.process_state END,
+   updated_at = $2
+ FROM c WHERE t.id = c.id
+ RETURNING ` + taskColsT
+)
+
+// queries holds every statement with the schema filled in.
+type queries struct {
+	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
+	taskCountActive, taskClaim, taskListLockedBy, taskListExpired, taskListExpiredLock,
+	taskInsert, taskUpdate, taskList string
+
+	stepList, stepListLock, stepInsert, stepUpdate string
+
+	requestInsert, requestClaim, requestDeleteByStep, requestRelease, requestDeleteExpired string
+
+	replyInsert, replyTake string
+
+	eventLock, eventInsert, eventList string
+
+	leaseAcquire, leaseGet, leaseGetLock, leaseRelease string
+
+	migrationsTable, migrationApplied, migrationRecord, migrationMax, searchPath, createSchema string
+}
+
+// newQueries fills the quoted schema name into every statement.
+func newQueries(quotedSchema string) *queries {
+	r := func(s string) string { return strings.ReplaceAll(s, "{s}", quotedSchema) }
+	return &queries{
+		taskGet:             r(tTaskGet),
+		taskGetLock:         r(tTaskGetLock),
+		taskGetMany:         r(tTaskGetMany),
+		taskGetManyLock:     r(tTaskGetManyLock),
+		taskCountByState:    r(tTaskCountByState),
+		taskCountLockedBy:   r(tTaskCountLockedBy),
+		taskCountActive:     r(tTaskCountActive),
+		taskClaim:           r(tTaskClaim),
+		taskListLockedBy:    r(tTaskListLockedBy),
+		taskListExpired:     r(tTaskListExpired),
+		taskListExpiredLock: r(tTaskListExpiredLock),
+		taskInsert:          r(tTaskInsert),
+		taskUpdate:          r(tTaskUpdate),
+		taskList:            r(`SELECT ` + taskCols + ` FROM {s}.tasks`),
+
+		stepList:     r(tStepList),
+		stepListLock: r(tStepListLock),
+		stepInsert:   r(tStepInsert),
+		stepUpdate:   r(tStepUpdate),
+
+		requestInsert:        r(tRequestInsert),
+		requestClaim:         r(tRequestClaim),
+		requestDeleteByStep:  r(tRequestDeleteByStep),
+		requestRelease:       r(tRequestRelease),
+		requestDeleteExpired: r(tRequestDeleteExpired),
+
+		replyInsert: r(tReplyInsert),
+		replyTake:   r(tReplyTake),
+
+		eventLock:   tEventLock,
+		eventInsert: r(tEventInsert),
+		eventList:   r(tEventList),
+
+		leaseAcquire: r(tLeaseAcquire),
+		leaseGet:     r(tLeaseGet),
+		leaseGetLock: r(tLeaseGetLock),
+		leaseRelease: r(tLeaseRelease),
+
+		migrationsTable:  r(tMigrationsTable),
+		migrationApplied: r(tMigrationApplied),
+		migrationRecord:  r(tMigrationRecord),
+		migrationMax:     r(tMigrationMax),
+		searchPath:       r(tSearchPath),
+		createSchema:     r(tCreateSchema),
+	}
+}
