@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -309,6 +310,15 @@ func (c *Client) Start(ctx context.Context) error {
 		c.supervisor = sv
 		run("supervisor", sv.Run)
 	}
+	// Wake roles when other processes signal work (PostgreSQL LISTEN/NOTIFY);
+	// polling remains the fallback.
+	if l, ok := c.store.(store.Listener); ok {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = l.Listen(runCtx, c.wakeFor)
+		}()
+	}
 	// Keep the instance lease; if it is lost, stop acting at once.
 	wg.Add(1)
 	go func() {
@@ -344,6 +354,34 @@ func (c *Client) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// wakeFor wakes the roles a notification topic concerns.
+func (c *Client) wakeFor(topic string) {
+	c.mu.Lock()
+	scheds, rt := c.schedulers, c.runtime
+	c.mu.Unlock()
+	switch {
+	case topic == store.TopicTasks:
+		for _, s := range scheds {
+			s.Wake()
+		}
+	case strings.HasPrefix(topic, "requests:"):
+		if rt != nil && rt.Has(strings.TrimPrefix(topic, "requests:")) {
+			rt.Wake()
+		}
+	case strings.HasPrefix(topic, "replies:"):
+		if s := scheds[strings.TrimPrefix(topic, "replies:")]; s != nil {
+			s.WakeReplies()
+		}
+	default: // store.TopicAll, or a topic this version does not know
+		for _, s := range scheds {
+			s.WakeReplies()
+		}
+		if rt != nil {
+			rt.Wake()
+		}
 	}
 }
 

@@ -155,6 +155,9 @@ type AgentReply struct {
 	Failed    bool // a permanent failure; transient ones are retried or dropped
 	Error     string
 	CreatedAt time.Time
+
+	// Scheduler is the instance the reply is for, to wake it; not stored.
+	Scheduler string
 }
 
 // EventType names an entry of a task's history.

@@ -105,7 +105,35 @@ type Executor interface {
 	LeaseGet(ctx context.Context, name string) (*drovertype.Lease, error)
 	// LeaseRelease gives the lease up if Holder holds it in Term.
 	LeaseRelease(ctx context.Context, name, holder string, term int64) error
+
+	// Notify signals topic to other processes once the transaction commits
+	// (see Listener). Drivers without cross-process notifications do nothing;
+	// every role also polls, so a lost notification only costs latency.
+	Notify(ctx context.Context, topic string) error
 }
+
+// Listener is an optional Driver capability: Listen delivers the topics
+// other processes Notify, so roles wake at once instead of at their next
+// poll. It blocks until ctx ends, reconnecting on errors; after a
+// reconnect it calls wake(TopicAll), since notifications may have been
+// missed meanwhile.
+type Listener interface {
+	Listen(ctx context.Context, wake func(topic string)) error
+}
+
+// Notification topics.
+const (
+	// TopicTasks: tasks became claimable (submitted, recovered, resubmitted).
+	TopicTasks = "tasks"
+	// TopicAll: anything may have happened; wake every role.
+	TopicAll = "*"
+)
+
+// TopicRequests is the topic of new unclaimed requests for an agent.
+func TopicRequests(agent string) string { return "requests:" + agent }
+
+// TopicReplies is the topic of new replies for a scheduler instance.
+func TopicReplies(scheduler string) string { return "replies:" + scheduler }
 
 // TaskListParams filters TaskList. Zero values mean no filter.
 type TaskListParams struct {

@@ -392,7 +392,8 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 		rt.Stats.Abandoned.Add(1)
 		return
 	}
-	reply := &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind, Output: out, CreatedAt: rt.Clock.Now()}
+	reply := &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind, Output: out,
+		CreatedAt: rt.Clock.Now(), Scheduler: r.Scheduler}
 	if err != nil {
 		reply.Failed = true
 		reply.Error = err.Error()
@@ -489,6 +490,23 @@ func (rt *Runtime) invoke(ctx context.Context, a *agent, r *dt.AgentRequest, slo
 	}
 }
 
+// insertReplies queues replies in the store and wakes their schedulers.
+func insertReplies(ctx context.Context, x store.Executor, batch []*dt.AgentReply) error {
+	if err := x.ReplyInsertMany(ctx, batch); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, r := range batch {
+		if r.Scheduler != "" && !seen[r.Scheduler] {
+			seen[r.Scheduler] = true
+			if err := x.Notify(ctx, store.TopicReplies(r.Scheduler)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // flushReplies writes the replies still queued at shutdown, so work that
 // finished is not redone. It gets a few seconds of its own.
 func (rt *Runtime) flushReplies() {
@@ -508,7 +526,7 @@ func (rt *Runtime) flushReplies() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.ReplyInsertMany(ctx, batch)
+		return insertReplies(ctx, x, batch)
 	}); err != nil {
 		rt.Log.Warn("write agent replies at shutdown; their steps will be redone", "count", len(batch), "err", err)
 	}
@@ -540,7 +558,7 @@ func (rt *Runtime) writeReplies(ctx context.Context) {
 			// batch in hand must still be written.
 			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err := rt.Driver.InTx(wctx, func(ctx context.Context, x store.Executor) error {
-				return x.ReplyInsertMany(ctx, batch)
+				return insertReplies(ctx, x, batch)
 			})
 			cancel()
 			if err == nil {

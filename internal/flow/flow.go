@@ -75,14 +75,15 @@ func IdempotencyKey(taskID string, index int, name string) string {
 // batch collects the writes of one transaction so they reach the store as a
 // few batched calls.
 type batch struct {
-	released int // tasks the instance let go of
-	tasks    []*dt.Task
-	steps    []*dt.Step
-	dirtyT   map[*dt.Task]bool
-	dirtyS   map[*dt.Step]bool
-	requests []*dt.AgentRequest
-	deletes  []store.StepRef
-	events   []*dt.Event
+	released  int  // tasks the instance let go of
+	claimable bool // some task became claimable: wake the schedulers
+	tasks     []*dt.Task
+	steps     []*dt.Step
+	dirtyT    map[*dt.Task]bool
+	dirtyS    map[*dt.Step]bool
+	requests  []*dt.AgentRequest
+	deletes   []store.StepRef
+	events    []*dt.Event
 }
 
 func newBatch() *batch {
@@ -130,6 +131,20 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 		if err := x.EventInsertMany(ctx, b.events); err != nil {
 			return err
 		}
+	}
+	// Wake the agents in other processes for requests no runtime in this
+	// process took.
+	seen := map[string]bool{}
+	for _, r := range b.requests {
+		if r.ClaimedBy == "" && !seen[r.Agent] {
+			seen[r.Agent] = true
+			if err := x.Notify(ctx, store.TopicRequests(r.Agent)); err != nil {
+				return err
+			}
+		}
+	}
+	if b.claimable {
+		return x.Notify(ctx, store.TopicTasks)
 	}
 	return nil
 }
@@ -223,7 +238,13 @@ func Submit(ctx context.Context, x store.Executor, subs []Submission) ([]*dt.Tas
 	if err := x.StepInsertMany(ctx, steps); err != nil {
 		return nil, err
 	}
-	return out, x.EventInsertMany(ctx, events)
+	if err := x.EventInsertMany(ctx, events); err != nil {
+		return nil, err
+	}
+	if len(steps) > 0 {
+		return out, x.Notify(ctx, store.TopicTasks)
+	}
+	return out, nil
 }
 
 // Machine runs transitions for one role instance.
@@ -564,6 +585,7 @@ func (sv *Supervisor) Sweep(ctx context.Context, x store.Executor, now time.Time
 		return 0, err
 	}
 	b := newBatch()
+	b.claimable = true
 	for _, t := range tasks {
 		sv.recover(b, ls[t.ID], now)
 	}
@@ -785,5 +807,6 @@ func Resubmit(ctx context.Context, x store.Executor, id, actor string, fromStep 
 	t.AvailableAt, t.UpdatedAt = now, now
 	b.task(t)
 	b.event(ev(t, fromStep, dt.EventResubmitted, actor, now))
+	b.claimable = true
 	return t, b.flush(ctx, x)
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
@@ -48,6 +49,7 @@ type Scheduler struct {
 	inboxMu  sync.RWMutex // Deliver holds it shared; Run's exit exclusively
 	stopped  bool         // Run has exited: Deliver refuses
 	inbox    chan *dt.AgentReply
+	pollNow  atomic.Bool    // replies for this instance are waiting in the store
 	carry    *dt.AgentReply // taken from the inbox while waiting; applied next tick
 	wake     chan struct{}
 	inFlight int
@@ -71,6 +73,13 @@ func (s *Scheduler) Wake() {
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// WakeReplies tells the scheduler that replies for it wait in the store's
+// reply queue (another process wrote them).
+func (s *Scheduler) WakeReplies() {
+	s.pollNow.Store(true)
+	s.Wake()
 }
 
 // Deliver hands a reply from an agent in this process to the scheduler. It
@@ -118,7 +127,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		// The store's reply queue and the held-task count are read on a
 		// timer, busy or not: a scheduler with a backlog must still apply
 		// replies from agents in other processes before their deadlines.
-		poll := time.Since(lastPoll) >= s.PollInterval
+		poll := s.pollNow.Swap(false) || time.Since(lastPoll) >= s.PollInterval
 		if poll {
 			lastPoll = time.Now()
 			s.recount(ctx)

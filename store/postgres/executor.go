@@ -789,3 +789,14 @@ func (e *executor) LeaseRelease(ctx context.Context, name, holder string, term i
 	_, err := e.exec(ctx, "release lease", e.d.q.leaseRelease, name, holder, term)
 	return err
 }
+
+// Notify implements store.Executor with pg_notify on the schema's channel:
+// PostgreSQL delivers it when the transaction commits, and drops it if the
+// transaction rolls back.
+func (e *executor) Notify(ctx context.Context, topic string) error {
+	if err := e.write("notify"); err != nil {
+		return err
+	}
+	_, err := e.exec(ctx, "notify", `SELECT pg_notify($1, $2)`, e.d.channel, topic)
+	return err
+}

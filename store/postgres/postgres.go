@@ -40,6 +40,7 @@ type Options struct {
 // of drivers, in any number of processes, may share the schema.
 type Driver struct {
 	pool     *pgxpool.Pool
+	channel  string // LISTEN/NOTIFY channel of the schema
 	ownsPool bool
 	schema   string
 	q        *queries
@@ -110,6 +111,7 @@ func newDriver(pool *pgxpool.Pool, opts Options) *Driver {
 		pool:           pool,
 		schema:         opts.Schema,
 		q:              newQueries(pgx.Identifier{opts.Schema}.Sanitize()),
+		channel:        "drover_" + opts.Schema,
 		eventLockKey:   lockKey("drover.events", opts.Schema),
 		migrateLockKey: lockKey("drover.migrate", opts.Schema),
 	}

@@ -749,3 +749,57 @@ func cycleUntilDone(ctx context.Context, d *postgres.Driver, m *flow.Machine, ba
 		pending = next
 	}
 }
+
+// Notifications reach a listener when the transaction commits, never when it
+// rolls back; the listener reports a reconnect as TopicAll.
+func TestListenNotify(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan string, 16)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = d.Listen(ctx, func(topic string) { got <- topic }) }()
+	defer func() { cancel(); <-done }()
+
+	// The listener may not be LISTENing yet: notify until one arrives.
+	deadline := time.After(10 * time.Second)
+	for ready := false; !ready; {
+		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.Notify(ctx, "ping") }); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case topic := <-got:
+			ready = topic == "ping"
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("no notification reached the listener")
+		}
+	}
+	for len(got) > 0 {
+		<-got
+	}
+	rollback := errors.New("rollback")
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		if err := x.Notify(ctx, "rolled-back"); err != nil {
+			return err
+		}
+		return rollback
+	}); !errors.Is(err, rollback) {
+		t.Fatal(err)
+	}
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.Notify(ctx, store.TopicTasks) }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case topic := <-got:
+		if topic != store.TopicTasks {
+			t.Errorf("got %q, want %q (a rolled-back notify must not arrive)", topic, store.TopicTasks)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("committed notification did not arrive")
+	}
+	if err := d.Reader().Notify(ctx, "x"); err == nil {
+		t.Error("Notify outside a transaction succeeded")
+	}
+}

@@ -607,3 +607,7 @@ func (e *executor) LeaseRelease(ctx context.Context, name, holder string, term i
 	}
 	return nil
 }
+
+// Notify implements store.Executor. SQLite has no cross-process
+// notifications: processes sharing a file find new work by polling.
+func (e *executor) Notify(context.Context, string) error { return nil }
