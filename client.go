@@ -57,6 +57,10 @@ type Config struct {
 	SupervisorInterval time.Duration
 	// LeaseTTL is how long supervisor leadership lasts unrenewed. Default 10s.
 	LeaseTTL time.Duration
+	// Retention, when positive, makes the supervisor leader delete final
+	// tasks (and their steps and events) last updated longer ago than this.
+	// Default 0: keep everything.
+	Retention time.Duration
 	// MaxInFlight caps the tasks one scheduler holds at once. Default 1024.
 	MaxInFlight int
 	// ClaimBatch caps the tasks claimed per transaction. Default 256.
@@ -136,6 +140,12 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.MaxInputBytes <= 0 {
 		cfg.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if cfg.LeaseTTL < 10*time.Millisecond || cfg.SupervisorInterval < time.Millisecond || cfg.PollInterval < time.Millisecond {
+		return nil, fmt.Errorf("%w: LeaseTTL must be at least 10ms, SupervisorInterval and PollInterval at least 1ms", ErrInvalidConfig)
+	}
+	if cfg.Retention < 0 {
+		return nil, fmt.Errorf("%w: Retention %s is negative", ErrInvalidConfig, cfg.Retention)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -305,7 +315,7 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	if c.cfg.Roles.Supervisor {
 		sv := supervisor.New(c.store, c.clock, c.cfg.InstanceID+"/supervisor", c.log, &c.counters)
-		sv.Interval, sv.LeaseTTL = c.cfg.SupervisorInterval, c.cfg.LeaseTTL
+		sv.Interval, sv.LeaseTTL, sv.Retention = c.cfg.SupervisorInterval, c.cfg.LeaseTTL, c.cfg.Retention
 		sv.OnRecover = c.wakeSchedulers
 		c.supervisor = sv
 		run("supervisor", sv.Run)

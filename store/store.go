@@ -67,6 +67,10 @@ type Executor interface {
 	TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*drovertype.Task, error)
 	// TaskListExpired returns held tasks whose CompleteBy is before Now.
 	TaskListExpired(ctx context.Context, now time.Time, limit int) ([]*drovertype.Task, error)
+	// TaskDeleteFinished deletes up to limit final tasks (Processed, Error,
+	// Compensated, Cancelled) last updated before before, oldest first, with
+	// their steps, requests, replies and events. It returns how many.
+	TaskDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error)
 	// TaskUpdateMany writes the mutable fields of each task.
 	TaskUpdateMany(ctx context.Context, tasks []*drovertype.Task) error
 

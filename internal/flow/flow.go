@@ -595,6 +595,15 @@ func (sv *Supervisor) Sweep(ctx context.Context, x store.Executor, now time.Time
 	return len(tasks), b.flush(ctx, x)
 }
 
+// Retain deletes up to limit final tasks last updated more than age before
+// now, with their history, if this supervisor still leads.
+func (sv *Supervisor) Retain(ctx context.Context, x store.Executor, now time.Time, age time.Duration, limit int) (int, error) {
+	if err := sv.CheckLeader(ctx, x, now); err != nil {
+		return 0, err
+	}
+	return x.TaskDeleteFinished(ctx, now.Add(-age), limit)
+}
+
 func (sv *Supervisor) event(b *batch, t *dt.Task, step int, typ dt.EventType, now time.Time) *dt.Event {
 	e := ev(t, step, typ, sv.Instance, now)
 	e.Term = sv.Term

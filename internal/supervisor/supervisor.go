@@ -33,6 +33,9 @@ type Supervisor struct {
 	LeaseTTL time.Duration
 	// Batch caps the tasks recovered per transaction.
 	Batch int
+	// Retention, when positive, is the age after which the leader deletes
+	// final tasks and their history.
+	Retention time.Duration
 	// OnRecover is called after a sweep that changed tasks (to wake schedulers).
 	OnRecover func()
 
@@ -73,6 +76,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			lastSweep = now
 			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 				s.Log.Warn("supervisor sweep", "instance", s.Instance, "err", err)
+			}
+			if _, err := s.Retain(ctx); err != nil && ctx.Err() == nil {
+				s.Log.Warn("supervisor retention", "instance", s.Instance, "err", err)
 			}
 		}
 		select {
@@ -115,6 +121,38 @@ func (s *Supervisor) Sweep(ctx context.Context) (int, error) {
 		if n > 0 && s.OnRecover != nil {
 			s.OnRecover()
 		}
+		if n < s.Batch {
+			return total, nil
+		}
+	}
+}
+
+// Retain deletes final tasks older than Retention, in batches, if this
+// instance leads; it returns how many it deleted.
+func (s *Supervisor) Retain(ctx context.Context) (int, error) {
+	if s.Retention <= 0 {
+		return 0, nil
+	}
+	total := 0
+	for {
+		term := s.Term()
+		if term == 0 {
+			return total, nil
+		}
+		sv := &flow.Supervisor{Instance: s.Instance, Term: term, Lease: LeaseName}
+		var n int
+		err := s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			var err error
+			n, err = sv.Retain(ctx, x, s.Clock.Now(), s.Retention, s.Batch)
+			return err
+		})
+		if errors.Is(err, flow.ErrNotLeader) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+		total += n
 		if n < s.Batch {
 			return total, nil
 		}

@@ -343,6 +343,14 @@ func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
 	return e.count(ctx, "count active tasks", e.d.q.taskCountActive)
 }
 
+func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error) {
+	if err := e.write("retention"); err != nil {
+		return 0, err
+	}
+	n, err := e.exec(ctx, "retention", e.d.q.taskDeleteFinished, before, limit)
+	return int(n), err
+}
+
 func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
 	if err := e.write("claim tasks"); err != nil {
 		return nil, err

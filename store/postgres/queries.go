@@ -47,6 +47,19 @@ const (
    WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating'))
  + (SELECT count(*) FROM {s}.tasks WHERE locked_by IS NOT NULL)`
 
+	// tTaskDeleteFinished deletes a batch of old final tasks and everything
+	// that hangs off them, in one statement.
+	tTaskDeleteFinished = `WITH pick AS MATERIALIZED (
+   SELECT id FROM {s}.tasks
+   WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < $1
+   ORDER BY updated_at LIMIT $2
+   FOR UPDATE SKIP LOCKED),
+ ev AS (DELETE FROM {s}.events WHERE task_id IN (SELECT id FROM pick)),
+ rq AS (DELETE FROM {s}.agent_requests WHERE task_id IN (SELECT id FROM pick)),
+ rp AS (DELETE FROM {s}.agent_replies WHERE task_id IN (SELECT id FROM pick)),
+ st AS (DELETE FROM {s}.steps WHERE task_id IN (SELECT id FROM pick))
+ DELETE FROM {s}.tasks WHERE id IN (SELECT id FROM pick)`
+
 	tTaskListLockedBy = `SELECT ` + taskCols + ` FROM {s}.tasks
  WHERE locked_by = $1 AND complete_by IS NOT NULL ORDER BY id LIMIT $2`
 
@@ -226,7 +239,7 @@ var (
 // queries holds every statement with the schema filled in.
 type queries struct {
 	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
-	taskCountActive, taskClaim, taskListLockedBy, taskListExpired, taskListExpiredLock,
+	taskCountActive, taskDeleteFinished, taskClaim, taskListLockedBy, taskListExpired, taskListExpiredLock,
 	taskInsert, taskUpdate, taskList string
 
 	stepList, stepListLock, stepInsert, stepUpdate string
@@ -253,6 +266,7 @@ func newQueries(quotedSchema string) *queries {
 		taskCountByState:    r(tTaskCountByState),
 		taskCountLockedBy:   r(tTaskCountLockedBy),
 		taskCountActive:     r(tTaskCountActive),
+		taskDeleteFinished:  r(tTaskDeleteFinished),
 		taskClaim:           r(tTaskClaim),
 		taskListLockedBy:    r(tTaskListLockedBy),
 		taskListExpired:     r(tTaskListExpired),

@@ -255,6 +255,33 @@ func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
 	return n, translate(rows.Err())
 }
 
+func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error) {
+	rows, err := e.query(ctx, qTaskPickFinished, us(before), limit)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: retention: %w", err)
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, translate(err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return 0, translate(err)
+	}
+	list := jsonList(ids)
+	for _, q := range []string{qDeleteEvents, qDeleteRequests, qDeleteReplies, qDeleteSteps, qDeleteTasks} {
+		if _, err := e.exec(ctx, q, list); err != nil {
+			return 0, fmt.Errorf("sqlite: retention: %w", err)
+		}
+	}
+	return len(ids), nil
+}
+
 func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
 	rows, err := e.query(ctx, qTaskClaim, p.Instance, us(p.Now), p.Limit)
 	if err != nil {

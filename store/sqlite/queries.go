@@ -11,6 +11,17 @@ const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, pr
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at`
 
 const (
+	// qTaskPickFinished feeds retention: final tasks, oldest first, through
+	// the tasks_finished partial index.
+	qTaskPickFinished = `SELECT id FROM tasks INDEXED BY tasks_finished
+ WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < ?
+ ORDER BY updated_at LIMIT ?`
+	qDeleteEvents   = `DELETE FROM events WHERE task_id IN (SELECT value FROM json_each(?))`
+	qDeleteRequests = `DELETE FROM agent_requests WHERE task_id IN (SELECT value FROM json_each(?))`
+	qDeleteReplies  = `DELETE FROM agent_replies WHERE task_id IN (SELECT value FROM json_each(?))`
+	qDeleteSteps    = `DELETE FROM steps WHERE task_id IN (SELECT value FROM json_each(?))`
+	qDeleteTasks    = `DELETE FROM tasks WHERE id IN (SELECT value FROM json_each(?))`
+
 	// qTaskCountActive counts through the two partial indexes, so its cost
 	// follows the active tasks, not the table.
 	qTaskCountActive = `SELECT (SELECT count(*) FROM tasks INDEXED BY tasks_claimable

@@ -26,6 +26,7 @@ func taskCases() []testCase {
 		{"ListLockedBy", testTaskListLockedBy},
 		{"ListExpired", testTaskListExpired},
 		{"UpdateManyRoundTrip", testTaskUpdateMany},
+		{"DeleteFinished", testTaskDeleteFinished},
 	}
 }
 

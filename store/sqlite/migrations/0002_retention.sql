@@ -1,0 +1,7 @@
+-- Retention: the supervisor leader deletes final tasks older than a
+-- configured age. This index finds them without scanning live work.
+CREATE INDEX tasks_finished ON tasks (updated_at)
+    WHERE process_state IN ('Processed','Error','Compensated','Cancelled');
+
+-- Operators list tasks in Error often, and there are few: index them.
+CREATE INDEX tasks_error ON tasks (id) WHERE process_state = 'Error';
