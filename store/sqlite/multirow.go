@@ -14,12 +14,24 @@ import (
 const maxRowsPerStmt = 64
 
 // multiRow is a statement whose middle repeats once per row:
-// head + row + "," + row ... + tail.
+// head + row + "," + row ... + tail. Its texts for every row count are built
+// once (they are also the prepared statements' keys).
 type multiRow struct {
 	head, row, tail string
+	texts           *[maxRowsPerStmt]string
 }
 
-func (m multiRow) sql(n int) string {
+func newMultiRow(head, row, tail string) multiRow {
+	m := multiRow{head: head, row: row, tail: tail, texts: new([maxRowsPerStmt]string)}
+	for n := 1; n <= maxRowsPerStmt; n++ {
+		m.texts[n-1] = m.build(n)
+	}
+	return m
+}
+
+func (m multiRow) sql(n int) string { return m.texts[n-1] }
+
+func (m multiRow) build(n int) string {
 	var b strings.Builder
 	b.WriteString(m.head)
 	for i := range n {
@@ -34,11 +46,7 @@ func (m multiRow) sql(n int) string {
 
 // allSizes lists the statement text for every row count, for prepareHot.
 func (m multiRow) allSizes() []string {
-	out := make([]string, maxRowsPerStmt)
-	for n := 1; n <= maxRowsPerStmt; n++ {
-		out[n-1] = m.sql(n)
-	}
-	return out
+	return m.texts[:]
 }
 
 // execRows runs m over rows in chunks. each, if set, sees every chunk's

@@ -92,27 +92,30 @@ const (
 
 // Multi-row statements: see multiRow. Blobs are bound as []byte.
 var (
-	mTaskInsert = multiRow{head: `INSERT INTO tasks (` + taskCols + `) VALUES `,
-		row: `(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, tail: ` ON CONFLICT (id) DO NOTHING RETURNING id`}
-	mTaskUpdate = multiRow{head: `UPDATE tasks SET process_state = u.column2, locked_by = u.column3,
+	mTaskInsert = newMultiRow(`INSERT INTO tasks (`+taskCols+`) VALUES `,
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
+	mTaskUpdate = newMultiRow(`UPDATE tasks SET process_state = u.column2, locked_by = u.column3,
  complete_by = u.column4, failure_count = u.column5, current_step = u.column6, output = u.column7,
  last_error = u.column8, available_at = u.column9, updated_at = u.column10 FROM (VALUES `,
-		row: `(?,?,?,?,?,?,?,?,?,?)`, tail: `) AS u WHERE tasks.id = u.column1`}
-	mStepInsert = multiRow{head: `INSERT INTO steps (` + stepCols + `) VALUES `,
-		row: `(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`}
-	mStepUpdate = multiRow{head: `UPDATE steps SET process_state = u.column3, compensation_state = u.column4,
+		`(?,?,?,?,?,?,?,?,?,?)`, `) AS u WHERE tasks.id = u.column1`)
+	mStepInsert = newMultiRow(`INSERT INTO steps (`+stepCols+`) VALUES `,
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, "")
+	mStepUpdate = newMultiRow(`UPDATE steps SET process_state = u.column3, compensation_state = u.column4,
  locked_by = u.column5, complete_by = u.column6, failure_count = u.column7, attempt = u.column8,
  output = u.column9, last_error = u.column10, started_at = u.column11, finished_at = u.column12,
  updated_at = u.column13 FROM (VALUES `,
-		row: `(?,?,?,?,?,?,?,?,?,?,?,?,?)`, tail: `) AS u WHERE steps.task_id = u.column1 AND steps.step_index = u.column2`}
-	mRequestInsert = multiRow{head: `INSERT INTO agent_requests (agent, task_id, step_index, attempt, kind,
- idempotency_key, complete_by, scheduler, claimed_by, created_at) VALUES `, row: `(?,?,?,?,?,?,?,?,?,?)`}
-	mRequestDeleteByStep = multiRow{head: `DELETE FROM agent_requests WHERE (task_id, step_index) IN (VALUES `,
-		row: `(?,?)`, tail: `)`}
-	mEventInsert = multiRow{head: `INSERT INTO events (task_id, step_index, type, state, alert, actor, term,
- attempt, message, created_at) VALUES `, row: `(?,?,?,?,?,?,?,?,?,?)`}
-	mReplyInsert = multiRow{head: `INSERT INTO agent_replies (task_id, step_index, attempt, kind, output, failed,
- error, created_at) VALUES `, row: `(?,?,?,?,?,?,?,?)`}
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?)`, `) AS u WHERE steps.task_id = u.column1 AND steps.step_index = u.column2`)
+	mRequestInsert = newMultiRow(`INSERT INTO agent_requests (agent, task_id, step_index, attempt, kind,
+ idempotency_key, complete_by, scheduler, claimed_by, created_at) VALUES `,
+		`(?,?,?,?,?,?,?,?,?,?)`, "")
+	mRequestDeleteByStep = newMultiRow(`DELETE FROM agent_requests WHERE (task_id, step_index) IN (VALUES `,
+		`(?,?)`, `)`)
+	mEventInsert = newMultiRow(`INSERT INTO events (task_id, step_index, type, state, alert, actor, term,
+ attempt, message, created_at) VALUES `,
+		`(?,?,?,?,?,?,?,?,?,?)`, "")
+	mReplyInsert = newMultiRow(`INSERT INTO agent_replies (task_id, step_index, attempt, kind, output, failed,
+ error, created_at) VALUES `,
+		`(?,?,?,?,?,?,?,?)`, "")
 
 	multiRows = []multiRow{mTaskInsert, mTaskUpdate, mStepInsert, mStepUpdate, mRequestInsert,
 		mRequestDeleteByStep, mEventInsert, mReplyInsert}
