@@ -6,13 +6,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	migs "github.com/drover-run/drover/store/internal/migrations"
 	"hash/fnv"
-	"io/fs"
 	"reflect"
 	"regexp"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -221,31 +218,11 @@ func translate(err error) error {
 	return err
 }
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+func migrations() ([]migs.Migration, error) {
+	ms, err := migs.Load(migrationFS, "migrations")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	var ms []migration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("postgres: migration file %s: name must start with a version number", e.Name())
-		}
-		b, err := migrationFS.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
 	return ms, nil
 }
 
@@ -279,7 +256,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	latest := ms[len(ms)-1].version
+	latest := ms[len(ms)-1].Version
 	var applied int
 	err = d.migrateTx(ctx, func(tx pgx.Tx) error {
 		// CREATE SCHEMA IF NOT EXISTS would demand the CREATE privilege on
@@ -308,7 +285,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	for _, m := range ms {
 		err := d.migrateTx(ctx, func(tx pgx.Tx) error {
 			var done bool
-			if err := tx.QueryRow(ctx, d.q.migrationApplied, m.version).Scan(&done); err != nil {
+			if err := tx.QueryRow(ctx, d.q.migrationApplied, m.Version).Scan(&done); err != nil {
 				return translate(err)
 			}
 			if done {
@@ -318,14 +295,14 @@ func (d *Driver) Migrate(ctx context.Context) error {
 			if _, err := tx.Exec(ctx, d.q.searchPath); err != nil {
 				return translate(err)
 			}
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return translate(err)
 			}
-			_, err := tx.Exec(ctx, d.q.migrationRecord, m.version, m.name)
+			_, err := tx.Exec(ctx, d.q.migrationRecord, m.Version, m.Name)
 			return translate(err)
 		})
 		if err != nil {
-			return fmt.Errorf("postgres: migration %s in schema %s: %w", m.name, d.schema, err)
+			return fmt.Errorf("postgres: migration %s in schema %s: %w", m.Name, d.schema, err)
 		}
 	}
 	return nil
@@ -338,7 +315,7 @@ func (d *Driver) SchemaVersion(ctx context.Context) (applied, latest int, err er
 	if err != nil {
 		return 0, 0, err
 	}
-	latest = ms[len(ms)-1].version
+	latest = ms[len(ms)-1].Version
 	var exists bool
 	table := pgx.Identifier{d.schema, "drover_migrations"}.Sanitize()
 	if err := d.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil {

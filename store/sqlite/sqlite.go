@@ -6,11 +6,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
+	migs "github.com/drover-run/drover/store/internal/migrations"
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -248,31 +247,11 @@ func translate(err error) error {
 	return err
 }
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+func migrations() ([]migs.Migration, error) {
+	ms, err := migs.Load(migrationFS, "migrations")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	var ms []migration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("sqlite: migration file %s: name must start with a version number", e.Name())
-		}
-		b, err := migrationFS.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
 	return ms, nil
 }
 
@@ -298,7 +277,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlite: migrate: %w", translate(err))
 		}
 		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM drover_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM drover_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("sqlite: migrate: %w", translate(err))
 		}
@@ -306,17 +285,17 @@ func (d *Driver) Migrate(ctx context.Context) error {
 			tx.Rollback()
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			tx.Rollback()
-			return fmt.Errorf("sqlite: migration %s: %w", m.name, translate(err))
+			return fmt.Errorf("sqlite: migration %s: %w", m.Name, translate(err))
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO drover_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-			m.version, m.name, time.Now().UnixMicro()); err != nil {
+			m.Version, m.Name, time.Now().UnixMicro()); err != nil {
 			tx.Rollback()
-			return fmt.Errorf("sqlite: migration %s: %w", m.name, translate(err))
+			return fmt.Errorf("sqlite: migration %s: %w", m.Name, translate(err))
 		}
 		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("sqlite: migration %s: %w", m.name, translate(err))
+			return fmt.Errorf("sqlite: migration %s: %w", m.Name, translate(err))
 		}
 	}
 	return nil
@@ -328,7 +307,7 @@ func (d *Driver) SchemaVersion(ctx context.Context) (applied, latest int, err er
 	if err != nil {
 		return 0, 0, err
 	}
-	latest = ms[len(ms)-1].version
+	latest = ms[len(ms)-1].Version
 	var exists int
 	if err := d.read.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name='drover_migrations'`).Scan(&exists); err != nil {
 		return 0, latest, fmt.Errorf("sqlite: schema version: %w", translate(err))
