@@ -15,17 +15,20 @@ import (
 	"github.com/drover-run/drover"
 )
 
-// BenchResult is what "drover bench" reports.
+// BenchResult is what "drover bench" reports in throughput mode (without
+// --rate).
 //
 // Seconds and TasksPerSec measure the burn-down: the tasks are inserted
 // first, then the roles start and run them all to Processed. That is what
 // job-queue benchmarks such as River's report. Insertion and the end-to-end
 // rate (insert plus run) are reported beside it.
 type BenchResult struct {
+	Mode           string  `json:"mode"` // "throughput"
 	Tasks          int     `json:"tasks"`
 	Steps          int     `json:"steps"`
 	Schedulers     int     `json:"schedulers"`
-	Synchronous    string  `json:"synchronous"`
+	Driver         string  `json:"driver"`
+	Synchronous    string  `json:"synchronous,omitempty"` // SQLite only
 	Seconds        float64 `json:"seconds"`
 	TasksPerSec    float64 `json:"tasks_per_sec"`
 	StepsPerSec    float64 `json:"steps_per_sec"`
@@ -33,6 +36,31 @@ type BenchResult struct {
 	InsertPerSec   float64 `json:"insert_per_sec"`
 	EndToEndPerSec float64 `json:"end_to_end_tasks_per_sec"`
 	DB             string  `json:"db,omitempty"`
+	Schema         string  `json:"schema,omitempty"`
+}
+
+// LatencyResult is what "drover bench --rate R --duration D" reports: the
+// latency from each task's submission to its Processed event, both read from
+// the engine's clock (the task's CreatedAt as Submit returns it, and the
+// CreatedAt of its "processed" event in the durable history).
+type LatencyResult struct {
+	Mode         string  `json:"mode"` // "latency"
+	Rate         float64 `json:"rate"`
+	DurationS    float64 `json:"duration_s"`
+	Tasks        int     `json:"tasks"`
+	P50Ms        float64 `json:"p50_ms"`
+	P90Ms        float64 `json:"p90_ms"`
+	P99Ms        float64 `json:"p99_ms"`
+	MaxMs        float64 `json:"max_ms"`
+	MeanMs       float64 `json:"mean_ms"`
+	AchievedRate float64 `json:"achieved_rate"`
+	Submitters   int     `json:"submitters"`
+	Steps        int     `json:"steps"`
+	Schedulers   int     `json:"schedulers"`
+	Driver       string  `json:"driver"`
+	Synchronous  string  `json:"synchronous,omitempty"` // SQLite only
+	DB           string  `json:"db,omitempty"`
+	Schema       string  `json:"schema,omitempty"`
 }
 
 // BenchWorkflow is the name of the benchmark's workflow.
@@ -45,75 +73,159 @@ type benchFlags struct {
 	synchronous string
 	cpuprofile  string
 	timeout     time.Duration
+	rate        float64
+	duration    time.Duration
+	maxInFlight int
+	claimBatch  int
+	submitters  int
 }
 
 func (e *env) benchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure throughput: run N tasks of K no-op steps to completion",
-		Long: `bench measures drover's own overhead: it inserts --tasks tasks of a workflow
-of --steps steps whose agent does nothing (SubmitMany, 1000 per transaction),
-then runs them to completion in this process with all roles, and reports the
-time from the start of insertion until every task is Processed.
+		Short: "Measure throughput (N tasks burned down) or latency (tasks submitted at a rate)",
+		Long: `bench measures drover's own overhead with a workflow of --steps steps whose
+agent does nothing, running all roles in this process.
+
+Throughput (the default): it inserts --tasks tasks (SubmitMany, 1000 per
+transaction), then starts the roles and reports the time from the start of
+the run until every task is Processed, and the insertion rate beside it.
+
+Latency (--rate R --duration D): with the roles running, it submits R × D
+single tasks one at a time from one goroutine (Submit, a durable commit
+each; --submitters N shares the same schedule among N goroutines, for rates
+one committer cannot reach), evenly paced at R per second, then waits until
+every one is final. It
+reports the percentiles of each task's latency from its submission to its
+Processed event, both times taken from the engine's clock (the task's
+creation time, and the "processed" event's time read from the durable
+history, so no task is polled), and the achieved rate: tasks divided by the
+time submitting took, or by D if shorter. A submitter that cannot keep up
+with R submits back to back, takes longer than D, and reports an achieved
+rate below R.
 
 The database is a fresh temporary SQLite file, deleted afterwards, unless --db
 is given explicitly (the DROVER_DATABASE_URL variable is not used here).
---synchronous full (the default) makes every commit durable against power
-loss; normal is durable against a process crash only, and faster.`,
+--synchronous full (the default) makes every SQLite commit durable against
+power loss; normal is durable against a process crash only, and faster. On
+PostgreSQL (--db postgres://…) the store is the schema --schema, migrated if
+needed and kept; without --schema on the command line a temporary schema
+drover_bench_<random> is used and dropped afterwards. --synchronous is an
+error there (the server's synchronous_commit decides).`,
 		Example: `  drover bench --tasks 20000 --json
   drover bench --tasks 50000 --steps 5 --schedulers 4 --synchronous normal
+  drover bench --rate 1000 --duration 10s --json
+  drover bench --db postgres://postgres@127.0.0.1:5432/postgres --rate 1000 --duration 10s --submitters 8
+  drover bench --db postgres://postgres@127.0.0.1:5432/postgres --tasks 20000 --claim-batch 512
   drover bench --tasks 20000 --cpuprofile cpu.out && go tool pprof -top cpu.out`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			fl := cmd.Flags()
+			latency := fl.Changed("rate") || fl.Changed("duration")
+			if latency && !(fl.Changed("rate") && fl.Changed("duration")) {
+				return usagef("--rate and --duration go together (latency mode)")
+			}
+			if latency && fl.Changed("tasks") {
+				return usagef("--tasks is for throughput mode; with --rate the count is rate × duration")
+			}
 			if f.tasks <= 0 || f.steps <= 0 || f.schedulers <= 0 {
 				return usagef("--tasks, --steps and --schedulers must be positive")
 			}
-			if err := validSynchronous(f.synchronous); err != nil {
-				return err
+			if latency && (math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate <= 0 || f.duration <= 0) {
+				return usagef("--rate and --duration must be positive, got %v and %s", f.rate, f.duration)
+			}
+			if latency && f.rate*f.duration.Seconds() > 10_000_000 {
+				return usagef("--rate × --duration is %.0f tasks; at most 10000000", f.rate*f.duration.Seconds())
+			}
+			if fl.Changed("submitters") && !latency {
+				return usagef("--submitters is for latency mode (--rate and --duration)")
+			}
+			if f.submitters <= 0 {
+				return usagef("--submitters must be positive, got %d", f.submitters)
+			}
+			if f.maxInFlight < 0 || f.claimBatch < 0 {
+				return usagef("--max-inflight and --claim-batch must not be negative (0: the default)")
 			}
 			if f.timeout < 0 {
 				return usagef("--timeout must not be negative, got %s", f.timeout)
 			}
 			if f.timeout == 0 {
-				f.timeout = time.Minute + time.Duration(f.tasks*f.steps)*time.Millisecond
+				if latency {
+					f.timeout = 2*time.Minute + f.duration
+				} else {
+					f.timeout = time.Minute + time.Duration(f.tasks*f.steps)*time.Millisecond
+				}
 			}
-			explicitDB := ""
-			if cmd.Flags().Changed("db") {
-				p, err := dbPath(e.dbURL)
+			var explicit *dbTarget
+			tempSchema := false
+			if fl.Changed("db") {
+				t, err := e.target()
 				if err != nil {
 					return err
 				}
-				explicitDB = p
+				explicit = &t
+				tempSchema = t.postgres && !fl.Changed("schema")
 			}
-			return e.runBench(cmd.Context(), f, explicitDB)
+			if err := checkSynchronous(cmd, derefTarget(explicit), f.synchronous); err != nil {
+				return err
+			}
+			if explicit != nil && explicit.postgres {
+				f.synchronous = ""
+			}
+			return e.runBench(cmd.Context(), f, explicit, tempSchema, latency)
 		},
 	}
 	fl := cmd.Flags()
-	fl.IntVar(&f.tasks, "tasks", 10000, "number of tasks")
+	fl.IntVar(&f.tasks, "tasks", 10000, "number of tasks (throughput mode)")
 	fl.IntVar(&f.steps, "steps", 1, "no-op steps per task")
 	fl.IntVar(&f.schedulers, "schedulers", 1, "scheduler instances")
-	fl.StringVar(&f.synchronous, "synchronous", "full", "SQLite synchronous mode: full or normal")
+	fl.StringVar(&f.synchronous, "synchronous", "full", "SQLite synchronous mode: full or normal; SQLite only")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
-	fl.DurationVar(&f.timeout, "timeout", 0, "give up after this long (default: 1m + 1ms per step)")
+	fl.DurationVar(&f.timeout, "timeout", 0, "give up after this long (default: 1m + 1ms per step; latency mode 2m + --duration)")
+	fl.Float64Var(&f.rate, "rate", 0, "latency mode: submit this many tasks per second, one at a time")
+	fl.DurationVar(&f.duration, "duration", 0, "latency mode: submit rate × duration tasks")
+	fl.IntVar(&f.submitters, "submitters", 1, "latency mode: goroutines sharing the paced submissions, each calling Submit one at a time")
+	fl.IntVar(&f.maxInFlight, "max-inflight", 0, "tasks one scheduler holds at once (default: drover's, 1024)")
+	fl.IntVar(&f.claimBatch, "claim-batch", 0, "tasks claimed per transaction (default: drover's, 256)")
 	return cmd
 }
 
-func (e *env) runBench(ctx context.Context, f benchFlags, explicitDB string) error {
-	o := openOpts{create: true, migrate: true, path: explicitDB, synchronous: f.synchronous}
-	if explicitDB == "" {
+func derefTarget(t *dbTarget) dbTarget {
+	if t == nil {
+		return dbTarget{}
+	}
+	return *t
+}
+
+func (e *env) runBench(ctx context.Context, f benchFlags, explicit *dbTarget, tempSchema, latency bool) error {
+	o := openOpts{create: true, migrate: true, target: explicit, synchronous: f.synchronous}
+	if explicit == nil {
 		dir, err := os.MkdirTemp("", "drover-bench-")
 		if err != nil {
 			return fmt.Errorf("create a temporary database: %w", err)
 		}
 		defer os.RemoveAll(dir)
-		o.path = filepath.Join(dir, "bench.db")
+		o.target = &dbTarget{path: filepath.Join(dir, "bench.db")}
+	} else if tempSchema {
+		t := *explicit
+		t.schema = "drover_bench_" + randomHex(6)
+		o.target = &t
 	}
-	drv, path, err := e.openStore(ctx, o)
+	drv, err := e.openStore(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer drv.Close()
+	if tempSchema {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := dropSchema(dctx, drv); err != nil {
+				fmt.Fprintf(e.stderr, "drover: warning: drop the temporary schema %s: %v\n", drv.t.schema, err)
+			}
+		}()
+	}
 
 	w := drover.Workflow{Name: BenchWorkflow}
 	for i := range f.steps {
@@ -121,16 +233,13 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicitDB string) err
 	}
 	noop := func(ctx context.Context, req *drover.AgentRequest) ([]byte, error) { return []byte("null"), nil }
 	c, err := drover.New(drover.Config{
-		Store: drv, Workflows: []drover.Workflow{w},
+		Store: drv.Driver, Workflows: []drover.Workflow{w},
 		Agents:     []drover.Agent{{Name: "noop", Func: noop, Concurrency: 1024}},
-		Schedulers: f.schedulers, Logger: e.logger(slog.LevelWarn),
+		Schedulers: f.schedulers, MaxInFlight: f.maxInFlight, ClaimBatch: f.claimBatch,
+		Logger: e.logger(slog.LevelWarn),
 	})
 	if err != nil {
 		return err
-	}
-	base, err := c.Counts(ctx)
-	if err != nil {
-		return storeErr(path, err)
 	}
 
 	if f.cpuprofile != "" {
@@ -144,7 +253,18 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicitDB string) err
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if latency {
+		return e.runLatency(ctx, f, drv, c, explicit != nil)
+	}
+	return e.runThroughput(ctx, f, drv, c, explicit != nil)
+}
 
+// runThroughput inserts the tasks, then burns them down.
+func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *database, c *drover.Client, explicit bool) error {
+	base, err := c.Counts(ctx)
+	if err != nil {
+		return drv.storeErr(err)
+	}
 	start := time.Now()
 	const chunk = 1000
 	for i := 0; i < f.tasks; i += chunk {
@@ -154,13 +274,13 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicitDB string) err
 			ps[j] = drover.SubmitParams{Workflow: BenchWorkflow}
 		}
 		if _, err := c.SubmitMany(ctx, ps); err != nil {
-			return storeErr(path, fmt.Errorf("submit: %w", err))
+			return drv.storeErr(fmt.Errorf("submit: %w", err))
 		}
 	}
 	inserted := time.Now()
 
 	if err := c.Start(ctx); err != nil {
-		return storeErr(path, err)
+		return drv.storeErr(err)
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -186,7 +306,7 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicitDB string) err
 	end := time.Now()
 	counts, err := c.Counts(ctx)
 	if err != nil {
-		return storeErr(path, err)
+		return drv.storeErr(err)
 	}
 	if done := counts[drover.Processed] - base[drover.Processed]; done != f.tasks {
 		return fmt.Errorf("bench: %d of %d tasks Processed (%v)", done, f.tasks, counts)
@@ -196,18 +316,22 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicitDB string) err
 	run := end.Sub(inserted).Seconds()
 	ins := inserted.Sub(start).Seconds()
 	r := BenchResult{
-		Tasks: f.tasks, Steps: f.steps, Schedulers: f.schedulers, Synchronous: f.synchronous,
+		Mode:  "throughput",
+		Tasks: f.tasks, Steps: f.steps, Schedulers: f.schedulers, Driver: drv.driverName(), Synchronous: f.synchronous,
 		Seconds: round(run), TasksPerSec: math.Round(float64(f.tasks) / run), StepsPerSec: math.Round(float64(f.tasks*f.steps) / run),
 		InsertSeconds: round(ins), InsertPerSec: math.Round(float64(f.tasks) / ins),
 		EndToEndPerSec: math.Round(float64(f.tasks) / (run + ins)),
 	}
-	if explicitDB != "" {
-		r.DB = path
+	if explicit {
+		r.DB = drv.name
+	}
+	if drv.t.postgres {
+		r.Schema = drv.t.schema
 	}
 	if e.jsonOut {
 		return writeJSON(e.stdout, r)
 	}
-	fmt.Fprintf(e.stdout, "drover bench: %d tasks × %d steps burned down in %.3fs: %.0f tasks/s, %.0f steps/s (inserted in %.3fs: %.0f/s; end to end %.0f tasks/s; synchronous=%s, %d schedulers)\n",
-		r.Tasks, r.Steps, r.Seconds, r.TasksPerSec, r.StepsPerSec, r.InsertSeconds, r.InsertPerSec, r.EndToEndPerSec, r.Synchronous, r.Schedulers)
+	fmt.Fprintf(e.stdout, "drover bench: %d tasks × %d steps burned down in %.3fs: %.0f tasks/s, %.0f steps/s (inserted in %.3fs: %.0f/s; end to end %.0f tasks/s; %s, %d schedulers)\n",
+		r.Tasks, r.Steps, r.Seconds, r.TasksPerSec, r.StepsPerSec, r.InsertSeconds, r.InsertPerSec, r.EndToEndPerSec, benchStoreDesc(drv, f), r.Schedulers)
 	return nil
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/internal/orders"
-	"github.com/drover-run/drover/store/sqlite"
+	"github.com/drover-run/drover/store"
 )
 
 // EnvDatabaseURL names the environment variable that sets --db.
@@ -63,6 +63,7 @@ type env struct {
 
 	// Global flags.
 	dbURL       string
+	schema      string
 	jsonOut     bool
 	lockTimeout time.Duration
 	logLevel    string
@@ -107,16 +108,26 @@ func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	return code
 }
 
-// oneLine folds a multi-line message (errors.Join, cobra's suggestions) onto
-// one line.
+// oneLine folds a multi-line message (errors.Join, cobra's suggestions, pgx's
+// per-address connect errors) onto one line, dropping repeated lines.
 func oneLine(s string) string {
-	var parts []string
+	var b strings.Builder
+	prev := ""
 	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			parts = append(parts, l)
+		if l = strings.TrimSpace(l); l == "" || l == prev {
+			continue
 		}
+		switch {
+		case b.Len() == 0:
+		case strings.HasSuffix(prev, ":"):
+			b.WriteString(" ")
+		default:
+			b.WriteString("; ")
+		}
+		b.WriteString(l)
+		prev = l
 	}
-	return strings.ReplaceAll(strings.Join(parts, "; "), "Did you mean this?; ", "did you mean ")
+	return strings.ReplaceAll(b.String(), "Did you mean this?; ", "did you mean ")
 }
 
 // wrapped is an error with its own message that still matches the errors it
@@ -139,17 +150,29 @@ sends each step to an Agent, which calls the remote service with retries and a
 stable idempotency key; a Supervisor recovers steps whose deadline passed and
 alerts an operator when a task fails for good.
 
-Everything lives in one SQLite file (--db). Run "drover migrate" once, then
-"drover server" to run the roles and "drover submit" to add work.
+The state lives in one SQLite file, or in one schema of a PostgreSQL
+database shared by any number of drover processes on any number of hosts
+(--db, --schema). Run "drover migrate" once, then "drover server" to run the
+roles and "drover submit" to add work.
 
 The database URL comes from --db, else from $` + EnvDatabaseURL + `, else
-` + DefaultDatabaseURL + `. Accepted forms: sqlite:PATH, sqlite://PATH, file:PATH
-or a bare PATH.`,
+` + DefaultDatabaseURL + `. Accepted forms:
+  sqlite:PATH, sqlite://PATH, file:PATH, PATH          a SQLite file
+  postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?PARAMS]   a PostgreSQL database
+  postgresql://…                                       (the same)
+PostgreSQL URL parameters are those of pgx/libpq (sslmode, connect_timeout,
+pool_max_conns, …). On PostgreSQL the store lives in the schema --schema
+(else $` + EnvSchema + `, else ` + DefaultSchema + `), created by "drover migrate"; several
+stores can share one database under different schemas, and the application's
+own tables can live beside them. SQLite does not use --schema (a malformed
+name is still refused).`,
 		Example: `  drover migrate --db sqlite:./drover.db
   drover server &
   drover submit orders '{"order_id":"o-1","amount":1234}' --id order-o-1
   drover status order-o-1 --events
-  drover demo orders --orders 200 --transient-rate 0.2 --hang-rate 0.05`,
+  drover demo orders --orders 200 --transient-rate 0.2 --hang-rate 0.05
+  export DROVER_DATABASE_URL='postgres://drover:secret@db.internal:5432/app?sslmode=require'
+  drover migrate --schema drover && drover server --schema drover`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Commands that run set e.entered; see MainIO.
@@ -160,6 +183,17 @@ or a bare PATH.`,
 					e.dbURL = v
 				}
 			}
+			if !cmd.Flags().Changed("schema") {
+				if v := e.getenv(EnvSchema); v != "" {
+					e.schema = v
+				}
+			}
+			if err := validSchema(e.schema); err != nil {
+				return err
+			}
+			if e.lockTimeout < 0 {
+				return usagef("--lock-timeout must not be negative, got %s", e.lockTimeout)
+			}
 			if _, err := parseLevel(e.logLevel); err != nil {
 				return err
 			}
@@ -169,9 +203,10 @@ or a bare PATH.`,
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&e.dbURL, "db", DefaultDatabaseURL, "database URL: sqlite:PATH, sqlite://PATH, file:PATH or PATH (env "+EnvDatabaseURL+")")
+	pf.StringVar(&e.dbURL, "db", DefaultDatabaseURL, "database URL: sqlite:PATH, sqlite://PATH, file:PATH or PATH, or postgres://USER@HOST:PORT/DB (env "+EnvDatabaseURL+")")
+	pf.StringVar(&e.schema, "schema", DefaultSchema, "PostgreSQL schema holding drover's tables; ignored for SQLite (env "+EnvSchema+")")
 	pf.BoolVar(&e.jsonOut, "json", false, "print machine-readable JSON on stdout")
-	pf.DurationVar(&e.lockTimeout, "lock-timeout", 10*time.Second, "how long to wait for a database locked by another process")
+	pf.DurationVar(&e.lockTimeout, "lock-timeout", 10*time.Second, "how long to wait for a lock held by another process (SQLite: the database file; PostgreSQL: lock_timeout of the commands other than server, demo and bench)")
 	pf.StringVar(&e.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 
 	root.AddCommand(
@@ -227,126 +262,9 @@ func (e *env) logger(floor slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(e.stderr, opts))
 }
 
-// dbPath resolves a database URL to a SQLite file path.
-func dbPath(raw string) (string, error) {
-	u := strings.TrimSpace(raw)
-	if u == "" {
-		return "", usagef("--db is empty; want sqlite:PATH, sqlite://PATH, file:PATH or PATH")
-	}
-	lower := strings.ToLower(u)
-	switch {
-	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"),
-		strings.HasPrefix(lower, "postgres:"), strings.HasPrefix(lower, "postgresql:"):
-		return "", errors.New("postgres driver not available yet (coming with the PostgreSQL issue); use a sqlite: URL")
-	case strings.HasPrefix(lower, "sqlite3://"):
-		u = u[len("sqlite3://"):]
-	case strings.HasPrefix(lower, "sqlite://"):
-		u = u[len("sqlite://"):]
-	case strings.HasPrefix(lower, "sqlite3:"):
-		u = u[len("sqlite3:"):]
-	case strings.HasPrefix(lower, "sqlite:"):
-		u = u[len("sqlite:"):]
-	case strings.HasPrefix(lower, "file://"):
-		u = u[len("file://"):]
-	case strings.HasPrefix(lower, "file:"):
-		u = u[len("file:"):]
-	default:
-		if i := strings.Index(u, "://"); i > 0 && !strings.ContainsAny(u[:i], `/\.`) {
-			return "", usagef("--db %q: unknown scheme %q; want sqlite:PATH, sqlite://PATH, file:PATH or PATH", raw, u[:i])
-		}
-	}
-	if u == "" {
-		return "", usagef("--db %q has no file path", raw)
-	}
-	if strings.ContainsAny(u, "?#") {
-		return "", usagef("--db %q: query parameters are not supported; use flags such as --synchronous", raw)
-	}
-	return u, nil
-}
-
-// openOpts are what a command needs from the database.
-type openOpts struct {
-	create      bool   // create (and migrate) a missing file
-	migrate     bool   // apply migrations
-	synchronous string // "" for the driver default
-	path        string // overrides --db
-}
-
-// openStore opens the SQLite store named by --db. Without create, a missing
-// file is an error and the schema must be current.
-func (e *env) openStore(ctx context.Context, o openOpts) (*sqlite.Driver, string, error) {
-	path := o.path
-	if path == "" {
-		var err error
-		if path, err = dbPath(e.dbURL); err != nil {
-			return nil, "", err
-		}
-	}
-	if !o.create {
-		st, err := os.Stat(path)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			return nil, path, fmt.Errorf("database file %s does not exist (create it with 'drover migrate --db %s', or point --db at an existing one)", path, path)
-		case err != nil:
-			return nil, path, fmt.Errorf("database file %s: %w", path, err)
-		case st.IsDir():
-			return nil, path, fmt.Errorf("database path %s is a directory, not a file", path)
-		}
-	}
-	drv, err := sqlite.Open(ctx, path, sqlite.Options{Create: o.create, BusyTimeout: e.lockTimeout, Synchronous: o.synchronous})
-	if err != nil {
-		return nil, path, storeErr(path, err)
-	}
-	if o.migrate {
-		if err := drv.Migrate(ctx); err != nil {
-			drv.Close()
-			return nil, path, storeErr(path, err)
-		}
-	}
-	if err := checkSchema(ctx, drv, path); err != nil {
-		drv.Close()
-		return nil, path, err
-	}
-	return drv, path, nil
-}
-
-// checkSchema fails unless the store's schema is exactly the one this
-// drover knows.
-func checkSchema(ctx context.Context, drv *sqlite.Driver, path string) error {
-	applied, latest, err := drv.SchemaVersion(ctx)
-	if err != nil {
-		return storeErr(path, err)
-	}
-	switch {
-	case applied == 0:
-		return &wrapped{fmt.Sprintf("database %s has no drover schema (not migrated): run 'drover migrate --db %s'", path, path), drover.ErrNotMigrated}
-	case applied < latest:
-		return fmt.Errorf("database %s is at schema version %d of %d (%w): run 'drover migrate --db %s'", path, applied, latest, drover.ErrNotMigrated, path)
-	case applied > latest:
-		return fmt.Errorf("database %s is at schema version %d, this drover knows %d (%w): upgrade drover", path, applied, latest, drover.ErrSchemaTooNew)
-	}
-	return nil
-}
-
-// storeErr explains store errors about the database file itself.
-func storeErr(path string, err error) error {
-	// The driver's own text ends with SQLite's reason.
-	reason := err.Error()
-	if i := strings.LastIndex(reason, ": "); i >= 0 {
-		reason = reason[i+2:]
-	}
-	switch {
-	case errors.Is(err, drover.ErrStoreCorrupt):
-		return &wrapped{fmt.Sprintf("database %s is corrupt or not a drover SQLite database (%s)", path, reason), err}
-	case errors.Is(err, drover.ErrStoreLocked):
-		return &wrapped{fmt.Sprintf("database %s is locked by another process; gave up after --lock-timeout (%s)", path, reason), err}
-	}
-	return err
-}
-
 // clientConfig is the base client configuration of the CLI: it knows the
 // orders workflow, whose agents run in a server.
-func clientConfig(drv *sqlite.Driver, maxInput int, stepTimeout time.Duration) drover.Config {
+func clientConfig(drv store.Driver, maxInput int, stepTimeout time.Duration) drover.Config {
 	return drover.Config{
 		Store:          drv,
 		Workflows:      []drover.Workflow{orders.Workflow(orders.Options{StepTimeout: stepTimeout})},
@@ -356,13 +274,14 @@ func clientConfig(drv *sqlite.Driver, maxInput int, stepTimeout time.Duration) d
 }
 
 // readClient opens the store and a client that submits and reads; it never
-// starts roles. The caller closes the returned driver.
-func (e *env) readClient(ctx context.Context, maxInput int, stepTimeout time.Duration) (*drover.Client, *sqlite.Driver, error) {
-	drv, _, err := e.openStore(ctx, openOpts{})
+// starts roles and never creates or migrates anything. The caller closes the
+// returned database.
+func (e *env) readClient(ctx context.Context, maxInput int, stepTimeout time.Duration) (*drover.Client, *database, error) {
+	drv, err := e.openStore(ctx, openOpts{lockTimeout: true})
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := drover.New(clientConfig(drv, maxInput, stepTimeout))
+	c, err := drover.New(clientConfig(drv.Driver, maxInput, stepTimeout))
 	if err != nil {
 		drv.Close()
 		return nil, nil, err

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	_ "github.com/mattn/go-sqlite3"
 
 	"github.com/drover-run/drover/store/sqlite"
@@ -313,7 +315,9 @@ func TestBadInput(t *testing.T) {
 		{"corrupt db migrate", "", []string{"migrate", "--db", corrupt}, 1, "corrupt"},
 		{"corrupt db server", "", []string{"server", "--db", corrupt}, 1, "corrupt"},
 		{"not migrated", "", []string{"list", "--db", empty}, 1, "drover migrate"},
-		{"postgres", "", []string{"list", "--db", "postgres://u@localhost/drover"}, 1, "postgres driver not available yet (coming with the PostgreSQL issue)"},
+		{"postgres without //", "", []string{"list", "--db", "postgres:u@localhost/drover"}, 2, "postgres://"},
+		{"bad schema", "", []string{"list", "--schema", "Bad-Name", "--db", db}, 2, "--schema"},
+		{"synchronous on postgres", "", []string{"server", "--synchronous", "normal", "--db", "postgres://u@127.0.0.1:1/x"}, 2, "SQLite only"},
 		{"unknown scheme", "", []string{"list", "--db", "mysql://x"}, 2, "unknown scheme"},
 		{"unknown task", "", []string{"status", "nope", "--db", db}, 1, "not found"},
 		{"unknown command", "", []string{"frobnicate"}, 2, "unknown command"},
@@ -613,4 +617,566 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		<-tick.C
 	}
+}
+
+// ---- PostgreSQL ----
+
+// pgTestURL is the PostgreSQL server of the tests. scripts/test provides
+// one; without it the tests fail rather than skip.
+func pgTestURL(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("DROVER_TEST_DATABASE_URL")
+	if url == "" {
+		t.Fatal("DROVER_TEST_DATABASE_URL is not set: the PostgreSQL tests need a server, " +
+			"e.g. DROVER_TEST_DATABASE_URL='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' (scripts/test sets it)")
+	}
+	return url
+}
+
+// pgSchema returns the server's URL and a fresh schema name, dropped with
+// everything in it when the test ends.
+func pgSchema(t *testing.T) (url, schema string) {
+	t.Helper()
+	url = pgTestURL(t)
+	schema = "drover_cli_" + randomHex(6)
+	t.Cleanup(func() {
+		pgExec(t, url, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	})
+	return url, schema
+}
+
+func pgExec(t *testing.T, url, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Errorf("connect: %v", err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Errorf("%s: %v", sql, err)
+	}
+}
+
+func pgSchemaExists(t *testing.T, url, schema string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	return exists
+}
+
+func TestParseDB(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]dbTarget{
+		"postgres://u@h/db":                           {postgres: true, url: "postgres://u@h/db", schema: DefaultSchema},
+		"postgresql://u:pw@h:5433/db?sslmode=disable": {postgres: true, url: "postgresql://u:pw@h:5433/db?sslmode=disable", schema: DefaultSchema},
+		"POSTGRES://u@h/db":                           {postgres: true, url: "postgres://u@h/db", schema: DefaultSchema},
+		"sqlite:x.db":                                 {path: "x.db"},
+	} {
+		got, err := parseDB(in, "")
+		if err != nil || got != want {
+			t.Errorf("parseDB(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	if got, err := parseDB("postgres://u@h/db", "tenant_7"); err != nil || got.schema != "tenant_7" {
+		t.Errorf("schema: %+v, %v", got, err)
+	}
+	for _, bad := range []struct{ url, schema string }{
+		{"postgres:u@h/db", ""}, {"postgresql:x", ""}, {"postgres://u@h/db", "Upper"}, {"postgres://u@h/db", "1st"},
+		{"postgres://u@h/db", "a-b"}, {"postgres://u@h/db", "x;drop"}, {"postgres://u@h/db", strings.Repeat("a", 64)},
+		{"postgres://u@h:notaport/db", ""},
+	} {
+		if _, err := parseDB(bad.url, bad.schema); err == nil {
+			t.Errorf("parseDB(%q, %q) succeeded", bad.url, bad.schema)
+		}
+	}
+	if got := redactURL("postgres://u:secret@h:5432/db?password=secret2&sslmode=disable"); got != "postgres://u@h:5432/db" {
+		t.Errorf("redactURL = %q", got)
+	}
+}
+
+func TestBadSchemaName(t *testing.T) {
+	t.Parallel()
+	url := pgTestURL(t)
+	for _, name := range []string{"Bad-Name", "1abc", "drover;drop", strings.Repeat("s", 64)} {
+		for _, args := range [][]string{
+			{"migrate", "--db", url, "--schema", name},
+			{"list", "--db", url, "--schema", name},
+			{"server", "--db", url, "--schema", name},
+		} {
+			wantFailure(t, run(t, "", args...), 2, "--schema")
+		}
+		if pgSchemaExists(t, url, name) {
+			t.Errorf("schema %q was created", name)
+		}
+	}
+	// From the environment too.
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string {
+		return map[string]string{EnvDatabaseURL: url, EnvSchema: "No Good"}[k]
+	}}
+	root := e.rootCmd()
+	root.SetArgs([]string{"list"})
+	if err := root.ExecuteContext(t.Context()); err == nil || !strings.Contains(err.Error(), "--schema") {
+		t.Fatalf("list with %s=%q: %v", EnvSchema, "No Good", err)
+	}
+}
+
+func TestPostgresSubmitStatusListCancelResubmit(t *testing.T) {
+	t.Parallel()
+	url, schema := pgSchema(t)
+	db := []string{"--db", url, "--schema", schema}
+	with := func(args ...string) []string { return append(args, db...) }
+
+	var m struct {
+		DB     string `json:"db"`
+		Driver string `json:"driver"`
+		Schema string `json:"schema"`
+		From   int    `json:"from_version"`
+		To     int    `json:"to_version"`
+		Latest int    `json:"latest_version"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, with("migrate", "--json")...)), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Driver != "postgres" || m.Schema != schema || m.From != 0 || m.To < 1 || m.To != m.Latest || strings.Contains(m.DB, "sslmode") {
+		t.Fatalf("migrate --json = %+v", m)
+	}
+	if out := mustRun(t, with("migrate")...); !strings.Contains(out, "up to date") || !strings.Contains(out, "schema "+schema) {
+		t.Errorf("second migrate: %q", out)
+	}
+
+	id := strings.TrimSpace(mustRun(t, with("submit", "orders", order1)...))
+	if id == "" || strings.Contains(id, " ") {
+		t.Fatalf("submit printed %q", id)
+	}
+	a := strings.TrimSpace(mustRun(t, with("submit", "orders", `{"order_id":"o-2","amount":5}`, "--id", "order-o-2")...))
+	r := run(t, `{"order_id":"o-2","amount":5}`, with("submit", "orders", "-", "--id", "order-o-2")...)
+	if a != "order-o-2" || r.code != 0 || strings.TrimSpace(r.stdout) != "order-o-2" {
+		t.Fatalf("idempotent submit: %q then %+v", a, r)
+	}
+	wantFailure(t, run(t, "", with("submit", "orders", `{"order_id":"o-2","amount":6}`, "--id", "order-o-2")...), 1, "different")
+
+	var st TaskJSON
+	if err := json.Unmarshal([]byte(mustRun(t, with("status", "order-o-2", "--json", "--events")...)), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.ID != "order-o-2" || st.State != "Pending" || len(st.Steps) != 3 || len(st.Events) != 1 || st.Events[0].Type != "submitted" {
+		t.Fatalf("status = %+v", st)
+	}
+	if string(st.Input) != `{"order_id":"o-2","amount":5}` {
+		t.Errorf("input = %s", st.Input)
+	}
+
+	var l struct {
+		Tasks     []TaskJSON `json:"tasks"`
+		NextAfter string     `json:"next_after"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, with("list", "--json")...)), &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Tasks) != 2 || l.NextAfter != "" {
+		t.Fatalf("list = %+v", l)
+	}
+	l.Tasks = nil
+	if err := json.Unmarshal([]byte(mustRun(t, with("list", "--json", "--limit", "1")...)), &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Tasks) != 1 || l.NextAfter != l.Tasks[0].ID {
+		t.Fatalf("list --limit 1 = %+v", l)
+	}
+
+	wantFailure(t, run(t, "", with("resubmit", "order-o-2")...), 1, "not in Error or Cancelled")
+	var c TaskJSON
+	if err := json.Unmarshal([]byte(mustRun(t, with("cancel", "order-o-2", "--reason", "test", "--json")...)), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.State != "Cancelled" {
+		t.Fatalf("cancel = %+v", c)
+	}
+	wantFailure(t, run(t, "", with("cancel", "order-o-2")...), 1, "already final")
+	if out := mustRun(t, with("resubmit", "order-o-2", "--from-step", "0")...); !strings.Contains(out, "Pending") {
+		t.Fatalf("resubmit: %q", out)
+	}
+	wantFailure(t, run(t, "", with("status", "no-such-task")...), 1, "not found")
+
+	var types []string
+	for _, line := range strings.Split(strings.TrimSpace(mustRun(t, with("events", "--json", "--task", "order-o-2")...)), "\n") {
+		var ev EventJSON
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("events line %q: %v", line, err)
+		}
+		types = append(types, ev.Type)
+	}
+	if strings.Join(types, ",") != "submitted,cancelled,resubmitted" {
+		t.Errorf("event types = %v", types)
+	}
+
+	// The environment names the same store.
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string {
+		return map[string]string{EnvDatabaseURL: url, EnvSchema: schema}[k]
+	}}
+	root := e.rootCmd()
+	root.SetArgs([]string{"list", "--json", "--state", "pending"})
+	if err := root.ExecuteContext(t.Context()); err != nil {
+		t.Fatalf("list from the environment: %v (%s)", err, errb.String())
+	}
+	if strings.Count(out.String(), `"id":`) != 2 {
+		t.Errorf("list from the environment = %s", out.String())
+	}
+}
+
+// TestPostgresNotMigrated: commands other than migrate, server, demo and
+// bench never create the schema.
+func TestPostgresNotMigrated(t *testing.T) {
+	t.Parallel()
+	url, schema := pgSchema(t)
+	for _, args := range [][]string{
+		{"submit", "orders", order1}, {"status", "x"}, {"list"}, {"resubmit", "x"}, {"cancel", "x"}, {"events"},
+		{"events", "--follow"},
+	} {
+		r := run(t, "", append(args, "--db", url, "--schema", schema)...)
+		wantFailure(t, r, 1, "drover migrate --schema "+schema)
+		if !strings.Contains(r.stderr, "not migrated") || strings.Contains(r.stderr, "sslmode") {
+			t.Errorf("%v: %q", args, r.stderr)
+		}
+	}
+	if pgSchemaExists(t, url, schema) {
+		t.Fatalf("a command created schema %s", schema)
+	}
+	// A schema made by someone else, without drover's tables, is no better.
+	pgExec(t, url, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize())
+	wantFailure(t, run(t, "", "list", "--db", url, "--schema", schema), 1, "not migrated")
+}
+
+func TestPostgresUnreachable(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&password=hush", port)
+	r := run(t, "", "list", "--db", url)
+	wantFailure(t, r, 1, "connect")
+	if strings.Contains(r.stderr, "hush") {
+		t.Errorf("the password leaked: %q", r.stderr)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// tcpProxy forwards 127.0.0.1:port to target once started, and can break
+// every connection it carries, like a database restart does.
+type tcpProxy struct {
+	t      *testing.T
+	target string
+	mu     sync.Mutex
+	l      net.Listener
+	conns  []net.Conn
+}
+
+func (p *tcpProxy) start(port int) {
+	p.t.Helper()
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		p.t.Fatalf("proxy listen: %v", err)
+	}
+	p.mu.Lock()
+	p.l = l
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(u, c); u.Close() }()
+			go func() { _, _ = io.Copy(c, u); c.Close() }()
+		}
+	}()
+	p.t.Cleanup(p.stop)
+}
+
+// breakAll closes every connection carried so far.
+func (p *tcpProxy) breakAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *tcpProxy) stop() {
+	p.mu.Lock()
+	l := p.l
+	p.mu.Unlock()
+	if l != nil {
+		l.Close()
+	}
+	p.breakAll()
+}
+
+// TestPostgresServerWaitsAndReconnects: a server started before its
+// database is reachable waits for it, runs once it is, and survives every
+// connection breaking.
+func TestPostgresServerWaitsAndReconnects(t *testing.T) {
+	t.Parallel()
+	realURL, schema := pgSchema(t)
+	cfg, err := pgx.ParseConfig(realURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	proxied := fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", cfg.User, port, cfg.Database)
+	if cfg.Password != "" {
+		t.Skip("the proxy test builds its own URL; it needs a server without a password")
+	}
+	proxy := &tcpProxy{t: t, target: net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port))}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errb := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- MainIO(ctx, []string{"server", "--db", proxied, "--schema", schema, "--instance-id", "pg-1",
+			"--supervisor-interval", "100ms", "--poll-interval", "20ms", "--log-level", "warn"}, strings.NewReader(""), io.Discard, errb)
+	}()
+	waitFor(t, "two retries", func() bool { return strings.Count(errb.String(), "waiting for the database") >= 2 })
+	if strings.Contains(errb.String(), ReadyPrefix) {
+		t.Fatalf("ready without a database: %s", errb.String())
+	}
+	proxy.start(port)
+	waitFor(t, "the ready line", func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("server exited %d: %s", code, errb.String())
+		default:
+		}
+		return strings.Contains(errb.String(), ReadyPrefix+"instance=pg-1 db=postgres://") && strings.Contains(errb.String(), "schema="+schema)
+	})
+	db := []string{"--db", realURL, "--schema", schema}
+	processed := func(id string) func() bool {
+		return func() bool {
+			var st TaskJSON
+			return json.Unmarshal([]byte(mustRun(t, append([]string{"status", id, "--json"}, db...)...)), &st) == nil && st.State == "Processed"
+		}
+	}
+	mustRun(t, append([]string{"submit", "orders", order1, "--id", "pg-1"}, db...)...)
+	waitFor(t, "the first order", processed("pg-1"))
+
+	proxy.breakAll() // as a database restart does
+	mustRun(t, append([]string{"submit", "orders", `{"order_id":"o-2","amount":2}`, "--id", "pg-2"}, db...)...)
+	waitFor(t, "the order after the break", processed("pg-2"))
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("server exit %d: %s", code, errb.String())
+		}
+	case <-time.After(guard):
+		t.Fatal("server did not stop")
+	}
+}
+
+// TestServerGivesUpWaitingOnSignal: interrupted while waiting for the
+// database, the server exits with one line.
+func TestServerGivesUpWaitingOnSignal(t *testing.T) {
+	t.Parallel()
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", freePort(t))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errb := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- MainIO(ctx, []string{"server", "--db", url, "--log-level", "error"}, strings.NewReader(""), io.Discard, errb)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case code := <-done:
+		t.Fatalf("server exited %d before the signal: %s", code, errb.String())
+	default:
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 1 || !strings.Contains(errb.String(), "drover: gave up waiting for the database on signal") {
+			t.Fatalf("exit %d: %q", code, errb.String())
+		}
+	case <-time.After(guard):
+		t.Fatal("server did not stop")
+	}
+}
+
+func TestPostgresBench(t *testing.T) {
+	t.Parallel()
+	url, schema := pgSchema(t)
+	r := run(t, "", "bench", "--tasks", "2000", "--json", "--db", url, "--schema", schema)
+	if r.code != 0 {
+		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	var b BenchResult
+	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
+		t.Fatalf("bench output %q: %v", r.stdout, err)
+	}
+	t.Logf("bench: %+v", b)
+	if b.Mode != "throughput" || b.Tasks != 2000 || b.Driver != "postgres" || b.Schema != schema || b.Synchronous != "" ||
+		b.Seconds <= 0 || b.TasksPerSec <= 0 || b.InsertSeconds <= 0 || strings.Contains(b.DB, "sslmode") {
+		t.Fatalf("bench = %+v", b)
+	}
+	if !pgSchemaExists(t, url, schema) {
+		t.Errorf("an explicit --schema was dropped")
+	}
+}
+
+func TestPostgresBenchTemporarySchema(t *testing.T) {
+	t.Parallel()
+	url := pgTestURL(t)
+	r := run(t, "", "bench", "--tasks", "50", "--json", "--db", url)
+	if r.code != 0 {
+		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	var b BenchResult
+	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(b.Schema, "drover_bench_") {
+		t.Fatalf("schema %q", b.Schema)
+	}
+	if pgSchemaExists(t, url, b.Schema) {
+		t.Errorf("the temporary schema %s was not dropped", b.Schema)
+		pgExec(t, url, `DROP SCHEMA IF EXISTS `+pgx.Identifier{b.Schema}.Sanitize()+` CASCADE`)
+	}
+}
+
+// benchLatency runs the latency mode at 200 tasks/s for 2s.
+func benchLatency(t *testing.T, args ...string) LatencyResult {
+	t.Helper()
+	r := run(t, "", append([]string{"bench", "--rate", "200", "--duration", "2s", "--json"}, args...)...)
+	if r.code != 0 {
+		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	var b LatencyResult
+	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
+		t.Fatalf("bench output %q: %v", r.stdout, err)
+	}
+	t.Logf("bench: %+v", b)
+	if b.Mode != "latency" || b.Rate != 200 || b.DurationS != 2 || b.Tasks != 400 ||
+		b.P50Ms <= 0 || b.P50Ms > b.P90Ms || b.P90Ms > b.P99Ms || b.P99Ms > b.MaxMs || b.AchievedRate <= 0 || b.AchievedRate > 200.5 {
+		t.Fatalf("bench = %+v", b)
+	}
+	return b
+}
+
+func TestBenchLatency(t *testing.T) {
+	t.Parallel()
+	if b := benchLatency(t); b.Driver != "sqlite" || b.Synchronous != "full" || b.Submitters != 1 {
+		t.Errorf("bench = %+v", b)
+	}
+	// Several submitters share the schedule.
+	r := run(t, "", "bench", "--rate", "300", "--duration", "1s", "--submitters", "3", "--synchronous", "normal", "--json")
+	var b LatencyResult
+	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); r.code != 0 || err != nil || b.Tasks != 300 || b.Submitters != 3 || b.P50Ms <= 0 {
+		t.Fatalf("bench --submitters 3: exit %d, %+v (%v); stderr %s", r.code, b, err, r.stderr)
+	}
+	wantFailure(t, run(t, "", "bench", "--tasks", "10", "--submitters", "2"), 2, "--submitters")
+	wantFailure(t, run(t, "", "bench", "--rate", "100"), 2, "--duration")
+	wantFailure(t, run(t, "", "bench", "--rate", "100", "--duration", "1s", "--tasks", "5"), 2, "--tasks")
+	wantFailure(t, run(t, "", "bench", "--rate", "-1", "--duration", "1s"), 2, "positive")
+}
+
+func TestPostgresBenchLatency(t *testing.T) {
+	t.Parallel()
+	url, schema := pgSchema(t)
+	if b := benchLatency(t, "--db", url, "--schema", schema); b.Driver != "postgres" || b.Schema != schema || b.Synchronous != "" {
+		t.Errorf("bench = %+v", b)
+	}
+}
+
+func TestPostgresDemo(t *testing.T) {
+	t.Parallel()
+	url, schema := pgSchema(t)
+	r := run(t, "", "demo", "orders", "--orders", "40", "--json", "--db", url, "--schema", schema)
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	var s DemoSummary
+	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &s); err != nil {
+		t.Fatalf("last line %q: %v", lastLine(r.stdout), err)
+	}
+	t.Logf("demo: %+v", s)
+	if s.Orders != 40 || s.Processed+s.Error+s.Compensated != 40 || s.Unfinished != 0 || s.Cancelled != 0 {
+		t.Errorf("outcome does not add up: %+v", s)
+	}
+	if s.DuplicateEffects != 0 || s.ErrorTasksWithoutAlert != 0 || s.AgentCalls == 0 {
+		t.Errorf("summary: %+v", s)
+	}
+	if s.Schema != schema || !strings.HasPrefix(s.DB, "postgres://") {
+		t.Errorf("db %q schema %q", s.DB, s.Schema)
+	}
+	// The store is kept: the orders are there to inspect.
+	var l struct{ Tasks []TaskJSON }
+	if err := json.Unmarshal([]byte(mustRun(t, "list", "--db", url, "--schema", schema, "--json")), &l); err != nil || len(l.Tasks) != 40 {
+		t.Fatalf("list after the demo: %d tasks, %v", len(l.Tasks), err)
+	}
+}
+
+// TestPostgresLockTimeout: --lock-timeout bounds the wait for a row another
+// session holds.
+func TestPostgresLockTimeout(t *testing.T) {
+	t.Parallel()
+	url, schema := pgSchema(t)
+	db := []string{"--db", url, "--schema", schema}
+	mustRun(t, append([]string{"migrate"}, db...)...)
+	mustRun(t, append([]string{"submit", "orders", order1, "--id", "held"}, db...)...)
+
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema, "tasks"}.Sanitize()+` WHERE id = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	wantFailure(t, run(t, "", append([]string{"cancel", "held", "--lock-timeout", "200ms"}, db...)...), 1, "--lock-timeout")
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("cancel waited %s", d)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, append([]string{"cancel", "held", "--lock-timeout", "200ms"}, db...)...)
 }

@@ -13,52 +13,62 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/internal/orders"
-	"github.com/drover-run/drover/store/sqlite"
 )
 
 func (e *env) migrateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
-		Short: "Create the database if needed and apply schema migrations",
-		Long: `migrate creates the SQLite database file named by --db if it does not exist and
-applies every schema migration this drover embeds that is not applied yet. It
-is safe to run again and safe to run while servers use the database. It prints
-the schema version before and after.`,
+		Short: "Create the database or schema if needed and apply schema migrations",
+		Long: `migrate applies every schema migration this drover embeds that is not applied
+yet. On SQLite it first creates the database file named by --db if it does
+not exist; on PostgreSQL it creates the schema --schema (default "drover") if
+it does not exist, which needs the CREATE privilege on the database unless a
+DBA made the schema beforehand. It is safe to run again and safe to run while
+servers use the database (concurrent migrators take turns). It prints the
+schema version before and after.
+
+The other commands never create anything: on a database or schema that is not
+migrated they fail and say to run "drover migrate".`,
 		Example: `  drover migrate --db sqlite:./drover.db
-  DROVER_DATABASE_URL=sqlite:/var/lib/drover/drover.db drover migrate --json`,
+  DROVER_DATABASE_URL=sqlite:/var/lib/drover/drover.db drover migrate --json
+  drover migrate --db 'postgres://drover@db:5432/app?sslmode=disable' --schema drover`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			path, err := dbPath(e.dbURL)
+			t, err := e.target()
 			if err != nil {
 				return err
 			}
-			drv, err := sqlite.Open(ctx, path, sqlite.Options{Create: true, BusyTimeout: e.lockTimeout})
+			d, err := e.connect(ctx, t, openOpts{create: true, lockTimeout: true})
 			if err != nil {
-				return storeErr(path, err)
+				return err
 			}
-			defer drv.Close()
-			before, latest, err := drv.SchemaVersion(ctx)
+			defer d.Close()
+			before, latest, err := d.SchemaVersion(ctx)
 			if err != nil {
-				return storeErr(path, err)
+				return d.storeErr(err)
 			}
 			if before > latest {
-				return fmt.Errorf("database %s is at schema version %d, this drover knows %d (%w): upgrade drover", path, before, latest, drover.ErrSchemaTooNew)
+				return fmt.Errorf("database %s is at schema version %d, this drover knows %d (%w): upgrade drover", d.desc(), before, latest, drover.ErrSchemaTooNew)
 			}
-			if err := drv.Migrate(ctx); err != nil {
-				return storeErr(path, err)
+			if err := d.Migrate(ctx); err != nil {
+				return d.storeErr(err)
 			}
-			after, _, err := drv.SchemaVersion(ctx)
+			after, _, err := d.SchemaVersion(ctx)
 			if err != nil {
-				return storeErr(path, err)
+				return d.storeErr(err)
 			}
 			if e.jsonOut {
-				return writeJSON(e.stdout, map[string]any{"db": path, "from_version": before, "to_version": after, "latest_version": latest})
+				out := map[string]any{"db": d.name, "driver": d.driverName(), "from_version": before, "to_version": after, "latest_version": latest}
+				if t.postgres {
+					out["schema"] = t.schema
+				}
+				return writeJSON(e.stdout, out)
 			}
 			if before == after {
-				fmt.Fprintf(e.stdout, "database %s is up to date at schema version %d\n", path, after)
+				fmt.Fprintf(e.stdout, "database %s is up to date at schema version %d\n", d.desc(), after)
 			} else {
-				fmt.Fprintf(e.stdout, "database %s migrated from schema version %d to %d\n", path, before, after)
+				fmt.Fprintf(e.stdout, "database %s migrated from schema version %d to %d\n", d.desc(), before, after)
 			}
 			return nil
 		},
@@ -88,7 +98,8 @@ fails. Without --id a time-ordered UUID is generated.
 Workflows this drover knows: orders, whose input is
 {"order_id":"o-1","amount":1234} (both fields required, no others).
 
-The database must exist and be migrated ("drover migrate").`,
+The database (on PostgreSQL, the schema --schema) must exist and be migrated
+("drover migrate").`,
 		Example: `  drover submit orders '{"order_id":"o-1","amount":1234}'
   drover submit orders '{"order_id":"o-2","amount":50}' --id order-o-2 --json
   echo '{"order_id":"o-3","amount":7}' | drover submit orders -`,
@@ -136,7 +147,7 @@ The database must exist and be migrated ("drover migrate").`,
 			defer drv.Close()
 			t, err := c.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id})
 			if err != nil {
-				return storeErr(drv.Path(), err)
+				return drv.storeErr(err)
 			}
 			if e.jsonOut {
 				full, err := c.Task(ctx, t.ID)
@@ -187,7 +198,7 @@ event history (state changes, retries, supervisor recoveries, alerts).`,
 			defer drv.Close()
 			t, err := c.Task(ctx, args[0])
 			if err != nil {
-				return storeErr(drv.Path(), err)
+				return drv.storeErr(err)
 			}
 			var events []*drover.Event
 			if withEvents {
@@ -286,7 +297,7 @@ the JSON output) as --after to get the next page.`,
 			defer drv.Close()
 			ts, err := c.Tasks(ctx, drover.ListParams{States: sts, Workflow: workflow, AfterID: after, Limit: limit})
 			if err != nil {
-				return storeErr(drv.Path(), err)
+				return drv.storeErr(err)
 			}
 			next := ""
 			if len(ts) == limit {
@@ -354,7 +365,7 @@ so a remote service that already applied a step recognises the retry.`,
 			defer drv.Close()
 			t, err := c.Resubmit(ctx, args[0], &opts)
 			if err != nil {
-				return storeErr(drv.Path(), err)
+				return drv.storeErr(err)
 			}
 			return e.printChanged(ctx, c, t, "resubmitted")
 		},
@@ -382,7 +393,7 @@ compensated. A cancelled task can be resubmitted.`,
 			defer drv.Close()
 			t, err := c.Cancel(ctx, args[0], reason)
 			if err != nil {
-				return storeErr(drv.Path(), err)
+				return drv.storeErr(err)
 			}
 			return e.printChanged(ctx, c, t, "cancelled")
 		},
@@ -455,7 +466,7 @@ With --json every event is one JSON object per line.`,
 			}
 			evs, err := c.Events(ctx, drover.EventQuery{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: limit})
 			if err != nil {
-				return storeErr(drv.Path(), err)
+				return drv.storeErr(err)
 			}
 			if e.jsonOut {
 				for _, ev := range evs {

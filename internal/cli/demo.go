@@ -55,6 +55,7 @@ type DemoSummary struct {
 	Seed       int64   `json:"seed"`
 	TaskPrefix string  `json:"task_prefix"`
 	DB         string  `json:"db,omitempty"`
+	Schema     string  `json:"schema,omitempty"`
 }
 
 type demoFlags struct {
@@ -104,24 +105,28 @@ Processed, Compensated or Error, if an Error task has no alert, or if the
 orders did not finish within --timeout.
 
 The database is a fresh temporary SQLite file, deleted afterwards, unless --db
-is given explicitly (the DROVER_DATABASE_URL variable is not used here).`,
+is given explicitly (the DROVER_DATABASE_URL variable is not used here). With
+an explicit --db (SQLite or PostgreSQL, in the schema --schema) the store is
+migrated if needed and kept, the task IDs get a random prefix, and the
+summary says how to inspect them.`,
 		Example: `  drover demo orders
   drover demo orders --orders 500 --transient-rate 0.2 --hang-rate 0.05 --permanent-rate 0.02 --json
-  drover demo orders --orders 50 --db sqlite:./demo.db && drover list --db sqlite:./demo.db --state Error`,
+  drover demo orders --orders 50 --db sqlite:./demo.db && drover list --db sqlite:./demo.db --state Error
+  drover demo orders --orders 500 --db postgres://postgres@127.0.0.1:5432/postgres --schema drover_demo`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.validate(); err != nil {
 				return err
 			}
-			explicitDB := ""
+			var explicit *dbTarget
 			if cmd.Flags().Changed("db") {
-				p, err := dbPath(e.dbURL)
+				t, err := e.target()
 				if err != nil {
 					return err
 				}
-				explicitDB = p
+				explicit = &t
 			}
-			return e.runDemo(cmd.Context(), f, explicitDB)
+			return e.runDemo(cmd.Context(), f, explicit)
 		},
 	}
 	fl := ordersCmd.Flags()
@@ -171,7 +176,7 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func (e *env) runDemo(ctx context.Context, f demoFlags, explicitDB string) (err error) {
+func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *dbTarget) (err error) {
 	start := time.Now()
 	log := e.logger(slog.LevelWarn)
 
@@ -182,17 +187,17 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicitDB string) (err 
 	}
 	defer stopRemote()
 
-	o := openOpts{create: true, migrate: true, path: explicitDB}
-	if explicitDB == "" {
+	o := openOpts{create: true, migrate: true, target: explicit}
+	if explicit == nil {
 		dir, err := os.MkdirTemp("", "drover-demo-")
 		if err != nil {
 			return fmt.Errorf("create a temporary database: %w", err)
 		}
 		defer os.RemoveAll(dir)
-		o.path = filepath.Join(dir, "demo.db")
+		o.target = &dbTarget{path: filepath.Join(dir, "demo.db")}
 		o.synchronous = "normal" // thrown away afterwards
 	}
-	drv, path, err := e.openStore(ctx, o)
+	drv, err := e.openStore(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -207,7 +212,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicitDB string) (err 
 		Breaker: drover.BreakerPolicy{OpenFor: f.stepTimeout / 4},
 	}
 	c, err := drover.New(drover.Config{
-		Store:              drv,
+		Store:              drv.Driver,
 		Workflows:          []drover.Workflow{orders.Workflow(opts)},
 		Agents:             orders.Agents(url, opts),
 		Schedulers:         f.schedulers,
@@ -220,7 +225,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicitDB string) (err 
 		return err
 	}
 	if err := c.Start(ctx); err != nil {
-		return storeErr(path, err)
+		return drv.storeErr(err)
 	}
 	stopped := false
 	stop := func() {
@@ -236,7 +241,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicitDB string) (err 
 	defer stop()
 
 	prefix := "demo-" + randomHex(4) + "-"
-	if explicitDB == "" {
+	if explicit == nil {
 		prefix = "demo-"
 	}
 	const chunk = 1000
@@ -250,7 +255,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicitDB string) (err 
 			})
 		}
 		if _, err := c.SubmitMany(ctx, ps); err != nil {
-			return storeErr(path, fmt.Errorf("submit orders: %w", err))
+			return drv.storeErr(fmt.Errorf("submit orders: %w", err))
 		}
 	}
 	fmt.Fprintf(e.stderr, "demo: submitted %d orders (task IDs %so-1 … %so-%d) against %s\n", f.orders, prefix, prefix, f.orders, url)
@@ -302,8 +307,11 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicitDB string) (err 
 	s.Seconds = math.Round(time.Since(start).Seconds()*1000) / 1000
 	s.Seed = f.seed
 	s.TaskPrefix = prefix
-	if explicitDB != "" {
-		s.DB = path
+	if explicit != nil {
+		s.DB = drv.name
+		if explicit.postgres {
+			s.Schema = explicit.schema
+		}
 	}
 
 	if e.jsonOut {
@@ -421,6 +429,10 @@ func printDemoSummary(e *env, s *DemoSummary) {
 		s.AgentRetries, s.BreakerRefused, s.AbandonedCalls, s.SupervisorRecoveries, s.LateReplies)
 	fmt.Fprintf(w, "  alerts:        %d (Error tasks without an alert: %d)\n", s.Alerts, s.ErrorTasksWithoutAlert)
 	if s.DB != "" {
-		fmt.Fprintf(w, "  inspect:       drover list --db %s --state Error; drover status --db %s %so-1 --events\n", s.DB, s.DB, s.TaskPrefix)
+		db := "--db " + s.DB
+		if s.Schema != "" {
+			db = fmt.Sprintf("--db '%s' --schema %s", s.DB, s.Schema)
+		}
+		fmt.Fprintf(w, "  inspect:       drover list %s --state Error; drover status %s %so-1 --events\n", db, db, s.TaskPrefix)
 	}
 }

@@ -90,12 +90,22 @@ func (e *env) serverCmd() *cobra.Command {
 		Long: `server runs drover's roles on the database named by --db until interrupted
 (SIGINT or SIGTERM: it stops claiming work, lets calls in flight finish or reach
 their deadline, and exits; a second signal exits at once). It creates and
-migrates the SQLite database if needed.
+migrates the database if needed: the SQLite file, or the PostgreSQL schema
+--schema.
+
+On PostgreSQL a database that cannot be used at start-up (down, restarting,
+refusing the connection or the login, failing the migration) is waited for:
+the server logs "waiting for the database" with the reason and retries with
+exponential back-off, 100ms doubling to 5s, until it succeeds or is
+interrupted; only a schema newer than this drover fails at once. Once
+running, a broken connection is re-established by the connection pool and the
+roles retry their work; nothing is lost, since all state is in the database.
 
 By default one process runs all roles. --roles splits them over processes
 (all on the same database): schedulers claim tasks and dispatch steps,
 agents call the remote service, and supervisors recover steps whose deadline
-passed (only the elected one acts).
+passed (only the elected one acts). On PostgreSQL the processes may run on
+any number of hosts.
 
 The server runs the "orders" workflow. Its agents call the remote service at
 --remote-url; without it the server starts an embedded simulated service on
@@ -108,8 +118,11 @@ registers, which tasks submitted elsewhere do not use.
 
 Logs go to stderr (--log-level; as JSON objects with --json). When the
 server is running it prints one line on stderr:
-  drover server ready instance=ID db=PATH roles=ROLES`,
+  drover server ready instance=ID db=PATH roles=ROLES
+(with " schema=NAME" after it on PostgreSQL; the URL is shown without its
+password and parameters).`,
 		Example: `  drover server --db sqlite:./drover.db
+  drover server --db 'postgres://drover@db:5432/app?sslmode=disable' --schema drover
   drover server --roles scheduler,supervisor --instance-id sched-1 --schedulers 4
   drover server --roles agent --remote-url http://127.0.0.1:8080 --instance-id agents-1`,
 		Args: cobra.NoArgs,
@@ -119,7 +132,11 @@ server is running it prints one line on stderr:
 			if err != nil {
 				return err
 			}
-			if err := validSynchronous(synchronous); err != nil {
+			t, err := e.target()
+			if err != nil {
+				return err
+			}
+			if err := checkSynchronous(cmd, t, synchronous); err != nil {
 				return err
 			}
 			for name, d := range map[string]time.Duration{"--supervisor-interval": supInterval, "--lease-ttl": leaseTTL, "--step-timeout": stepTimeout, "--poll-interval": pollInterval, "--shutdown-timeout": shutdown} {
@@ -138,15 +155,15 @@ server is running it prints one line on stderr:
 			}
 			log := e.logger(slog.LevelDebug)
 
-			drv, path, err := e.openStore(ctx, openOpts{create: true, migrate: true, synchronous: synchronous})
+			d, err := e.openServerStore(ctx, log, t, synchronous)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
+			defer d.Close()
 
 			opts := orders.Options{StepTimeout: stepTimeout, RetryDelay: retryDelay}
 			cfg := drover.Config{
-				Store: drv, InstanceID: instanceID, Roles: r,
+				Store: d.Driver, InstanceID: instanceID, Roles: r,
 				Workflows:  []drover.Workflow{orders.Workflow(opts)},
 				Schedulers: schedulers, SupervisorInterval: supInterval, LeaseTTL: leaseTTL,
 				PollInterval: pollInterval, MaxInputBytes: maxInput, Logger: log,
@@ -173,26 +190,16 @@ server is running it prints one line on stderr:
 			if err != nil {
 				return err
 			}
-			// After a crash, the same instance ID frees up when its lease
-			// expires (--lease-ttl): wait for it rather than fail.
-			for {
-				err := c.Start(ctx)
-				if err == nil {
-					break
-				}
-				if !errors.Is(err, drover.ErrInstanceInUse) {
-					return storeErr(path, err)
-				}
-				log.Warn("waiting for the instance ID to be released", "err", err)
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("%w; gave up on signal", err)
-				case <-time.After(min(leaseTTL/4, time.Second)):
-				}
+			if err := e.startServer(ctx, log, d, c, leaseTTL); err != nil {
+				return err
 			}
-			log.Info("server started", "instance", c.InstanceID(), "db", path, "roles", rolesString(r),
+			log.Info("server started", "instance", c.InstanceID(), "db", d.desc(), "roles", rolesString(r),
 				"schedulers", schedulers, "supervisor_interval", supInterval, "remote_url", remoteURL)
-			fmt.Fprintf(e.stderr, "%sinstance=%s db=%s roles=%s\n", ReadyPrefix, c.InstanceID(), path, rolesString(r))
+			ready := fmt.Sprintf("%sinstance=%s db=%s roles=%s", ReadyPrefix, c.InstanceID(), d.name, rolesString(r))
+			if t.postgres {
+				ready += " schema=" + t.schema
+			}
+			fmt.Fprintln(e.stderr, ready)
 
 			<-ctx.Done()
 			log.Info("shutting down: waiting for calls in flight", "timeout", shutdown)
@@ -214,9 +221,95 @@ server is running it prints one line on stderr:
 	f.StringVar(&remoteURL, "remote-url", "", "base URL of the remote service the orders agents call (default: start an embedded simulated one)")
 	f.DurationVar(&stepTimeout, "step-timeout", orders.DefaultStepTimeout, "time budget of each orders step in the registered workflow")
 	f.DurationVar(&retryDelay, "retry-delay", 0, "wait before a recovered step is claimed again, doubled on each failure")
-	f.StringVar(&synchronous, "synchronous", "full", "SQLite synchronous mode: full (survives power loss) or normal (faster; survives a crash)")
+	f.StringVar(&synchronous, "synchronous", "full", "SQLite synchronous mode: full (survives power loss) or normal (faster; survives a crash); SQLite only")
 	f.IntVar(&maxInput, "max-input-bytes", drover.DefaultMaxInputBytes, "largest task input accepted, in bytes")
 	f.DurationVar(&pollInterval, "poll-interval", 100*time.Millisecond, "how often to look for work from other processes")
 	f.DurationVar(&shutdown, "shutdown-timeout", 30*time.Second, "how long to wait for calls in flight on shutdown")
 	return cmd
+}
+
+// checkSynchronous validates --synchronous. It is a SQLite setting: given
+// explicitly with a PostgreSQL database it is a usage error, since the
+// server's synchronous_commit decides durability there.
+func checkSynchronous(cmd *cobra.Command, t dbTarget, synchronous string) error {
+	if t.postgres {
+		if cmd.Flags().Changed("synchronous") {
+			return usagef("--synchronous applies to SQLite only; on PostgreSQL durability is the server's synchronous_commit setting")
+		}
+		return nil
+	}
+	return validSynchronous(synchronous)
+}
+
+// dbAttemptTimeout bounds one attempt to open and migrate the database, so a
+// server whose packets vanish (rather than being refused) still retries.
+const dbAttemptTimeout = 30 * time.Second
+
+// openServerStore opens and migrates the server's store. On PostgreSQL it
+// waits for the database with exponential back-off until ctx ends.
+func (e *env) openServerStore(ctx context.Context, log *slog.Logger, t dbTarget, synchronous string) (*database, error) {
+	if !t.postgres {
+		return e.openStore(ctx, openOpts{target: &t, create: true, migrate: true, synchronous: synchronous})
+	}
+	var wait time.Duration
+	for {
+		actx, cancel := context.WithTimeout(ctx, dbAttemptTimeout)
+		d, err := e.openStore(actx, openOpts{target: &t, migrate: true})
+		cancel()
+		if err == nil {
+			return d, nil
+		}
+		if wait, err = waitForDB(ctx, log, wait, err); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitForDB logs why the database is not usable yet and sleeps for the next
+// back-off interval after wait. It returns the error to give up with when err
+// cannot pass by itself or ctx ended.
+func waitForDB(ctx context.Context, log *slog.Logger, wait time.Duration, err error) (time.Duration, error) {
+	if ctx.Err() != nil {
+		return wait, fmt.Errorf("gave up waiting for the database on signal: %w", err)
+	}
+	if !retryable(err) {
+		return wait, err
+	}
+	wait = nextBackoff(wait)
+	log.Warn("waiting for the database", "err", oneLine(err.Error()), "retry_in", wait)
+	select {
+	case <-ctx.Done():
+		return wait, fmt.Errorf("gave up waiting for the database on signal: %w", err)
+	case <-time.After(wait):
+		return wait, nil
+	}
+}
+
+// startServer starts the client's roles. After a crash the same instance ID
+// frees up when its lease expires (--lease-ttl): that is waited for rather
+// than failing; on PostgreSQL so is a database that went away meanwhile.
+func (e *env) startServer(ctx context.Context, log *slog.Logger, d *database, c *drover.Client, leaseTTL time.Duration) error {
+	var wait time.Duration
+	for {
+		actx, cancel := context.WithTimeout(ctx, dbAttemptTimeout)
+		err := c.Start(actx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, drover.ErrInstanceInUse):
+			log.Warn("waiting for the instance ID to be released", "err", err)
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w; gave up on signal", err)
+			case <-time.After(min(leaseTTL/4, time.Second)):
+			}
+		case d.t.postgres:
+			if wait, err = waitForDB(ctx, log, wait, d.storeErr(err)); err != nil {
+				return err
+			}
+		default:
+			return d.storeErr(err)
+		}
+	}
 }
