@@ -239,10 +239,23 @@ func (rt *Runtime) Run(ctx context.Context) error {
 
 	ticker := time.NewTicker(rt.PollInterval)
 	defer ticker.Stop()
+	failures := 0
 	for {
 		more, err := rt.pull(ctx)
 		if err != nil && ctx.Err() == nil {
-			rt.Log.Warn("claim agent requests", "err", err)
+			failures++
+			if failures == 1 || failures%20 == 0 {
+				rt.Log.Warn("claim agent requests failed; retrying with back-off", "failures", failures, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(min(rt.PollInterval<<min(failures-1, 10), 5*time.Second)):
+			}
+			continue
+		}
+		if failures > 0 {
+			rt.Log.Info("agent runtime recovered", "after_failures", failures)
+			failures = 0
 		}
 		if more {
 			continue

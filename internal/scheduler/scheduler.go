@@ -123,6 +123,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	ticker := time.NewTicker(s.PollInterval)
 	defer ticker.Stop()
 	var lastPoll time.Time
+	failures := 0
 	for {
 		// The store's reply queue and the held-task count are read on a
 		// timer, busy or not: a scheduler with a backlog must still apply
@@ -134,11 +135,21 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		busy, err := s.tick(ctx, tickOptions{pollStore: poll, redeliver: true})
 		if err != nil && ctx.Err() == nil {
-			s.Log.Warn("scheduler tick", "instance", s.Instance(), "err", err)
+			// Back off while the store fails (a database restart, say), and
+			// log the first failure and then only now and then.
+			failures++
+			if failures == 1 || failures%20 == 0 {
+				s.Log.Warn("scheduler tick failed; retrying with back-off", "instance", s.Instance(), "failures", failures, "err", err)
+			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(s.PollInterval):
+			case <-time.After(retryDelay(s.PollInterval, failures)):
 			}
+			continue
+		}
+		if failures > 0 {
+			s.Log.Info("scheduler recovered", "instance", s.Instance(), "after_failures", failures)
+			failures = 0
 		}
 		if busy {
 			if ctx.Err() != nil {
@@ -265,4 +276,9 @@ fill:
 	}
 	busy = (asked > 0 && claimed == asked) || len(s.inbox) > 0 || fromStore == limit
 	return busy, nil
+}
+
+// retryDelay doubles base for each consecutive failure, up to 5s.
+func retryDelay(base time.Duration, failures int) time.Duration {
+	return min(base<<min(failures-1, 10), 5*time.Second)
 }

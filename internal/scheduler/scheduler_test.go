@@ -212,7 +212,7 @@ func TestClientRestartWithSameInstanceIDResumes(t *testing.T) {
 	var hung atomic.Int64
 	// A short instance lease: the "crashed" first life stops renewing it at
 	// Stop, and the second life may start once it has expired.
-	const leaseTTL = 300 * time.Millisecond
+	const leaseTTL = time.Second
 	c1, err := drover.New(drover.Config{Store: d, InstanceID: "node-1", Workflows: []drover.Workflow{wf}, Roles: roles,
 		PollInterval: 10 * time.Millisecond, LeaseTTL: leaseTTL,
 		Agents: []drover.Agent{{Name: "a", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
