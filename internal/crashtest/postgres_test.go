@@ -221,7 +221,9 @@ func TestClusterSurvivesKillsAndDatabaseRestart(t *testing.T) {
 	evs := readAllEvents(t, client)
 	for _, p := range outage.survivors {
 		// A survivor the test did not kill afterwards must have gone on
-		// scheduling after the restart, not merely stayed alive.
+		// scheduling after the restart, not merely stayed alive. Nothing
+		// commits while the database is down, so an event stamped after
+		// it went down was written after it came back.
 		p.mu.Lock()
 		killed := p.killed
 		p.mu.Unlock()
@@ -230,7 +232,7 @@ func TestClusterSurvivesKillsAndDatabaseRestart(t *testing.T) {
 		}
 		worked := false
 		for _, e := range evs {
-			if e.ID > outage.lastEvent && strings.HasPrefix(e.Actor, p.id+"/scheduler-") {
+			if e.CreatedAt.After(outage.stopped) && strings.HasPrefix(e.Actor, p.id+"/scheduler-") {
 				worked = true
 				break
 			}
@@ -349,7 +351,7 @@ func (c *chaos) leaderSlot() int {
 
 type outageResult struct {
 	survivors []*pgProc // up through the whole outage
-	lastEvent int64     // last event ID before it
+	stopped   time.Time // when the database went down
 	downtime  time.Duration
 	startedIn *pgProc // started while the database was down
 }
@@ -365,7 +367,7 @@ func (c *chaos) restartDatabase(pg *pgCluster, sub *submitter) outageResult {
 	ctx := context.Background()
 	// Let work be in flight when the database goes.
 	sub.waitSubmitted(sub.submittedN()+1, 30*time.Second)
-	r := outageResult{lastEvent: lastEventID(t, c.client)}
+	var r outageResult
 	for _, p := range c.slots {
 		if !p.alive() || !p.isReady() {
 			t.Fatalf("server %s not running before the database restart", p.id)
@@ -378,12 +380,12 @@ func (c *chaos) restartDatabase(pg *pgCluster, sub *submitter) outageResult {
 		}
 	}
 	downtime := clusterLeaseTTL + time.Duration(500+c.rng.IntN(1500))*time.Millisecond
-	stopped := time.Now()
+	r.stopped = time.Now()
 	if err := pg.Restart(downtime, func() { r.startedIn = c.replace(victim, false, false) }); err != nil {
 		t.Fatalf("restart PostgreSQL: %v", err)
 	}
 	back := time.Now()
-	r.downtime = back.Sub(stopped)
+	r.downtime = back.Sub(r.stopped)
 	t.Logf("PostgreSQL restarted: down %s; %s started while it was down", r.downtime.Round(time.Millisecond), r.startedIn.id)
 
 	// Every survivor must still run and renew its instance lease after the
@@ -409,21 +411,6 @@ func (c *chaos) restartDatabase(pg *pgCluster, sub *submitter) outageResult {
 		t.Fatalf("server started while PostgreSQL was down did not come up once it was back: %v", err)
 	}
 	return r
-}
-
-func lastEventID(t *testing.T, c *drover.Client) int64 {
-	t.Helper()
-	var after int64
-	for {
-		evs, err := c.Events(context.Background(), drover.EventQuery{AfterID: after, Limit: 5000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(evs) == 0 {
-			return after
-		}
-		after = evs[len(evs)-1].ID
-	}
 }
 
 // heldBy counts the tasks the schedulers of instance hold right now.
