@@ -122,7 +122,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.shutdown()
 	ticker := time.NewTicker(s.PollInterval)
 	defer ticker.Stop()
-	var lastPoll time.Time
+	var lastPoll, lastCount time.Time
 	failures := 0
 	for {
 		// The store's reply queue and the held-task count are read on a
@@ -131,6 +131,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		poll := s.pollNow.Swap(false) || time.Since(lastPoll) >= s.PollInterval
 		if poll {
 			lastPoll = time.Now()
+		}
+		// The in-flight count only drifts when the supervisor or an operator
+		// takes tasks away: a recount a second is plenty.
+		if time.Since(lastCount) >= max(s.PollInterval, time.Second) {
+			lastCount = time.Now()
 			s.recount(ctx)
 		}
 		busy, err := s.tick(ctx, tickOptions{pollStore: poll, redeliver: true})

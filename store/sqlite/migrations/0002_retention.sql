@@ -5,3 +5,6 @@ CREATE INDEX tasks_finished ON tasks (updated_at)
 
 -- Operators list tasks in Error often, and there are few: index them.
 CREATE INDEX tasks_error ON tasks (id) WHERE process_state = 'Error';
+
+-- Each scheduler counts the tasks it holds (its in-flight limit).
+CREATE INDEX tasks_holder ON tasks (locked_by) WHERE locked_by IS NOT NULL;
