@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/drover-run/drover/internal/testutil"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,16 +25,7 @@ import (
 
 func newStore(t *testing.T) *sqlite.Driver {
 	t.Helper()
-	ctx := context.Background()
-	d, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "drover.db"), sqlite.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return testutil.SQLite(t)
 }
 
 // fast fills in the timings that make a test run quickly.
@@ -851,11 +843,12 @@ func TestStopKeepsResultOfCallFinishingDuringStop(t *testing.T) {
 	t.Parallel()
 	d := newStore(t)
 	release := make(chan struct{})
-	var returned atomic.Bool
+	var started, returned atomic.Bool
 	c, err := drover.New(fast(drover.Config{
 		Store: d, InstanceID: "node-1", Roles: drover.Roles{Scheduler: true, Agent: true},
 		Workflows: []drover.Workflow{{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a", Timeout: 20 * time.Second}}}},
 		Agents: []drover.Agent{{Name: "a", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
+			started.Store(true)
 			<-release
 			defer returned.Store(true)
 			return []byte(`"done"`), nil
@@ -871,10 +864,9 @@ func TestStopKeepsResultOfCallFinishingDuringStop(t *testing.T) {
 	if _, err := c.Submit(ctx, "w", []byte(`{}`), &drover.SubmitOptions{ID: "t-1"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the call to start", func() bool {
-		tk, err := c.Task(ctx, "t-1")
-		return err == nil && tk.Steps[0].ProcessState == drover.Processing
-	})
+	// The agent function itself must be running (a dispatched step whose
+	// call has not started yet is not started at all once Stop begins).
+	waitFor(t, "the call to start", started.Load)
 	stopCtx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	if err := c.Stop(stopCtx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Logf("Stop returned %v while a call was in flight", err)

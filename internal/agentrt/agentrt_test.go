@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/drover-run/drover/internal/testutil"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,7 +17,6 @@ import (
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/store"
-	"github.com/drover-run/drover/store/sqlite"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -39,14 +38,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func setup(t *testing.T, n int, agent string, timeout time.Duration) (store.Driver, []*dt.AgentRequest) {
 	t.Helper()
 	ctx := context.Background()
-	d, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "drover.db"), sqlite.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	d := testutil.SQLite(t)
 	now := time.Now().UTC()
 	subs := make([]flow.Submission, n)
 	for i := range subs {
@@ -60,7 +52,7 @@ func setup(t *testing.T, n int, agent string, timeout time.Duration) (store.Driv
 		}
 	}
 	var reqs []*dt.AgentRequest
-	err = d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		if _, err := flow.Submit(ctx, x, subs); err != nil {
 			return err
 		}

@@ -2,28 +2,18 @@ package leader_test
 
 import (
 	"context"
-	"path/filepath"
+	"github.com/drover-run/drover/internal/testutil"
 	"testing"
 	"time"
 
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/leader"
 	"github.com/drover-run/drover/store"
-	"github.com/drover-run/drover/store/sqlite"
 )
 
 func openStore(t *testing.T) store.Driver {
 	t.Helper()
-	ctx := context.Background()
-	d, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "drover.db"), sqlite.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return testutil.SQLite(t)
 }
 
 const ttl = 10 * time.Second

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/drover-run/drover/internal/testutil"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,16 +26,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func openStore(t *testing.T) *sqlite.Driver {
 	t.Helper()
-	ctx := context.Background()
-	d, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "drover.db"), sqlite.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return testutil.SQLite(t)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

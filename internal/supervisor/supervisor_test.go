@@ -3,9 +3,9 @@ package supervisor_test
 import (
 	"context"
 	"fmt"
+	"github.com/drover-run/drover/internal/testutil"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +15,6 @@ import (
 	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/internal/supervisor"
 	"github.com/drover-run/drover/store"
-	"github.com/drover-run/drover/store/sqlite"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -27,16 +26,7 @@ const (
 
 func openStore(t *testing.T) store.Driver {
 	t.Helper()
-	ctx := context.Background()
-	d, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "drover.db"), sqlite.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return testutil.SQLite(t)
 }
 
 // seed submits n one-step tasks that retry (practically) forever.
