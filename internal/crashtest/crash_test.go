@@ -136,15 +136,26 @@ func TestServerSurvivesSIGKILL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var params []drover.SubmitParams
-	for i := 1; i <= nOrders; i++ {
-		params = append(params, drover.SubmitParams{Workflow: "orders",
-			Input:   []byte(fmt.Sprintf(`{"order_id":"o-%d","amount":%d}`, i, 100+i)),
-			Options: drover.SubmitOptions{ID: fmt.Sprintf("order-%d", i)}})
+	// Orders arrive in waves, one before each kill, so every kill lands on
+	// work in flight however long the run.
+	submitted := 0
+	submitWave := func(n int) {
+		var params []drover.SubmitParams
+		for ; n > 0 && submitted < nOrders; n-- {
+			submitted++
+			params = append(params, drover.SubmitParams{Workflow: "orders",
+				Input:   []byte(fmt.Sprintf(`{"order_id":"o-%d","amount":%d}`, submitted, 100+submitted)),
+				Options: drover.SubmitOptions{ID: fmt.Sprintf("order-%d", submitted)}})
+		}
+		if len(params) == 0 {
+			return
+		}
+		if _, err := client.SubmitMany(ctx, params); err != nil {
+			t.Fatalf("submit: %v", err)
+		}
 	}
-	if _, err := client.SubmitMany(ctx, params); err != nil {
-		t.Fatalf("submit: %v", err)
-	}
+	wave := (nOrders + kills - 1) / kills
+	submitWave(wave)
 
 	// Kill at random moments while work is in flight; restart sometimes with
 	// the same instance ID (resume) and sometimes with a new one (the
@@ -153,6 +164,9 @@ func TestServerSurvivesSIGKILL(t *testing.T) {
 	instance := "node-0"
 	killedBusy := 0
 	for k := 0; k < kills; k++ {
+		if k > 0 {
+			submitWave(wave)
+		}
 		time.Sleep(time.Duration(150+rng.IntN(600)) * time.Millisecond)
 		if held, err := heldTasks(ctx, client); err == nil && held > 0 {
 			killedBusy++
@@ -167,6 +181,8 @@ func TestServerSurvivesSIGKILL(t *testing.T) {
 	if killedBusy < kills/2 {
 		t.Fatalf("only %d of %d kills hit a server holding tasks; the test is not exercising crashes", killedBusy, kills)
 	}
+
+	submitWave(nOrders) // whatever is left
 
 	// Let the last server finish everything.
 	deadline := time.Now().Add(3 * time.Minute)
