@@ -2,17 +2,10 @@ package scheduler
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
-	"github.com/drover-run/drover/internal/clock"
-	"github.com/drover-run/drover/internal/flow"
-	"github.com/drover-run/drover/store"
-	"github.com/drover-run/drover/store/sqlite"
 )
 
 // The scheduler reads the clock once it holds the write lock: waiting for the
@@ -21,33 +14,7 @@ import (
 // holds the lock across a step's deadline.
 func TestTickReadsClockUnderWriteLock(t *testing.T) {
 	ctx := context.Background()
-	d, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "d.db"), sqlite.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().UTC()
-	in := []byte(`{}`)
-	var steps []*dt.Step
-	for i := range 2 {
-		steps = append(steps, &dt.Step{TaskID: "t1", Index: i, Name: "s" + string(rune('0'+i)), Agent: "a", Timeout: 800 * time.Millisecond,
-			ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey("t1", i, "s"), UpdatedAt: now})
-	}
-	sub := flow.Submission{Task: &dt.Task{ID: "t1", Workflow: "wf", Input: in, InputHash: flow.InputHash("wf", in), ProcessState: dt.Pending,
-		StepCount: 2, FailureThreshold: 3, OnFailure: dt.PolicyError, AvailableAt: now, CreatedAt: now, UpdatedAt: now}, Steps: steps}
-	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		_, err := flow.Submit(ctx, x, []flow.Submission{sub})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	s := New(d, clock.Real{}, &flow.Machine{Instance: "A"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if _, err := s.Tick(ctx, false); err != nil {
-		t.Fatal(err)
-	}
+	d, s := oneTask(t, 2, 800*time.Millisecond)
 	st, _ := d.Reader().StepListByTasks(ctx, []string{"t1"})
 	cb0 := *st[0].CompleteBy
 	time.Sleep(time.Until(cb0.Add(-100 * time.Millisecond)))
