@@ -57,6 +57,18 @@
 // rows in input order (WITH ORDINALITY … ORDER BY ord) and assign the
 // returned IDs back in that order.
 //
+// # Round trips
+//
+// Inside a transaction, writes whose results the caller does not read
+// before its next read (task, step and request updates, event inserts,
+// notifications) are queued and sent as one pipeline (a pgx.Batch) with the
+// next read or with the COMMIT; BEGIN goes out with the first statement. A
+// scheduler tick is then a round trip per read plus one, instead of one per
+// statement. Queued writes always run before any later read, and an error in
+// one surfaces from that read or from the commit, which rolls the whole
+// transaction back. On a caller's pgx.Tx (InExternalTx) the queue is sent
+// before InExternalTx returns; on a *sql.Tx every statement runs at once.
+//
 // # Event order and gap-free tailing
 //
 // Subscribers tail the history with EventList(AfterID: last ID seen). With a

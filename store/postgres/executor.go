@@ -81,6 +81,7 @@ func (r sqlRows) Close() { _ = r.Rows.Close() }
 type executor struct {
 	d  *Driver
 	q  querier
+	p  *pipe // set in pipelined transactions; then q is unused
 	tx bool
 
 	// eventLocked: this transaction already holds the event-order lock.
@@ -107,6 +108,9 @@ func (e *executor) pick(plain, locking string) string {
 }
 
 func (e *executor) exec(ctx context.Context, what, query string, args ...any) (int64, error) {
+	if e.p != nil {
+		return e.p.execNow(ctx, what, query, args)
+	}
 	n, err := e.q.exec(ctx, query, args...)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: %s: %w", what, translate(err))
@@ -116,6 +120,9 @@ func (e *executor) exec(ctx context.Context, what, query string, args ...any) (i
 
 // each runs query and calls scan for every row.
 func (e *executor) each(ctx context.Context, what, query string, args []any, scan func(rows) error) error {
+	if e.p != nil {
+		return e.p.run(ctx, what, query, args, scan)
+	}
 	r, err := e.q.query(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("postgres: %s: %w", what, translate(err))
@@ -128,6 +135,33 @@ func (e *executor) each(ctx context.Context, what, query string, args []any, sca
 	}
 	if err := r.Err(); err != nil {
 		return fmt.Errorf("postgres: %s: %w", what, translate(err))
+	}
+	return nil
+}
+
+// later runs a write whose result the caller does not need before its next
+// read: in a pipelined transaction it is queued (see pipe), scan reads its
+// rows when it runs, then done is called. Otherwise it runs now.
+func (e *executor) later(ctx context.Context, what, query string, args []any, scan func(rows) error, done func() error) error {
+	if e.p != nil {
+		if scan == nil {
+			e.p.later(what, query, args, nil)
+		} else {
+			e.p.later(what, query, args, scanFn(scan, done))
+		}
+		return nil
+	}
+	if scan == nil {
+		_, err := e.exec(ctx, what, query, args...)
+		return err
+	}
+	if err := e.each(ctx, what, query, args, scan); err != nil {
+		return err
+	}
+	if done != nil {
+		if err := done(); err != nil {
+			return fmt.Errorf("postgres: %s: %w", what, err)
+		}
 	}
 	return nil
 }
@@ -393,9 +427,8 @@ func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
 		failures[i], current[i], outputs[i], lastErrs[i] = int32(t.FailureCount), int32(t.CurrentStep), t.Output, nullStr(t.LastError)
 		avail[i], updated[i] = t.AvailableAt, t.UpdatedAt
 	}
-	_, err := e.exec(ctx, "update tasks", e.d.q.taskUpdate, ids, states, lockedBy, completeBy, failures, current,
-		outputs, lastErrs, avail, updated)
-	return err
+	return e.later(ctx, "update tasks", e.d.q.taskUpdate, []any{ids, states, lockedBy, completeBy, failures, current,
+		outputs, lastErrs, avail, updated}, nil, nil)
 }
 
 // ---- steps ----
@@ -424,9 +457,8 @@ func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.Step) error {
 		completeBy[i], failures[i], attempts[i], keys[i] = s.CompleteBy, int32(s.FailureCount), int32(s.Attempt), s.IdempotencyKey
 		outputs[i], lastErrs[i], started[i], finished[i], updated[i] = s.Output, nullStr(s.LastError), s.StartedAt, s.FinishedAt, s.UpdatedAt
 	}
-	_, err := e.exec(ctx, "insert steps", e.d.q.stepInsert, taskIDs, index, names, agents, timeouts, comps, states,
-		compStates, lockedBy, completeBy, failures, attempts, keys, outputs, lastErrs, started, finished, updated)
-	return err
+	return e.later(ctx, "insert steps", e.d.q.stepInsert, []any{taskIDs, index, names, agents, timeouts, comps, states,
+		compStates, lockedBy, completeBy, failures, attempts, keys, outputs, lastErrs, started, finished, updated}, nil, nil)
 }
 
 func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.Step, error) {
@@ -486,9 +518,8 @@ func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.Step) error {
 		lockedBy[i], completeBy[i], failures[i], attempts[i] = nullStr(s.LockedBy), s.CompleteBy, int32(s.FailureCount), int32(s.Attempt)
 		outputs[i], lastErrs[i], started[i], finished[i], updated[i] = s.Output, nullStr(s.LastError), s.StartedAt, s.FinishedAt, s.UpdatedAt
 	}
-	_, err := e.exec(ctx, "update steps", e.d.q.stepUpdate, taskIDs, index, states, compStates, lockedBy, completeBy,
-		failures, attempts, outputs, lastErrs, started, finished, updated)
-	return err
+	return e.later(ctx, "update steps", e.d.q.stepUpdate, []any{taskIDs, index, states, compStates, lockedBy, completeBy,
+		failures, attempts, outputs, lastErrs, started, finished, updated}, nil, nil)
 }
 
 // ---- agent requests ----
@@ -512,18 +543,17 @@ func (e *executor) RequestInsertMany(ctx context.Context, reqs []*dt.AgentReques
 		keys[i], completeBy[i], scheds[i], claimedBy[i], created[i] = r.IdempotencyKey, r.CompleteBy, r.Scheduler, nullStr(r.ClaimedBy), r.CreatedAt
 	}
 	var ids []int64
-	if err := e.each(ctx, "insert requests", e.d.q.requestInsert, []any{agents, taskIDs, index, attempts, kinds, keys,
-		completeBy, scheds, claimedBy, created}, scanIDs(&ids)); err != nil {
-		return err
-	}
-	ids, err := sortedIDs(ids, n, "insert requests")
-	if err != nil {
-		return err
-	}
-	for i, r := range reqs {
-		r.ID = ids[i]
-	}
-	return nil
+	return e.later(ctx, "insert requests", e.d.q.requestInsert, []any{agents, taskIDs, index, attempts, kinds, keys,
+		completeBy, scheds, claimedBy, created}, scanIDs(&ids), func() error {
+		ids, err := sortedIDs(ids, n, "insert requests")
+		if err != nil {
+			return err
+		}
+		for i, r := range reqs {
+			r.ID = ids[i]
+		}
+		return nil
+	})
 }
 
 func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams) ([]*dt.AgentRequest, error) {
@@ -570,8 +600,7 @@ func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef
 	for i, r := range refs {
 		taskIDs[i], index[i] = r.TaskID, int32(r.Index)
 	}
-	_, err := e.exec(ctx, "delete requests", e.d.q.requestDeleteByStep, taskIDs, index)
-	return err
+	return e.later(ctx, "delete requests", e.d.q.requestDeleteByStep, []any{taskIDs, index}, nil, nil)
 }
 
 func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, error) {
@@ -666,7 +695,7 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 		return err
 	}
 	if !e.eventLocked {
-		if _, err := e.exec(ctx, "lock event order", e.d.q.eventLock, e.d.eventLockKey); err != nil {
+		if err := e.later(ctx, "lock event order", e.d.q.eventLock, []any{e.d.eventLockKey}, nil, nil); err != nil {
 			return err
 		}
 		e.eventLocked = true
@@ -689,18 +718,17 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 		actors[i], terms[i], attempts[i], messages[i], created[i] = nullStr(ev.Actor), ev.Term, int32(ev.Attempt), nullStr(ev.Message), ev.CreatedAt
 	}
 	var ids []int64
-	if err := e.each(ctx, "insert events", e.d.q.eventInsert, []any{taskIDs, steps, types, states, alerts, actors,
-		terms, attempts, messages, created}, scanIDs(&ids)); err != nil {
-		return err
-	}
-	ids, err := sortedIDs(ids, n, "insert events")
-	if err != nil {
-		return err
-	}
-	for i, ev := range events {
-		ev.ID = ids[i]
-	}
-	return nil
+	return e.later(ctx, "insert events", e.d.q.eventInsert, []any{taskIDs, steps, types, states, alerts, actors,
+		terms, attempts, messages, created}, scanIDs(&ids), func() error {
+		ids, err := sortedIDs(ids, n, "insert events")
+		if err != nil {
+			return err
+		}
+		for i, ev := range events {
+			ev.ID = ids[i]
+		}
+		return nil
+	})
 }
 
 func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*dt.Event, error) {
@@ -805,6 +833,5 @@ func (e *executor) Notify(ctx context.Context, topic string) error {
 	if err := e.write("notify"); err != nil {
 		return err
 	}
-	_, err := e.exec(ctx, "notify", `SELECT pg_notify($1, $2)`, e.d.channel, topic)
-	return err
+	return e.later(ctx, "notify", `SELECT pg_notify($1, $2)`, []any{e.d.channel, topic}, nil, nil)
 }

@@ -149,25 +149,11 @@ func (d *Driver) Close() error {
 // InTx implements store.Driver. The transaction is READ COMMITTED; reads
 // through its Executor lock the rows they return (FOR UPDATE). It is not
 // retried: a deadlock or serialization error is returned to the caller.
+// Writes are pipelined (see the package documentation, "Round trips").
 func (d *Driver) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
-	tx, err := d.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("postgres: begin: %w", translate(err))
-	}
-	done := false
-	defer func() {
-		if !done { // fn failed or panicked, or commit failed
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
-	if err := fn(ctx, &executor{d: d, q: pgxQuerier{tx}, tx: true}); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("postgres: commit: %w", translate(err))
-	}
-	done = true
-	return nil
+	return d.inPipelineTx(ctx, func(p *pipe) error {
+		return fn(ctx, &executor{d: d, p: p, tx: true})
+	})
 }
 
 // InExternalTx implements store.Driver. tx is the caller's transaction on the
@@ -187,7 +173,13 @@ func (d *Driver) InExternalTx(ctx context.Context, tx any, fn func(context.Conte
 		}
 	case pgx.Tx:
 		if v := reflect.ValueOf(t); v.Kind() != reflect.Pointer || !v.IsNil() {
-			q = pgxQuerier{t}
+			// Writes are pipelined on the caller's transaction too, and
+			// sent before fn's work is handed back.
+			p := &pipe{c: t}
+			if err := fn(ctx, &executor{d: d, p: p, tx: true}); err != nil {
+				return err
+			}
+			return p.flush(ctx)
 		}
 	}
 	if q == nil {

@@ -1,0 +1,180 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Round trips, not rows, are what a transaction of the engine mostly waits
+// for: a scheduler tick is two or three reads and five to eight writes whose
+// results nobody reads. So inside a transaction the executor queues those
+// writes (later) and sends them in one pipeline (a pgx.Batch) together with
+// the next read, or with the COMMIT. A statement that fails aborts the
+// transaction, and every queued write runs before any later read, so callers
+// see exactly what they would with one round trip per statement; the error of
+// a queued write surfaces from the next read or from the commit.
+
+// batchSender is what pgx.Tx and *pgxpool.Conn offer to send a pipeline.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// pipe queues statements on one connection. For drover's own transactions
+// (InTx) it also opens the transaction lazily: BEGIN goes out with the first
+// pipeline and COMMIT with the last, so a transaction of one read and some
+// writes is two round trips.
+type pipe struct {
+	c      batchSender
+	own    bool // pipe owns the transaction: it sends BEGIN, COMMIT, ROLLBACK
+	begun  bool // BEGIN has been queued
+	open   bool // BEGIN has been sent: the server has a transaction
+	queued pgx.Batch
+}
+
+func (p *pipe) later(what, sql string, args []any, fn func(pgx.BatchResults) error) {
+	if p.own && !p.begun {
+		p.begun = true
+		p.queued.Queue("BEGIN").Fn = execFn("begin")
+	}
+	q := p.queued.Queue(sql, args...)
+	if fn == nil {
+		q.Fn = execFn(what)
+		return
+	}
+	q.Fn = func(br pgx.BatchResults) error {
+		if err := fn(br); err != nil {
+			return fmt.Errorf("postgres: %s: %w", what, translate(err))
+		}
+		return nil
+	}
+}
+
+func execFn(what string) func(pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("postgres: %s: %w", what, translate(err))
+		}
+		return nil
+	}
+}
+
+func (p *pipe) flush(ctx context.Context) error {
+	if p.queued.Len() == 0 {
+		return nil
+	}
+	b := p.queued
+	p.queued = pgx.Batch{}
+	p.open = p.begun
+	return p.c.SendBatch(ctx, &b).Close()
+}
+
+// execNow queues a statement, sends the pipeline and returns the
+// statement's row count.
+func (p *pipe) execNow(ctx context.Context, what, sql string, args []any) (int64, error) {
+	var n int64
+	p.later(what, sql, args, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		n = tag.RowsAffected()
+		return err
+	})
+	return n, p.flush(ctx)
+}
+
+// scanFn reads a statement's rows with scan, then calls done (if set).
+func scanFn(scan func(rows) error, done func() error) func(pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		r, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			if err := scan(r); err != nil {
+				return err
+			}
+		}
+		if err := r.Err(); err != nil {
+			return err
+		}
+		r.Close()
+		if done != nil {
+			return done()
+		}
+		return nil
+	}
+}
+
+// run queues a read, sends the pipeline and calls scan for each of the
+// read's rows.
+func (p *pipe) run(ctx context.Context, what, sql string, args []any, scan func(rows) error) error {
+	p.later(what, sql, args, scanFn(scan, nil))
+	return p.flush(ctx)
+}
+
+// commit sends what is queued with COMMIT.
+func (p *pipe) commit(ctx context.Context) error {
+	if !p.begun {
+		return nil // nothing ran: no transaction to end
+	}
+	var tag string
+	p.queued.Queue("COMMIT").Fn = func(br pgx.BatchResults) error {
+		ct, err := br.Exec()
+		tag = ct.String()
+		return err
+	}
+	if err := p.flush(ctx); err != nil {
+		return err
+	}
+	if tag != "COMMIT" { // PostgreSQL answers ROLLBACK to COMMIT in a failed transaction
+		return fmt.Errorf("postgres: commit: %w", pgx.ErrTxCommitRollback)
+	}
+	p.begun, p.open = false, false
+	return nil
+}
+
+// rollback ends the transaction if one was begun, dropping what is queued.
+func (p *pipe) rollback(ctx context.Context) error {
+	p.queued = pgx.Batch{}
+	if !p.open {
+		p.begun = false
+		return nil
+	}
+	p.begun = false
+	p.queued.Queue("ROLLBACK").Fn = execFn("rollback")
+	return p.flush(ctx)
+}
+
+// inPipelineTx runs fn in a transaction on a connection of the pool, with
+// writes pipelined (see pipe).
+func (d *Driver) inPipelineTx(ctx context.Context, fn func(*pipe) error) (err error) {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: begin: %w", translate(err))
+	}
+	p := &pipe{c: conn, own: true}
+	committed := false
+	defer func() {
+		if !committed {
+			// fn failed or panicked, or the commit failed. A connection
+			// that cannot roll back is in an unknown state: close it so
+			// the pool does not hand it out again.
+			if rerr := p.rollback(context.WithoutCancel(ctx)); rerr != nil {
+				_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			}
+		}
+		conn.Release()
+	}()
+	if err := fn(p); err != nil {
+		return err
+	}
+	if err := p.commit(ctx); err != nil {
+		return err
+	}
+	committed = true
+	return nil
+}
+
+var _ batchSender = (*pgxpool.Conn)(nil)

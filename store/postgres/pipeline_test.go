@@ -1,0 +1,187 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+	"github.com/drover-run/drover/store/postgres"
+	"github.com/drover-run/drover/store/storetest"
+)
+
+// roundTrips counts what the pool sends to the server: each query and each
+// pipeline (batch) is one round trip.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// tracedDriver opens a migrated driver on a fresh schema whose pool counts
+// round trips.
+func tracedDriver(t *testing.T) (*postgres.Driver, *roundTrips, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &roundTrips{}
+	cfg.ConnConfig.Tracer = rt
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	d, err := postgres.New(pool, postgres.Options{Schema: freshSchema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return d, rt, pool
+}
+
+// A scheduler-shaped transaction — one read, then writes nobody reads back —
+// costs two round trips: the read (with BEGIN) and the writes (with COMMIT).
+func TestPipelinedTransactionRoundTrips(t *testing.T) {
+	t.Parallel()
+	d, rt, _ := tracedDriver(t)
+	ctx := context.Background()
+	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
+	insert(t, d, task("a", now), task("b", now))
+	step := &dt.Step{TaskID: "a", Index: 0, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending,
+		IdempotencyKey: "a/0/s", UpdatedAt: now}
+	ev := &dt.Event{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: now}
+	before := rt.n.Load()
+	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		tasks, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s1", Now: now, Limit: 10})
+		if err != nil {
+			return err
+		}
+		if len(tasks) != 2 {
+			t.Errorf("claimed %d tasks, want 2", len(tasks))
+		}
+		for _, tk := range tasks {
+			tk.CurrentStep = 0
+		}
+		if err := x.StepInsertMany(ctx, []*dt.Step{step}); err != nil {
+			return err
+		}
+		if err := x.TaskUpdateMany(ctx, tasks); err != nil {
+			return err
+		}
+		if err := x.EventInsertMany(ctx, []*dt.Event{ev}); err != nil {
+			return err
+		}
+		return x.Notify(ctx, store.TopicTasks)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.n.Load() - before; got != 2 {
+		t.Errorf("transaction took %d round trips, want 2", got)
+	}
+	if ev.ID == 0 {
+		t.Error("queued event insert did not report the event's ID by the time InTx returned")
+	}
+	evs, err := d.Reader().EventList(ctx, store.EventListParams{TaskID: "a"})
+	if err != nil || len(evs) != 1 || evs[0].ID != ev.ID {
+		t.Fatalf("events after commit: %v, %v; want the one inserted (ID %d)", evs, err, ev.ID)
+	}
+}
+
+// A queued write that fails surfaces at the next read or at commit, and the
+// whole transaction rolls back: nothing of it is stored.
+func TestPipelinedWriteErrorRollsBack(t *testing.T) {
+	t.Parallel()
+	d, _, pool := tracedDriver(t)
+	ctx := context.Background()
+	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
+	insert(t, d, task("a", now))
+	step := func(i int) *dt.Step {
+		return &dt.Step{TaskID: "a", Index: i, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending,
+			IdempotencyKey: "k", UpdatedAt: now}
+	}
+	for _, readAfter := range []bool{false, true} {
+		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			if err := x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: now}}); err != nil {
+				return err
+			}
+			// The same step twice: a primary-key violation, found only when sent.
+			if err := x.StepInsertMany(ctx, []*dt.Step{step(0), step(0)}); err != nil {
+				return err
+			}
+			if readAfter {
+				_, err := x.TaskGet(ctx, "a")
+				return err
+			}
+			return nil
+		})
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "23505" {
+			t.Fatalf("readAfter=%v: InTx error %v; want a unique violation", readAfter, err)
+		}
+		evs, err := d.Reader().EventList(ctx, store.EventListParams{})
+		if err != nil || len(evs) != 0 {
+			t.Fatalf("readAfter=%v: events after the failed transaction: %d, %v; want none", readAfter, len(evs), err)
+		}
+	}
+	// Every connection went back to the pool outside any transaction.
+	for _, c := range pool.AcquireAllIdle(ctx) {
+		if st := c.Conn().PgConn().TxStatus(); st != 'I' {
+			t.Errorf("a pooled connection has transaction status %q, want 'I' (idle)", st)
+		}
+		c.Release()
+	}
+}
+
+// viaPgxTx runs the drover transactions inside a caller's pgx.Tx through
+// InExternalTx: the queued writes must be sent before InExternalTx returns.
+type viaPgxTx struct {
+	*postgres.Driver
+	pool *pgxpool.Pool
+}
+
+func (v viaPgxTx) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
+	tx, err := v.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := v.InExternalTx(ctx, tx, fn); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func TestConformancePgxTx(t *testing.T) {
+	t.Parallel()
+	url := testURL(t)
+	storetest.Run(t, func(t *testing.T) store.Driver {
+		d := open(t)
+		pool, err := pgxpool.New(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return viaPgxTx{d, pool}
+	})
+}
