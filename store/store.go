@@ -114,6 +114,9 @@ type Executor interface {
 	// (see Listener). Drivers without cross-process notifications do nothing;
 	// every role also polls, so a lost notification only costs latency.
 	Notify(ctx context.Context, topic string) error
+
+	// QueueExecutor: the session-queue (Sequential Convoy) primitives.
+	QueueExecutor
 }
 
 // Listener is an optional Driver capability: Listen delivers the topics

@@ -1,0 +1,733 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+// The session-queue primitives (store.QueueExecutor); the SQL and its
+// locking are in queue_queries.go.
+
+// sessKey names a session.
+type sessKey struct{ queue, id string }
+
+type dedupeKey struct{ queue, id string }
+
+// rounds splits the items of a batch so that no round holds two items of one
+// session: the k-th item of a session goes to round k. Rounds run one after
+// the other, so items of one session apply in call order (one statement
+// would update a row only once).
+func rounds(n int, key func(i int) sessKey) [][]int {
+	seen := make(map[sessKey]int, n)
+	var out [][]int
+	for i := range n {
+		k := key(i)
+		r := seen[k]
+		seen[k] = r + 1
+		if r == len(out) {
+			out = append(out, make([]int, 0, n))
+		}
+		out[r] = append(out[r], i)
+	}
+	return out
+}
+
+func refRounds(refs []store.SessionRef) [][]int {
+	return rounds(len(refs), func(i int) sessKey { return sessKey{refs[i].Queue, refs[i].SessionID} })
+}
+
+// refArrays returns the refs of a round as the arrays of sqRefs.
+func refArrays(refs []store.SessionRef, round []int) (queues, ids []string, tokens []int64) {
+	queues, ids, tokens = make([]string, len(round)), make([]string, len(round)), make([]int64, len(round))
+	for j, i := range round {
+		queues[j], ids[j], tokens[j] = refs[i].Queue, refs[i].SessionID, refs[i].Token
+	}
+	return queues, ids, tokens
+}
+
+func scanQueue(out *[]*dt.Queue) func(rows) error {
+	return func(r rows) error {
+		var (
+			q            dt.Queue
+			policy       string
+			window, lock int64
+		)
+		if err := r.Scan(&q.Name, &q.MaxDeliveryCount, &policy, &window, &lock, &q.CreatedAt, &q.UpdatedAt); err != nil {
+			return err
+		}
+		q.PoisonPolicy = dt.PoisonPolicy(policy)
+		q.DedupeWindow = time.Duration(window) * time.Microsecond
+		q.LockDuration = time.Duration(lock) * time.Microsecond
+		q.CreatedAt, q.UpdatedAt = q.CreatedAt.UTC(), q.UpdatedAt.UTC()
+		*out = append(*out, &q)
+		return nil
+	}
+}
+
+func scanSession(out *[]*dt.Session) func(rows) error {
+	return func(r rows) error {
+		var (
+			s            dt.Session
+			pending      int64
+			ready, until pgtype.Timestamptz
+			holder       pgtype.Text
+		)
+		if err := r.Scan(&s.Queue, &s.ID, &s.NextSeq, &pending, &ready, &holder, &s.LockToken, &until, &s.State,
+			&s.Closed, &s.Blocked, &s.CreatedAt, &s.UpdatedAt); err != nil {
+			return err
+		}
+		s.Pending = int(pending)
+		s.ReadyAt, s.LockedUntil = fromTS(ready), fromTS(until)
+		s.LockHolder = holder.String
+		s.CreatedAt, s.UpdatedAt = s.CreatedAt.UTC(), s.UpdatedAt.UTC()
+		*out = append(*out, &s)
+		return nil
+	}
+}
+
+func scanMessage(out *[]*dt.Message) func(rows) error {
+	return func(r rows) error {
+		var (
+			m             dt.Message
+			msgID, reason pgtype.Text
+			deadAt        pgtype.Timestamptz
+			count         int32
+		)
+		if err := r.Scan(&m.Queue, &m.SessionID, &m.Seq, &msgID, &m.Body, &count, &m.EndOfSequence, &m.AvailableAt,
+			&m.Dead, &reason, &deadAt, &m.EnqueuedAt); err != nil {
+			return err
+		}
+		m.DeliveryCount = int(count)
+		m.MessageID, m.DeadReason = msgID.String, reason.String
+		m.DeadAt = fromTS(deadAt)
+		m.AvailableAt, m.EnqueuedAt = m.AvailableAt.UTC(), m.EnqueuedAt.UTC()
+		*out = append(*out, &m)
+		return nil
+	}
+}
+
+// ---- queues ----
+
+func (e *executor) QueuePut(ctx context.Context, q *dt.Queue) error {
+	if err := e.write("put queue"); err != nil {
+		return err
+	}
+	_, err := e.exec(ctx, "put queue", e.d.queueQ().queuePut, q.Name, int32(q.MaxDeliveryCount), string(q.PoisonPolicy),
+		q.DedupeWindow.Microseconds(), q.LockDuration.Microseconds(), q.CreatedAt, q.UpdatedAt)
+	return err
+}
+
+func (e *executor) QueueGet(ctx context.Context, name string) (*dt.Queue, error) {
+	var out []*dt.Queue
+	if err := e.each(ctx, "get queue", e.d.queueQ().queueGet, []any{name}, scanQueue(&out)); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("queue %q: %w", name, store.ErrNotFound)
+	}
+	return out[0], nil
+}
+
+func (e *executor) QueueList(ctx context.Context) ([]*dt.Queue, error) {
+	var out []*dt.Queue
+	if err := e.each(ctx, "list queues", e.d.queueQ().queueList, nil, scanQueue(&out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ---- publish ----
+
+// pubSession is what a publish plans for one session.
+type pubSession struct {
+	closed     bool // closed before or by this call
+	n          int64
+	eos        bool
+	firstAvail time.Time
+}
+
+// MessagePublishMany: tPublishPrepare locks the existing sessions and finds
+// closed sessions and known message IDs, so a rejected call writes nothing;
+// tDedupeClaim (only with message IDs) claims the new IDs; tPublish writes.
+func (e *executor) MessagePublishMany(ctx context.Context, p store.PublishParams) ([]store.PublishResult, error) {
+	msgs := p.Messages
+	res := make([]store.PublishResult, len(msgs))
+	if len(msgs) == 0 {
+		return res, nil
+	}
+	if err := e.write("publish"); err != nil {
+		return nil, err
+	}
+	q := e.d.queueQ()
+	n := len(msgs)
+	queues, sids, mids := make([]string, n), make([]string, n), make([]*string, n)
+	for i, m := range msgs {
+		queues[i], sids[i], mids[i] = m.Queue, m.SessionID, nullStr(m.MessageID)
+	}
+	var (
+		window = make([]int64, n) // dedupe window of the message's queue, µs
+		closed = make([]bool, n)
+		known  = make([]pgtype.Int8, n) // seq of an unexpired duplicate
+	)
+	err := e.each(ctx, "publish", q.publishPrepare, []any{queues, sids, mids, p.Now}, func(r rows) error {
+		var (
+			ord int64
+			w   pgtype.Int8
+			c   pgtype.Bool
+			seq pgtype.Int8
+		)
+		if err := r.Scan(&ord, &w, &c, &seq); err != nil {
+			return err
+		}
+		i := ord - 1
+		window[i] = dt.DefaultDedupeWindow.Microseconds()
+		if w.Valid {
+			window[i] = w.Int64
+		}
+		closed[i], known[i] = c.Bool, seq
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	// Duplicates first (a retried end-of-sequence message is a duplicate,
+	// not an error), then the closed check, before anything is written.
+	dedupe := func(i int) bool { return msgs[i].MessageID != "" && window[i] > 0 }
+	first := map[dedupeKey]int{}
+	dupOf := map[int]int{}
+	stored := make([]bool, n)
+	var claims []int
+	for i, m := range msgs {
+		if dedupe(i) {
+			if known[i].Valid {
+				res[i] = store.PublishResult{Seq: known[i].Int64, Duplicate: true}
+				continue
+			}
+			k := dedupeKey{m.Queue, m.MessageID}
+			if j, ok := first[k]; ok {
+				dupOf[i] = j
+				continue
+			}
+			first[k] = i
+			claims = append(claims, i)
+		}
+		stored[i] = true
+	}
+	// plan numbers the stored messages within their sessions; it fails if
+	// one targets a closed session.
+	var (
+		sessions map[sessKey]*pubSession
+		order    []sessKey
+		rank     = make([]int64, n)
+	)
+	plan := func() error {
+		sessions, order = map[sessKey]*pubSession{}, nil
+		for i, m := range msgs {
+			if !stored[i] {
+				continue
+			}
+			k := sessKey{m.Queue, m.SessionID}
+			s := sessions[k]
+			if s == nil {
+				s = &pubSession{closed: closed[i]}
+				sessions[k] = s
+				order = append(order, k)
+			}
+			if s.closed {
+				return fmt.Errorf("publish to session %q of queue %q: %w", m.SessionID, m.Queue, store.ErrSessionClosed)
+			}
+			s.n++
+			rank[i] = s.n
+			if s.n == 1 {
+				s.firstAvail = m.AvailableAt
+				if s.firstAvail.IsZero() {
+					s.firstAvail = p.Now
+				}
+			}
+			if m.EndOfSequence {
+				s.closed, s.eos = true, true
+			}
+		}
+		return nil
+	}
+	if err := plan(); err != nil {
+		return nil, err
+	}
+	if len(claims) > 0 {
+		// A message ID claimed by a transaction that committed since the
+		// prepare step looked makes its message a duplicate after all.
+		lost, err := e.claimIDs(ctx, msgs, claims, window, p.Now)
+		if err != nil {
+			return nil, err
+		}
+		if len(lost) > 0 {
+			for i, seq := range lost {
+				stored[i] = false
+				res[i] = store.PublishResult{Seq: seq, Duplicate: true}
+			}
+			if err := plan(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(order) > 0 {
+		if err := e.publish(ctx, msgs, stored, rank, claims, sessions, order, p.Now, res); err != nil {
+			return nil, err
+		}
+	}
+	for i, j := range dupOf {
+		res[i] = store.PublishResult{Seq: res[j].Seq, Duplicate: true}
+	}
+	return res, nil
+}
+
+// claimIDs claims the message IDs of msgs[claims]; it returns the ones
+// another transaction claimed first (committed meanwhile) with their seq.
+func (e *executor) claimIDs(ctx context.Context, msgs []store.PublishMessage, claims []int, window []int64, now time.Time) (map[int]int64, error) {
+	q := e.d.queueQ()
+	k := len(claims)
+	queues, mids, sids, exp := make([]string, k), make([]string, k), make([]string, k), make([]time.Time, k)
+	for j, i := range claims {
+		m := msgs[i]
+		queues[j], mids[j], sids[j] = m.Queue, m.MessageID, m.SessionID
+		exp[j] = now.Add(time.Duration(window[i]) * time.Microsecond)
+	}
+	got := make(map[dedupeKey]bool, k)
+	err := e.each(ctx, "publish: claim message IDs", q.dedupeClaim, []any{queues, mids, sids, exp, now}, func(r rows) error {
+		var dk dedupeKey
+		if err := r.Scan(&dk.queue, &dk.id); err != nil {
+			return err
+		}
+		got[dk] = true
+		return nil
+	})
+	if err != nil || len(got) == k {
+		return nil, err
+	}
+	var lq, lm []string
+	lost := map[dedupeKey]int{}
+	for _, i := range claims {
+		dk := dedupeKey{msgs[i].Queue, msgs[i].MessageID}
+		if !got[dk] {
+			lost[dk] = i
+			lq, lm = append(lq, dk.queue), append(lm, dk.id)
+		}
+	}
+	out := make(map[int]int64, len(lost))
+	err = e.each(ctx, "publish: duplicate message IDs", q.dedupeGet, []any{lq, lm}, func(r rows) error {
+		var (
+			dk  dedupeKey
+			seq int64
+		)
+		if err := r.Scan(&dk.queue, &dk.id, &seq); err != nil {
+			return err
+		}
+		out[lost[dk]] = seq
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) != len(lost) {
+		return nil, fmt.Errorf("postgres: publish: %d message IDs neither claimed nor found", len(lost)-len(out))
+	}
+	return out, nil
+}
+
+// publish runs tPublish and fills in the seqs of the stored messages.
+func (e *executor) publish(ctx context.Context, msgs []store.PublishMessage, stored []bool, rank []int64, claims []int,
+	sessions map[sessKey]*pubSession, order []sessKey, now time.Time, res []store.PublishResult) error {
+	ns := len(order)
+	gq, gs, gn, geos, gavail := make([]string, ns), make([]string, ns), make([]int64, ns), make([]bool, ns), make([]time.Time, ns)
+	for j, k := range order {
+		s := sessions[k]
+		gq[j], gs[j], gn[j], geos[j], gavail[j] = k.queue, k.id, s.n, s.eos, s.firstAvail
+	}
+	claimed := make(map[int]bool, len(claims))
+	for _, i := range claims {
+		claimed[i] = true
+	}
+	var (
+		uq, us     []string
+		urank      []int64
+		ubody      [][]byte
+		ueos, uclm []bool
+		uavail     []time.Time
+		umids      []*string
+	)
+	for i, m := range msgs {
+		if !stored[i] {
+			continue
+		}
+		avail := m.AvailableAt
+		if avail.IsZero() {
+			avail = now
+		}
+		uq, us, urank = append(uq, m.Queue), append(us, m.SessionID), append(urank, rank[i])
+		umids, ubody = append(umids, nullStr(m.MessageID)), append(ubody, nonNil(m.Body))
+		ueos, uavail, uclm = append(ueos, m.EndOfSequence), append(uavail, avail), append(uclm, claimed[i])
+	}
+	next := make(map[sessKey]int64, ns)
+	err := e.each(ctx, "publish", e.d.queueQ().publish, []any{gq, gs, gn, geos, gavail, now,
+		uq, us, urank, umids, ubody, ueos, uavail, uclm}, func(r rows) error {
+		var (
+			k   sessKey
+			seq int64
+		)
+		if err := r.Scan(&k.queue, &k.id, &seq); err != nil {
+			return err
+		}
+		next[k] = seq
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, m := range msgs {
+		if !stored[i] {
+			continue
+		}
+		k := sessKey{m.Queue, m.SessionID}
+		last, ok := next[k]
+		if !ok {
+			// Created and closed by a concurrent transaction after the
+			// prepare step looked: the statement wrote the other sessions,
+			// so the transaction must be rolled back.
+			return fmt.Errorf("publish to session %q of queue %q (closed concurrently; roll the transaction back): %w",
+				m.SessionID, m.Queue, store.ErrSessionClosed)
+		}
+		res[i].Seq = last - sessions[k].n + rank[i]
+	}
+	return nil
+}
+
+// ---- locks ----
+
+func (e *executor) SessionAccept(ctx context.Context, p store.SessionAcceptParams) ([]*dt.Session, error) {
+	if err := e.write("accept sessions"); err != nil {
+		return nil, err
+	}
+	q := e.d.queueQ()
+	var dur *int64
+	if p.LockDuration > 0 {
+		v := p.LockDuration.Microseconds()
+		dur = &v
+	}
+	var out []*dt.Session
+	if p.SessionID != "" {
+		if err := e.each(ctx, "accept session", q.acceptNamed, []any{p.Holder, p.Now, dur, p.Queue, p.SessionID}, scanSession(&out)); err != nil {
+			return nil, err
+		}
+		if len(out) > 0 {
+			return out, nil
+		}
+		n, err := e.count(ctx, "accept session", q.sessionExists, p.Queue, p.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("session %q of queue %q: %w", p.SessionID, p.Queue, store.ErrNotFound)
+		}
+		return nil, fmt.Errorf("session %q of queue %q: %w", p.SessionID, p.Queue, store.ErrSessionLocked)
+	}
+	if err := e.each(ctx, "accept sessions", q.acceptNext, []any{p.Holder, p.Now, dur, p.Queue, p.Limit}, scanSession(&out)); err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if !a.ReadyAt.Equal(*b.ReadyAt) {
+			return a.ReadyAt.Before(*b.ReadyAt)
+		}
+		return a.ID < b.ID
+	})
+	return out, nil
+}
+
+// lockUpdate runs a lock statement (renew, release) round by round; a ref
+// whose ord the statement did not return lost its lock.
+func (e *executor) lockUpdate(ctx context.Context, what, query string, refs []store.SessionRef, extra ...any) ([]error, error) {
+	if err := e.write(what); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(refs))
+	for _, round := range refRounds(refs) {
+		queues, ids, tokens := refArrays(refs, round)
+		done := make([]bool, len(round))
+		err := e.each(ctx, what, query, append([]any{queues, ids, tokens}, extra...), func(r rows) error {
+			var ord int64
+			if err := r.Scan(&ord); err != nil {
+				return err
+			}
+			done[ord-1] = true
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range round {
+			if !done[j] {
+				errs[i] = store.ErrLockLost
+			}
+		}
+	}
+	return errs, nil
+}
+
+func (e *executor) SessionRenew(ctx context.Context, refs []store.SessionRef, now, until time.Time) ([]error, error) {
+	return e.lockUpdate(ctx, "renew sessions", e.d.queueQ().renew, refs, now, until)
+}
+
+func (e *executor) SessionRelease(ctx context.Context, refs []store.SessionRef, now time.Time) ([]error, error) {
+	return e.lockUpdate(ctx, "release sessions", e.d.queueQ().release, refs, now)
+}
+
+// ---- receive and settle ----
+
+func (e *executor) MessageReceiveMany(ctx context.Context, refs []store.SessionRef, now time.Time) ([]*dt.Message, []error, error) {
+	if err := e.write("receive"); err != nil {
+		return nil, nil, err
+	}
+	msgs := make([]*dt.Message, len(refs))
+	errs := make([]error, len(refs))
+	for _, round := range refRounds(refs) {
+		queues, ids, tokens := refArrays(refs, round)
+		held := make([]bool, len(round))
+		err := e.each(ctx, "receive", e.d.queueQ().receive, []any{queues, ids, tokens, now}, func(r rows) error {
+			var (
+				ord            int64
+				seq            pgtype.Int8
+				msgID          pgtype.Text
+				body           []byte
+				count          pgtype.Int4
+				eos            pgtype.Bool
+				avail, enqueue pgtype.Timestamptz
+			)
+			if err := r.Scan(&ord, &seq, &msgID, &body, &count, &eos, &avail, &enqueue); err != nil {
+				return err
+			}
+			j := ord - 1
+			held[j] = true
+			if seq.Valid {
+				ref := refs[round[j]]
+				msgs[round[j]] = &dt.Message{Queue: ref.Queue, SessionID: ref.SessionID, Seq: seq.Int64,
+					MessageID: msgID.String, Body: body, DeliveryCount: int(count.Int32), EndOfSequence: eos.Bool,
+					AvailableAt: avail.Time.UTC(), EnqueuedAt: enqueue.Time.UTC()}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		for j, i := range round {
+			if !held[j] {
+				errs[i] = store.ErrLockLost
+			}
+		}
+	}
+	return msgs, errs, nil
+}
+
+// MessageSettleMany locks the held sessions (tSettleLock), then applies the
+// settles of head messages in one statement (tSettle), per round.
+func (e *executor) MessageSettleMany(ctx context.Context, settles []store.MessageSettle, now time.Time) ([]error, error) {
+	if err := e.write("settle"); err != nil {
+		return nil, err
+	}
+	for _, s := range settles {
+		switch s.Action {
+		case store.SettleComplete, store.SettleAbandon, store.SettleDeadLetter:
+		default:
+			return nil, fmt.Errorf("postgres: settle: unknown action %q", s.Action)
+		}
+	}
+	q := e.d.queueQ()
+	errs := make([]error, len(settles))
+	refs := make([]store.SessionRef, len(settles))
+	for i, s := range settles {
+		refs[i] = s.Ref
+	}
+	for _, round := range refRounds(refs) {
+		queues, ids, tokens := refArrays(refs, round)
+		held := make([]bool, len(round))
+		err := e.each(ctx, "settle: lock sessions", q.settleLock, []any{queues, ids, tokens, now}, func(r rows) error {
+			var (
+				k       sessKey
+				blocked bool
+				ord     int64
+			)
+			if err := r.Scan(&k.queue, &k.id, &blocked, &ord); err != nil {
+				return err
+			}
+			held[ord-1] = true
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		var (
+			apply           []int // indexes into settles
+			aq, as, aaction []string
+			aseq            []int64
+			aavail          []time.Time
+			ablock, aset    []bool
+			astate          [][]byte
+			areasons        []*string
+		)
+		for j, i := range round {
+			if !held[j] {
+				errs[i] = store.ErrLockLost
+				continue
+			}
+			s := settles[i]
+			avail := s.AvailableAt
+			if avail.IsZero() {
+				avail = now
+			}
+			apply = append(apply, i)
+			aq, as, aseq, aaction = append(aq, s.Ref.Queue), append(as, s.Ref.SessionID), append(aseq, s.Seq), append(aaction, string(s.Action))
+			aavail, areasons, ablock = append(aavail, avail), append(areasons, nullStr(s.Reason)), append(ablock, s.Block)
+			aset, astate = append(aset, s.SetState), append(astate, s.State)
+		}
+		if len(apply) == 0 {
+			continue
+		}
+		ok := make([]bool, len(apply))
+		err = e.each(ctx, "settle", q.settle, []any{aq, as, aseq, aaction, aavail, areasons, ablock, aset, astate, now}, func(r rows) error {
+			var ord int64
+			if err := r.Scan(&ord); err != nil {
+				return err
+			}
+			ok[ord-1] = true
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range apply {
+			if !ok[j] {
+				errs[i] = store.ErrNotHead
+			}
+		}
+	}
+	return errs, nil
+}
+
+// ---- sessions ----
+
+func (e *executor) SessionGet(ctx context.Context, queue, sessionID string) (*dt.Session, error) {
+	q := e.d.queueQ()
+	var out []*dt.Session
+	if err := e.each(ctx, "get session", e.pick(q.sessionGet, q.sessionGetLock), []any{queue, sessionID}, scanSession(&out)); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("session %q of queue %q: %w", sessionID, queue, store.ErrNotFound)
+	}
+	return out[0], nil
+}
+
+func (e *executor) SessionList(ctx context.Context, p store.SessionListParams) ([]*dt.Session, error) {
+	query, args := e.d.queueQ().sessionList, []any{p.Queue, p.AfterID}
+	if p.Limit > 0 {
+		query += ` LIMIT $3`
+		args = append(args, p.Limit)
+	}
+	var out []*dt.Session
+	if err := e.each(ctx, "list sessions", query, args, scanSession(&out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (e *executor) SessionStateSet(ctx context.Context, ref store.SessionRef, state []byte, now time.Time) error {
+	if err := e.write("set session state"); err != nil {
+		return err
+	}
+	n, err := e.exec(ctx, "set session state", e.d.queueQ().sessionStateSet, state, now, ref.Queue, ref.SessionID, ref.Token)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("session %q of queue %q: %w", ref.SessionID, ref.Queue, store.ErrLockLost)
+	}
+	return nil
+}
+
+// ---- messages and the dead-letter list ----
+
+func (e *executor) MessagePeek(ctx context.Context, p store.MessagePeekParams) ([]*dt.Message, error) {
+	query, args := e.d.queueQ().messagePeek, []any{p.Queue, p.SessionID, p.FromSeq}
+	if p.Limit > 0 {
+		query += ` LIMIT $4`
+		args = append(args, p.Limit)
+	}
+	var out []*dt.Message
+	if err := e.each(ctx, "peek messages", query, args, scanMessage(&out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (e *executor) DeadLetterList(ctx context.Context, p store.DeadLetterListParams) ([]*dt.Message, error) {
+	var b strings.Builder
+	b.WriteString(e.d.queueQ().deadLetterList)
+	args := []any{p.Queue, p.AfterSessionID, p.AfterSeq}
+	if p.SessionID != "" {
+		args = append(args, p.SessionID)
+		fmt.Fprintf(&b, ` AND session_id = $%d`, len(args))
+	}
+	b.WriteString(` ORDER BY session_id, seq`)
+	if p.Limit > 0 {
+		args = append(args, p.Limit)
+		fmt.Fprintf(&b, ` LIMIT $%d`, len(args))
+	}
+	var out []*dt.Message
+	if err := e.each(ctx, "list dead letters", b.String(), args, scanMessage(&out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (e *executor) deadLetterOp(ctx context.Context, what, query string, queue, sessionID string, seq int64, now time.Time, lock bool) error {
+	if err := e.write(what); err != nil {
+		return err
+	}
+	if lock {
+		if _, err := e.exec(ctx, what, e.d.queueQ().sessionLock, queue, sessionID); err != nil {
+			return err
+		}
+	}
+	n, err := e.count(ctx, what, query, queue, sessionID, seq, now)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("dead message %d of session %q of queue %q: %w", seq, sessionID, queue, store.ErrNotFound)
+	}
+	return nil
+}
+
+func (e *executor) DeadLetterResubmit(ctx context.Context, queue, sessionID string, seq int64, now time.Time) error {
+	return e.deadLetterOp(ctx, "resubmit dead letter", e.d.queueQ().resubmit, queue, sessionID, seq, now, true)
+}
+
+func (e *executor) DeadLetterDiscard(ctx context.Context, queue, sessionID string, seq int64, now time.Time) error {
+	return e.deadLetterOp(ctx, "discard dead letter", e.d.queueQ().discard, queue, sessionID, seq, now, false)
+}
+
+func (e *executor) DedupeDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+	if err := e.write("delete expired message IDs"); err != nil {
+		return 0, err
+	}
+	n, err := e.exec(ctx, "delete expired message IDs", e.d.queueQ().dedupeDeleteExpired, now, limit)
+	return int(n), err
+}

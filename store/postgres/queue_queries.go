@@ -1,0 +1,280 @@
+package postgres
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The SQL of the session-queue primitives (store.QueueExecutor), with the
+// schema placeholder {s} as in queries.go. Batches travel as arrays (unnest),
+// one or two statements per call whatever its size.
+//
+// Locking: every statement that changes sessions first locks their rows in
+// (queue, session_id) order (SELECT … ORDER BY … FOR UPDATE), so transactions
+// touching several sessions never wait on each other in a cycle; accept-next
+// skips locked rows instead (SKIP LOCKED). A statement that computes a new
+// head from queue_messages runs after the statement that locked the session,
+// so its snapshot already holds every message committed to that session.
+
+const (
+	sqQueueCols = `name, max_delivery_count, poison_policy, dedupe_window_us, lock_duration_us, created_at, updated_at`
+
+	sqSessionCols = `queue, session_id, next_seq, pending, ready_at, lock_holder, lock_token, locked_until, state,
+ closed, blocked, created_at, updated_at`
+
+	sqMessageCols = `queue, session_id, seq, message_id, body, delivery_count, end_of_sequence, available_at,
+ dead, dead_reason, dead_at, enqueued_at`
+
+	// sqHeld is the condition of a call under a lock (session qs, ref u,
+	// now $4): the token is current and the lock unexpired.
+	sqHeld = `qs.lock_token = u.token AND qs.lock_holder IS NOT NULL AND qs.locked_until > $4`
+
+	// sqRefs unnests session refs ($1 queues, $2 session IDs, $3 tokens).
+	sqRefs = `u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(queue, session_id, token, ord))`
+
+	// sqLockHeld locks the held sessions among the refs, in key order.
+	sqLockHeld = `SELECT qs.queue, qs.session_id, qs.blocked, u.ord
+   FROM {s}.queue_sessions qs JOIN u ON qs.queue = u.queue AND qs.session_id = u.session_id
+   WHERE ` + sqHeld + `
+   ORDER BY qs.queue, qs.session_id
+   FOR UPDATE OF qs`
+
+	tQueuePut = `INSERT INTO {s}.queues (` + sqQueueCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7)
+ ON CONFLICT (name) DO UPDATE SET max_delivery_count = EXCLUDED.max_delivery_count,
+   poison_policy = EXCLUDED.poison_policy, dedupe_window_us = EXCLUDED.dedupe_window_us,
+   lock_duration_us = EXCLUDED.lock_duration_us, updated_at = EXCLUDED.updated_at`
+	tQueueGet  = `SELECT ` + sqQueueCols + ` FROM {s}.queues WHERE name = $1`
+	tQueueList = `SELECT ` + sqQueueCols + ` FROM {s}.queues ORDER BY name`
+
+	// tPublishPrepare locks the existing sessions published to and returns,
+	// per message ($1 queues, $2 session IDs, $3 message IDs): its queue's
+	// dedupe window (NULL: no queue yet), whether its session is closed
+	// (NULL: no session yet) and the seq of an unexpired message with the
+	// same ID.
+	tPublishPrepare = `WITH u AS (
+   SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(queue, session_id, message_id, ord)),
+ lk AS MATERIALIZED (
+   SELECT qs.queue, qs.session_id, qs.closed FROM {s}.queue_sessions qs
+   WHERE (qs.queue, qs.session_id) IN (SELECT queue, session_id FROM u)
+   ORDER BY qs.queue, qs.session_id
+   FOR UPDATE)
+ SELECT u.ord, q.dedupe_window_us, lk.closed, d.seq
+ FROM u
+ LEFT JOIN {s}.queues q ON q.name = u.queue
+ LEFT JOIN lk ON lk.queue = u.queue AND lk.session_id = u.session_id
+ LEFT JOIN {s}.queue_dedupe d ON d.queue = u.queue AND d.message_id = u.message_id AND d.expires_at > $4`
+
+	// tDedupeClaim claims message IDs (free, or expired at $5); the seq is
+	// filled in by tPublish. An ID another transaction holds uncommitted
+	// waits for it; the IDs not returned are duplicates after all.
+	tDedupeClaim = `INSERT INTO {s}.queue_dedupe AS d (queue, message_id, session_id, seq, expires_at)
+ SELECT queue, message_id, session_id, 0, expires_at
+ FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS u(queue, message_id, session_id, expires_at)
+ ORDER BY queue, message_id
+ ON CONFLICT (queue, message_id) DO UPDATE SET session_id = EXCLUDED.session_id, seq = 0, expires_at = EXCLUDED.expires_at
+ WHERE d.expires_at <= $5
+ RETURNING queue, message_id`
+	tDedupeGet = `SELECT d.queue, d.message_id, d.seq
+ FROM {s}.queue_dedupe d JOIN unnest($1::text[], $2::text[]) AS u(queue, message_id)
+   ON d.queue = u.queue AND d.message_id = u.message_id`
+
+	// tPublish creates missing queues, creates or advances the sessions
+	// (g: $1..$5, one row per session: messages added, end of sequence, the
+	// available time of the first) holding their rows to commit, inserts the
+	// messages (u: $7..$14, rank = position within the session in this call)
+	// with seq = the session's previous next_seq + rank, and records the seq
+	// of claimed message IDs. A session found closed is left out of s (and
+	// its messages with it); the caller sees it missing.
+	tPublish = `WITH g AS (
+   SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bool[], $5::timestamptz[])
+     AS g(queue, session_id, n, eos, first_avail)),
+ qi AS (
+   INSERT INTO {s}.queues (name, created_at, updated_at)
+   SELECT DISTINCT queue, $6::timestamptz, $6::timestamptz FROM g ORDER BY 1
+   ON CONFLICT (name) DO NOTHING),
+ s AS (
+   INSERT INTO {s}.queue_sessions AS qs (queue, session_id, next_seq, pending, ready_at, closed, created_at, updated_at)
+   SELECT queue, session_id, n, n, first_avail, eos, $6::timestamptz, $6::timestamptz FROM g ORDER BY queue, session_id
+   ON CONFLICT (queue, session_id) DO UPDATE SET next_seq = qs.next_seq + EXCLUDED.next_seq,
+     pending = qs.pending + EXCLUDED.pending, ready_at = COALESCE(qs.ready_at, EXCLUDED.ready_at),
+     closed = EXCLUDED.closed, updated_at = EXCLUDED.updated_at
+   WHERE NOT qs.closed
+   RETURNING qs.queue, qs.session_id, qs.next_seq),
+ x AS (
+   SELECT u.queue, u.session_id, u.message_id, u.body, u.eos, u.avail, u.claimed, s.next_seq - g.n + u.rank AS seq
+   FROM unnest($7::text[], $8::text[], $9::bigint[], $10::text[], $11::bytea[], $12::bool[], $13::timestamptz[], $14::bool[])
+     AS u(queue, session_id, rank, message_id, body, eos, avail, claimed)
+   JOIN s ON s.queue = u.queue AND s.session_id = u.session_id
+   JOIN g ON g.queue = u.queue AND g.session_id = u.session_id),
+ m AS (
+   INSERT INTO {s}.queue_messages (queue, session_id, seq, message_id, body, delivery_count, end_of_sequence,
+     available_at, dead, enqueued_at)
+   SELECT queue, session_id, seq, message_id, body, 0, eos, avail, false, $6::timestamptz
+   FROM x ORDER BY queue, session_id, seq),
+ dd AS (
+   UPDATE {s}.queue_dedupe AS d SET session_id = x.session_id, seq = x.seq
+   FROM x WHERE x.claimed AND d.queue = x.queue AND d.message_id = x.message_id)
+ SELECT queue, session_id, next_seq FROM s`
+
+	// The lock duration: the caller's ($3, NULL when not given), else the
+	// queue's, else the default.
+	sqLockUntil = `$2 + COALESCE($3::bigint, (SELECT lock_duration_us FROM {s}.queues WHERE name = $4), 30000000)
+     * interval '1 microsecond'`
+
+	tSessionAcceptNamed = `UPDATE {s}.queue_sessions SET lock_holder = $1, lock_token = lock_token + 1,
+   locked_until = ` + sqLockUntil + `, updated_at = $2
+ WHERE queue = $4 AND session_id = $5 AND (lock_holder IS NULL OR locked_until <= $2)
+ RETURNING ` + sqSessionCols
+	tSessionAcceptNext = `WITH c AS MATERIALIZED (
+   SELECT queue, session_id FROM {s}.queue_sessions
+   WHERE queue = $4 AND ready_at IS NOT NULL AND NOT blocked AND ready_at <= $2
+     AND (lock_holder IS NULL OR locked_until <= $2)
+   ORDER BY ready_at, session_id LIMIT $5
+   FOR UPDATE SKIP LOCKED)
+ UPDATE {s}.queue_sessions AS qs SET lock_holder = $1, lock_token = qs.lock_token + 1,
+   locked_until = ` + sqLockUntil + `, updated_at = $2
+ FROM c WHERE qs.queue = c.queue AND qs.session_id = c.session_id
+ RETURNING ` + "qs.queue, qs.session_id, qs.next_seq, qs.pending, qs.ready_at, qs.lock_holder, qs.lock_token, qs.locked_until, qs.state, qs.closed, qs.blocked, qs.created_at, qs.updated_at"
+	tSessionExists = `SELECT count(*) FROM {s}.queue_sessions WHERE queue = $1 AND session_id = $2`
+
+	tSessionRenew = `WITH ` + sqRefs + `,
+ lk AS MATERIALIZED (` + sqLockHeld + `)
+ UPDATE {s}.queue_sessions AS qs SET locked_until = $5, updated_at = $4
+ FROM lk WHERE qs.queue = lk.queue AND qs.session_id = lk.session_id
+ RETURNING lk.ord`
+	tSessionRelease = `WITH ` + sqRefs + `,
+ lk AS MATERIALIZED (` + sqLockHeld + `)
+ UPDATE {s}.queue_sessions AS qs SET lock_holder = NULL, locked_until = NULL, updated_at = $4
+ FROM lk WHERE qs.queue = lk.queue AND qs.session_id = lk.session_id
+ RETURNING lk.ord`
+
+	// tReceive locks the held sessions and delivers the head of those not
+	// blocked, if available at $4. It returns a row per held ref with NULL
+	// message columns, and a row per delivered message (no join: the
+	// planner cannot estimate CTE sizes, and a nested loop over two of them
+	// is quadratic).
+	tReceive = `WITH ` + sqRefs + `,
+ lk AS MATERIALIZED (` + sqLockHeld + `),
+ h AS MATERIALIZED (
+   SELECT lk.ord, lk.queue, lk.session_id,
+     (SELECT m.seq FROM {s}.queue_messages m WHERE m.queue = lk.queue AND m.session_id = lk.session_id AND NOT m.dead
+      ORDER BY m.seq LIMIT 1) AS seq
+   FROM lk WHERE NOT lk.blocked),
+ r AS (
+   UPDATE {s}.queue_messages AS m SET delivery_count = m.delivery_count + 1
+   FROM h WHERE m.queue = h.queue AND m.session_id = h.session_id AND m.seq = h.seq AND m.available_at <= $4
+   RETURNING h.ord, m.seq, m.message_id, m.body, m.delivery_count, m.end_of_sequence, m.available_at, m.enqueued_at)
+ SELECT lk.ord, NULL::bigint, NULL::text, NULL::bytea, NULL::integer, NULL::boolean, NULL::timestamptz, NULL::timestamptz
+ FROM lk
+ UNION ALL
+ SELECT ord, seq, message_id, body, delivery_count, end_of_sequence, available_at, enqueued_at FROM r`
+
+	// tSettleLock locks the held sessions of a settle; tSettle then applies
+	// the settles whose seq is the head, in a fresh snapshot.
+	tSettleLock = `WITH ` + sqRefs + `
+ ` + sqLockHeld
+	tSettle = `WITH u AS (
+   SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::bool[],
+     $8::bool[], $9::bytea[]) WITH ORDINALITY AS u(queue, session_id, seq, action, avail, reason, block, set_state, state, ord)),
+ ok AS MATERIALIZED (
+   SELECT u.*, nx.available_at AS next_avail FROM u
+   LEFT JOIN LATERAL (
+     SELECT m.available_at FROM {s}.queue_messages m
+     WHERE m.queue = u.queue AND m.session_id = u.session_id AND NOT m.dead AND m.seq > u.seq
+     ORDER BY m.seq LIMIT 1) nx ON true
+   WHERE u.seq = (SELECT m.seq FROM {s}.queue_messages m
+     WHERE m.queue = u.queue AND m.session_id = u.session_id AND NOT m.dead ORDER BY m.seq LIMIT 1)),
+ del AS (
+   DELETE FROM {s}.queue_messages AS m USING ok
+   WHERE ok.action = 'complete' AND m.queue = ok.queue AND m.session_id = ok.session_id AND m.seq = ok.seq),
+ upd AS (
+   UPDATE {s}.queue_messages AS m SET
+     available_at = CASE WHEN ok.action = 'abandon' THEN ok.avail ELSE m.available_at END,
+     dead = ok.action = 'dead_letter',
+     dead_reason = CASE WHEN ok.action = 'dead_letter' THEN ok.reason ELSE m.dead_reason END,
+     dead_at = CASE WHEN ok.action = 'dead_letter' THEN $10::timestamptz ELSE m.dead_at END
+   FROM ok WHERE ok.action <> 'complete' AND m.queue = ok.queue AND m.session_id = ok.session_id AND m.seq = ok.seq),
+ ss AS (
+   UPDATE {s}.queue_sessions AS qs SET
+     pending = qs.pending - CASE WHEN ok.action = 'abandon' THEN 0 ELSE 1 END,
+     ready_at = CASE WHEN ok.action = 'abandon' THEN ok.avail ELSE ok.next_avail END,
+     blocked = qs.blocked OR (ok.action = 'dead_letter' AND ok.block),
+     state = CASE WHEN ok.set_state THEN ok.state ELSE qs.state END,
+     updated_at = $10::timestamptz
+   FROM ok WHERE qs.queue = ok.queue AND qs.session_id = ok.session_id)
+ SELECT ord FROM ok`
+
+	tSessionGet      = `SELECT ` + sqSessionCols + ` FROM {s}.queue_sessions WHERE queue = $1 AND session_id = $2`
+	tSessionGetLock  = tSessionGet + ` FOR UPDATE`
+	tSessionList     = `SELECT ` + sqSessionCols + ` FROM {s}.queue_sessions WHERE queue = $1 AND session_id > $2 ORDER BY session_id`
+	tSessionStateSet = `UPDATE {s}.queue_sessions SET state = $1, updated_at = $2
+ WHERE queue = $3 AND session_id = $4 AND lock_token = $5 AND lock_holder IS NOT NULL AND locked_until > $2`
+
+	tMessagePeek    = `SELECT ` + sqMessageCols + ` FROM {s}.queue_messages WHERE queue = $1 AND session_id = $2 AND seq >= $3 ORDER BY seq`
+	tDeadLetterList = `SELECT ` + sqMessageCols + ` FROM {s}.queue_messages
+ WHERE queue = $1 AND dead AND (session_id, seq) > ($2::text, $3::bigint)`
+
+	tSessionLock = `SELECT 1 FROM {s}.queue_sessions WHERE queue = $1 AND session_id = $2 FOR UPDATE`
+	// tResubmit runs after tSessionLock: the head it computes is current.
+	tResubmit = `WITH r AS (
+   UPDATE {s}.queue_messages SET dead = false, dead_reason = NULL, dead_at = NULL, delivery_count = 0, available_at = $4
+   WHERE queue = $1 AND session_id = $2 AND seq = $3 AND dead
+   RETURNING seq),
+ hd AS (SELECT min(m.seq) AS seq FROM {s}.queue_messages m WHERE m.queue = $1 AND m.session_id = $2 AND NOT m.dead),
+ ss AS (
+   UPDATE {s}.queue_sessions AS qs SET pending = qs.pending + 1, blocked = false,
+     ready_at = CASE WHEN hd.seq IS NULL OR r.seq < hd.seq THEN $4 ELSE qs.ready_at END, updated_at = $4
+   FROM r, hd WHERE qs.queue = $1 AND qs.session_id = $2)
+ SELECT count(*) FROM r`
+	tDiscard = `WITH d AS (
+   DELETE FROM {s}.queue_messages WHERE queue = $1 AND session_id = $2 AND seq = $3 AND dead RETURNING seq),
+ ss AS (
+   UPDATE {s}.queue_sessions SET blocked = false, updated_at = $4
+   WHERE queue = $1 AND session_id = $2 AND EXISTS (SELECT 1 FROM d))
+ SELECT count(*) FROM d`
+
+	tDedupeDeleteExpired = `WITH c AS MATERIALIZED (
+   SELECT queue, message_id FROM {s}.queue_dedupe WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2
+   FOR UPDATE SKIP LOCKED)
+ DELETE FROM {s}.queue_dedupe AS d USING c WHERE d.queue = c.queue AND d.message_id = c.message_id`
+)
+
+// queueQueries holds the queue statements with the schema filled in.
+type queueQueries struct {
+	queuePut, queueGet, queueList                               string
+	publishPrepare, dedupeClaim, dedupeGet, publish             string
+	acceptNamed, acceptNext, sessionExists, renew, release      string
+	receive, settleLock, settle                                 string
+	sessionGet, sessionGetLock, sessionList, sessionStateSet    string
+	messagePeek, deadLetterList, sessionLock, resubmit, discard string
+	dedupeDeleteExpired                                         string
+}
+
+// queueSQL caches the statements per schema (the driver's own queries
+// struct is built at Open; these are built on first use).
+var queueSQL sync.Map // quoted schema → *queueQueries
+
+func (d *Driver) queueQ() *queueQueries {
+	key := d.schema
+	if q, ok := queueSQL.Load(key); ok {
+		return q.(*queueQueries)
+	}
+	quoted := pgx.Identifier{d.schema}.Sanitize()
+	r := func(s string) string { return strings.ReplaceAll(s, "{s}", quoted) }
+	q := &queueQueries{
+		queuePut: r(tQueuePut), queueGet: r(tQueueGet), queueList: r(tQueueList),
+		publishPrepare: r(tPublishPrepare), dedupeClaim: r(tDedupeClaim), dedupeGet: r(tDedupeGet), publish: r(tPublish),
+		acceptNamed: r(tSessionAcceptNamed), acceptNext: r(tSessionAcceptNext), sessionExists: r(tSessionExists),
+		renew: r(tSessionRenew), release: r(tSessionRelease),
+		receive: r(tReceive), settleLock: r(tSettleLock), settle: r(tSettle),
+		sessionGet: r(tSessionGet), sessionGetLock: r(tSessionGetLock), sessionList: r(tSessionList),
+		sessionStateSet: r(tSessionStateSet),
+		messagePeek:     r(tMessagePeek), deadLetterList: r(tDeadLetterList), sessionLock: r(tSessionLock),
+		resubmit: r(tResubmit), discard: r(tDiscard),
+		dedupeDeleteExpired: r(tDedupeDeleteExpired),
+	}
+	v, _ := queueSQL.LoadOrStore(key, q)
+	return v.(*queueQueries)
+}

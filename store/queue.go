@@ -1,0 +1,231 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/drover-run/drover/drovertype"
+)
+
+// Errors of the session-queue primitives (QueueExecutor).
+var (
+	// ErrSessionClosed: a message was published to a session whose
+	// end-of-sequence message was already published.
+	ErrSessionClosed = errors.New("session is closed")
+	// ErrLockLost: the lock token is stale (the session was accepted again
+	// since, or released) or the lock expired.
+	ErrLockLost = errors.New("session lock lost")
+	// ErrNotHead: the message settled is not the session's head (its pending
+	// message with the smallest sequence number), or no longer exists.
+	ErrNotHead = errors.New("message is not the head of its session")
+	// ErrSessionLocked: a named accept found the session locked by another
+	// consumer, lock unexpired.
+	ErrSessionLocked = errors.New("session is locked by another consumer")
+)
+
+// QueueExecutor is the store half of session queues (the Sequential Convoy
+// pattern; docs/convoy-design.md). Like the rest of Executor it is SQL only:
+// policy (max delivery count, poison handling, alerts) lives in package
+// convoy. Every time is a parameter; the database clock is never read.
+//
+// Calls made under a session lock name it with a SessionRef: they apply only
+// while the ref's token is the session's current one and its lock is
+// unexpired (LockedUntil after now); otherwise that item fails with
+// ErrLockLost and nothing of it changes. Batch calls report per item: a nil
+// error means applied. Items of one call for the same session apply in call
+// order, as if made one after the other.
+//
+// On PostgreSQL, calls that change a session lock its row until the
+// transaction ends; publishing to a session therefore waits for another
+// transaction publishing to (or settling in) the same session to end. That
+// wait is what makes sequence numbers follow commit order. One call locks its
+// sessions in key order, so calls never deadlock each other; a transaction
+// making several calls over different sets of sessions can (PostgreSQL then
+// aborts one transaction with a deadlock error, to be retried).
+type QueueExecutor interface {
+	// QueuePut creates the queue or replaces its policy. CreatedAt is kept
+	// when the queue exists.
+	QueuePut(ctx context.Context, q *drovertype.Queue) error
+	// QueueGet returns the queue, or ErrNotFound. It locks nothing.
+	QueueGet(ctx context.Context, name string) (*drovertype.Queue, error)
+	// QueueList returns every queue in name order.
+	QueueList(ctx context.Context) ([]*drovertype.Queue, error)
+
+	// MessagePublishMany stores messages, creating missing queues (default
+	// policy) and sessions. results[i] is the outcome of p.Messages[i]:
+	// messages of one session get consecutive sequence numbers in call
+	// order. A message whose MessageID was published to the queue within
+	// its dedupe window (or earlier in the same call) is not stored: its
+	// result is Duplicate with the original's Seq. If any other message
+	// targets a closed session, or follows an end-of-sequence message of its
+	// session in the call, the whole call fails with ErrSessionClosed and
+	// writes nothing. (Except in one race on PostgreSQL: a session created
+	// and closed by another transaction after this call looked; the error
+	// then comes after other sessions were written, and the transaction must
+	// be rolled back, as after any error.)
+	MessagePublishMany(ctx context.Context, p PublishParams) (results []PublishResult, err error)
+
+	// SessionAccept locks sessions of p.Queue to p.Holder: the named one
+	// (p.SessionID; ErrNotFound if it does not exist, ErrSessionLocked if its
+	// lock is held and unexpired), or else up to p.Limit of the sessions
+	// whose head is available at p.Now, not blocked and not locked (or lock
+	// expired), oldest ReadyAt first; locked rows are skipped, never waited
+	// for. Each accept increments the session's LockToken and sets
+	// LockedUntil to Now plus the lock duration.
+	SessionAccept(ctx context.Context, p SessionAcceptParams) ([]*drovertype.Session, error)
+	// SessionRenew extends each held lock to until.
+	SessionRenew(ctx context.Context, refs []SessionRef, now, until time.Time) (errs []error, err error)
+	// SessionRelease frees each held session (its token stays, so the ref
+	// is stale from then on).
+	SessionRelease(ctx context.Context, refs []SessionRef, now time.Time) (errs []error, err error)
+
+	// MessageReceiveMany returns, for each held session whose head message
+	// is available at now (and that is not blocked), that head with its
+	// DeliveryCount incremented. msgs[i] is nil when refs[i] has nothing to
+	// receive or errs[i] is set (ErrLockLost).
+	MessageReceiveMany(ctx context.Context, refs []SessionRef, now time.Time) (msgs []*drovertype.Message, errs []error, err error)
+	// MessageSettleMany applies each settle to its session's head message.
+	// errs[i] is ErrLockLost (lock not held), ErrNotHead (Seq is not the
+	// head) or nil (applied). Pending, ReadyAt and Blocked follow.
+	MessageSettleMany(ctx context.Context, settles []MessageSettle, now time.Time) (errs []error, err error)
+
+	// SessionGet returns the session, or ErrNotFound. Inside a transaction
+	// it locks the session's row.
+	SessionGet(ctx context.Context, queue, sessionID string) (*drovertype.Session, error)
+	// SessionList returns a queue's sessions in ID order (keyset pagination).
+	SessionList(ctx context.Context, p SessionListParams) ([]*drovertype.Session, error)
+	// SessionStateSet sets the session state under a held lock (nil clears
+	// it); ErrLockLost otherwise.
+	SessionStateSet(ctx context.Context, ref SessionRef, state []byte, now time.Time) error
+
+	// MessagePeek returns a session's messages from p.FromSeq on, in
+	// sequence order, dead ones included, changing nothing.
+	MessagePeek(ctx context.Context, p MessagePeekParams) ([]*drovertype.Message, error)
+	// DeadLetterList returns dead messages of a queue (or one of its
+	// sessions) in (session, seq) order.
+	DeadLetterList(ctx context.Context, p DeadLetterListParams) ([]*drovertype.Message, error)
+	// DeadLetterResubmit makes a dead message pending again, available at
+	// now with delivery count 0: having the smallest sequence number, it is
+	// its session's head again. The session is unblocked. ErrNotFound if no
+	// such dead message exists.
+	DeadLetterResubmit(ctx context.Context, queue, sessionID string, seq int64, now time.Time) error
+	// DeadLetterDiscard deletes a dead message and unblocks its session.
+	// ErrNotFound if no such dead message exists.
+	DeadLetterDiscard(ctx context.Context, queue, sessionID string, seq int64, now time.Time) error
+
+	// DedupeDeleteExpired deletes up to limit message IDs whose dedupe
+	// window ended at or before now, and returns how many.
+	DedupeDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
+// SessionRef names a session held under a lock token.
+type SessionRef struct {
+	Queue     string
+	SessionID string
+	Token     int64
+}
+
+// PublishMessage is one message to publish.
+type PublishMessage struct {
+	Queue     string
+	SessionID string
+	// MessageID, when set, de-duplicates the message within the queue's
+	// dedupe window.
+	MessageID string
+	Body      []byte
+	// EndOfSequence closes the session: it must be the session's last
+	// message.
+	EndOfSequence bool
+	// AvailableAt is when the message may be delivered; zero means Now.
+	AvailableAt time.Time
+}
+
+// PublishParams are the arguments of MessagePublishMany.
+type PublishParams struct {
+	Messages []PublishMessage
+	Now      time.Time
+}
+
+// PublishResult is the outcome of one published message.
+type PublishResult struct {
+	// Seq is the message's sequence number; for a duplicate, the original's
+	// (in the original's session).
+	Seq int64
+	// Duplicate: the message ID was published within the dedupe window;
+	// nothing was stored.
+	Duplicate bool
+}
+
+// SessionAcceptParams are the arguments of SessionAccept.
+type SessionAcceptParams struct {
+	Queue string
+	// SessionID names the session to accept; "" accepts the next available
+	// ones.
+	SessionID string
+	Holder    string
+	Now       time.Time
+	// LockDuration overrides the queue's lock duration when positive.
+	LockDuration time.Duration
+	// Limit caps how many sessions an accept of the next available ones
+	// takes.
+	Limit int
+}
+
+// SettleAction is what MessageSettleMany does with a head message.
+type SettleAction string
+
+const (
+	// SettleComplete deletes the message; the next one becomes the head.
+	SettleComplete SettleAction = "complete"
+	// SettleAbandon leaves the message at the head, available again at
+	// MessageSettle.AvailableAt.
+	SettleAbandon SettleAction = "abandon"
+	// SettleDeadLetter marks the message dead (kept for the dead-letter
+	// list); the next one becomes the head. With MessageSettle.Block the
+	// session is blocked.
+	SettleDeadLetter SettleAction = "dead_letter"
+)
+
+// MessageSettle settles one head message.
+type MessageSettle struct {
+	Ref    SessionRef
+	Seq    int64
+	Action SettleAction
+	// AvailableAt (abandon) is when the message is delivered again; zero
+	// means now.
+	AvailableAt time.Time
+	// Reason (dead-letter) is recorded with the dead message.
+	Reason string
+	// Block (dead-letter) blocks the session (PoisonBlock).
+	Block bool
+	// SetState replaces the session state with State (nil clears it) in
+	// the same step.
+	SetState bool
+	State    []byte
+}
+
+// SessionListParams filter SessionList. Limit 0 means no limit.
+type SessionListParams struct {
+	Queue   string
+	AfterID string // keyset pagination: sessions with ID > AfterID
+	Limit   int
+}
+
+// MessagePeekParams are the arguments of MessagePeek. Limit 0 means no limit.
+type MessagePeekParams struct {
+	Queue     string
+	SessionID string
+	FromSeq   int64 // messages with Seq >= FromSeq
+	Limit     int
+}
+
+// DeadLetterListParams filter DeadLetterList. Limit 0 means no limit.
+type DeadLetterListParams struct {
+	Queue     string
+	SessionID string // "" for every session of the queue
+	// Keyset pagination: messages after (AfterSessionID, AfterSeq).
+	AfterSessionID string
+	AfterSeq       int64
+	Limit          int
+}
