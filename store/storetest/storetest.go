@@ -60,6 +60,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Driver) {
 		{"Event", eventCases()},
 		{"Lease", leaseCases()},
 		{"Flow", flowCases()},
+		{"Ordering", orderingCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
