@@ -271,10 +271,12 @@ func reserveOrdering(ctx context.Context, x store.Executor, tasks []*dt.Task) er
 		keyed []*dt.Task
 	)
 	for _, t := range tasks {
-		if t.OrderingKey != "" {
-			keys = append(keys, t.OrderingKey)
-			keyed = append(keyed, t)
+		if t.OrderingKey == "" {
+			t.OrderingSeq = 0 // no key, no position
+			continue
 		}
+		keys = append(keys, t.OrderingKey)
+		keyed = append(keyed, t)
 	}
 	if len(keys) == 0 {
 		return nil
