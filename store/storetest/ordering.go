@@ -442,6 +442,21 @@ func testOrderingRecovery(t *testing.T, d store.Driver) {
 // without that wait would let T2's task become visible, and claimable, while
 // the task before it in its key is not committed yet.
 func testOrderingRacingSubmitters(t *testing.T, d store.Driver) {
+	// First on a new key (on PostgreSQL T2 waits on T1's uncommitted insert
+	// of the key's row), then on the same key again (T2 waits on the row's
+	// lock).
+	raceSubmitters(t, d, "t1", "t2", 1)
+	raceSubmitters(t, d, "t3", "t4", 3)
+	e := newEnv(t, d)
+	if got := e.claimIDs(base); fmt.Sprint(got) != "[t1]" {
+		t.Fatalf("claim = %v, want [t1] (the others wait for it)", got)
+	}
+}
+
+// raceSubmitters runs T1 (submitting id1) and T2 (id2) on key k as described
+// above; id1 must get position want and id2 want+1.
+func raceSubmitters(t *testing.T, d store.Driver, id1, id2 string, want int64) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := oneStepWF()
@@ -455,7 +470,7 @@ func testOrderingRacingSubmitters(t *testing.T, d store.Driver) {
 	)
 	go func() {
 		t1Done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			out, err := flow.Submit(ctx, x, []flow.Submission{keyed(w, "t1", "k")})
+			out, err := flow.Submit(ctx, x, []flow.Submission{keyed(w, id1, "k")})
 			if err != nil {
 				return err
 			}
@@ -485,7 +500,7 @@ func testOrderingRacingSubmitters(t *testing.T, d store.Driver) {
 	}
 	go func() {
 		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			out, err := flow.Submit(ctx, x, []flow.Submission{keyed(w, "t2", "k")})
+			out, err := flow.Submit(ctx, x, []flow.Submission{keyed(w, id2, "k")})
 			if err == nil {
 				seq2.Store(out[0].OrderingSeq)
 			}
@@ -534,7 +549,7 @@ func testOrderingRacingSubmitters(t *testing.T, d store.Driver) {
 			"positions would not follow commit order", t2Err, seq2.Load(), seq1.Load())
 	}
 	// While T1 is open, neither task is visible.
-	for _, id := range []string{"t1", "t2"} {
+	for _, id := range []string{id1, id2} {
 		if _, err := d.Reader().TaskGet(ctx, id); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s visible before T1 committed: err = %v", id, err)
 		}
@@ -550,14 +565,10 @@ func testOrderingRacingSubmitters(t *testing.T, d store.Driver) {
 	if t2Early.Load() {
 		t.Fatal("T2 committed before T1 was released")
 	}
-	if seq1.Load() != 1 || seq2.Load() != 2 {
-		t.Fatalf("positions: T1 (committed first) %d, T2 %d; want 1 and 2", seq1.Load(), seq2.Load())
+	if seq1.Load() != want || seq2.Load() != want+1 {
+		t.Fatalf("positions: T1 (committed first) %d, T2 %d; want %d and %d", seq1.Load(), seq2.Load(), want, want+1)
 	}
-	if a, b := getTask(t, d, "t1"), getTask(t, d, "t2"); a.OrderingSeq >= b.OrderingSeq {
-		t.Fatalf("stored positions t1 %d, t2 %d: the later commit has the smaller position", a.OrderingSeq, b.OrderingSeq)
-	}
-	e := newEnv(t, d)
-	if got := e.claimIDs(base); fmt.Sprint(got) != "[t1]" {
-		t.Fatalf("claim = %v, want [t1] (t2 waits for it)", got)
+	if a, b := getTask(t, d, id1), getTask(t, d, id2); a.OrderingSeq >= b.OrderingSeq {
+		t.Fatalf("stored positions %s %d, %s %d: the later commit has the smaller position", id1, a.OrderingSeq, id2, b.OrderingSeq)
 	}
 }
