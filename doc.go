@@ -28,6 +28,16 @@
 // it moves to Compensating → Compensated | Error. Any non-final task can be
 // Cancelled; Error and Cancelled tasks can be resubmitted.
 //
+// # Ordered tasks
+//
+// Tasks submitted with the same [SubmitOptions].OrderingKey run one at a
+// time, in the order their submissions committed: a task starts only once
+// every earlier task of its key is final (Processed, Error, Compensated or
+// Cancelled). Retries and supervisor recoveries keep a task at the head of
+// its key, so the next one waits through them. Tasks with different keys, or
+// none, run in parallel. Each keyed task records its position in
+// Task.OrderingSeq.
+//
 // # Getting started
 //
 //	drv, _ := sqlite.Open(ctx, "drover.db", sqlite.Options{Create: true})

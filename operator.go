@@ -115,6 +115,10 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t.OrderingKey != "" {
+		// The next task of its key may start now.
+		c.wakeSchedulers()
+	}
 	return t, nil
 }
 

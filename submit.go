@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -20,6 +22,37 @@ type SubmitOptions struct {
 	// with a different one it fails with ErrTaskConflict. Default: a
 	// generated, time-ordered UUID.
 	ID string
+	// OrderingKey, when set, runs the task only after every task submitted
+	// earlier with the same key is final (Processed, Error, Compensated or
+	// Cancelled): tasks sharing a key run one at a time, in the order their
+	// submissions committed. Tasks with different keys, or none, run in
+	// parallel. A task that is retried or recovered by the supervisor stays
+	// at the head of its key, so the next one keeps waiting; a task that
+	// ends in Error or is cancelled lets the next one start. A resubmitted
+	// task keeps its position: it goes before the tasks of its key that
+	// have not started yet, but does not hold back those already running.
+	// At most MaxOrderingKeyBytes bytes of UTF-8 without control
+	// characters. Default "": no ordering.
+	OrderingKey string
+}
+
+// MaxOrderingKeyBytes caps the length of SubmitOptions.OrderingKey.
+const MaxOrderingKeyBytes = 256
+
+// validateOrderingKey checks a non-empty ordering key.
+func validateOrderingKey(k string) error {
+	if len(k) > MaxOrderingKeyBytes {
+		return fmt.Errorf("%w: OrderingKey is %d bytes, the limit is %d", ErrInvalidInput, len(k), MaxOrderingKeyBytes)
+	}
+	if !utf8.ValidString(k) {
+		return fmt.Errorf("%w: OrderingKey %q is not valid UTF-8", ErrInvalidInput, k)
+	}
+	for _, r := range k {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: OrderingKey %q contains the control character %U", ErrInvalidInput, k, r)
+		}
+	}
+	return nil
 }
 
 // SubmitParams is one task of SubmitMany.
@@ -30,7 +63,9 @@ type SubmitParams struct {
 }
 
 // Submit records a new task, Pending, with its steps. input must be a JSON
-// document of at most Config.MaxInputBytes.
+// document of at most Config.MaxInputBytes. With opts.OrderingKey set, the
+// task waits for the tasks submitted before it with the same key (see
+// SubmitOptions); its position is returned in Task.OrderingSeq.
 func (c *Client) Submit(ctx context.Context, workflow string, input []byte, opts *SubmitOptions) (*Task, error) {
 	p := SubmitParams{Workflow: workflow, Input: input}
 	if opts != nil {
@@ -43,7 +78,9 @@ func (c *Client) Submit(ctx context.Context, workflow string, input []byte, opts
 	return ts[0], nil
 }
 
-// SubmitMany records several tasks in one transaction: all or none.
+// SubmitMany records several tasks in one transaction: all or none. Tasks
+// of the call that share an OrderingKey are ordered as they appear in
+// params.
 func (c *Client) SubmitMany(ctx context.Context, params []SubmitParams) ([]*Task, error) {
 	return c.submit(ctx, nil, params)
 }
@@ -53,6 +90,14 @@ func (c *Client) SubmitMany(ctx context.Context, params []SubmitParams) ([]*Task
 // (SAS-14). For SQLite, tx is a *sql.Tx on the same database file; the
 // caller commits. Schedulers in this process are woken at once; others find
 // the task at their next poll after the commit.
+//
+// With an OrderingKey, the key stays locked until the caller's transaction
+// ends (on PostgreSQL its row; SQLite has a single writer anyway): other
+// submissions with that key wait for it, so commit promptly. Several
+// SubmitTx calls in one transaction lock their keys in call order: two
+// transactions taking the same keys in opposite orders can deadlock
+// (PostgreSQL detects it and aborts one), so submit keys in a consistent
+// order, sorted for example.
 func (c *Client) SubmitTx(ctx context.Context, tx any, workflow string, input []byte, opts *SubmitOptions) (*Task, error) {
 	p := SubmitParams{Workflow: workflow, Input: input}
 	if opts != nil {
@@ -96,12 +141,17 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 	} else if !validName(id) {
 		return nil, fmt.Errorf("%w %q: must be 1-%d printable characters without spaces or \"/\"", ErrInvalidTaskID, id, maxNameLen)
 	}
+	if p.Options.OrderingKey != "" {
+		if err := validateOrderingKey(p.Options.OrderingKey); err != nil {
+			return nil, err
+		}
+	}
 	// The store keeps microseconds; truncate so the returned task equals
 	// the stored one.
 	now := c.clock.Now().Truncate(time.Microsecond)
 	t := &dt.Task{
 		ID: id, Workflow: w.Name, Input: input, InputHash: flow.InputHash(w.Name, input),
-		ProcessState: dt.Pending, StepCount: len(w.Steps),
+		ProcessState: dt.Pending, StepCount: len(w.Steps), OrderingKey: p.Options.OrderingKey,
 		FailureThreshold: w.FailureThreshold, OnFailure: w.OnFailure, RetryDelay: w.RetryDelay,
 		AvailableAt: now, CreatedAt: now, UpdatedAt: now,
 	}

@@ -80,9 +80,16 @@ type Task struct {
 	FailureCount int        // supervisor recoveries of this task, all steps
 	CurrentStep  int        // index of the step being run or compensated
 	StepCount    int
-	OrderingKey  string
-	Output       []byte // output of the last step once Processed
-	LastError    string
+	// OrderingKey, when set, orders the task after every task submitted
+	// earlier with the same key: it starts only once all of them are final
+	// (Processed, Error, Compensated or Cancelled). "" means no ordering.
+	OrderingKey string
+	// OrderingSeq is the task's position within its OrderingKey, assigned
+	// at submit (1, 2, 3, … per key, in the order the submitting
+	// transactions commit; gaps are possible). 0 when there is no key.
+	OrderingSeq int64
+	Output      []byte // output of the last step once Processed
+	LastError   string
 
 	// Policy copied from the workflow at submit, so the supervisor needs no
 	// workflow code and a running task keeps the version it started with.

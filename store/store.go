@@ -61,7 +61,10 @@ type Executor interface {
 	TaskCountActive(ctx context.Context) (int, error)
 	// TaskClaim atomically locks up to Limit claimable tasks for Instance:
 	// Pending ones, and Compensating ones nobody holds, available at Now.
-	// Pending tasks become Processing. Oldest first.
+	// A Pending task with an OrderingKey is claimable only when no task with
+	// the same key and a smaller OrderingSeq is still non-final (Pending,
+	// Processing or Compensating); Compensating tasks have started and are
+	// not held back. Pending tasks become Processing. Oldest first.
 	TaskClaim(ctx context.Context, p TaskClaimParams) ([]*drovertype.Task, error)
 	// TaskListLockedBy returns the non-final tasks an instance holds.
 	TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*drovertype.Task, error)
@@ -73,6 +76,22 @@ type Executor interface {
 	TaskDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error)
 	// TaskUpdateMany writes the mutable fields of each task.
 	TaskUpdateMany(ctx context.Context, tasks []*drovertype.Task) error
+
+	// OrderingSeqReserve hands out positions within ordering keys: for
+	// each entry of keys (a key may repeat) the next position of that key,
+	// consecutive per key in input order, starting at 1 for a new key.
+	// Positions are never handed out twice, but a rolled-back transaction
+	// gives its back, and a reservation whose task is not inserted leaves
+	// a gap.
+	//
+	// It locks each key until the transaction ends, so a second
+	// transaction reserving the same key waits until the first commits or
+	// rolls back. That is what makes positions follow commit order: a task
+	// with a higher position never becomes visible before one with a lower
+	// position of the same key. (PostgreSQL: the key's row in
+	// ordering_keys, locked in sorted key order; SQLite: the write lock.)
+	// Reserve and insert in the same transaction.
+	OrderingSeqReserve(ctx context.Context, keys []string) ([]int64, error)
 
 	StepInsertMany(ctx context.Context, steps []*drovertype.Step) error
 	// StepListByTasks returns the steps of the given tasks ordered by task

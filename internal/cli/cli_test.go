@@ -246,6 +246,46 @@ func TestSubmitStatusListCancelResubmit(t *testing.T) {
 	}
 }
 
+func TestSubmitWithOrderingKey(t *testing.T) {
+	t.Parallel()
+	db, _ := migratedDB(t)
+	for i, id := range []string{"k-1", "k-2"} {
+		mustRun(t, "submit", "orders", fmt.Sprintf(`{"order_id":"o-%d","amount":5}`, i), "--id", id, "--ordering-key", "customer 42", "--db", db)
+	}
+	mustRun(t, "submit", "orders", order1, "--id", "free", "--db", db)
+	for id, want := range map[string]int64{"k-1": 1, "k-2": 2} {
+		var st TaskJSON
+		if err := json.Unmarshal([]byte(mustRun(t, "status", id, "--db", db, "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.OrderingKey == nil || *st.OrderingKey != "customer 42" || st.OrderingSeq == nil || *st.OrderingSeq != want {
+			t.Errorf("status %s: ordering_key %v ordering_seq %v, want \"customer 42\" and %d", id, st.OrderingKey, st.OrderingSeq, want)
+		}
+	}
+	var free TaskJSON
+	if err := json.Unmarshal([]byte(mustRun(t, "status", "free", "--db", db, "--json")), &free); err != nil {
+		t.Fatal(err)
+	}
+	if free.OrderingKey != nil || free.OrderingSeq != nil {
+		t.Errorf("status of a task without a key: ordering_key %v ordering_seq %v, want null", free.OrderingKey, free.OrderingSeq)
+	}
+	if out := mustRun(t, "status", "k-2", "--db", db); !strings.Contains(out, `Ordering key:  "customer 42" #2`) {
+		t.Errorf("status lacks the ordering key and position:\n%s", out)
+	}
+	if out := mustRun(t, "status", "free", "--db", db); strings.Contains(out, "Ordering key:") {
+		t.Errorf("status of a task without a key shows one:\n%s", out)
+	}
+	out := mustRun(t, "list", "--db", db)
+	for _, w := range []string{"ORDERING", `"customer 42" #1`, `"customer 42" #2`} {
+		if !strings.Contains(out, w) {
+			t.Errorf("list lacks %q:\n%s", w, out)
+		}
+	}
+	wantFailure(t, run(t, "", "submit", "orders", order1, "--ordering-key", "", "--db", db), 2, "--ordering-key must not be empty")
+	wantFailure(t, run(t, "", "submit", "orders", order1, "--ordering-key", "a\nb", "--db", db), 1, "OrderingKey")
+	wantFailure(t, run(t, "", "submit", "orders", order1, "--ordering-key", strings.Repeat("k", 257), "--db", db), 1, "the limit is 256")
+}
+
 func TestEventsFollow(t *testing.T) {
 	t.Parallel()
 	db, _ := migratedDB(t)

@@ -81,6 +81,7 @@ func knownWorkflows() []string { return []string{orders.WorkflowName} }
 func (e *env) submitCmd() *cobra.Command {
 	var (
 		id          string
+		orderingKey string
 		maxInput    int
 		stepTimeout time.Duration
 	)
@@ -95,6 +96,12 @@ With --id the submission is idempotent: submitting the same ID with the same
 workflow and input again returns the existing task; with a different input it
 fails. Without --id a time-ordered UUID is generated.
 
+With --ordering-key the task starts only after every task submitted earlier
+with the same key is final (Processed, Error, Compensated or Cancelled):
+tasks sharing a key run one at a time, in submission order; tasks with
+different keys, or none, run in parallel. "drover status" shows the key and
+the task's position in it.
+
 Workflows this drover knows: orders, whose input is
 {"order_id":"o-1","amount":1234} (both fields required, no others).
 
@@ -102,7 +109,8 @@ The database (on PostgreSQL, the schema --schema) must exist and be migrated
 ("drover migrate").`,
 		Example: `  drover submit orders '{"order_id":"o-1","amount":1234}'
   drover submit orders '{"order_id":"o-2","amount":50}' --id order-o-2 --json
-  echo '{"order_id":"o-3","amount":7}' | drover submit orders -`,
+  echo '{"order_id":"o-3","amount":7}' | drover submit orders -
+  drover submit orders '{"order_id":"o-4","amount":9}' --ordering-key customer-42`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -111,6 +119,9 @@ The database (on PostgreSQL, the schema --schema) must exist and be migrated
 			}
 			if stepTimeout <= 0 {
 				return usagef("--step-timeout must be positive, got %s", stepTimeout)
+			}
+			if cmd.Flags().Changed("ordering-key") && orderingKey == "" {
+				return usagef("--ordering-key must not be empty")
 			}
 			workflow := args[0]
 			var input []byte
@@ -145,7 +156,7 @@ The database (on PostgreSQL, the schema --schema) must exist and be migrated
 				return err
 			}
 			defer drv.Close()
-			t, err := c.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id})
+			t, err := c.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id, OrderingKey: orderingKey})
 			if err != nil {
 				return drv.storeErr(err)
 			}
@@ -161,6 +172,7 @@ The database (on PostgreSQL, the schema --schema) must exist and be migrated
 		},
 	}
 	cmd.Flags().StringVar(&id, "id", "", "task ID, for idempotent submission (default: a generated UUID)")
+	cmd.Flags().StringVar(&orderingKey, "ordering-key", "", "run after every earlier task with this key is final (at most 256 bytes)")
 	cmd.Flags().IntVar(&maxInput, "max-input-bytes", drover.DefaultMaxInputBytes, "largest input accepted, in bytes")
 	cmd.Flags().DurationVar(&stepTimeout, "step-timeout", orders.DefaultStepTimeout, "time budget of each step of the task (recorded with it)")
 	return cmd
@@ -314,10 +326,10 @@ the JSON output) as --after to get the next page.`,
 				return writeJSON(e.stdout, out)
 			}
 			tw := newTable(e.stdout)
-			row(tw, "ID", "WORKFLOW", "STATE", "STEP", "LOCKED_BY", "COMPLETE_BY", "FAILURES", "UPDATED", "LAST_ERROR")
+			row(tw, "ID", "WORKFLOW", "STATE", "STEP", "ORDERING", "LOCKED_BY", "COMPLETE_BY", "FAILURES", "UPDATED", "LAST_ERROR")
 			for _, t := range ts {
-				row(tw, t.ID, t.Workflow, string(t.ProcessState), fmt.Sprintf("%d/%d", t.CurrentStep, t.StepCount), dash(t.LockedBy),
-					fmtTime(t.CompleteBy), fmt.Sprint(t.FailureCount), fmtTime(&t.UpdatedAt), dash(clip(t.LastError, 60)))
+				row(tw, t.ID, t.Workflow, string(t.ProcessState), fmt.Sprintf("%d/%d", t.CurrentStep, t.StepCount), ordering(t, 40),
+					dash(t.LockedBy), fmtTime(t.CompleteBy), fmt.Sprint(t.FailureCount), fmtTime(&t.UpdatedAt), dash(clip(t.LastError, 60)))
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -29,6 +29,8 @@ type TaskJSON struct {
 	OnFailure        string          `json:"on_failure"`
 	CurrentStep      int             `json:"current_step"`
 	StepCount        int             `json:"step_count"`
+	OrderingKey      *string         `json:"ordering_key"`
+	OrderingSeq      *int64          `json:"ordering_seq"` // position within ordering_key
 	LastError        string          `json:"last_error,omitempty"`
 	CreatedAt        time.Time       `json:"created_at"`
 	UpdatedAt        time.Time       `json:"updated_at"`
@@ -97,6 +99,11 @@ func taskJSON(t *drover.Task) TaskJSON {
 		LockedBy: nullable(t.LockedBy), CompleteBy: t.CompleteBy, FailureCount: t.FailureCount,
 		FailureThreshold: t.FailureThreshold, OnFailure: string(t.OnFailure), CurrentStep: t.CurrentStep,
 		StepCount: t.StepCount, LastError: t.LastError, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		OrderingKey: nullable(t.OrderingKey),
+	}
+	if t.OrderingKey != "" {
+		seq := t.OrderingSeq
+		j.OrderingSeq = &seq
 	}
 	for i := range t.Steps {
 		s := &t.Steps[i]
@@ -177,6 +184,9 @@ func printTask(w io.Writer, t *drover.Task, events []*drover.Event) error {
 	row(tw, "CompleteBy:", fmtTime(t.CompleteBy))
 	row(tw, "FailureCount:", fmt.Sprintf("%d (threshold %d, on failure: %s)", t.FailureCount, t.FailureThreshold, t.OnFailure))
 	row(tw, "Current step:", fmt.Sprintf("%d of %d", t.CurrentStep, t.StepCount))
+	if t.OrderingKey != "" {
+		row(tw, "Ordering key:", ordering(t, 300))
+	}
 	row(tw, "Input:", clip(string(t.Input), 200))
 	if len(t.Output) > 0 {
 		row(tw, "Output:", clip(string(t.Output), 200))
@@ -212,6 +222,15 @@ func printTask(w io.Writer, t *drover.Task, events []*drover.Event) error {
 		return printEvents(w, events, false)
 	}
 	return nil
+}
+
+// ordering shows a task's ordering key and its position in it, the key
+// quoted (it may hold spaces) and clipped to n runes; "-" without a key.
+func ordering(t *drover.Task, n int) string {
+	if t.OrderingKey == "" {
+		return "-"
+	}
+	return fmt.Sprintf("%s #%d", clip(strconv.Quote(t.OrderingKey), n), t.OrderingSeq)
 }
 
 func printEvents(w io.Writer, events []*drover.Event, withTask bool) error {

@@ -107,6 +107,16 @@ func (b *batch) step(s *dt.Step) {
 func (b *batch) event(e *dt.Event) { b.events = append(b.events, e) }
 
 func (b *batch) flush(ctx context.Context, x store.Executor) error {
+	// A task with an ordering key that became final lets the next task of
+	// its key be claimed: wake the schedulers. (A dirty task that is final
+	// became final in this transaction: nothing writes a final task
+	// otherwise, except Resubmit, which sets claimable itself.)
+	for _, t := range b.tasks {
+		if t.OrderingKey != "" && t.ProcessState.Final() {
+			b.claimable = true
+			break
+		}
+	}
 	if len(b.deletes) > 0 {
 		if err := x.RequestDeleteByStep(ctx, b.deletes); err != nil {
 			return err
@@ -205,6 +215,9 @@ func Submit(ctx context.Context, x store.Executor, subs []Submission) ([]*dt.Tas
 		fresh = append(fresh, s.Task)
 		freshIdx = append(freshIdx, i)
 	}
+	if err := reserveOrdering(ctx, x, fresh); err != nil {
+		return nil, err
+	}
 	inserted, err := x.TaskInsertMany(ctx, fresh)
 	if err != nil {
 		return nil, err
@@ -245,6 +258,40 @@ func Submit(ctx context.Context, x store.Executor, subs []Submission) ([]*dt.Tas
 		return out, x.Notify(ctx, store.TopicTasks)
 	}
 	return out, nil
+}
+
+// reserveOrdering gives each task with an OrderingKey its position within
+// the key, in submission order. The reservation locks the keys until the
+// transaction ends (see store.Executor.OrderingSeqReserve), so positions
+// follow commit order. A task whose ID turns out to exist already is not
+// inserted and leaves a gap, which orders nothing.
+func reserveOrdering(ctx context.Context, x store.Executor, tasks []*dt.Task) error {
+	var (
+		keys  []string
+		keyed []*dt.Task
+	)
+	for _, t := range tasks {
+		if t.OrderingKey == "" {
+			t.OrderingSeq = 0 // no key, no position
+			continue
+		}
+		keys = append(keys, t.OrderingKey)
+		keyed = append(keyed, t)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	seqs, err := x.OrderingSeqReserve(ctx, keys)
+	if err != nil {
+		return err
+	}
+	if len(seqs) != len(keyed) {
+		return fmt.Errorf("ordering positions: got %d for %d tasks", len(seqs), len(keyed))
+	}
+	for i, t := range keyed {
+		t.OrderingSeq = seqs[i]
+	}
+	return nil
 }
 
 // Machine runs transitions for one role instance.

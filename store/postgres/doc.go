@@ -47,6 +47,33 @@
 // Reads through [Driver.Reader] run on the pool and lock nothing; Reader
 // refuses writes.
 //
+// # Ordering keys
+//
+// A task submitted with an ordering key gets a position within the key, and
+// TaskClaim starts a Pending keyed task only when no task of its key with a
+// smaller position is still Pending, Processing or Compensating (a probe of
+// the tasks_ordering partial index per such candidate). For that to be
+// safe, positions must follow commit order: if a task with position 2 could
+// commit while the one with position 1 is still in flight, a claim in between
+// would find nothing before 2 and start it first. A plain sequence has
+// exactly that gap (numbers are taken at insert, rows become visible at
+// commit).
+//
+// OrderingSeqReserve closes it with a row lock: it upserts the keys' rows of
+// ordering_keys (INSERT … ON CONFLICT (key) DO UPDATE SET last_seq =
+// last_seq + n RETURNING last_seq), which locks each row until the
+// transaction ends. A second transaction reserving the same key waits on that
+// lock (on the first's uncommitted insert, for a new key) until the first
+// commits or rolls back, then reads the committed last_seq. So the later
+// position always belongs to the later commit. Keys are locked in sorted
+// (byte) order within one call, so two submissions of the same keys never
+// deadlock on each other. The cost is that submissions of one key are
+// serialized from the reservation to their commit; different keys do not
+// wait for each other. The engine reserves first in a submission and writes
+// events (and takes the event-order lock) last. An application calling
+// SubmitTx several times in one transaction locks keys in call order, and
+// holds them until it commits.
+//
 // # Batches
 //
 // Batch primitives are one statement per call whatever the batch size: the

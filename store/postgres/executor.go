@@ -218,13 +218,15 @@ func scanTask(out *[]*dt.Task) func(rows) error {
 			lockedBy, orderingKey, lastErr pgtype.Text
 			completeBy                     pgtype.Timestamptz
 			retryDelay                     int64
+			orderingSeq                    pgtype.Int8
 			state, onFailure               string
 		)
 		if err := r.Scan(&t.ID, &t.Workflow, &t.Input, &t.InputHash, &state, &lockedBy, &completeBy,
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
-			&t.FailureThreshold, &onFailure, &retryDelay, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt); err != nil {
+			&t.FailureThreshold, &onFailure, &retryDelay, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt, &orderingSeq); err != nil {
 			return err
 		}
+		t.OrderingSeq = orderingSeq.Int64
 		t.ProcessState = dt.ProcessState(state)
 		t.OnFailure = dt.FailurePolicy(onFailure)
 		t.LockedBy = lockedBy.String
@@ -264,6 +266,7 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 		completeBy                                = make([]*time.Time, n)
 		failures, current, stepCount, threshold   = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
 		retryDelay                                = make([]int64, n)
+		orderingSeqs                              = make([]*int64, n)
 		avail, created, updated                   = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 	)
 	for i, t := range tasks {
@@ -272,11 +275,14 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 		stepCount[i], orderingKeys[i], outputs[i], lastErrs[i] = int32(t.StepCount), nullStr(t.OrderingKey), t.Output, nullStr(t.LastError)
 		threshold[i], onFailure[i], retryDelay[i] = int32(t.FailureThreshold), string(t.OnFailure), t.RetryDelay.Microseconds()
 		avail[i], created[i], updated[i] = t.AvailableAt, t.CreatedAt, t.UpdatedAt
+		if t.OrderingSeq != 0 {
+			orderingSeqs[i] = &t.OrderingSeq
+		}
 	}
 	got := make(map[string]bool, n)
 	err := e.each(ctx, "insert tasks", e.d.q.taskInsert, []any{ids, workflows, inputs, hashes, states, lockedBy,
 		completeBy, failures, current, stepCount, orderingKeys, outputs, lastErrs, threshold, onFailure, retryDelay,
-		avail, created, updated}, func(r rows) error {
+		avail, created, updated, orderingSeqs}, func(r rows) error {
 		var id string
 		if err := r.Scan(&id); err != nil {
 			return err
@@ -429,6 +435,56 @@ func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
 	}
 	return e.later(ctx, "update tasks", e.d.q.taskUpdate, []any{ids, states, lockedBy, completeBy, failures, current,
 		outputs, lastErrs, avail, updated}, nil, nil)
+}
+
+// OrderingSeqReserve implements store.Executor: one upsert of the keys'
+// rows in ordering_keys, in sorted key order, each row locked until the
+// transaction ends (see tOrderingReserve and doc.go).
+func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int64, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	if err := e.write("reserve ordering positions"); err != nil {
+		return nil, err
+	}
+	counts := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		counts[k]++
+	}
+	distinct := make([]string, 0, len(counts))
+	for k := range counts {
+		distinct = append(distinct, k)
+	}
+	slices.Sort(distinct) // byte order, as the "C" collation of the key column
+	ns := make([]int64, len(distinct))
+	for i, k := range distinct {
+		ns[i] = counts[k]
+	}
+	next := make(map[string]int64, len(distinct))
+	err := e.each(ctx, "reserve ordering positions", e.d.q.orderingReserve, []any{distinct, ns}, func(r rows) error {
+		var (
+			k    string
+			last int64
+		)
+		if err := r.Scan(&k, &last); err != nil {
+			return err
+		}
+		next[k] = last - counts[k] + 1
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(keys))
+	for i, k := range keys {
+		seq, ok := next[k]
+		if !ok {
+			return nil, fmt.Errorf("postgres: reserve ordering positions: no position returned for key %q", k)
+		}
+		out[i] = seq
+		next[k] = seq + 1
+	}
+	return out, nil
 }
 
 // ---- steps ----

@@ -160,6 +160,8 @@ type viaPgxTx struct {
 	pool *pgxpool.Pool
 }
 
+func (v viaPgxTx) LockWaits(ctx context.Context) (int64, error) { return lockWaits(ctx, v.Driver) }
+
 func (v viaPgxTx) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
 	tx, err := v.pool.Begin(ctx)
 	if err != nil {

@@ -92,10 +92,25 @@ func open(t testing.TB) *postgres.Driver {
 	return d
 }
 
+// lockWaits counts the sessions waiting for a lock while running a statement
+// on d's schema (storetest.LockWaits). Schemas are unique per test, so other
+// tests' waits do not count.
+func lockWaits(ctx context.Context, d *postgres.Driver) (int64, error) {
+	var n int64
+	err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+ WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0`, pgx.Identifier{d.Schema()}.Sanitize()+".").Scan(&n)
+	return n, err
+}
+
+// withWaits is the driver with storetest.LockWaits.
+type withWaits struct{ *postgres.Driver }
+
+func (w withWaits) LockWaits(ctx context.Context) (int64, error) { return lockWaits(ctx, w.Driver) }
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	testURL(t)
-	storetest.Run(t, func(t *testing.T) store.Driver { return open(t) })
+	storetest.Run(t, func(t *testing.T) store.Driver { return withWaits{open(t)} })
 }
 
 // viaSQL is a driver whose transactions are database/sql transactions of
@@ -106,6 +121,8 @@ type viaSQL struct {
 	*postgres.Driver
 	db *sql.DB
 }
+
+func (v viaSQL) LockWaits(ctx context.Context) (int64, error) { return lockWaits(ctx, v.Driver) }
 
 func (v viaSQL) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
 	tx, err := v.db.BeginTx(ctx, nil)

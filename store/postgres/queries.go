@@ -11,7 +11,7 @@ import "strings"
 // Column lists shared by the task and step queries.
 const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
  current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
- retry_delay_us, available_at, created_at, updated_at`
+ retry_delay_us, available_at, created_at, updated_at, ordering_seq`
 
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at`
@@ -78,11 +78,24 @@ const (
 	tTaskInsert = `INSERT INTO {s}.tasks (` + taskCols + `)
  SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
    $8::int[], $9::int[], $10::int[], $11::text[], $12::bytea[], $13::text[], $14::int[], $15::text[], $16::bigint[],
-   $17::timestamptz[], $18::timestamptz[], $19::timestamptz[])
+   $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::bigint[])
    AS u(` + taskCols + `)
  ORDER BY id
  ON CONFLICT (id) DO NOTHING
  RETURNING id`
+
+	// tOrderingReserve moves each key's last position on by the number of
+	// positions wanted and returns the new last position (a new key starts
+	// at 0). The upsert locks each key's row until the transaction ends, so
+	// a second transaction reserving the same key waits for this one to
+	// commit: positions follow commit order. Keys are distinct and arrive
+	// sorted (ORDER BY ord keeps that order), so two transactions lock
+	// their common keys in the same order and never deadlock on them.
+	tOrderingReserve = `INSERT INTO {s}.ordering_keys AS k (key, last_seq)
+ SELECT key, n FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(key, n, ord)
+ ORDER BY ord
+ ON CONFLICT (key) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq
+ RETURNING key, last_seq`
 
 	tTaskUpdate = `UPDATE {s}.tasks AS t SET process_state = u.process_state, locked_by = u.locked_by,
    complete_by = u.complete_by, failure_count = u.failure_count, current_step = u.current_step,
@@ -224,11 +237,20 @@ var (
 	// schedulers each take different tasks without waiting for each other.
 	// The CTE is MATERIALIZED so the locking subquery runs exactly once (an
 	// IN (subquery) may be rescanned and lock more than LIMIT rows).
+	//
+	// A Pending task with an ordering key is skipped while an earlier task
+	// of its key is not final: a correlated probe of the tasks_ordering
+	// partial index per such candidate (under the OR it stays a per-row
+	// subplan, never a scan of the whole index).
 	tTaskClaim = `WITH c AS MATERIALIZED (
-   SELECT id FROM {s}.tasks
-   WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating') AND available_at <= $2
-   ORDER BY available_at, id LIMIT $3
-   FOR UPDATE SKIP LOCKED)
+   SELECT c.id FROM {s}.tasks AS c
+   WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.available_at <= $2
+     AND (c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
+       SELECT 1 FROM {s}.tasks AS p
+       WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
+         AND p.process_state IN ('Pending','Processing','Compensating')))
+   ORDER BY c.available_at, c.id LIMIT $3
+   FOR UPDATE OF c SKIP LOCKED)
  UPDATE {s}.tasks AS t SET locked_by = $1,
    process_state = CASE t.process_state WHEN 'Pending' THEN 'Processing' ELSE t.process_state END,
    updated_at = $2
@@ -240,7 +262,7 @@ var (
 type queries struct {
 	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
 	taskCountActive, taskDeleteFinished, taskClaim, taskListLockedBy, taskListExpired, taskListExpiredLock,
-	taskInsert, taskUpdate, taskList string
+	taskInsert, taskUpdate, taskList, orderingReserve string
 
 	stepList, stepListLock, stepInsert, stepUpdate string
 
@@ -274,6 +296,7 @@ func newQueries(quotedSchema string) *queries {
 		taskInsert:          r(tTaskInsert),
 		taskUpdate:          r(tTaskUpdate),
 		taskList:            r(`SELECT ` + taskCols + ` FROM {s}.tasks`),
+		orderingReserve:     r(tOrderingReserve),
 
 		stepList:     r(tStepList),
 		stepListLock: r(tStepListLock),

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,6 +77,14 @@ func fromNullUS(v sql.NullInt64) *time.Time {
 	return &t
 }
 
+// nullSeq stores an ordering position, NULL for a task without one.
+func nullSeq(v int64) any {
+	if v == 0 {
+		return nil
+	}
+	return v
+}
+
 func nullStr(s string) any {
 	if s == "" {
 		return nil
@@ -97,13 +106,15 @@ func scanTasks(rows *sql.Rows) ([]*dt.Task, error) {
 			lockedBy, orderingKey, lastErr    sql.NullString
 			completeBy                        sql.NullInt64
 			retryDelay, avail, created, updtd int64
+			orderingSeq                       sql.NullInt64
 			state, onFailure                  string
 		)
 		if err := rows.Scan(&t.ID, &t.Workflow, &t.Input, &t.InputHash, &state, &lockedBy, &completeBy,
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
-			&t.FailureThreshold, &onFailure, &retryDelay, &avail, &created, &updtd); err != nil {
+			&t.FailureThreshold, &onFailure, &retryDelay, &avail, &created, &updtd, &orderingSeq); err != nil {
 			return nil, translate(err)
 		}
+		t.OrderingSeq = orderingSeq.Int64
 		t.ProcessState = dt.ProcessState(state)
 		t.OnFailure = dt.FailurePolicy(onFailure)
 		t.LockedBy = lockedBy.String
@@ -129,7 +140,7 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 		rows[i] = []any{t.ID, t.Workflow, t.Input, t.InputHash, string(t.ProcessState), nullStr(t.LockedBy),
 			usPtr(t.CompleteBy), t.FailureCount, t.CurrentStep, t.StepCount, nullStr(t.OrderingKey), t.Output,
 			nullStr(t.LastError), t.FailureThreshold, string(t.OnFailure), t.RetryDelay.Microseconds(),
-			us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt)}
+			us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt), nullSeq(t.OrderingSeq)}
 	}
 	got := make(map[string]bool, len(tasks))
 	err := e.queryRows(ctx, "insert tasks", mTaskInsert, rows, func(r *sql.Rows) error {
@@ -314,6 +325,75 @@ func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
 	}
 	return e.execRows(ctx, "update tasks", mTaskUpdate, rows, nil)
 }
+
+// OrderingSeqReserve implements store.Executor. SQLite has one writer: a
+// transaction holds the write lock from its first write (drover's own
+// transactions from BEGIN IMMEDIATE) until it ends, and no other
+// transaction, in this process or another, writes meanwhile. So the upsert
+// needs no lock of its own for positions to follow commit order.
+func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int64, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	if e.tx == nil {
+		return nil, errors.New("sqlite: reserve ordering positions: write outside a transaction")
+	}
+	distinct, counts := countKeys(keys)
+	rows := make([][]any, len(distinct))
+	for i, k := range distinct {
+		rows[i] = []any{k, counts[k]}
+	}
+	last := make(map[string]int64, len(distinct))
+	err := e.queryRows(ctx, "reserve ordering positions", mOrderingReserve, rows, func(r *sql.Rows) error {
+		var (
+			k string
+			n int64
+		)
+		if err := r.Scan(&k, &n); err != nil {
+			return err
+		}
+		last[k] = n
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return assignSeqs(keys, counts, last)
+}
+
+// countKeys returns the distinct keys, sorted, and how often each occurs.
+func countKeys(keys []string) ([]string, map[string]int64) {
+	counts := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		counts[k]++
+	}
+	distinct := make([]string, 0, len(counts))
+	for k := range counts {
+		distinct = append(distinct, k)
+	}
+	slices.Sort(distinct)
+	return distinct, counts
+}
+
+// assignSeqs hands each key's reserved positions, which end at last[key],
+// to its entries in input order.
+func assignSeqs(keys []string, counts map[string]int64, last map[string]int64) ([]int64, error) {
+	next := make(map[string]int64, len(counts))
+	for k, n := range counts {
+		l, ok := last[k]
+		if !ok {
+			return nil, fmt.Errorf("sqlite: reserve ordering positions: no position returned for key %q", k)
+		}
+		next[k] = l - n + 1
+	}
+	out := make([]int64, len(keys))
+	for i, k := range keys {
+		out[i] = next[k]
+		next[k]++
+	}
+	return out, nil
+}
+
 func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.Step) error {
 	rows := make([][]any, len(steps))
 	for i, s := range steps {

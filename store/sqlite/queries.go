@@ -6,7 +6,7 @@ package sqlite
 // Column lists shared by the task and step queries.
 const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
  current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
- retry_delay_us, available_at, created_at, updated_at`
+ retry_delay_us, available_at, created_at, updated_at, ordering_seq`
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at`
 
@@ -36,12 +36,19 @@ const (
 
 	qTaskCountLockedBy = `SELECT count(*) FROM tasks WHERE locked_by = ? AND complete_by IS NOT NULL`
 
+	// qTaskClaim walks tasks_claimable oldest first. A Pending task with an
+	// ordering key is skipped while an earlier task of its key is not final:
+	// one probe of the tasks_ordering partial index per such candidate.
 	qTaskClaim = `UPDATE tasks SET locked_by = ?1,
    process_state = CASE process_state WHEN 'Pending' THEN 'Processing' ELSE process_state END,
    updated_at = ?2
- WHERE id IN (SELECT id FROM tasks INDEXED BY tasks_claimable
-   WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating') AND available_at <= ?2
-   ORDER BY available_at, id LIMIT ?3)
+ WHERE id IN (SELECT c.id FROM tasks AS c INDEXED BY tasks_claimable
+   WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.available_at <= ?2
+     AND (c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
+       SELECT 1 FROM tasks AS p INDEXED BY tasks_ordering
+       WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
+         AND p.process_state IN ('Pending','Processing','Compensating')))
+   ORDER BY c.available_at, c.id LIMIT ?3)
  RETURNING ` + taskCols
 
 	qTaskListLockedBy = `SELECT ` + taskCols + ` FROM tasks WHERE locked_by = ? AND complete_by IS NOT NULL ORDER BY id LIMIT ?`
@@ -93,7 +100,12 @@ const (
 // Multi-row statements: see multiRow. Blobs are bound as []byte.
 var (
 	mTaskInsert = newMultiRow(`INSERT INTO tasks (`+taskCols+`) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
+	// mOrderingReserve moves each key's last position on by the number of
+	// positions wanted (column 2) and returns the new last position; a new
+	// key starts at 0. Keys within one statement are distinct.
+	mOrderingReserve = newMultiRow(`INSERT INTO ordering_keys (key, last_seq) VALUES `, `(?,?)`,
+		` ON CONFLICT (key) DO UPDATE SET last_seq = ordering_keys.last_seq + excluded.last_seq RETURNING key, last_seq`)
 	mTaskUpdate = newMultiRow(`UPDATE tasks SET process_state = u.column2, locked_by = u.column3,
  complete_by = u.column4, failure_count = u.column5, current_step = u.column6, output = u.column7,
  last_error = u.column8, available_at = u.column9, updated_at = u.column10 FROM (VALUES `,
@@ -117,7 +129,7 @@ var (
  error, created_at) VALUES `,
 		`(?,?,?,?,?,?,?,?)`, "")
 
-	multiRows = []multiRow{mTaskInsert, mTaskUpdate, mStepInsert, mStepUpdate, mRequestInsert,
+	multiRows = []multiRow{mTaskInsert, mOrderingReserve, mTaskUpdate, mStepInsert, mStepUpdate, mRequestInsert,
 		mRequestDeleteByStep, mEventInsert, mReplyInsert}
 )
 

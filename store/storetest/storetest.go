@@ -61,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Driver) {
 		{"Lease", leaseCases()},
 		{"Flow", flowCases()},
 		{"Queue", queueCases()},
+		{"Ordering", orderingCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
