@@ -5,7 +5,10 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/drover-run/drover/store"
 )
 
 // Round trips, not rows, are what a transaction of the engine mostly waits
@@ -178,3 +181,76 @@ func (d *Driver) inPipelineTx(ctx context.Context, fn func(*pipe) error) (err er
 }
 
 var _ batchSender = (*pgxpool.Conn)(nil)
+
+// Tx is the application's access to the transaction of an Executor: its
+// statements run in drover's transaction and commit or roll back with it.
+type Tx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// pgxTxConn is what pipe.c offers: *pgxpool.Conn and pgx.Tx both have it.
+type pgxTxConn interface {
+	batchSender
+	Tx
+}
+
+// pipeTx runs the application's statements after drover's queued writes.
+type pipeTx struct {
+	p *pipe
+	c Tx
+}
+
+func (t pipeTx) ready(ctx context.Context) error {
+	if t.p.own && !t.p.begun {
+		t.p.begun = true
+		t.p.queued.Queue("BEGIN").Fn = execFn("begin")
+	}
+	return t.p.flush(ctx)
+}
+
+func (t pipeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.ready(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return t.c.Exec(ctx, sql, args...)
+}
+
+func (t pipeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.ready(ctx); err != nil {
+		return nil, err
+	}
+	return t.c.Query(ctx, sql, args...)
+}
+
+func (t pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := t.ready(ctx); err != nil {
+		return errRow{err}
+	}
+	return t.c.QueryRow(ctx, sql, args...)
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// TxOf returns the transaction of an Executor that InTx or InExternalTx (with
+// a pgx.Tx) handed out, so the application can run its own statements in
+// drover's transaction: a convoy HandlerTx recording its effect in an
+// application table, committed together with the message's completion, or a
+// ledger processor's AfterPublish. drover's queued writes are sent before
+// each of the application's statements. A statement that fails aborts the
+// whole transaction. Executors of a Reader, of another driver, or of a
+// *sql.Tx (use that *sql.Tx directly) are refused with store.ErrUnsupportedTx.
+func TxOf(x store.Executor) (Tx, error) {
+	e, ok := x.(*executor)
+	if !ok || !e.tx || e.p == nil {
+		return nil, fmt.Errorf("postgres: TxOf(%T): not an Executor of a pipelined transaction of this driver: %w", x, store.ErrUnsupportedTx)
+	}
+	c, ok := e.p.c.(pgxTxConn)
+	if !ok {
+		return nil, fmt.Errorf("postgres: TxOf: connection %T cannot run statements: %w", e.p.c, store.ErrUnsupportedTx)
+	}
+	return pipeTx{p: e.p, c: c}, nil
+}

@@ -187,3 +187,78 @@ func TestConformancePgxTx(t *testing.T) {
 		return viaPgxTx{d, pool}
 	})
 }
+
+// TxOf runs the application's statements in drover's transaction, after
+// drover's queued writes, committing and rolling back with it.
+func TestTxOf(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
+	app := pgx.Identifier{d.Schema(), "app_effects"}.Sanitize()
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		tx, err := postgres.TxOf(x)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `CREATE TABLE `+app+` (n int)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	count := func(q string) int {
+		var n int
+		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			tx, err := postgres.TxOf(x)
+			if err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, q).Scan(&n)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	events := `SELECT count(*) FROM ` + pgx.Identifier{d.Schema(), "events"}.Sanitize()
+	for _, fail := range []bool{true, false} {
+		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			if err := x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: now}}); err != nil {
+				return err
+			}
+			tx, err := postgres.TxOf(x)
+			if err != nil {
+				return err
+			}
+			var seen int
+			if err := tx.QueryRow(ctx, events).Scan(&seen); err != nil {
+				return err
+			}
+			if seen != 1 {
+				t.Errorf("the application's statement saw %d events; the queued insert must run first", seen)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+app+` VALUES (1)`); err != nil {
+				return err
+			}
+			if fail {
+				return errors.New("handler failed")
+			}
+			return nil
+		})
+		if fail != (err != nil) {
+			t.Fatalf("fail=%v: InTx error %v", fail, err)
+		}
+		want := 1
+		if fail {
+			want = 0
+		}
+		if got := count(`SELECT count(*) FROM ` + app); got != want {
+			t.Errorf("fail=%v: %d application rows, want %d", fail, got, want)
+		}
+		if got := count(events); got != want {
+			t.Errorf("fail=%v: %d events, want %d", fail, got, want)
+		}
+	}
+	if _, err := postgres.TxOf(d.Reader()); !errors.Is(err, store.ErrUnsupportedTx) {
+		t.Errorf("TxOf(Reader) error %v, want ErrUnsupportedTx", err)
+	}
+}

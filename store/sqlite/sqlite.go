@@ -321,3 +321,18 @@ func (d *Driver) SchemaVersion(ctx context.Context) (applied, latest int, err er
 	}
 	return int(v.Int64), latest, nil
 }
+
+// TxOf returns the *sql.Tx of an Executor that InTx or InExternalTx handed
+// out, so the application can run its own statements in drover's
+// transaction: a convoy HandlerTx recording its effect in an application
+// table, committed together with the message's completion, or a ledger
+// processor's AfterPublish. A statement that fails should make the caller
+// return its error, which rolls the whole transaction back. A Reader's or
+// another driver's Executor is refused with store.ErrUnsupportedTx.
+func TxOf(x store.Executor) (*sql.Tx, error) {
+	e, ok := x.(*executor)
+	if !ok || e.tx == nil {
+		return nil, fmt.Errorf("sqlite: TxOf(%T): not an Executor of a transaction of this driver: %w", x, store.ErrUnsupportedTx)
+	}
+	return e.tx, nil
+}
