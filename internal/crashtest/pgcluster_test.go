@@ -262,6 +262,11 @@ func waitPG(url string, limit time.Duration) error {
 
 // dropSchema drops schema and everything in it.
 func dropSchema(rawURL, schema string) error {
+	return execSQL(rawURL, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+}
+
+// execSQL runs one statement on its own connection.
+func execSQL(rawURL, sql string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, rawURL)
@@ -269,7 +274,7 @@ func dropSchema(rawURL, schema string) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	_, err = conn.Exec(ctx, sql)
 	return err
 }
 

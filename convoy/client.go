@@ -1,0 +1,319 @@
+package convoy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/store"
+)
+
+// Clock tells convoy the time; tests inject their own. Every time written to
+// the store (publish, lock expiry, delays) is read from it.
+type Clock interface {
+	Now() time.Time
+}
+
+// Config configures a Client.
+type Config struct {
+	// Store is the state-store driver, for example from sqlite.Open or
+	// postgres.Open, migrated. Required.
+	Store store.Driver
+	// InstanceID names this process as the holder of the session locks it
+	// takes and as the actor of the events it records. Default: a random ID.
+	InstanceID string
+	// PollInterval is how often waiting consumers look at the store when no
+	// notification wakes them (work published by processes that cannot
+	// notify, such as other processes on the same SQLite file). Default 100ms.
+	PollInterval time.Duration
+	// MaxBodyBytes caps a message body. Default DefaultMaxBodyBytes.
+	MaxBodyBytes int
+	// Clock defaults to the system clock.
+	Clock Clock
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+}
+
+// Limits of names and bodies.
+const (
+	// DefaultMaxBodyBytes is the default cap on a message body (1 MiB).
+	DefaultMaxBodyBytes = 1 << 20
+	// MaxQueueNameLen is the longest queue name, in bytes.
+	MaxQueueNameLen = 200
+	// MaxSessionIDLen is the longest session ID, in bytes.
+	MaxSessionIDLen = 256
+	// MaxMessageIDLen is the longest message ID, in bytes.
+	MaxMessageIDLen = 256
+)
+
+// policyTTL is how long a queue's policy is cached. SetQueuePolicy clears
+// this process's cache at once; other processes see a change within it.
+const policyTTL = 5 * time.Second
+
+// Client publishes to session queues, accepts sessions and runs operator
+// functions. It is safe for concurrent use. A Client starts no goroutine of
+// its own: receivers and processors own theirs.
+type Client struct {
+	cfg   Config
+	store store.Driver
+	clock Clock
+	log   *slog.Logger
+	hub   *hub
+
+	polMu    sync.Mutex
+	policies map[string]cachedPolicy
+}
+
+type cachedPolicy struct {
+	q  dt.Queue
+	at time.Time // real time of the read
+}
+
+// New validates cfg and returns a Client. It does not touch the store.
+func New(cfg Config) (*Client, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	}
+	if cfg.InstanceID == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		cfg.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if !validQueueName(cfg.InstanceID) {
+		return nil, fmt.Errorf("%w: InstanceID %q must be 1-%d printable characters without spaces or \"/\"", ErrInvalidConfig, cfg.InstanceID, MaxQueueNameLen)
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 100 * time.Millisecond
+	}
+	if cfg.PollInterval < time.Millisecond {
+		return nil, fmt.Errorf("%w: PollInterval %s must be at least 1ms", ErrInvalidConfig, cfg.PollInterval)
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidConfig, cfg.MaxBodyBytes)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	c := &Client{cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, policies: map[string]cachedPolicy{}}
+	c.hub = newHub(cfg.Store, cfg.Logger)
+	return c, nil
+}
+
+// InstanceID returns the instance ID this client runs as.
+func (c *Client) InstanceID() string { return c.cfg.InstanceID }
+
+// Store returns the state-store driver.
+func (c *Client) Store() store.Driver { return c.store }
+
+// now reads the clock, truncated to the store's resolution (microseconds).
+func (c *Client) now() time.Time { return c.clock.Now().UTC().Truncate(time.Microsecond) }
+
+// Topic is the notification topic of a queue: publishing to the queue (and
+// anything else that makes one of its sessions available) notifies it, so
+// consumers in other processes wake at once (PostgreSQL LISTEN/NOTIFY).
+func Topic(queue string) string { return "queue:" + queue }
+
+// policy returns the queue's policy, cached for policyTTL; a queue not
+// created yet has the default policy.
+func (c *Client) policy(ctx context.Context, x store.Executor, queue string) (dt.Queue, error) {
+	c.polMu.Lock()
+	p, ok := c.policies[queue]
+	c.polMu.Unlock()
+	if ok && time.Since(p.at) < policyTTL {
+		return p.q, nil
+	}
+	q, err := x.QueueGet(ctx, queue)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		q = &dt.Queue{Name: queue, MaxDeliveryCount: dt.DefaultMaxDeliveryCount, PoisonPolicy: dt.DefaultPoisonPolicy,
+			DedupeWindow: dt.DefaultDedupeWindow, LockDuration: dt.DefaultLockDuration}
+	case err != nil:
+		return dt.Queue{}, err
+	}
+	c.polMu.Lock()
+	c.policies[queue] = cachedPolicy{q: *q, at: time.Now()}
+	c.polMu.Unlock()
+	return *q, nil
+}
+
+func (c *Client) forgetPolicy(queue string) {
+	c.polMu.Lock()
+	delete(c.policies, queue)
+	c.polMu.Unlock()
+}
+
+// ---- names ----
+
+// validQueueName: 1-MaxQueueNameLen printable characters, no spaces, no "/"
+// (a session's event subject is "session:<queue>/<session ID>").
+func validQueueName(s string) bool {
+	if s == "" || len(s) > MaxQueueNameLen || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '/' {
+			return false
+		}
+	}
+	return true
+}
+
+func checkQueue(queue string) error {
+	if !validQueueName(queue) {
+		return fmt.Errorf("%w %q: must be 1-%d printable characters without spaces or \"/\"", ErrInvalidQueue, queue, MaxQueueNameLen)
+	}
+	return nil
+}
+
+// idProblem says what is wrong with a session or message ID, or "".
+func idProblem(s string, maxLen int) string {
+	switch {
+	case s == "":
+		return "is empty"
+	case len(s) > maxLen:
+		return fmt.Sprintf("is %d bytes, the limit is %d", len(s), maxLen)
+	case !utf8.ValidString(s):
+		return "is not valid UTF-8"
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return "contains control characters"
+	}
+	return ""
+}
+
+func checkSession(id string) error {
+	if p := idProblem(id, MaxSessionIDLen); p != "" {
+		return fmt.Errorf("%w %q: %s", ErrInvalidSession, id, p)
+	}
+	return nil
+}
+
+// ---- wake-ups ----
+
+// hub wakes consumers waiting for a queue: at once for publishes made by
+// this process, through the driver's Listener for other processes. The
+// listener runs while anyone waits and stops with the last waiter.
+type hub struct {
+	listener store.Listener // nil: the driver has no notifications
+	log      *slog.Logger
+
+	mu   sync.Mutex
+	subs map[string]map[*waiter]struct{}
+	n    int
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+type waiter struct {
+	queue string
+	ch    chan struct{} // capacity 1
+}
+
+func newHub(d store.Driver, log *slog.Logger) *hub {
+	h := &hub{log: log, subs: map[string]map[*waiter]struct{}{}}
+	if l, ok := d.(store.Listener); ok {
+		h.listener = l
+	}
+	return h
+}
+
+// subscribe registers a waiter for queue; unsubscribe it when done.
+func (h *hub) subscribe(queue string) *waiter {
+	w := &waiter{queue: queue, ch: make(chan struct{}, 1)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.subs[queue]
+	if m == nil {
+		m = map[*waiter]struct{}{}
+		h.subs[queue] = m
+	}
+	m[w] = struct{}{}
+	h.n++
+	if h.n == 1 && h.listener != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		h.stop, h.done = cancel, done
+		go func() {
+			defer close(done)
+			_ = h.listener.Listen(ctx, h.onTopic)
+		}()
+	}
+	return w
+}
+
+// unsubscribe removes w; the last waiter stops the listener and waits for it.
+func (h *hub) unsubscribe(w *waiter) {
+	h.mu.Lock()
+	m := h.subs[w.queue]
+	if _, ok := m[w]; !ok {
+		h.mu.Unlock()
+		return
+	}
+	delete(m, w)
+	if len(m) == 0 {
+		delete(h.subs, w.queue)
+	}
+	h.n--
+	var done chan struct{}
+	if h.n == 0 && h.stop != nil {
+		h.stop()
+		done = h.done
+		h.stop, h.done = nil, nil
+	}
+	h.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+func (h *hub) onTopic(topic string) {
+	switch {
+	case topic == store.TopicAll:
+		h.wakeAll()
+	case strings.HasPrefix(topic, "queue:"):
+		h.wake(strings.TrimPrefix(topic, "queue:"))
+	}
+}
+
+func (h *hub) wake(queue string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.subs[queue] {
+		w.signal()
+	}
+}
+
+func (h *hub) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range h.subs {
+		for w := range m {
+			w.signal()
+		}
+	}
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}

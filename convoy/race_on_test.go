@@ -1,0 +1,5 @@
+//go:build race
+
+package convoy_test
+
+const raceEnabled = true

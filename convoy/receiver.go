@@ -1,0 +1,521 @@
+package convoy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+// SessionReceiver holds one session under an exclusive lock and hands out
+// its messages one at a time, in sequence order (peek-lock: a message stays
+// until it is settled). Its lock is renewed in the background, at a third of
+// the lock duration, until Close. It is the Service Bus session receiver's
+// shape; Processor is the faster, batched consumer of many sessions.
+//
+// Methods are safe for concurrent use, but the session is sequential: the
+// next message is handed out only once the previous one is settled.
+type SessionReceiver struct {
+	c       *Client
+	queue   string
+	id      string
+	token   int64
+	lockDur time.Duration
+	w       *waiter
+
+	lost      chan struct{}
+	lostOnce  sync.Once
+	closedCh  chan struct{}
+	stopRenew context.CancelFunc
+	renewDone chan struct{}
+
+	mu          sync.Mutex // held by every store call but the renewals
+	closed      bool
+	receiving   bool
+	current     *ReceivedMessage
+	state       []byte
+	untilMu     sync.Mutex
+	lockedUntil time.Time
+}
+
+// AcceptSession locks the named session of queue for this client. It fails
+// with ErrNotFound if the session does not exist (nothing was ever published
+// to it) and with ErrSessionLocked if another consumer holds it. A blocked
+// session can be accepted (its Receive then returns ErrSessionBlocked).
+func (c *Client) AcceptSession(ctx context.Context, queue, sessionID string) (*SessionReceiver, error) {
+	if err := checkQueue(queue); err != nil {
+		return nil, err
+	}
+	if err := checkSession(sessionID); err != nil {
+		return nil, err
+	}
+	r, err := c.accept(ctx, queue, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// AcceptNextSession locks the next available session of queue: one whose
+// head message is deliverable, not blocked and not held by another consumer,
+// oldest head first. It waits until there is one or ctx ends; it is woken by
+// publishes (in this process at once, from other processes by notification
+// on PostgreSQL) and polls every Config.PollInterval as a fallback.
+func (c *Client) AcceptNextSession(ctx context.Context, queue string) (*SessionReceiver, error) {
+	if err := checkQueue(queue); err != nil {
+		return nil, err
+	}
+	var w *waiter
+	defer func() {
+		if w != nil {
+			c.hub.unsubscribe(w)
+		}
+	}()
+	for {
+		r, err := c.accept(ctx, queue, "")
+		if err != nil || r != nil {
+			return r, err
+		}
+		if w == nil {
+			// Subscribe, then look again: a publish between the look and the
+			// subscription would otherwise wait for the poll.
+			w = c.hub.subscribe(queue)
+			continue
+		}
+		t := time.NewTimer(c.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-w.ch:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// accept locks a session (the named one, or the next available one) and
+// returns its receiver; nil, nil when no session is available.
+func (c *Client) accept(ctx context.Context, queue, sessionID string) (*SessionReceiver, error) {
+	now := c.now()
+	var (
+		s   *dt.Session
+		pol dt.Queue
+	)
+	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		s = nil
+		got, err := x.SessionAccept(ctx, store.SessionAcceptParams{Queue: queue, SessionID: sessionID, Holder: c.cfg.InstanceID, Now: now, Limit: 1})
+		if err != nil || len(got) == 0 {
+			return err
+		}
+		s = got[0]
+		pol, err = c.policy(ctx, x, queue)
+		return err
+	})
+	if err != nil || s == nil {
+		return nil, err
+	}
+	r := &SessionReceiver{
+		c: c, queue: queue, id: s.ID, token: s.LockToken, lockDur: pol.LockDuration, state: s.State,
+		lost: make(chan struct{}), closedCh: make(chan struct{}), renewDone: make(chan struct{}),
+	}
+	if s.LockedUntil != nil {
+		r.lockedUntil = *s.LockedUntil
+		if d := s.LockedUntil.Sub(now); d > 0 {
+			r.lockDur = d
+		}
+	}
+	r.w = c.hub.subscribe(queue)
+	renewCtx, cancel := context.WithCancel(context.Background())
+	r.stopRenew = cancel
+	go r.renewLoop(renewCtx)
+	return r, nil
+}
+
+// Queue returns the queue of the session.
+func (r *SessionReceiver) Queue() string { return r.queue }
+
+// SessionID returns the ID of the session held.
+func (r *SessionReceiver) SessionID() string { return r.id }
+
+// LockedUntil returns when the lock expires unless renewed, as of the last
+// accept or renewal.
+func (r *SessionReceiver) LockedUntil() time.Time {
+	r.untilMu.Lock()
+	defer r.untilMu.Unlock()
+	return r.lockedUntil
+}
+
+// LockLost returns a channel closed once the lock is lost: a renewal found
+// another consumer holding the session or the lock expired, or renewals kept
+// failing until the lock was about to expire. From then on every call fails
+// with ErrLockLost and changes nothing; Close the receiver.
+func (r *SessionReceiver) LockLost() <-chan struct{} { return r.lost }
+
+func (r *SessionReceiver) isLost() bool {
+	select {
+	case <-r.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *SessionReceiver) markLost() { r.lostOnce.Do(func() { close(r.lost) }) }
+
+func (r *SessionReceiver) ref() store.SessionRef {
+	return store.SessionRef{Queue: r.queue, SessionID: r.id, Token: r.token}
+}
+
+func (r *SessionReceiver) lostErr(what string) error {
+	return fmt.Errorf("%s: session %q of queue %q: %w", what, r.id, r.queue, ErrLockLost)
+}
+
+// renewLoop extends the lock every third of its duration until stopped. If
+// renewals keep failing (the store is unreachable) until less than a sixth
+// of the duration is left, the lock counts as lost, so the consumer stops
+// before another one can take the session over.
+func (r *SessionReceiver) renewLoop(ctx context.Context) {
+	defer close(r.renewDone)
+	t := time.NewTicker(max(r.lockDur/3, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.lost:
+			return
+		case <-t.C:
+		}
+		now := r.c.now()
+		until := now.Add(r.lockDur)
+		var errs []error
+		err := r.c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			var err error
+			errs, err = x.SessionRenew(ctx, []store.SessionRef{r.ref()}, now, until)
+			return err
+		})
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			r.c.log.Warn("convoy: renew session lock", "queue", r.queue, "session", r.id, "err", err)
+			if !now.Before(r.LockedUntil().Add(-r.lockDur / 6)) {
+				r.markLost()
+				return
+			}
+		case errs[0] != nil:
+			r.markLost()
+			return
+		default:
+			r.untilMu.Lock()
+			r.lockedUntil = until
+			r.untilMu.Unlock()
+		}
+	}
+}
+
+// Receive waits for the session's head message and returns it, with its
+// delivery count incremented. It returns ErrMessageUnsettled while the
+// previously received message is not settled, ErrSessionBlocked if the
+// session is blocked (it may become so here: a message received more often
+// than the queue's MaxDeliveryCount is dead-lettered instead of returned;
+// under the skip policy Receive goes on with the next one), ErrSessionEnded
+// once the end-of-sequence message was settled, ErrLockLost, or ctx's error.
+func (r *SessionReceiver) Receive(ctx context.Context) (*ReceivedMessage, error) {
+	r.mu.Lock()
+	switch {
+	case r.closed:
+		r.mu.Unlock()
+		return nil, ErrReceiverClosed
+	case r.isLost():
+		r.mu.Unlock()
+		return nil, r.lostErr("receive")
+	case r.current != nil:
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w: settle message %d first", ErrMessageUnsettled, r.current.Seq)
+	case r.receiving:
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w: another Receive is waiting", ErrMessageUnsettled)
+	}
+	r.receiving = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.receiving = false
+		r.mu.Unlock()
+	}()
+	for {
+		m, err := r.tryReceive(ctx)
+		if err != nil || m != nil {
+			return m, err
+		}
+		t := time.NewTimer(r.c.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-r.lost:
+			t.Stop()
+			return nil, r.lostErr("receive")
+		case <-r.closedCh:
+			t.Stop()
+			return nil, ErrReceiverClosed
+		case <-r.w.ch:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// tryReceive receives the head if it is available; nil, nil if not.
+func (r *SessionReceiver) tryReceive(ctx context.Context) (*ReceivedMessage, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrReceiverClosed
+	}
+	now := r.c.now()
+	var (
+		got     *dt.Message
+		outcome error
+	)
+	err := r.c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		got, outcome = nil, nil
+		var events []*dt.Event
+		for {
+			msgs, errs, err := x.MessageReceiveMany(ctx, []store.SessionRef{r.ref()}, now)
+			if err != nil {
+				return err
+			}
+			if errs[0] != nil {
+				outcome = errs[0]
+				return nil
+			}
+			m := msgs[0]
+			if m == nil {
+				s, err := x.SessionGet(ctx, r.queue, r.id)
+				if err != nil {
+					return err
+				}
+				switch {
+				case s.Blocked:
+					outcome = ErrSessionBlocked
+				case s.Closed && s.Pending == 0:
+					outcome = ErrSessionEnded
+				}
+				return x.EventInsertMany(ctx, events)
+			}
+			pol, err := r.c.policy(ctx, x, r.queue)
+			if err != nil {
+				return err
+			}
+			settle, bad := poisoned(m, r.token, pol)
+			if !bad {
+				got = m
+				return x.EventInsertMany(ctx, events)
+			}
+			serrs, err := x.MessageSettleMany(ctx, []store.MessageSettle{settle}, now)
+			if err != nil {
+				return err
+			}
+			if serrs[0] != nil {
+				return fmt.Errorf("dead-letter %s message %d: %w", r.queue, m.Seq, serrs[0])
+			}
+			events = append(events, deadLetterEvent(r.queue, r.id, m.Seq, m.DeliveryCount, settle.Reason, settle.Block, r.c.cfg.InstanceID, now))
+			if settle.Block {
+				outcome = ErrSessionBlocked
+				return x.EventInsertMany(ctx, events)
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case errors.Is(outcome, ErrLockLost):
+		r.markLost()
+		return nil, r.lostErr("receive")
+	case outcome != nil:
+		return nil, fmt.Errorf("session %q of queue %q: %w", r.id, r.queue, outcome)
+	case got == nil:
+		return nil, nil
+	}
+	r.current = newReceived(got, r.token, r.state)
+	return r.current, nil
+}
+
+// CompleteOptions are optional settings of Complete.
+type CompleteOptions struct {
+	// SetState replaces the session's state with State (nil clears it) in
+	// the same transaction as the completion.
+	SetState bool
+	State    []byte
+}
+
+// Complete settles m as done: it is removed and the next message becomes the
+// head. With opts.SetState (or after m.SetSessionState) the session state
+// changes in the same transaction. A stale lock fails with ErrLockLost and
+// changes nothing.
+func (r *SessionReceiver) Complete(ctx context.Context, m *ReceivedMessage, opts *CompleteOptions) error {
+	s := store.MessageSettle{Action: store.SettleComplete}
+	switch {
+	case opts != nil && opts.SetState:
+		s.SetState, s.State = true, opts.State
+	case m != nil && m.setState:
+		s.SetState, s.State = true, m.newState
+	}
+	return r.settle(ctx, "complete", m, s)
+}
+
+// Abandon gives m back: it stays the head of its session and is delivered
+// again (its delivery count grows) once delay has passed. The lock stays
+// held; Close the receiver to let another consumer have the session.
+func (r *SessionReceiver) Abandon(ctx context.Context, m *ReceivedMessage, delay time.Duration) error {
+	s := store.MessageSettle{Action: store.SettleAbandon}
+	if delay > 0 {
+		s.AvailableAt = r.c.now().Add(delay)
+	}
+	return r.settle(ctx, "abandon", m, s)
+}
+
+// DeadLetter moves m to the dead-letter list with reason. Under the queue's
+// block policy the session halts (an operator alert is recorded) until the
+// dead letter is resubmitted or discarded; under skip the session goes on.
+func (r *SessionReceiver) DeadLetter(ctx context.Context, m *ReceivedMessage, reason string) error {
+	if reason == "" {
+		reason = "dead-lettered by the consumer"
+	}
+	return r.settle(ctx, "dead-letter", m, store.MessageSettle{Action: store.SettleDeadLetter, Reason: reason})
+}
+
+func (r *SessionReceiver) settle(ctx context.Context, what string, m *ReceivedMessage, s store.MessageSettle) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed:
+		return ErrReceiverClosed
+	case m == nil || m != r.current:
+		return fmt.Errorf("%s: %w", what, ErrNotReceived)
+	case r.isLost():
+		r.current = nil
+		return r.lostErr(what + " " + m.String())
+	}
+	now := r.c.now()
+	s.Ref, s.Seq = r.ref(), m.Seq
+	var errs []error
+	err := r.c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		if s.Action == store.SettleDeadLetter {
+			pol, err := r.c.policy(ctx, x, r.queue)
+			if err != nil {
+				return err
+			}
+			s.Block = pol.PoisonPolicy == PoisonBlock
+		}
+		var err error
+		if errs, err = x.MessageSettleMany(ctx, []store.MessageSettle{s}, now); err != nil || errs[0] != nil {
+			return err
+		}
+		if s.Action == store.SettleDeadLetter {
+			ev := deadLetterEvent(r.queue, r.id, m.Seq, m.DeliveryCount, s.Reason, s.Block, r.c.cfg.InstanceID, now)
+			return x.EventInsertMany(ctx, []*dt.Event{ev})
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return err
+	case errors.Is(errs[0], ErrLockLost):
+		r.markLost()
+		r.current = nil
+		return r.lostErr(what + " " + m.String())
+	case errs[0] != nil:
+		r.current = nil
+		return fmt.Errorf("%s %s: %w", what, m, errs[0])
+	}
+	r.current = nil
+	if s.SetState {
+		r.state = s.State
+	}
+	return nil
+}
+
+// State returns the session's state blob (nil when never set).
+func (r *SessionReceiver) State(ctx context.Context) ([]byte, error) {
+	s, err := r.c.store.Reader().SessionGet(ctx, r.queue, r.id)
+	if err != nil {
+		return nil, err
+	}
+	return s.State, nil
+}
+
+// SetState replaces the session's state blob (nil clears it). To change it
+// atomically with a completion, use CompleteOptions instead.
+func (r *SessionReceiver) SetState(ctx context.Context, state []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed:
+		return ErrReceiverClosed
+	case r.isLost():
+		return r.lostErr("set state")
+	}
+	now := r.c.now()
+	err := r.c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.SessionStateSet(ctx, r.ref(), state, now)
+	})
+	if errors.Is(err, ErrLockLost) {
+		r.markLost()
+		return r.lostErr("set state")
+	}
+	if err != nil {
+		return err
+	}
+	r.state = state
+	return nil
+}
+
+// Close stops the renewals and releases the session so other consumers can
+// accept it. An unsettled message stays at the head and is delivered again
+// (its delivery count already counts this delivery). Closing a receiver
+// whose lock was lost only stops it.
+func (r *SessionReceiver) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	close(r.closedCh)
+	r.mu.Unlock()
+	r.stopRenew()
+	<-r.renewDone
+	r.c.hub.unsubscribe(r.w)
+	if r.isLost() {
+		return nil
+	}
+	now := r.c.now()
+	notify := false
+	err := r.c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		notify = false
+		errs, err := x.SessionRelease(ctx, []store.SessionRef{r.ref()}, now)
+		if err != nil || errs[0] != nil {
+			return err // a lost lock has nothing to release
+		}
+		s, err := x.SessionGet(ctx, r.queue, r.id)
+		if err != nil {
+			return err
+		}
+		if notify = s.Pending > 0 && !s.Blocked; notify {
+			return x.Notify(ctx, Topic(r.queue))
+		}
+		return nil
+	})
+	if notify {
+		r.c.hub.wake(r.queue)
+	}
+	return err
+}
