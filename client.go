@@ -385,6 +385,9 @@ func (c *Client) wakeFor(topic string) {
 		if s := scheds[strings.TrimPrefix(topic, "replies:")]; s != nil {
 			s.WakeReplies()
 		}
+	case strings.HasPrefix(topic, "queue:"):
+		// Session-queue publishes (package convoy) are no work for the
+		// task roles; convoy's own listeners wake its consumers.
 	default: // store.TopicAll, or a topic this version does not know
 		for _, s := range scheds {
 			s.WakeReplies()
