@@ -116,7 +116,9 @@ func TestBusySchedulerTakesStoreReplies(t *testing.T) {
 	ctx := context.Background()
 	wfs := []drover.Workflow{
 		{Name: "lw", Steps: []drover.Step{{Name: "l", Agent: "local", Timeout: 60 * time.Second}}},
-		{Name: "rw", Steps: []drover.Step{{Name: "r", Agent: "remote", Timeout: 1 * time.Second}}},
+		// 3s: far less than the backlog takes (so replies left waiting
+		// for it would time out), with room for a loaded test machine.
+		{Name: "rw", Steps: []drover.Step{{Name: "r", Agent: "remote", Timeout: 3 * time.Second}}},
 	}
 	// B: agent-only process running "remote"; its replies go to the store.
 	startClient(t, drover.Config{Store: d, InstanceID: "B", Workflows: wfs, Roles: drover.Roles{Agent: true},
