@@ -188,6 +188,7 @@ error there (the server's synchronous_commit decides).`,
 	fl.IntVar(&f.submitters, "submitters", 1, "latency mode: goroutines sharing the paced submissions, each calling Submit one at a time")
 	fl.IntVar(&f.maxInFlight, "max-inflight", 0, "tasks one scheduler holds at once (default: drover's, 1024)")
 	fl.IntVar(&f.claimBatch, "claim-batch", 0, "tasks claimed per transaction (default: drover's, 256)")
+	cmd.AddCommand(e.benchConvoyCmd())
 	return cmd
 }
 

@@ -220,6 +220,7 @@ name is still refused).`,
 		e.eventsCmd(),
 		e.demoCmd(),
 		e.benchCmd(),
+		e.queueCmd(),
 	)
 	// Arguments errors are usage errors.
 	for _, c := range root.Commands() {

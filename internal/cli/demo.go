@@ -140,6 +140,7 @@ summary says how to inspect them.`,
 	fl.IntVar(&f.schedulers, "schedulers", 2, "scheduler instances")
 	fl.DurationVar(&f.timeout, "timeout", 0, "give up if the orders are not all final by then (default: 30s + 100ms per order)")
 	demo.AddCommand(ordersCmd)
+	demo.AddCommand(e.demoLedgerCmd())
 	return demo
 }
 

@@ -1,0 +1,965 @@
+package cli
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/store"
+)
+
+// The "drover queue" commands: session queues (the Sequential Convoy
+// pattern, package convoy) from the command line.
+
+// QueueJSON is a queue and its policy as printed with --json.
+type QueueJSON struct {
+	Name                string    `json:"name"`
+	MaxDeliveryCount    int       `json:"max_delivery_count"`
+	Poison              string    `json:"poison"`
+	DedupeWindow        string    `json:"dedupe_window"` // "0s": de-duplication off
+	DedupeWindowSeconds float64   `json:"dedupe_window_seconds"`
+	LockDuration        string    `json:"lock_duration"`
+	LockDurationSeconds float64   `json:"lock_duration_seconds"`
+	CreatedAt           time.Time `json:"created_at"`
+	UpdatedAt           time.Time `json:"updated_at"`
+}
+
+// SessionJSON is a session as printed with --json.
+type SessionJSON struct {
+	Queue   string `json:"queue"`
+	Session string `json:"session"`
+	// LastSeq is the last sequence number assigned (0: none yet); NextSeq
+	// the one the next message published gets.
+	LastSeq int64      `json:"last_seq"`
+	NextSeq int64      `json:"next_seq"`
+	Pending int        `json:"pending"`
+	ReadyAt *time.Time `json:"ready_at"`
+	// Locked: held by a consumer whose lock has not expired.
+	Locked      bool       `json:"locked"`
+	LockedBy    *string    `json:"locked_by"`
+	LockedUntil *time.Time `json:"locked_until"`
+	LockToken   int64      `json:"lock_token"`
+	Blocked     bool       `json:"blocked"`
+	Closed      bool       `json:"closed"`
+	StateBytes  int        `json:"state_bytes"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+}
+
+// MessageJSON is a stored message as printed with --json. Body is the body
+// as text when it is valid UTF-8; otherwise BodyBase64 holds it.
+type MessageJSON struct {
+	Queue         string     `json:"queue"`
+	Session       string     `json:"session"`
+	Seq           int64      `json:"seq"`
+	MessageID     string     `json:"message_id,omitempty"`
+	DeliveryCount int        `json:"delivery_count"`
+	EndOfSequence bool       `json:"end_of_sequence"`
+	AvailableAt   time.Time  `json:"available_at"`
+	EnqueuedAt    time.Time  `json:"enqueued_at"`
+	Dead          bool       `json:"dead"`
+	DeadReason    string     `json:"dead_reason,omitempty"`
+	DeadAt        *time.Time `json:"dead_at,omitempty"`
+	Body          *string    `json:"body,omitempty"`
+	BodyBase64    string     `json:"body_base64,omitempty"`
+	BodyBytes     int        `json:"body_bytes"`
+}
+
+// PublishedJSON is what "queue publish --json" prints.
+type PublishedJSON struct {
+	Queue     string `json:"queue"`
+	Session   string `json:"session"`
+	Seq       int64  `json:"seq"`
+	Duplicate bool   `json:"duplicate"`
+	MessageID string `json:"message_id,omitempty"`
+}
+
+func queueJSON(q *convoy.Queue) QueueJSON {
+	return QueueJSON{
+		Name: q.Name, MaxDeliveryCount: q.MaxDeliveryCount, Poison: string(q.PoisonPolicy),
+		DedupeWindow: q.DedupeWindow.String(), DedupeWindowSeconds: q.DedupeWindow.Seconds(),
+		LockDuration: q.LockDuration.String(), LockDurationSeconds: q.LockDuration.Seconds(),
+		CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt,
+	}
+}
+
+func sessionJSON(s *convoy.Session, now time.Time) SessionJSON {
+	return SessionJSON{
+		Queue: s.Queue, Session: s.ID, LastSeq: s.NextSeq, NextSeq: s.NextSeq + 1, Pending: s.Pending, ReadyAt: s.ReadyAt,
+		Locked:   s.LockHolder != "" && s.LockedUntil != nil && s.LockedUntil.After(now),
+		LockedBy: nullable(s.LockHolder), LockedUntil: s.LockedUntil, LockToken: s.LockToken,
+		Blocked: s.Blocked, Closed: s.Closed, StateBytes: len(s.State), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+	}
+}
+
+func messageJSON(m *convoy.StoredMessage) MessageJSON {
+	j := MessageJSON{
+		Queue: m.Queue, Session: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, DeliveryCount: m.DeliveryCount,
+		EndOfSequence: m.EndOfSequence, AvailableAt: m.AvailableAt, EnqueuedAt: m.EnqueuedAt,
+		Dead: m.Dead, DeadReason: m.DeadReason, DeadAt: m.DeadAt, BodyBytes: len(m.Body),
+	}
+	if utf8.Valid(m.Body) {
+		b := string(m.Body)
+		j.Body = &b
+	} else {
+		j.BodyBase64 = base64Std(m.Body)
+	}
+	return j
+}
+
+func base64Std(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// bodyText is a body for a table: text, or a note for binary.
+func bodyText(b []byte, n int) string {
+	switch {
+	case len(b) == 0:
+		return "-"
+	case !utf8.Valid(b):
+		return fmt.Sprintf("(%d bytes, binary)", len(b))
+	}
+	return clip(string(b), n)
+}
+
+// ---- flag checks (before anything is opened: bad input changes nothing) ----
+
+func checkQueueFlag(flag, q string) error {
+	ok := q != "" && len(q) <= convoy.MaxQueueNameLen && utf8.ValidString(q)
+	for _, r := range q {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '/' {
+			ok = false
+		}
+	}
+	if !ok {
+		if q == "" {
+			return usagef("%s is required: the queue name", flag)
+		}
+		return usagef("%s %q: a queue name is 1-%d printable characters without spaces or \"/\"", flag, q, convoy.MaxQueueNameLen)
+	}
+	return nil
+}
+
+func checkIDFlag(flag, what, s string, maxLen int) error {
+	switch {
+	case s == "" && flag == "--message-id":
+		return usagef("%s is empty: give a message ID, or leave the flag out", flag)
+	case s == "":
+		return usagef("%s is required: the %s", flag, what)
+	case len(s) > maxLen:
+		return usagef("%s: the %s is %d bytes, the limit is %d", flag, what, len(s), maxLen)
+	case !utf8.ValidString(s):
+		return usagef("%s: the %s is not valid UTF-8", flag, what)
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return usagef("%s %q: the %s contains control characters", flag, s, what)
+	}
+	return nil
+}
+
+func checkSessionFlag(s string) error {
+	return checkIDFlag("--session", "session ID", s, convoy.MaxSessionIDLen)
+}
+
+// parseNotBefore reads --not-before: an RFC 3339 time, or a duration from now.
+func parseNotBefore(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		if t.Year() < 1970 || t.Year() > 9999 {
+			return time.Time{}, usagef("--not-before %q is out of range (years 1970-9999)", s)
+		}
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return time.Time{}, usagef("--not-before %q: want an RFC 3339 time (2026-11-22T10:00:00Z) or a duration from now (30s, 5m, 2h)", s)
+	}
+	if d < 0 {
+		return time.Time{}, usagef("--not-before %q: a duration must not be negative", s)
+	}
+	return now.Add(d), nil
+}
+
+// ---- opening ----
+
+// queueClient opens the store (never creating or migrating it) and a convoy
+// client on it. The caller closes the database.
+func (e *env) queueClient(ctx context.Context, maxBody int) (*convoy.Client, *database, error) {
+	drv, err := e.openStore(ctx, openOpts{lockTimeout: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	host, _ := os.Hostname()
+	id := strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || r == '/' || !unicode.IsPrint(r) {
+			return '-'
+		}
+		return r
+	}, fmt.Sprintf("drover-cli-%s-%d", host, os.Getpid()))
+	c, err := convoy.New(convoy.Config{Store: drv.Driver, InstanceID: id, MaxBodyBytes: maxBody, Logger: e.logger(slog.LevelWarn)})
+	if err != nil {
+		drv.Close()
+		return nil, nil, err
+	}
+	return c, drv, nil
+}
+
+// queueErr explains convoy errors in the CLI's terms.
+func queueErr(d *database, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, convoy.ErrSessionClosed):
+		return &wrapped{fmt.Sprintf("%v: its end-of-sequence message was published, nothing more can be published to it", err), err}
+	}
+	return d.storeErr(err)
+}
+
+// mustQueue fails unless the queue exists.
+func mustQueue(ctx context.Context, drv *database, name string) (*convoy.Queue, error) {
+	q, err := drv.Reader().QueueGet(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, &wrapped{fmt.Sprintf("queue %q not found: nothing was published to it and no policy was set (see 'drover queue list')", name), err}
+	}
+	return q, drv.storeErr(err)
+}
+
+// mustSession fails unless the session exists.
+func mustSession(ctx context.Context, c *convoy.Client, drv *database, queue, id string) (*convoy.Session, error) {
+	if _, err := mustQueue(ctx, drv, queue); err != nil {
+		return nil, err
+	}
+	s, err := c.Session(ctx, queue, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, &wrapped{fmt.Sprintf("session %q of queue %q not found: nothing was published to it (see 'drover queue sessions --queue %s')", id, queue, queue), err}
+	}
+	return s, drv.storeErr(err)
+}
+
+// ---- the commands ----
+
+func (e *env) queueCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "queue",
+		Short: "Publish to, inspect and operate session queues (Sequential Convoy)",
+		Long: `queue works with session queues, drover's Sequential Convoy: messages carry a
+session ID (an order ID, say); the messages of one session are processed in
+publish order, one at a time, while different sessions are processed in
+parallel by competing consumers. Every message gets a per-session sequence
+number 1, 2, 3 … in commit order; the last one may carry an end-of-sequence
+flag. Queues and sessions are created by their first publish.
+
+A message delivered more often than its queue's max delivery count (default
+10) is dead-lettered. Under the poison policy "block" (the default) its
+session halts, keeping strict order, and an operator alert is recorded
+(drover events --alerts) until the dead letter is resolved with
+"drover queue resolve"; under "skip" the session goes on and the dead letter
+is the gap.
+
+The database (on PostgreSQL, the schema --schema) must exist and be migrated
+("drover migrate"). See docs/convoy.md.`,
+		Example: `  drover queue publish --queue orders --session o-17 --body '{"op":"create"}'
+  drover queue sessions --queue orders
+  drover queue peek --queue orders --session o-17
+  drover queue dlq --queue orders
+  drover queue resolve --queue orders --session o-17 --seq 3 --resubmit
+  drover queue policy --queue orders --max-delivery 5 --poison skip
+  drover queue consume --queue orders --count 10 --exec 'cat; echo'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usagef("queue needs a subcommand: publish, peek, sessions, list, policy, dlq, resolve or consume")
+		},
+	}
+	cmd.AddCommand(e.queuePublishCmd(), e.queuePeekCmd(), e.queueSessionsCmd(), e.queueListCmd(),
+		e.queuePolicyCmd(), e.queueDLQCmd(), e.queueResolveCmd(), e.queueConsumeCmd())
+	return cmd
+}
+
+func (e *env) queuePublishCmd() *cobra.Command {
+	var (
+		queue, session, messageID, notBefore, body, bodyFile string
+		eos                                                  bool
+		maxBody                                              int
+	)
+	cmd := &cobra.Command{
+		Use:   "publish",
+		Short: "Publish one message to a session",
+		Long: `publish stores one message in session --session of queue --queue and prints
+its sequence number in the session. The queue and the session are created by
+their first message.
+
+The body is --body (a string), or the contents of --body-file, or standard
+input with --body-file -; without either the body is empty. It is stored as
+bytes, at most --max-body-bytes.
+
+--message-id de-duplicates: publishing the same ID to the queue again within
+its dedupe window (drover queue policy) stores nothing and reports the
+original's sequence number with "duplicate": true. --end-of-sequence marks
+the session's last message: later publishes to the session fail. --not-before
+delays delivery until a time (RFC 3339) or for a duration from now; the
+message keeps its place, so the session's later messages wait too.`,
+		Example: `  drover queue publish --queue orders --session o-17 --body '{"op":"create"}'
+  drover queue publish --queue orders --session o-17 --body '{"op":"pay"}' --message-id pay-o-17 --json
+  drover queue publish --queue orders --session o-17 --body '{"op":"close"}' --end-of-sequence
+  drover queue publish --queue orders --session o-18 --body-file order.json --not-before 30s
+  echo '{"op":"create"}' | drover queue publish --queue orders --session o-19 --body-file -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			fl := cmd.Flags()
+			if err := checkQueueFlag("--queue", queue); err != nil {
+				return err
+			}
+			if err := checkSessionFlag(session); err != nil {
+				return err
+			}
+			if fl.Changed("message-id") {
+				if err := checkIDFlag("--message-id", "message ID", messageID, convoy.MaxMessageIDLen); err != nil {
+					return err
+				}
+			}
+			if maxBody <= 0 {
+				return usagef("--max-body-bytes must be positive, got %d", maxBody)
+			}
+			if fl.Changed("body") && fl.Changed("body-file") {
+				return usagef("--body and --body-file are exclusive: give the body one way")
+			}
+			var nb time.Time
+			if fl.Changed("not-before") {
+				var err error
+				if nb, err = parseNotBefore(notBefore, time.Now()); err != nil {
+					return err
+				}
+			}
+			var data []byte
+			switch {
+			case fl.Changed("body"):
+				data = []byte(body)
+			case fl.Changed("body-file"):
+				var r io.Reader
+				name := "standard input"
+				if bodyFile == "-" {
+					r = e.stdin
+				} else {
+					f, err := os.Open(bodyFile)
+					if err != nil {
+						return usagef("--body-file: %v", err)
+					}
+					defer f.Close()
+					r, name = f, bodyFile
+				}
+				b, err := io.ReadAll(io.LimitReader(r, int64(maxBody)+1))
+				if err != nil {
+					return fmt.Errorf("--body-file: read %s: %w", name, err)
+				}
+				data = b
+			}
+			if len(data) > maxBody {
+				return fmt.Errorf("%w: the body is more than %d bytes (--max-body-bytes)", convoy.ErrInvalidMessage, maxBody)
+			}
+			c, drv, err := e.queueClient(ctx, maxBody)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			res, err := c.Publish(ctx, queue, convoy.Message{SessionID: session, Body: data, MessageID: messageID,
+				EndOfSequence: eos, NotBefore: nb})
+			if err != nil {
+				return queueErr(drv, err)
+			}
+			p := res[0]
+			if e.jsonOut {
+				return writeJSON(e.stdout, PublishedJSON{Queue: queue, Session: p.SessionID, Seq: p.Seq, Duplicate: p.Duplicate, MessageID: messageID})
+			}
+			if p.Duplicate {
+				fmt.Fprintf(e.stdout, "duplicate: message ID %q was published within the dedupe window as message %d of session %s; nothing stored\n", messageID, p.Seq, p.SessionID)
+				return nil
+			}
+			fmt.Fprintf(e.stdout, "published message %d to session %s of queue %s\n", p.Seq, p.SessionID, queue)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue name (required)")
+	f.StringVar(&session, "session", "", "session ID, e.g. the order ID (required)")
+	f.StringVar(&messageID, "message-id", "", "de-duplication ID within the queue's dedupe window")
+	f.BoolVar(&eos, "end-of-sequence", false, "mark the session's last message")
+	f.StringVar(&notBefore, "not-before", "", "deliver no earlier than this RFC 3339 time, or this long from now (30s, 5m)")
+	f.StringVar(&body, "body", "", "the message body")
+	f.StringVar(&bodyFile, "body-file", "", "read the body from this file; - reads standard input")
+	f.IntVar(&maxBody, "max-body-bytes", convoy.DefaultMaxBodyBytes, "largest body accepted, in bytes")
+	return cmd
+}
+
+func (e *env) queuePeekCmd() *cobra.Command {
+	var (
+		queue, session string
+		from           int64
+		limit          int
+	)
+	cmd := &cobra.Command{
+		Use:   "peek",
+		Short: "Show a session's messages without changing anything",
+		Long: `peek lists the messages of one session in sequence order, from --from on:
+the pending ones (the first is the head, the next to be delivered) and the
+dead-lettered ones, with their delivery count, availability and body.
+Completed messages are gone. It takes no lock and changes nothing.`,
+		Example: `  drover queue peek --queue orders --session o-17
+  drover queue peek --queue orders --session o-17 --from 40 --limit 10 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := checkQueueFlag("--queue", queue); err != nil {
+				return err
+			}
+			if err := checkSessionFlag(session); err != nil {
+				return err
+			}
+			if from < 0 {
+				return usagef("--from must be 0 or more, got %d", from)
+			}
+			if limit <= 0 || limit > 10000 {
+				return usagef("--limit must be 1-10000, got %d", limit)
+			}
+			c, drv, err := e.queueClient(ctx, 0)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			s, err := mustSession(ctx, c, drv, queue, session)
+			if err != nil {
+				return err
+			}
+			ms, err := c.Peek(ctx, queue, session, from, limit)
+			if err != nil {
+				return drv.storeErr(err)
+			}
+			var next int64
+			if len(ms) == limit {
+				next = ms[len(ms)-1].Seq + 1
+			}
+			if e.jsonOut {
+				out := struct {
+					Session  SessionJSON   `json:"session"`
+					Messages []MessageJSON `json:"messages"`
+					NextFrom int64         `json:"next_from,omitempty"`
+				}{Session: sessionJSON(s, time.Now()), Messages: []MessageJSON{}, NextFrom: next}
+				for _, m := range ms {
+					out.Messages = append(out.Messages, messageJSON(m))
+				}
+				return writeJSON(e.stdout, out)
+			}
+			fmt.Fprintf(e.stdout, "session %s of queue %s: %d pending, last seq %d%s\n", s.ID, s.Queue, s.Pending, s.NextSeq, sessionFlags(s, time.Now()))
+			tw := newTable(e.stdout)
+			row(tw, "SEQ", "STATE", "DELIVERIES", "AVAILABLE", "MESSAGE_ID", "EOS", "BODY", "DEAD_REASON")
+			head := true
+			for _, m := range ms {
+				st := "pending"
+				switch {
+				case m.Dead:
+					st = "DEAD"
+				case head && !s.Blocked:
+					st, head = "head", false
+				}
+				eosMark := ""
+				if m.EndOfSequence {
+					eosMark = "EOS"
+				}
+				row(tw, strconv.FormatInt(m.Seq, 10), st, strconv.Itoa(m.DeliveryCount), fmtTime(&m.AvailableAt), dash(m.MessageID),
+					dash(eosMark), bodyText(m.Body, 60), dash(clip(m.DeadReason, 60)))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != 0 {
+				fmt.Fprintf(e.stderr, "more messages may follow: --from %d\n", next)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue name (required)")
+	f.StringVar(&session, "session", "", "session ID (required)")
+	f.Int64Var(&from, "from", 0, "start at this sequence number")
+	f.IntVar(&limit, "limit", 100, "at most this many messages")
+	return cmd
+}
+
+// sessionFlags describes a session's lock, block and close for a human.
+func sessionFlags(s *convoy.Session, now time.Time) string {
+	var parts []string
+	if s.LockHolder != "" && s.LockedUntil != nil && s.LockedUntil.After(now) {
+		parts = append(parts, fmt.Sprintf("locked by %s until %s", s.LockHolder, fmtTime(s.LockedUntil)))
+	}
+	if s.Blocked {
+		parts = append(parts, "BLOCKED by a dead letter (drover queue dlq)")
+	}
+	if s.Closed {
+		parts = append(parts, "closed (end of sequence published)")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, "; ")
+}
+
+func (e *env) queueSessionsCmd() *cobra.Command {
+	var (
+		queue, after string
+		limit        int
+	)
+	cmd := &cobra.Command{
+		Use:   "sessions",
+		Short: "List a queue's sessions: pending count, lock, blocked, closed",
+		Long: `sessions lists the sessions of a queue in ID order: how many messages are
+pending, the last sequence number assigned, who holds the session's lock and
+until when, whether it is blocked by a dead letter (poison policy block) and
+whether its end-of-sequence message was published (closed). Page with
+--limit and --after: pass the last session ID printed (or "next_after" of the
+JSON output) as --after.`,
+		Example: `  drover queue sessions --queue orders
+  drover queue sessions --queue orders --after o-99 --limit 50 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := checkQueueFlag("--queue", queue); err != nil {
+				return err
+			}
+			if limit <= 0 || limit > 10000 {
+				return usagef("--limit must be 1-10000, got %d", limit)
+			}
+			c, drv, err := e.queueClient(ctx, 0)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			if _, err := mustQueue(ctx, drv, queue); err != nil {
+				return err
+			}
+			ss, err := c.Sessions(ctx, queue, after, limit)
+			if err != nil {
+				return drv.storeErr(err)
+			}
+			next := ""
+			if len(ss) == limit {
+				next = ss[len(ss)-1].ID
+			}
+			now := time.Now()
+			if e.jsonOut {
+				out := struct {
+					Queue     string        `json:"queue"`
+					Sessions  []SessionJSON `json:"sessions"`
+					NextAfter string        `json:"next_after,omitempty"`
+				}{Queue: queue, Sessions: []SessionJSON{}, NextAfter: next}
+				for _, s := range ss {
+					out.Sessions = append(out.Sessions, sessionJSON(s, now))
+				}
+				return writeJSON(e.stdout, out)
+			}
+			tw := newTable(e.stdout)
+			row(tw, "SESSION", "PENDING", "NEXT_SEQ", "READY_AT", "LOCKED_BY", "LOCKED_UNTIL", "BLOCKED", "CLOSED")
+			for _, s := range ss {
+				j := sessionJSON(s, now)
+				by := "-"
+				if j.Locked {
+					by = s.LockHolder
+				}
+				row(tw, s.ID, strconv.Itoa(s.Pending), strconv.FormatInt(s.NextSeq+1, 10), fmtTime(s.ReadyAt), by,
+					fmtTime(lockedUntil(j)), yes(s.Blocked), yes(s.Closed))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != "" {
+				fmt.Fprintf(e.stderr, "more sessions may follow: --after %s\n", next)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue name (required)")
+	f.StringVar(&after, "after", "", "only sessions whose ID sorts after this one")
+	f.IntVar(&limit, "limit", 100, "at most this many sessions")
+	return cmd
+}
+
+func lockedUntil(j SessionJSON) *time.Time {
+	if !j.Locked {
+		return nil
+	}
+	return j.LockedUntil
+}
+
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "-"
+}
+
+func (e *env) queueListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the queues and their policies",
+		Long: `list prints every queue with its policy: the max delivery count (a message
+delivered more often is dead-lettered), the poison policy (block: the session
+halts until an operator resolves the dead letter; skip: it goes on), the
+dedupe window of message IDs (0s: off) and the session lock duration.`,
+		Example: `  drover queue list
+  drover queue list --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, drv, err := e.queueClient(ctx, 0)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			qs, err := c.Queues(ctx)
+			if err != nil {
+				return drv.storeErr(err)
+			}
+			if e.jsonOut {
+				out := struct {
+					Queues []QueueJSON `json:"queues"`
+				}{Queues: []QueueJSON{}}
+				for _, q := range qs {
+					out.Queues = append(out.Queues, queueJSON(q))
+				}
+				return writeJSON(e.stdout, out)
+			}
+			tw := newTable(e.stdout)
+			row(tw, "QUEUE", "MAX_DELIVERY", "POISON", "DEDUPE_WINDOW", "LOCK_DURATION", "UPDATED")
+			for _, q := range qs {
+				row(tw, q.Name, strconv.Itoa(q.MaxDeliveryCount), string(q.PoisonPolicy), q.DedupeWindow.String(), q.LockDuration.String(), fmtTime(&q.UpdatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func (e *env) queuePolicyCmd() *cobra.Command {
+	var (
+		queue, poison string
+		maxDelivery   int
+		dedupe, lock  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Show or change a queue's policy",
+		Long: `policy shows a queue's policy, or changes the parts given and shows the
+result. Changing the policy of a queue that does not exist yet creates it.
+
+  --max-delivery N     a message delivered more than N times is dead-lettered (default 10)
+  --poison block|skip  block: the session halts until the dead letter is resolved
+                       ("drover queue resolve"), keeping strict order, and an operator
+                       alert is recorded; skip: the session goes on without it
+  --dedupe-window D    how long a message ID is remembered (0 turns de-duplication off)
+  --lock-duration D    how long a consumer's session lock lasts without renewal
+                       (10ms to 24h; consumers renew at a third of it)
+
+A new policy applies to deliveries from then on; consumers in other
+processes pick it up within a few seconds.`,
+		Example: `  drover queue policy --queue orders
+  drover queue policy --queue orders --max-delivery 5 --poison skip
+  drover queue policy --queue orders --dedupe-window 1h --lock-duration 1m --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			fl := cmd.Flags()
+			if err := checkQueueFlag("--queue", queue); err != nil {
+				return err
+			}
+			change := fl.Changed("max-delivery") || fl.Changed("poison") || fl.Changed("dedupe-window") || fl.Changed("lock-duration")
+			if fl.Changed("max-delivery") && maxDelivery < 1 {
+				return usagef("--max-delivery must be at least 1, got %d", maxDelivery)
+			}
+			if fl.Changed("poison") {
+				poison = strings.ToLower(strings.TrimSpace(poison))
+				if !convoy.PoisonPolicy(poison).Valid() {
+					return usagef("--poison %q: want block or skip", poison)
+				}
+			}
+			if fl.Changed("dedupe-window") && dedupe < 0 {
+				return usagef("--dedupe-window must not be negative (0 turns de-duplication off), got %s", dedupe)
+			}
+			if fl.Changed("lock-duration") && (lock < 10*time.Millisecond || lock > 24*time.Hour) {
+				return usagef("--lock-duration must be between 10ms and 24h, got %s", lock)
+			}
+			c, drv, err := e.queueClient(ctx, 0)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			var q *convoy.Queue
+			created := false
+			if !change {
+				if q, err = mustQueue(ctx, drv, queue); err != nil {
+					return err
+				}
+			} else {
+				p, err := c.QueuePolicy(ctx, queue)
+				switch {
+				case errors.Is(err, store.ErrNotFound):
+					created = true
+					p = convoy.QueuePolicy{Name: queue}
+				case err != nil:
+					return drv.storeErr(err)
+				}
+				if fl.Changed("max-delivery") {
+					p.MaxDeliveryCount = maxDelivery
+				}
+				if fl.Changed("poison") {
+					p.Poison = convoy.PoisonPolicy(poison)
+				}
+				if fl.Changed("dedupe-window") {
+					p.DedupeWindow = dedupe
+					if dedupe == 0 {
+						p.DedupeWindow = convoy.NoDedupe
+					}
+				}
+				if fl.Changed("lock-duration") {
+					p.LockDuration = lock
+				}
+				if err := c.SetQueuePolicy(ctx, p); err != nil {
+					return drv.storeErr(err)
+				}
+				if q, err = mustQueue(ctx, drv, queue); err != nil {
+					return err
+				}
+			}
+			if e.jsonOut {
+				return writeJSON(e.stdout, queueJSON(q))
+			}
+			switch {
+			case created:
+				fmt.Fprintf(e.stdout, "created queue %s\n", q.Name)
+			case change:
+				fmt.Fprintf(e.stdout, "updated the policy of queue %s\n", q.Name)
+			}
+			tw := newTable(e.stdout)
+			row(tw, "Queue:", q.Name)
+			row(tw, "Max delivery count:", strconv.Itoa(q.MaxDeliveryCount))
+			row(tw, "Poison policy:", string(q.PoisonPolicy))
+			dw := q.DedupeWindow.String()
+			if q.DedupeWindow == 0 {
+				dw = "0s (off)"
+			}
+			row(tw, "Dedupe window:", dw)
+			row(tw, "Lock duration:", q.LockDuration.String())
+			row(tw, "Created:", fmtTime(&q.CreatedAt))
+			row(tw, "Updated:", fmtTime(&q.UpdatedAt))
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue name (required)")
+	f.IntVar(&maxDelivery, "max-delivery", 0, "deliveries before a message is dead-lettered")
+	f.StringVar(&poison, "poison", "", "what a dead letter does to its session: block or skip")
+	f.DurationVar(&dedupe, "dedupe-window", 0, "how long message IDs are remembered; 0 turns de-duplication off")
+	f.DurationVar(&lock, "lock-duration", 0, "session lock duration, 10ms-24h")
+	return cmd
+}
+
+func (e *env) queueDLQCmd() *cobra.Command {
+	var (
+		queue, session, afterSession string
+		afterSeq                     int64
+		limit                        int
+	)
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "List dead-lettered messages and why",
+		Long: `dlq lists the dead-lettered messages of a queue (or of one --session) in
+(session, sequence number) order, with the reason: "max delivery count
+exceeded", or the error a consumer dead-lettered the message with. Under the
+poison policy block the first dead letter of a session is why the session
+halted; resolve it with "drover queue resolve". Page with --after-session and
+--after-seq (the "next_after" of the JSON output).`,
+		Example: `  drover queue dlq --queue orders
+  drover queue dlq --queue orders --session o-17 --json
+  drover queue dlq --queue orders --after-session o-17 --after-seq 3 --limit 50`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			fl := cmd.Flags()
+			if err := checkQueueFlag("--queue", queue); err != nil {
+				return err
+			}
+			if fl.Changed("session") {
+				if err := checkSessionFlag(session); err != nil {
+					return err
+				}
+			}
+			if limit <= 0 || limit > 10000 {
+				return usagef("--limit must be 1-10000, got %d", limit)
+			}
+			if afterSeq < 0 {
+				return usagef("--after-seq must be 0 or more, got %d", afterSeq)
+			}
+			if fl.Changed("after-seq") && !fl.Changed("after-session") && session == "" {
+				return usagef("--after-seq goes with --after-session (or --session)")
+			}
+			if session != "" && afterSession == "" && fl.Changed("after-seq") {
+				afterSession = session
+			}
+			c, drv, err := e.queueClient(ctx, 0)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			if session != "" {
+				if _, err := mustSession(ctx, c, drv, queue, session); err != nil {
+					return err
+				}
+			} else if _, err := mustQueue(ctx, drv, queue); err != nil {
+				return err
+			}
+			ms, err := c.DeadLetters(ctx, queue, session, convoy.DeadLetterCursor{SessionID: afterSession, Seq: afterSeq}, limit)
+			if err != nil {
+				return drv.storeErr(err)
+			}
+			type cursor struct {
+				Session string `json:"session"`
+				Seq     int64  `json:"seq"`
+			}
+			var next *cursor
+			if len(ms) == limit {
+				next = &cursor{ms[len(ms)-1].SessionID, ms[len(ms)-1].Seq}
+			}
+			if e.jsonOut {
+				out := struct {
+					Queue       string        `json:"queue"`
+					DeadLetters []MessageJSON `json:"dead_letters"`
+					NextAfter   *cursor       `json:"next_after,omitempty"`
+				}{Queue: queue, DeadLetters: []MessageJSON{}, NextAfter: next}
+				for _, m := range ms {
+					out.DeadLetters = append(out.DeadLetters, messageJSON(m))
+				}
+				return writeJSON(e.stdout, out)
+			}
+			tw := newTable(e.stdout)
+			row(tw, "SESSION", "SEQ", "DELIVERIES", "DEAD_AT", "MESSAGE_ID", "REASON", "BODY")
+			for _, m := range ms {
+				row(tw, m.SessionID, strconv.FormatInt(m.Seq, 10), strconv.Itoa(m.DeliveryCount), fmtTime(m.DeadAt), dash(m.MessageID),
+					dash(clip(m.DeadReason, 80)), bodyText(m.Body, 40))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != nil {
+				fmt.Fprintf(e.stderr, "more dead letters may follow: --after-session %s --after-seq %d\n", next.Session, next.Seq)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue name (required)")
+	f.StringVar(&session, "session", "", "only this session's dead letters")
+	f.StringVar(&afterSession, "after-session", "", "paging: start after this session …")
+	f.Int64Var(&afterSeq, "after-seq", 0, "… and this sequence number")
+	f.IntVar(&limit, "limit", 100, "at most this many dead letters")
+	return cmd
+}
+
+func (e *env) queueResolveCmd() *cobra.Command {
+	var (
+		queue, session    string
+		seq               int64
+		resubmit, discard bool
+	)
+	cmd := &cobra.Command{
+		Use:   "resolve",
+		Short: "Resubmit or discard a dead-lettered message",
+		Long: `resolve is the operator's answer to a dead letter (drover queue dlq), with
+exactly one of:
+
+  --resubmit  put the message back at the head of its session with a fresh
+              delivery count and unblock the session: it is delivered next,
+              before the session's later messages, so order is kept
+  --discard   delete the message and unblock the session, which goes on with
+              its next message
+
+Either way an event records it (drover events --task 'session:QUEUE/SESSION').
+Fix the cause first (a consumer bug, a missing reference), or the message
+comes back.`,
+		Example: `  drover queue dlq --queue orders
+  drover queue resolve --queue orders --session o-17 --seq 3 --resubmit
+  drover queue resolve --queue orders --session o-18 --seq 1 --discard --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := checkQueueFlag("--queue", queue); err != nil {
+				return err
+			}
+			if err := checkSessionFlag(session); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("seq") {
+				return usagef("--seq is required: the sequence number of the dead letter (see 'drover queue dlq')")
+			}
+			if seq < 1 {
+				return usagef("--seq must be 1 or more, got %d", seq)
+			}
+			if resubmit == discard {
+				return usagef("give exactly one of --resubmit and --discard")
+			}
+			c, drv, err := e.queueClient(ctx, 0)
+			if err != nil {
+				return err
+			}
+			defer drv.Close()
+			if _, err := mustSession(ctx, c, drv, queue, session); err != nil {
+				return err
+			}
+			action := "resubmitted"
+			if resubmit {
+				err = c.ResubmitDeadLetter(ctx, queue, session, seq)
+			} else {
+				action = "discarded"
+				err = c.DiscardDeadLetter(ctx, queue, session, seq)
+			}
+			if errors.Is(err, store.ErrNotFound) {
+				return &wrapped{fmt.Sprintf("no dead-lettered message %d in session %q of queue %q (see 'drover queue dlq --queue %s --session %s')",
+					seq, session, queue, queue, session), err}
+			}
+			if err != nil {
+				return drv.storeErr(err)
+			}
+			s, err := c.Session(ctx, queue, session)
+			if err != nil {
+				return drv.storeErr(err)
+			}
+			if e.jsonOut {
+				return writeJSON(e.stdout, struct {
+					Queue   string      `json:"queue"`
+					Seq     int64       `json:"seq"`
+					Action  string      `json:"action"`
+					Session SessionJSON `json:"session"`
+				}{queue, seq, action, sessionJSON(s, time.Now())})
+			}
+			if resubmit {
+				fmt.Fprintf(e.stdout, "resubmitted message %d of session %s (queue %s): it is the head of the session again, delivered next; %d pending%s\n",
+					seq, session, queue, s.Pending, sessionFlags(s, time.Now()))
+			} else {
+				fmt.Fprintf(e.stdout, "discarded message %d of session %s (queue %s); %d pending%s\n", seq, session, queue, s.Pending, sessionFlags(s, time.Now()))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&queue, "queue", "", "queue name (required)")
+	f.StringVar(&session, "session", "", "session ID (required)")
+	f.Int64Var(&seq, "seq", 0, "sequence number of the dead letter (required)")
+	f.BoolVar(&resubmit, "resubmit", false, "put it back at the head of its session and unblock the session")
+	f.BoolVar(&discard, "discard", false, "delete it and unblock the session")
+	return cmd
+}
