@@ -77,7 +77,7 @@ func (e *env) demoCmd() *cobra.Command {
 		Long:  `demo runs a self-contained demonstration of drover. See "drover demo orders --help".`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usagef("demo needs a subcommand: orders")
+			return usagef("demo needs a subcommand: orders or ledger")
 		},
 	}
 	var f demoFlags
