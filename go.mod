@@ -1,6 +1,6 @@
 module github.com/drover-run/drover
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3
@@ -9,6 +9,7 @@ require (
 	github.com/mattn/go-sqlite3 v1.14.53
 	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/spf13/cobra v1.10.2
+	golang.org/x/time v0.16.0
 )
 
 require (

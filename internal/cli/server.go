@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -83,6 +84,7 @@ func (e *env) serverCmd() *cobra.Command {
 		maxInput     int
 		pollInterval time.Duration
 		shutdown     time.Duration
+		hf           httpFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -120,11 +122,23 @@ Logs go to stderr (--log-level; as JSON objects with --json). When the
 server is running it prints one line on stderr:
   drover server ready instance=ID db=PATH roles=ROLES
 (with " schema=NAME" after it on PostgreSQL; the URL is shown without its
-password and parameters).`,
+password and parameters; with " listen=HOST:PORT" after it when the HTTP API
+is served).
+
+--listen ADDR serves the HTTP API (JSON, described at /openapi.json; see
+docs/server.md): tasks, alerts and session queues under /v1, /healthz and
+/readyz. Callers send "Authorization: Bearer TOKEN"; tokens come from
+--tokens-file or $DROVER_API_TOKENS, one "TOKEN SCOPE[,SCOPE]" per line (";"
+between entries in the variable), scopes submit and operator.
+--insecure-no-auth serves without tokens, on a loopback address only.
+--tls-cert/--tls-key serve HTTPS (and HTTP/2). On shutdown the API stops
+accepting requests and /readyz answers 503 first; requests in flight finish.`,
 		Example: `  drover server --db sqlite:./drover.db
   drover server --db 'postgres://drover@db:5432/app?sslmode=disable' --schema drover
   drover server --roles scheduler,supervisor --instance-id sched-1 --schedulers 4
-  drover server --roles agent --remote-url http://127.0.0.1:8080 --instance-id agents-1`,
+  drover server --roles agent --remote-url http://127.0.0.1:8080 --instance-id agents-1
+  drover server --listen 127.0.0.1:8080 --tokens-file /etc/drover/tokens
+  drover server --listen :8443 --tokens-file tokens --tls-cert cert.pem --tls-key key.pem`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -152,6 +166,10 @@ password and parameters).`,
 			}
 			if maxInput <= 0 {
 				return usagef("--max-input-bytes must be positive, got %d", maxInput)
+			}
+			tokens, cert, err := e.checkHTTPFlags(cmd, &hf)
+			if err != nil {
+				return err
 			}
 			log := e.logger(slog.LevelDebug)
 
@@ -190,8 +208,25 @@ password and parameters).`,
 			if err != nil {
 				return err
 			}
+			var ln net.Listener
+			if hf.listen != "" {
+				if ln, err = listenHTTP(&hf); err != nil {
+					return err
+				}
+				defer ln.Close()
+			}
 			if err := e.startServer(ctx, log, d, c, leaseTTL); err != nil {
 				return err
+			}
+			var api *apiServer
+			if ln != nil {
+				if api, err = serveHTTP(ln, &hf, tokens, cert, c, d, log, c.InstanceID()); err != nil {
+					sctx, cancel := context.WithTimeout(context.Background(), shutdown)
+					defer cancel()
+					_ = c.Stop(sctx)
+					return err
+				}
+				log.Info("HTTP API serving", "url", api.url(), "auth", !hf.insecure, "tls", cert != nil)
 			}
 			log.Info("server started", "instance", c.InstanceID(), "db", d.desc(), "roles", rolesString(r),
 				"schedulers", schedulers, "supervisor_interval", supInterval, "remote_url", remoteURL)
@@ -199,16 +234,36 @@ password and parameters).`,
 			if t.postgres {
 				ready += " schema=" + t.schema
 			}
+			var apiDone chan error
+			if api != nil {
+				ready += " listen=" + ln.Addr().String()
+				apiDone = api.done
+			}
 			fmt.Fprintln(e.stderr, ready)
 
-			<-ctx.Done()
+			var apiErr error
+			select {
+			case <-ctx.Done():
+			case apiErr = <-apiDone:
+				log.Error("HTTP API stopped", "err", apiErr)
+			}
 			log.Info("shutting down: waiting for calls in flight", "timeout", shutdown)
 			sctx, cancel := context.WithTimeout(context.Background(), shutdown)
 			defer cancel()
+			if api != nil && apiErr == nil {
+				// First stop taking requests: nothing new is submitted
+				// while the roles wind down.
+				if err := api.shutdown(sctx); err != nil {
+					log.Warn("HTTP API: requests in flight did not finish", "err", err)
+				}
+			}
 			if err := c.Stop(sctx); err != nil {
 				return fmt.Errorf("shutdown did not finish within --shutdown-timeout %s: %w", shutdown, err)
 			}
 			log.Info("server stopped", "stats", fmt.Sprintf("%+v", c.Stats()))
+			if apiErr != nil {
+				return fmt.Errorf("HTTP API: %w", apiErr)
+			}
 			return nil
 		},
 	}
@@ -225,6 +280,7 @@ password and parameters).`,
 	f.IntVar(&maxInput, "max-input-bytes", drover.DefaultMaxInputBytes, "largest task input accepted, in bytes")
 	f.DurationVar(&pollInterval, "poll-interval", 100*time.Millisecond, "how often to look for work from other processes")
 	f.DurationVar(&shutdown, "shutdown-timeout", 30*time.Second, "how long to wait for calls in flight on shutdown")
+	hf.register(cmd)
 	return cmd
 }
 

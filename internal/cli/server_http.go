@@ -1,0 +1,187 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/httpapi"
+)
+
+// httpFlags are the flags of the server's HTTP API.
+type httpFlags struct {
+	listen       string
+	tokensFile   string
+	tlsCert      string
+	tlsKey       string
+	insecure     bool
+	maxBodyBytes int64
+	rate         float64
+	burst        int
+}
+
+func (f *httpFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", "", "serve the HTTP API on this address (host:port; :0 picks a port, shown in the ready line); default: no HTTP API")
+	fl.StringVar(&f.tokensFile, "tokens-file", "", "file of API bearer tokens, one \"TOKEN SCOPE[,SCOPE]\" per line (scopes: submit, operator); default: $"+httpapi.EnvTokens+" (entries separated by \";\")")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve the HTTP API over TLS (and HTTP/2) with this PEM certificate file (needs --tls-key)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
+	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve the HTTP API without tokens; allowed on a loopback address only")
+	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest HTTP request body accepted, in bytes")
+	fl.Float64Var(&f.rate, "rate-limit", httpapi.DefaultRate, "HTTP requests per second allowed per token (sustained; negative: no limit)")
+	fl.IntVar(&f.burst, "rate-burst", httpapi.DefaultBurst, "HTTP requests a token may send at once above --rate-limit")
+}
+
+// apiServer is the HTTP API of a running server.
+type apiServer struct {
+	ln      net.Listener
+	srv     *http.Server
+	handler *httpapi.Handler
+	tls     bool
+	done    chan error
+}
+
+// checkHTTPFlags validates the flags and loads tokens and the certificate,
+// before anything starts. It returns nil tokens with --insecure-no-auth.
+func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags) ([]httpapi.Token, *tls.Certificate, error) {
+	if f.listen == "" {
+		for _, name := range []string{"tokens-file", "tls-cert", "tls-key", "insecure-no-auth", "max-body-bytes", "rate-limit", "rate-burst"} {
+			if cmd.Flags().Changed(name) {
+				return nil, nil, usagef("--%s needs --listen", name)
+			}
+		}
+		return nil, nil, nil
+	}
+	if f.maxBodyBytes <= 0 {
+		return nil, nil, usagef("--max-body-bytes must be positive, got %d", f.maxBodyBytes)
+	}
+	if f.burst <= 0 {
+		return nil, nil, usagef("--rate-burst must be positive, got %d", f.burst)
+	}
+	if f.rate == 0 {
+		return nil, nil, usagef("--rate-limit must not be 0 (negative: no limit)")
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return nil, nil, usagef("--tls-cert and --tls-key go together")
+	}
+	var cert *tls.Certificate
+	if f.tlsCert != "" {
+		c, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("load --tls-cert/--tls-key: %w", err)
+		}
+		cert = &c
+	}
+	var tokens []httpapi.Token
+	var err error
+	switch {
+	case f.insecure:
+		if f.tokensFile != "" {
+			return nil, nil, usagef("--insecure-no-auth and --tokens-file exclude each other")
+		}
+		return nil, cert, nil
+	case f.tokensFile != "":
+		fh, oerr := os.Open(f.tokensFile)
+		if oerr != nil {
+			return nil, nil, fmt.Errorf("--tokens-file: %w", oerr)
+		}
+		tokens, err = httpapi.ParseTokens(fh)
+		fh.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("--tokens-file %s: %w", f.tokensFile, err)
+		}
+	case e.getenv(httpapi.EnvTokens) != "":
+		if tokens, err = httpapi.ParseTokensEnv(e.getenv(httpapi.EnvTokens)); err != nil {
+			return nil, nil, fmt.Errorf("$%s: %w", httpapi.EnvTokens, err)
+		}
+	}
+	if len(tokens) == 0 {
+		return nil, nil, usagef("--listen needs API tokens: --tokens-file FILE or $%s (or --insecure-no-auth on a loopback address)", httpapi.EnvTokens)
+	}
+	return tokens, cert, nil
+}
+
+// listenHTTP binds the API's address (before the roles start, so a taken
+// port fails at once). With --insecure-no-auth the bound address must be a
+// loopback one.
+func listenHTTP(f *httpFlags) (net.Listener, error) {
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %s: %w", f.listen, err)
+	}
+	if f.insecure {
+		if a, ok := ln.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+			ln.Close()
+			return nil, usagef("--insecure-no-auth serves without tokens, so it binds a loopback address only (such as 127.0.0.1:PORT), not %s", f.listen)
+		}
+	}
+	return ln, nil
+}
+
+// serveHTTP starts serving the API on ln.
+func serveHTTP(ln net.Listener, f *httpFlags, tokens []httpapi.Token, cert *tls.Certificate, c *drover.Client, d *database, log *slog.Logger, instance string) (*apiServer, error) {
+	q, err := convoy.New(convoy.Config{Store: d.Driver, InstanceID: instance, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	h, err := httpapi.New(c, q, httpapi.Options{Tokens: tokens, NoAuth: f.insecure, MaxBodyBytes: f.maxBodyBytes,
+		Rate: f.rate, Burst: f.burst, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	s := &apiServer{ln: ln, handler: h, done: make(chan error, 1), tls: cert != nil}
+	s.srv = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		WriteTimeout:      time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	if cert != nil {
+		s.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
+	}
+	go func() {
+		var err error
+		if cert != nil {
+			err = s.srv.ServeTLS(ln, "", "") // HTTP/2 is negotiated by ALPN
+		} else {
+			err = s.srv.Serve(ln)
+		}
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.done <- err
+	}()
+	return s, nil
+}
+
+// url is the API's base URL.
+func (s *apiServer) url() string {
+	if s.tls {
+		return "https://" + s.ln.Addr().String()
+	}
+	return "http://" + s.ln.Addr().String()
+}
+
+// shutdown stops accepting connections, marks the server not ready and
+// lets requests in flight finish until ctx ends.
+func (s *apiServer) shutdown(ctx context.Context) error {
+	s.handler.SetDraining()
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		s.srv.Close()
+	}
+	return err
+}

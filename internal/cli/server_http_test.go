@@ -1,0 +1,307 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	e2eSubmitTok   = "e2e-submit-token-0123456789"
+	e2eOperatorTok = "e2e-operator-token-0123456789"
+)
+
+// buildDroverBinary compiles cmd/drover into a temporary directory.
+func buildDroverBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "drover")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/drover-run/drover/cmd/drover")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build drover: %v\n%s", err, out)
+	}
+	return bin
+}
+
+type serverProc struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *syncBuffer
+	done   chan error
+}
+
+var listenRe = regexp.MustCompile(` listen=(\S+)`)
+
+// startServerProc runs `drover server` and waits for its ready line.
+func startServerProc(t *testing.T, bin string, env []string, args ...string) *serverProc {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"server"}, args...)...)
+	cmd.Env = append(os.Environ(), "DROVER_API_TOKENS=")
+	cmd.Env = append(cmd.Env, env...)
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &serverProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(p.stderr, line)
+			if strings.HasPrefix(line, ReadyPrefix) {
+				select {
+				case ready <- line:
+				default:
+				}
+			}
+		}
+	}()
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	select {
+	case line := <-ready:
+		m := listenRe.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("ready line without listen=: %q", line)
+		}
+		p.addr = m[1]
+	case err := <-p.done:
+		t.Fatalf("server exited before ready: %v\n%s", err, p.stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("server not ready\n%s", p.stderr.String())
+	}
+	return p
+}
+
+// call sends one plain HTTP request, as curl would.
+func call(t *testing.T, client *http.Client, method, url, token, body string) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s %s: %d, body not JSON: %q", method, url, resp.StatusCode, b)
+	}
+	return resp.StatusCode, m
+}
+
+func TestServerHTTPEndToEnd(t *testing.T) {
+	bin := buildDroverBinary(t)
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("# test tokens\n"+e2eSubmitTok+" submit\n"+e2eOperatorTok+" operator\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startServerProc(t, bin, nil, "--db", "sqlite:"+filepath.Join(dir, "d.db"), "--listen", "127.0.0.1:0",
+		"--tokens-file", tokens, "--step-timeout", "5s")
+	base := "http://" + p.addr
+	c := &http.Client{Timeout: 10 * time.Second}
+
+	if code, _ := call(t, c, "GET", base+"/readyz", "", ""); code != 200 {
+		t.Fatalf("readyz %d", code)
+	}
+	if code, _ := call(t, c, "POST", base+"/v1/tasks", "", `{"workflow":"orders"}`); code != 401 {
+		t.Fatalf("no token: %d", code)
+	}
+	code, m := call(t, c, "POST", base+"/v1/tasks", e2eSubmitTok, `{"workflow":"orders","id":"order-1","input":{"order_id":"o-1","amount":42}}`)
+	if code != 201 || m["id"] != "order-1" {
+		t.Fatalf("submit: %d %v", code, m)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, m = call(t, c, "GET", base+"/v1/tasks/order-1", e2eSubmitTok, "")
+		if code != 200 {
+			t.Fatalf("get: %d %v", code, m)
+		}
+		if m["state"] == "Processed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task not final: %v\n%s", m, p.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, s := range m["steps"].([]any) {
+		if s.(map[string]any)["state"] != "Processed" {
+			t.Fatalf("step not Processed: %v", s)
+		}
+	}
+	if strings.Contains(p.stderr.String(), e2eSubmitTok) || strings.Contains(p.stderr.String(), e2eOperatorTok) {
+		t.Fatal("a token appears in the server's log")
+	}
+
+	// SIGTERM: the server stops and exits 0.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("server did not exit after SIGTERM\n%s", p.stderr.String())
+	}
+	if _, err := net.DialTimeout("tcp", p.addr, time.Second); err == nil {
+		t.Fatal("the API still accepts connections after exit")
+	}
+}
+
+func TestServerHTTPTLS(t *testing.T) {
+	bin := buildDroverBinary(t)
+	dir := t.TempDir()
+	cert, key := writeSelfSigned(t, dir)
+	p := startServerProc(t, bin, []string{"DROVER_API_TOKENS=" + e2eSubmitTok + " submit;" + e2eOperatorTok + " operator"},
+		"--db", "sqlite:"+filepath.Join(dir, "d.db"), "--listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	req, _ := http.NewRequest("GET", "https://"+p.addr+"/v1/queues", nil)
+	req.Header.Set("Authorization", "Bearer "+e2eOperatorTok)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+		t.Fatalf("%d over %s, want 200 over HTTP/2", resp.StatusCode, resp.Proto)
+	}
+}
+
+func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	_ = os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	return certFile, keyFile
+}
+
+func TestServerHTTPFlags(t *testing.T) {
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "d.db")
+	tokens := filepath.Join(dir, "tokens")
+	_ = os.WriteFile(tokens, []byte("short submit\n"), 0o600)
+	t.Setenv("DROVER_API_TOKENS", "")
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--listen", "127.0.0.1:0"}, ExitUsage, "needs API tokens"},
+		{[]string{"--listen", "0.0.0.0:0", "--insecure-no-auth"}, ExitUsage, "loopback"},
+		{[]string{"--tokens-file", tokens}, ExitUsage, "needs --listen"},
+		{[]string{"--listen", "127.0.0.1:0", "--tokens-file", tokens}, ExitFailure, "line 1"},
+		{[]string{"--listen", "127.0.0.1:0", "--tokens-file", filepath.Join(dir, "none")}, ExitFailure, "--tokens-file"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--tls-cert", "x"}, ExitUsage, "go together"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-body-bytes", "0"}, ExitUsage, "--max-body-bytes"},
+		{[]string{"--listen", "127.0.0.1:99999", "--insecure-no-auth"}, ExitFailure, "--listen"},
+	} {
+		r := run(t, "", append([]string{"--db", db, "server"}, c.args...)...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d containing %q", c.args, r.code, r.stderr, c.code, c.want)
+		}
+		if strings.Contains(r.stderr, "short") {
+			t.Errorf("%v: the token appears in the error: %s", c.args, r.stderr)
+		}
+	}
+}
+
+// TestServerHTTPInProcess runs the server through Main with
+// --insecure-no-auth on loopback and cancels it like a signal would.
+func TestServerHTTPInProcess(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errb := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- MainIO(ctx, []string{"--db", "sqlite:" + filepath.Join(dir, "d.db"), "server", "--listen", "127.0.0.1:0", "--insecure-no-auth"},
+			strings.NewReader(""), io.Discard, errb)
+	}()
+	var addr string
+	deadline := time.Now().Add(30 * time.Second)
+	for addr == "" {
+		if m := listenRe.FindStringSubmatch(errb.String()); m != nil {
+			addr = m[1]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready: %s", errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	code, m := call(t, c, "POST", "http://"+addr+"/v1/queues/q/messages", "", `{"session_id":"s","body":{"k":"v"}}`)
+	if code != 201 {
+		t.Fatalf("publish without auth: %d %v", code, m)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit after cancel")
+	}
+}

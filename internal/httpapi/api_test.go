@@ -1,0 +1,366 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-run/drover/store"
+)
+
+func TestTasks(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		e := newEnv(t, open(t), Options{})
+
+		// Submit with a caller-chosen ID: 201, then 200 for the same input,
+		// 409 for another.
+		r := e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","input":{"n":1},"id":"t-1","ordering_key":"k"}`).must(t, 201)
+		if r.str("id") != "t-1" || r.str("workflow") != "echo" || r.header.Get("Location") != "/v1/tasks/t-1" {
+			t.Fatalf("submit: %s (Location %q)", r.body, r.header.Get("Location"))
+		}
+		if steps, _ := r.json["steps"].([]any); len(steps) != 2 {
+			t.Fatalf("submit returned %d steps: %s", len(steps), r.body)
+		}
+		if r.json["ordering_seq"].(float64) != 1 || r.str("ordering_key") != "k" {
+			t.Fatalf("ordering: %s", r.body)
+		}
+		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","input":{"n":1},"id":"t-1","ordering_key":"k"}`).must(t, 200)
+		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","input":{"n":2},"id":"t-1"}`).mustError(t, 409, "conflict")
+
+		// Without an ID: a generated one.
+		r = e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","input":"x"}`).must(t, 201)
+		gen := r.str("id")
+		if gen == "" {
+			t.Fatalf("no generated id: %s", r.body)
+		}
+
+		// It runs to Processed; the output is the input.
+		r = e.waitState("t-1", "Processed")
+		if out, _ := r.json["output"].(map[string]any); out["n"] != float64(1) {
+			t.Fatalf("output: %s", r.body)
+		}
+		e.waitState(gen, "Processed")
+		e.do("GET", "/v1/tasks/nope", submitTok, "").mustError(t, 404, "not_found")
+
+		// A permanent failure: Error and an alert.
+		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"fail","id":"f-1"}`).must(t, 201)
+		e.waitState("f-1", "Error")
+
+		// Lists, filters and pages.
+		for i := range 3 {
+			e.do("POST", "/v1/tasks", submitTok, fmt.Sprintf(`{"workflow":"echo","id":"p-%d"}`, i)).must(t, 201)
+		}
+		r = e.do("GET", "/v1/tasks?workflow=echo&limit=2", submitTok, "").must(t, 200)
+		if tasks := r.json["tasks"].([]any); len(tasks) != 2 || r.str("next_after") == "" {
+			t.Fatalf("page 1: %s", r.body)
+		}
+		seen := 0
+		for after := ""; ; {
+			r = e.do("GET", "/v1/tasks?workflow=echo&limit=2&after="+after, submitTok, "").must(t, 200)
+			seen += len(r.json["tasks"].([]any))
+			if after = r.str("next_after"); after == "" {
+				break
+			}
+		}
+		if seen != 5 {
+			t.Fatalf("pages held %d echo tasks, want 5", seen)
+		}
+		r = e.do("GET", "/v1/tasks?state=Error", submitTok, "").must(t, 200)
+		if tasks := r.json["tasks"].([]any); len(tasks) != 1 || tasks[0].(map[string]any)["id"] != "f-1" {
+			t.Fatalf("state=Error: %s", r.body)
+		}
+		r = e.do("GET", "/v1/tasks?state=Error,Processed&state=Cancelled", submitTok, "").must(t, 200)
+		if n := len(r.json["tasks"].([]any)); n < 3 {
+			t.Fatalf("several states: %d tasks: %s", n, r.body)
+		}
+
+		// Alerts: listed, acknowledged once, filtered.
+		r = e.do("GET", "/v1/alerts", submitTok, "").must(t, 200)
+		alerts := r.json["alerts"].([]any)
+		if len(alerts) == 0 {
+			t.Fatalf("no alerts: %s", r.body)
+		}
+		a := alerts[0].(map[string]any)
+		if a["subject"] != "f-1" || a["acknowledged"] != nil {
+			t.Fatalf("alert: %v", a)
+		}
+		id := fmt.Sprint(int64(a["id"].(float64)))
+		e.do("POST", "/v1/alerts/"+id+"/ack", submitTok, "").mustError(t, 403, "forbidden")
+		r = e.do("POST", "/v1/alerts/"+id+"/ack", operatorTok, "").must(t, 200)
+		ack := r.json["acknowledged"].(map[string]any)
+		r2 := e.do("POST", "/v1/alerts/"+id+"/ack", operatorTok, `{}`).must(t, 200)
+		if r2.json["acknowledged"].(map[string]any)["event_id"] != ack["event_id"] {
+			t.Fatalf("second ack changed the acknowledgement: %s vs %v", r2.body, ack)
+		}
+		r = e.do("GET", "/v1/alerts", submitTok, "").must(t, 200)
+		if r.json["alerts"].([]any)[0].(map[string]any)["acknowledged"] == nil {
+			t.Fatalf("ack not listed: %s", r.body)
+		}
+		r = e.do("GET", "/v1/alerts?unacknowledged=true", submitTok, "").must(t, 200)
+		for _, x := range r.json["alerts"].([]any) {
+			if fmt.Sprint(int64(x.(map[string]any)["id"].(float64))) == id {
+				t.Fatalf("acknowledged alert listed as unacknowledged: %s", r.body)
+			}
+		}
+		e.do("POST", "/v1/alerts/999999/ack", operatorTok, "").mustError(t, 404, "not_found")
+
+		// Resubmit: operator only; a bad step is 400; a Processed task 409.
+		e.do("POST", "/v1/tasks/f-1/resubmit", submitTok, "").mustError(t, 403, "forbidden")
+		e.do("POST", "/v1/tasks/f-1/resubmit", operatorTok, `{"from_step":7}`).mustError(t, 400, "")
+		e.do("POST", "/v1/tasks/t-1/resubmit", operatorTok, "").mustError(t, 409, "wrong_state")
+		e.do("POST", "/v1/tasks/none/resubmit", operatorTok, "").mustError(t, 404, "not_found")
+		r = e.do("POST", "/v1/tasks/f-1/resubmit", operatorTok, `{"from_step":0}`).must(t, 200)
+		if r.str("state") == "Error" {
+			t.Fatalf("resubmitted task still Error: %s", r.body)
+		}
+		e.waitState("f-1", "Error")
+
+		// Cancel a task no agent runs; again: 409.
+		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"external","id":"x-1"}`).must(t, 201)
+		e.do("POST", "/v1/tasks/x-1/cancel", submitTok, "").mustError(t, 403, "forbidden")
+		r = e.do("POST", "/v1/tasks/x-1/cancel", operatorTok, `{"reason":"test"}`).must(t, 200)
+		if r.str("state") != "Cancelled" {
+			t.Fatalf("cancel: %s", r.body)
+		}
+		e.do("POST", "/v1/tasks/x-1/cancel", operatorTok, "").mustError(t, 409, "wrong_state")
+		e.do("POST", "/v1/tasks/none/cancel", operatorTok, "").mustError(t, 404, "not_found")
+	})
+}
+
+func TestQueues(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		e := newEnv(t, open(t), Options{})
+		ctx := context.Background()
+
+		r := e.do("POST", "/v1/queues/orders/messages", submitTok, `{"session_id":"o-1","body":{"a":1},"message_id":"m1"}`).must(t, 201)
+		p := r.json["published"].([]any)[0].(map[string]any)
+		if p["seq"] != float64(1) || p["duplicate"] != false || p["session_id"] != "o-1" {
+			t.Fatalf("publish: %s", r.body)
+		}
+		// The same message ID again: stored once, 200.
+		r = e.do("POST", "/v1/queues/orders/messages", submitTok, `{"session_id":"o-1","body":{"a":1},"message_id":"m1"}`).must(t, 200)
+		if r.json["published"].([]any)[0].(map[string]any)["duplicate"] != true {
+			t.Fatalf("duplicate: %s", r.body)
+		}
+		nb := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		r = e.do("POST", "/v1/queues/orders/messages", submitTok, `{"messages":[
+			{"session_id":"o-1","body":"two"},
+			{"session_id":"o-2","body":[1,2,3],"not_before":"`+nb+`"},
+			{"session_id":"a/b","body":null,"end_of_sequence":true}]}`).must(t, 201)
+		pub := r.json["published"].([]any)
+		if len(pub) != 3 || pub[0].(map[string]any)["seq"] != float64(2) || pub[1].(map[string]any)["seq"] != float64(1) {
+			t.Fatalf("batch: %s", r.body)
+		}
+		// A closed session refuses more.
+		e.do("POST", "/v1/queues/orders/messages", submitTok, `{"session_id":"a/b","body":1}`).mustError(t, 409, "wrong_state")
+
+		r = e.do("GET", "/v1/queues", submitTok, "").must(t, 200)
+		qs := r.json["queues"].([]any)
+		if len(qs) != 1 || qs[0].(map[string]any)["name"] != "orders" || qs[0].(map[string]any)["poison_policy"] != "block" {
+			t.Fatalf("queues: %s", r.body)
+		}
+		r = e.do("GET", "/v1/queues/orders/sessions?limit=2", submitTok, "").must(t, 200)
+		if ss := r.json["sessions"].([]any); len(ss) != 2 || r.str("next_after") == "" {
+			t.Fatalf("sessions: %s", r.body)
+		}
+		r = e.do("GET", "/v1/queues/orders/sessions?after="+r.str("next_after"), submitTok, "").must(t, 200)
+		if ss := r.json["sessions"].([]any); len(ss) != 1 {
+			t.Fatalf("sessions page 2: %s", r.body)
+		}
+		r = e.do("GET", "/v1/queues/orders/sessions/o-1/messages", submitTok, "").must(t, 200)
+		ms := r.json["messages"].([]any)
+		if len(ms) != 2 || ms[0].(map[string]any)["body"].(map[string]any)["a"] != float64(1) || ms[1].(map[string]any)["body"] != "two" {
+			t.Fatalf("peek: %s", r.body)
+		}
+		r = e.do("GET", "/v1/queues/orders/sessions/o-1/messages?from_seq=2", submitTok, "").must(t, 200)
+		if ms := r.json["messages"].([]any); len(ms) != 1 {
+			t.Fatalf("peek from 2: %s", r.body)
+		}
+		// A session ID holding "/" is addressed with %2F.
+		r = e.do("GET", "/v1/queues/orders/sessions/a%2Fb/messages", submitTok, "").must(t, 200)
+		if ms := r.json["messages"].([]any); len(ms) != 1 || ms[0].(map[string]any)["end_of_sequence"] != true {
+			t.Fatalf("peek a/b: %s", r.body)
+		}
+		e.do("GET", "/v1/queues/orders/sessions/zz/messages", submitTok, "").mustError(t, 404, "not_found")
+		e.do("GET", "/v1/queues/nope/sessions", submitTok, "").mustError(t, 404, "not_found")
+		e.do("GET", "/v1/queues/nope/deadletters", submitTok, "").mustError(t, 404, "not_found")
+
+		// Dead letters: o-1's head is dead-lettered by a receiver.
+		r = e.do("GET", "/v1/queues/orders/deadletters", submitTok, "").must(t, 200)
+		if dl := r.json["dead_letters"].([]any); len(dl) != 0 {
+			t.Fatalf("dead letters before: %s", r.body)
+		}
+		for round := range 2 {
+			seq := 1
+			rc, err := e.q.AcceptSession(ctx, "orders", "o-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := rc.Receive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Seq != int64(seq) {
+				t.Fatalf("received seq %d", m.Seq)
+			}
+			if err := rc.DeadLetter(ctx, m, "bad"); err != nil {
+				t.Fatal(err)
+			}
+			_ = rc.Close(ctx)
+			r = e.do("GET", "/v1/queues/orders/deadletters?session=o-1", submitTok, "").must(t, 200)
+			dl := r.json["dead_letters"].([]any)
+			if len(dl) != 1 || dl[0].(map[string]any)["dead_reason"] != "bad" {
+				t.Fatalf("dead letters: %s", r.body)
+			}
+			// The block policy raised an alert for the session.
+			r = e.do("GET", "/v1/alerts?unacknowledged=true", submitTok, "").must(t, 200)
+			if len(r.json["alerts"].([]any)) == 0 {
+				t.Fatalf("no session alert: %s", r.body)
+			}
+			if round == 0 {
+				// First round: resubmit (back to the head); second: discard.
+				e.do("POST", "/v1/queues/orders/sessions/o-1/deadletters/1/resubmit", submitTok, "").mustError(t, 403, "forbidden")
+				r = e.do("POST", "/v1/queues/orders/sessions/o-1/deadletters/1/resubmit", operatorTok, "").must(t, 200)
+				if r.str("action") != "resubmitted" {
+					t.Fatalf("resubmit: %s", r.body)
+				}
+				e.do("POST", "/v1/queues/orders/sessions/o-1/deadletters/1/resubmit", operatorTok, "").mustError(t, 404, "not_found")
+			}
+		}
+		e.do("POST", "/v1/queues/orders/sessions/o-1/deadletters/1/discard", operatorTok, `{}`).must(t, 200)
+		e.do("POST", "/v1/queues/orders/sessions/o-1/deadletters/1/discard", operatorTok, "").mustError(t, 404, "not_found")
+		r = e.do("GET", "/v1/queues/orders/sessions/o-1/messages", submitTok, "").must(t, 200)
+		if ms := r.json["messages"].([]any); len(ms) != 1 || ms[0].(map[string]any)["seq"] != float64(2) {
+			t.Fatalf("after discard: %s", r.body)
+		}
+	})
+}
+
+func TestHealth(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		drv := open(t)
+		e := newEnv(t, drv, Options{ReadyTimeout: time.Second})
+		e.do("GET", "/healthz", "", "").must(t, 200)
+		e.do("GET", "/readyz", "", "").must(t, 200)
+		r := e.do("GET", "/openapi.json", "", "").must(t, 200)
+		if r.str("openapi") != "3.1.0" {
+			t.Fatalf("openapi: %.100s", r.body)
+		}
+		e.h.SetDraining()
+		e.do("GET", "/readyz", "", "").mustError(t, 503, "not_ready")
+		e.do("GET", "/healthz", "", "").must(t, 200)
+
+		e2 := newEnv(t, drv, Options{ReadyTimeout: time.Second})
+		e2.do("GET", "/readyz", "", "").must(t, 200)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.d.Stop(ctx)
+		_ = e2.d.Stop(ctx)
+		if err := drv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r = e2.do("GET", "/readyz", "", "").mustError(t, 503, "not_ready")
+		if !strings.Contains(r.errMsg(), "store") {
+			t.Fatalf("reason: %s", r.body)
+		}
+		e2.do("GET", "/healthz", "", "").must(t, 200)
+	})
+}
+
+func TestAuth(t *testing.T) {
+	e := newEnv(t, testutilSQLite(t), Options{})
+	before := e.snapshot()
+	for _, rt := range e.h.routes {
+		if rt.scope == "" {
+			continue
+		}
+		path := strings.NewReplacer("{id}", "x", "{queue}", "q", "{session}", "s", "{seq}", "1").Replace(rt.pattern)
+		if strings.HasPrefix(rt.pattern, "/v1/alerts/{id}") {
+			path = strings.Replace(path, "/x/", "/1/", 1)
+		}
+		body := ""
+		if rt.method == "POST" {
+			body = `{"workflow":"echo","session_id":"s","body":1}`
+		}
+		t.Run(rt.method+" "+rt.pattern, func(t *testing.T) {
+			for _, h := range []string{"", "Bearer", "Bearer ", "Basic " + submitTok, "bearer wrong-token-0123456789", "Bearer " + submitTok + "x"} {
+				req := newReq(rt.method, path, body)
+				if h != "" {
+					req.Header.Set("Authorization", h)
+				}
+				r := e.serve(req)
+				r.mustError(t, 401, "unauthorized")
+				if r.header.Get("WWW-Authenticate") == "" {
+					t.Fatalf("401 without WWW-Authenticate")
+				}
+				if strings.Contains(string(r.body), "token-0123") {
+					t.Fatalf("the answer echoes the token: %s", r.body)
+				}
+			}
+			if rt.scope == ScopeOperator {
+				e.do(rt.method, path, submitTok, body).mustError(t, 403, "forbidden")
+			}
+		})
+	}
+	if after := e.snapshot(); after != before {
+		t.Fatalf("rejected requests changed the store:\n%s\n%s", before, after)
+	}
+	// Unknown /v1 paths need a token too; with one: 404 or 405.
+	e.do("GET", "/v1/secret", "", "").mustError(t, 401, "unauthorized")
+	e.do("GET", "/v1/secret", submitTok, "").mustError(t, 404, "not_found")
+	r := e.do("DELETE", "/v1/tasks/x", submitTok, "").mustError(t, 405, "method_not_allowed")
+	if r.header.Get("Allow") == "" {
+		t.Fatal("405 without Allow")
+	}
+	e.do("GET", "/nothing", "", "").mustError(t, 404, "not_found")
+}
+
+func TestNoAuth(t *testing.T) {
+	e := newEnv(t, testutilSQLite(t), Options{NoAuth: true})
+	e.do("POST", "/v1/tasks", "", `{"workflow":"echo"}`).must(t, 201)
+	e.do("GET", "/v1/queues", "", "").must(t, 200)
+	if _, err := New(e.d, e.q, Options{}); err == nil {
+		t.Fatal("New without tokens and without NoAuth succeeded")
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	e := newEnv(t, testutilSQLite(t), Options{Rate: 1, Burst: 2, Clock: clk})
+	e.do("GET", "/v1/queues", submitTok, "").must(t, 200)
+	e.do("GET", "/v1/queues", submitTok, "").must(t, 200)
+	r := e.do("GET", "/v1/queues", submitTok, "").mustError(t, 429, "rate_limited")
+	if r.header.Get("Retry-After") != "1" {
+		t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
+	}
+	// Another token has its own budget; rejected submits store nothing.
+	e.do("GET", "/v1/queues", operatorTok, "").must(t, 200)
+	before := e.snapshot()
+	e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo"}`).mustError(t, 429, "rate_limited")
+	if e.snapshot() != before {
+		t.Fatal("a rate-limited submit changed the store")
+	}
+	// Health endpoints are not limited.
+	e.do("GET", "/healthz", "", "").must(t, 200)
+	clk.Add(time.Second)
+	e.do("GET", "/v1/queues", submitTok, "").must(t, 200)
+	e.do("GET", "/v1/queues", submitTok, "").mustError(t, 429, "rate_limited")
+}
+
+func TestHTTP2OverTLS(t *testing.T) {
+	e := newEnv(t, testutilSQLite(t), Options{})
+	srv := newTLSServer(t, e.h)
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/tasks", strings.NewReader(`{"workflow":"echo","id":"h2"}`))
+	req.Header.Set("Authorization", "Bearer "+submitTok)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 201 || resp.ProtoMajor != 2 {
+		t.Fatalf("status %d over %s, want 201 over HTTP/2", resp.StatusCode, resp.Proto)
+	}
+}

@@ -1,0 +1,48 @@
+package httpapi
+
+import (
+	"context"
+	_ "embed"
+	"net/http"
+)
+
+//go:embed openapi.json
+var openAPIDoc []byte
+
+// OpenAPI returns the embedded OpenAPI 3.1 document.
+func OpenAPI() []byte { return append([]byte(nil), openAPIDoc...) }
+
+func (h *Handler) openAPI(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(openAPIDoc)
+	return nil
+}
+
+func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+// readyz answers 200 when the store answers a cheap read (its schema
+// version) within ReadyTimeout and the schema is current; 503 with the
+// reason otherwise, and once the server is shutting down.
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) error {
+	if h.draining.Load() {
+		return errorf(http.StatusServiceUnavailable, "not_ready", "shutting down")
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.ReadyTimeout)
+	defer cancel()
+	applied, latest, err := h.drover.Store().SchemaVersion(ctx)
+	if err != nil {
+		h.log.Warn("readiness: store read failed", "err", err)
+		if ctx.Err() != nil {
+			return errorf(http.StatusServiceUnavailable, "not_ready", "the store did not answer within %s", h.opts.ReadyTimeout)
+		}
+		return errorf(http.StatusServiceUnavailable, "not_ready", "the store is not reachable: %s", err)
+	}
+	if applied != latest {
+		return errorf(http.StatusServiceUnavailable, "not_ready", "the store schema is at version %d, this drover needs %d", applied, latest)
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
+}

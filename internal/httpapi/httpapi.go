@@ -1,0 +1,326 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode"
+
+	"golang.org/x/time/rate"
+
+	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/clock"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultRate           = 50 // requests per second per token
+	DefaultBurst          = 100
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultReadyTimeout   = 2 * time.Second
+	// maxURLBytes caps the request target; longer ones are refused.
+	maxURLBytes = 4096
+	// maxListLimit caps the limit of every listing.
+	maxListLimit = 1000
+	// maxBatch caps the messages of one publish.
+	maxBatch = 1000
+)
+
+// Clock tells the handler the time (rate limits); tests inject their own.
+type Clock interface{ Now() time.Time }
+
+// Options configure a Handler.
+type Options struct {
+	// Tokens are the accepted bearer tokens. Required unless NoAuth.
+	Tokens []Token
+	// NoAuth serves every route without a token (for a loopback-only
+	// development server). Rate limits then apply to all callers together.
+	NoAuth bool
+	// MaxBodyBytes caps a request body; larger ones get 413. Default
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Rate is the sustained requests per second allowed per token and Burst
+	// the bucket size. Defaults DefaultRate and DefaultBurst; a negative
+	// Rate turns the limit off.
+	Rate  float64
+	Burst int
+	// RequestTimeout bounds the store work of one request. Default 30s.
+	RequestTimeout time.Duration
+	// ReadyTimeout bounds the readiness probe's store read. Default 2s.
+	ReadyTimeout time.Duration
+	// Logger defaults to a discarding logger. Tokens are never logged.
+	Logger *slog.Logger
+	// Clock defaults to the system clock.
+	Clock Clock
+	// Actor is recorded as the actor of operator actions. Default "http-api".
+	Actor string
+}
+
+// Handler is the HTTP API. Create it with New.
+type Handler struct {
+	drover *drover.Client
+	convoy *convoy.Client
+	opts   Options
+	log    *slog.Logger
+	clock  Clock
+	mux    *http.ServeMux
+	auth   *authenticator
+	routes []route
+
+	limMu    sync.Mutex
+	limiters map[int]*rate.Limiter // by token index; -1 without auth
+
+	draining atomic.Bool
+}
+
+// route is one endpoint: the method and the ServeMux pattern, the scope it
+// needs ("" for public routes) and its handler.
+type route struct {
+	method  string
+	pattern string
+	scope   Scope
+	fn      func(w http.ResponseWriter, r *http.Request) error
+}
+
+// New returns the API handler over the task client d and the queue client q.
+func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
+	if d == nil || q == nil {
+		return nil, fmt.Errorf("httpapi: a drover and a convoy client are required")
+	}
+	if !opts.NoAuth && len(opts.Tokens) == 0 {
+		return nil, fmt.Errorf("httpapi: no tokens configured (and NoAuth not set)")
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.Rate == 0 {
+		opts.Rate = DefaultRate
+	}
+	if opts.Burst <= 0 {
+		opts.Burst = DefaultBurst
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = DefaultReadyTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.Actor == "" {
+		opts.Actor = "http-api"
+	}
+	auth, err := newAuthenticator(opts.Tokens)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{drover: d, convoy: q, opts: opts, log: opts.Logger, clock: opts.Clock,
+		mux: http.NewServeMux(), auth: auth, limiters: map[int]*rate.Limiter{}}
+	h.routes = []route{
+		{"GET", "/healthz", "", h.healthz},
+		{"GET", "/readyz", "", h.readyz},
+		{"GET", "/openapi.json", "", h.openAPI},
+
+		{"POST", "/v1/tasks", ScopeSubmit, h.submitTask},
+		{"GET", "/v1/tasks", ScopeSubmit, h.listTasks},
+		{"GET", "/v1/tasks/{id}", ScopeSubmit, h.getTask},
+		{"POST", "/v1/tasks/{id}/resubmit", ScopeOperator, h.resubmitTask},
+		{"POST", "/v1/tasks/{id}/cancel", ScopeOperator, h.cancelTask},
+
+		{"GET", "/v1/alerts", ScopeSubmit, h.listAlerts},
+		{"POST", "/v1/alerts/{id}/ack", ScopeOperator, h.ackAlert},
+
+		{"GET", "/v1/queues", ScopeSubmit, h.listQueues},
+		{"POST", "/v1/queues/{queue}/messages", ScopeSubmit, h.publish},
+		{"GET", "/v1/queues/{queue}/sessions", ScopeSubmit, h.listSessions},
+		{"GET", "/v1/queues/{queue}/sessions/{session}/messages", ScopeSubmit, h.peek},
+		{"GET", "/v1/queues/{queue}/deadletters", ScopeSubmit, h.listDeadLetters},
+		{"POST", "/v1/queues/{queue}/sessions/{session}/deadletters/{seq}/resubmit", ScopeOperator, h.resubmitDeadLetter},
+		{"POST", "/v1/queues/{queue}/sessions/{session}/deadletters/{seq}/discard", ScopeOperator, h.discardDeadLetter},
+	}
+	for _, rt := range h.routes {
+		h.mux.Handle(rt.method+" "+rt.pattern, h.wrap(rt))
+	}
+	// Everything else: a JSON 404 (or 405 when the path exists with other
+	// methods), never ServeMux's plain-text answers or redirects.
+	h.mux.HandleFunc("/", h.notFound)
+	return h, nil
+}
+
+// SetDraining makes /readyz answer 503 ("shutting down") from now on: a load
+// balancer stops sending work while requests in flight finish.
+func (h *Handler) SetDraining() { h.draining.Store(true) }
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := checkPath(r); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// checkPath refuses request targets that are too long, not canonical (".",
+// "..", "//" — ServeMux would redirect them) or hold control characters.
+func checkPath(r *http.Request) error {
+	if len(r.RequestURI) > maxURLBytes || len(r.URL.Path) > maxURLBytes {
+		return errorf(http.StatusBadRequest, "invalid_path", "the request target is longer than %d bytes", maxURLBytes)
+	}
+	p := r.URL.Path
+	if p == "" || p[0] != '/' {
+		return errorf(http.StatusBadRequest, "invalid_path", "the path must start with /")
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && p != "/" {
+		clean += "/"
+	}
+	if clean != p {
+		return errorf(http.StatusBadRequest, "invalid_path", "the path is not canonical (no \".\", \"..\" or empty segments)")
+	}
+	for _, c := range p {
+		if unicode.IsControl(c) {
+			return errorf(http.StatusBadRequest, "invalid_path", "the path contains the control character %U", c)
+		}
+	}
+	return nil
+}
+
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/v1") {
+		// Unauthenticated callers learn nothing about which paths exist.
+		if _, ok := h.authorize(w, r, ""); !ok {
+			return
+		}
+	}
+	var allowed []string
+	for _, rt := range h.routes {
+		if rt.method != r.Method && matchPattern(rt.pattern, r.URL.EscapedPath()) {
+			allowed = append(allowed, rt.method)
+		}
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		h.writeError(w, r, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allowed, ", ")))
+		return
+	}
+	h.writeError(w, r, errorf(http.StatusNotFound, "not_found", "no endpoint %s %s", r.Method, r.URL.Path))
+}
+
+// matchPattern reports whether the escaped path p matches a route pattern
+// segment by segment ({name} matches any one non-empty segment).
+func matchPattern(pattern, p string) bool {
+	ps, xs := strings.Split(pattern, "/"), strings.Split(p, "/")
+	if len(ps) != len(xs) {
+		return false
+	}
+	for i := range ps {
+		if strings.HasPrefix(ps[i], "{") {
+			if xs[i] == "" {
+				return false
+			}
+			continue
+		}
+		if ps[i] != xs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// wrap adds authentication, authorization, the rate limit, the body limit
+// and the request timeout around a route, and writes its error.
+func (h *Handler) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				h.log.Error("http: handler panicked", "method", r.Method, "route", rt.pattern, "panic", fmt.Sprint(v))
+				if sw.status == 0 {
+					h.writeError(sw, r, errorf(http.StatusInternalServerError, "internal", "internal error"))
+				}
+			}
+			h.log.Debug("http request", "method", r.Method, "route", rt.pattern, "status", sw.status, "duration", time.Since(start))
+		}()
+		if rt.scope != "" {
+			tok, ok := h.authorize(sw, r, rt.scope)
+			if !ok {
+				return
+			}
+			if !h.allow(sw, r, tok) {
+				return
+			}
+		}
+		if r.ContentLength > h.opts.MaxBodyBytes {
+			h.writeError(sw, r, tooLarge(h.opts.MaxBodyBytes))
+			return
+		}
+		r.Body = http.MaxBytesReader(sw, r.Body, h.opts.MaxBodyBytes)
+		ctx, cancel := context.WithTimeout(r.Context(), h.opts.RequestTimeout)
+		defer cancel()
+		if err := rt.fn(sw, r.WithContext(ctx)); err != nil {
+			h.writeError(sw, r, err)
+		}
+	})
+}
+
+// allow applies the rate limit of the caller's token (index tok).
+func (h *Handler) allow(w http.ResponseWriter, r *http.Request, tok int) bool {
+	if h.opts.Rate < 0 {
+		return true
+	}
+	h.limMu.Lock()
+	l, ok := h.limiters[tok]
+	if !ok {
+		l = rate.NewLimiter(rate.Limit(h.opts.Rate), h.opts.Burst)
+		h.limiters[tok] = l
+	}
+	h.limMu.Unlock()
+	now := h.clock.Now()
+	res := l.ReserveN(now, 1)
+	d := res.DelayFrom(now)
+	if res.OK() && d == 0 {
+		return true
+	}
+	res.CancelAt(now)
+	secs := max(1, int((d+time.Second-1)/time.Second))
+	w.Header().Set("Retry-After", fmt.Sprint(secs))
+	h.writeError(w, r, errorf(http.StatusTooManyRequests, "rate_limited", "too many requests for this token; retry in %ds", secs))
+	return false
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

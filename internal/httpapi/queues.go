@@ -1,0 +1,411 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/store"
+)
+
+type queueJSON struct {
+	Name             string    `json:"name"`
+	MaxDeliveryCount int       `json:"max_delivery_count"`
+	PoisonPolicy     string    `json:"poison_policy"`
+	DedupeWindowMS   int64     `json:"dedupe_window_ms"`
+	LockDurationMS   int64     `json:"lock_duration_ms"`
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
+}
+
+type sessionJSON struct {
+	Queue       string          `json:"queue"`
+	ID          string          `json:"id"`
+	NextSeq     int64           `json:"next_seq"`
+	Pending     int             `json:"pending"`
+	ReadyAt     *time.Time      `json:"ready_at"`
+	LockHolder  string          `json:"lock_holder"`
+	LockedUntil *time.Time      `json:"locked_until"`
+	State       json.RawMessage `json:"state"`
+	Closed      bool            `json:"closed"`
+	Blocked     bool            `json:"blocked"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+}
+
+type messageJSON struct {
+	Queue         string          `json:"queue"`
+	SessionID     string          `json:"session_id"`
+	Seq           int64           `json:"seq"`
+	MessageID     string          `json:"message_id"`
+	Body          json.RawMessage `json:"body"`
+	DeliveryCount int             `json:"delivery_count"`
+	EndOfSequence bool            `json:"end_of_sequence"`
+	AvailableAt   time.Time       `json:"available_at"`
+	Dead          bool            `json:"dead"`
+	DeadReason    string          `json:"dead_reason"`
+	DeadAt        *time.Time      `json:"dead_at"`
+	EnqueuedAt    time.Time       `json:"enqueued_at"`
+}
+
+func toMessageJSON(m *convoy.StoredMessage) messageJSON {
+	return messageJSON{Queue: m.Queue, SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
+		DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, AvailableAt: m.AvailableAt, Dead: m.Dead,
+		DeadReason: m.DeadReason, DeadAt: m.DeadAt, EnqueuedAt: m.EnqueuedAt}
+}
+
+// PublishMessage is one message of POST /v1/queues/{queue}/messages.
+type PublishMessage struct {
+	SessionID     string          `json:"session_id"`
+	Body          json.RawMessage `json:"body"`
+	MessageID     string          `json:"message_id,omitempty"`
+	EndOfSequence bool            `json:"end_of_sequence,omitempty"`
+	NotBefore     *time.Time      `json:"not_before,omitempty"`
+}
+
+// publishBody is what the decoder sees: the embedded fields flattened, with
+// pointers so a missing field is told from a zero one.
+type publishBody struct {
+	SessionID     *string          `json:"session_id"`
+	Body          json.RawMessage  `json:"body"`
+	MessageID     *string          `json:"message_id"`
+	EndOfSequence *bool            `json:"end_of_sequence"`
+	NotBefore     *time.Time       `json:"not_before"`
+	Messages      []publishMessage `json:"messages"`
+}
+
+type publishMessage struct {
+	SessionID     *string         `json:"session_id"`
+	Body          json.RawMessage `json:"body"`
+	MessageID     string          `json:"message_id"`
+	EndOfSequence bool            `json:"end_of_sequence"`
+	NotBefore     *time.Time      `json:"not_before"`
+}
+
+// DecodePublish decodes and checks the body of a publish: the messages in
+// order.
+func DecodePublish(body []byte) ([]PublishMessage, error) {
+	var b publishBody
+	if err := decodeJSON(body, &b, true); err != nil {
+		return nil, err
+	}
+	var raw []publishMessage
+	single := b.SessionID != nil || b.Body != nil || b.MessageID != nil || b.EndOfSequence != nil || b.NotBefore != nil
+	switch {
+	case b.Messages != nil && single:
+		return nil, badRequest("give either one message's fields or \"messages\", not both")
+	case b.Messages != nil:
+		if len(b.Messages) == 0 {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"messages\" is empty")
+		}
+		if len(b.Messages) > maxBatch {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"messages\" holds %d messages; at most %d per request", len(b.Messages), maxBatch)
+		}
+		raw = b.Messages
+	default:
+		m := publishMessage{SessionID: b.SessionID, Body: b.Body, NotBefore: b.NotBefore}
+		if b.MessageID != nil {
+			m.MessageID = *b.MessageID
+		}
+		if b.EndOfSequence != nil {
+			m.EndOfSequence = *b.EndOfSequence
+		}
+		raw = []publishMessage{m}
+	}
+	out := make([]PublishMessage, len(raw))
+	for i, m := range raw {
+		field := func(f string) string {
+			if b.Messages == nil {
+				return f
+			}
+			return "messages[" + strconv.Itoa(i) + "]." + f
+		}
+		if m.SessionID == nil {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field %q is required", field("session_id"))
+		}
+		if err := checkSession(*m.SessionID); err != nil {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field %q: %s", field("session_id"), err)
+		}
+		if m.Body == nil {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field %q is required (any JSON value)", field("body"))
+		}
+		if len(m.MessageID) > convoy.MaxMessageIDLen {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field %q is longer than %d bytes", field("message_id"), convoy.MaxMessageIDLen)
+		}
+		out[i] = PublishMessage{SessionID: *m.SessionID, Body: m.Body, MessageID: m.MessageID, EndOfSequence: m.EndOfSequence, NotBefore: m.NotBefore}
+	}
+	return out, nil
+}
+
+type publishedJSON struct {
+	SessionID string `json:"session_id"`
+	Seq       int64  `json:"seq"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	if err := checkName("queue name", queue); err != nil {
+		return err
+	}
+	if err := checkQuery(r.URL.Query(), nil); err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	ms, err := DecodePublish(body)
+	if err != nil {
+		return err
+	}
+	msgs := make([]convoy.Message, len(ms))
+	for i, m := range ms {
+		msgs[i] = convoy.Message{SessionID: m.SessionID, Body: []byte(m.Body), MessageID: m.MessageID, EndOfSequence: m.EndOfSequence}
+		if m.NotBefore != nil {
+			msgs[i].NotBefore = *m.NotBefore
+		}
+	}
+	pub, err := h.convoy.Publish(r.Context(), queue, msgs...)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Published []publishedJSON `json:"published"`
+	}{Published: make([]publishedJSON, len(pub))}
+	status := http.StatusOK // every message was a duplicate: nothing stored
+	for i, p := range pub {
+		out.Published[i] = publishedJSON{SessionID: p.SessionID, Seq: p.Seq, Duplicate: p.Duplicate}
+		if !p.Duplicate {
+			status = http.StatusCreated
+		}
+	}
+	writeJSON(w, status, out)
+	return nil
+}
+
+func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request) error {
+	if err := checkQuery(r.URL.Query(), nil); err != nil {
+		return err
+	}
+	qs, err := h.convoy.Queues(r.Context())
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Queues []queueJSON `json:"queues"`
+	}{Queues: []queueJSON{}}
+	for _, q := range qs {
+		out.Queues = append(out.Queues, queueJSON{Name: q.Name, MaxDeliveryCount: q.MaxDeliveryCount, PoisonPolicy: string(q.PoisonPolicy),
+			DedupeWindowMS: q.DedupeWindow.Milliseconds(), LockDurationMS: q.LockDuration.Milliseconds(), CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// queueExists answers 404 for a queue nothing was published to.
+func (h *Handler) queueExists(r *http.Request, queue string) error {
+	if err := checkName("queue name", queue); err != nil {
+		return err
+	}
+	if _, err := h.convoy.QueuePolicy(r.Context(), queue); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return errorf(http.StatusNotFound, "not_found", "queue %q not found", queue)
+		}
+		return err
+	}
+	return nil
+}
+
+func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	q := r.URL.Query()
+	if err := checkQuery(q, []string{"after", "limit"}); err != nil {
+		return err
+	}
+	limit, err := parseLimit(q, 100)
+	if err != nil {
+		return err
+	}
+	after := q.Get("after")
+	if after != "" {
+		if err := checkSession(after); err != nil {
+			return err
+		}
+	}
+	if err := h.queueExists(r, queue); err != nil {
+		return err
+	}
+	ss, err := h.convoy.Sessions(r.Context(), queue, after, limit)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Sessions  []sessionJSON `json:"sessions"`
+		NextAfter string        `json:"next_after"`
+	}{Sessions: []sessionJSON{}}
+	for _, s := range ss {
+		out.Sessions = append(out.Sessions, sessionJSON{Queue: s.Queue, ID: s.ID, NextSeq: s.NextSeq, Pending: s.Pending, ReadyAt: s.ReadyAt,
+			LockHolder: s.LockHolder, LockedUntil: s.LockedUntil, State: jsonOrString(s.State), Closed: s.Closed, Blocked: s.Blocked,
+			CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt})
+	}
+	if len(ss) == limit {
+		out.NextAfter = ss[len(ss)-1].ID
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func parseSeq(what, s string, min int64) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < min {
+		return 0, badRequest("%s: want an integer of at least %d, got %q", what, min, s)
+	}
+	return n, nil
+}
+
+func (h *Handler) peek(w http.ResponseWriter, r *http.Request) error {
+	queue, session := r.PathValue("queue"), r.PathValue("session")
+	if err := checkSession(session); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	if err := checkQuery(q, []string{"from_seq", "limit"}); err != nil {
+		return err
+	}
+	limit, err := parseLimit(q, 100)
+	if err != nil {
+		return err
+	}
+	var from int64
+	if s := q.Get("from_seq"); s != "" {
+		if from, err = parseSeq("query parameter \"from_seq\"", s, 0); err != nil {
+			return err
+		}
+	}
+	if err := h.queueExists(r, queue); err != nil {
+		return err
+	}
+	if _, err := h.convoy.Session(r.Context(), queue, session); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return errorf(http.StatusNotFound, "not_found", "session %q of queue %q not found", session, queue)
+		}
+		return err
+	}
+	ms, err := h.convoy.Peek(r.Context(), queue, session, from, limit)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Messages    []messageJSON `json:"messages"`
+		NextFromSeq int64         `json:"next_from_seq"`
+	}{Messages: []messageJSON{}}
+	for _, m := range ms {
+		out.Messages = append(out.Messages, toMessageJSON(m))
+	}
+	if len(ms) == limit {
+		out.NextFromSeq = ms[len(ms)-1].Seq + 1
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Handler) listDeadLetters(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	q := r.URL.Query()
+	if err := checkQuery(q, []string{"session", "after_session", "after_seq", "limit"}); err != nil {
+		return err
+	}
+	limit, err := parseLimit(q, 100)
+	if err != nil {
+		return err
+	}
+	session := q.Get("session")
+	var cur convoy.DeadLetterCursor
+	for name, v := range map[string]string{"session": session, "after_session": q.Get("after_session")} {
+		if v != "" {
+			if err := checkSession(v); err != nil {
+				return badRequest("query parameter %q: %s", name, err)
+			}
+		}
+	}
+	cur.SessionID = q.Get("after_session")
+	if s := q.Get("after_seq"); s != "" {
+		if cur.Seq, err = parseSeq("query parameter \"after_seq\"", s, 0); err != nil {
+			return err
+		}
+	}
+	if err := h.queueExists(r, queue); err != nil {
+		return err
+	}
+	ms, err := h.convoy.DeadLetters(r.Context(), queue, session, cur, limit)
+	if err != nil {
+		return err
+	}
+	type next struct {
+		AfterSession string `json:"after_session"`
+		AfterSeq     int64  `json:"after_seq"`
+	}
+	out := struct {
+		DeadLetters []messageJSON `json:"dead_letters"`
+		Next        *next         `json:"next"`
+	}{DeadLetters: []messageJSON{}}
+	for _, m := range ms {
+		out.DeadLetters = append(out.DeadLetters, toMessageJSON(m))
+	}
+	if len(ms) == limit {
+		last := ms[len(ms)-1]
+		out.Next = &next{AfterSession: last.SessionID, AfterSeq: last.Seq}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Handler) resubmitDeadLetter(w http.ResponseWriter, r *http.Request) error {
+	return h.resolveDeadLetter(w, r, "resubmitted")
+}
+
+func (h *Handler) discardDeadLetter(w http.ResponseWriter, r *http.Request) error {
+	return h.resolveDeadLetter(w, r, "discarded")
+}
+
+func (h *Handler) resolveDeadLetter(w http.ResponseWriter, r *http.Request, action string) error {
+	queue, session := r.PathValue("queue"), r.PathValue("session")
+	if err := checkName("queue name", queue); err != nil {
+		return err
+	}
+	if err := checkSession(session); err != nil {
+		return err
+	}
+	seq, err := parseSeq("sequence number", r.PathValue("seq"), 1)
+	if err != nil {
+		return err
+	}
+	if err := checkQuery(r.URL.Query(), nil); err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var empty struct{}
+	if err := decodeJSON(body, &empty, false); err != nil {
+		return err
+	}
+	if action == "resubmitted" {
+		err = h.convoy.ResubmitDeadLetter(r.Context(), queue, session, seq)
+	} else {
+		err = h.convoy.DiscardDeadLetter(r.Context(), queue, session, seq)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(http.StatusNotFound, "not_found", "no dead letter %d in session %q of queue %q", seq, session, queue)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "session_id": session, "seq": seq, "action": action})
+	return nil
+}

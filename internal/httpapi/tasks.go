@@ -1,0 +1,372 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/drover-run/drover"
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+// Limits of names in paths and queries (as the libraries enforce them).
+const (
+	maxNameLen    = 200 // task IDs, workflows, queues
+	maxSessionLen = 256
+)
+
+// checkName validates a task ID, workflow or queue name: 1-200 printable
+// characters without spaces or "/".
+func checkName(what, s string) error {
+	if s == "" || len(s) > maxNameLen || !utf8.ValidString(s) {
+		return badRequest("%s must be 1-%d bytes of UTF-8", what, maxNameLen)
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '/' {
+			return badRequest("%s %q must be printable characters without spaces or \"/\"", what, s)
+		}
+	}
+	return nil
+}
+
+// checkSession validates a session ID: 1-256 bytes of UTF-8 without control
+// characters ("/" is allowed; send it as %2F in a path).
+func checkSession(s string) error {
+	if s == "" || len(s) > maxSessionLen || !utf8.ValidString(s) {
+		return badRequest("session ID must be 1-%d bytes of UTF-8", maxSessionLen)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return badRequest("session ID contains the control character %U", r)
+		}
+	}
+	return nil
+}
+
+// parseLimit reads the limit query parameter (default def, at most
+// maxListLimit).
+func parseLimit(q url.Values, def int) (int, error) {
+	s := q.Get("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxListLimit {
+		return 0, badRequest("query parameter \"limit\": want an integer from 1 to %d, got %q", maxListLimit, s)
+	}
+	return n, nil
+}
+
+// checkQuery refuses query parameters the endpoint does not know, and
+// repeated ones except those in multi.
+func checkQuery(q url.Values, known []string, multi ...string) error {
+	for k, v := range q {
+		ok := false
+		for _, n := range known {
+			ok = ok || n == k
+		}
+		if !ok {
+			return errorf(http.StatusBadRequest, "unknown_parameter", "unknown query parameter %q (known: %s)", k, strings.Join(known, ", "))
+		}
+		isMulti := false
+		for _, n := range multi {
+			isMulti = isMulti || n == k
+		}
+		if len(v) > 1 && !isMulti {
+			return badRequest("query parameter %q is given %d times", k, len(v))
+		}
+	}
+	return nil
+}
+
+// jsonOrString returns b as raw JSON when it is a JSON document, else as a
+// JSON string; nil stays null.
+func jsonOrString(b []byte) json.RawMessage {
+	if b == nil {
+		return nil
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	s, _ := json.Marshal(string(b))
+	return s
+}
+
+// taskJSON is a task in responses.
+type taskJSON struct {
+	ID               string          `json:"id"`
+	Workflow         string          `json:"workflow"`
+	State            string          `json:"state"`
+	Input            json.RawMessage `json:"input"`
+	Output           json.RawMessage `json:"output"`
+	LastError        string          `json:"last_error"`
+	LockedBy         string          `json:"locked_by"`
+	CompleteBy       *time.Time      `json:"complete_by"`
+	FailureCount     int             `json:"failure_count"`
+	CurrentStep      int             `json:"current_step"`
+	StepCount        int             `json:"step_count"`
+	OrderingKey      string          `json:"ordering_key"`
+	OrderingSeq      int64           `json:"ordering_seq"`
+	FailureThreshold int             `json:"failure_threshold"`
+	OnFailure        string          `json:"on_failure"`
+	RetryDelayMS     int64           `json:"retry_delay_ms"`
+	AvailableAt      time.Time       `json:"available_at"`
+	CreatedAt        time.Time       `json:"created_at"`
+	UpdatedAt        time.Time       `json:"updated_at"`
+	Steps            []stepJSON      `json:"steps,omitempty"`
+}
+
+type stepJSON struct {
+	Index             int             `json:"index"`
+	Name              string          `json:"name"`
+	Agent             string          `json:"agent"`
+	Compensation      string          `json:"compensation"`
+	TimeoutMS         int64           `json:"timeout_ms"`
+	State             string          `json:"state"`
+	CompensationState string          `json:"compensation_state"`
+	LockedBy          string          `json:"locked_by"`
+	CompleteBy        *time.Time      `json:"complete_by"`
+	FailureCount      int             `json:"failure_count"`
+	Attempt           int             `json:"attempt"`
+	IdempotencyKey    string          `json:"idempotency_key"`
+	Output            json.RawMessage `json:"output"`
+	LastError         string          `json:"last_error"`
+	StartedAt         *time.Time      `json:"started_at"`
+	FinishedAt        *time.Time      `json:"finished_at"`
+	UpdatedAt         time.Time       `json:"updated_at"`
+}
+
+func toTaskJSON(t *drover.Task) taskJSON {
+	out := taskJSON{
+		ID: t.ID, Workflow: t.Workflow, State: string(t.ProcessState), Input: jsonOrString(t.Input),
+		Output: jsonOrString(t.Output), LastError: t.LastError, LockedBy: t.LockedBy, CompleteBy: t.CompleteBy,
+		FailureCount: t.FailureCount, CurrentStep: t.CurrentStep, StepCount: t.StepCount,
+		OrderingKey: t.OrderingKey, OrderingSeq: t.OrderingSeq, FailureThreshold: t.FailureThreshold,
+		OnFailure: string(t.OnFailure), RetryDelayMS: t.RetryDelay.Milliseconds(),
+		AvailableAt: t.AvailableAt, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+	}
+	for _, s := range t.Steps {
+		out.Steps = append(out.Steps, stepJSON{
+			Index: s.Index, Name: s.Name, Agent: s.Agent, Compensation: s.Compensation, TimeoutMS: s.Timeout.Milliseconds(),
+			State: string(s.ProcessState), CompensationState: string(s.CompensationState), LockedBy: s.LockedBy,
+			CompleteBy: s.CompleteBy, FailureCount: s.FailureCount, Attempt: s.Attempt, IdempotencyKey: s.IdempotencyKey,
+			Output: jsonOrString(s.Output), LastError: s.LastError, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
+			UpdatedAt: s.UpdatedAt,
+		})
+	}
+	return out
+}
+
+// SubmitRequest is the body of POST /v1/tasks.
+type SubmitRequest struct {
+	Workflow    string          `json:"workflow"`
+	Input       json.RawMessage `json:"input"`
+	ID          string          `json:"id,omitempty"`
+	OrderingKey string          `json:"ordering_key,omitempty"`
+}
+
+// DecodeSubmit decodes and checks the body of POST /v1/tasks.
+func DecodeSubmit(body []byte) (*SubmitRequest, error) {
+	var req SubmitRequest
+	if err := decodeJSON(body, &req, true); err != nil {
+		return nil, err
+	}
+	if req.Workflow == "" {
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"workflow\" is required")
+	}
+	if err := checkName("workflow", req.Workflow); err != nil {
+		return nil, err
+	}
+	if req.ID != "" {
+		if err := checkName("id", req.ID); err != nil {
+			return nil, err
+		}
+	}
+	if len(req.Input) == 0 {
+		req.Input = json.RawMessage("null")
+	}
+	return &req, nil
+}
+
+func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
+	if err := checkQuery(r.URL.Query(), nil); err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	req, err := DecodeSubmit(body)
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if req.ID != "" {
+		// The same ID and input again returns the existing task: 200.
+		if _, err := h.drover.Store().Reader().TaskGet(r.Context(), req.ID); err == nil {
+			status = http.StatusOK
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	t, err := h.drover.Submit(r.Context(), req.Workflow, req.Input, &drover.SubmitOptions{ID: req.ID, OrderingKey: req.OrderingKey})
+	if err != nil {
+		return err
+	}
+	full, err := h.drover.Task(r.Context(), t.ID)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/tasks/"+url.PathEscape(t.ID))
+	writeJSON(w, status, toTaskJSON(full))
+	return nil
+}
+
+func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := checkName("task ID", id); err != nil {
+		return err
+	}
+	if err := checkQuery(r.URL.Query(), nil); err != nil {
+		return err
+	}
+	t, err := h.drover.Task(r.Context(), id)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return errorf(http.StatusNotFound, "not_found", "task %q not found", id)
+		}
+		return err
+	}
+	writeJSON(w, http.StatusOK, toTaskJSON(t))
+	return nil
+}
+
+type taskListJSON struct {
+	Tasks []taskJSON `json:"tasks"`
+	// NextAfter is the "after" of the next page; "" on the last page.
+	NextAfter string `json:"next_after"`
+}
+
+func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := checkQuery(q, []string{"state", "workflow", "after", "limit"}, "state"); err != nil {
+		return err
+	}
+	limit, err := parseLimit(q, 100)
+	if err != nil {
+		return err
+	}
+	p := drover.ListParams{Workflow: q.Get("workflow"), AfterID: q.Get("after"), Limit: limit}
+	for _, v := range q["state"] {
+		for _, s := range strings.Split(v, ",") {
+			st := dt.ProcessState(strings.TrimSpace(s))
+			if !st.Valid() {
+				return badRequest("query parameter \"state\": unknown state %q (want Pending, Processing, Processed, Error, Compensating, Compensated or Cancelled)", s)
+			}
+			p.States = append(p.States, st)
+		}
+	}
+	if p.Workflow != "" {
+		if err := checkName("query parameter \"workflow\"", p.Workflow); err != nil {
+			return err
+		}
+	}
+	if p.AfterID != "" {
+		if err := checkName("query parameter \"after\"", p.AfterID); err != nil {
+			return err
+		}
+	}
+	ts, err := h.drover.Tasks(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	out := taskListJSON{Tasks: []taskJSON{}}
+	for _, t := range ts {
+		out.Tasks = append(out.Tasks, toTaskJSON(t))
+	}
+	if len(ts) == limit {
+		out.NextAfter = ts[len(ts)-1].ID
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// ResubmitRequest is the optional body of POST /v1/tasks/{id}/resubmit.
+type ResubmitRequest struct {
+	FromStep *int `json:"from_step"`
+}
+
+func (h *Handler) resubmitTask(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := checkName("task ID", id); err != nil {
+		return err
+	}
+	if err := checkQuery(r.URL.Query(), nil); err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var req ResubmitRequest
+	if err := decodeJSON(body, &req, false); err != nil {
+		return err
+	}
+	if req.FromStep != nil && *req.FromStep < 0 {
+		return errorf(http.StatusBadRequest, "invalid_field", "field \"from_step\" must not be negative")
+	}
+	if _, err := h.drover.Resubmit(r.Context(), id, &drover.ResubmitOptions{FromStep: req.FromStep, Actor: h.opts.Actor}); err != nil {
+		return err
+	}
+	t, err := h.drover.Task(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toTaskJSON(t))
+	return nil
+}
+
+// CancelRequest is the optional body of POST /v1/tasks/{id}/cancel.
+type CancelRequest struct {
+	Reason string `json:"reason"`
+}
+
+// maxReasonLen caps a cancel reason.
+const maxReasonLen = 1000
+
+func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := checkName("task ID", id); err != nil {
+		return err
+	}
+	if err := checkQuery(r.URL.Query(), nil); err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var req CancelRequest
+	if err := decodeJSON(body, &req, false); err != nil {
+		return err
+	}
+	if len(req.Reason) > maxReasonLen {
+		return errorf(http.StatusBadRequest, "invalid_field", "field \"reason\" is longer than %d bytes", maxReasonLen)
+	}
+	if _, err := h.drover.Cancel(r.Context(), id, req.Reason); err != nil {
+		return err
+	}
+	t, err := h.drover.Task(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toTaskJSON(t))
+	return nil
+}
