@@ -90,10 +90,12 @@ type ProcessorStats struct {
 // otherwise lock session rows in more than one statement: renewing locks them
 // all at once, in key order, so a round never deadlocks with producers);
 // applies the settles of the handlers that finished since the last round, in
-// one batch; releases idle sessions (and ended or blocked ones); accepts new
-// sessions up to MaxSessions; receives the head of every held session with
-// nothing in flight, in one batch; and dead-letters heads received more often
-// than the queue's MaxDeliveryCount, with their events. After the commit,
+// one batch, which also receives the next head of every settled session that
+// stays held (MessageSettleReceiveMany: in the steady state that is the whole
+// round); releases idle sessions (and ended or blocked ones); accepts new
+// sessions up to MaxSessions; receives the head of every other held session
+// with nothing in flight, in one batch; and dead-letters heads received more
+// often than the queue's MaxDeliveryCount, with their events. After the commit,
 // every received message goes to a handler goroutine of its own. A session
 // has at most one message in flight, and its next message is received only
 // in the round that commits the previous one's settle: message n+1 is never
@@ -352,7 +354,7 @@ func (p *Processor) pump(ctx context.Context, w *waiter, stopping <-chan struct{
 		if errors.Is(err, errRetryRound) {
 			continue // a HandlerTx failed; its message is settled next round
 		}
-		if isConflict(err) && conflicts < 3 {
+		if errors.Is(err, store.ErrConflict) && conflicts < 3 {
 			conflicts++ // the database broke a deadlock: redo the round at once
 			continue
 		}
@@ -500,6 +502,12 @@ type settleItem struct {
 	s  *session
 	m  *ReceivedMessage
 	st store.MessageSettle
+}
+
+// received is a head received in a round.
+type received struct {
+	s *session
+	m *dt.Message
 }
 
 // roundOut is what a round's transaction did; applied once it commits.
@@ -719,8 +727,18 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 		}
 	}
 
-	// 2. Settles of finished handlers.
+	// 2. Settles of finished handlers. A session that stays held (it is
+	// among receive) receives its next head in the same store call, so
+	// message n+1 comes in the statement that settles n.
+	var recvd []received
+	settledRecv := map[*session]bool{} // receive sessions whose settle call received for them
 	if len(settles) > 0 {
+		next := make(map[*session]bool, len(receive))
+		for _, s := range receive {
+			if _, ok := settling[s]; ok {
+				next[s] = true
+			}
+		}
 		var (
 			batch []store.MessageSettle
 			idx   []int
@@ -734,17 +752,27 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 			if st.Action == store.SettleDeadLetter {
 				st.Block = o.block
 			}
+			st.ReceiveNext = next[it.s]
 			settles[i].st = st
 			batch, idx = append(batch, st), append(idx, i)
 		}
 		if len(batch) > 0 {
-			errs, err := x.MessageSettleMany(ctx, batch, now)
+			msgs, errs, err := x.MessageSettleReceiveMany(ctx, batch, now)
 			if err != nil {
 				return err
 			}
 			for j, e := range errs {
 				i := idx[j]
 				o.settleErr[i] = e
+				s := settles[i].s
+				if e == nil && batch[j].ReceiveNext {
+					settledRecv[s] = true
+					if msgs[j] != nil {
+						recvd = append(recvd, received{s, msgs[j]})
+					} else {
+						o.empty = append(o.empty, s)
+					}
+				}
 				if e == nil && batch[j].Action == store.SettleDeadLetter {
 					m := settles[i].m
 					events = append(events, deadLetterEvent(p.queue, m.SessionID, m.Seq, m.DeliveryCount, batch[j].Reason, batch[j].Block, p.c.cfg.InstanceID, now))
@@ -789,10 +817,12 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 		}
 	}
 
-	// 5. Receive the heads.
+	// 5. Receive the heads of the other sessions to receive: those with
+	// nothing in flight, the accepted ones, and settled ones whose settle
+	// call received nothing for them (ErrNotHead: applied before).
 	var targets []*session
 	for _, s := range receive {
-		if o.lost[s] {
+		if o.lost[s] || settledRecv[s] {
 			continue
 		}
 		if i, ok := settling[s]; ok && errors.Is(o.settleErr[i], ErrLockLost) {
@@ -814,7 +844,6 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 		if err != nil {
 			return err
 		}
-		var poison []store.MessageSettle
 		for i, s := range targets {
 			switch m := msgs[i]; {
 			case errs[i] != nil:
@@ -822,15 +851,23 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 			case m == nil:
 				o.empty = append(o.empty, s)
 			default:
-				if st, bad := poisoned(m, s.ref.Token, pol); bad {
-					poison = append(poison, st)
-					o.poisoned[s] = true
-					events = append(events, deadLetterEvent(p.queue, m.SessionID, m.Seq, m.DeliveryCount, st.Reason, st.Block, p.c.cfg.InstanceID, now))
-					continue
-				}
-				o.recv[s] = m
-				o.received = append(o.received, s)
+				recvd = append(recvd, received{s, m})
 			}
+		}
+	}
+	// Heads received more often than the queue allows are dead-lettered.
+	if len(recvd) > 0 {
+		var poison []store.MessageSettle
+		for _, r := range recvd {
+			s, m := r.s, r.m
+			if st, bad := poisoned(m, s.ref.Token, pol); bad {
+				poison = append(poison, st)
+				o.poisoned[s] = true
+				events = append(events, deadLetterEvent(p.queue, m.SessionID, m.Seq, m.DeliveryCount, st.Reason, st.Block, p.c.cfg.InstanceID, now))
+				continue
+			}
+			o.recv[s] = m
+			o.received = append(o.received, s)
 		}
 		if len(poison) > 0 {
 			errs, err := x.MessageSettleMany(ctx, poison, now)
@@ -863,7 +900,7 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
-					if isConflict(err) {
+					if errors.Is(err, store.ErrConflict) {
 						return err // the database's doing, not the handler's: redo the round
 					}
 					p.failed[s.ref.SessionID] = txFailure{seq: m.Seq, err: err}
@@ -1022,18 +1059,4 @@ func (p *Processor) callTx(ctx context.Context, x store.Executor, m *ReceivedMes
 		}
 	}()
 	return p.htx(ctx, x, m)
-}
-
-// isConflict reports whether err is the database aborting a transaction to
-// break a deadlock or a serialization conflict (PostgreSQL SQLSTATE 40P01,
-// 40001): transient, and no fault of the work the transaction did.
-func isConflict(err error) bool {
-	var se interface{ SQLState() string }
-	if errors.As(err, &se) {
-		switch se.SQLState() {
-		case "40P01", "40001":
-			return true
-		}
-	}
-	return false
 }

@@ -42,7 +42,7 @@ var (
 // wait is what makes sequence numbers follow commit order. One call locks its
 // sessions in key order, so calls never deadlock each other; a transaction
 // making several calls over different sets of sessions can (PostgreSQL then
-// aborts one transaction with a deadlock error, to be retried).
+// aborts one transaction with an error wrapping ErrConflict, to be retried).
 type QueueExecutor interface {
 	// QueuePut creates the queue or replaces its policy. CreatedAt is kept
 	// when the queue exists.
@@ -87,8 +87,19 @@ type QueueExecutor interface {
 	MessageReceiveMany(ctx context.Context, refs []SessionRef, now time.Time) (msgs []*drovertype.Message, errs []error, err error)
 	// MessageSettleMany applies each settle to its session's head message.
 	// errs[i] is ErrLockLost (lock not held), ErrNotHead (Seq is not the
-	// head) or nil (applied). Pending, ReadyAt and Blocked follow.
+	// head) or nil (applied). Pending, ReadyAt and Blocked follow. It
+	// ignores ReceiveNext.
 	MessageSettleMany(ctx context.Context, settles []MessageSettle, now time.Time) (errs []error, err error)
+	// MessageSettleReceiveMany is MessageSettleMany that also receives:
+	// right after a settle with ReceiveNext applied, its session's head
+	// (the next message after a complete or dead-letter, the same one after
+	// an abandon) is received as MessageReceiveMany would: only if it is
+	// available at now and the session is not blocked, with its
+	// DeliveryCount incremented. msgs[i] is that message; nil when
+	// settles[i] has no ReceiveNext, nothing was available, or errs[i] is
+	// set (a rejected settle receives nothing). It is the consumer's
+	// steady state in one call: complete n, receive n+1.
+	MessageSettleReceiveMany(ctx context.Context, settles []MessageSettle, now time.Time) (msgs []*drovertype.Message, errs []error, err error)
 
 	// SessionGet returns the session, or ErrNotFound. Inside a transaction
 	// it locks the session's row.
@@ -203,6 +214,9 @@ type MessageSettle struct {
 	// the same step.
 	SetState bool
 	State    []byte
+	// ReceiveNext (MessageSettleReceiveMany only): once the settle applied,
+	// receive the session's head.
+	ReceiveNext bool
 }
 
 // SessionListParams filter SessionList. Limit 0 means no limit.

@@ -23,6 +23,12 @@ var (
 	ErrSchemaTooNew = errors.New("store schema is newer than this drover")
 	// ErrNotMigrated: the database has no drover schema yet.
 	ErrNotMigrated = errors.New("store is not migrated")
+	// ErrConflict: the database aborted the transaction because it
+	// conflicted with another one (PostgreSQL: a deadlock, SQLSTATE 40P01,
+	// or a serialization failure, 40001). Nothing of it committed and the
+	// work itself is not at fault: roll back and run the transaction again.
+	// The driver's own error stays in the chain (errors.As).
+	ErrConflict = errors.New("transaction conflicted with another; retry it")
 )
 
 // Driver is one database holding a drover state store.

@@ -130,7 +130,12 @@
 //
 // Errors are translated at the boundary: a missing row is store.ErrNotFound,
 // a missing schema or table store.ErrNotMigrated, a lock_timeout
-// store.ErrLocked; other errors (connection refused or closed, deadlocks,
-// serialization failures) are returned wrapped with what the driver was doing,
-// the pgx error kept in the chain for errors.As. InTx does not retry.
+// store.ErrLocked, and a transaction the server aborted because it
+// conflicted with another one, a deadlock (SQLSTATE 40P01) or a
+// serialization failure (40001), store.ErrConflict: nothing of it
+// committed, and running it again is the remedy. The statements an
+// application runs through [TxOf] report conflicts the same way. Other
+// errors (connection refused or closed, …) are returned wrapped with what
+// the driver was doing. The pgx error is always kept in the chain for
+// errors.As. InTx does not retry.
 package postgres

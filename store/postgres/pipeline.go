@@ -126,7 +126,10 @@ func (p *pipe) commit(ctx context.Context) error {
 	p.queued.Queue("COMMIT").Fn = func(br pgx.BatchResults) error {
 		ct, err := br.Exec()
 		tag = ct.String()
-		return err
+		if err != nil {
+			return fmt.Errorf("postgres: commit: %w", translate(err))
+		}
+		return nil
 	}
 	if err := p.flush(ctx); err != nil {
 		return err
@@ -214,26 +217,41 @@ func (t pipeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	if err := t.ready(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	return t.c.Exec(ctx, sql, args...)
+	tag, err := t.c.Exec(ctx, sql, args...)
+	return tag, conflict(err)
 }
 
 func (t pipeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if err := t.ready(ctx); err != nil {
 		return nil, err
 	}
-	return t.c.Query(ctx, sql, args...)
+	r, err := t.c.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, conflict(err)
+	}
+	return conflictRows{r}, nil
 }
 
 func (t pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if err := t.ready(ctx); err != nil {
 		return errRow{err}
 	}
-	return t.c.QueryRow(ctx, sql, args...)
+	return conflictRow{t.c.QueryRow(ctx, sql, args...)}
 }
 
 type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
+
+// conflictRows and conflictRow report a conflict the server aborted the
+// transaction for as store.ErrConflict (see conflict).
+type conflictRows struct{ pgx.Rows }
+
+func (r conflictRows) Err() error { return conflict(r.Rows.Err()) }
+
+type conflictRow struct{ pgx.Row }
+
+func (r conflictRow) Scan(dest ...any) error { return conflict(r.Row.Scan(dest...)) }
 
 // TxOf returns the transaction of an Executor that InTx or InExternalTx (with
 // a pgx.Tx) handed out, so the application can run its own statements in
@@ -241,7 +259,9 @@ func (r errRow) Scan(...any) error { return r.err }
 // application table, committed together with the message's completion, or a
 // ledger processor's AfterPublish. drover's queued writes are sent before
 // each of the application's statements. A statement that fails aborts the
-// whole transaction. Executors of a Reader, of another driver, or of a
+// whole transaction; if the server aborted it for a deadlock or a
+// serialization failure, its error wraps store.ErrConflict (the pgx error
+// stays in the chain), as the driver's own errors do. Executors of a Reader, of another driver, or of a
 // *sql.Tx (use that *sql.Tx directly) are refused with store.ErrUnsupportedTx.
 func TxOf(x store.Executor) (Tx, error) {
 	e, ok := x.(*executor)

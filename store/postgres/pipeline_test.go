@@ -108,6 +108,63 @@ func TestPipelinedTransactionRoundTrips(t *testing.T) {
 	}
 }
 
+// A consumer's steady-state transaction, settle a batch and receive the next
+// heads (MessageSettleReceiveMany), is two round trips: the session locks
+// and the settle-and-receive statement go out together (with BEGIN), then
+// the COMMIT.
+func TestSettleReceiveRoundTrips(t *testing.T) {
+	t.Parallel()
+	d, rt, _ := tracedDriver(t)
+	ctx := context.Background()
+	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
+	var msgs []store.PublishMessage
+	for _, s := range []string{"a", "b", "c"} {
+		msgs = append(msgs, store.PublishMessage{Queue: "q", SessionID: s, Body: []byte("1")},
+			store.PublishMessage{Queue: "q", SessionID: s, Body: []byte("2")})
+	}
+	var refs []store.SessionRef
+	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		if _, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: msgs, Now: now}); err != nil {
+			return err
+		}
+		ss, err := x.SessionAccept(ctx, store.SessionAcceptParams{Queue: "q", Holder: "h", Now: now, Limit: 10})
+		for _, s := range ss {
+			refs = append(refs, store.SessionRef{Queue: "q", SessionID: s.ID, Token: s.LockToken})
+		}
+		if err != nil {
+			return err
+		}
+		_, _, err = x.MessageReceiveMany(ctx, refs, now)
+		return err
+	})
+	if err != nil || len(refs) != 3 {
+		t.Fatalf("setup: %d sessions, %v", len(refs), err)
+	}
+	settles := make([]store.MessageSettle, len(refs))
+	for i, r := range refs {
+		settles[i] = store.MessageSettle{Ref: r, Seq: 1, Action: store.SettleComplete, ReceiveNext: true}
+	}
+	before := rt.n.Load()
+	err = d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		got, errs, err := x.MessageSettleReceiveMany(ctx, settles, now)
+		if err != nil {
+			return err
+		}
+		for i := range got {
+			if errs[i] != nil || got[i] == nil || got[i].Seq != 2 {
+				t.Errorf("settle %d: received %+v, err %v; want seq 2", i, got[i], errs[i])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.n.Load() - before; got != 2 {
+		t.Errorf("settle-and-receive transaction took %d round trips, want 2", got)
+	}
+}
+
 // A queued write that fails surfaces at the next read or at commit, and the
 // whole transaction rolls back: nothing of it is stored.
 func TestPipelinedWriteErrorRollsBack(t *testing.T) {

@@ -148,7 +148,8 @@ func (d *Driver) Close() error {
 
 // InTx implements store.Driver. The transaction is READ COMMITTED; reads
 // through its Executor lock the rows they return (FOR UPDATE). It is not
-// retried: a deadlock or serialization error is returned to the caller.
+// retried: a deadlock or serialization error is returned to the caller,
+// wrapping store.ErrConflict.
 // Writes are pipelined (see the package documentation, "Round trips").
 func (d *Driver) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
 	return d.inPipelineTx(ctx, func(p *pipe) error {
@@ -206,6 +207,18 @@ func translate(err error) error {
 		case "55P03": // lock_not_available (lock_timeout)
 			return fmt.Errorf("%w: %w", store.ErrLocked, err)
 		}
+	}
+	return conflict(err)
+}
+
+// conflict wraps the errors of a transaction the server aborted because it
+// conflicted with another one, deadlock_detected (40P01) and
+// serialization_failure (40001), with store.ErrConflict; it returns any
+// other error unchanged.
+func conflict(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") && !errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("%w: %w", store.ErrConflict, err)
 	}
 	return err
 }

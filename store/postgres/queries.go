@@ -275,6 +275,15 @@ type queries struct {
 	leaseAcquire, leaseGet, leaseGetLock, leaseRelease string
 
 	migrationsTable, migrationApplied, migrationRecord, migrationMax, searchPath, createSchema string
+
+	// Session queues (queue_queries.go).
+	queuePut, queueGet, queueList                               string
+	publishPrepare, dedupeClaim, dedupeGet, publish             string
+	sessionAcceptNamed, sessionAcceptNext, sessionExists        string
+	sessionRenew, sessionRelease, receive, settleLock, settle   string
+	sessionGet, sessionGetLock, sessionList, sessionStateSet    string
+	messagePeek, deadLetterList, sessionLock, resubmit, discard string
+	dedupeDeleteExpired                                         string
 }
 
 // newQueries fills the quoted schema name into every statement.
@@ -327,5 +336,31 @@ func newQueries(quotedSchema string) *queries {
 		migrationMax:     r(tMigrationMax),
 		searchPath:       r(tSearchPath),
 		createSchema:     r(tCreateSchema),
+
+		queuePut:            r(tQueuePut),
+		queueGet:            r(tQueueGet),
+		queueList:           r(tQueueList),
+		publishPrepare:      r(tPublishPrepare),
+		dedupeClaim:         r(tDedupeClaim),
+		dedupeGet:           r(tDedupeGet),
+		publish:             r(tPublish),
+		sessionAcceptNamed:  r(tSessionAcceptNamed),
+		sessionAcceptNext:   r(tSessionAcceptNext),
+		sessionExists:       r(tSessionExists),
+		sessionRenew:        r(tSessionRenew),
+		sessionRelease:      r(tSessionRelease),
+		receive:             r(tReceive),
+		settleLock:          r(tSettleLock),
+		settle:              r(tSettle),
+		sessionGet:          r(tSessionGet),
+		sessionGetLock:      r(tSessionGetLock),
+		sessionList:         r(tSessionList),
+		sessionStateSet:     r(tSessionStateSet),
+		messagePeek:         r(tMessagePeek),
+		deadLetterList:      r(tDeadLetterList),
+		sessionLock:         r(tSessionLock),
+		resubmit:            r(tResubmit),
+		discard:             r(tDiscard),
+		dedupeDeleteExpired: r(tDedupeDeleteExpired),
 	}
 }

@@ -120,14 +120,14 @@ func (e *executor) QueuePut(ctx context.Context, q *dt.Queue) error {
 	if err := e.write("put queue"); err != nil {
 		return err
 	}
-	_, err := e.exec(ctx, "put queue", e.d.queueQ().queuePut, q.Name, int32(q.MaxDeliveryCount), string(q.PoisonPolicy),
+	_, err := e.exec(ctx, "put queue", e.d.q.queuePut, q.Name, int32(q.MaxDeliveryCount), string(q.PoisonPolicy),
 		q.DedupeWindow.Microseconds(), q.LockDuration.Microseconds(), q.CreatedAt, q.UpdatedAt)
 	return err
 }
 
 func (e *executor) QueueGet(ctx context.Context, name string) (*dt.Queue, error) {
 	var out []*dt.Queue
-	if err := e.each(ctx, "get queue", e.d.queueQ().queueGet, []any{name}, scanQueue(&out)); err != nil {
+	if err := e.each(ctx, "get queue", e.d.q.queueGet, []any{name}, scanQueue(&out)); err != nil {
 		return nil, err
 	}
 	if len(out) == 0 {
@@ -138,7 +138,7 @@ func (e *executor) QueueGet(ctx context.Context, name string) (*dt.Queue, error)
 
 func (e *executor) QueueList(ctx context.Context) ([]*dt.Queue, error) {
 	var out []*dt.Queue
-	if err := e.each(ctx, "list queues", e.d.queueQ().queueList, nil, scanQueue(&out)); err != nil {
+	if err := e.each(ctx, "list queues", e.d.q.queueList, nil, scanQueue(&out)); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -166,7 +166,7 @@ func (e *executor) MessagePublishMany(ctx context.Context, p store.PublishParams
 	if err := e.write("publish"); err != nil {
 		return nil, err
 	}
-	q := e.d.queueQ()
+	q := e.d.q
 	n := len(msgs)
 	queues, sids, mids := make([]string, n), make([]string, n), make([]*string, n)
 	for i, m := range msgs {
@@ -293,7 +293,7 @@ func (e *executor) MessagePublishMany(ctx context.Context, p store.PublishParams
 // claimIDs claims the message IDs of msgs[claims]; it returns the ones
 // another transaction claimed first (committed meanwhile) with their seq.
 func (e *executor) claimIDs(ctx context.Context, msgs []store.PublishMessage, claims []int, window []int64, now time.Time) (map[int]int64, error) {
-	q := e.d.queueQ()
+	q := e.d.q
 	k := len(claims)
 	queues, mids, sids, exp := make([]string, k), make([]string, k), make([]string, k), make([]time.Time, k)
 	for j, i := range claims {
@@ -377,7 +377,7 @@ func (e *executor) publish(ctx context.Context, msgs []store.PublishMessage, sto
 		ueos, uavail, uclm = append(ueos, m.EndOfSequence), append(uavail, avail), append(uclm, claimed[i])
 	}
 	next := make(map[sessKey]int64, ns)
-	err := e.each(ctx, "publish", e.d.queueQ().publish, []any{gq, gs, gn, geos, gavail, now,
+	err := e.each(ctx, "publish", e.d.q.publish, []any{gq, gs, gn, geos, gavail, now,
 		uq, us, urank, umids, ubody, ueos, uavail, uclm}, func(r rows) error {
 		var (
 			k   sessKey
@@ -416,7 +416,7 @@ func (e *executor) SessionAccept(ctx context.Context, p store.SessionAcceptParam
 	if err := e.write("accept sessions"); err != nil {
 		return nil, err
 	}
-	q := e.d.queueQ()
+	q := e.d.q
 	var dur *int64
 	if p.LockDuration > 0 {
 		v := p.LockDuration.Microseconds()
@@ -424,7 +424,7 @@ func (e *executor) SessionAccept(ctx context.Context, p store.SessionAcceptParam
 	}
 	var out []*dt.Session
 	if p.SessionID != "" {
-		if err := e.each(ctx, "accept session", q.acceptNamed, []any{p.Holder, p.Now, dur, p.Queue, p.SessionID}, scanSession(&out)); err != nil {
+		if err := e.each(ctx, "accept session", q.sessionAcceptNamed, []any{p.Holder, p.Now, dur, p.Queue, p.SessionID}, scanSession(&out)); err != nil {
 			return nil, err
 		}
 		if len(out) > 0 {
@@ -439,7 +439,7 @@ func (e *executor) SessionAccept(ctx context.Context, p store.SessionAcceptParam
 		}
 		return nil, fmt.Errorf("session %q of queue %q: %w", p.SessionID, p.Queue, store.ErrSessionLocked)
 	}
-	if err := e.each(ctx, "accept sessions", q.acceptNext, []any{p.Holder, p.Now, dur, p.Queue, p.Limit}, scanSession(&out)); err != nil {
+	if err := e.each(ctx, "accept sessions", q.sessionAcceptNext, []any{p.Holder, p.Now, dur, p.Queue, p.Limit}, scanSession(&out)); err != nil {
 		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -483,11 +483,11 @@ func (e *executor) lockUpdate(ctx context.Context, what, query string, refs []st
 }
 
 func (e *executor) SessionRenew(ctx context.Context, refs []store.SessionRef, now, until time.Time) ([]error, error) {
-	return e.lockUpdate(ctx, "renew sessions", e.d.queueQ().renew, refs, now, until)
+	return e.lockUpdate(ctx, "renew sessions", e.d.q.sessionRenew, refs, now, until)
 }
 
 func (e *executor) SessionRelease(ctx context.Context, refs []store.SessionRef, now time.Time) ([]error, error) {
-	return e.lockUpdate(ctx, "release sessions", e.d.queueQ().release, refs, now)
+	return e.lockUpdate(ctx, "release sessions", e.d.q.sessionRelease, refs, now)
 }
 
 // ---- receive and settle ----
@@ -501,7 +501,7 @@ func (e *executor) MessageReceiveMany(ctx context.Context, refs []store.SessionR
 	for _, round := range refRounds(refs) {
 		queues, ids, tokens := refArrays(refs, round)
 		held := make([]bool, len(round))
-		err := e.each(ctx, "receive", e.d.queueQ().receive, []any{queues, ids, tokens, now}, func(r rows) error {
+		err := e.each(ctx, "receive", e.d.q.receive, []any{queues, ids, tokens, now}, func(r rows) error {
 			var (
 				ord            int64
 				seq            pgtype.Int8
@@ -536,20 +536,35 @@ func (e *executor) MessageReceiveMany(ctx context.Context, refs []store.SessionR
 	return msgs, errs, nil
 }
 
-// MessageSettleMany locks the held sessions (tSettleLock), then applies the
-// settles of head messages in one statement (tSettle), per round.
 func (e *executor) MessageSettleMany(ctx context.Context, settles []store.MessageSettle, now time.Time) ([]error, error) {
+	_, errs, err := e.settle(ctx, settles, now, false)
+	return errs, err
+}
+
+func (e *executor) MessageSettleReceiveMany(ctx context.Context, settles []store.MessageSettle, now time.Time) ([]*dt.Message, []error, error) {
+	return e.settle(ctx, settles, now, true)
+}
+
+// settle runs MessageSettleMany and, with receive, MessageSettleReceiveMany:
+// per round, tSettleLock locks the held sessions and tSettle (a fresh
+// snapshot, once they are locked) applies the settles of head messages and
+// receives the next heads. The two go out in one pipeline: one round trip.
+func (e *executor) settle(ctx context.Context, settles []store.MessageSettle, now time.Time, receive bool) ([]*dt.Message, []error, error) {
 	if err := e.write("settle"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, s := range settles {
 		switch s.Action {
 		case store.SettleComplete, store.SettleAbandon, store.SettleDeadLetter:
 		default:
-			return nil, fmt.Errorf("postgres: settle: unknown action %q", s.Action)
+			return nil, nil, fmt.Errorf("postgres: settle: unknown action %q", s.Action)
 		}
 	}
-	q := e.d.queueQ()
+	q := e.d.q
+	var msgs []*dt.Message
+	if receive {
+		msgs = make([]*dt.Message, len(settles))
+	}
 	errs := make([]error, len(settles))
 	refs := make([]store.SessionRef, len(settles))
 	for i, s := range settles {
@@ -557,74 +572,77 @@ func (e *executor) MessageSettleMany(ctx context.Context, settles []store.Messag
 	}
 	for _, round := range refRounds(refs) {
 		queues, ids, tokens := refArrays(refs, round)
-		held := make([]bool, len(round))
-		err := e.each(ctx, "settle: lock sessions", q.settleLock, []any{queues, ids, tokens, now}, func(r rows) error {
-			var (
-				k       sessKey
-				blocked bool
-				ord     int64
-			)
-			if err := r.Scan(&k.queue, &k.id, &blocked, &ord); err != nil {
-				return err
-			}
-			held[ord-1] = true
-			return nil
-		})
-		if err != nil {
-			return nil, err
+		if err := e.later(ctx, "settle: lock sessions", q.settleLock, []any{queues, ids, tokens, now}, nil, nil); err != nil {
+			return nil, nil, err
 		}
+		n := len(round)
 		var (
-			apply           []int // indexes into settles
-			aq, as, aaction []string
-			aseq            []int64
-			aavail          []time.Time
-			ablock, aset    []bool
-			astate          [][]byte
-			areasons        []*string
+			seqs          = make([]int64, n)
+			actions       = make([]string, n)
+			avails        = make([]time.Time, n)
+			reasons       = make([]*string, n)
+			blocks, sets  = make([]bool, n), make([]bool, n)
+			states        = make([][]byte, n)
+			recvs         = make([]bool, n)
+			held, applied = make([]bool, n), make([]bool, n)
 		)
 		for j, i := range round {
-			if !held[j] {
-				errs[i] = store.ErrLockLost
-				continue
-			}
 			s := settles[i]
 			avail := s.AvailableAt
 			if avail.IsZero() {
 				avail = now
 			}
-			apply = append(apply, i)
-			aq, as, aseq, aaction = append(aq, s.Ref.Queue), append(as, s.Ref.SessionID), append(aseq, s.Seq), append(aaction, string(s.Action))
-			aavail, areasons, ablock = append(aavail, avail), append(areasons, nullStr(s.Reason)), append(ablock, s.Block)
-			aset, astate = append(aset, s.SetState), append(astate, s.State)
+			seqs[j], actions[j], avails[j], reasons[j] = s.Seq, string(s.Action), avail, nullStr(s.Reason)
+			blocks[j], sets[j], states[j], recvs[j] = s.Block, s.SetState, s.State, receive && s.ReceiveNext
 		}
-		if len(apply) == 0 {
-			continue
-		}
-		ok := make([]bool, len(apply))
-		err = e.each(ctx, "settle", q.settle, []any{aq, as, aseq, aaction, aavail, areasons, ablock, aset, astate, now}, func(r rows) error {
-			var ord int64
-			if err := r.Scan(&ord); err != nil {
+		err := e.each(ctx, "settle", q.settle, []any{queues, ids, tokens, seqs, actions, avails, reasons, blocks, sets,
+			states, recvs, now}, func(r rows) error {
+			var (
+				ord            int64
+				ok             pgtype.Bool
+				seq            pgtype.Int8
+				msgID          pgtype.Text
+				body           []byte
+				count          pgtype.Int4
+				eos            pgtype.Bool
+				avail, enqueue pgtype.Timestamptz
+			)
+			if err := r.Scan(&ord, &ok, &seq, &msgID, &body, &count, &eos, &avail, &enqueue); err != nil {
 				return err
 			}
-			ok[ord-1] = true
+			j := ord - 1
+			if !seq.Valid {
+				held[j], applied[j] = true, ok.Bool
+				return nil
+			}
+			if msgs == nil {
+				return fmt.Errorf("message %d received without ReceiveNext", seq.Int64)
+			}
+			ref := refs[round[j]]
+			msgs[round[j]] = &dt.Message{Queue: ref.Queue, SessionID: ref.SessionID, Seq: seq.Int64,
+				MessageID: msgID.String, Body: body, DeliveryCount: int(count.Int32), EndOfSequence: eos.Bool,
+				AvailableAt: avail.Time.UTC(), EnqueuedAt: enqueue.Time.UTC()}
 			return nil
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		for j, i := range apply {
-			if !ok[j] {
+		for j, i := range round {
+			switch {
+			case !held[j]:
+				errs[i] = store.ErrLockLost
+			case !applied[j]:
 				errs[i] = store.ErrNotHead
 			}
 		}
 	}
-	return errs, nil
+	return msgs, errs, nil
 }
 
 // ---- sessions ----
 
 func (e *executor) SessionGet(ctx context.Context, queue, sessionID string) (*dt.Session, error) {
-	q := e.d.queueQ()
+	q := e.d.q
 	var out []*dt.Session
 	if err := e.each(ctx, "get session", e.pick(q.sessionGet, q.sessionGetLock), []any{queue, sessionID}, scanSession(&out)); err != nil {
 		return nil, err
@@ -636,7 +654,7 @@ func (e *executor) SessionGet(ctx context.Context, queue, sessionID string) (*dt
 }
 
 func (e *executor) SessionList(ctx context.Context, p store.SessionListParams) ([]*dt.Session, error) {
-	query, args := e.d.queueQ().sessionList, []any{p.Queue, p.AfterID}
+	query, args := e.d.q.sessionList, []any{p.Queue, p.AfterID}
 	if p.Limit > 0 {
 		query += ` LIMIT $3`
 		args = append(args, p.Limit)
@@ -652,7 +670,7 @@ func (e *executor) SessionStateSet(ctx context.Context, ref store.SessionRef, st
 	if err := e.write("set session state"); err != nil {
 		return err
 	}
-	n, err := e.exec(ctx, "set session state", e.d.queueQ().sessionStateSet, state, now, ref.Queue, ref.SessionID, ref.Token)
+	n, err := e.exec(ctx, "set session state", e.d.q.sessionStateSet, state, now, ref.Queue, ref.SessionID, ref.Token)
 	if err != nil {
 		return err
 	}
@@ -665,7 +683,7 @@ func (e *executor) SessionStateSet(ctx context.Context, ref store.SessionRef, st
 // ---- messages and the dead-letter list ----
 
 func (e *executor) MessagePeek(ctx context.Context, p store.MessagePeekParams) ([]*dt.Message, error) {
-	query, args := e.d.queueQ().messagePeek, []any{p.Queue, p.SessionID, p.FromSeq}
+	query, args := e.d.q.messagePeek, []any{p.Queue, p.SessionID, p.FromSeq}
 	if p.Limit > 0 {
 		query += ` LIMIT $4`
 		args = append(args, p.Limit)
@@ -679,7 +697,7 @@ func (e *executor) MessagePeek(ctx context.Context, p store.MessagePeekParams) (
 
 func (e *executor) DeadLetterList(ctx context.Context, p store.DeadLetterListParams) ([]*dt.Message, error) {
 	var b strings.Builder
-	b.WriteString(e.d.queueQ().deadLetterList)
+	b.WriteString(e.d.q.deadLetterList)
 	args := []any{p.Queue, p.AfterSessionID, p.AfterSeq}
 	if p.SessionID != "" {
 		args = append(args, p.SessionID)
@@ -702,7 +720,7 @@ func (e *executor) deadLetterOp(ctx context.Context, what, query string, queue, 
 		return err
 	}
 	if lock {
-		if _, err := e.exec(ctx, what, e.d.queueQ().sessionLock, queue, sessionID); err != nil {
+		if _, err := e.exec(ctx, what, e.d.q.sessionLock, queue, sessionID); err != nil {
 			return err
 		}
 	}
@@ -717,17 +735,17 @@ func (e *executor) deadLetterOp(ctx context.Context, what, query string, queue, 
 }
 
 func (e *executor) DeadLetterResubmit(ctx context.Context, queue, sessionID string, seq int64, now time.Time) error {
-	return e.deadLetterOp(ctx, "resubmit dead letter", e.d.queueQ().resubmit, queue, sessionID, seq, now, true)
+	return e.deadLetterOp(ctx, "resubmit dead letter", e.d.q.resubmit, queue, sessionID, seq, now, true)
 }
 
 func (e *executor) DeadLetterDiscard(ctx context.Context, queue, sessionID string, seq int64, now time.Time) error {
-	return e.deadLetterOp(ctx, "discard dead letter", e.d.queueQ().discard, queue, sessionID, seq, now, false)
+	return e.deadLetterOp(ctx, "discard dead letter", e.d.q.discard, queue, sessionID, seq, now, false)
 }
 
 func (e *executor) DedupeDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
 	if err := e.write("delete expired message IDs"); err != nil {
 		return 0, err
 	}
-	n, err := e.exec(ctx, "delete expired message IDs", e.d.queueQ().dedupeDeleteExpired, now, limit)
+	n, err := e.exec(ctx, "delete expired message IDs", e.d.q.dedupeDeleteExpired, now, limit)
 	return int(n), err
 }

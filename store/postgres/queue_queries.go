@@ -1,22 +1,18 @@
 package postgres
 
-import (
-	"strings"
-	"sync"
-
-	"github.com/jackc/pgx/v5"
-)
-
 // The SQL of the session-queue primitives (store.QueueExecutor), with the
-// schema placeholder {s} as in queries.go. Batches travel as arrays (unnest),
-// one or two statements per call whatever its size.
+// schema placeholder {s}; newQueries (queries.go) fills it in with the
+// other statements. Batches travel as arrays (unnest), one or two statements
+// per call whatever its size.
 //
 // Locking: every statement that changes sessions first locks their rows in
 // (queue, session_id) order (SELECT … ORDER BY … FOR UPDATE), so transactions
 // touching several sessions never wait on each other in a cycle; accept-next
 // skips locked rows instead (SKIP LOCKED). A statement that computes a new
 // head from queue_messages runs after the statement that locked the session,
-// so its snapshot already holds every message committed to that session.
+// so its snapshot already holds every message committed to that session (a
+// statement's snapshot is taken when it starts, before any lock it waits
+// for). Settles send the two in one pipeline: one round trip.
 
 const (
 	sqQueueCols = `name, max_delivery_count, poison_policy, dedupe_window_us, lock_duration_us, created_at, updated_at`
@@ -171,21 +167,43 @@ const (
  UNION ALL
  SELECT ord, seq, message_id, body, delivery_count, end_of_sequence, available_at, enqueued_at FROM r`
 
-	// tSettleLock locks the held sessions of a settle; tSettle then applies
-	// the settles whose seq is the head, in a fresh snapshot.
+	// tSettleLock locks the held sessions of a settle. It is pipelined
+	// with tSettle, which runs in a fresh snapshot once the rows are locked
+	// (its head and next-message reads then see every message committed to
+	// those sessions).
 	tSettleLock = `WITH ` + sqRefs + `
  ` + sqLockHeld
+
+	// tSettle settles heads and, for the settles with recv, receives the
+	// session's head the settle leaves, in one statement. h: the refs
+	// whose lock is held, with the session's first two messages not dead
+	// (one index scan); ok: those whose seq is the first, the head
+	// (applied), with the next message after it, and take: whether
+	// the head left is to be received (recv, and the session is not
+	// blocked, nor blocked by this dead-letter). An abandoned message stays
+	// the head and is received again in the same UPDATE (upd) if its new
+	// time has come (one statement must not change a row twice); after a
+	// complete or dead-letter, r receives the next message if available. It
+	// returns a row per held ref (ord, applied, NULL message) and a row per
+	// received message (ord, NULL, message); as in tReceive, no join of the
+	// CTEs.
 	tSettle = `WITH u AS (
-   SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::bool[],
-     $8::bool[], $9::bytea[]) WITH ORDINALITY AS u(queue, session_id, seq, action, avail, reason, block, set_state, state, ord)),
+   SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::timestamptz[], $7::text[],
+     $8::bool[], $9::bool[], $10::bytea[], $11::bool[])
+     WITH ORDINALITY AS u(queue, session_id, token, seq, action, avail, reason, block, set_state, state, recv, ord)),
+ h AS MATERIALIZED (
+   SELECT u.*, qs.blocked AS was_blocked, hd.seqs[1] AS head, hd.seqs[2] AS second, hd.avails[2] AS second_avail
+   FROM u JOIN {s}.queue_sessions qs ON qs.queue = u.queue AND qs.session_id = u.session_id
+   CROSS JOIN LATERAL (
+     SELECT array_agg(m.seq ORDER BY m.seq) AS seqs, array_agg(m.available_at ORDER BY m.seq) AS avails
+     FROM (SELECT m.seq, m.available_at FROM {s}.queue_messages m
+       WHERE m.queue = u.queue AND m.session_id = u.session_id AND NOT m.dead ORDER BY m.seq LIMIT 2) m) hd
+   WHERE qs.lock_token = u.token AND qs.lock_holder IS NOT NULL AND qs.locked_until > $12),
  ok AS MATERIALIZED (
-   SELECT u.*, nx.available_at AS next_avail FROM u
-   LEFT JOIN LATERAL (
-     SELECT m.available_at FROM {s}.queue_messages m
-     WHERE m.queue = u.queue AND m.session_id = u.session_id AND NOT m.dead AND m.seq > u.seq
-     ORDER BY m.seq LIMIT 1) nx ON true
-   WHERE u.seq = (SELECT m.seq FROM {s}.queue_messages m
-     WHERE m.queue = u.queue AND m.session_id = u.session_id AND NOT m.dead ORDER BY m.seq LIMIT 1)),
+   SELECT h.*, CASE WHEN h.action <> 'abandon' THEN h.second END AS next_seq,
+     CASE WHEN h.action <> 'abandon' THEN h.second_avail END AS next_avail,
+     h.recv AND NOT h.was_blocked AND NOT (h.action = 'dead_letter' AND h.block) AS take
+   FROM h WHERE h.seq = h.head),
  del AS (
    DELETE FROM {s}.queue_messages AS m USING ok
    WHERE ok.action = 'complete' AND m.queue = ok.queue AND m.session_id = ok.session_id AND m.seq = ok.seq),
@@ -194,17 +212,31 @@ const (
      available_at = CASE WHEN ok.action = 'abandon' THEN ok.avail ELSE m.available_at END,
      dead = ok.action = 'dead_letter',
      dead_reason = CASE WHEN ok.action = 'dead_letter' THEN ok.reason ELSE m.dead_reason END,
-     dead_at = CASE WHEN ok.action = 'dead_letter' THEN $10::timestamptz ELSE m.dead_at END
-   FROM ok WHERE ok.action <> 'complete' AND m.queue = ok.queue AND m.session_id = ok.session_id AND m.seq = ok.seq),
+     dead_at = CASE WHEN ok.action = 'dead_letter' THEN $12::timestamptz ELSE m.dead_at END,
+     delivery_count = m.delivery_count + CASE WHEN ok.action = 'abandon' AND ok.take AND ok.avail <= $12 THEN 1 ELSE 0 END
+   FROM ok WHERE ok.action <> 'complete' AND m.queue = ok.queue AND m.session_id = ok.session_id AND m.seq = ok.seq
+   RETURNING ok.ord, ok.action = 'abandon' AND ok.take AND ok.avail <= $12 AS taken, m.seq, m.message_id, m.body,
+     m.delivery_count, m.end_of_sequence, m.available_at, m.enqueued_at),
  ss AS (
    UPDATE {s}.queue_sessions AS qs SET
      pending = qs.pending - CASE WHEN ok.action = 'abandon' THEN 0 ELSE 1 END,
      ready_at = CASE WHEN ok.action = 'abandon' THEN ok.avail ELSE ok.next_avail END,
      blocked = qs.blocked OR (ok.action = 'dead_letter' AND ok.block),
      state = CASE WHEN ok.set_state THEN ok.state ELSE qs.state END,
-     updated_at = $10::timestamptz
-   FROM ok WHERE qs.queue = ok.queue AND qs.session_id = ok.session_id)
- SELECT ord FROM ok`
+     updated_at = $12::timestamptz
+   FROM ok WHERE qs.queue = ok.queue AND qs.session_id = ok.session_id),
+ r AS (
+   UPDATE {s}.queue_messages AS m SET delivery_count = m.delivery_count + 1
+   FROM ok WHERE ok.take AND ok.action <> 'abandon' AND ok.next_avail <= $12
+     AND m.queue = ok.queue AND m.session_id = ok.session_id AND m.seq = ok.next_seq
+   RETURNING ok.ord, m.seq, m.message_id, m.body, m.delivery_count, m.end_of_sequence, m.available_at, m.enqueued_at)
+ SELECT h.ord, h.seq = h.head, NULL::bigint, NULL::text, NULL::bytea, NULL::integer, NULL::boolean, NULL::timestamptz,
+   NULL::timestamptz
+ FROM h
+ UNION ALL
+ SELECT ord, NULL, seq, message_id, body, delivery_count, end_of_sequence, available_at, enqueued_at FROM r
+ UNION ALL
+ SELECT ord, NULL, seq, message_id, body, delivery_count, end_of_sequence, available_at, enqueued_at FROM upd WHERE taken`
 
 	tSessionGet      = `SELECT ` + sqSessionCols + ` FROM {s}.queue_sessions WHERE queue = $1 AND session_id = $2`
 	tSessionGetLock  = tSessionGet + ` FOR UPDATE`
@@ -240,41 +272,3 @@ const (
    FOR UPDATE SKIP LOCKED)
  DELETE FROM {s}.queue_dedupe AS d USING c WHERE d.queue = c.queue AND d.message_id = c.message_id`
 )
-
-// queueQueries holds the queue statements with the schema filled in.
-type queueQueries struct {
-	queuePut, queueGet, queueList                               string
-	publishPrepare, dedupeClaim, dedupeGet, publish             string
-	acceptNamed, acceptNext, sessionExists, renew, release      string
-	receive, settleLock, settle                                 string
-	sessionGet, sessionGetLock, sessionList, sessionStateSet    string
-	messagePeek, deadLetterList, sessionLock, resubmit, discard string
-	dedupeDeleteExpired                                         string
-}
-
-// queueSQL caches the statements per schema (the driver's own queries
-// struct is built at Open; these are built on first use).
-var queueSQL sync.Map // quoted schema → *queueQueries
-
-func (d *Driver) queueQ() *queueQueries {
-	key := d.schema
-	if q, ok := queueSQL.Load(key); ok {
-		return q.(*queueQueries)
-	}
-	quoted := pgx.Identifier{d.schema}.Sanitize()
-	r := func(s string) string { return strings.ReplaceAll(s, "{s}", quoted) }
-	q := &queueQueries{
-		queuePut: r(tQueuePut), queueGet: r(tQueueGet), queueList: r(tQueueList),
-		publishPrepare: r(tPublishPrepare), dedupeClaim: r(tDedupeClaim), dedupeGet: r(tDedupeGet), publish: r(tPublish),
-		acceptNamed: r(tSessionAcceptNamed), acceptNext: r(tSessionAcceptNext), sessionExists: r(tSessionExists),
-		renew: r(tSessionRenew), release: r(tSessionRelease),
-		receive: r(tReceive), settleLock: r(tSettleLock), settle: r(tSettle),
-		sessionGet: r(tSessionGet), sessionGetLock: r(tSessionGetLock), sessionList: r(tSessionList),
-		sessionStateSet: r(tSessionStateSet),
-		messagePeek:     r(tMessagePeek), deadLetterList: r(tDeadLetterList), sessionLock: r(tSessionLock),
-		resubmit: r(tResubmit), discard: r(tDiscard),
-		dedupeDeleteExpired: r(tDedupeDeleteExpired),
-	}
-	v, _ := queueSQL.LoadOrStore(key, q)
-	return v.(*queueQueries)
-}

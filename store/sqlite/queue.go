@@ -454,45 +454,91 @@ func (e *executor) MessageReceiveMany(ctx context.Context, refs []store.SessionR
 	errs := make([]error, len(refs))
 	n := us(now)
 	for _, round := range rounds(len(refs), func(i int) sessKey { return refKey(refs[i]) }) {
-		hs, err := e.heads(ctx, "receive", refs, round, n)
+		held, err := e.receiveHeads(ctx, "receive", refs, round, n, msgs)
 		if err != nil {
 			return nil, nil, err
 		}
-		var rows [][]any
-		at := make(map[sessKey]int, len(round))
 		for _, i := range round {
-			k := refKey(refs[i])
-			h, ok := hs[k]
-			switch {
-			case !ok:
+			if !held[refKey(refs[i])] {
 				errs[i] = store.ErrLockLost
-			case !h.blocked && h.seq.Valid:
-				rows = append(rows, []any{k.queue, k.id, h.seq.Int64, n})
-				at[k] = i
 			}
-		}
-		err = e.queryRows(ctx, "receive", mMessageReceive, rows, func(r *sql.Rows) error {
-			m, err := scanMessage(r)
-			if err != nil {
-				return err
-			}
-			msgs[at[sessKey{m.Queue, m.SessionID}]] = m
-			return nil
-		})
-		if err != nil {
-			return nil, nil, err
 		}
 	}
 	return msgs, errs, nil
 }
 
+// receiveHeads receives the heads of the sessions refs[i], i in round
+// (distinct sessions): it reports which ones are held, and sets msgs[i] to
+// the head of each held session that is not blocked and whose head is
+// available at now, its delivery counted.
+func (e *executor) receiveHeads(ctx context.Context, what string, refs []store.SessionRef, round []int, now int64, msgs []*dt.Message) (map[sessKey]bool, error) {
+	rows := make([][]any, len(round))
+	at := make(map[sessKey]int, len(round))
+	for j, i := range round {
+		r := refs[i]
+		rows[j] = []any{r.Queue, r.SessionID, r.Token, now}
+		at[refKey(r)] = i
+	}
+	held := make(map[sessKey]bool, len(round))
+	var delivered [][]any
+	err := e.queryRows(ctx, what, mSessionHeadsReady, rows, func(r *sql.Rows) error {
+		var (
+			k                 sessKey
+			seq, count, avail sql.NullInt64
+			enqueued          sql.NullInt64
+			msgID             sql.NullString
+			body              []byte
+			eos               sql.NullBool
+		)
+		if err := r.Scan(&k.queue, &k.id, &seq, &msgID, &body, &count, &eos, &avail, &enqueued); err != nil {
+			return err
+		}
+		held[k] = true
+		if !seq.Valid {
+			return nil
+		}
+		msgs[at[k]] = &dt.Message{Queue: k.queue, SessionID: k.id, Seq: seq.Int64, MessageID: msgID.String, Body: body,
+			DeliveryCount: int(count.Int64) + 1, EndOfSequence: eos.Bool, AvailableAt: fromUS(avail.Int64),
+			EnqueuedAt: fromUS(enqueued.Int64)}
+		delivered = append(delivered, []any{k.queue, k.id, seq.Int64})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := e.execRows(ctx, what, mMessageDelivered, delivered, nil); err != nil {
+		return nil, err
+	}
+	return held, nil
+}
+
 func (e *executor) MessageSettleMany(ctx context.Context, settles []store.MessageSettle, now time.Time) ([]error, error) {
+	_, errs, err := e.settle(ctx, settles, now, false)
+	return errs, err
+}
+
+func (e *executor) MessageSettleReceiveMany(ctx context.Context, settles []store.MessageSettle, now time.Time) ([]*dt.Message, []error, error) {
+	return e.settle(ctx, settles, now, true)
+}
+
+// settle runs MessageSettleMany and, with receive, MessageSettleReceiveMany.
+// Per round (distinct sessions): mSessionSettle checks the lock and the head
+// and does the session's bookkeeping, one statement per chunk; in the usual
+// case it updates every row, and only a chunk where it did not is looked at
+// again (mSessionHeads) to tell which settles failed and why. Then the
+// messages of the applied settles are deleted, abandoned or dead-lettered,
+// and the heads they leave are received (receiveHeads).
+func (e *executor) settle(ctx context.Context, settles []store.MessageSettle, now time.Time, receive bool) ([]*dt.Message, []error, error) {
 	for _, s := range settles {
 		switch s.Action {
 		case store.SettleComplete, store.SettleAbandon, store.SettleDeadLetter:
 		default:
-			return nil, fmt.Errorf("sqlite: settle: unknown action %q", s.Action)
+			return nil, nil, fmt.Errorf("sqlite: settle: unknown action %q", s.Action)
 		}
+	}
+	var msgs []*dt.Message
+	if receive {
+		msgs = make([]*dt.Message, len(settles))
 	}
 	errs := make([]error, len(settles))
 	n := us(now)
@@ -501,58 +547,97 @@ func (e *executor) MessageSettleMany(ctx context.Context, settles []store.Messag
 		refs[i] = s.Ref
 	}
 	for _, round := range rounds(len(refs), func(i int) sessKey { return refKey(refs[i]) }) {
-		hs, err := e.heads(ctx, "settle", refs, round, n)
-		if err != nil {
-			return nil, err
-		}
-		var complete, abandon, dead, sess [][]any
-		for _, i := range round {
+		rows := make([][]any, len(round))
+		for j, i := range round {
 			s := settles[i]
-			h, ok := hs[refKey(s.Ref)]
-			switch {
-			case !ok:
-				errs[i] = store.ErrLockLost
-				continue
-			case !h.seq.Valid || h.seq.Int64 != s.Seq:
-				errs[i] = store.ErrNotHead
-				continue
-			}
-			q, id := s.Ref.Queue, s.Ref.SessionID
-			dec, block := 1, false
+			dec, block, abandon, avail := 1, false, false, any(nil)
 			switch s.Action {
-			case store.SettleComplete:
-				complete = append(complete, []any{q, id, s.Seq})
 			case store.SettleAbandon:
-				avail := n
-				if !s.AvailableAt.IsZero() {
-					avail = us(s.AvailableAt)
-				}
-				abandon = append(abandon, []any{q, id, s.Seq, avail})
-				dec = 0
+				dec, abandon, avail = 0, true, abandonedAt(s, n)
 			case store.SettleDeadLetter:
-				dead = append(dead, []any{q, id, s.Seq, nullStr(s.Reason), n})
 				block = s.Block
 			}
 			var state any
 			if s.SetState && s.State != nil {
 				state = s.State
 			}
-			sess = append(sess, []any{q, id, dec, block, s.SetState, state, n})
+			rows[j] = []any{s.Ref.Queue, s.Ref.SessionID, s.Ref.Token, s.Seq, n, dec, block, s.SetState, state, abandon, avail}
+		}
+		var short []int // indexes into round of the chunks where some row was not updated
+		err := e.execRows(ctx, "settle: sessions", mSessionSettle, rows, func(res sql.Result, first, count int) error {
+			if c, err := res.RowsAffected(); err != nil {
+				return fmt.Errorf("sqlite: settle: sessions: %w", err)
+			} else if int(c) < count {
+				for j := first; j < first+count; j++ {
+					short = append(short, round[j])
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(short) > 0 {
+			// The update changed no message, so the heads are still those
+			// it saw: a settle applied where the lock is held and its seq
+			// is the head.
+			hs, err := e.heads(ctx, "settle", refs, short, n)
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, i := range short {
+				switch h, held := hs[refKey(refs[i])]; {
+				case !held:
+					errs[i] = store.ErrLockLost
+				case !h.seq.Valid || h.seq.Int64 != settles[i].Seq:
+					errs[i] = store.ErrNotHead
+				}
+			}
+		}
+		var complete, abandon, dead [][]any
+		var recv []int
+		for _, i := range round {
+			if errs[i] != nil {
+				continue
+			}
+			s := settles[i]
+			k := refKey(s.Ref)
+			switch s.Action {
+			case store.SettleComplete:
+				complete = append(complete, []any{k.queue, k.id, s.Seq})
+			case store.SettleAbandon:
+				abandon = append(abandon, []any{k.queue, k.id, s.Seq, abandonedAt(s, n)})
+			case store.SettleDeadLetter:
+				dead = append(dead, []any{k.queue, k.id, s.Seq, nullStr(s.Reason), n})
+			}
+			if receive && s.ReceiveNext {
+				recv = append(recv, i)
+			}
 		}
 		if err := e.execRows(ctx, "settle: complete", mMessageComplete, complete, nil); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := e.execRows(ctx, "settle: abandon", mMessageAbandon, abandon, nil); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := e.execRows(ctx, "settle: dead-letter", mMessageDeadLetter, dead, nil); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if err := e.execRows(ctx, "settle: sessions", mSessionSettled, sess, nil); err != nil {
-			return nil, err
+		// The settles held their locks a statement ago, and nothing since
+		// released them.
+		if _, err := e.receiveHeads(ctx, "settle: receive", refs, recv, n, msgs); err != nil {
+			return nil, nil, err
 		}
 	}
-	return errs, nil
+	return msgs, errs, nil
+}
+
+// abandonedAt is when an abandoned message is available again.
+func abandonedAt(s store.MessageSettle, now int64) int64 {
+	if s.AvailableAt.IsZero() {
+		return now
+	}
+	return us(s.AvailableAt)
 }
 
 // ---- sessions ----

@@ -23,6 +23,14 @@ const headAvailable = `(SELECT m.available_at FROM queue_messages m
    WHERE m.queue = queue_sessions.queue AND m.session_id = queue_sessions.session_id AND m.dead = 0
    ORDER BY m.seq LIMIT 1)`
 
+// Statements that may update several rows say UPDATE OR FAIL: with the
+// default (ABORT), SQLite keeps a statement journal, a copy of every page the
+// statement changes, to undo just that statement if a later row violates a
+// constraint, which made such an update cost several times what its rows
+// do. None of these can violate one, and after any error the transaction is
+// rolled back as a whole anyway (InTx does; a caller of InExternalTx must,
+// as after any failed store call).
+
 // lockHeld is the condition for a call under a lock: the ref's token is
 // current and the lock unexpired. u is the VALUES list: column3 the token,
 // column4 now.
@@ -47,7 +55,7 @@ const (
    locked_until = ` + lockUntil + `, updated_at = ?2
  WHERE queue = ?4 AND session_id = ?5 AND (lock_holder IS NULL OR locked_until <= ?2)
  RETURNING ` + sessionCols
-	qSessionAcceptNext = `UPDATE queue_sessions SET lock_holder = ?1, lock_token = lock_token + 1,
+	qSessionAcceptNext = `UPDATE OR FAIL queue_sessions SET lock_holder = ?1, lock_token = lock_token + 1,
    locked_until = ` + lockUntil + `, updated_at = ?2
  WHERE queue = ?4 AND session_id IN (
    SELECT session_id FROM queue_sessions INDEXED BY queue_sessions_ready
@@ -93,11 +101,11 @@ var (
    seq = excluded.seq, expires_at = excluded.expires_at`)
 
 	// Rows (queue, session_id, token, now, until).
-	mSessionRenew = newMultiRow(`UPDATE queue_sessions AS s SET locked_until = u.column5, updated_at = u.column4
+	mSessionRenew = newMultiRow(`UPDATE OR FAIL queue_sessions AS s SET locked_until = u.column5, updated_at = u.column4
  FROM (VALUES `, `(?,?,?,?,?)`, `) AS u WHERE s.queue = u.column1 AND s.session_id = u.column2 AND `+lockHeld+`
  RETURNING queue, session_id`)
 	// Rows (queue, session_id, token, now).
-	mSessionRelease = newMultiRow(`UPDATE queue_sessions AS s SET lock_holder = NULL, locked_until = NULL,
+	mSessionRelease = newMultiRow(`UPDATE OR FAIL queue_sessions AS s SET lock_holder = NULL, locked_until = NULL,
    updated_at = u.column4 FROM (VALUES `, `(?,?,?,?)`, `) AS u
  WHERE s.queue = u.column1 AND s.session_id = u.column2 AND `+lockHeld+`
  RETURNING queue, session_id`)
@@ -109,34 +117,50 @@ var (
  FROM (VALUES `, `(?,?,?,?)`, `) AS u
  JOIN queue_sessions s ON s.queue = u.column1 AND s.session_id = u.column2
  WHERE `+lockHeld)
-	// mMessageReceive delivers heads available at now (rows: queue,
-	// session_id, seq, now).
-	mMessageReceive = newMultiRow(`UPDATE queue_messages SET delivery_count = delivery_count + 1 FROM (VALUES `,
-		`(?,?,?,?)`, `) AS u WHERE queue_messages.queue = u.column1 AND queue_messages.session_id = u.column2
-   AND queue_messages.seq = u.column3 AND queue_messages.available_at <= u.column4 AND queue_messages.dead = 0
- RETURNING `+messageCols)
-
 	// Settle, rows (queue, session_id, seq[, …]).
 	mMessageComplete = newMultiRow(`DELETE FROM queue_messages WHERE (queue, session_id, seq) IN (VALUES `,
 		`(?,?,?)`, `)`)
-	mMessageAbandon = newMultiRow(`UPDATE queue_messages SET available_at = u.column4 FROM (VALUES `,
+	mMessageAbandon = newMultiRow(`UPDATE OR FAIL queue_messages SET available_at = u.column4 FROM (VALUES `,
 		`(?,?,?,?)`, `) AS u WHERE queue_messages.queue = u.column1 AND queue_messages.session_id = u.column2
    AND queue_messages.seq = u.column3`)
-	mMessageDeadLetter = newMultiRow(`UPDATE queue_messages SET dead = 1, dead_reason = u.column4, dead_at = u.column5
+	mMessageDeadLetter = newMultiRow(`UPDATE OR FAIL queue_messages SET dead = 1, dead_reason = u.column4, dead_at = u.column5
  FROM (VALUES `, `(?,?,?,?,?)`, `) AS u WHERE queue_messages.queue = u.column1
    AND queue_messages.session_id = u.column2 AND queue_messages.seq = u.column3`)
-	// mSessionSettled updates the sessions after their heads were settled:
-	// rows (queue, session_id, pending decrement, block, set state, state,
-	// now). ready_at follows the new head.
-	mSessionSettled = newMultiRow(`UPDATE queue_sessions SET pending = pending - u.column3,
-   blocked = max(blocked, u.column4), state = CASE WHEN u.column5 THEN u.column6 ELSE state END,
-   ready_at = `+headAvailable+`, updated_at = u.column7
- FROM (VALUES `, `(?,?,?,?,?,?,?)`, `) AS u WHERE queue_sessions.queue = u.column1
-   AND queue_sessions.session_id = u.column2`)
+	// mSessionSettle settles the heads of held sessions, session side
+	// (rows: queue, session_id, token, seq, now, pending decrement, block,
+	// set state, state, abandon, the abandoned message's new available
+	// time): only where the lock is held and seq is the head. ready_at
+	// follows the head the settle leaves: the abandoned message at its new
+	// time, or the next message after seq. The caller then settles the
+	// messages of the sessions it updated.
+	mSessionSettle = newMultiRow(`UPDATE OR FAIL queue_sessions AS s SET pending = s.pending - u.column6,
+   blocked = max(s.blocked, u.column7), state = CASE WHEN u.column8 THEN u.column9 ELSE s.state END,
+   ready_at = CASE WHEN u.column10 THEN u.column11 ELSE (SELECT m.available_at FROM queue_messages m
+     WHERE m.queue = s.queue AND m.session_id = s.session_id AND m.dead = 0 AND m.seq > u.column4
+     ORDER BY m.seq LIMIT 1) END,
+   updated_at = u.column5
+ FROM (VALUES `, `(?,?,?,?,?,?,?,?,?,?,?)`, `) AS u WHERE s.queue = u.column1 AND s.session_id = u.column2
+   AND s.lock_token = u.column3 AND s.lock_holder IS NOT NULL AND s.locked_until > u.column5
+   AND u.column4 = `+headSeq)
+	// mSessionHeadsReady reads, of the sessions whose lock is held (rows:
+	// queue, session_id, token, now), the head message if the session is
+	// not blocked and the head is available at now (NULL message columns
+	// otherwise); mMessageDelivered then counts those deliveries (rows:
+	// queue, session_id, seq). A read and a keyed update cost less than one
+	// UPDATE … RETURNING.
+	mSessionHeadsReady = newMultiRow(`SELECT s.queue, s.session_id, hm.seq, hm.message_id, hm.body, hm.delivery_count,
+   hm.end_of_sequence, hm.available_at, hm.enqueued_at
+ FROM (VALUES `, `(?,?,?,?)`, `) AS u
+ JOIN queue_sessions s ON s.queue = u.column1 AND s.session_id = u.column2
+ LEFT JOIN queue_messages hm ON s.blocked = 0 AND hm.queue = s.queue AND hm.session_id = s.session_id
+   AND hm.seq = `+headSeq+` AND hm.available_at <= u.column4
+ WHERE `+lockHeld)
+	mMessageDelivered = newMultiRow(`UPDATE OR FAIL queue_messages SET delivery_count = delivery_count + 1
+ WHERE (queue, session_id, seq) IN (VALUES `, `(?,?,?)`, `)`)
 
 	queueMultiRows = []multiRow{mSessionPublishRead, mDedupeRead, mSessionPublish, mMessageInsert, mDedupeUpsert,
-		mSessionRenew, mSessionRelease, mSessionHeads, mMessageReceive, mMessageComplete, mMessageAbandon,
-		mMessageDeadLetter, mSessionSettled}
+		mSessionRenew, mSessionRelease, mSessionHeads, mMessageComplete, mMessageAbandon,
+		mMessageDeadLetter, mSessionSettle, mSessionHeadsReady, mMessageDelivered}
 )
 
 // The queue statements join the driver's hot statements, prepared once per

@@ -33,6 +33,11 @@ func queueCases() []testCase {
 		{"SettleLockLost", testQueueSettleLockLost},
 		{"SettleNotHead", testQueueSettleNotHead},
 		{"SameSessionTwiceInOneCall", testQueueSameSessionTwice},
+		{"SettleReceiveNext", testQueueSettleReceive},
+		{"SettleReceiveAbandonDeadLetter", testQueueSettleReceiveAbandonDeadLetter},
+		{"SettleReceiveRejected", testQueueSettleReceiveRejected},
+		{"SettleReceiveSameSessionTwice", testQueueSettleReceiveSameSessionTwice},
+		{"SettleReceiveAfterOpenPublisher", testQueueSettleReceiveOpenPublisher},
 		{"SessionState", testQueueSessionState},
 		{"SessionList", testQueueSessionList},
 		{"Peek", testQueuePeek},
@@ -928,6 +933,255 @@ func testQueueSameSessionTwice(t *testing.T, d store.Driver) {
 	wantSeqs(t, "a", peekAll(t, d, "q", "a"), 3)
 	wantErrs(t, "renew twice", renewAt(t, d, base, at(time.Hour), a, a), nil, nil)
 	wantErrs(t, "release twice", releaseAt(t, d, base, a, a), nil, store.ErrLockLost)
+}
+
+// ---- settle and receive the next head in one call ----
+
+func settleReceiveAt(t *testing.T, d store.Driver, now time.Time, settles ...store.MessageSettle) ([]*dt.Message, []error) {
+	t.Helper()
+	var (
+		msgs []*dt.Message
+		errs []error
+	)
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		msgs, errs, err = x.MessageSettleReceiveMany(ctx, settles, now)
+		return err
+	})
+	if len(msgs) != len(settles) || len(errs) != len(settles) {
+		t.Fatalf("MessageSettleReceiveMany: %d messages and %d errors for %d settles", len(msgs), len(errs), len(settles))
+	}
+	return msgs, errs
+}
+
+func next(s store.MessageSettle) store.MessageSettle { s.ReceiveNext = true; return s }
+
+// wantNone checks that no message came back for the items listed.
+func wantNone(t *testing.T, what string, msgs []*dt.Message, items ...int) {
+	t.Helper()
+	for _, i := range items {
+		if msgs[i] != nil {
+			t.Errorf("%s: item %d received %+v, want nothing", what, i, msgs[i])
+		}
+	}
+}
+
+func testQueueSettleReceive(t *testing.T, d store.Driver) {
+	publishAt(t, d, base, pub("q", "a", "1"), withID(pub("q", "a", "2"), "id2"), availAt(pub("q", "a", "3"), at(time.Minute)),
+		pub("q", "b", "1"), pub("q", "b", "2"))
+	now := at(time.Second)
+	lock := func(id string) store.SessionRef {
+		return sref(acceptAt(t, d, store.SessionAcceptParams{Queue: "q", SessionID: id, Holder: "h", Now: now,
+			LockDuration: time.Hour})[0])
+	}
+	a, b := lock("a"), lock("b")
+	receiveAt(t, d, now, a, b)
+
+	// Complete 1 and receive 2 in one call; b completes without ReceiveNext.
+	st := next(complete(a, 1))
+	st.SetState, st.State = true, []byte("after-1")
+	msgs, errs := settleReceiveAt(t, d, now, st, complete(b, 1))
+	wantErrs(t, "settle and receive", errs, nil, nil)
+	checkEqual(t, "next head", msgs[0], &dt.Message{Queue: "q", SessionID: "a", Seq: 2, MessageID: "id2",
+		Body: []byte("2"), DeliveryCount: 1, AvailableAt: base, EnqueuedAt: base})
+	wantNone(t, "without ReceiveNext", msgs, 1)
+	sa := getSession(t, d, "q", "a")
+	checkSession(t, "a after 1", sa, 2, tp(base), false)
+	if string(sa.State) != "after-1" || !sa.UpdatedAt.Equal(now) {
+		t.Errorf("state %q updated %s", sa.State, sa.UpdatedAt)
+	}
+	p := peekAll(t, d, "q", "a")
+	wantSeqs(t, "a after 1", p, 2, 3)
+	if p[0].DeliveryCount != 1 || p[1].DeliveryCount != 0 {
+		t.Errorf("delivery counts %d, %d; want 1, 0", p[0].DeliveryCount, p[1].DeliveryCount)
+	}
+	checkSession(t, "b after 1", getSession(t, d, "q", "b"), 1, tp(base), false)
+	if m := peekAll(t, d, "q", "b"); m[0].DeliveryCount != 0 {
+		t.Errorf("b's next head was counted delivered without ReceiveNext")
+	}
+
+	// The next head is not available yet: nothing received, not counted.
+	msgs, errs = settleReceiveAt(t, d, now, next(complete(a, 2)))
+	wantErrs(t, "complete 2", errs, nil)
+	wantNone(t, "head not yet available", msgs, 0)
+	checkSession(t, "a after 2", getSession(t, d, "q", "a"), 1, tp(at(time.Minute)), false)
+	if m := peekAll(t, d, "q", "a"); m[0].DeliveryCount != 0 {
+		t.Errorf("a message not available was counted delivered")
+	}
+	// Available at its time (through a plain receive), then the last one:
+	// nothing follows.
+	later := at(time.Minute)
+	if m := receiveOne(t, d, later, a); m.Seq != 3 || m.DeliveryCount != 1 {
+		t.Errorf("receive 3: %+v", m)
+	}
+	msgs, errs = settleReceiveAt(t, d, later, next(complete(a, 3)))
+	wantErrs(t, "complete 3", errs, nil)
+	wantNone(t, "empty session", msgs, 0)
+	checkSession(t, "a emptied", getSession(t, d, "q", "a"), 0, nil, false)
+
+	// MessageSettleMany ignores ReceiveNext.
+	wantErrs(t, "settle with ReceiveNext", settleAt(t, d, now, next(abandon(b, 2, time.Time{}))), nil)
+	if m := peekAll(t, d, "q", "b"); m[0].DeliveryCount != 0 {
+		t.Errorf("MessageSettleMany received the head: %+v", m[0])
+	}
+	msgs, errs = settleReceiveAt(t, d, now)
+	if len(msgs) != 0 || len(errs) != 0 {
+		t.Errorf("empty call: %v %v", msgs, errs)
+	}
+}
+
+func testQueueSettleReceiveAbandonDeadLetter(t *testing.T, d store.Driver) {
+	publishAt(t, d, base, pub("q", "ab", "1"), pub("q", "ab", "2"),
+		pub("q", "skip", "1"), availAt(pub("q", "skip", "2"), at(time.Second)),
+		pub("q", "block", "1"), pub("q", "block", "2"))
+	blockedSession(t, d, "q", "was-blocked", base)
+	now := at(time.Second)
+	ab := acceptNamed(t, d, "q", "ab", "h", now)
+	sk := acceptNamed(t, d, "q", "skip", "h", now)
+	bl := acceptNamed(t, d, "q", "block", "h", now)
+	wb := acceptNamed(t, d, "q", "was-blocked", "h", now)
+	receiveAt(t, d, now, ab, sk, bl)
+
+	// Abandon without delay: the same message is the head again and comes
+	// back at once, counted; abandon with a delay: not before its time.
+	msgs, errs := settleReceiveAt(t, d, now, next(abandon(ab, 1, time.Time{})), next(deadLetter(sk, 1, "bad", false)),
+		next(deadLetter(bl, 1, "poison", true)), next(complete(wb, 2)))
+	wantErrs(t, "settles", errs, nil, nil, nil, nil)
+	if m := msgs[0]; m == nil || m.Seq != 1 || m.DeliveryCount != 2 || !m.AvailableAt.Equal(now) {
+		t.Errorf("abandoned without delay: received %+v, want seq 1, count 2, available at now", m)
+	}
+	checkSession(t, "ab", getSession(t, d, "q", "ab"), 2, tp(now), false)
+	// skip: the next message, available at now exactly.
+	if m := msgs[1]; m == nil || m.Seq != 2 || m.DeliveryCount != 1 {
+		t.Errorf("after a skipped dead letter: received %+v, want seq 2", m)
+	}
+	checkSession(t, "skip", getSession(t, d, "q", "skip"), 1, tp(at(time.Second)), false)
+	// block: blocked by this settle, or before it: nothing received.
+	wantNone(t, "blocked sessions", msgs, 2, 3)
+	checkSession(t, "block", getSession(t, d, "q", "block"), 1, tp(base), true)
+	checkSession(t, "was-blocked", getSession(t, d, "q", "was-blocked"), 0, nil, true)
+	if m := peekAll(t, d, "q", "block"); m[1].DeliveryCount != 0 {
+		t.Errorf("the head after a blocking dead letter was counted delivered")
+	}
+	msgs, errs = settleReceiveAt(t, d, now, next(abandon(ab, 1, at(time.Minute))))
+	wantErrs(t, "abandon with delay", errs, nil)
+	wantNone(t, "abandoned with a delay", msgs, 0)
+	checkSession(t, "ab after a delayed abandon", getSession(t, d, "q", "ab"), 2, tp(at(time.Minute)), false)
+	if m := peekAll(t, d, "q", "ab"); m[0].DeliveryCount != 2 || !m[0].AvailableAt.Equal(at(time.Minute)) {
+		t.Errorf("abandoned message: %+v", m[0])
+	}
+}
+
+func testQueueSettleReceiveRejected(t *testing.T, d store.Driver) {
+	publishAt(t, d, base, pub("q", "a", "1"), pub("q", "a", "2"), pub("q", "b", "1"), pub("q", "b", "2"))
+	a := acceptNamed(t, d, "q", "a", "h", base)
+	b := acceptNamed(t, d, "q", "b", "h", base)
+	receiveAt(t, d, base, a, b)
+	stale := a
+	stale.Token--
+	before := peekAll(t, d, "q", "a")
+	msgs, errs := settleReceiveAt(t, d, base, next(complete(stale, 1)), next(complete(b, 2)), next(abandon(stale, 1, time.Time{})))
+	wantErrs(t, "rejected settles", errs, store.ErrLockLost, store.ErrNotHead, store.ErrLockLost)
+	wantNone(t, "rejected settles", msgs, 0, 1, 2)
+	for i, m := range peekAll(t, d, "q", "a") {
+		checkEqual(t, fmt.Sprintf("a's message %d after refused settles", m.Seq), m, before[i])
+	}
+	checkSession(t, "a", getSession(t, d, "q", "a"), 2, tp(base), false)
+	checkSession(t, "b", getSession(t, d, "q", "b"), 2, tp(base), false)
+	if p := peekAll(t, d, "q", "b"); p[0].DeliveryCount != 1 || p[1].DeliveryCount != 0 {
+		t.Errorf("b after a refused settle: counts %d, %d", p[0].DeliveryCount, p[1].DeliveryCount)
+	}
+	// An expired lock: the token is current but the lock is not.
+	msgs, errs = settleReceiveAt(t, d, at(dt.DefaultLockDuration), next(complete(a, 1)))
+	wantErrs(t, "settle with an expired lock", errs, store.ErrLockLost)
+	wantNone(t, "expired lock", msgs, 0)
+	wantSeqs(t, "a after expiry", peekAll(t, d, "q", "a"), 1, 2)
+}
+
+// Items of one call for the same session apply one after the other: the
+// message a settle receives can be settled by a later item.
+func testQueueSettleReceiveSameSessionTwice(t *testing.T, d store.Driver) {
+	publishAt(t, d, base, pub("q", "a", "1"), pub("q", "a", "2"), pub("q", "a", "3"), pub("q", "b", "1"))
+	a := acceptNamed(t, d, "q", "a", "h", base)
+	b := acceptNamed(t, d, "q", "b", "h", base)
+	receiveAt(t, d, base, a, b)
+	msgs, errs := settleReceiveAt(t, d, base, next(complete(a, 1)), next(complete(b, 1)), next(complete(a, 2)),
+		next(complete(a, 2)))
+	wantErrs(t, "settles", errs, nil, nil, nil, store.ErrNotHead)
+	if msgs[0] == nil || msgs[0].Seq != 2 || msgs[0].DeliveryCount != 1 {
+		t.Errorf("first settle of a received %+v, want seq 2", msgs[0])
+	}
+	if msgs[2] == nil || msgs[2].Seq != 3 || msgs[2].DeliveryCount != 1 {
+		t.Errorf("second settle of a received %+v, want seq 3", msgs[2])
+	}
+	wantNone(t, "b emptied, and a refused settle", msgs, 1, 3)
+	checkSession(t, "a", getSession(t, d, "q", "a"), 1, tp(base), false)
+	checkSession(t, "b", getSession(t, d, "q", "b"), 0, nil, false)
+	wantSeqs(t, "a", peekAll(t, d, "q", "a"), 3)
+}
+
+// A settle that waits for an open publisher of its session sees the
+// message that publisher commits: it is the next head, received, and the
+// session's bookkeeping counts it.
+func testQueueSettleReceiveOpenPublisher(t *testing.T, d store.Driver) {
+	ctx := context.Background()
+	publishAt(t, d, base, pub("q", "a", "1"))
+	now := at(time.Second)
+	a := acceptNamed(t, d, "q", "a", "h", now)
+	receiveOne(t, d, now, a)
+	var (
+		published = make(chan error, 1)
+		release   = make(chan struct{})
+		pubDone   = make(chan error, 1)
+	)
+	go func() {
+		pubDone <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			_, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: []store.PublishMessage{pub("q", "a", "2")}, Now: base})
+			published <- err
+			if err != nil {
+				return err
+			}
+			<-release
+			return nil
+		})
+	}()
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		msgs []*dt.Message
+		errs []error
+		err  error
+	}
+	settled := make(chan result, 1)
+	go func() {
+		var r result
+		r.err = d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			var err error
+			r.msgs, r.errs, err = x.MessageSettleReceiveMany(ctx, []store.MessageSettle{next(complete(a, 1))}, now)
+			return err
+		})
+		settled <- r
+	}()
+	select {
+	case r := <-settled:
+		close(release)
+		t.Fatalf("settle finished while a publisher of its session was open: %+v", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	if err := <-pubDone; err != nil {
+		t.Fatal(err)
+	}
+	r := <-settled
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	wantErrs(t, "settle", r.errs, nil)
+	if m := r.msgs[0]; m == nil || m.Seq != 2 || m.DeliveryCount != 1 {
+		t.Errorf("settle after the publisher committed received %+v, want seq 2", m)
+	}
+	checkSession(t, "a", getSession(t, d, "q", "a"), 1, tp(base), false)
 }
 
 func testQueueSessionState(t *testing.T, d store.Driver) {
