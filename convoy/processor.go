@@ -991,8 +991,18 @@ func (p *Processor) apply(now time.Time, o *roundOut, held []*session, settles [
 		}
 		busy = true // the next head (skip) or the release (block) is due
 	}
+	// The round read the clock before its transaction; if the transaction
+	// took most of the lock duration (a long wait for the database), the
+	// lock may be about to expire, and another consumer could take the
+	// session while a handler here runs. Such messages are not handed out:
+	// the session is dropped and the message stays at its head.
+	late := p.c.clock.Now()
 	for _, s := range o.received {
 		s.empty, s.idleSince = false, time.Time{}
+		if p.htx == nil && !late.Before(s.lockedUntil.Add(-s.lockDur/6)) {
+			p.drop(s, "the round took most of the lock duration")
+			continue
+		}
 		if p.htx != nil {
 			st := o.txSettles[s]
 			p.settled(s, newReceived(o.recv[s], s.ref.Token, s.state), st, true)

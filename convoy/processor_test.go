@@ -508,3 +508,57 @@ func TestNewProcessorValidates(t *testing.T) {
 		}
 	}
 }
+
+// slowTx is a store whose transactions take a while on the test's clock:
+// InTx advances the fake clock by delay before committing, as a long wait
+// for the database would.
+type slowTx struct {
+	store.Driver
+	clk   interface{ Advance(time.Duration) }
+	delay atomic.Int64
+}
+
+func (s *slowTx) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
+	return s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		if err := fn(ctx, x); err != nil {
+			return err
+		}
+		if d := time.Duration(s.delay.Load()); d > 0 {
+			s.clk.Advance(d)
+		}
+		return nil
+	})
+}
+
+// A round whose transaction outlasts most of the session lock does not hand
+// the message it received to a handler: another consumer may take the
+// session any moment. Once rounds are quick again the message is delivered.
+func TestProcessorSlowRoundDoesNotDispatch(t *testing.T) {
+	t.Parallel()
+	drivers(t, func(t *testing.T, d store.Driver) {
+		clk := fakeClock()
+		slow := &slowTx{Driver: d, clk: clk}
+		c := newClient(t, slow, withClock(clk))
+		ctx := ctxT(t)
+		const lock = time.Second
+		if err := c.SetQueuePolicy(ctx, convoy.QueuePolicy{Name: "q", LockDuration: lock}); err != nil {
+			t.Fatal(err)
+		}
+		publish(t, c, "q", msgs("s", 1)...)
+		slow.delay.Store(int64(lock))
+		var calls atomic.Int64
+		var errs errorLog
+		p := must[*convoy.Processor](t)(convoy.NewProcessor(c, "q", func(ctx context.Context, m *convoy.ReceivedMessage) error {
+			calls.Add(1)
+			return nil
+		}, convoy.ProcessorOptions{OnError: errs.add}))
+		startProcessor(t, p)
+		waitFor(t, "a dropped session", func() bool { return errs.count(convoy.ErrLockLost) > 0 })
+		if n := calls.Load(); n != 0 {
+			t.Fatalf("handler called %d times after rounds that outlasted the lock", n)
+		}
+		slow.delay.Store(0)
+		clk.Advance(2 * lock) // the dropped lock expires; the session is free again
+		waitFor(t, "the completion", func() bool { return p.Stats().Completed == 1 })
+	})
+}
