@@ -2,12 +2,9 @@ package drover_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -15,11 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
-	"github.com/drover-run/drover/store/postgres"
 )
 
 // pgStore opens a migrated PostgreSQL store in a fresh schema, dropped when
@@ -28,44 +23,7 @@ import (
 // DROVER_TEST_POSTGRES=skip.
 func pgStore(t *testing.T) store.Driver {
 	t.Helper()
-	url := os.Getenv("DROVER_TEST_DATABASE_URL")
-	if url == "" {
-		if os.Getenv("DROVER_TEST_POSTGRES") == "skip" {
-			t.Skip("DROVER_TEST_DATABASE_URL is not set and DROVER_TEST_POSTGRES=skip")
-		}
-		t.Fatal("DROVER_TEST_DATABASE_URL is not set: the PostgreSQL tests need a server, e.g. " +
-			"DROVER_TEST_DATABASE_URL='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' (set DROVER_TEST_POSTGRES=skip to skip them)")
-	}
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	schema := "drover_root_" + hex.EncodeToString(b)
-	ctx := context.Background()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	d, err := postgres.Open(ctx, url, postgres.Options{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Registered after the schema's cleanup, so it runs before it (and
-	// after the client's Stop, registered later still).
-	t.Cleanup(func() { d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return testutil.Postgres(t)
 }
 
 // bothStores runs fn on SQLite and on PostgreSQL.
