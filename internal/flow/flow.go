@@ -651,6 +651,15 @@ func (sv *Supervisor) Retain(ctx context.Context, x store.Executor, now time.Tim
 	return x.TaskDeleteFinished(ctx, now.Add(-age), limit)
 }
 
+// ForgetDedupe deletes up to limit session-queue de-duplication entries
+// whose window has passed, if this supervisor still leads.
+func (sv *Supervisor) ForgetDedupe(ctx context.Context, x store.Executor, now time.Time, limit int) (int, error) {
+	if err := sv.CheckLeader(ctx, x, now); err != nil {
+		return 0, err
+	}
+	return x.DedupeDeleteExpired(ctx, now, limit)
+}
+
 func (sv *Supervisor) event(b *batch, t *dt.Task, step int, typ dt.EventType, now time.Time) *dt.Event {
 	e := ev(t, step, typ, sv.Instance, now)
 	e.Term = sv.Term

@@ -80,6 +80,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			if _, err := s.Retain(ctx); err != nil && ctx.Err() == nil {
 				s.Log.Warn("supervisor retention", "instance", s.Instance, "err", err)
 			}
+			if _, err := s.ForgetDedupe(ctx); err != nil && ctx.Err() == nil {
+				s.Log.Warn("supervisor dedupe cleanup", "instance", s.Instance, "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -144,6 +147,36 @@ func (s *Supervisor) Retain(ctx context.Context) (int, error) {
 		err := s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
 			n, err = sv.Retain(ctx, x, s.Clock.Now(), s.Retention, s.Batch)
+			return err
+		})
+		if errors.Is(err, flow.ErrNotLeader) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < s.Batch {
+			return total, nil
+		}
+	}
+}
+
+// ForgetDedupe deletes the session-queue de-duplication entries whose
+// window has passed, in batches, if this instance leads; it returns how many
+// it deleted. Without it the entries would pile up for ever.
+func (s *Supervisor) ForgetDedupe(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		term := s.Term()
+		if term == 0 {
+			return total, nil
+		}
+		sv := &flow.Supervisor{Instance: s.Instance, Term: term, Lease: LeaseName}
+		var n int
+		err := s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			var err error
+			n, err = sv.ForgetDedupe(ctx, x, s.Clock.Now(), s.Batch)
 			return err
 		})
 		if errors.Is(err, flow.ErrNotLeader) {
