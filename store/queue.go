@@ -73,11 +73,26 @@ type QueueExecutor interface {
 	// expired), oldest ReadyAt first; locked rows are skipped, never waited
 	// for. Each accept increments the session's LockToken and sets
 	// LockedUntil to Now plus the lock duration.
+	//
+	// Which sessions are available is decided from a ready time the store
+	// keeps per session. It is exact for a session no one holds. While a
+	// session is held, a driver may leave it stale (PostgreSQL does, so
+	// that settles and receives do not rewrite indexed columns): it then
+	// tells only whether something is pending, and is otherwise no later
+	// than the time the session last had a ready head (or than the accept
+	// or publish that set it). SessionRelease brings it up to date. So a
+	// session with a ready head is never missed; but when a lock expired
+	// without a release, accept may take the session over though its head
+	// is not available yet (e.g. abandoned with a delay by the deposed
+	// holder): receive then returns nothing for it until its head is due.
+	// The ReadyAt that SessionAccept, SessionGet and SessionList return is
+	// always the head's exact available time.
 	SessionAccept(ctx context.Context, p SessionAcceptParams) ([]*drovertype.Session, error)
 	// SessionRenew extends each held lock to until.
 	SessionRenew(ctx context.Context, refs []SessionRef, now, until time.Time) (errs []error, err error)
 	// SessionRelease frees each held session (its token stays, so the ref
-	// is stale from then on).
+	// is stale from then on) and brings its ready time up to date (see
+	// SessionAccept).
 	SessionRelease(ctx context.Context, refs []SessionRef, now time.Time) (errs []error, err error)
 
 	// MessageReceiveMany returns, for each held session whose head message

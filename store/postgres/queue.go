@@ -444,7 +444,13 @@ func (e *executor) SessionAccept(ctx context.Context, p store.SessionAcceptParam
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
-		if !a.ReadyAt.Equal(*b.ReadyAt) {
+		// ReadyAt is the head's; nil (nothing pending: a session taken over
+		// after a lock expiry, see tSessionAcceptNamed) sorts last.
+		if a.ReadyAt == nil || b.ReadyAt == nil {
+			if (a.ReadyAt == nil) != (b.ReadyAt == nil) {
+				return b.ReadyAt == nil
+			}
+		} else if !a.ReadyAt.Equal(*b.ReadyAt) {
 			return a.ReadyAt.Before(*b.ReadyAt)
 		}
 		return a.ID < b.ID
@@ -453,14 +459,20 @@ func (e *executor) SessionAccept(ctx context.Context, p store.SessionAcceptParam
 }
 
 // lockUpdate runs a lock statement (renew, release) round by round; a ref
-// whose ord the statement did not return lost its lock.
-func (e *executor) lockUpdate(ctx context.Context, what, query string, refs []store.SessionRef, extra ...any) ([]error, error) {
+// whose ord the statement did not return lost its lock. With lockFirst,
+// tSettleLock locks the held sessions before, in the same pipeline.
+func (e *executor) lockUpdate(ctx context.Context, what, query string, lockFirst bool, refs []store.SessionRef, extra ...any) ([]error, error) {
 	if err := e.write(what); err != nil {
 		return nil, err
 	}
 	errs := make([]error, len(refs))
 	for _, round := range refRounds(refs) {
 		queues, ids, tokens := refArrays(refs, round)
+		if lockFirst {
+			if err := e.later(ctx, what+": lock sessions", e.d.q.settleLock, []any{queues, ids, tokens, extra[0]}, nil, nil); err != nil {
+				return nil, err
+			}
+		}
 		done := make([]bool, len(round))
 		err := e.each(ctx, what, query, append([]any{queues, ids, tokens}, extra...), func(r rows) error {
 			var ord int64
@@ -483,11 +495,14 @@ func (e *executor) lockUpdate(ctx context.Context, what, query string, refs []st
 }
 
 func (e *executor) SessionRenew(ctx context.Context, refs []store.SessionRef, now, until time.Time) ([]error, error) {
-	return e.lockUpdate(ctx, "renew sessions", e.d.q.sessionRenew, refs, now, until)
+	return e.lockUpdate(ctx, "renew sessions", e.d.q.sessionRenew, false, refs, now, until)
 }
 
+// SessionRelease locks the held sessions first (tSettleLock, pipelined with
+// tSessionRelease: one round trip), so that the ready_at the release
+// computes sees every message published to them.
 func (e *executor) SessionRelease(ctx context.Context, refs []store.SessionRef, now time.Time) ([]error, error) {
-	return e.lockUpdate(ctx, "release sessions", e.d.q.sessionRelease, refs, now)
+	return e.lockUpdate(ctx, "release sessions", e.d.q.sessionRelease, true, refs, now)
 }
 
 // ---- receive and settle ----

@@ -17,8 +17,17 @@ package postgres
 const (
 	sqQueueCols = `name, max_delivery_count, poison_policy, dedupe_window_us, lock_duration_us, created_at, updated_at`
 
-	sqSessionCols = `queue, session_id, next_seq, pending, ready_at, lock_holder, lock_token, locked_until, state,
- closed, blocked, created_at, updated_at`
+	// sqSessionCols are the columns of a Session read from queue_sessions qs.
+	// ReadyAt is computed from the head, not read from the ready_at column:
+	// that column is exact only while the session is not held (see
+	// tSettle).
+	sqSessionCols = `qs.queue, qs.session_id, qs.next_seq, qs.pending, ` + sqHeadAvail + `, qs.lock_holder, qs.lock_token,
+ qs.locked_until, qs.state, qs.closed, qs.blocked, qs.created_at, qs.updated_at`
+
+	// sqHeadAvail is the available time of the head of session qs (NULL:
+	// nothing pending): what ready_at is when the session is not held.
+	sqHeadAvail = `(SELECT m.available_at FROM {s}.queue_messages m
+   WHERE m.queue = qs.queue AND m.session_id = qs.session_id AND NOT m.dead ORDER BY m.seq LIMIT 1)`
 
 	sqMessageCols = `queue, session_id, seq, message_id, body, delivery_count, end_of_sequence, available_at,
  dead, dead_reason, dead_at, enqueued_at`
@@ -94,7 +103,9 @@ const (
    INSERT INTO {s}.queue_sessions AS qs (queue, session_id, next_seq, pending, ready_at, closed, created_at, updated_at)
    SELECT queue, session_id, n, n, first_avail, eos, $6::timestamptz, $6::timestamptz FROM g ORDER BY queue, session_id
    ON CONFLICT (queue, session_id) DO UPDATE SET next_seq = qs.next_seq + EXCLUDED.next_seq,
-     pending = qs.pending + EXCLUDED.pending, ready_at = COALESCE(qs.ready_at, EXCLUDED.ready_at),
+     pending = qs.pending + EXCLUDED.pending,
+     ready_at = COALESCE(qs.ready_at, CASE WHEN qs.lock_holder IS NULL THEN EXCLUDED.ready_at
+       ELSE LEAST(EXCLUDED.ready_at, $6::timestamptz) END),
      closed = EXCLUDED.closed, updated_at = EXCLUDED.updated_at
    WHERE NOT qs.closed
    RETURNING qs.queue, qs.session_id, qs.next_seq),
@@ -119,9 +130,16 @@ const (
 	sqLockUntil = `$2 + COALESCE($3::bigint, (SELECT lock_duration_us FROM {s}.queues WHERE name = $4), 30000000)
      * interval '1 microsecond'`
 
-	tSessionAcceptNamed = `UPDATE {s}.queue_sessions SET lock_holder = $1, lock_token = lock_token + 1,
-   locked_until = ` + sqLockUntil + `, updated_at = $2
- WHERE queue = $4 AND session_id = $5 AND (lock_holder IS NULL OR locked_until <= $2)
+	// Accepting caps ready_at at now: while a session is held its ready_at
+	// is not kept up to date (see tSettle), but it is never later than when
+	// the session had something ready, so once the lock expires accept-next
+	// finds the session again whatever happened to it meanwhile.
+	// Accept-next only takes sessions with ready_at <= now: there it changes
+	// nothing.
+	tSessionAcceptNamed = `UPDATE {s}.queue_sessions AS qs SET lock_holder = $1, lock_token = qs.lock_token + 1,
+   locked_until = ` + sqLockUntil + `, ready_at = CASE WHEN qs.ready_at > $2 THEN $2 ELSE qs.ready_at END,
+   updated_at = $2
+ WHERE qs.queue = $4 AND qs.session_id = $5 AND (qs.lock_holder IS NULL OR qs.locked_until <= $2)
  RETURNING ` + sqSessionCols
 	tSessionAcceptNext = `WITH c AS MATERIALIZED (
    SELECT queue, session_id FROM {s}.queue_sessions
@@ -132,7 +150,7 @@ const (
  UPDATE {s}.queue_sessions AS qs SET lock_holder = $1, lock_token = qs.lock_token + 1,
    locked_until = ` + sqLockUntil + `, updated_at = $2
  FROM c WHERE qs.queue = c.queue AND qs.session_id = c.session_id
- RETURNING ` + "qs.queue, qs.session_id, qs.next_seq, qs.pending, qs.ready_at, qs.lock_holder, qs.lock_token, qs.locked_until, qs.state, qs.closed, qs.blocked, qs.created_at, qs.updated_at"
+ RETURNING ` + sqSessionCols
 	tSessionExists = `SELECT count(*) FROM {s}.queue_sessions WHERE queue = $1 AND session_id = $2`
 
 	tSessionRenew = `WITH ` + sqRefs + `,
@@ -140,9 +158,13 @@ const (
  UPDATE {s}.queue_sessions AS qs SET locked_until = $5, updated_at = $4
  FROM lk WHERE qs.queue = lk.queue AND qs.session_id = lk.session_id
  RETURNING lk.ord`
+	// tSessionRelease runs after tSettleLock (pipelined, as for a settle):
+	// the head it computes then includes every message committed to the
+	// session. It brings ready_at up to date, the session no longer held.
 	tSessionRelease = `WITH ` + sqRefs + `,
  lk AS MATERIALIZED (` + sqLockHeld + `)
- UPDATE {s}.queue_sessions AS qs SET lock_holder = NULL, locked_until = NULL, updated_at = $4
+ UPDATE {s}.queue_sessions AS qs SET lock_holder = NULL, locked_until = NULL, ready_at = ` + sqHeadAvail + `,
+   updated_at = $4
  FROM lk WHERE qs.queue = lk.queue AND qs.session_id = lk.session_id
  RETURNING lk.ord`
 
@@ -187,6 +209,16 @@ const (
 	// returns a row per held ref (ord, applied, NULL message) and a row per
 	// received message (ord, NULL, message); as in tReceive, no join of the
 	// CTEs.
+	//
+	// It changes no indexed column of queue_sessions, but for ready_at to
+	// NULL when the session has nothing pending left and blocked on a
+	// dead-letter that blocks: the session's row is otherwise updated HOT
+	// (no new index entries, dead versions pruned within the page without
+	// VACUUM). So the ready_at of a held session is NULL exactly when it has
+	// nothing pending, but its value is stale: what accept or the publish to
+	// the empty session left (never later than when that head became
+	// available, nor than that accept or publish), possibly earlier than
+	// the current head's. SessionRelease recomputes it.
 	tSettle = `WITH u AS (
    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::timestamptz[], $7::text[],
      $8::bool[], $9::bool[], $10::bytea[], $11::bool[])
@@ -220,7 +252,7 @@ const (
  ss AS (
    UPDATE {s}.queue_sessions AS qs SET
      pending = qs.pending - CASE WHEN ok.action = 'abandon' THEN 0 ELSE 1 END,
-     ready_at = CASE WHEN ok.action = 'abandon' THEN ok.avail ELSE ok.next_avail END,
+     ready_at = CASE WHEN ok.action <> 'abandon' AND ok.next_seq IS NULL THEN NULL ELSE qs.ready_at END,
      blocked = qs.blocked OR (ok.action = 'dead_letter' AND ok.block),
      state = CASE WHEN ok.set_state THEN ok.state ELSE qs.state END,
      updated_at = $12::timestamptz
@@ -238,9 +270,9 @@ const (
  UNION ALL
  SELECT ord, NULL, seq, message_id, body, delivery_count, end_of_sequence, available_at, enqueued_at FROM upd WHERE taken`
 
-	tSessionGet      = `SELECT ` + sqSessionCols + ` FROM {s}.queue_sessions WHERE queue = $1 AND session_id = $2`
-	tSessionGetLock  = tSessionGet + ` FOR UPDATE`
-	tSessionList     = `SELECT ` + sqSessionCols + ` FROM {s}.queue_sessions WHERE queue = $1 AND session_id > $2 ORDER BY session_id`
+	tSessionGet      = `SELECT ` + sqSessionCols + ` FROM {s}.queue_sessions qs WHERE qs.queue = $1 AND qs.session_id = $2`
+	tSessionGetLock  = tSessionGet + ` FOR UPDATE OF qs`
+	tSessionList     = `SELECT ` + sqSessionCols + ` FROM {s}.queue_sessions qs WHERE qs.queue = $1 AND qs.session_id > $2 ORDER BY qs.session_id`
 	tSessionStateSet = `UPDATE {s}.queue_sessions SET state = $1, updated_at = $2
  WHERE queue = $3 AND session_id = $4 AND lock_token = $5 AND lock_holder IS NOT NULL AND locked_until > $2`
 
@@ -250,6 +282,8 @@ const (
 
 	tSessionLock = `SELECT 1 FROM {s}.queue_sessions WHERE queue = $1 AND session_id = $2 FOR UPDATE`
 	// tResubmit runs after tSessionLock: the head it computes is current.
+	// A held session keeps its ready_at if set (see tSettle; release
+	// recomputes it), else gets $4.
 	tResubmit = `WITH r AS (
    UPDATE {s}.queue_messages SET dead = false, dead_reason = NULL, dead_at = NULL, delivery_count = 0, available_at = $4
    WHERE queue = $1 AND session_id = $2 AND seq = $3 AND dead
@@ -257,7 +291,9 @@ const (
  hd AS (SELECT min(m.seq) AS seq FROM {s}.queue_messages m WHERE m.queue = $1 AND m.session_id = $2 AND NOT m.dead),
  ss AS (
    UPDATE {s}.queue_sessions AS qs SET pending = qs.pending + 1, blocked = false,
-     ready_at = CASE WHEN hd.seq IS NULL OR r.seq < hd.seq THEN $4 ELSE qs.ready_at END, updated_at = $4
+     ready_at = CASE WHEN qs.lock_holder IS NOT NULL THEN COALESCE(qs.ready_at, $4)
+       WHEN hd.seq IS NULL OR r.seq < hd.seq THEN $4 ELSE qs.ready_at END,
+     updated_at = $4
    FROM r, hd WHERE qs.queue = $1 AND qs.session_id = $2)
  SELECT count(*) FROM r`
 	tDiscard = `WITH d AS (

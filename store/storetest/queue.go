@@ -24,6 +24,7 @@ func queueCases() []testCase {
 		{"QueuePolicy", testQueuePolicy},
 		{"AcceptNext", testQueueAcceptNext},
 		{"AcceptNextTakesOverExpiredLock", testQueueAcceptTakeover},
+		{"AcceptNextAfterChangesWhileHeld", testQueueAcceptAfterHeld},
 		{"AcceptNamed", testQueueAcceptNamed},
 		{"RenewRelease", testQueueRenewRelease},
 		{"ReceiveHeadOnly", testQueueReceive},
@@ -619,6 +620,106 @@ func testQueueAcceptTakeover(t *testing.T, d store.Driver) {
 	wantErrs(t, "renew with the old token", renewAt(t, d, expiry, at(time.Hour), old), store.ErrLockLost)
 	if s := getSession(t, d, "q", "a"); s.LockHolder != "h2" || s.Pending != 2 {
 		t.Errorf("session after the deposed consumer's calls: %+v", s)
+	}
+}
+
+// What happens to a session while it is held (publish, complete, abandon)
+// shows in accept-next once it is released or its lock expires: a session
+// with a ready head is never hidden (a driver may leave its ready time stale
+// while it is held; it may then accept, after an expiry, a session with
+// nothing ready, but never miss one).
+func testQueueAcceptAfterHeld(t *testing.T, d store.Driver) {
+	acceptOne := func(queue string, now time.Time) *dt.Session {
+		t.Helper()
+		got := acceptAt(t, d, store.SessionAcceptParams{Queue: queue, Holder: "h2", Now: now, Limit: 10})
+		if len(got) != 1 || got[0].ID != "s" {
+			t.Fatalf("accept-next of %s at %v: %v; want [s]", queue, now, sessionIDs(got))
+		}
+		return got[0]
+	}
+	// hold accepts s of queue (one message, available at base), receives
+	// and completes it: s is held and empty.
+	hold := func(queue string) store.SessionRef {
+		t.Helper()
+		publishAt(t, d, base, pub(queue, "s", "1"))
+		got := acceptAt(t, d, store.SessionAcceptParams{Queue: queue, Holder: "h1", Now: base, Limit: 1})
+		if len(got) != 1 {
+			t.Fatalf("accept-next of %s: %v", queue, sessionIDs(got))
+		}
+		ref := sref(got[0])
+		receiveOne(t, d, base, ref)
+		wantErrs(t, "complete", settleAt(t, d, base, complete(ref, 1)), nil)
+		return ref
+	}
+	expiry := base.Add(dt.DefaultLockDuration)
+
+	// Published to while held and empty, then released: accepted.
+	ref := hold("rel")
+	publishAt(t, d, at(time.Second), pub("rel", "s", "2"))
+	wantErrs(t, "release", releaseAt(t, d, at(2*time.Second), ref), nil)
+	s := acceptOne("rel", at(2*time.Second))
+	checkSession(t, "rel", s, 1, tp(at(time.Second)), false)
+	if m := receiveOne(t, d, at(2*time.Second), sref(s)); m.Seq != 2 {
+		t.Errorf("rel: received seq %d; want 2", m.Seq)
+	}
+
+	// The same, but the lock expires instead.
+	hold("exp")
+	publishAt(t, d, at(time.Second), pub("exp", "s", "2"))
+	s = acceptOne("exp", expiry)
+	if m := receiveOne(t, d, expiry, sref(s)); m.Seq != 2 {
+		t.Errorf("exp: received seq %d; want 2", m.Seq)
+	}
+
+	// Emptied while held, released: not accepted.
+	ref = hold("empty")
+	wantErrs(t, "release", releaseAt(t, d, at(time.Second), ref), nil)
+	checkSession(t, "empty", getSession(t, d, "empty", "s"), 0, nil, false)
+	if got := acceptAt(t, d, store.SessionAcceptParams{Queue: "empty", Holder: "h2", Now: expiry, Limit: 1}); len(got) != 0 {
+		t.Errorf("accept-next of an empty released session: %v", sessionIDs(got))
+	}
+
+	// Abandoned with a delay while held, released: accepted when due.
+	publishAt(t, d, base, pub("ab", "s", "1"))
+	ref = acceptNamed(t, d, "ab", "s", "h1", base)
+	receiveOne(t, d, base, ref)
+	wantErrs(t, "abandon", settleAt(t, d, base, abandon(ref, 1, at(time.Hour))), nil)
+	wantErrs(t, "release", releaseAt(t, d, base, ref), nil)
+	if got := acceptAt(t, d, store.SessionAcceptParams{Queue: "ab", Holder: "h2", Now: at(time.Minute), Limit: 1}); len(got) != 0 {
+		t.Errorf("accept-next before the abandoned head is due: %v", sessionIDs(got))
+	}
+	checkSession(t, "ab", acceptOne("ab", at(time.Hour)), 1, tp(at(time.Hour)), false)
+
+	// Accepted by name with a head not yet due; that head completed, the
+	// next one due now; the lock expires: accepted.
+	publishAt(t, d, base, availAt(pub("late", "s", "1"), at(time.Hour)), pub("late", "s", "2"))
+	ref = acceptNamed(t, d, "late", "s", "h1", base)
+	wantErrs(t, "complete", settleAt(t, d, base, complete(ref, 1)), nil)
+	s = acceptOne("late", expiry)
+	if m := receiveOne(t, d, expiry, sref(s)); m.Seq != 2 {
+		t.Errorf("late: received seq %d; want 2", m.Seq)
+	}
+
+	// Accepted by name while empty, published to, lock expired: accepted.
+	emptySession(t, d, "named", "s", base)
+	acceptNamed(t, d, "named", "s", "h1", base)
+	publishAt(t, d, at(time.Second), pub("named", "s", "2"))
+	s = acceptOne("named", expiry)
+	if m := receiveOne(t, d, expiry, sref(s)); m.Seq != 2 {
+		t.Errorf("named: received seq %d; want 2", m.Seq)
+	}
+
+	// Dead-lettered with block while held, released: not accepted; the
+	// dead message discarded: accepted.
+	blockedSession(t, d, "blk", "s", base)
+	if got := acceptAt(t, d, store.SessionAcceptParams{Queue: "blk", Holder: "h2", Now: expiry, Limit: 1}); len(got) != 0 {
+		t.Errorf("accept-next of a blocked session: %v", sessionIDs(got))
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.DeadLetterDiscard(ctx, "blk", "s", 1, base)
+	})
+	if m := receiveOne(t, d, expiry, sref(acceptOne("blk", expiry))); m.Seq != 2 {
+		t.Errorf("blk: received seq %d; want 2", m.Seq)
 	}
 }
 
