@@ -136,36 +136,23 @@ func (s *Supervisor) Retain(ctx context.Context) (int, error) {
 	if s.Retention <= 0 {
 		return 0, nil
 	}
-	total := 0
-	for {
-		term := s.Term()
-		if term == 0 {
-			return total, nil
-		}
-		sv := &flow.Supervisor{Instance: s.Instance, Term: term, Lease: LeaseName}
-		var n int
-		err := s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			var err error
-			n, err = sv.Retain(ctx, x, s.Clock.Now(), s.Retention, s.Batch)
-			return err
-		})
-		if errors.Is(err, flow.ErrNotLeader) {
-			return total, nil
-		}
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < s.Batch {
-			return total, nil
-		}
-	}
+	return s.inBatches(ctx, func(ctx context.Context, sv *flow.Supervisor, x store.Executor) (int, error) {
+		return sv.Retain(ctx, x, s.Clock.Now(), s.Retention, s.Batch)
+	})
 }
 
 // ForgetDedupe deletes the session-queue de-duplication entries whose
 // window has passed, in batches, if this instance leads; it returns how many
 // it deleted. Without it the entries would pile up for ever.
 func (s *Supervisor) ForgetDedupe(ctx context.Context) (int, error) {
+	return s.inBatches(ctx, func(ctx context.Context, sv *flow.Supervisor, x store.Executor) (int, error) {
+		return sv.ForgetDedupe(ctx, x, s.Clock.Now(), s.Batch)
+	})
+}
+
+// inBatches runs one leader-only clean-up step per transaction until a step
+// handles fewer than Batch items or this instance no longer leads.
+func (s *Supervisor) inBatches(ctx context.Context, step func(context.Context, *flow.Supervisor, store.Executor) (int, error)) (int, error) {
 	total := 0
 	for {
 		term := s.Term()
@@ -176,7 +163,7 @@ func (s *Supervisor) ForgetDedupe(ctx context.Context) (int, error) {
 		var n int
 		err := s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
-			n, err = sv.ForgetDedupe(ctx, x, s.Clock.Now(), s.Batch)
+			n, err = step(ctx, sv, x)
 			return err
 		})
 		if errors.Is(err, flow.ErrNotLeader) {
