@@ -432,3 +432,42 @@ func TestForgetDedupe(t *testing.T) {
 		t.Fatalf("ForgetDedupe after the window = %d, %v; want 40 (in batches of %d)", n, err, s.Batch)
 	}
 }
+
+// Retention: only the leader deletes, only final tasks older than Retention,
+// all of them across batches; nothing without a Retention.
+func TestRetain(t *testing.T) {
+	t.Parallel()
+	d := openStore(t)
+	ctx := context.Background()
+	clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	seed(t, d, 40, clk.Now())
+	// 30 final (cancelled) tasks; 10 stay Pending.
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		for i := range 30 {
+			if _, err := flow.Cancel(ctx, x, fmt.Sprintf("t%03d", i), "op", "test", clk.Now()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s := newSup(d, clk, "sup")
+	if n, err := s.Retain(ctx); err != nil || n != 0 {
+		t.Fatalf("Retain without a Retention = %d, %v; want 0", n, err)
+	}
+	s.Retention = time.Hour
+	clk.Advance(2 * time.Hour)
+	if n, err := s.Retain(ctx); err != nil || n != 0 {
+		t.Fatalf("Retain without leading = %d, %v; want 0", n, err)
+	}
+	if _, err := s.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Retain(ctx); err != nil || n != 30 {
+		t.Fatalf("Retain = %d, %v; want 30 (in batches of %d)", n, err, s.Batch)
+	}
+	if c := counts(t, d); c[dt.Cancelled] != 0 || c[dt.Pending] != 10 {
+		t.Errorf("counts after retention %v; want only the 10 Pending tasks", c)
+	}
+}
