@@ -88,7 +88,7 @@ func (e *env) serverCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
-		Short: "Run the scheduler, agent and supervisor roles",
+		Short: "Run the scheduler, agent and supervisor roles, and with --listen the HTTP API",
 		Long: `server runs drover's roles on the database named by --db until interrupted
 (SIGINT or SIGTERM: it stops claiming work, lets calls in flight finish or reach
 their deadline, and exits; a second signal exits at once). It creates and
