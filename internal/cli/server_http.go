@@ -149,6 +149,9 @@ func serveHTTP(ln net.Listener, f *httpFlags, tokens []httpapi.Token, cert *tls.
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
+	// Open event streams end on Shutdown instead of holding it until its
+	// deadline (shutdown's SetDraining ends them too).
+	s.srv.RegisterOnShutdown(h.CloseStreams)
 	if cert != nil {
 		s.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
 	}

@@ -63,6 +63,15 @@ type Options struct {
 	Clock Clock
 	// Actor is recorded as the actor of operator actions. Default "http-api".
 	Actor string
+	// Heartbeat is the interval of the ": ping" comments on event streams
+	// that keep proxies from closing idle streams. Default DefaultHeartbeat.
+	Heartbeat time.Duration
+	// MaxStreams caps the event streams served at once; more get 503 with
+	// Retry-After. Default DefaultMaxStreams.
+	MaxStreams int
+	// EventPollInterval is how often an event stream reads the history.
+	// Default: drover.Subscription's default (50ms).
+	EventPollInterval time.Duration
 }
 
 // Handler is the HTTP API. Create it with New.
@@ -80,6 +89,10 @@ type Handler struct {
 	limiters map[int]*rate.Limiter // by token index; -1 without auth
 
 	draining atomic.Bool
+
+	streams     atomic.Int64 // open event streams
+	streamCtx   context.Context
+	stopStreams context.CancelFunc
 }
 
 // route is one endpoint: the method and the ServeMux pattern, the scope it
@@ -123,12 +136,19 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 	if opts.Actor == "" {
 		opts.Actor = "http-api"
 	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = DefaultHeartbeat
+	}
+	if opts.MaxStreams <= 0 {
+		opts.MaxStreams = DefaultMaxStreams
+	}
 	auth, err := newAuthenticator(opts.Tokens)
 	if err != nil {
 		return nil, err
 	}
 	h := &Handler{drover: d, convoy: q, opts: opts, log: opts.Logger, clock: opts.Clock,
 		mux: http.NewServeMux(), auth: auth, limiters: map[int]*rate.Limiter{}}
+	h.streamCtx, h.stopStreams = context.WithCancel(context.Background())
 	h.routes = []route{
 		{"GET", "/healthz", "", h.healthz},
 		{"GET", "/readyz", "", h.readyz},
@@ -139,6 +159,9 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 		{"GET", "/v1/tasks/{id}", ScopeSubmit, h.getTask},
 		{"POST", "/v1/tasks/{id}/resubmit", ScopeOperator, h.resubmitTask},
 		{"POST", "/v1/tasks/{id}/cancel", ScopeOperator, h.cancelTask},
+		{"GET", "/v1/tasks/{id}/events", ScopeSubmit, h.taskEvents},
+
+		{"GET", "/v1/events", ScopeSubmit, h.allEvents},
 
 		{"GET", "/v1/alerts", ScopeSubmit, h.listAlerts},
 		{"POST", "/v1/alerts/{id}/ack", ScopeOperator, h.ackAlert},
@@ -161,8 +184,13 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 }
 
 // SetDraining makes /readyz answer 503 ("shutting down") from now on: a load
-// balancer stops sending work while requests in flight finish.
-func (h *Handler) SetDraining() { h.draining.Store(true) }
+// balancer stops sending work while requests in flight finish. It also ends
+// the open event streams (CloseStreams), which would otherwise keep the
+// HTTP server's Shutdown waiting until its deadline.
+func (h *Handler) SetDraining() {
+	h.draining.Store(true)
+	h.CloseStreams()
+}
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -271,7 +299,7 @@ func (h *Handler) wrap(rt route) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(sw, r.Body, h.opts.MaxBodyBytes)
-		ctx, cancel := context.WithTimeout(r.Context(), h.opts.RequestTimeout)
+		ctx, cancel := context.WithTimeout(context.WithValue(r.Context(), untimedKey{}, r.Context()), h.opts.RequestTimeout)
 		defer cancel()
 		if err := rt.fn(sw, r.WithContext(ctx)); err != nil {
 			h.writeError(sw, r, err)

@@ -1,0 +1,185 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/drover-run/drover"
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+// Defaults of the event-stream Options.
+const (
+	DefaultHeartbeat  = 15 * time.Second
+	DefaultMaxStreams = 100
+	// streamWriteTimeout bounds one write to an event stream: a client that
+	// stops reading is dropped instead of holding its slot forever. It also
+	// replaces the server's WriteTimeout, which would cut every stream.
+	streamWriteTimeout = 30 * time.Second
+	// streamRetryAfter is the Retry-After (seconds) of a refused stream.
+	streamRetryAfter = 5
+)
+
+// eventJSON is one event of the history in event streams. It has the shape
+// of an alert (GET /v1/alerts) without the acknowledgement, plus the flag
+// telling whether the event is an alert.
+type eventJSON struct {
+	ID        int64     `json:"id"`
+	Subject   string    `json:"subject"` // task ID, or "session:<queue>/<session>"
+	StepIndex int       `json:"step_index"`
+	Type      string    `json:"type"`
+	State     string    `json:"state"`
+	Alert     bool      `json:"alert"`
+	Actor     string    `json:"actor"`
+	Attempt   int       `json:"attempt"`
+	Message   string    `json:"message"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func toEventJSON(e *dt.Event) eventJSON {
+	return eventJSON{ID: e.ID, Subject: e.TaskID, StepIndex: e.StepIndex, Type: string(e.Type), State: string(e.State),
+		Alert: e.Alert, Actor: e.Actor, Attempt: e.Attempt, Message: e.Message, CreatedAt: e.CreatedAt}
+}
+
+// untimedKey holds the request's context before the request timeout: an
+// event stream outlives Options.RequestTimeout.
+type untimedKey struct{}
+
+// CloseStreams ends every open event stream and refuses new ones (503). The
+// HTTP server's Shutdown waits for handlers to return, so call it (or
+// SetDraining, which calls it) before or when shutting down; New's caller
+// can also pass it to http.Server.RegisterOnShutdown.
+func (h *Handler) CloseStreams() { h.stopStreams() }
+
+// OpenStreams returns the number of event streams being served.
+func (h *Handler) OpenStreams() int { return int(h.streams.Load()) }
+
+// allEvents serves GET /v1/events.
+func (h *Handler) allEvents(w http.ResponseWriter, r *http.Request) error {
+	return h.streamEvents(w, r, "")
+}
+
+// taskEvents serves GET /v1/tasks/{id}/events.
+func (h *Handler) taskEvents(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := checkName("task ID", id); err != nil {
+		return err
+	}
+	return h.streamEvents(w, r, id)
+}
+
+// streamEvents answers with a text/event-stream of the history's events
+// after the Last-Event-ID header (or the "after" query parameter), then of
+// new events as they are recorded, until the client goes away or the
+// streams are closed. Errors before the stream starts are JSON errors.
+func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID string) error {
+	q := r.URL.Query()
+	if err := checkQuery(q, []string{"after", "alerts"}); err != nil {
+		return err
+	}
+	var after int64
+	var err error
+	if s := q.Get("after"); s != "" {
+		if after, err = parseSeq("query parameter \"after\"", s, 0); err != nil {
+			return err
+		}
+	}
+	if vs := r.Header.Values("Last-Event-ID"); len(vs) > 0 {
+		// The header of a reconnecting client wins over the URL's "after".
+		if len(vs) > 1 {
+			return badRequest("header Last-Event-ID given %d times", len(vs))
+		}
+		if after, err = parseSeq("header Last-Event-ID", vs[0], 0); err != nil {
+			return err
+		}
+	}
+	alerts := false
+	if s := q.Get("alerts"); s != "" {
+		if alerts, err = strconv.ParseBool(s); err != nil {
+			return badRequest("query parameter \"alerts\": want true or false, got %q", s)
+		}
+	}
+	if taskID != "" {
+		if _, err := h.drover.Store().Reader().TaskGet(r.Context(), taskID); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return errorf(http.StatusNotFound, "not_found", "task %q not found", taskID)
+			}
+			return err
+		}
+	}
+	if h.streamCtx.Err() != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
+		return errorf(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down")
+	}
+	if n := h.streams.Add(1); n > int64(h.opts.MaxStreams) {
+		h.streams.Add(-1)
+		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
+		return errorf(http.StatusServiceUnavailable, "too_many_streams", "too many open event streams (limit %d); retry later", h.opts.MaxStreams)
+	}
+	defer h.streams.Add(-1)
+
+	// The stream lives as long as the request (without the request
+	// timeout) and until CloseStreams.
+	base, _ := r.Context().Value(untimedKey{}).(context.Context)
+	if base == nil {
+		base = r.Context()
+	}
+	ctx, cancel := context.WithCancel(base)
+	defer cancel()
+	stop := context.AfterFunc(h.streamCtx, cancel)
+	defer stop()
+
+	rc := http.NewResponseController(w)
+	// Neither the server's ReadTimeout nor its WriteTimeout may cut the
+	// stream: no read deadline, and a write deadline per write.
+	_ = rc.SetReadDeadline(time.Time{})
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("X-Accel-Buffering", "no") // nginx: do not buffer
+	w.WriteHeader(http.StatusOK)
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)) // unsupported by some writers
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !write([]byte(": connected\n\n")) {
+		return nil
+	}
+	events := h.drover.Subscribe(ctx, drover.Subscription{TaskID: taskID, AlertsOnly: alerts, AfterID: after,
+		PollInterval: h.opts.EventPollInterval})
+	tick := time.NewTicker(h.opts.Heartbeat)
+	defer tick.Stop()
+	last := after
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-events:
+			if !ok {
+				return nil
+			}
+			if e.ID <= last {
+				continue // never twice on one stream
+			}
+			data, err := json.Marshal(toEventJSON(e))
+			if err != nil {
+				return nil
+			}
+			if !write(fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", e.ID, e.Type, data)) {
+				return nil
+			}
+			last = e.ID
+		case <-tick.C:
+			if !write([]byte(": ping\n\n")) {
+				return nil
+			}
+		}
+	}
+}
