@@ -26,8 +26,19 @@ const (
 
 	// sqHeadAvail is the available time of the head of session qs (NULL:
 	// nothing pending): what ready_at is when the session is not held.
+	//
+	// Every lookup of a session's head starts at its head_seq, a lower
+	// bound of the seq of its messages not dead (migration 0006): the scan
+	// of the primary key (queue, session_id, seq) then begins past the
+	// entries of the messages completed or dead-lettered before, which
+	// stay in the index until VACUUM (completed) or for good (dead). The
+	// bound only moves under the session's row lock: tSettle raises it to
+	// seq + 1 on a complete or dead-letter of the head seq, tResubmit
+	// lowers it to the seq it makes not dead again; publish appends seqs
+	// above every seq so far.
 	sqHeadAvail = `(SELECT m.available_at FROM {s}.queue_messages m
-   WHERE m.queue = qs.queue AND m.session_id = qs.session_id AND NOT m.dead ORDER BY m.seq LIMIT 1)`
+   WHERE m.queue = qs.queue AND m.session_id = qs.session_id AND m.seq >= qs.head_seq AND NOT m.dead
+   ORDER BY m.seq LIMIT 1)`
 
 	sqMessageCols = `queue, session_id, seq, message_id, body, delivery_count, end_of_sequence, available_at,
  dead, dead_reason, dead_at, enqueued_at`
@@ -40,7 +51,7 @@ const (
 	sqRefs = `u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(queue, session_id, token, ord))`
 
 	// sqLockHeld locks the held sessions among the refs, in key order.
-	sqLockHeld = `SELECT qs.queue, qs.session_id, qs.blocked, u.ord
+	sqLockHeld = `SELECT qs.queue, qs.session_id, qs.blocked, qs.head_seq, u.ord
    FROM {s}.queue_sessions qs JOIN u ON qs.queue = u.queue AND qs.session_id = u.session_id
    WHERE ` + sqHeld + `
    ORDER BY qs.queue, qs.session_id
@@ -177,7 +188,8 @@ const (
  lk AS MATERIALIZED (` + sqLockHeld + `),
  h AS MATERIALIZED (
    SELECT lk.ord, lk.queue, lk.session_id,
-     (SELECT m.seq FROM {s}.queue_messages m WHERE m.queue = lk.queue AND m.session_id = lk.session_id AND NOT m.dead
+     (SELECT m.seq FROM {s}.queue_messages m WHERE m.queue = lk.queue AND m.session_id = lk.session_id
+        AND m.seq >= lk.head_seq AND NOT m.dead
       ORDER BY m.seq LIMIT 1) AS seq
    FROM lk WHERE NOT lk.blocked),
  r AS (
@@ -210,7 +222,8 @@ const (
 	// received message (ord, NULL, message); as in tReceive, no join of the
 	// CTEs.
 	//
-	// It changes no indexed column of queue_sessions, but for ready_at to
+	// ss raises head_seq (see sqHeadAvail) past a completed or dead-lettered
+	// head. It changes no indexed column of queue_sessions, but for ready_at to
 	// NULL when the session has nothing pending left and blocked on a
 	// dead-letter that blocks: the session's row is otherwise updated HOT
 	// (no new index entries, dead versions pruned within the page without
@@ -229,7 +242,8 @@ const (
    CROSS JOIN LATERAL (
      SELECT array_agg(m.seq ORDER BY m.seq) AS seqs, array_agg(m.available_at ORDER BY m.seq) AS avails
      FROM (SELECT m.seq, m.available_at FROM {s}.queue_messages m
-       WHERE m.queue = u.queue AND m.session_id = u.session_id AND NOT m.dead ORDER BY m.seq LIMIT 2) m) hd
+       WHERE m.queue = u.queue AND m.session_id = u.session_id AND m.seq >= qs.head_seq AND NOT m.dead
+       ORDER BY m.seq LIMIT 2) m) hd
    WHERE qs.lock_token = u.token AND qs.lock_holder IS NOT NULL AND qs.locked_until > $12),
  ok AS MATERIALIZED (
    SELECT h.*, CASE WHEN h.action <> 'abandon' THEN h.second END AS next_seq,
@@ -252,6 +266,7 @@ const (
  ss AS (
    UPDATE {s}.queue_sessions AS qs SET
      pending = qs.pending - CASE WHEN ok.action = 'abandon' THEN 0 ELSE 1 END,
+     head_seq = CASE WHEN ok.action = 'abandon' THEN qs.head_seq ELSE ok.seq + 1 END,
      ready_at = CASE WHEN ok.action <> 'abandon' AND ok.next_seq IS NULL THEN NULL ELSE qs.ready_at END,
      blocked = qs.blocked OR (ok.action = 'dead_letter' AND ok.block),
      state = CASE WHEN ok.set_state THEN ok.state ELSE qs.state END,
@@ -288,9 +303,10 @@ const (
    UPDATE {s}.queue_messages SET dead = false, dead_reason = NULL, dead_at = NULL, delivery_count = 0, available_at = $4
    WHERE queue = $1 AND session_id = $2 AND seq = $3 AND dead
    RETURNING seq),
- hd AS (SELECT min(m.seq) AS seq FROM {s}.queue_messages m WHERE m.queue = $1 AND m.session_id = $2 AND NOT m.dead),
+ hd AS (SELECT min(m.seq) AS seq FROM {s}.queue_messages m WHERE m.queue = $1 AND m.session_id = $2 AND NOT m.dead
+   AND m.seq >= (SELECT head_seq FROM {s}.queue_sessions WHERE queue = $1 AND session_id = $2)),
  ss AS (
-   UPDATE {s}.queue_sessions AS qs SET pending = qs.pending + 1, blocked = false,
+   UPDATE {s}.queue_sessions AS qs SET pending = qs.pending + 1, blocked = false, head_seq = LEAST(qs.head_seq, r.seq),
      ready_at = CASE WHEN qs.lock_holder IS NOT NULL THEN COALESCE(qs.ready_at, $4)
        WHEN hd.seq IS NULL OR r.seq < hd.seq THEN $4 ELSE qs.ready_at END,
      updated_at = $4

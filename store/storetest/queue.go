@@ -43,6 +43,7 @@ func queueCases() []testCase {
 		{"SessionList", testQueueSessionList},
 		{"Peek", testQueuePeek},
 		{"DeadLetterListResubmitDiscard", testQueueDeadLetters},
+		{"HeadAfterSkipsAndResubmitBelow", testQueueHeadAfterSkipsAndResubmit},
 		{"DedupeDeleteExpired", testQueueDedupeDeleteExpired},
 		{"ConcurrentPublishersOneSession", testQueueConcurrentPublish},
 		{"ConcurrentDuplicateMessageIDs", testQueueConcurrentDuplicates},
@@ -1828,4 +1829,87 @@ func testQueueOpenPublisher(t *testing.T, d store.Driver) {
 	if fmt.Sprint(sessionIDs(got)) != "[q/a]" {
 		t.Errorf("accept after the publisher committed = %v", sessionIDs(got))
 	}
+}
+
+// testQueueHeadAfterSkipsAndResubmit follows the head of a session through
+// completes and skip-policy dead-letters (gaps of dead messages below the
+// head), then a dead letter resubmitted below the current head, held and not
+// held: whatever a driver keeps to find the head faster must let the
+// resubmitted message be the head again.
+func testQueueHeadAfterSkipsAndResubmit(t *testing.T, d store.Driver) {
+	ctx := context.Background()
+	var msgs []store.PublishMessage
+	for i := 1; i <= 7; i++ {
+		msgs = append(msgs, pub("q", "s", fmt.Sprint(i)))
+	}
+	publishAt(t, d, base, msgs...)
+	now := at(time.Second)
+	ref := acceptNamed(t, d, "q", "s", "h", now)
+	if m := receiveOne(t, d, now, ref); m.Seq != 1 {
+		t.Fatalf("first receive: seq %d", m.Seq)
+	}
+	// 1 completed, 2 dead (skip), 3 completed, 4 dead (skip): each settle
+	// receives the next head.
+	for _, st := range []struct {
+		s    store.MessageSettle
+		next int64
+	}{
+		{complete(ref, 1), 2}, {deadLetter(ref, 2, "r2", false), 3}, {complete(ref, 3), 4},
+		{deadLetter(ref, 4, "r4", false), 5},
+	} {
+		got, errs := settleReceiveAt(t, d, now, next(st.s))
+		wantErrs(t, fmt.Sprintf("settle %d", st.s.Seq), errs, nil)
+		if got[0] == nil || got[0].Seq != st.next {
+			t.Fatalf("settle %d: received %v, want seq %d", st.s.Seq, got[0], st.next)
+		}
+	}
+	checkSession(t, "after the gaps", getSession(t, d, "q", "s"), 3, tp(base), false)
+
+	resubmit := func(seq int64, now time.Time) {
+		t.Helper()
+		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			return x.DeadLetterResubmit(ctx, "q", "s", seq, now)
+		}); err != nil {
+			t.Fatalf("resubmit %d: %v", seq, err)
+		}
+	}
+	// Held (the lock taken at +1s lasts the default 30s): 2 comes back
+	// below the head (5); it is the head again.
+	later := at(2 * time.Second)
+	resubmit(2, later)
+	wantErrs(t, "complete the old head", settleAt(t, d, later, complete(ref, 5)), store.ErrNotHead)
+	if m := receiveOne(t, d, later, ref); m.Seq != 2 || m.DeliveryCount != 1 {
+		t.Fatalf("receive after resubmit: seq %d count %d, want 2, 1", m.Seq, m.DeliveryCount)
+	}
+	got, errs := settleReceiveAt(t, d, later, next(complete(ref, 2)))
+	wantErrs(t, "complete the resubmitted", errs, nil)
+	if got[0] == nil || got[0].Seq != 5 {
+		t.Fatalf("after the resubmitted: received %v, want seq 5", got[0])
+	}
+	wantErrs(t, "complete 5", settleAt(t, d, later, complete(ref, 5)), nil)
+	wantErrs(t, "release", releaseAt(t, d, later, ref), nil)
+	checkSession(t, "after 5", getSession(t, d, "q", "s"), 2, tp(base), false)
+
+	// Not held: 4 comes back below the head (6); accept and receive take it.
+	last := at(time.Hour)
+	resubmit(4, last)
+	checkSession(t, "after resubmitting 4", getSession(t, d, "q", "s"), 3, tp(last), false)
+	acc := acceptAt(t, d, store.SessionAcceptParams{Queue: "q", Holder: "h2", Now: last, Limit: 10})
+	if fmt.Sprint(sessionIDs(acc)) != "[q/s]" {
+		t.Fatalf("accept after resubmit = %v", sessionIDs(acc))
+	}
+	ref = sref(acc[0])
+	for _, want := range []int64{4, 6, 7} {
+		m := receiveOne(t, d, last, ref)
+		if m.Seq != want {
+			t.Fatalf("receive: seq %d, want %d", m.Seq, want)
+		}
+		wantErrs(t, fmt.Sprintf("complete %d", want), settleAt(t, d, last, complete(ref, want)), nil)
+	}
+	if got, _ := receiveAt(t, d, last, ref); got[0] != nil {
+		t.Errorf("received %v from an emptied session", got[0])
+	}
+	wantErrs(t, "release at the end", releaseAt(t, d, last, ref), nil)
+	checkSession(t, "at the end", getSession(t, d, "q", "s"), 0, nil, false)
+	wantSeqs(t, "left", peekAll(t, d, "q", "s"))
 }
