@@ -61,6 +61,9 @@ type benchConvoyFlags struct {
 // benchQueue is the queue "drover bench convoy" publishes to.
 const benchQueue = "bench-convoy"
 
+// defaultBenchMaxSessions caps the sessions one benchmark consumer holds.
+const defaultBenchMaxSessions = 256
+
 func (e *env) benchConvoyCmd() *cobra.Command {
 	var f benchConvoyFlags
 	cmd := &cobra.Command{
@@ -111,7 +114,7 @@ under sessions named after the run, so runs on a kept store do not mix.`,
 			case f.consumers <= 0:
 				return usagef("--consumers must be positive, got %d", f.consumers)
 			case f.maxSessions < 0 || f.maxSessions > 100000:
-				return usagef("--max-sessions must be 1-100000 (0: --sessions / --consumers), got %d", f.maxSessions)
+				return usagef("--max-sessions must be 1-100000 (0: the default, 256 or --sessions / --consumers if fewer), got %d", f.maxSessions)
 			case f.batch <= 0 || f.batch > 10000:
 				return usagef("--batch must be 1-10000, got %d", f.batch)
 			case f.bodyBytes < 0 || f.bodyBytes > convoy.DefaultMaxBodyBytes:
@@ -122,7 +125,10 @@ under sessions named after the run, so runs on a kept store do not mix.`,
 				return usagef("--timeout must not be negative, got %s", f.timeout)
 			}
 			if f.maxSessions == 0 {
-				f.maxSessions = min(100000, (f.sessions+f.consumers-1)/f.consumers)
+				// 256 at most: rounds over more sessions write more pages
+				// per commit and cost more per message (see
+				// docs/benchmarks.md); more sessions are served in turn.
+				f.maxSessions = min(defaultBenchMaxSessions, (f.sessions+f.consumers-1)/f.consumers)
 			}
 			if f.timeout == 0 {
 				f.timeout = time.Minute + time.Duration(f.messages)*time.Millisecond
@@ -150,7 +156,7 @@ under sessions named after the run, so runs on a kept store do not mix.`,
 	fl.IntVar(&f.sessions, "sessions", 1000, "number of sessions")
 	fl.IntVar(&f.messages, "messages", 100000, "number of messages in total, round-robin over the sessions")
 	fl.IntVar(&f.consumers, "consumers", 1, "concurrent consumers (processors, each with its own client and instance ID)")
-	fl.IntVar(&f.maxSessions, "max-sessions", 0, "sessions one consumer holds at once (default: --sessions / --consumers)")
+	fl.IntVar(&f.maxSessions, "max-sessions", 0, "sessions one consumer holds at once (default: 256, or --sessions / --consumers if fewer)")
 	fl.IntVar(&f.batch, "batch", 1000, "messages per publish transaction")
 	fl.IntVar(&f.bodyBytes, "body-bytes", 16, "size of each message body")
 	fl.StringVar(&f.handler, "handler", "go", "go: handler on its own goroutine (NewProcessor); tx: inside the completing transaction (NewProcessorTx)")
