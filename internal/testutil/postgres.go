@@ -36,10 +36,10 @@ func PostgresURL(t testing.TB) string {
 	return url
 }
 
-// Postgres opens a migrated store in a fresh schema drover_test_<random> of
-// the test server; the driver is closed and the schema dropped when the test
+// FreshSchema returns an unused schema name drover_test_<random> on the
+// test server and drops that schema, with everything in it, when the test
 // ends.
-func Postgres(t testing.TB) *postgres.Driver {
+func FreshSchema(t testing.TB) string {
 	t.Helper()
 	url := PostgresURL(t)
 	b := make([]byte, 6)
@@ -60,6 +60,15 @@ func Postgres(t testing.TB) *postgres.Driver {
 			t.Errorf("drop schema %s: %v", schema, err)
 		}
 	})
+	return schema
+}
+
+// Postgres opens a migrated store in a FreshSchema of the test server; the
+// driver is closed and the schema dropped when the test ends.
+func Postgres(t testing.TB) *postgres.Driver {
+	t.Helper()
+	url := PostgresURL(t)
+	schema := FreshSchema(t)
 	ctx := context.Background()
 	d, err := postgres.Open(ctx, url, postgres.Options{Schema: schema})
 	if err != nil {

@@ -2,9 +2,7 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -18,58 +16,18 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
 	"github.com/drover-run/drover/store/postgres"
 	"github.com/drover-run/drover/store/storetest"
 )
 
-// The tests need a PostgreSQL server: DROVER_TEST_DATABASE_URL, for example
-// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable. Without it they
-// fail, unless DROVER_TEST_POSTGRES=skip says to skip them. Every store lives
-// in its own schema drover_test_<random>, dropped at the end of its test.
-const (
-	urlEnv  = "DROVER_TEST_DATABASE_URL"
-	skipEnv = "DROVER_TEST_POSTGRES"
-)
+// The tests need a PostgreSQL server (see testutil.PostgresURL); every store
+// lives in its own schema, dropped at the end of its test.
 
-func testURL(t testing.TB) string {
-	t.Helper()
-	url := os.Getenv(urlEnv)
-	if url == "" {
-		if os.Getenv(skipEnv) == "skip" {
-			t.Skipf("%s is not set and %s=skip", urlEnv, skipEnv)
-		}
-		t.Fatalf("%s is not set: these tests need a PostgreSQL server, e.g. %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' "+
-			"(set %s=skip to skip them)", urlEnv, urlEnv, skipEnv)
-	}
-	return url
-}
+func testURL(t testing.TB) string { t.Helper(); return testutil.PostgresURL(t) }
 
-// freshSchema returns an unused schema name and drops that schema (with
-// everything in it) when the test ends.
-func freshSchema(t testing.TB) string {
-	t.Helper()
-	url := testURL(t)
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	schema := "drover_test_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	return schema
-}
+func freshSchema(t testing.TB) string { t.Helper(); return testutil.FreshSchema(t) }
 
 // openSchema opens a driver on schema, closed when the test ends.
 func openSchema(t testing.TB, schema string) *postgres.Driver {
@@ -669,8 +627,8 @@ func TestNewKeepsCallerPool(t *testing.T) {
 //
 //	DROVER_TEST_DATABASE_URL=... go test -run '^$' -bench ClaimApplyCycle -benchtime 3x ./store/postgres/
 func BenchmarkClaimApplyCycle(b *testing.B) {
-	if os.Getenv(urlEnv) == "" {
-		b.Skipf("%s is not set", urlEnv)
+	if os.Getenv(testutil.PostgresURLEnv) == "" {
+		b.Skipf("%s is not set", testutil.PostgresURLEnv)
 	}
 	for _, procs := range []int{1, 4} {
 		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { benchCycle(b, procs) })
