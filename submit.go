@@ -34,6 +34,10 @@ type SubmitOptions struct {
 	// At most MaxOrderingKeyBytes bytes of UTF-8 without control
 	// characters. Default "": no ordering.
 	OrderingKey string
+	// CallbackURL, when set, is sent a signed webhook (HMAC-SHA256) when
+	// the task reaches a final state: an absolute http or https URL of at
+	// most MaxCallbackURLBytes. Default "": none.
+	CallbackURL string
 }
 
 // MaxOrderingKeyBytes caps the length of SubmitOptions.OrderingKey.

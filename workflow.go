@@ -8,8 +8,12 @@ import (
 
 // Workflow is an ordered pipeline of steps and the policy for when one fails.
 type Workflow struct {
-	Name  string
-	Steps []Step
+	Name string
+	// Version is recorded with each task submitted (Task.WorkflowVersion),
+	// so a task keeps the definition it started with when a newer version
+	// is registered. 0 for workflows defined in code.
+	Version int
+	Steps   []Step
 	// FailureThreshold is the FailureCount at which the supervisor stops
 	// retrying a timed-out step and applies OnFailure. Default 3.
 	FailureThreshold int

@@ -90,6 +90,14 @@ type Task struct {
 	OrderingSeq int64
 	Output      []byte // output of the last step once Processed
 	LastError   string
+	// WorkflowVersion is the version of the workflow definition the task
+	// was submitted with (Workflow.Version); 0 for definitions in code.
+	// A declarative workflow reloaded while the task runs does not change
+	// it, so the task keeps the version it started with.
+	WorkflowVersion int
+	// CallbackURL, when set, receives a signed webhook when the task
+	// reaches a final state. "" means none.
+	CallbackURL string
 
 	// Policy copied from the workflow at submit, so the supervisor needs no
 	// workflow code and a running task keeps the version it started with.

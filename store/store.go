@@ -142,6 +142,9 @@ type Executor interface {
 
 	// QueueExecutor: the session-queue (Sequential Convoy) primitives.
 	QueueExecutor
+	RemoteAgentExecutor
+	WebhookExecutor
+	WorkflowDefExecutor
 }
 
 // Listener is an optional Driver capability: Listen delivers the topics
