@@ -507,3 +507,22 @@ func TestServeStopsWhenCtxDone(t *testing.T) {
 		t.Fatal("call succeeded after ctx was cancelled")
 	}
 }
+
+func TestRejectAmountAbove(t *testing.T) {
+	t.Parallel()
+	svc, c := startService(t, Config{Seed: 1, RejectAmountAbove: 1000}, nil)
+	if _, err := c.Call(t.Context(), "charge", "k1", "o-1", 1000); err != nil {
+		t.Fatalf("amount at the limit: %v", err)
+	}
+	_, err := c.Call(t.Context(), "charge", "k2", "o-2", 1001)
+	se := wantStatus(t, err, http.StatusUnprocessableEntity)
+	if !strings.Contains(se.Body, "over the limit 1000") {
+		t.Fatalf("422 body = %q, want the limit named", se.Body)
+	}
+	// Sticky per key, like the random permanent failures.
+	_, err = c.Call(t.Context(), "charge", "k2", "o-2", 1001)
+	wantStatus(t, err, http.StatusUnprocessableEntity)
+	if got := svc.Applied("charge", "o-2"); got != 0 {
+		t.Fatalf("rejected charge applied %d times", got)
+	}
+}

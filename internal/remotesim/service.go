@@ -35,6 +35,10 @@ type Config struct {
 	Seed int64
 	// Latency is an optional fixed service time per call.
 	Latency time.Duration
+	// RejectAmountAbove, when positive, fails every call whose amount is
+	// larger with 422 (sticky, like PermanentRate): a deterministic
+	// permanent failure, e.g. a card declined over a limit.
+	RejectAmountAbove int64
 }
 
 // Stats counts what the service saw. It is a snapshot; the JSON form is what
@@ -80,7 +84,8 @@ type keyRecord struct {
 
 // Service is the simulated remote service. It is safe for concurrent use.
 type Service struct {
-	latency time.Duration
+	latency     time.Duration
+	rejectAbove int64
 
 	mu        sync.Mutex
 	rng       *rand.Rand
@@ -105,14 +110,15 @@ type Service struct {
 func New(cfg Config) *Service {
 	seed := uint64(cfg.Seed)
 	return &Service{
-		latency:   cfg.Latency,
-		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		transient: cfg.TransientRate,
-		hang:      cfg.HangRate,
-		permanent: cfg.PermanentRate,
-		keys:      make(map[string]keyRecord),
-		effects:   make(map[string]int),
-		closed:    make(chan struct{}),
+		latency:     cfg.Latency,
+		rejectAbove: cfg.RejectAmountAbove,
+		rng:         rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		transient:   cfg.TransientRate,
+		hang:        cfg.HangRate,
+		permanent:   cfg.PermanentRate,
+		keys:        make(map[string]keyRecord),
+		effects:     make(map[string]int),
+		closed:      make(chan struct{}),
 	}
 }
 
@@ -273,7 +279,7 @@ func (s *Service) serveCall(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	out, resp, msg := s.decide(op, key, req.OrderID)
+	out, resp, msg := s.decide(op, key, req.OrderID, req.Amount)
 	switch out {
 	case outSuccess, outDedup:
 		writeJSON(w, http.StatusOK, resp)
@@ -292,7 +298,7 @@ func (s *Service) serveCall(w http.ResponseWriter, r *http.Request) {
 }
 
 // decide does everything that must be atomic: dedup, fault choice, apply.
-func (s *Service) decide(op, key, orderID string) (outcome, Response, string) {
+func (s *Service) decide(op, key, orderID string, amount int64) (outcome, Response, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
@@ -312,6 +318,11 @@ func (s *Service) decide(op, key, orderID string) (outcome, Response, string) {
 		return outDedup, resp, ""
 	}
 	s.stats.Calls++
+	if s.rejectAbove > 0 && amount > s.rejectAbove {
+		s.stats.Permanent++
+		s.keys[key] = keyRecord{operation: op, orderID: orderID, permanent: true}
+		return outPermanent, Response{}, fmt.Sprintf("%s rejected for order %s: amount %d is over the limit %d", op, orderID, amount, s.rejectAbove)
+	}
 
 	// One draw picks the fault so the configured rates are exact probabilities.
 	x := s.rng.Float64()
