@@ -77,7 +77,7 @@ func (e *env) demoCmd() *cobra.Command {
 		Long:  `demo runs a self-contained demonstration of drover. See "drover demo orders --help".`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usagef("demo needs a subcommand: orders or ledger")
+			return usagef("demo needs a subcommand: orders, ledger or service")
 		},
 	}
 	var f demoFlags
@@ -141,6 +141,7 @@ summary says how to inspect them.`,
 	fl.DurationVar(&f.timeout, "timeout", 0, "give up if the orders are not all final by then (default: 30s + 100ms per order)")
 	demo.AddCommand(ordersCmd)
 	demo.AddCommand(e.demoLedgerCmd())
+	demo.AddCommand(e.demoServiceCmd())
 	return demo
 }
 
