@@ -28,6 +28,8 @@ type httpFlags struct {
 	maxBodyBytes int64
 	rate         float64
 	burst        int
+	maxStreams   int
+	heartbeat    time.Duration
 }
 
 func (f *httpFlags) register(cmd *cobra.Command) {
@@ -40,6 +42,8 @@ func (f *httpFlags) register(cmd *cobra.Command) {
 	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest HTTP request body accepted, in bytes")
 	fl.Float64Var(&f.rate, "rate-limit", httpapi.DefaultRate, "HTTP requests per second allowed per token (sustained; negative: no limit)")
 	fl.IntVar(&f.burst, "rate-burst", httpapi.DefaultBurst, "HTTP requests a token may send at once above --rate-limit")
+	fl.IntVar(&f.maxStreams, "max-streams", httpapi.DefaultMaxStreams, "event streams (SSE) served at once; more get 503 with Retry-After")
+	fl.DurationVar(&f.heartbeat, "stream-heartbeat", httpapi.DefaultHeartbeat, "interval of the keep-alive comments on idle event streams")
 }
 
 // apiServer is the HTTP API of a running server.
@@ -55,7 +59,7 @@ type apiServer struct {
 // before anything starts. It returns nil tokens with --insecure-no-auth.
 func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags) ([]httpapi.Token, *tls.Certificate, error) {
 	if f.listen == "" {
-		for _, name := range []string{"tokens-file", "tls-cert", "tls-key", "insecure-no-auth", "max-body-bytes", "rate-limit", "rate-burst"} {
+		for _, name := range []string{"tokens-file", "tls-cert", "tls-key", "insecure-no-auth", "max-body-bytes", "rate-limit", "rate-burst", "max-streams", "stream-heartbeat"} {
 			if cmd.Flags().Changed(name) {
 				return nil, nil, usagef("--%s needs --listen", name)
 			}
@@ -70,6 +74,12 @@ func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags) ([]httpapi.Token,
 	}
 	if f.rate == 0 {
 		return nil, nil, usagef("--rate-limit must not be 0 (negative: no limit)")
+	}
+	if f.maxStreams <= 0 {
+		return nil, nil, usagef("--max-streams must be positive, got %d", f.maxStreams)
+	}
+	if f.heartbeat < 100*time.Millisecond {
+		return nil, nil, usagef("--stream-heartbeat must be at least 100ms, got %s", f.heartbeat)
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return nil, nil, usagef("--tls-cert and --tls-key go together")
@@ -135,7 +145,7 @@ func serveHTTP(ln net.Listener, f *httpFlags, tokens []httpapi.Token, cert *tls.
 		return nil, err
 	}
 	h, err := httpapi.New(c, q, httpapi.Options{Tokens: tokens, NoAuth: f.insecure, MaxBodyBytes: f.maxBodyBytes,
-		Rate: f.rate, Burst: f.burst, Logger: log})
+		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, Heartbeat: f.heartbeat, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -255,6 +255,9 @@ func TestServerHTTPFlags(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--tls-cert", "x"}, ExitUsage, "go together"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-body-bytes", "0"}, ExitUsage, "--max-body-bytes"},
 		{[]string{"--listen", "127.0.0.1:99999", "--insecure-no-auth"}, ExitFailure, "--listen"},
+		{[]string{"--max-streams", "5"}, ExitUsage, "--max-streams needs --listen"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-streams", "0"}, ExitUsage, "--max-streams must be positive"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--stream-heartbeat", "1ms"}, ExitUsage, "--stream-heartbeat must be at least"},
 	} {
 		r := run(t, "", append([]string{"--db", db, "server"}, c.args...)...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
