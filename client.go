@@ -84,12 +84,16 @@ const DefaultMaxInputBytes = 1 << 20
 
 // Client submits and inspects tasks and, once started, runs the roles.
 type Client struct {
-	cfg       Config
-	store     store.Driver
-	clock     Clock
-	log       *slog.Logger
+	cfg      Config
+	store    store.Driver
+	clock    Clock
+	log      *slog.Logger
+	counters flow.Counters
+
+	// wfMu guards workflows and knownAgents: AddWorkflows changes them
+	// while submissions read them.
+	wfMu      sync.RWMutex
 	workflows map[string]Workflow
-	counters  flow.Counters
 	// knownAgents are the registered and external agents.
 	knownAgents map[string]bool
 
@@ -194,6 +198,8 @@ func New(cfg Config) (*Client, error) {
 // nor declared external. Only a process running the Agent role checks: a
 // client that only submits and reads needs no agents.
 func (c *Client) checkAgents() error {
+	c.wfMu.RLock()
+	defer c.wfMu.RUnlock()
 	var errs []error
 	for _, w := range c.workflows {
 		for _, s := range w.Steps {

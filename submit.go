@@ -3,7 +3,10 @@ package drover
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -42,6 +45,72 @@ type SubmitOptions struct {
 
 // MaxOrderingKeyBytes caps the length of SubmitOptions.OrderingKey.
 const MaxOrderingKeyBytes = 256
+
+// MaxCallbackURLBytes caps the length of SubmitOptions.CallbackURL.
+const MaxCallbackURLBytes = 2048
+
+// CallbackURLError is the error for a SubmitOptions.CallbackURL that is
+// not acceptable; errors.Is(err, ErrInvalidInput) holds for it.
+type CallbackURLError struct {
+	URL    string
+	Reason string // what is wrong, e.g. "must be an http or https URL"
+}
+
+func (e *CallbackURLError) Error() string {
+	u := e.URL
+	if len(u) > 100 {
+		u = u[:100] + "…"
+	}
+	return fmt.Sprintf("%v: CallbackURL %q %s", ErrInvalidInput, u, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidInput) true.
+func (e *CallbackURLError) Unwrap() error { return ErrInvalidInput }
+
+// ValidateCallbackURL checks a callback URL as Submit does: "" (none), or
+// an absolute http or https URL with a host, without a fragment or user
+// information (credentials would be stored and shown with the task; the
+// webhook's signature authenticates it), of at most MaxCallbackURLBytes of
+// UTF-8 without spaces or control characters. A bad one gives a
+// *CallbackURLError.
+func ValidateCallbackURL(s string) error {
+	bad := func(format string, args ...any) error {
+		return &CallbackURLError{URL: s, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case s == "":
+		return nil
+	case len(s) > MaxCallbackURLBytes:
+		return bad("is %d bytes, the limit is %d", len(s), MaxCallbackURLBytes)
+	case !utf8.ValidString(s):
+		return bad("is not valid UTF-8")
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return bad("contains the control character %U", r)
+		}
+		if unicode.IsSpace(r) {
+			return bad("contains a space (%U); percent-encode it", r)
+		}
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return bad("is not a URL: %v", errors.Unwrap(err))
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return bad("must be an absolute http or https URL")
+	case u.Opaque != "" || u.Host == "":
+		return bad("must be an absolute URL with a host, like https://host/path")
+	case u.Hostname() == "":
+		return bad("has an empty host name")
+	case u.User != nil:
+		return bad("must not contain user information (user:password@)")
+	case strings.Contains(s, "#"):
+		return bad("must not have a fragment (#…)")
+	}
+	return nil
+}
 
 // validateOrderingKey checks a non-empty ordering key.
 func validateOrderingKey(k string) error {
@@ -121,7 +190,9 @@ type prepared struct {
 
 // prepare validates one submission and builds its records; it touches nothing.
 func (c *Client) prepare(p SubmitParams) (*prepared, error) {
+	c.wfMu.RLock()
 	w, ok := c.workflows[p.Workflow]
+	c.wfMu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("%w %q", ErrUnknownWorkflow, p.Workflow)
 	}
@@ -150,6 +221,9 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 			return nil, err
 		}
 	}
+	if err := ValidateCallbackURL(p.Options.CallbackURL); err != nil {
+		return nil, err
+	}
 	// The store keeps microseconds; truncate so the returned task equals
 	// the stored one.
 	now := c.clock.Now().Truncate(time.Microsecond)
@@ -157,6 +231,7 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 		ID: id, Workflow: w.Name, Input: input, InputHash: flow.InputHash(w.Name, input),
 		ProcessState: dt.Pending, StepCount: len(w.Steps), OrderingKey: p.Options.OrderingKey,
 		FailureThreshold: w.FailureThreshold, OnFailure: w.OnFailure, RetryDelay: w.RetryDelay,
+		WorkflowVersion: w.Version, CallbackURL: p.Options.CallbackURL,
 		AvailableAt: now, CreatedAt: now, UpdatedAt: now,
 	}
 	steps := make([]*dt.Step, len(w.Steps))

@@ -1,7 +1,10 @@
 package drover
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"time"
 	"unicode"
 )
@@ -61,6 +64,9 @@ func (w Workflow) Validate() error {
 	if !validName(w.Name) {
 		p = append(p, fmt.Sprintf("name %q must be 1-%d printable characters without spaces or \"/\"", w.Name, maxNameLen))
 	}
+	if w.Version < 0 {
+		p = append(p, fmt.Sprintf("Version %d is negative", w.Version))
+	}
 	if len(w.Steps) == 0 {
 		p = append(p, "it has no steps")
 	}
@@ -113,4 +119,76 @@ func (w Workflow) withDefaults() Workflow {
 	}
 	w.Steps = steps
 	return w
+}
+
+// AddWorkflows registers workflows while the client may be running, or
+// replaces the registered workflow of the same name with a new definition
+// (typically a new Version). It checks every workflow first — Validate, no
+// name twice in ws, and, in a client with the Agent role, every agent and
+// compensation agent registered in Config.Agents, listed in
+// Config.ExternalAgents or in externalAgents — and registers all of them
+// or, on any problem, none (the error lists every problem).
+// externalAgents are added to the agents known to run in other processes.
+//
+// Submissions that start after AddWorkflows returns use the new
+// definitions. Tasks submitted before keep theirs: their steps (agents,
+// time budgets) and policy were stored at submit, and Task.WorkflowVersion
+// records the version they started with.
+func (c *Client) AddWorkflows(ws []Workflow, externalAgents []string) error {
+	var errs []error
+	for _, a := range externalAgents {
+		if !validName(a) {
+			errs = append(errs, fmt.Errorf("%w: external agent name %q must be 1-%d printable characters without spaces or \"/\"", ErrInvalidConfig, a, maxNameLen))
+		}
+	}
+	seen := map[string]bool{}
+	for _, w := range ws {
+		if err := w.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if seen[w.Name] {
+			errs = append(errs, fmt.Errorf("%w: workflow %q given twice", ErrInvalidWorkflow, w.Name))
+		}
+		seen[w.Name] = true
+	}
+	// One writer at a time, and the agent check sees the agents as they
+	// are when the workflows are registered.
+	c.wfMu.Lock()
+	defer c.wfMu.Unlock()
+	if c.cfg.Roles.Agent {
+		for _, w := range ws {
+			for _, s := range w.Steps {
+				for _, a := range []string{s.Agent, s.Compensation} {
+					if a != "" && !c.knownAgents[a] && !slices.Contains(externalAgents, a) {
+						errs = append(errs, fmt.Errorf("workflow %q step %q: %w %q (register it in Config.Agents or list it as an external agent)", w.Name, s.Name, ErrUnknownAgent, a))
+					}
+				}
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, a := range externalAgents {
+		c.knownAgents[a] = true
+	}
+	for _, w := range ws {
+		c.workflows[w.Name] = w.withDefaults()
+	}
+	return nil
+}
+
+// Workflows returns the registered workflows, sorted by name, with their
+// defaults filled in.
+func (c *Client) Workflows() []Workflow {
+	c.wfMu.RLock()
+	out := make([]Workflow, 0, len(c.workflows))
+	for _, w := range c.workflows {
+		w.Steps = slices.Clone(w.Steps)
+		out = append(out, w)
+	}
+	c.wfMu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }

@@ -212,6 +212,17 @@ type Event struct {
 	CreatedAt time.Time
 }
 
+// WorkflowDef is one stored version of a declarative workflow definition.
+// Versions of a name are numbered 1, 2, 3, … in the order they were first
+// stored; the same source (same Digest) stored again keeps its version.
+type WorkflowDef struct {
+	Name      string
+	Version   int
+	Digest    string // identifies Source, e.g. its sha256 in hex
+	Source    []byte // the definition as loaded (YAML or JSON)
+	CreatedAt time.Time
+}
+
 // Lease is a leader-election lease. Term increases every time the holder
 // changes and fences the actions of a deposed holder.
 type Lease struct {

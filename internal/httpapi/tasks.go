@@ -103,6 +103,7 @@ func jsonOrString(b []byte) json.RawMessage {
 type taskJSON struct {
 	ID               string          `json:"id"`
 	Workflow         string          `json:"workflow"`
+	WorkflowVersion  int             `json:"workflow_version,omitempty"`
 	State            string          `json:"state"`
 	Input            json.RawMessage `json:"input"`
 	Output           json.RawMessage `json:"output"`
@@ -114,6 +115,7 @@ type taskJSON struct {
 	StepCount        int             `json:"step_count"`
 	OrderingKey      string          `json:"ordering_key"`
 	OrderingSeq      int64           `json:"ordering_seq"`
+	CallbackURL      string          `json:"callback_url,omitempty"`
 	FailureThreshold int             `json:"failure_threshold"`
 	OnFailure        string          `json:"on_failure"`
 	RetryDelayMS     int64           `json:"retry_delay_ms"`
@@ -149,6 +151,7 @@ func toTaskJSON(t *drover.Task) taskJSON {
 		Output: jsonOrString(t.Output), LastError: t.LastError, LockedBy: t.LockedBy, CompleteBy: t.CompleteBy,
 		FailureCount: t.FailureCount, CurrentStep: t.CurrentStep, StepCount: t.StepCount,
 		OrderingKey: t.OrderingKey, OrderingSeq: t.OrderingSeq, FailureThreshold: t.FailureThreshold,
+		WorkflowVersion: t.WorkflowVersion, CallbackURL: t.CallbackURL,
 		OnFailure: string(t.OnFailure), RetryDelayMS: t.RetryDelay.Milliseconds(),
 		AvailableAt: t.AvailableAt, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}
@@ -170,6 +173,8 @@ type SubmitRequest struct {
 	Input       json.RawMessage `json:"input"`
 	ID          string          `json:"id,omitempty"`
 	OrderingKey string          `json:"ordering_key,omitempty"`
+	// CallbackURL receives a signed webhook when the task is final.
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 // DecodeSubmit decodes and checks the body of POST /v1/tasks.
@@ -188,6 +193,13 @@ func DecodeSubmit(body []byte) (*SubmitRequest, error) {
 		if err := checkName("id", req.ID); err != nil {
 			return nil, err
 		}
+	}
+	if err := drover.ValidateCallbackURL(req.CallbackURL); err != nil {
+		var ce *drover.CallbackURLError
+		if errors.As(err, &ce) {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"callback_url\" %s", ce.Reason)
+		}
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"callback_url\": %s", err)
 	}
 	if len(req.Input) == 0 {
 		req.Input = json.RawMessage("null")
@@ -216,7 +228,7 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	t, err := h.drover.Submit(r.Context(), req.Workflow, req.Input, &drover.SubmitOptions{ID: req.ID, OrderingKey: req.OrderingKey})
+	t, err := h.drover.Submit(r.Context(), req.Workflow, req.Input, &drover.SubmitOptions{ID: req.ID, OrderingKey: req.OrderingKey, CallbackURL: req.CallbackURL})
 	if err != nil {
 		return err
 	}

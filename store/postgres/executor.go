@@ -219,13 +219,16 @@ func scanTask(out *[]*dt.Task) func(rows) error {
 			completeBy                     pgtype.Timestamptz
 			retryDelay                     int64
 			orderingSeq                    pgtype.Int8
+			workflowVersion                int32
 			state, onFailure               string
 		)
 		if err := r.Scan(&t.ID, &t.Workflow, &t.Input, &t.InputHash, &state, &lockedBy, &completeBy,
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
-			&t.FailureThreshold, &onFailure, &retryDelay, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt, &orderingSeq); err != nil {
+			&t.FailureThreshold, &onFailure, &retryDelay, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt, &orderingSeq,
+			&workflowVersion, &t.CallbackURL); err != nil {
 			return err
 		}
+		t.WorkflowVersion = int(workflowVersion)
 		t.OrderingSeq = orderingSeq.Int64
 		t.ProcessState = dt.ProcessState(state)
 		t.OnFailure = dt.FailurePolicy(onFailure)
@@ -268,8 +271,11 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 		retryDelay                                = make([]int64, n)
 		orderingSeqs                              = make([]*int64, n)
 		avail, created, updated                   = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+		workflowVersions                          = make([]int32, n)
+		callbackURLs                              = make([]string, n)
 	)
 	for i, t := range tasks {
+		workflowVersions[i], callbackURLs[i] = int32(t.WorkflowVersion), t.CallbackURL
 		ids[i], workflows[i], inputs[i], hashes[i], states[i] = t.ID, t.Workflow, nonNil(t.Input), t.InputHash, string(t.ProcessState)
 		lockedBy[i], completeBy[i], failures[i], current[i] = nullStr(t.LockedBy), t.CompleteBy, int32(t.FailureCount), int32(t.CurrentStep)
 		stepCount[i], orderingKeys[i], outputs[i], lastErrs[i] = int32(t.StepCount), nullStr(t.OrderingKey), t.Output, nullStr(t.LastError)
@@ -282,7 +288,7 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 	got := make(map[string]bool, n)
 	err := e.each(ctx, "insert tasks", e.d.q.taskInsert, []any{ids, workflows, inputs, hashes, states, lockedBy,
 		completeBy, failures, current, stepCount, orderingKeys, outputs, lastErrs, threshold, onFailure, retryDelay,
-		avail, created, updated, orderingSeqs}, func(r rows) error {
+		avail, created, updated, orderingSeqs, workflowVersions, callbackURLs}, func(r rows) error {
 		var id string
 		if err := r.Scan(&id); err != nil {
 			return err

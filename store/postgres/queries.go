@@ -11,7 +11,7 @@ import "strings"
 // Column lists shared by the task and step queries.
 const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
  current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
- retry_delay_us, available_at, created_at, updated_at, ordering_seq`
+ retry_delay_us, available_at, created_at, updated_at, ordering_seq, workflow_version, callback_url`
 
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at`
@@ -78,7 +78,7 @@ const (
 	tTaskInsert = `INSERT INTO {s}.tasks (` + taskCols + `)
  SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
    $8::int[], $9::int[], $10::int[], $11::text[], $12::bytea[], $13::text[], $14::int[], $15::text[], $16::bigint[],
-   $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::bigint[])
+   $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::bigint[], $21::int[], $22::text[])
    AS u(` + taskCols + `)
  ORDER BY id
  ON CONFLICT (id) DO NOTHING

@@ -111,7 +111,8 @@ func scanTasks(rows *sql.Rows) ([]*dt.Task, error) {
 		)
 		if err := rows.Scan(&t.ID, &t.Workflow, &t.Input, &t.InputHash, &state, &lockedBy, &completeBy,
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
-			&t.FailureThreshold, &onFailure, &retryDelay, &avail, &created, &updtd, &orderingSeq); err != nil {
+			&t.FailureThreshold, &onFailure, &retryDelay, &avail, &created, &updtd, &orderingSeq,
+			&t.WorkflowVersion, &t.CallbackURL); err != nil {
 			return nil, translate(err)
 		}
 		t.OrderingSeq = orderingSeq.Int64
@@ -140,7 +141,7 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 		rows[i] = []any{t.ID, t.Workflow, t.Input, t.InputHash, string(t.ProcessState), nullStr(t.LockedBy),
 			usPtr(t.CompleteBy), t.FailureCount, t.CurrentStep, t.StepCount, nullStr(t.OrderingKey), t.Output,
 			nullStr(t.LastError), t.FailureThreshold, string(t.OnFailure), t.RetryDelay.Microseconds(),
-			us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt), nullSeq(t.OrderingSeq)}
+			us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt), nullSeq(t.OrderingSeq), t.WorkflowVersion, t.CallbackURL}
 	}
 	got := make(map[string]bool, len(tasks))
 	err := e.queryRows(ctx, "insert tasks", mTaskInsert, rows, func(r *sql.Rows) error {

@@ -6,7 +6,7 @@ package sqlite
 // Column lists shared by the task and step queries.
 const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
  current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
- retry_delay_us, available_at, created_at, updated_at, ordering_seq`
+ retry_delay_us, available_at, created_at, updated_at, ordering_seq, workflow_version, callback_url`
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at`
 
@@ -100,7 +100,7 @@ const (
 // Multi-row statements: see multiRow. Blobs are bound as []byte.
 var (
 	mTaskInsert = newMultiRow(`INSERT INTO tasks (`+taskCols+`) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
 	// mOrderingReserve moves each key's last position on by the number of
 	// positions wanted (column 2) and returns the new last position; a new
 	// key starts at 0. Keys within one statement are distinct.

@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Driver) {
 		{"Flow", flowCases()},
 		{"Queue", queueCases()},
 		{"Ordering", orderingCases()},
+		{"WorkflowDef", workflowDefCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
