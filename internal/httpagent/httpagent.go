@@ -1,0 +1,473 @@
+package httpagent
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/drover-run/drover"
+)
+
+// drainLimit is how much of an unread body is read before closing it, so
+// the connection can be reused; past it the connection is dropped instead.
+const drainLimit = 64 << 10
+
+// Options configures a Caller. Zero fields take the documented defaults.
+type Options struct {
+	// Client makes the requests. The default has dial, TLS handshake and
+	// idle timeouts but no overall Timeout: the context's deadline (the
+	// step's CompleteBy) bounds each call. It follows no redirects.
+	Client *http.Client
+	// MaxConcurrentPerHost bounds the calls in flight to one host (default
+	// 16); further calls wait for a slot or the end of their context.
+	MaxConcurrentPerHost int
+	// Breaker configures the circuit breaker of each host.
+	Breaker BreakerPolicy
+	// MaxResponseBytes bounds a success body (default 1 MiB); a larger one
+	// is a permanent failure.
+	MaxResponseBytes int64
+	// Logger receives retries, give-ups and breaker changes (default
+	// slog.Default()). Header values are never logged.
+	Logger *slog.Logger
+}
+
+// Request is one logical call; Do may send it several times.
+type Request struct {
+	// Method is one ValidateMethod accepts.
+	Method string
+	// URL is an absolute http or https URL.
+	URL string
+	// Header is sent on every try. Without a Content-Type, a Body that is
+	// valid JSON is sent as application/json.
+	Header http.Header
+	// Body is sent on every try; nil sends none.
+	Body []byte
+	// IdempotencyKey is sent as the Idempotency-Key header on every try
+	// (replacing one in Header); empty sends none.
+	IdempotencyKey string
+	// Retry is the back-off between tries.
+	Retry RetryPolicy
+	// Status overrides the classification of status codes.
+	Status StatusPolicy
+}
+
+// Caller makes the HTTP agent's calls. It is safe for concurrent use; the
+// breakers and concurrency limits of a Caller are per host and shared by all
+// its calls, so a process should use one Caller.
+type Caller struct {
+	client   *http.Client
+	maxConc  int
+	breaker  BreakerPolicy
+	maxBytes int64
+	log      *slog.Logger
+	now      func() time.Time // replaced by tests
+
+	mu    sync.Mutex
+	hosts map[string]*host // by hostKey; never pruned (hosts come from workflow definitions)
+
+	// waiting counts calls waiting for a concurrency slot (tests watch it).
+	waiting atomic.Int64
+}
+
+// host is the breaker and the call slots of one scheme+host+port.
+type host struct {
+	key   string
+	cb    *gobreaker.CircuitBreaker[[]byte]
+	slots chan struct{}
+}
+
+// New returns a Caller with opts, defaults filled in.
+func New(opts Options) *Caller {
+	c := &Caller{
+		client:   opts.Client,
+		maxConc:  opts.MaxConcurrentPerHost,
+		breaker:  opts.Breaker,
+		maxBytes: opts.MaxResponseBytes,
+		log:      opts.Logger,
+		now:      time.Now,
+		hosts:    map[string]*host{},
+	}
+	if c.maxConc <= 0 {
+		c.maxConc = DefaultMaxConcurrentPerHost
+	}
+	if c.breaker.Failures == 0 {
+		c.breaker.Failures = DefaultBreakerFailures
+	}
+	if c.breaker.OpenFor <= 0 {
+		c.breaker.OpenFor = DefaultBreakerOpenFor
+	}
+	if c.maxBytes <= 0 {
+		c.maxBytes = DefaultMaxResponseBytes
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.client == nil {
+		c.client = defaultClient(c.maxConc)
+	}
+	return c
+}
+
+// defaultClient bounds connecting, not calling: a slow but healthy service is
+// cut by the step's deadline alone.
+func defaultClient(perHost int) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy: http.ProxyFromEnvironment,
+			DialContext: (&net.Dialer{
+				Timeout:   10 * time.Second,
+				KeepAlive: 30 * time.Second,
+			}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          256,
+			MaxIdleConnsPerHost:   perHost,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		},
+		// A redirect is an answer to classify, not to follow: following it
+		// would resend the body and the Idempotency-Key elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// BreakerState returns the state of a host's circuit breaker: "closed",
+// "open" or "half-open". hostport is "host:port" or a URL (its scheme, host
+// and port are used); a host never called is "closed".
+func (c *Caller) BreakerState(hostport string) string {
+	var keys []string
+	if strings.Contains(hostport, "://") {
+		u, err := url.Parse(hostport)
+		if err != nil {
+			return gobreaker.StateClosed.String()
+		}
+		keys = []string{hostKey(u)}
+	} else {
+		keys = []string{"http://" + hostport, "https://" + hostport}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range keys {
+		if h := c.hosts[k]; h != nil {
+			return h.cb.State().String()
+		}
+	}
+	return gobreaker.StateClosed.String()
+}
+
+// hostKey is scheme://host:port with the scheme's default port filled in.
+func hostKey(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if strings.EqualFold(u.Scheme, "https") {
+			port = "443"
+		}
+	}
+	return strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
+
+// host returns the breaker and slots of key, creating them on first use.
+func (c *Caller) host(key string) *host {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h := c.hosts[key]; h != nil {
+		return h
+	}
+	failures := c.breaker.Failures
+	h := &host{key: key, slots: make(chan struct{}, c.maxConc)}
+	h.cb = gobreaker.NewCircuitBreaker[[]byte](gobreaker.Settings{
+		Name: key,
+		// A few trial calls when half-open, so one hung trial does not
+		// shut the host out until its deadline.
+		MaxRequests: uint32(max(1, c.maxConc/8)),
+		Timeout:     c.breaker.OpenFor,
+		ReadyToTrip: func(n gobreaker.Counts) bool { return n.ConsecutiveFailures >= failures },
+		// A permanent failure is the service answering clearly: healthy.
+		IsSuccessful: func(err error) bool { o := outcomeOf(err); return o == success || o == permanent },
+		// The caller's deadline passing says nothing about the service.
+		IsExcluded: func(err error) bool { return outcomeOf(err) == cut },
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			c.log.Warn("http agent circuit breaker changed", "host", name, "from", from.String(), "to", to.String())
+		},
+	})
+	c.hosts[key] = h
+	return h
+}
+
+// call is a validated Request.
+type call struct {
+	method  string
+	url     string // as given, for the request
+	safeURL string // for errors and logs
+	host    string
+	header  http.Header
+	body    []byte
+	status  StatusPolicy
+}
+
+func (c *Caller) prepare(r *Request) (*call, error) {
+	if r == nil {
+		return nil, errors.New("httpagent: nil request")
+	}
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		// url.Error repeats the raw URL, secrets included: keep the reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("httpagent: invalid URL: %w", err)
+	}
+	cl := &call{method: r.Method, url: r.URL, safeURL: redact(u), body: r.Body, status: r.Status}
+	if err := ValidateMethod(r.Method); err != nil {
+		return nil, fmt.Errorf("httpagent: %s: %w", cl.safeURL, err)
+	}
+	if s := strings.ToLower(u.Scheme); s != "http" && s != "https" {
+		return nil, fmt.Errorf("httpagent: URL %s: scheme must be http or https", cl.safeURL)
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("httpagent: URL %s has no host", cl.safeURL)
+	}
+	if err := ValidateStatusPolicy(r.Status); err != nil {
+		return nil, fmt.Errorf("httpagent: %s %s: %w", cl.method, cl.safeURL, err)
+	}
+	cl.host = hostKey(u)
+	cl.header = r.Header.Clone()
+	if cl.header == nil {
+		cl.header = http.Header{}
+	}
+	if r.IdempotencyKey != "" {
+		cl.header.Set("Idempotency-Key", r.IdempotencyKey)
+	}
+	if len(r.Body) > 0 && cl.header.Get("Content-Type") == "" && json.Valid(r.Body) {
+		cl.header.Set("Content-Type", "application/json")
+	}
+	return cl, nil
+}
+
+// Do makes the call r describes, retrying transient failures until
+// r.Retry.MaxTries or ctx's deadline, and returns the response body as JSON
+// (see the package documentation). A permanent failure is returned at once,
+// wrapped with drover.Permanent. When the tries run out, or the next one
+// could only start after the deadline, Do returns the last failure
+// unwrapped; when ctx ends, the last failure (if any) with ctx's error.
+func (c *Caller) Do(ctx context.Context, r *Request) ([]byte, error) {
+	cl, err := c.prepare(r)
+	if err != nil {
+		return nil, drover.Permanent(err)
+	}
+	h := c.host(cl.host)
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     r.Retry.InitialInterval,
+		MaxInterval:         r.Retry.MaxInterval,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+	}
+	if b.InitialInterval <= 0 {
+		b.InitialInterval = DefaultInitialInterval
+	}
+	if b.MaxInterval <= 0 {
+		b.MaxInterval = max(DefaultMaxInterval, b.InitialInterval)
+	}
+	b.Reset()
+	var last error
+	for try := uint(1); ; try++ {
+		if ctx.Err() != nil {
+			return nil, c.stopped(ctx, cl, last)
+		}
+		out, err := c.try(ctx, h, cl)
+		switch outcomeOf(err) {
+		case success:
+			return jsonOutput(out), nil
+		case permanent:
+			return nil, drover.Permanent(unwrapTry(err))
+		case cut:
+			if last == nil {
+				return nil, unwrapTry(err)
+			}
+			return nil, c.stopped(ctx, cl, last)
+		}
+		last = unwrapTry(err)
+		if r.Retry.MaxTries > 0 && try >= r.Retry.MaxTries {
+			return nil, c.giveUp(cl, last, try, "no tries left")
+		}
+		wait := b.NextBackOff()
+		var se *StatusError
+		if errors.As(last, &se) && se.RetryAfter > 0 {
+			wait = se.RetryAfter
+		}
+		// No try starts after the deadline, so waiting past it is pointless:
+		// hand the step back now.
+		if dl, ok := ctx.Deadline(); ok && !c.now().Add(wait).Before(dl) {
+			return nil, c.giveUp(cl, last, try, fmt.Sprintf("the next try, in %s, would start after the deadline", wait.Round(time.Millisecond)))
+		}
+		c.log.Debug("http agent call failed; retrying", "method", cl.method, "url", cl.safeURL, "try", try,
+			"wait", wait, "err", last)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, c.stopped(ctx, cl, last)
+		}
+	}
+}
+
+// stopped is the error of a Do whose ctx ended: the last failure, if any,
+// with ctx's error.
+func (c *Caller) stopped(ctx context.Context, cl *call, last error) error {
+	if last == nil {
+		return fmt.Errorf("%s %s: %w", cl.method, cl.safeURL, ctx.Err())
+	}
+	return fmt.Errorf("%w (stopped: %w)", last, ctx.Err())
+}
+
+// giveUp is the error of a Do that stopped retrying before its deadline.
+func (c *Caller) giveUp(cl *call, last error, tries uint, why string) error {
+	c.log.Warn("http agent call failed; giving up", "method", cl.method, "url", cl.safeURL, "tries", tries,
+		"reason", why, "err", last)
+	return fmt.Errorf("%w (gave up after %d tries: %s)", last, tries, why)
+}
+
+// try makes one try through the host's breaker and concurrency limit.
+func (c *Caller) try(ctx context.Context, h *host, cl *call) ([]byte, error) {
+	breakerOpen := func() error {
+		return failed(transient, fmt.Errorf("%s %s: %w for %s", cl.method, cl.safeURL, ErrBreakerOpen, h.key))
+	}
+	// Fail fast rather than queue for a slot only to be refused.
+	if h.cb.State() == gobreaker.StateOpen {
+		return nil, breakerOpen()
+	}
+	c.waiting.Add(1)
+	select {
+	case h.slots <- struct{}{}:
+		c.waiting.Add(-1)
+	case <-ctx.Done():
+		c.waiting.Add(-1)
+		return nil, failed(cut, fmt.Errorf("%s %s: waiting for a call slot: %w", cl.method, cl.safeURL, ctx.Err()))
+	}
+	defer func() { <-h.slots }()
+	// select picks at random when both are ready: never start after the end.
+	if err := ctx.Err(); err != nil {
+		return nil, failed(cut, fmt.Errorf("%s %s: %w", cl.method, cl.safeURL, err))
+	}
+	out, err := h.cb.Execute(func() ([]byte, error) { return c.send(ctx, cl) })
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return nil, breakerOpen()
+	}
+	return out, err
+}
+
+// send sends the request once and classifies the answer.
+func (c *Caller) send(ctx context.Context, cl *call) ([]byte, error) {
+	var body io.Reader
+	if cl.body != nil {
+		body = bytes.NewReader(cl.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, cl.url, body)
+	if err != nil {
+		return nil, failed(permanent, fmt.Errorf("%s %s: %w", cl.method, cl.safeURL, stripURLError(err)))
+	}
+	req.Header = cl.header.Clone()
+	res, err := c.client.Do(req)
+	if err != nil {
+		err = stripURLError(err)
+		if ctx.Err() != nil {
+			return nil, failed(cut, fmt.Errorf("%s %s: %w", cl.method, cl.safeURL, ctx.Err()))
+		}
+		// A certificate that does not verify needs an operator, not a retry.
+		var cv *tls.CertificateVerificationError
+		if errors.As(err, &cv) {
+			return nil, failed(permanent, fmt.Errorf("%s %s: %w", cl.method, cl.safeURL, err))
+		}
+		return nil, failed(transient, fmt.Errorf("%s %s: %w", cl.method, cl.safeURL, err))
+	}
+	defer func() {
+		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, drainLimit))
+		_ = res.Body.Close()
+	}()
+
+	if o := cl.status.classify(res.StatusCode); o != success {
+		// Best effort: a failed read only shortens the excerpt.
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 2*bodyExcerpt))
+		se := &StatusError{Method: cl.method, URL: cl.safeURL, Code: res.StatusCode, Body: excerpt(b)}
+		if o == transient && (res.StatusCode == http.StatusTooManyRequests || res.StatusCode == http.StatusServiceUnavailable) {
+			se.RetryAfter = parseRetryAfter(res.Header.Get("Retry-After"), c.now())
+		}
+		return nil, failed(o, se)
+	}
+	tooLarge := func() error {
+		return failed(permanent, fmt.Errorf("%s %s: HTTP %d: %w: over %d bytes", cl.method, cl.safeURL, res.StatusCode,
+			ErrResponseTooLarge, c.maxBytes))
+	}
+	if res.ContentLength > c.maxBytes {
+		return nil, tooLarge()
+	}
+	b, err := io.ReadAll(io.LimitReader(res.Body, c.maxBytes+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, failed(cut, fmt.Errorf("%s %s: read body: %w", cl.method, cl.safeURL, ctx.Err()))
+		}
+		return nil, failed(transient, fmt.Errorf("%s %s: HTTP %d: read body: %w", cl.method, cl.safeURL, res.StatusCode, err))
+	}
+	if int64(len(b)) > c.maxBytes {
+		return nil, tooLarge()
+	}
+	return b, nil
+}
+
+// stripURLError drops the *url.Error around err: its message repeats the
+// raw URL, query secrets and userinfo included.
+func stripURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// parseRetryAfter reads a Retry-After value, seconds or an HTTP date; 0 when
+// absent, invalid or past.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// jsonOutput makes a success body a step output, which must be JSON.
+func jsonOutput(body []byte) []byte {
+	t := bytes.TrimSpace(body)
+	if len(t) == 0 {
+		return []byte("null")
+	}
+	if json.Valid(t) {
+		return t
+	}
+	out, _ := json.Marshal(string(body)) // a string always marshals
+	return out
+}
