@@ -77,6 +77,12 @@ type ResubmitOptions struct {
 // Resubmit puts an Error or Cancelled task back to work after an operator
 // fixed the cause (SAS-8). Idempotency keys stay the same, so a remote service
 // that already applied a step recognises the retry.
+//
+// A Compensated task (its completed steps were undone) runs again from its
+// first step as a new run: its steps get new idempotency keys (suffix
+// "/run-N"), since the remote services already saw and undid the old ones
+// and would otherwise answer the redo from their idempotency stores without
+// doing it. Such a task cannot start from a later step.
 func (c *Client) Resubmit(ctx context.Context, id string, opts *ResubmitOptions) (*Task, error) {
 	from, actor := -1, "operator"
 	if opts != nil {

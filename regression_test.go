@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -228,5 +230,96 @@ func TestSecondClientWithSameInstanceIDIsRefused(t *testing.T) {
 	}
 	if err := second.Stop(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Compensated task can be resubmitted: it runs again from its first step
+// as a new run, with new idempotency keys, since the remote services saw
+// (and undid) the old ones.
+func TestResubmitCompensatedIsNewRun(t *testing.T) {
+	d := newStore(t)
+	ctx := context.Background()
+	var bFails atomic.Bool
+	bFails.Store(true)
+	var mu sync.Mutex
+	keys := map[string][]string{} // agent → keys seen
+	record := func(r *drover.AgentRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		keys[r.Agent] = append(keys[r.Agent], r.IdempotencyKey)
+	}
+	ok := func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
+		record(r)
+		return []byte(`"ok"`), nil
+	}
+	wfs := []drover.Workflow{{Name: "w", OnFailure: drover.PolicyCompensate, Steps: []drover.Step{
+		{Name: "a", Agent: "a", Compensation: "ca", Timeout: 5 * time.Second},
+		{Name: "b", Agent: "b", Timeout: 5 * time.Second},
+	}}}
+	c := startClient(t, drover.Config{Store: d, Workflows: wfs, Agents: []drover.Agent{
+		{Name: "a", Func: ok}, {Name: "ca", Func: ok},
+		{Name: "b", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
+			record(r)
+			if bFails.Load() {
+				return nil, drover.Permanent(errors.New("card declined"))
+			}
+			return []byte(`"charged"`), nil
+		}},
+	}})
+	tk, err := c.Submit(ctx, "w", []byte(`{}`), &drover.SubmitOptions{ID: "order-9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitTask(t, c, tk.ID); got.ProcessState != drover.Compensated {
+		t.Fatalf("first run ended %s, want Compensated", got.ProcessState)
+	}
+	from := 1
+	if _, err := c.Resubmit(ctx, tk.ID, &drover.ResubmitOptions{FromStep: &from}); !errors.Is(err, drover.ErrNotResubmittable) {
+		t.Fatalf("resubmit a compensated task from step 1: err %v, want ErrNotResubmittable", err)
+	}
+	bFails.Store(false)
+	re, err := c.Resubmit(ctx, tk.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if re.ProcessState != drover.Pending {
+		t.Fatalf("resubmitted task is %s, want Pending", re.ProcessState)
+	}
+	got := waitTask(t, c, tk.ID)
+	if got.ProcessState != drover.Processed || string(got.Output) != `"charged"` {
+		t.Fatalf("second run: task %s output %s, want Processed \"charged\"", got.ProcessState, got.Output)
+	}
+	for _, s := range got.Steps {
+		if s.CompensationState != "" || s.ProcessState != drover.Processed {
+			t.Errorf("step %s after the second run: %s, compensation %q", s.Name, s.ProcessState, s.CompensationState)
+		}
+		if !strings.HasSuffix(s.IdempotencyKey, "/run-2") {
+			t.Errorf("step %s key %q, want the run-2 key", s.Name, s.IdempotencyKey)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string][]string{
+		"a":  {"order-9/0/a", "order-9/0/a/run-2"},
+		"ca": {"order-9/0/a/compensate"},
+		"b":  {"order-9/1/b", "order-9/1/b/run-2"},
+	}
+	for agent, w := range want {
+		if fmt.Sprint(keys[agent]) != fmt.Sprint(w) {
+			t.Errorf("agent %s saw keys %v, want %v", agent, keys[agent], w)
+		}
+	}
+	evs, err := c.Events(ctx, drover.EventQuery{TaskID: tk.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range evs {
+		if e.Type == drover.EventResubmitted && strings.Contains(e.Message, "run 2") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no resubmitted event naming run 2 in %d events", len(evs))
 	}
 }

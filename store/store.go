@@ -103,7 +103,9 @@ type Executor interface {
 	// StepListByTasks returns the steps of the given tasks ordered by task
 	// then index.
 	StepListByTasks(ctx context.Context, taskIDs []string) ([]*drovertype.Step, error)
-	// StepUpdateMany writes the mutable fields of each step.
+	// StepUpdateMany writes the mutable fields of each step, including
+	// IdempotencyKey (it changes only when a Compensated task is
+	// resubmitted: a new run gets new keys).
 	StepUpdateMany(ctx context.Context, steps []*drovertype.Step) error
 
 	RequestInsertMany(ctx context.Context, reqs []*drovertype.AgentRequest) error

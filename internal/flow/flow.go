@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,8 +19,9 @@ import (
 var (
 	// ErrTaskConflict: a task with this ID exists with a different workflow or input.
 	ErrTaskConflict = errors.New("task ID already used with a different workflow or input")
-	// ErrNotResubmittable: only Error and Cancelled tasks can be resubmitted.
-	ErrNotResubmittable = errors.New("task is not in Error or Cancelled")
+	// ErrNotResubmittable: only Error, Cancelled and Compensated tasks can
+	// be resubmitted.
+	ErrNotResubmittable = errors.New("task is not in Error or Cancelled, nor Compensated")
 	// ErrAlreadyFinal: the task is final and cannot be cancelled.
 	ErrAlreadyFinal = errors.New("task is already final")
 	// ErrNotLeader: this supervisor does not hold the current lease.
@@ -805,17 +808,21 @@ func Cancel(ctx context.Context, x store.Executor, id, actor, reason string, now
 	return t, b.flush(ctx, x)
 }
 
-// Resubmit puts an Error or Cancelled task back to work, keeping every step's
-// idempotency key. A task whose compensation failed resumes compensating.
-// Otherwise it resumes forward from fromStep, or, when fromStep < 0, from its
-// first step not yet Processed.
+// Resubmit puts an Error or Cancelled task back to work, keeping every
+// step's idempotency key. A task whose compensation failed resumes
+// compensating. Otherwise it resumes forward from fromStep, or, when
+// fromStep < 0, from its first step not yet Processed. A Compensated task
+// starts a new run (resubmitCompensated).
 func Resubmit(ctx context.Context, x store.Executor, id, actor string, fromStep int, now time.Time) (*dt.Task, error) {
 	t, err := x.TaskGet(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if t.ProcessState != dt.Error && t.ProcessState != dt.Cancelled {
+	if t.ProcessState != dt.Error && t.ProcessState != dt.Cancelled && t.ProcessState != dt.Compensated {
 		return t, fmt.Errorf("task %q is %s: %w", id, t.ProcessState, ErrNotResubmittable)
+	}
+	if t.ProcessState == dt.Compensated && fromStep > 0 {
+		return t, fmt.Errorf("task %q was compensated, so it can only run again from the start (step 0), not from step %d: %w", id, fromStep, ErrNotResubmittable)
 	}
 	if fromStep >= t.StepCount {
 		return t, fmt.Errorf("task %q has %d steps, step %d: %w", id, t.StepCount, fromStep, ErrBadStep)
@@ -826,6 +833,9 @@ func Resubmit(ctx context.Context, x store.Executor, id, actor string, fromStep 
 	}
 	steps := ls[id].steps
 	b := newBatch()
+	if t.ProcessState == dt.Compensated {
+		return resubmitCompensated(ctx, x, b, t, steps, actor, now)
+	}
 	compensating := false
 	for _, s := range steps {
 		if s.CompensationState != "" {
@@ -874,4 +884,46 @@ func Resubmit(ctx context.Context, x store.Executor, id, actor string, fromStep 
 	b.event(ev(t, fromStep, dt.EventResubmitted, actor, now))
 	b.claimable = true
 	return t, b.flush(ctx, x)
+}
+
+// resubmitCompensated starts a Compensated task again from its first step,
+// as a new run. Its steps were done and then undone, so the remote services
+// have seen their idempotency keys already: reusing them would make a
+// service answer the redo from its idempotency store without doing it
+// again. Every step therefore gets the key of the next run (NextRunKey);
+// within the run, keys stay stable over attempts as always.
+func resubmitCompensated(ctx context.Context, x store.Executor, b *batch, t *dt.Task, steps []*dt.Step, actor string, now time.Time) (*dt.Task, error) {
+	run := 0
+	for _, s := range steps {
+		s.IdempotencyKey, run = NextRunKey(s.IdempotencyKey)
+		s.ProcessState, s.CompensationState = dt.Pending, ""
+		s.FailureCount, s.LastError, s.Output, s.UpdatedAt = 0, "", nil, now
+		s.LockedBy, s.CompleteBy, s.StartedAt, s.FinishedAt = "", nil, nil, nil
+		b.step(s)
+	}
+	t.ProcessState, t.CurrentStep, t.Output = dt.Pending, 0, nil
+	t.FailureCount, t.LastError = 0, ""
+	t.LockedBy, t.CompleteBy = "", nil
+	t.AvailableAt, t.UpdatedAt = now, now
+	b.task(t)
+	e := ev(t, 0, dt.EventResubmitted, actor, now)
+	e.Message = fmt.Sprintf("run %d: the task was compensated, so its steps run again with new idempotency keys", run)
+	b.event(e)
+	b.claimable = true
+	return t, b.flush(ctx, x)
+}
+
+// NextRunKey returns the idempotency key of a step's next run and that
+// run's number: "T/0/charge" (run 1) becomes "T/0/charge/run-2", and
+// "T/0/charge/run-2" becomes "T/0/charge/run-3". Task IDs and step names
+// contain no "/", so the suffix cannot be confused with them.
+func NextRunKey(key string) (string, int) {
+	parts := strings.Split(key, "/")
+	if len(parts) == 4 {
+		if n, err := strconv.Atoi(strings.TrimPrefix(parts[3], "run-")); err == nil && n >= 2 {
+			parts[3] = "run-" + strconv.Itoa(n+1)
+			return strings.Join(parts, "/"), n + 1
+		}
+	}
+	return key + "/run-2", 2
 }

@@ -574,14 +574,16 @@ func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.Step) error {
 		completeBy, started, finished = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 		outputs                       = make([][]byte, n)
 		updated                       = make([]time.Time, n)
+		keys                          = make([]string, n)
 	)
 	for i, s := range steps {
+		keys[i] = s.IdempotencyKey
 		taskIDs[i], index[i], states[i], compStates[i] = s.TaskID, int32(s.Index), string(s.ProcessState), string(s.CompensationState)
 		lockedBy[i], completeBy[i], failures[i], attempts[i] = nullStr(s.LockedBy), s.CompleteBy, int32(s.FailureCount), int32(s.Attempt)
 		outputs[i], lastErrs[i], started[i], finished[i], updated[i] = s.Output, nullStr(s.LastError), s.StartedAt, s.FinishedAt, s.UpdatedAt
 	}
 	return e.later(ctx, "update steps", e.d.q.stepUpdate, []any{taskIDs, index, states, compStates, lockedBy, completeBy,
-		failures, attempts, outputs, lastErrs, started, finished, updated}, nil, nil)
+		failures, attempts, outputs, lastErrs, started, finished, updated, keys}, nil, nil)
 }
 
 // ---- agent requests ----

@@ -118,11 +118,11 @@ const (
 	tStepUpdate = `UPDATE {s}.steps AS s SET process_state = u.process_state, compensation_state = u.compensation_state,
    locked_by = u.locked_by, complete_by = u.complete_by, failure_count = u.failure_count, attempt = u.attempt,
    output = u.output, last_error = u.last_error, started_at = u.started_at, finished_at = u.finished_at,
-   updated_at = u.updated_at
+   updated_at = u.updated_at, idempotency_key = u.idempotency_key
  FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::int[], $8::int[],
-   $9::bytea[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[])
+   $9::bytea[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[], $14::text[])
    AS u(task_id, step_index, process_state, compensation_state, locked_by, complete_by, failure_count, attempt,
-        output, last_error, started_at, finished_at, updated_at)
+        output, last_error, started_at, finished_at, updated_at, idempotency_key)
  WHERE s.task_id = u.task_id AND s.step_index = u.step_index`
 
 	// Inserts that hand IDs back: rows are fed in input order (ORDER BY

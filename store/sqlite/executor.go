@@ -455,7 +455,7 @@ func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.Step) error {
 	for i, s := range steps {
 		rows[i] = []any{s.TaskID, s.Index, string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy),
 			usPtr(s.CompleteBy), s.FailureCount, s.Attempt, s.Output, nullStr(s.LastError),
-			usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt)}
+			usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt), s.IdempotencyKey}
 	}
 	return e.execRows(ctx, "update steps", mStepUpdate, rows, nil)
 }

@@ -115,8 +115,8 @@ var (
 	mStepUpdate = newMultiRow(`UPDATE steps SET process_state = u.column3, compensation_state = u.column4,
  locked_by = u.column5, complete_by = u.column6, failure_count = u.column7, attempt = u.column8,
  output = u.column9, last_error = u.column10, started_at = u.column11, finished_at = u.column12,
- updated_at = u.column13 FROM (VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?,?,?)`, `) AS u WHERE steps.task_id = u.column1 AND steps.step_index = u.column2`)
+ updated_at = u.column13, idempotency_key = u.column14 FROM (VALUES `,
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, `) AS u WHERE steps.task_id = u.column1 AND steps.step_index = u.column2`)
 	mRequestInsert = newMultiRow(`INSERT INTO agent_requests (agent, task_id, step_index, attempt, kind,
  idempotency_key, complete_by, scheduler, claimed_by, created_at) VALUES `,
 		`(?,?,?,?,?,?,?,?,?,?)`, "")

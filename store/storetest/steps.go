@@ -140,16 +140,19 @@ func testStepUpdateMany(t *testing.T, d store.Driver) {
 	checkEqual(t, "step 0 back to nulls", got[0], &a3)
 	checkEqual(t, "step 1 back from nulls", got[1], &b3)
 
-	// The definition and the idempotency key of a step never change.
+	// The definition of a step never changes; its idempotency key changes
+	// when a compensated task starts a new run.
 	a4 := a3
-	a4.Name, a4.Agent, a4.Timeout, a4.Compensation, a4.IdempotencyKey = "x", "x", time.Hour, "x", "x"
+	a4.Name, a4.Agent, a4.Timeout, a4.Compensation, a4.IdempotencyKey = "x", "x", time.Hour, "x", a.IdempotencyKey+"/run-2"
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		return x.StepUpdateMany(ctx, []*dt.Step{&a4})
 	})
 	g := getSteps(t, d, "t")[0]
-	if g.Name != a.Name || g.Agent != a.Agent || g.Timeout != a.Timeout || g.Compensation != a.Compensation ||
-		g.IdempotencyKey != a.IdempotencyKey {
+	if g.Name != a.Name || g.Agent != a.Agent || g.Timeout != a.Timeout || g.Compensation != a.Compensation {
 		t.Errorf("StepUpdateMany changed immutable fields: %+v", g)
+	}
+	if g.IdempotencyKey != a.IdempotencyKey+"/run-2" {
+		t.Errorf("StepUpdateMany: idempotency key %q, want %q", g.IdempotencyKey, a.IdempotencyKey+"/run-2")
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.StepUpdateMany(ctx, nil) })
 }
