@@ -203,7 +203,7 @@ func TestClientRestartWithSameInstanceIDResumes(t *testing.T) {
 	var hung atomic.Int64
 	// A short instance lease: the "crashed" first life stops renewing it at
 	// Stop, and the second life may start once it has expired.
-	const leaseTTL = time.Second
+	const leaseTTL = 3 * time.Second // long enough that a loaded machine reaches the twin check before it expires
 	c1, err := drover.New(drover.Config{Store: d, InstanceID: "node-1", Workflows: []drover.Workflow{wf}, Roles: roles,
 		PollInterval: 10 * time.Millisecond, LeaseTTL: leaseTTL,
 		Agents: []drover.Agent{{Name: "a", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
