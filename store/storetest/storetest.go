@@ -63,6 +63,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Driver) {
 		{"Queue", queueCases()},
 		{"Ordering", orderingCases()},
 		{"WorkflowDef", workflowDefCases()},
+		{"Webhook", webhookCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -1,0 +1,88 @@
+package webhook
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+)
+
+// Payload is the JSON body of a webhook request. It is built once, when the
+// delivery is queued, so every attempt sends the same bytes. Type, State and
+// OccurredAt come from the event; the rest is the task as it was when the
+// delivery was queued (normally within a poll interval of the event).
+type Payload struct {
+	// ID is the event ID, as in the Drover-Event-Id header: receivers
+	// de-duplicate on it.
+	ID         string          `json:"id"`
+	Type       string          `json:"type"` // processed, compensated, error or cancelled
+	TaskID     string          `json:"task_id"`
+	Workflow   string          `json:"workflow"`
+	State      string          `json:"state"`      // the task's state after the event
+	Output     json.RawMessage `json:"output"`     // the task's output; null when none
+	LastError  string          `json:"last_error"` // why the task failed; "" when it did not
+	Message    string          `json:"message"`    // the event's message (a cancel reason, an error)
+	OccurredAt time.Time       `json:"occurred_at"`
+	Task       TaskJSON        `json:"task"`
+}
+
+// TaskJSON is the task in a Payload: the fields of GET /v1/tasks/{id}
+// without steps, lock and deadline (a final task holds none), and without
+// the callback URL (which may carry a credential of its receiver's).
+type TaskJSON struct {
+	ID               string          `json:"id"`
+	Workflow         string          `json:"workflow"`
+	WorkflowVersion  int             `json:"workflow_version"`
+	State            string          `json:"state"`
+	Input            json.RawMessage `json:"input"`
+	Output           json.RawMessage `json:"output"`
+	LastError        string          `json:"last_error"`
+	FailureCount     int             `json:"failure_count"`
+	CurrentStep      int             `json:"current_step"`
+	StepCount        int             `json:"step_count"`
+	OrderingKey      string          `json:"ordering_key"`
+	OrderingSeq      int64           `json:"ordering_seq"`
+	FailureThreshold int             `json:"failure_threshold"`
+	OnFailure        string          `json:"on_failure"`
+	CreatedAt        time.Time       `json:"created_at"`
+	UpdatedAt        time.Time       `json:"updated_at"`
+}
+
+// jsonOrString returns b as raw JSON if it is valid JSON, as a JSON string
+// otherwise, and null when b is empty (as the HTTP API does).
+func jsonOrString(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	s, _ := json.Marshal(string(b))
+	return s
+}
+
+// BuildPayload returns the body of the webhook for event ev of task t.
+func BuildPayload(ev *dt.Event, t *dt.Task) ([]byte, error) {
+	state := string(ev.State)
+	if state == "" {
+		state = string(t.ProcessState)
+	}
+	p := Payload{
+		ID: strconv.FormatInt(ev.ID, 10), Type: string(ev.Type), TaskID: t.ID, Workflow: t.Workflow, State: state,
+		Output: jsonOrString(t.Output), LastError: t.LastError, Message: ev.Message, OccurredAt: ev.CreatedAt.UTC(),
+		Task: TaskJSON{
+			ID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, State: string(t.ProcessState),
+			Input: jsonOrString(t.Input), Output: jsonOrString(t.Output), LastError: t.LastError,
+			FailureCount: t.FailureCount, CurrentStep: t.CurrentStep, StepCount: t.StepCount,
+			OrderingKey: t.OrderingKey, OrderingSeq: t.OrderingSeq, FailureThreshold: t.FailureThreshold,
+			OnFailure: string(t.OnFailure), CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(),
+		},
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: payload of event %d: %w", ev.ID, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,794 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drover-run/drover"
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/store"
+	"github.com/drover-run/drover/store/postgres"
+)
+
+const testSecret = "webhook-test-secret-0123456789"
+
+// drivers runs fn once per store driver.
+func drivers(t *testing.T, fn func(t *testing.T, open func(t *testing.T) store.Driver)) {
+	t.Run("sqlite", func(t *testing.T) { fn(t, func(t *testing.T) store.Driver { return testutil.SQLite(t) }) })
+	t.Run("postgres", func(t *testing.T) { fn(t, func(t *testing.T) store.Driver { return testutil.Postgres(t) }) })
+}
+
+// waitFor polls cond until it holds or 30s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// ---- a receiver ----
+
+type hit struct {
+	Path, EventID, EventType, Attempt, Signature, ContentType string
+	Body                                                      []byte
+	At                                                        time.Time
+	Status                                                    int
+}
+
+func (h hit) key() string { return h.Path + " " + h.EventID }
+
+// receiver is an httptest server recording every request once answered
+// (Status 0: the sender gave up before the answer). respond picks
+// the status of a request from the hit and how many requests for the same
+// (path, event) came before it; nil answers 200. It also notes any two
+// requests for the same (path, event) in flight at once.
+type receiver struct {
+	srv *httptest.Server
+
+	mu      sync.Mutex
+	hits    []hit
+	active  map[string]int // requests in flight per (path, event)
+	seen    map[string]int // requests received per (path, event)
+	overlap []string
+	respond func(h hit, before int) int
+	// hold, when set, is called in the handler before answering (to keep
+	// a request in flight).
+	hold func(r *http.Request, h hit)
+}
+
+func newReceiver(t *testing.T) *receiver {
+	rc := &receiver{active: map[string]int{}, seen: map[string]int{}}
+	rc.srv = httptest.NewServer(http.HandlerFunc(rc.serve))
+	t.Cleanup(rc.srv.Close)
+	return rc
+}
+
+func (rc *receiver) url(path string) string { return rc.srv.URL + path }
+
+func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	h := hit{Path: r.URL.Path, EventID: r.Header.Get(HeaderEventID), EventType: r.Header.Get(HeaderEventType),
+		Attempt: r.Header.Get(HeaderAttempt), Signature: r.Header.Get(HeaderSignature),
+		ContentType: r.Header.Get("Content-Type"), Body: body, At: time.Now()}
+	if r.Method != http.MethodPost {
+		h.Path = r.Method + " " + h.Path
+	}
+	rc.mu.Lock()
+	before := rc.seen[h.key()]
+	rc.seen[h.key()]++
+	if rc.active[h.key()] > 0 {
+		rc.overlap = append(rc.overlap, h.key())
+	}
+	rc.active[h.key()]++
+	respond, hold := rc.respond, rc.hold
+	rc.mu.Unlock()
+	h.Status = http.StatusOK
+	if respond != nil {
+		h.Status = respond(h, before)
+	}
+	if hold != nil {
+		hold(r, h)
+	}
+	if r.Context().Err() != nil {
+		h.Status = 0 // the sender gave up: no answer reached it
+	}
+	rc.mu.Lock()
+	rc.active[h.key()]--
+	rc.hits = append(rc.hits, h)
+	rc.mu.Unlock()
+	if h.Status == 0 {
+		return // nobody reads this answer
+	}
+	w.WriteHeader(h.Status)
+	fmt.Fprintf(w, "answer %d", h.Status)
+}
+
+func (rc *receiver) all() []hit {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]hit(nil), rc.hits...)
+}
+
+// okCount counts the 2xx answers per (path, event).
+func (rc *receiver) okCount() map[string]int {
+	out := map[string]int{}
+	for _, h := range rc.all() {
+		if h.Status/100 == 2 {
+			out[h.key()]++
+		}
+	}
+	return out
+}
+
+// ---- a drover client running tasks to every final state ----
+
+// startClient starts a client with workflows that end Processed (echo),
+// Error (fail), Compensated (comp) and never (external: its agent runs
+// nowhere, so the test cancels it).
+func startClient(t *testing.T, drv store.Driver) *drover.Client {
+	t.Helper()
+	echo := func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) { return r.Input, nil }
+	c, err := drover.New(drover.Config{
+		Store: drv, PollInterval: 10 * time.Millisecond, SupervisorInterval: 50 * time.Millisecond,
+		Workflows: []drover.Workflow{
+			{Name: "echo", Steps: []drover.Step{{Name: "a", Agent: "echo"}}},
+			{Name: "fail", Steps: []drover.Step{{Name: "a", Agent: "fail"}}},
+			{Name: "comp", OnFailure: drover.PolicyCompensate, Steps: []drover.Step{
+				{Name: "a", Agent: "echo", Compensation: "echo"}, {Name: "b", Agent: "fail"}}},
+			{Name: "external", Steps: []drover.Step{{Name: "a", Agent: "remote"}}},
+		},
+		Agents: []drover.Agent{
+			{Name: "echo", Func: echo},
+			{Name: "fail", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
+				return nil, drover.Permanent(errors.New("card declined"))
+			}},
+		},
+		ExternalAgents: []string{"remote"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+	return c
+}
+
+func submit(t *testing.T, c *drover.Client, workflow, id, callback string) {
+	t.Helper()
+	input := []byte(`{"order":"` + id + `"}`)
+	if _, err := c.Submit(context.Background(), workflow, input, &drover.SubmitOptions{ID: id, CallbackURL: callback}); err != nil {
+		t.Fatalf("submit %s: %v", id, err)
+	}
+}
+
+func wait(t *testing.T, c *drover.Client, id string, want drover.ProcessState) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	task, err := c.Wait(ctx, id)
+	if err != nil {
+		t.Fatalf("wait %s: %v", id, err)
+	}
+	if task.ProcessState != want {
+		t.Fatalf("task %s is %s, want %s", id, task.ProcessState, want)
+	}
+}
+
+// ---- running a dispatcher ----
+
+// logBuffer collects log output, to check what is (not) logged.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// fastOptions are options for tests: quick polls and back-off.
+func fastOptions(logs *logBuffer, urls ...string) Options {
+	return Options{
+		Secret: []byte(testSecret), URLs: urls, PollInterval: 5 * time.Millisecond,
+		BackoffBase: time.Millisecond, BackoffMax: 4 * time.Millisecond, Timeout: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+}
+
+func newDispatcher(t *testing.T, drv store.Driver, opts Options) *Dispatcher {
+	t.Helper()
+	d, err := New(drv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// run starts d.Run; the returned stop cancels it and waits for it to
+// return (failing the test if it does not within 30s).
+func run(t *testing.T, d *Dispatcher) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run = %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("Run did not return within 30s of its context ending")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func deliveries(t *testing.T, drv store.Driver, p store.WebhookDeliveryListParams) []*dt.WebhookDelivery {
+	t.Helper()
+	ds, err := drv.Reader().WebhookDeliveryList(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+// finalEvents returns the final-state events of the store, by ID.
+func finalEvents(t *testing.T, drv store.Driver) map[int64]*dt.Event {
+	t.Helper()
+	evs, err := drv.Reader().EventList(context.Background(), store.EventListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64]*dt.Event{}
+	for _, ev := range evs {
+		if dt.IsWebhookEvent(ev.Type) {
+			out[ev.ID] = ev
+		}
+	}
+	return out
+}
+
+// brief describes deliveries without their payloads, for failure messages.
+func brief(ds ...*dt.WebhookDelivery) string {
+	var b strings.Builder
+	for _, w := range ds {
+		fmt.Fprintf(&b, "\n  delivery %d event %d %s: %s attempts %d claimed by %q status %d error %q next %s",
+			w.ID, w.EventID, w.URL, w.Status(), w.Attempts, w.ClaimedBy, w.LastStatus, w.LastError, w.NextAttemptAt.Format(time.RFC3339Nano))
+	}
+	return b.String()
+}
+
+func briefHits(hs []hit) string {
+	var b strings.Builder
+	for _, h := range hs {
+		fmt.Fprintf(&b, "\n  %s event %s attempt %s → %d", h.Path, h.EventID, h.Attempt, h.Status)
+	}
+	return b.String()
+}
+
+// ---- tests ----
+
+func TestNewValidatesOptions(t *testing.T) {
+	drv := testutil.SQLite(t)
+	good := Options{Secret: []byte(testSecret)}
+	cases := []struct {
+		name string
+		mod  func(o *Options)
+		want string
+	}{
+		{"no secret", func(o *Options) { o.Secret = nil }, "Secret is 0 bytes"},
+		{"short secret", func(o *Options) { o.Secret = []byte("short") }, "at least 16"},
+		{"relative URL", func(o *Options) { o.URLs = []string{"/hook"} }, "URLs[0]"},
+		{"ftp URL", func(o *Options) { o.URLs = []string{"http://ok.example/", "ftp://x.example/"} }, "URLs[1]"},
+		{"negative timeout", func(o *Options) { o.Timeout = -time.Second }, "Timeout"},
+		{"negative attempts", func(o *Options) { o.MaxAttempts = -1 }, "MaxAttempts"},
+		{"max below base", func(o *Options) { o.BackoffBase, o.BackoffMax = time.Minute, time.Second }, "BackoffMax"},
+	}
+	for _, c := range cases {
+		o := good
+		c.mod(&o)
+		_, err := New(drv, o)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: New = %v, want an error mentioning %q", c.name, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), testSecret) {
+			t.Errorf("%s: error shows the secret: %v", c.name, err)
+		}
+	}
+	d, err := New(drv, Options{Secret: []byte(testSecret), URLs: []string{"https://a.example/x", "https://a.example/x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.opts.URLs) != 1 || d.opts.Timeout != DefaultTimeout || d.opts.MaxAttempts != DefaultMaxAttempts || d.Instance() == "" {
+		t.Errorf("defaults not applied: %+v", d.opts)
+	}
+}
+
+// Every final state of a task (Processed, Error, Compensated, Cancelled)
+// reaches the task's callback URL and the global URL exactly once, signed;
+// events that are not final and tasks without a callback send nothing to
+// a callback URL.
+func TestFinalStatesDelivered(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		t.Parallel()
+		drv := open(t)
+		rc := newReceiver(t)
+		logs := &logBuffer{}
+		c := startClient(t, drv)
+		// The dispatcher starts after the tasks: the store's cursor starts
+		// at its migration, so nothing is missed.
+		submit(t, c, "echo", "ok-1", rc.url("/cb/ok-1"))
+		submit(t, c, "fail", "fail-1", rc.url("/cb/fail-1"))
+		submit(t, c, "comp", "comp-1", rc.url("/cb/comp-1"))
+		submit(t, c, "external", "cancel-1", rc.url("/cb/cancel-1"))
+		submit(t, c, "echo", "nocb-1", "")
+		wait(t, c, "ok-1", drover.Processed)
+		wait(t, c, "fail-1", drover.Error)
+		wait(t, c, "comp-1", drover.Compensated)
+		wait(t, c, "nocb-1", drover.Processed)
+		if _, err := c.Cancel(context.Background(), "cancel-1", "customer asked"); err != nil {
+			t.Fatal(err)
+		}
+
+		d := newDispatcher(t, drv, fastOptions(logs, rc.url("/all")))
+		stop := run(t, d)
+		finals := finalEvents(t, drv)
+		if len(finals) != 5 {
+			t.Fatalf("%d final events, want 5", len(finals))
+		}
+		want := map[string]*dt.Event{} // "path eventID" → event
+		for _, ev := range finals {
+			want[fmt.Sprintf("/all %d", ev.ID)] = ev
+			if ev.TaskID != "nocb-1" {
+				want[fmt.Sprintf("/cb/%s %d", ev.TaskID, ev.ID)] = ev
+			}
+		}
+		waitFor(t, "every webhook delivered", func() bool { return len(rc.okCount()) == len(want) })
+		stop()
+
+		for k, n := range rc.okCount() {
+			if want[k] == nil {
+				t.Errorf("unexpected webhook %s", k)
+			} else if n != 1 {
+				t.Errorf("webhook %s delivered %d times, want once", k, n)
+			}
+		}
+		wantType := map[string]string{"ok-1": "processed", "nocb-1": "processed", "fail-1": "error", "comp-1": "compensated", "cancel-1": "cancelled"}
+		wantState := map[string]string{"ok-1": "Processed", "nocb-1": "Processed", "fail-1": "Error", "comp-1": "Compensated", "cancel-1": "Cancelled"}
+		for _, h := range rc.all() {
+			ev := want[h.key()]
+			if ev == nil {
+				continue
+			}
+			if err := Verify([]byte(testSecret), h.Signature, h.Body, time.Now(), 0); err != nil {
+				t.Errorf("%s: signature %q does not verify: %v", h.key(), h.Signature, err)
+			}
+			if err := Verify([]byte("another-secret-0123456"), h.Signature, h.Body, time.Now(), 0); !errors.Is(err, ErrBadSignature) {
+				t.Errorf("%s: verifies with another secret: %v", h.key(), err)
+			}
+			if h.ContentType != "application/json" || h.Attempt != "1" || h.EventID != strconv.FormatInt(ev.ID, 10) || h.EventType != string(ev.Type) {
+				t.Errorf("%s: headers Content-Type %q, attempt %q, event %q %q", h.key(), h.ContentType, h.Attempt, h.EventID, h.EventType)
+			}
+			var p Payload
+			if err := json.Unmarshal(h.Body, &p); err != nil {
+				t.Fatalf("%s: body is not JSON: %v\n%s", h.key(), err, h.Body)
+			}
+			if p.ID != h.EventID || p.TaskID != ev.TaskID || p.Type != wantType[ev.TaskID] || p.State != wantState[ev.TaskID] ||
+				p.Task.ID != ev.TaskID || p.Task.State != wantState[ev.TaskID] || !p.OccurredAt.Equal(ev.CreatedAt) {
+				t.Errorf("%s: payload %s", h.key(), h.Body)
+			}
+			if want := `{"order":"` + ev.TaskID + `"}`; string(p.Task.Input) != want {
+				t.Errorf("%s: task input %s, want %s", h.key(), p.Task.Input, want)
+			}
+			switch ev.TaskID {
+			case "ok-1":
+				if string(p.Output) != `{"order":"ok-1"}` || p.Workflow != "echo" {
+					t.Errorf("%s: output %s workflow %q", h.key(), p.Output, p.Workflow)
+				}
+			case "fail-1":
+				if !strings.Contains(p.LastError, "card declined") || string(p.Output) != "null" {
+					t.Errorf("%s: last_error %q output %s", h.key(), p.LastError, p.Output)
+				}
+			case "cancel-1":
+				if p.Message != "customer asked" {
+					t.Errorf("%s: message %q, want the cancel reason", h.key(), p.Message)
+				}
+			}
+			if bytes.Contains(h.Body, []byte("/cb/")) {
+				t.Errorf("%s: the payload shows the callback URL: %s", h.key(), h.Body)
+			}
+		}
+		// The store: one delivered delivery per (final event, URL), nothing else.
+		ds := deliveries(t, drv, store.WebhookDeliveryListParams{})
+		if len(ds) != len(want) {
+			t.Errorf("%d deliveries stored, want %d", len(ds), len(want))
+		}
+		for _, w := range ds {
+			if w.Status() != dt.WebhookDelivered || w.Attempts != 1 || w.LastStatus != 200 || w.ClaimedBy != "" {
+				t.Errorf("delivery %d (%s): %s, attempts %d, status %d, claimed by %q", w.ID, w.URL, w.Status(), w.Attempts, w.LastStatus, w.ClaimedBy)
+			}
+		}
+		if s := d.Stats(); s.Delivered != int64(len(want)) || s.Enqueued != int64(len(want)) || s.InFlight != 0 || s.Failed != 0 {
+			t.Errorf("Stats = %+v, want %d enqueued and delivered", s, len(want))
+		}
+		if strings.Contains(logs.String(), testSecret) {
+			t.Error("the secret appears in the logs")
+		}
+	})
+}
+
+// A receiver failing the first tries gets retries of the same event, with
+// increasing attempt numbers and the same body, until it answers 2xx.
+func TestRetriesUntilDelivered(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		t.Parallel()
+		drv := open(t)
+		rc := newReceiver(t)
+		rc.respond = func(h hit, before int) int {
+			if before < 3 {
+				return http.StatusServiceUnavailable
+			}
+			return http.StatusNoContent
+		}
+		c := startClient(t, drv)
+		submit(t, c, "echo", "r-1", rc.url("/cb"))
+		wait(t, c, "r-1", drover.Processed)
+		d := newDispatcher(t, drv, fastOptions(&logBuffer{}))
+		stop := run(t, d)
+		waitFor(t, "the delivery to succeed", func() bool { return len(rc.okCount()) == 1 })
+		stop()
+
+		hits := rc.all()
+		if len(hits) != 4 {
+			t.Fatalf("%d requests, want 4 (3 failures, then success)", len(hits))
+		}
+		for i, h := range hits {
+			if h.EventID != hits[0].EventID || h.Attempt != strconv.Itoa(i+1) || !bytes.Equal(h.Body, hits[0].Body) {
+				t.Errorf("request %d: event %s attempt %s; want event %s attempt %d and the same body", i, h.EventID, h.Attempt, hits[0].EventID, i+1)
+			}
+			if err := Verify([]byte(testSecret), h.Signature, h.Body, time.Now(), 0); err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+		}
+		ds := deliveries(t, drv, store.WebhookDeliveryListParams{})
+		if len(ds) != 1 || ds[0].Status() != dt.WebhookDelivered || ds[0].Attempts != 4 || ds[0].LastStatus != 204 {
+			t.Fatalf("deliveries: %s", brief(ds...))
+		}
+		if s := d.Stats(); s.Retried != 3 || s.Delivered != 1 || s.Attempts != 4 {
+			t.Errorf("Stats = %+v, want 3 retried, 1 delivered, 4 attempts", s)
+		}
+	})
+}
+
+// A receiver that always fails gets MaxAttempts requests; then the
+// delivery is failed, with the last error, and a warning is logged.
+func TestGivesUpAfterMaxAttempts(t *testing.T) {
+	drv := testutil.SQLite(t)
+	rc := newReceiver(t)
+	rc.respond = func(hit, int) int { return http.StatusInternalServerError }
+	c := startClient(t, drv)
+	submit(t, c, "fail", "f-1", rc.url("/cb?token=receiver-credential"))
+	wait(t, c, "f-1", drover.Error)
+	logs := &logBuffer{}
+	opts := fastOptions(logs)
+	opts.MaxAttempts = 3
+	d := newDispatcher(t, drv, opts)
+	stop := run(t, d)
+	waitFor(t, "the delivery to fail", func() bool {
+		ds := deliveries(t, drv, store.WebhookDeliveryListParams{Status: dt.WebhookFailed})
+		return len(ds) == 1
+	})
+	stop()
+	if n := len(rc.all()); n != 3 {
+		t.Errorf("%d requests, want MaxAttempts = 3", n)
+	}
+	w := deliveries(t, drv, store.WebhookDeliveryListParams{})[0]
+	if w.Attempts != 3 || w.LastStatus != 500 || !strings.Contains(w.LastError, "HTTP 500: answer 500") ||
+		!strings.Contains(w.LastError, "gave up after 3 attempts") || w.FailedAt == nil {
+		t.Errorf("failed delivery: attempts %d status %d error %q", w.Attempts, w.LastStatus, w.LastError)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "webhook delivery failed for good") {
+		t.Errorf("no warning logged:\n%s", out)
+	}
+	if strings.Contains(out, "receiver-credential") || strings.Contains(out, testSecret) {
+		t.Errorf("the logs show a credential:\n%s", out)
+	}
+	if s := d.Stats(); s.Failed != 1 || s.Retried != 2 {
+		t.Errorf("Stats = %+v, want 1 failed, 2 retried", s)
+	}
+}
+
+// With an injected clock: a delivery still failing MaxAge after it was
+// queued is given up at its next attempt, and final-state events found
+// when already older than MaxAge are not queued at all.
+func TestGivesUpAfterMaxAge(t *testing.T) {
+	drv := testutil.SQLite(t)
+	rc := newReceiver(t)
+	rc.respond = func(hit, int) int { return http.StatusBadGateway }
+	c := startClient(t, drv)
+	submit(t, c, "echo", "a-1", rc.url("/cb"))
+	wait(t, c, "a-1", drover.Processed)
+	fake := clock.NewFake(time.Now())
+	opts := fastOptions(&logBuffer{})
+	opts.Clock = fake
+	opts.BackoffBase, opts.BackoffMax = time.Hour, time.Hour // the retry waits for the clock
+	d := newDispatcher(t, drv, opts)
+	stop := run(t, d)
+	waitFor(t, "the first attempt", func() bool {
+		ds := deliveries(t, drv, store.WebhookDeliveryListParams{})
+		return len(ds) == 1 && ds[0].Attempts == 1 && ds[0].ClaimedBy == ""
+	})
+	first := deliveries(t, drv, store.WebhookDeliveryListParams{})[0]
+	if first.Status() != dt.WebhookPending || first.NextAttemptAt.Before(fake.Now().Add(30*time.Minute)) {
+		t.Fatalf("after one failure: %s, next attempt %s (now %s); want pending, about an hour later", first.Status(), first.NextAttemptAt, fake.Now())
+	}
+	stop()
+	// A task that ends now, seen by a dispatcher a day later.
+	submit(t, c, "echo", "a-2", rc.url("/cb"))
+	wait(t, c, "a-2", drover.Processed)
+	fake.Advance(DefaultMaxAge + time.Hour)
+	d = newDispatcher(t, drv, opts)
+	stop = run(t, d)
+	waitFor(t, "the delivery to be given up", func() bool {
+		return len(deliveries(t, drv, store.WebhookDeliveryListParams{Status: dt.WebhookFailed})) == 1
+	})
+	waitFor(t, "the late event to be skipped", func() bool { return d.Stats().TooOld == 1 })
+	stop()
+	ds := deliveries(t, drv, store.WebhookDeliveryListParams{})
+	if len(ds) != 1 || ds[0].Attempts != 2 || !strings.Contains(ds[0].LastError, "older than 24h0m0s") {
+		t.Fatalf("deliveries = %d, first: attempts %d error %q; want the first only, failed at attempt 2 for its age",
+			len(ds), ds[0].Attempts, ds[0].LastError)
+	}
+	if n := len(rc.all()); n != 2 {
+		t.Errorf("%d requests, want 2", n)
+	}
+}
+
+// Stopping a dispatcher while a request is in flight lets the request run
+// to its timeout and records the attempt; after a restart the event is
+// sent again with the same event ID and body and the next attempt number.
+func TestStopMidDeliveryThenRestart(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		t.Parallel()
+		drv := open(t)
+		rc := newReceiver(t)
+		inFlight := make(chan struct{}, 1)
+		rc.hold = func(r *http.Request, h hit) {
+			if h.Attempt == "1" {
+				inFlight <- struct{}{}
+				<-r.Context().Done() // never answers: the dispatcher's timeout ends it
+			}
+		}
+		c := startClient(t, drv)
+		submit(t, c, "echo", "s-1", rc.url("/cb"))
+		wait(t, c, "s-1", drover.Processed)
+		opts := fastOptions(&logBuffer{})
+		opts.Instance = "disp-1"
+		opts.Timeout = 300 * time.Millisecond
+		d := newDispatcher(t, drv, opts)
+		stop := run(t, d)
+		select {
+		case <-inFlight:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no request arrived")
+		}
+		stop() // returns once the request timed out and its result is recorded
+		ds := deliveries(t, drv, store.WebhookDeliveryListParams{})
+		if len(ds) != 1 || ds[0].Status() != dt.WebhookPending || ds[0].Attempts != 1 || ds[0].ClaimedBy != "" ||
+			!strings.Contains(ds[0].LastError, "no answer within 300ms") {
+			t.Fatalf("after stop: %s", brief(ds...))
+		}
+		d2 := newDispatcher(t, drv, opts)
+		stop2 := run(t, d2)
+		waitFor(t, "the redelivery", func() bool { return len(rc.okCount()) == 1 })
+		stop2()
+		hits := rc.all()
+		if len(hits) != 2 || hits[1].EventID != hits[0].EventID || hits[1].Attempt != "2" || !bytes.Equal(hits[0].Body, hits[1].Body) {
+			t.Fatalf("requests: %s", briefHits(hits))
+		}
+		if w := deliveries(t, drv, store.WebhookDeliveryListParams{})[0]; w.Status() != dt.WebhookDelivered || w.Attempts != 2 {
+			t.Errorf("after restart: %s, attempts %d", w.Status(), w.Attempts)
+		}
+	})
+}
+
+// A dispatcher that died with a claim in flight (what a crash leaves in the
+// store: the claim, no result): restarted with the same instance name it
+// releases the claim and sends at once; another instance takes it over
+// once the claim's lease has passed. At least once, same event ID.
+func TestCrashedClaimIsSentAgain(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		t.Parallel()
+		drv := open(t)
+		rc := newReceiver(t)
+		c := startClient(t, drv)
+		submit(t, c, "echo", "c-1", rc.url("/cb/1"))
+		submit(t, c, "echo", "c-2", rc.url("/cb/2"))
+		wait(t, c, "c-1", drover.Processed)
+		wait(t, c, "c-2", drover.Processed)
+		fake := clock.NewFake(time.Now())
+		opts := fastOptions(&logBuffer{})
+		opts.Clock = fake
+		ctx := context.Background()
+
+		// The "crashed" dispatcher: it queued both and claimed them.
+		dead := newDispatcher(t, drv, Options{Secret: opts.Secret, Instance: "dead", Clock: fake})
+		dead.enqueueAll(ctx)
+		var claimed []*dt.WebhookDelivery
+		if err := drv.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			var err error
+			claimed, err = x.WebhookDeliveryClaim(ctx, store.WebhookClaimParams{ClaimedBy: "dead", Now: fake.Now(), Lease: dead.lease, Limit: 1})
+			return err
+		}); err != nil || len(claimed) != 1 {
+			t.Fatalf("claim: %v, %d claimed", err, len(claimed))
+		}
+		// Another instance sends the unclaimed one, not the claimed one
+		// while its lease lasts.
+		opts.Instance = "other"
+		other := newDispatcher(t, drv, opts)
+		stopOther := run(t, other)
+		waitFor(t, "the unclaimed delivery", func() bool {
+			return len(deliveries(t, drv, store.WebhookDeliveryListParams{Status: dt.WebhookDelivered})) == 1
+		})
+		if ok := rc.okCount(); ok[fmt.Sprintf("%s %d", claimed[0].URL[len(rc.srv.URL):], claimed[0].EventID)] != 0 {
+			t.Fatalf("the claimed delivery was sent while its claim was live: %v", ok)
+		}
+		// Past the lease, it is taken over.
+		fake.Advance(dead.lease + time.Second)
+		waitFor(t, "the taken-over delivery", func() bool { return len(rc.okCount()) == 2 })
+		stopOther()
+		hits := rc.all()
+		last := hits[len(hits)-1]
+		if last.EventID != strconv.FormatInt(claimed[0].EventID, 10) || last.Attempt != "2" {
+			t.Errorf("taken-over request: event %s attempt %s; want event %d attempt 2", last.EventID, last.Attempt, claimed[0].EventID)
+		}
+
+		// The same again with a restart of the dead instance itself: no
+		// waiting for the lease.
+		submit(t, c, "echo", "c-3", rc.url("/cb/3"))
+		wait(t, c, "c-3", drover.Processed)
+		dead.enqueueAll(ctx)
+		if err := drv.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			var err error
+			claimed, err = x.WebhookDeliveryClaim(ctx, store.WebhookClaimParams{ClaimedBy: "dead", Now: fake.Now(), Lease: time.Hour, Limit: 10})
+			return err
+		}); err != nil || len(claimed) != 1 {
+			t.Fatalf("claim: %v, %d claimed", err, len(claimed))
+		}
+		opts.Instance = "dead"
+		restarted := newDispatcher(t, drv, opts)
+		stopRestarted := run(t, restarted)
+		waitFor(t, "the released delivery", func() bool { return len(rc.okCount()) == 3 })
+		stopRestarted()
+		hits = rc.all()
+		if last := hits[len(hits)-1]; last.Path != "/cb/3" || last.Attempt != "2" {
+			t.Errorf("released request: %s attempt %s; want /cb/3 attempt 2", last.Path, last.Attempt)
+		}
+	})
+}
+
+// Two dispatchers (two processes: two pools) on one PostgreSQL schema
+// share the work: no (event, URL) is ever sent by both at once, none is
+// lost, and each is delivered exactly once when nothing crashes — with a
+// receiver that fails some first attempts, so retries race too.
+func TestTwoDispatchersShareOneSchema(t *testing.T) {
+	drv := testutil.Postgres(t)
+	drv2, err := postgres.Open(context.Background(), testutil.PostgresURL(t), postgres.Options{Schema: drv.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { drv2.Close() })
+	rc := newReceiver(t)
+	rc.respond = func(h hit, before int) int {
+		if before == 0 && len(h.EventID) > 0 && h.EventID[len(h.EventID)-1]%3 == 0 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	}
+	rc.hold = func(*http.Request, hit) { time.Sleep(time.Millisecond) } // widen the window for overlaps
+	c := startClient(t, drv)
+	const tasks = 40
+	logs := &logBuffer{}
+	opts := fastOptions(logs, rc.url("/all"))
+	opts.Concurrency = 4
+	opts.Instance = "a"
+	a := newDispatcher(t, drv, opts)
+	opts.Instance = "b"
+	b := newDispatcher(t, drv2, opts)
+	stopA, stopB := run(t, a), run(t, b)
+	for i := range tasks {
+		submit(t, c, "echo", fmt.Sprintf("t-%02d", i), rc.url(fmt.Sprintf("/cb/%02d", i)))
+	}
+	waitFor(t, "every webhook delivered", func() bool { return len(rc.okCount()) == 2*tasks })
+	stopA()
+	stopB()
+
+	rc.mu.Lock()
+	overlap := rc.overlap
+	rc.mu.Unlock()
+	if len(overlap) > 0 {
+		t.Errorf("sent by two dispatchers at once: %v", overlap)
+	}
+	for k, n := range rc.okCount() {
+		if n != 1 {
+			t.Errorf("%s delivered %d times, want once", k, n)
+		}
+	}
+	ds := deliveries(t, drv, store.WebhookDeliveryListParams{})
+	if len(ds) != 2*tasks {
+		t.Errorf("%d deliveries, want %d", len(ds), 2*tasks)
+	}
+	for _, w := range ds {
+		if w.Status() != dt.WebhookDelivered {
+			t.Errorf("delivery %d: %s", w.ID, w.Status())
+		}
+	}
+	sa, sb := a.Stats(), b.Stats()
+	if sa.Delivered+sb.Delivered != 2*tasks || sa.Enqueued+sb.Enqueued != 2*tasks {
+		t.Errorf("Stats a %+v, b %+v: want %d delivered and enqueued in all", sa, sb, 2*tasks)
+	}
+	t.Logf("a: %+v; b: %+v", sa, sb)
+	if t.Failed() {
+		t.Logf("logs:\n%s", logs)
+	}
+}
+
+// Old delivered deliveries are pruned after Retention; pending ones stay.
+func TestPrunesOldDeliveries(t *testing.T) {
+	drv := testutil.SQLite(t)
+	rc := newReceiver(t)
+	c := startClient(t, drv)
+	submit(t, c, "echo", "p-1", rc.url("/cb"))
+	wait(t, c, "p-1", drover.Processed)
+	fake := clock.NewFake(time.Now())
+	opts := fastOptions(&logBuffer{})
+	opts.Clock = fake
+	opts.Retention = time.Hour
+	d := newDispatcher(t, drv, opts)
+	stop := run(t, d)
+	waitFor(t, "the delivery", func() bool {
+		return len(deliveries(t, drv, store.WebhookDeliveryListParams{Status: dt.WebhookDelivered})) == 1
+	})
+	fake.Advance(pruneEvery + opts.Retention + time.Second)
+	waitFor(t, "the delivery to be pruned", func() bool { return len(deliveries(t, drv, store.WebhookDeliveryListParams{})) == 0 })
+	stop()
+}

@@ -1,0 +1,60 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+	"github.com/drover-run/drover/store/sqlite"
+)
+
+// An upgraded store's webhook cursor starts at its latest event (its
+// history is not sent); a missing cursor row is remade there too.
+func TestWebhookCursorOfUpgradedStore(t *testing.T) {
+	ctx := context.Background()
+	d := openStore(t, filepath.Join(t.TempDir(), "drover.db"), sqlite.Options{Create: true})
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	addEvents := func() int64 {
+		evs := []*dt.Event{{TaskID: "t", StepIndex: -1, Type: dt.EventProcessed}, {TaskID: "t", StepIndex: -1, Type: dt.EventCancelled}}
+		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.EventInsertMany(ctx, evs) }); err != nil {
+			t.Fatal(err)
+		}
+		return evs[1].ID
+	}
+	cursor := func() int64 {
+		var after int64
+		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			var err error
+			after, _, err = x.WebhookCursorLock(ctx)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return after
+	}
+	// Undo migration 8 and apply it again on a store with history.
+	last := addEvents()
+	for _, q := range []string{`DROP VIEW v_webhook_deliveries`, `DROP TABLE webhook_deliveries`, `DROP TABLE webhook_cursor`,
+		`DELETE FROM drover_migrations WHERE version = 8`} {
+		if _, err := d.DB().ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := cursor(); got != last {
+		t.Fatalf("cursor after the upgrade = %d, want the latest event %d", got, last)
+	}
+	last = addEvents()
+	if _, err := d.DB().ExecContext(ctx, `DELETE FROM webhook_cursor`); err != nil {
+		t.Fatal(err)
+	}
+	if got := cursor(); got != last {
+		t.Fatalf("remade cursor = %d, want the latest event %d", got, last)
+	}
+}
