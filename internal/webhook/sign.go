@@ -1,117 +1,47 @@
 package webhook
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/drover-run/drover/droverclient"
 )
+
+// The signing scheme lives in the public package droverclient, so receivers
+// written in Go verify webhooks with droverclient.VerifyWebhook; these are
+// the dispatcher's names for it.
 
 // Header names of a webhook request.
 const (
 	// HeaderEventID carries the ID of the event the webhook reports: the
 	// same on every attempt, so receivers de-duplicate on it.
-	HeaderEventID = "Drover-Event-Id"
+	HeaderEventID = droverclient.WebhookEventIDHeader
 	// HeaderEventType carries the event type (processed, compensated,
 	// error, cancelled).
-	HeaderEventType = "Drover-Event-Type"
+	HeaderEventType = droverclient.WebhookEventTypeHeader
 	// HeaderAttempt carries the attempt number, 1 for the first.
-	HeaderAttempt = "Drover-Delivery-Attempt"
+	HeaderAttempt = droverclient.WebhookAttemptHeader
 	// HeaderSignature carries "t=<unix seconds>,v1=<hex HMAC-SHA256>".
-	HeaderSignature = "Drover-Signature"
+	HeaderSignature = droverclient.WebhookSignatureHeader
 )
 
 // MinSecretBytes is the shortest secret a Dispatcher accepts.
-const MinSecretBytes = 16
+const MinSecretBytes = droverclient.MinWebhookSecretBytes
 
 // DefaultTolerance is the signature age Verify accepts when given a
 // tolerance of 0.
-const DefaultTolerance = 5 * time.Minute
+const DefaultTolerance = droverclient.DefaultWebhookTolerance
 
 // Errors of Verify; test them with errors.Is.
 var (
-	// ErrNoSignature: the header is empty or has no v1 signature.
-	ErrNoSignature = errors.New("webhook: no signature")
-	// ErrBadSignature: no v1 signature matches the body and secret.
-	ErrBadSignature = errors.New("webhook: signature does not match")
-	// ErrTimestamp: the header's timestamp is missing, malformed or
-	// further from now than the tolerance (a replayed request).
-	ErrTimestamp = errors.New("webhook: signature timestamp out of tolerance")
+	ErrNoSignature  = droverclient.ErrWebhookNoSignature
+	ErrBadSignature = droverclient.ErrWebhookBadSignature
+	ErrTimestamp    = droverclient.ErrWebhookTimestamp
 )
 
-// signature is hex(HMAC-SHA256(secret, "<t>.<body>")).
-func signature(secret []byte, t int64, body []byte) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(strconv.FormatInt(t, 10)))
-	m.Write([]byte{'.'})
-	m.Write(body)
-	return hex.EncodeToString(m.Sum(nil))
-}
+// Sign returns the Drover-Signature header value for body sent at t.
+func Sign(secret, body []byte, t time.Time) string { return droverclient.SignWebhook(secret, body, t) }
 
-// Sign returns the Drover-Signature header value for body sent at t:
-// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<unix seconds>.<body>")>".
-// The timestamp is signed with the body, so a captured request cannot be
-// replayed later with a new timestamp.
-func Sign(secret, body []byte, t time.Time) string {
-	ts := t.Unix()
-	return "t=" + strconv.FormatInt(ts, 10) + ",v1=" + signature(secret, ts, body)
-}
-
-// Verify checks a Drover-Signature header against the raw request body (the
-// bytes as received, before any JSON decoding) and the shared secret. It
-// fails with ErrTimestamp when the header's timestamp is more than
-// tolerance away from now (DefaultTolerance when tolerance is 0), with
-// ErrBadSignature when no v1 value matches, and with ErrNoSignature when
-// there is none. Several v1 values (a sender signing with an old and a new
-// secret during a rotation) are accepted if any matches. The comparison
-// takes constant time.
+// Verify checks a Drover-Signature header; see droverclient.VerifyWebhook.
 func Verify(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
-	if tolerance == 0 {
-		tolerance = DefaultTolerance
-	}
-	if len(secret) == 0 {
-		return errors.New("webhook: verify: empty secret")
-	}
-	var (
-		ts     int64
-		haveTS bool
-		sigs   []string
-	)
-	for _, part := range strings.Split(header, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "t":
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return fmt.Errorf("%w: t=%q is not an integer", ErrTimestamp, v)
-			}
-			ts, haveTS = n, true
-		case "v1":
-			sigs = append(sigs, v)
-		}
-	}
-	if len(sigs) == 0 {
-		return ErrNoSignature
-	}
-	if !haveTS {
-		return fmt.Errorf("%w: no t= in the header", ErrTimestamp)
-	}
-	if age := now.Sub(time.Unix(ts, 0)); age > tolerance || age < -tolerance {
-		return fmt.Errorf("%w: signed at %s, %s from now (tolerance %s)", ErrTimestamp,
-			time.Unix(ts, 0).UTC().Format(time.RFC3339), age.Round(time.Second), tolerance)
-	}
-	want := []byte(signature(secret, ts, body))
-	for _, s := range sigs {
-		if hmac.Equal([]byte(s), want) {
-			return nil
-		}
-	}
-	return ErrBadSignature
+	return droverclient.VerifyWebhook(secret, header, body, now, tolerance)
 }
