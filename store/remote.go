@@ -1,7 +1,50 @@
 package store
 
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/drover-run/drover/drovertype"
+)
+
+// ErrStale: the request exists but the caller's claim on it no longer
+// holds — another agent claims it, nobody does, or its CompleteBy has
+// passed. Nothing was changed.
+var ErrStale = errors.New("request claim is stale")
+
 // RemoteAgentExecutor holds the primitives that let agents in other
 // processes, reached over the HTTP API, work on requests with a fencing
-// token (see internal/httpapi's agent routes).
+// token (see internal/httpapi's agent routes). The token names a request
+// and the ClaimedBy value RequestClaim gave it; every primitive below
+// acts only while that claim holds.
+//
+// A request row exists exactly while its attempt is current: every
+// transition that supersedes a step's attempt (a reply applied, a
+// supervisor recovery, a cancel) deletes the step's requests in the same
+// transaction. So a row that is claimed by the caller and whose
+// CompleteBy has not passed is proof enough that the attempt is current;
+// the drivers also check the step's attempt, as a second fence.
 type RemoteAgentExecutor interface {
+	// RequestGet returns one request with its payload joined in as
+	// RequestClaim joins it (Workflow, StepName, Input, PreviousOutput,
+	// StepOutput), or ErrNotFound.
+	RequestGet(ctx context.Context, id int64) (*drovertype.AgentRequest, error)
+	// RequestAvailable reports whether agent has an unclaimed request whose
+	// CompleteBy is after now: a cheap read (it takes no write lock) for
+	// long-polls to call before RequestClaim.
+	RequestAvailable(ctx context.Context, agent string, now time.Time) (bool, error)
+	// RequestComplete deletes request id if it is claimed by claimedBy,
+	// now is before its CompleteBy and its step's attempt is still the
+	// request's, and returns it (without payload). Otherwise it changes
+	// nothing and returns ErrStale, or ErrNotFound when no request has
+	// that id (never had, or already completed or deleted). Write
+	// transactions only.
+	RequestComplete(ctx context.Context, id int64, claimedBy string, now time.Time) (*drovertype.AgentRequest, error)
+	// RequestReleaseOne gives request id back (unclaimed) so any agent can
+	// claim it again before its CompleteBy, if it is claimed by claimedBy
+	// and now is before its CompleteBy, and returns it (without payload).
+	// Otherwise it changes nothing and returns ErrStale, or ErrNotFound
+	// when no request has that id. Write transactions only.
+	RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time) (*drovertype.AgentRequest, error)
 }

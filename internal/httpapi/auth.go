@@ -21,6 +21,9 @@ const (
 	// ScopeOperator: everything, including resubmit, cancel, acknowledge
 	// and dead-letter actions.
 	ScopeOperator Scope = "operator"
+	// ScopeAgent: remote agents — poll for requests and complete or fail
+	// them (operator may too). Nothing else.
+	ScopeAgent Scope = "agent"
 )
 
 // MinTokenLen is the shortest token accepted, in bytes.
@@ -96,10 +99,10 @@ func parseTokenLines(lines []string, what string) ([]Token, error) {
 		t := Token{Secret: secret}
 		for _, s := range strings.Split(f[1], ",") {
 			switch Scope(s) {
-			case ScopeSubmit, ScopeOperator:
+			case ScopeSubmit, ScopeOperator, ScopeAgent:
 				t.Scopes = append(t.Scopes, Scope(s))
 			default:
-				return nil, fmt.Errorf("tokens %s %d: unknown scope %q (want submit or operator)", what, i+1, s)
+				return nil, fmt.Errorf("tokens %s %d: unknown scope %q (want submit, operator or agent)", what, i+1, s)
 			}
 		}
 		out = append(out, t)

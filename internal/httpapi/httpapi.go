@@ -72,6 +72,14 @@ type Options struct {
 	// EventPollInterval is how often an event stream reads the history.
 	// Default: drover.Subscription's default (50ms).
 	EventPollInterval time.Duration
+	// AgentPollInterval is how often a waiting remote-agent poll looks for
+	// new requests. Default DefaultAgentPollInterval.
+	AgentPollInterval time.Duration
+	// RemoteInput, when set, computes the "input" handed to a remote agent
+	// (the declarative workflows' input mapping); by default it is the
+	// task's input. An error fails that request permanently with its
+	// message. ctx carries the request timeout.
+	RemoteInput func(ctx context.Context, req *drover.AgentRequest) ([]byte, error)
 }
 
 // Handler is the HTTP API. Create it with New.
@@ -89,6 +97,9 @@ type Handler struct {
 	limiters map[int]*rate.Limiter // by token index; -1 without auth
 
 	draining atomic.Bool
+
+	pollsWaiting atomic.Int64 // remote-agent polls waiting for requests (agents.go)
+	agentWake    agentWaker   // wakes them on the store's notifications (agents.go)
 
 	streams     atomic.Int64 // open event streams
 	streamCtx   context.Context
@@ -173,6 +184,10 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 		{"GET", "/v1/queues/{queue}/deadletters", ScopeSubmit, h.listDeadLetters},
 		{"POST", "/v1/queues/{queue}/sessions/{session}/deadletters/{seq}/resubmit", ScopeOperator, h.resubmitDeadLetter},
 		{"POST", "/v1/queues/{queue}/sessions/{session}/deadletters/{seq}/discard", ScopeOperator, h.discardDeadLetter},
+
+		{"POST", "/v1/agents/{agent}/poll", ScopeAgent, h.pollAgent},
+		{"POST", "/v1/agents/requests/{id}/complete", ScopeAgent, h.completeRequest},
+		{"POST", "/v1/agents/requests/{id}/fail", ScopeAgent, h.failRequest},
 	}
 	for _, rt := range h.routes {
 		h.mux.Handle(rt.method+" "+rt.pattern, h.wrap(rt))

@@ -56,6 +56,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Driver) {
 		{"Task", taskCases()},
 		{"Step", stepCases()},
 		{"Request", requestCases()},
+		{"RemoteAgent", remoteCases()},
 		{"Reply", replyCases()},
 		{"Event", eventCases()},
 		{"Lease", leaseCases()},

@@ -1,0 +1,519 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+// Remote agents (issue 5 §5): an agent process in any language long-polls
+// POST /v1/agents/{agent}/poll for requests, then completes or fails each
+// with the token it came with. The token names the request and the claim
+// the poll made on it (ClaimedBy "remote:<nonce>"); the store acts on it
+// only while that claim holds and CompleteBy has not passed, so a late or
+// stale completion changes nothing (409 stale_token).
+
+// Defaults and limits of the agent routes.
+const (
+	// DefaultAgentPollInterval is how often a waiting poll looks for new
+	// requests (Options.AgentPollInterval).
+	DefaultAgentPollInterval = 50 * time.Millisecond
+	// DefaultPollWait is a poll's wait when the body gives no wait_ms.
+	DefaultPollWait = 30 * time.Second
+	// MaxPollWait caps wait_ms.
+	MaxPollWait = 60 * time.Second
+	// MaxPollRequests caps a poll's max.
+	MaxPollRequests = 100
+	// maxAgentError caps the error message of a failed request, in bytes.
+	maxAgentError = 4096
+	// claimPrefix marks the claims of remote agents in agent_requests.claimed_by.
+	claimPrefix = "remote:"
+	// listenPollInterval is the poll interval of waiting polls while the
+	// store's notifications (PostgreSQL LISTEN/NOTIFY) wake them.
+	listenPollInterval = time.Second
+)
+
+// tokenPattern is the form of a request token: "<request id>.<nonce>".
+var tokenPattern = regexp.MustCompile(`^([1-9][0-9]{0,18})\.([0-9a-f]{32})$`)
+
+// PollRequest is the body of POST /v1/agents/{agent}/poll. Both fields are
+// optional: max defaults to 1, wait_ms to 30000.
+type PollRequest struct {
+	Max    *int `json:"max"`
+	WaitMS *int `json:"wait_ms"`
+}
+
+// CompleteRequest is the body of POST /v1/agents/requests/{id}/complete.
+type CompleteRequest struct {
+	Token  string          `json:"token"`
+	Output json.RawMessage `json:"output"`
+}
+
+// FailRequest is the body of POST /v1/agents/requests/{id}/fail.
+type FailRequest struct {
+	Token     string `json:"token"`
+	Error     string `json:"error"`
+	Permanent bool   `json:"permanent"`
+}
+
+// agentRequestJSON is one request handed to a remote agent.
+type agentRequestJSON struct {
+	ID             int64           `json:"id"`
+	Token          string          `json:"token"`
+	Agent          string          `json:"agent"`
+	TaskID         string          `json:"task_id"`
+	Workflow       string          `json:"workflow"`
+	StepIndex      int             `json:"step_index"`
+	StepName       string          `json:"step_name"`
+	Kind           string          `json:"kind"`
+	Attempt        int             `json:"attempt"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	CompleteBy     time.Time       `json:"complete_by"`
+	Input          json.RawMessage `json:"input"`
+	PreviousOutput json.RawMessage `json:"previous_output"`
+	StepOutput     json.RawMessage `json:"step_output"`
+}
+
+type pollResponse struct {
+	Requests []agentRequestJSON `json:"requests"`
+}
+
+type acceptedJSON struct {
+	Accepted bool `json:"accepted"`
+}
+
+// DecodePoll decodes and checks the body of a poll (it may be empty) and
+// returns max and the wait.
+func DecodePoll(body []byte) (int, time.Duration, error) {
+	var req PollRequest
+	if err := decodeJSON(body, &req, false); err != nil {
+		return 0, 0, err
+	}
+	n, wait := 1, DefaultPollWait
+	if req.Max != nil {
+		if *req.Max < 1 || *req.Max > MaxPollRequests {
+			return 0, 0, errorf(http.StatusBadRequest, "invalid_field", "field \"max\": want an integer from 1 to %d, got %d", MaxPollRequests, *req.Max)
+		}
+		n = *req.Max
+	}
+	if req.WaitMS != nil {
+		if *req.WaitMS < 0 || *req.WaitMS > int(MaxPollWait/time.Millisecond) {
+			return 0, 0, errorf(http.StatusBadRequest, "invalid_field", "field \"wait_ms\": want an integer from 0 to %d, got %d", MaxPollWait/time.Millisecond, *req.WaitMS)
+		}
+		wait = time.Duration(*req.WaitMS) * time.Millisecond
+	}
+	return n, wait, nil
+}
+
+// DecodeComplete decodes and checks the body of a completion. An absent
+// output is stored as JSON null.
+func DecodeComplete(body []byte) (*CompleteRequest, error) {
+	var req CompleteRequest
+	if err := decodeJSON(body, &req, true); err != nil {
+		return nil, err
+	}
+	if req.Token == "" {
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"token\" is required (the token the request came with)")
+	}
+	if len(req.Output) == 0 {
+		req.Output = json.RawMessage("null")
+	}
+	return &req, nil
+}
+
+// DecodeFail decodes and checks the body of a failure.
+func DecodeFail(body []byte) (*FailRequest, error) {
+	var req FailRequest
+	if err := decodeJSON(body, &req, true); err != nil {
+		return nil, err
+	}
+	if req.Token == "" {
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"token\" is required (the token the request came with)")
+	}
+	if req.Error == "" {
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"error\" is required: say what went wrong")
+	}
+	if len(req.Error) > maxAgentError || !utf8.ValidString(req.Error) {
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"error\": want at most %d bytes of UTF-8", maxAgentError)
+	}
+	return &req, nil
+}
+
+// newNonce returns 128 random bits in hex: the secret part of the claim.
+func newNonce() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("random nonce: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// parseToken checks a token against the request ID of the path and returns
+// the claim it stands for.
+func parseToken(tok string, id int64) (claimedBy string, err error) {
+	m := tokenPattern.FindStringSubmatch(tok)
+	if m == nil {
+		return "", errorf(http.StatusBadRequest, "invalid_field", "field \"token\": not a request token (send the token the poll returned, unchanged)")
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil || n != id {
+		return "", errorf(http.StatusBadRequest, "invalid_field", "field \"token\": the token is not for request %d", id)
+	}
+	return claimPrefix + m[2], nil
+}
+
+// parseRequestID reads the {id} of an agent request path: a decimal integer
+// of at least 1 without sign or leading zeros.
+func parseRequestID(s string) (int64, error) {
+	if s == "" || len(s) > 19 || s[0] < '1' || s[0] > '9' {
+		return 0, badRequest("request ID: want a positive integer, got %q", s)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, badRequest("request ID: want a positive integer, got %q", s)
+	}
+	return n, nil
+}
+
+// staleToken is the answer to a token whose claim no longer holds.
+func staleToken(id int64) *apiError {
+	return errorf(http.StatusConflict, "stale_token",
+		"the token of request %d is stale: the request was already completed or failed, handed to another agent, "+
+			"or its deadline (complete_by) passed; drop the result, the step is (or will be) retried with a new token", id)
+}
+
+// staleOr maps the store's stale and not-found answers to stale_token.
+func staleOr(err error, id int64) error {
+	if errors.Is(err, store.ErrStale) || errors.Is(err, store.ErrNotFound) {
+		return staleToken(id)
+	}
+	return err
+}
+
+func (h *Handler) agentPollInterval() time.Duration {
+	if h.opts.AgentPollInterval > 0 {
+		return h.opts.AgentPollInterval
+	}
+	return DefaultAgentPollInterval
+}
+
+// pollAgent serves POST /v1/agents/{agent}/poll: it claims up to max
+// requests for the agent, waiting up to wait_ms for one to arrive.
+func (h *Handler) pollAgent(w http.ResponseWriter, r *http.Request) error {
+	agent := r.PathValue("agent")
+	if err := checkName("agent", agent); err != nil {
+		return err
+	}
+	if err := checkQuery(r.URL.Query(), nil); err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	limit, wait, err := DecodePoll(body)
+	if err != nil {
+		return err
+	}
+	if h.streamCtx.Err() != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
+		return errorf(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down")
+	}
+	nonce, err := newNonce()
+	if err != nil {
+		return err
+	}
+	claimedBy := claimPrefix + nonce
+
+	// The wait outlives Options.RequestTimeout (each store call keeps
+	// it), and ends early when the client goes away or the server drains.
+	base, _ := r.Context().Value(untimedKey{}).(context.Context)
+	if base == nil {
+		base = r.Context()
+	}
+	waitCtx, cancel := context.WithTimeout(base, wait)
+	defer cancel()
+	stop := context.AfterFunc(h.streamCtx, cancel)
+	defer stop()
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + h.opts.RequestTimeout))
+
+	wake, unsubscribe := h.agentWake.subscribe(h, agent)
+	defer unsubscribe()
+	interval := h.agentPollInterval()
+	if h.agentWake.listening() {
+		// Notifications wake the poll; polling only covers lost ones.
+		interval = max(interval, listenPollInterval)
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	h.pollsWaiting.Add(1)
+	defer h.pollsWaiting.Add(-1)
+	var out []agentRequestJSON
+	for {
+		out, err = h.claimRemote(base, agent, claimedBy, nonce, limit)
+		if err != nil {
+			return err
+		}
+		if len(out) > 0 {
+			break
+		}
+		select {
+		case <-waitCtx.Done():
+		case <-tick.C:
+			continue
+		case <-wake:
+			continue
+		}
+		break
+	}
+	if base.Err() != nil && len(out) > 0 {
+		// Nobody will read the answer: hand the requests back at once
+		// rather than leave them to the supervisor after CompleteBy.
+		h.releaseClaim(agent, claimedBy)
+		return nil
+	}
+	if out == nil {
+		out = []agentRequestJSON{}
+	}
+	writeJSON(w, http.StatusOK, pollResponse{Requests: out})
+	return nil
+}
+
+// claimRemote claims up to limit requests for agent in one transaction and
+// prepares them for the answer. A cheap read first keeps idle polls from
+// taking the write lock.
+func (h *Handler) claimRemote(base context.Context, agent, claimedBy, nonce string, limit int) ([]agentRequestJSON, error) {
+	ctx, cancel := context.WithTimeout(base, h.opts.RequestTimeout)
+	defer cancel()
+	drv := h.drover.Store()
+	ok, err := drv.Reader().RequestAvailable(ctx, agent, h.clock.Now())
+	if err != nil || !ok {
+		return nil, err
+	}
+	var reqs []*dt.AgentRequest
+	if err := drv.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		var err error
+		reqs, err = x.RequestClaim(ctx, store.RequestClaimParams{Agent: agent, ClaimedBy: claimedBy, Now: h.clock.Now(), Limit: limit})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]agentRequestJSON, 0, len(reqs))
+	for _, q := range reqs {
+		input := q.Input
+		if h.opts.RemoteInput != nil {
+			in, err := h.opts.RemoteInput(ctx, q)
+			if err != nil {
+				// The step cannot run with this input: fail it for good.
+				h.log.Warn("remote agent input failed; failing the request permanently", "agent", agent, "task", q.TaskID, "step", q.StepIndex, "err", err)
+				if err := h.replyTx(ctx, q.ID, claimedBy, nil, "input: "+err.Error(), true); err != nil && !errors.Is(err, store.ErrStale) && !errors.Is(err, store.ErrNotFound) {
+					return nil, err
+				}
+				continue
+			}
+			input = in
+		}
+		out = append(out, agentRequestJSON{
+			ID: q.ID, Token: strconv.FormatInt(q.ID, 10) + "." + nonce, Agent: q.Agent, TaskID: q.TaskID,
+			Workflow: q.Workflow, StepIndex: q.StepIndex, StepName: q.StepName, Kind: string(q.Kind),
+			Attempt: q.Attempt, IdempotencyKey: q.IdempotencyKey, CompleteBy: q.CompleteBy,
+			Input: jsonOrNull(input), PreviousOutput: jsonOrString(q.PreviousOutput), StepOutput: jsonOrString(q.StepOutput),
+		})
+	}
+	return out, nil
+}
+
+// jsonOrNull is jsonOrString, with nil as JSON null.
+func jsonOrNull(b []byte) json.RawMessage {
+	if b == nil {
+		return json.RawMessage("null")
+	}
+	return jsonOrString(b)
+}
+
+// releaseClaim gives back every request claimed by a poll whose client went
+// away.
+func (h *Handler) releaseClaim(agent, claimedBy string) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.opts.RequestTimeout)
+	defer cancel()
+	err := h.drover.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		if _, err := x.RequestRelease(ctx, claimedBy); err != nil {
+			return err
+		}
+		return x.Notify(ctx, store.TopicRequests(agent))
+	})
+	if err != nil {
+		h.log.Warn("release the requests of an abandoned poll; the supervisor recovers them after their deadline", "agent", agent, "err", err)
+	}
+}
+
+// replyTx completes request id under the claim and queues its reply for
+// the scheduler that holds the task, in one transaction.
+func (h *Handler) replyTx(ctx context.Context, id int64, claimedBy string, output []byte, failure string, failed bool) error {
+	return h.drover.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		now := h.clock.Now()
+		q, err := x.RequestComplete(ctx, id, claimedBy, now)
+		if err != nil {
+			return err
+		}
+		reply := &dt.AgentReply{TaskID: q.TaskID, StepIndex: q.StepIndex, Attempt: q.Attempt, Kind: q.Kind,
+			Output: output, Failed: failed, Error: failure, CreatedAt: now, Scheduler: q.Scheduler}
+		if err := x.ReplyInsertMany(ctx, []*dt.AgentReply{reply}); err != nil {
+			return err
+		}
+		return x.Notify(ctx, store.TopicReplies(q.Scheduler))
+	})
+}
+
+// agentRequestBody reads the {id} and the body shared by complete and fail.
+func agentRequestBody(r *http.Request) (int64, []byte, error) {
+	id, err := parseRequestID(r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := checkQuery(r.URL.Query(), nil); err != nil {
+		return 0, nil, err
+	}
+	body, err := readBody(r)
+	return id, body, err
+}
+
+// completeRequest serves POST /v1/agents/requests/{id}/complete.
+func (h *Handler) completeRequest(w http.ResponseWriter, r *http.Request) error {
+	id, body, err := agentRequestBody(r)
+	if err != nil {
+		return err
+	}
+	req, err := DecodeComplete(body)
+	if err != nil {
+		return err
+	}
+	claimedBy, err := parseToken(req.Token, id)
+	if err != nil {
+		return err
+	}
+	if err := h.replyTx(r.Context(), id, claimedBy, req.Output, "", false); err != nil {
+		return staleOr(err, id)
+	}
+	writeJSON(w, http.StatusOK, acceptedJSON{Accepted: true})
+	return nil
+}
+
+// failRequest serves POST /v1/agents/requests/{id}/fail: a permanent
+// failure is the step's reply (the task's failure policy applies); a
+// transient one gives the request back so that it is delivered again, to
+// any agent, before its deadline.
+func (h *Handler) failRequest(w http.ResponseWriter, r *http.Request) error {
+	id, body, err := agentRequestBody(r)
+	if err != nil {
+		return err
+	}
+	req, err := DecodeFail(body)
+	if err != nil {
+		return err
+	}
+	claimedBy, err := parseToken(req.Token, id)
+	if err != nil {
+		return err
+	}
+	if req.Permanent {
+		err = h.replyTx(r.Context(), id, claimedBy, nil, req.Error, true)
+	} else {
+		err = h.drover.Store().InTx(r.Context(), func(ctx context.Context, x store.Executor) error {
+			q, err := x.RequestReleaseOne(ctx, id, claimedBy, h.clock.Now())
+			if err != nil {
+				return err
+			}
+			return x.Notify(ctx, store.TopicRequests(q.Agent))
+		})
+		if err == nil {
+			h.log.Info("remote agent failed a request transiently; it is redelivered", "request", id, "err", req.Error)
+		}
+	}
+	if err != nil {
+		return staleOr(err, id)
+	}
+	writeJSON(w, http.StatusOK, acceptedJSON{Accepted: true})
+	return nil
+}
+
+// agentWaker wakes waiting polls when the store notifies new requests for
+// their agent (store.TopicRequests; PostgreSQL's LISTEN/NOTIFY): one
+// listener per Handler, started by the first poll, stopped with the
+// streams (CloseStreams). Without a store.Listener it does nothing and
+// polls find work by polling.
+type agentWaker struct {
+	mu      sync.Mutex
+	started bool
+	up      atomic.Bool // the listener has been started
+	waiters map[string]map[chan struct{}]struct{}
+}
+
+// subscribe registers a waiting poll for agent; its channel receives a
+// value when requests for agent may have arrived.
+func (a *agentWaker) subscribe(h *Handler, agent string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.started {
+		a.started = true
+		if l, ok := h.drover.Store().(store.Listener); ok {
+			a.up.Store(true)
+			go func() { _ = l.Listen(h.streamCtx, a.wake) }()
+		}
+	}
+	if a.waiters == nil {
+		a.waiters = map[string]map[chan struct{}]struct{}{}
+	}
+	if a.waiters[agent] == nil {
+		a.waiters[agent] = map[chan struct{}]struct{}{}
+	}
+	a.waiters[agent][ch] = struct{}{}
+	return ch, func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		delete(a.waiters[agent], ch)
+		if len(a.waiters[agent]) == 0 {
+			delete(a.waiters, agent)
+		}
+	}
+}
+
+// listening reports whether notifications wake the polls.
+func (a *agentWaker) listening() bool { return a.up.Load() }
+
+// wake is the listener's callback.
+func (a *agentWaker) wake(topic string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	signal := func(ws map[chan struct{}]struct{}) {
+		for ch := range ws {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	switch {
+	case topic == store.TopicAll:
+		for _, ws := range a.waiters {
+			signal(ws)
+		}
+	case strings.HasPrefix(topic, store.TopicRequests("")):
+		signal(a.waiters[strings.TrimPrefix(topic, store.TopicRequests(""))])
+	}
+}

@@ -1,0 +1,155 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+// Statements of the remote-agent primitives (store.RemoteAgentExecutor);
+// {s} is the quoted schema.
+const (
+	remoteReqCols = `r.id, r.agent, r.task_id, r.step_index, r.attempt, r.kind, r.idempotency_key, r.complete_by,
+ r.scheduler, r.claimed_by, r.created_at`
+
+	tRemoteGet = `SELECT ` + remoteReqCols + `, t.workflow, t.input, s.name, s.output, p.output
+ FROM {s}.agent_requests r
+ LEFT JOIN {s}.tasks t ON t.id = r.task_id
+ LEFT JOIN {s}.steps s ON s.task_id = r.task_id AND s.step_index = r.step_index
+ LEFT JOIN {s}.steps p ON p.task_id = r.task_id AND p.step_index = r.step_index - 1
+ WHERE r.id = $1`
+
+	tRemoteAvailable = `SELECT EXISTS (SELECT 1 FROM {s}.agent_requests
+ WHERE agent = $1 AND claimed_by IS NULL AND complete_by > $2)`
+
+	// The claim holds while the row is claimed by the caller, before its
+	// CompleteBy, and its step still runs the request's attempt. Two
+	// callers racing on one row: the second waits for the first's row
+	// lock, then re-checks and finds the row gone or changed.
+	remoteClaimHolds = `r.id = $1 AND r.claimed_by = $2 AND r.complete_by > $3
+ AND EXISTS (SELECT 1 FROM {s}.steps s WHERE s.task_id = r.task_id AND s.step_index = r.step_index AND s.attempt = r.attempt)`
+
+	tRemoteComplete = `DELETE FROM {s}.agent_requests AS r WHERE ` + remoteClaimHolds + `
+ RETURNING ` + remoteReqCols
+
+	tRemoteRelease = `UPDATE {s}.agent_requests AS r SET claimed_by = NULL WHERE ` + remoteClaimHolds + `
+ RETURNING ` + remoteReqCols
+
+	tRemoteExists = `SELECT EXISTS (SELECT 1 FROM {s}.agent_requests WHERE id = $1)`
+)
+
+type remoteQueries struct{ get, available, complete, release, exists string }
+
+// remoteQueriesBySchema caches the statements per schema (drivers of
+// several schemas may share the process).
+var remoteQueriesBySchema sync.Map // schema → *remoteQueries
+
+func (d *Driver) remoteQ() *remoteQueries {
+	if q, ok := remoteQueriesBySchema.Load(d.schema); ok {
+		return q.(*remoteQueries)
+	}
+	quoted := pgx.Identifier{d.schema}.Sanitize()
+	r := func(s string) string { return strings.ReplaceAll(s, "{s}", quoted) }
+	q := &remoteQueries{get: r(tRemoteGet), available: r(tRemoteAvailable), complete: r(tRemoteComplete),
+		release: r(tRemoteRelease), exists: r(tRemoteExists)}
+	remoteQueriesBySchema.Store(d.schema, q)
+	return q
+}
+
+// scanRemoteRequest scans the columns of remoteReqCols, then extra.
+func scanRemoteRequest(rs rows, extra ...any) (*dt.AgentRequest, error) {
+	var (
+		r         dt.AgentRequest
+		kind      string
+		claimedBy pgtype.Text
+	)
+	dest := append([]any{&r.ID, &r.Agent, &r.TaskID, &r.StepIndex, &r.Attempt, &kind, &r.IdempotencyKey,
+		&r.CompleteBy, &r.Scheduler, &claimedBy, &r.CreatedAt}, extra...)
+	if err := rs.Scan(dest...); err != nil {
+		return nil, err
+	}
+	r.Kind = dt.RequestKind(kind)
+	r.CompleteBy = r.CompleteBy.UTC()
+	r.CreatedAt = r.CreatedAt.UTC()
+	r.ClaimedBy = claimedBy.String
+	return &r, nil
+}
+
+func (e *executor) RequestGet(ctx context.Context, id int64) (*dt.AgentRequest, error) {
+	var out *dt.AgentRequest
+	err := e.each(ctx, "get request", e.d.remoteQ().get, []any{id}, func(rs rows) error {
+		var (
+			workflow, name pgtype.Text
+			own            []byte
+			input, prev    []byte
+		)
+		r, err := scanRemoteRequest(rs, &workflow, &input, &name, &own, &prev)
+		if err != nil {
+			return err
+		}
+		r.Workflow, r.StepName, r.Input, r.PreviousOutput = workflow.String, name.String, input, prev
+		if r.Kind == dt.KindCompensate {
+			r.StepOutput = own
+		}
+		out = r
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		return nil, fmt.Errorf("request %d: %w", id, store.ErrNotFound)
+	}
+	return out, nil
+}
+
+func (e *executor) RequestAvailable(ctx context.Context, agent string, now time.Time) (bool, error) {
+	var ok bool
+	err := e.each(ctx, "requests available", e.d.remoteQ().available, []any{agent, now}, func(rs rows) error {
+		return rs.Scan(&ok)
+	})
+	return ok, err
+}
+
+func (e *executor) RequestComplete(ctx context.Context, id int64, claimedBy string, now time.Time) (*dt.AgentRequest, error) {
+	return e.remoteFenced(ctx, "complete request", e.d.remoteQ().complete, id, claimedBy, now)
+}
+
+func (e *executor) RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time) (*dt.AgentRequest, error) {
+	return e.remoteFenced(ctx, "release request", e.d.remoteQ().release, id, claimedBy, now)
+}
+
+// remoteFenced runs a statement that changes request id only while the
+// caller's claim holds, and tells a stale claim from a missing request.
+func (e *executor) remoteFenced(ctx context.Context, what, query string, id int64, claimedBy string, now time.Time) (*dt.AgentRequest, error) {
+	if err := e.write(what); err != nil {
+		return nil, err
+	}
+	var out *dt.AgentRequest
+	if err := e.each(ctx, what, query, []any{id, claimedBy, now}, func(rs rows) error {
+		r, err := scanRemoteRequest(rs)
+		out = r
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if out != nil {
+		return out, nil
+	}
+	var exists bool
+	if err := e.each(ctx, what, e.d.remoteQ().exists, []any{id}, func(rs rows) error { return rs.Scan(&exists) }); err != nil {
+		return nil, err
+	}
+	if exists {
+		return nil, fmt.Errorf("request %d: %w", id, store.ErrStale)
+	}
+	return nil, fmt.Errorf("request %d: %w", id, store.ErrNotFound)
+}

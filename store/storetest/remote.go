@@ -1,0 +1,258 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+// Remote agents: the primitives behind the HTTP API's poll/complete/fail,
+// each fenced by the claim (request ID + ClaimedBy) and the deadline.
+func remoteCases() []testCase {
+	return []testCase{
+		{"Get", testRemoteGet},
+		{"Available", testRemoteAvailable},
+		{"Complete", testRemoteComplete},
+		{"CompleteSupersededAttempt", testRemoteCompleteSuperseded},
+		{"ReleaseOne", testRemoteReleaseOne},
+	}
+}
+
+// setupRemote stores task "t" with three Processed steps whose outputs are
+// set and whose attempt is 1 (the attempt newRequest uses).
+func setupRemote(t *testing.T, d store.Driver) *dt.Task {
+	t.Helper()
+	task := newTask("t")
+	task.StepCount = 3
+	insertTasks(t, d, task)
+	var steps []*dt.Step
+	for i := range 3 {
+		s := newStep("t", i)
+		s.ProcessState = dt.Processed
+		s.Attempt = 1
+		s.Output = []byte(fmt.Sprintf(`{"out":%d}`, i))
+		steps = append(steps, s)
+	}
+	insertSteps(t, d, steps...)
+	return task
+}
+
+// remoteTx runs fn in a write transaction and returns its error (the
+// transaction rolls back on error).
+func remoteTx(d store.Driver, fn func(ctx context.Context, x store.Executor) error) error {
+	return d.InTx(context.Background(), fn)
+}
+
+func testRemoteGet(t *testing.T, d store.Driver) {
+	task := setupRemote(t, d)
+	exp := at(time.Minute)
+	r1 := newRequest("t", 1, "a", exp)
+	r2 := newRequest("t", 2, "a", exp)
+	r2.Kind, r2.IdempotencyKey, r2.ClaimedBy = dt.KindCompensate, "t/2/step2/compensate", "remote:x"
+	insertRequests(t, d, r1, r2)
+
+	got, err := d.Reader().RequestGet(context.Background(), r1.ID)
+	if err != nil {
+		t.Fatalf("RequestGet(%d): %v", r1.ID, err)
+	}
+	want := *r1
+	want.Workflow, want.StepName, want.Input, want.PreviousOutput = task.Workflow, "step1", task.Input, []byte(`{"out":0}`)
+	checkEqual(t, "request of step 1 (do)", got, &want)
+	if got.StepOutput != nil {
+		t.Errorf("do request: StepOutput %q, want none", got.StepOutput)
+	}
+	// Inside a transaction too, and a compensation carries the step's output.
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		got, err := x.RequestGet(ctx, r2.ID)
+		if err != nil {
+			return err
+		}
+		want := *r2
+		want.Workflow, want.StepName, want.Input = task.Workflow, "step2", task.Input
+		want.PreviousOutput, want.StepOutput = []byte(`{"out":1}`), []byte(`{"out":2}`)
+		checkEqual(t, "request of step 2 (compensate, claimed)", got, &want)
+		return nil
+	})
+	_, err = d.Reader().RequestGet(context.Background(), r2.ID+1000)
+	wantErrIs(t, err, store.ErrNotFound, "RequestGet of a missing ID")
+}
+
+func testRemoteAvailable(t *testing.T, d store.Driver) {
+	setupRemote(t, d)
+	ctx := context.Background()
+	avail := func(agent string, now time.Time) bool {
+		t.Helper()
+		ok, err := d.Reader().RequestAvailable(ctx, agent, now)
+		if err != nil {
+			t.Fatalf("RequestAvailable(%s): %v", agent, err)
+		}
+		return ok
+	}
+	if avail("a", base) {
+		t.Error("RequestAvailable with no requests = true")
+	}
+	insertRequests(t, d, newRequest("t", 0, "a", at(time.Second)))
+	if !avail("a", base) {
+		t.Error("RequestAvailable with an unclaimed request = false")
+	}
+	if avail("b", base) {
+		t.Error("RequestAvailable for another agent = true")
+	}
+	if avail("a", at(time.Second)) {
+		t.Error("RequestAvailable at the request's CompleteBy = true; it can no longer be claimed")
+	}
+	claimRequests(t, d, store.RequestClaimParams{Agent: "a", ClaimedBy: "rt", Now: base, Limit: 10})
+	if avail("a", base) {
+		t.Error("RequestAvailable with only a claimed request = true")
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		ok, err := x.RequestAvailable(ctx, "a", base)
+		if err != nil || ok {
+			t.Errorf("RequestAvailable in a transaction = %v, %v; want false", ok, err)
+		}
+		return nil
+	})
+}
+
+func testRemoteComplete(t *testing.T, d store.Driver) {
+	setupRemote(t, d)
+	exp := at(time.Minute)
+	r0 := newRequest("t", 0, "a", exp)
+	r1 := newRequest("t", 1, "a", exp)
+	insertRequests(t, d, r0, r1)
+	got := claimRequests(t, d, store.RequestClaimParams{Agent: "a", ClaimedBy: "remote:n1", Now: base, Limit: 1})
+	if len(got) != 1 || got[0].ID != r0.ID {
+		t.Fatalf("claim = %v, want request %d", reqKeys(got), r0.ID)
+	}
+	complete := func(id int64, claimedBy string, now time.Time) (*dt.AgentRequest, error) {
+		var out *dt.AgentRequest
+		err := remoteTx(d, func(ctx context.Context, x store.Executor) error {
+			var err error
+			out, err = x.RequestComplete(ctx, id, claimedBy, now)
+			return err
+		})
+		return out, err
+	}
+	// Wrong claim, at or past the deadline, unclaimed: stale, nothing changed.
+	_, err := complete(r0.ID, "remote:other", base)
+	wantErrIs(t, err, store.ErrStale, "RequestComplete with another claim")
+	_, err = complete(r0.ID, "remote:n1", exp)
+	wantErrIs(t, err, store.ErrStale, "RequestComplete at CompleteBy")
+	_, err = complete(r0.ID, "remote:n1", exp.Add(time.Hour))
+	wantErrIs(t, err, store.ErrStale, "RequestComplete past CompleteBy")
+	_, err = complete(r1.ID, "", base)
+	wantErrIs(t, err, store.ErrStale, "RequestComplete of an unclaimed request")
+	_, err = complete(r1.ID, "remote:n1", base)
+	wantErrIs(t, err, store.ErrStale, "RequestComplete of an unclaimed request with another request's claim")
+	if g, err := d.Reader().RequestGet(context.Background(), r0.ID); err != nil || g.ClaimedBy != "remote:n1" {
+		t.Fatalf("after refused completions, request = %+v, %v; want it still claimed by remote:n1", g, err)
+	}
+	// Outside a transaction: refused.
+	if _, err := d.Reader().RequestComplete(context.Background(), r0.ID, "remote:n1", base); err == nil {
+		t.Error("RequestComplete on the Reader succeeded; want an error")
+	}
+
+	out, err := complete(r0.ID, "remote:n1", exp.Add(-time.Microsecond))
+	if err != nil {
+		t.Fatalf("RequestComplete with the claim before CompleteBy: %v", err)
+	}
+	want := *r0
+	want.ClaimedBy = "remote:n1"
+	checkEqual(t, "completed request", out, &want)
+	_, err = d.Reader().RequestGet(context.Background(), r0.ID)
+	wantErrIs(t, err, store.ErrNotFound, "RequestGet of the completed request")
+	// A second completion with the same claim: the request is gone.
+	_, err = complete(r0.ID, "remote:n1", base)
+	wantErrIs(t, err, store.ErrNotFound, "second RequestComplete")
+	_, err = complete(r1.ID+1000, "remote:n1", base)
+	wantErrIs(t, err, store.ErrNotFound, "RequestComplete of an ID that never existed")
+
+	// A rolled-back completion leaves the request claimed.
+	claimRequests(t, d, store.RequestClaimParams{Agent: "a", ClaimedBy: "remote:n2", Now: base, Limit: 1})
+	boom := errors.New("boom")
+	err = remoteTx(d, func(ctx context.Context, x store.Executor) error {
+		if _, err := x.RequestComplete(ctx, r1.ID, "remote:n2", base); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("rolled-back completion: %v", err)
+	}
+	if _, err := complete(r1.ID, "remote:n2", base); err != nil {
+		t.Errorf("completion after a rolled-back one: %v", err)
+	}
+}
+
+// A request whose step has moved on to a later attempt is stale even if
+// its row is still there and claimed.
+func testRemoteCompleteSuperseded(t *testing.T, d store.Driver) {
+	setupRemote(t, d)
+	steps := getSteps(t, d, "t")
+	steps[0].Attempt = 2
+	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.StepUpdateMany(ctx, steps[:1]) })
+	r0 := newRequest("t", 0, "a", at(time.Minute)) // attempt 1
+	insertRequests(t, d, r0)
+	claimRequests(t, d, store.RequestClaimParams{Agent: "a", ClaimedBy: "remote:n", Now: base, Limit: 1})
+	err := remoteTx(d, func(ctx context.Context, x store.Executor) error {
+		_, err := x.RequestComplete(ctx, r0.ID, "remote:n", base)
+		return err
+	})
+	wantErrIs(t, err, store.ErrStale, "RequestComplete of a superseded attempt")
+	err = remoteTx(d, func(ctx context.Context, x store.Executor) error {
+		_, err := x.RequestReleaseOne(ctx, r0.ID, "remote:n", base)
+		return err
+	})
+	wantErrIs(t, err, store.ErrStale, "RequestReleaseOne of a superseded attempt")
+}
+
+func testRemoteReleaseOne(t *testing.T, d store.Driver) {
+	setupRemote(t, d)
+	exp := at(time.Minute)
+	r0 := newRequest("t", 0, "a", exp)
+	r1 := newRequest("t", 1, "a", exp)
+	insertRequests(t, d, r0, r1)
+	claimRequests(t, d, store.RequestClaimParams{Agent: "a", ClaimedBy: "remote:n1", Now: base, Limit: 2})
+	release := func(id int64, claimedBy string, now time.Time) (*dt.AgentRequest, error) {
+		var out *dt.AgentRequest
+		err := remoteTx(d, func(ctx context.Context, x store.Executor) error {
+			var err error
+			out, err = x.RequestReleaseOne(ctx, id, claimedBy, now)
+			return err
+		})
+		return out, err
+	}
+	_, err := release(r0.ID, "remote:other", base)
+	wantErrIs(t, err, store.ErrStale, "RequestReleaseOne with another claim")
+	_, err = release(r0.ID, "remote:n1", exp)
+	wantErrIs(t, err, store.ErrStale, "RequestReleaseOne at CompleteBy")
+	_, err = release(r0.ID+1000, "remote:n1", base)
+	wantErrIs(t, err, store.ErrNotFound, "RequestReleaseOne of a missing ID")
+
+	out, err := release(r0.ID, "remote:n1", base)
+	if err != nil {
+		t.Fatalf("RequestReleaseOne with the claim: %v", err)
+	}
+	want := *r0
+	checkEqual(t, "released request", out, &want)
+	// Only that one is free again; its old claim no longer holds.
+	got := claimRequests(t, d, store.RequestClaimParams{Agent: "a", ClaimedBy: "remote:n2", Now: base, Limit: 10})
+	if len(got) != 1 || got[0].ID != r0.ID || got[0].Input == nil {
+		t.Fatalf("claim after release = %v, want request %d with its payload", reqKeys(got), r0.ID)
+	}
+	_, err = release(r0.ID, "remote:n1", base)
+	wantErrIs(t, err, store.ErrStale, "RequestReleaseOne with the claim given up")
+	err = remoteTx(d, func(ctx context.Context, x store.Executor) error {
+		_, err := x.RequestComplete(ctx, r0.ID, "remote:n1", base)
+		return err
+	})
+	wantErrIs(t, err, store.ErrStale, "RequestComplete with the claim given up")
+	if g, err := d.Reader().RequestGet(context.Background(), r1.ID); err != nil || g.ClaimedBy != "remote:n1" {
+		t.Errorf("the other request = %+v, %v; want it still claimed by remote:n1", g, err)
+	}
+}
