@@ -525,4 +525,11 @@ func TestRejectAmountAbove(t *testing.T) {
 	if got := svc.Applied("charge", "o-2"); got != 0 {
 		t.Fatalf("rejected charge applied %d times", got)
 	}
+	// Raising the limit lets a new key through; the rejected key stays rejected.
+	svc.SetRejectAmountAbove(5000)
+	_, err = c.Call(t.Context(), "charge", "k2", "o-2", 1001)
+	wantStatus(t, err, http.StatusUnprocessableEntity)
+	if _, err := c.Call(t.Context(), "charge", "k3", "o-2", 1001); err != nil {
+		t.Fatalf("new key under the raised limit: %v", err)
+	}
 }

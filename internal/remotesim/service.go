@@ -130,6 +130,15 @@ func (s *Service) SetRates(transient, hang, permanent float64) {
 	s.transient, s.hang, s.permanent = transient, hang, permanent
 }
 
+// SetRejectAmountAbove changes Config.RejectAmountAbove for later calls
+// with new keys (a key rejected before stays rejected): an operator raised
+// the limit.
+func (s *Service) SetRejectAmountAbove(limit int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rejectAbove = limit
+}
+
 // Stats returns a snapshot of the counters.
 func (s *Service) Stats() Stats {
 	s.mu.Lock()
