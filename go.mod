@@ -9,6 +9,7 @@ require (
 	github.com/mattn/go-sqlite3 v1.14.53
 	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/spf13/cobra v1.10.2
+	go.yaml.in/yaml/v3 v3.0.4
 	golang.org/x/time v0.16.0
 )
 

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +18,7 @@ import (
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/remotesim"
+	"github.com/drover-run/drover/internal/workflowdef"
 )
 
 // ReadyPrefix starts the line "drover server" prints on stderr once it runs.
@@ -84,6 +89,8 @@ func (e *env) serverCmd() *cobra.Command {
 		maxInput     int
 		pollInterval time.Duration
 		shutdown     time.Duration
+		wfDir        string
+		wfPoll       time.Duration
 		hf           httpFlags
 	)
 	cmd := &cobra.Command{
@@ -132,13 +139,28 @@ docs/server.md): tasks, alerts and session queues under /v1, /healthz and
 between entries in the variable), scopes submit and operator.
 --insecure-no-auth serves without tokens, on a loopback address only.
 --tls-cert/--tls-key serve HTTPS (and HTTP/2). On shutdown the API stops
-accepting requests and /readyz answers 503 first; requests in flight finish.`,
+accepting requests and /readyz answers 503 first; requests in flight finish.
+
+--workflows DIR loads declarative workflows, one per file (*.yaml, *.yml or
+*.json; see docs/workflows.md), next to "orders". Every file is checked
+first: any problem in any file fails the start, and each problem is printed
+as FILE:LINE: FIELD: MESSAGE. Each file's content is stored as a version of
+its workflow (the same content keeps its version), and one line is logged
+per workflow with its name, version and file. On SIGHUP, and when a file
+changes (checked every --workflows-poll; 0 checks only on SIGHUP), the
+directory is read again: changed valid files become new versions for new
+tasks, invalid ones are logged with every problem and keep their previous
+version, and a removed file's workflow stays registered. Tasks keep the
+version they were submitted with, across reloads and restarts. A server
+with the agent role runs the HTTP steps of every stored version, with or
+without --workflows.`,
 		Example: `  drover server --db sqlite:./drover.db
   drover server --db 'postgres://drover@db:5432/app?sslmode=disable' --schema drover
   drover server --roles scheduler,supervisor --instance-id sched-1 --schedulers 4
   drover server --roles agent --remote-url http://127.0.0.1:8080 --instance-id agents-1
   drover server --listen 127.0.0.1:8080 --tokens-file /etc/drover/tokens
-  drover server --listen :8443 --tokens-file tokens --tls-cert cert.pem --tls-key key.pem`,
+  drover server --listen :8443 --tokens-file tokens --tls-cert cert.pem --tls-key key.pem
+  drover server --listen 127.0.0.1:8080 --tokens-file tokens --workflows ./workflows`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -167,17 +189,42 @@ accepting requests and /readyz answers 503 first; requests in flight finish.`,
 			if maxInput <= 0 {
 				return usagef("--max-input-bytes must be positive, got %d", maxInput)
 			}
+			if wfPoll < 0 {
+				return usagef("--workflows-poll must not be negative, got %s", wfPoll)
+			}
+			if cmd.Flags().Changed("workflows-poll") && wfDir == "" {
+				return usagef("--workflows-poll needs --workflows DIR")
+			}
 			tokens, cert, err := e.checkHTTPFlags(cmd, &hf)
 			if err != nil {
 				return err
 			}
 			log := e.logger(slog.LevelDebug)
+			if wfDir != "" {
+				// Fail on an invalid file before touching the database.
+				if _, err := workflowdef.Load(wfDir, orders.WorkflowName); err != nil {
+					return workflowsError(e.stderr, wfDir, err)
+				}
+			}
 
 			d, err := e.openServerStore(ctx, log, t, synchronous)
 			if err != nil {
 				return err
 			}
 			defer d.Close()
+
+			// The registry of declarative workflows. Without --workflows it
+			// still runs the HTTP steps of versions stored by other servers.
+			// reg.RemoteInput maps the input of remote agents' requests.
+			reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: d.Driver, Logger: log, Reserved: []string{orders.WorkflowName}})
+			if err != nil {
+				return err
+			}
+			if wfDir != "" {
+				if err := loadWorkflows(ctx, e.stderr, reg, wfDir); err != nil {
+					return err
+				}
+			}
 
 			opts := orders.Options{StepTimeout: stepTimeout, RetryDelay: retryDelay}
 			cfg := drover.Config{
@@ -203,11 +250,19 @@ accepting requests and /readyz answers 503 first; requests in flight finish.`,
 				cfg.ExternalAgents = orders.AgentNames()
 			}
 			defer stopRemote()
+			cfg.Workflows = append(cfg.Workflows, reg.Workflows()...)
+			cfg.ExternalAgents = append(cfg.ExternalAgents, reg.ExternalAgents()...)
+			if r.Agent {
+				cfg.Agents = append(cfg.Agents, reg.HTTPAgent())
+			} else {
+				cfg.ExternalAgents = append(cfg.ExternalAgents, workflowdef.HTTPAgentName)
+			}
 
 			c, err := drover.New(cfg)
 			if err != nil {
 				return err
 			}
+			reg.Attach(c)
 			var ln net.Listener
 			if hf.listen != "" {
 				if ln, err = listenHTTP(&hf); err != nil {
@@ -227,6 +282,10 @@ accepting requests and /readyz answers 503 first; requests in flight finish.`,
 					return err
 				}
 				log.Info("HTTP API serving", "url", api.url(), "auth", !hf.insecure, "tls", cert != nil)
+			}
+			if wfDir != "" {
+				stopWatch := watchWorkflows(ctx, reg, wfPoll)
+				defer stopWatch()
 			}
 			log.Info("server started", "instance", c.InstanceID(), "db", d.desc(), "roles", rolesString(r),
 				"schedulers", schedulers, "supervisor_interval", supInterval, "remote_url", remoteURL)
@@ -280,8 +339,52 @@ accepting requests and /readyz answers 503 first; requests in flight finish.`,
 	f.IntVar(&maxInput, "max-input-bytes", drover.DefaultMaxInputBytes, "largest task input accepted, in bytes")
 	f.DurationVar(&pollInterval, "poll-interval", 100*time.Millisecond, "how often to look for work from other processes")
 	f.DurationVar(&shutdown, "shutdown-timeout", 30*time.Second, "how long to wait for calls in flight on shutdown")
+	f.StringVar(&wfDir, "workflows", "", "directory of declarative workflow files (*.yaml, *.yml, *.json) to load; reloaded on SIGHUP and on change")
+	f.DurationVar(&wfPoll, "workflows-poll", 2*time.Second, "how often to check --workflows for changed files (0: only on SIGHUP)")
 	hf.register(cmd)
 	return cmd
+}
+
+// workflowsError reports a failure to load the --workflows directory. Every
+// problem of every invalid file is printed on its own line, FILE:LINE:
+// FIELD: MESSAGE, before the error.
+func workflowsError(stderr io.Writer, dir string, err error) error {
+	var pe *workflowdef.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pe):
+		for _, p := range pe.Problems {
+			fmt.Fprintln(stderr, p.String())
+		}
+		return fmt.Errorf("--workflows %s: %d problem(s) in %d file(s), listed above; no workflow was loaded", dir, len(pe.Problems), pe.Files())
+	default:
+		return fmt.Errorf("--workflows %s: %w", dir, err)
+	}
+}
+
+// loadWorkflows loads the --workflows directory into the registry.
+func loadWorkflows(ctx context.Context, stderr io.Writer, reg *workflowdef.Registry, dir string) error {
+	return workflowsError(stderr, dir, reg.LoadDir(ctx, dir))
+}
+
+// watchWorkflows reloads the workflow directory on SIGHUP and on change
+// until the returned function is called (it waits for a reload in
+// progress) or ctx ends.
+func watchWorkflows(ctx context.Context, reg *workflowdef.Registry, poll time.Duration) func() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		reg.Watch(wctx, poll, hup)
+	}()
+	return func() {
+		signal.Stop(hup)
+		cancel()
+		<-done
+	}
 }
 
 // checkSynchronous validates --synchronous. It is a SQLite setting: given
