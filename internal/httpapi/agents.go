@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/drover-run/drover"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
 )
@@ -317,6 +318,18 @@ func (h *Handler) claimRemote(base context.Context, agent, claimedBy, nonce stri
 		input := q.Input
 		if h.opts.RemoteInput != nil {
 			in, err := h.opts.RemoteInput(ctx, q)
+			if err != nil && !drover.IsPermanent(err) {
+				// A passing failure (the store, say): give the request back
+				// for a later poll rather than failing the step.
+				h.log.Warn("remote agent input not available yet; the request is given back", "agent", agent, "task", q.TaskID, "step", q.StepIndex, "err", err)
+				if err := h.drover.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
+					_, err := x.RequestReleaseOne(ctx, q.ID, claimedBy, h.clock.Now())
+					return err
+				}); err != nil && !errors.Is(err, store.ErrStale) && !errors.Is(err, store.ErrNotFound) {
+					return nil, err
+				}
+				continue
+			}
 			if err != nil {
 				// The step cannot run with this input: fail it for good.
 				h.log.Warn("remote agent input failed; failing the request permanently", "agent", agent, "task", q.TaskID, "step", q.StepIndex, "err", err)

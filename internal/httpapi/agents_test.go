@@ -533,9 +533,13 @@ func waitRequest(t *testing.T, e *testEnv, agent string, from int64) int64 {
 // Options.RemoteInput computes the input handed out; its error fails the
 // request permanently (the task ends in Error with the message).
 func TestRemoteInput(t *testing.T) {
+	var storeDown atomic.Bool
 	e, _ := newAgentEnv(t, testutilSQLite(t), Options{RemoteInput: func(ctx context.Context, req *drover.AgentRequest) ([]byte, error) {
 		if req.TaskID == "bad-input" {
-			return nil, errors.New(`field "amount" is missing`)
+			return nil, drover.Permanent(errors.New(`field "amount" is missing`))
+		}
+		if storeDown.Load() {
+			return nil, errors.New("store unavailable")
 		}
 		return []byte(fmt.Sprintf(`{"mapped":%s,"step":%q}`, req.Input, req.StepName)), nil
 	}})
@@ -548,7 +552,17 @@ func TestRemoteInput(t *testing.T) {
 	if !strings.Contains(r.str("last_error"), `input: field "amount" is missing`) {
 		t.Fatalf("task: %s", r.body)
 	}
+	// A passing failure gives the request back instead of failing the step.
+	storeDown.Store(true)
 	e.do("POST", "/v1/tasks", submitTok, `{"workflow":"remote","id":"mapped","input":{"n":7}}`).must(t, 201)
+	waitRequest(t, e, "worker", 1)
+	if got := e.poll("worker", `{"wait_ms":0}`); len(got) != 0 {
+		t.Fatalf("a request whose input is not available yet was handed out: %+v", got)
+	}
+	if r := e.do("GET", "/v1/tasks/mapped", submitTok, ""); r.str("state") != "Processing" {
+		t.Fatalf("after a passing input failure the task is %s, want Processing: %s", r.str("state"), r.body)
+	}
+	storeDown.Store(false)
 	got := e.pollOne("worker")
 	if got.TaskID != "mapped" || string(got.Input) != `{"mapped":{"n":7},"step":"a"}` {
 		t.Fatalf("polled: %+v (input %s)", got, got.Input)
