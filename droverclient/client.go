@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Client calls one drover server. Its zero value is not usable; create it
@@ -66,6 +67,8 @@ type APIError struct {
 	Status  int
 	Code    string // e.g. "invalid_field", "wrong_state", "stale_token"
 	Message string
+
+	retryAfter time.Duration // the Retry-After of a 429 or 503, if any
 }
 
 func (e *APIError) Error() string {
@@ -82,7 +85,8 @@ func (e *APIError) Is(target error) bool {
 	case http.StatusNotFound:
 		return target == ErrNotFound
 	case http.StatusConflict:
-		return target == ErrConflict
+		// A stale token (remote agents) is also ErrStale.
+		return target == ErrConflict || (target == ErrStale && e.Code == "stale_token")
 	case http.StatusTooManyRequests:
 		return target == ErrRateLimited
 	case http.StatusServiceUnavailable:

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverclient"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/store"
 )
@@ -67,6 +68,14 @@ type env struct {
 	jsonOut     bool
 	lockTimeout time.Duration
 	logLevel    string
+
+	// --server, --token, --token-file (remote.go); remote is the API
+	// client when the command runs against a server.
+	serverURL string
+	token     string
+	tokenFile string
+	remote    *droverclient.Client
+	hasToken  bool
 
 	entered bool // a command's own code started: errors are not usage errors
 }
@@ -165,14 +174,22 @@ pool_max_conns, …). On PostgreSQL the store lives in the schema --schema
 (else $` + EnvSchema + `, else ` + DefaultSchema + `), created by "drover migrate"; several
 stores can share one database under different schemas, and the application's
 own tables can live beside them. SQLite does not use --schema (a malformed
-name is still refused).`,
+name is still refused).
+
+With --server URL (else $` + EnvServer + `) the commands that read or change tasks,
+alerts and queues (submit, status, list, resubmit, cancel, events, alerts,
+queue publish/peek/sessions/list/dlq/resolve) go through a running drover
+server's HTTP API instead of the database, with the bearer token of --token,
+--token-file or $` + EnvToken + `, and print the same output. The other commands
+refuse --server; --db and --server exclude each other.`,
 		Example: `  drover migrate --db sqlite:./drover.db
   drover server &
   drover submit orders '{"order_id":"o-1","amount":1234}' --id order-o-1
   drover status order-o-1 --events
   drover demo orders --orders 200 --transient-rate 0.2 --hang-rate 0.05
   export DROVER_DATABASE_URL='postgres://drover:secret@db.internal:5432/app?sslmode=require'
-  drover migrate --schema drover && drover server --schema drover`,
+  drover migrate --schema drover && drover server --schema drover
+  drover status order-o-1 --server http://127.0.0.1:8080 --token-file ~/.drover-token`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Commands that run set e.entered; see MainIO.
@@ -197,7 +214,7 @@ name is still refused).`,
 			if _, err := parseLevel(e.logLevel); err != nil {
 				return err
 			}
-			return nil
+			return e.setupRemote(cmd)
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -208,6 +225,9 @@ name is still refused).`,
 	pf.BoolVar(&e.jsonOut, "json", false, "print machine-readable JSON on stdout")
 	pf.DurationVar(&e.lockTimeout, "lock-timeout", 10*time.Second, "how long to wait for a lock held by another process (SQLite: the database file; PostgreSQL: lock_timeout of the commands other than server, demo and bench)")
 	pf.StringVar(&e.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
+	pf.StringVar(&e.serverURL, "server", "", "run the command against a drover server's HTTP API (http://HOST:PORT or https://…) instead of the database; for the commands that read or change tasks, alerts and queues (env "+EnvServer+")")
+	pf.StringVar(&e.token, "token", "", "bearer token for --server (env "+EnvToken+"); prefer --token-file, as arguments are visible to other users")
+	pf.StringVar(&e.tokenFile, "token-file", "", "read the bearer token for --server from this file")
 
 	root.AddCommand(
 		e.migrateCmd(),
@@ -221,6 +241,7 @@ name is still refused).`,
 		e.demoCmd(),
 		e.benchCmd(),
 		e.queueCmd(),
+		e.alertsCmd(),
 	)
 	// Arguments errors are usage errors.
 	for _, c := range root.Commands() {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverclient"
 	"github.com/drover-run/drover/internal/orders"
 )
 
@@ -82,6 +83,7 @@ func (e *env) submitCmd() *cobra.Command {
 	var (
 		id          string
 		orderingKey string
+		callbackURL string
 		maxInput    int
 		stepTimeout time.Duration
 	)
@@ -105,9 +107,14 @@ the task's position in it.
 Workflows this drover knows: orders, whose input is
 {"order_id":"o-1","amount":1234} (both fields required, no others).
 
+With --callback-url the server POSTs a signed webhook (HMAC-SHA256) to the
+URL when the task reaches a final state.
+
 The database (on PostgreSQL, the schema --schema) must exist and be migrated
-("drover migrate").`,
+("drover migrate"). With --server the task is submitted to a running server
+instead, which knows its own workflows (also declarative ones).`,
 		Example: `  drover submit orders '{"order_id":"o-1","amount":1234}'
+  drover submit orders '{"order_id":"o-5","amount":10}' --server http://127.0.0.1:8080 --token-file token
   drover submit orders '{"order_id":"o-2","amount":50}' --id order-o-2 --json
   echo '{"order_id":"o-3","amount":7}' | drover submit orders -
   drover submit orders '{"order_id":"o-4","amount":9}' --ordering-key customer-42`,
@@ -122,6 +129,14 @@ The database (on PostgreSQL, the schema --schema) must exist and be migrated
 			}
 			if cmd.Flags().Changed("ordering-key") && orderingKey == "" {
 				return usagef("--ordering-key must not be empty")
+			}
+			if cmd.Flags().Changed("callback-url") {
+				if err := drover.ValidateCallbackURL(callbackURL); err != nil || callbackURL == "" {
+					return usagef("--callback-url %q: want an absolute http:// or https:// URL (%v)", callbackURL, err)
+				}
+			}
+			if e.remote != nil && cmd.Flags().Changed("step-timeout") {
+				return usagef("--step-timeout does not apply with --server: the server's workflow sets the time budgets")
 			}
 			workflow := args[0]
 			var input []byte
@@ -140,6 +155,14 @@ The database (on PostgreSQL, the schema --schema) must exist and be migrated
 				return fmt.Errorf("%w: more than %d bytes (--max-input-bytes)", drover.ErrInputTooLarge, maxInput)
 			}
 			input = bytes.TrimSpace(input)
+			if e.remote != nil {
+				// The server knows its workflows and checks the input.
+				if len(input) > 0 && !jsonValid(input) {
+					return fmt.Errorf("%w: not a JSON document: %s", drover.ErrInvalidInput, jsonProblem(input))
+				}
+				return e.remoteSubmit(ctx, droverclient.SubmitRequest{Workflow: workflow, Input: input, ID: id,
+					OrderingKey: orderingKey, CallbackURL: callbackURL})
+			}
 			if !contains(knownWorkflows(), workflow) {
 				return fmt.Errorf("%w %q (this drover knows: %s)", drover.ErrUnknownWorkflow, workflow, strings.Join(knownWorkflows(), ", "))
 			}
@@ -156,7 +179,7 @@ The database (on PostgreSQL, the schema --schema) must exist and be migrated
 				return err
 			}
 			defer drv.Close()
-			t, err := c.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id, OrderingKey: orderingKey})
+			t, err := c.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id, OrderingKey: orderingKey, CallbackURL: callbackURL})
 			if err != nil {
 				return drv.storeErr(err)
 			}
@@ -173,6 +196,7 @@ The database (on PostgreSQL, the schema --schema) must exist and be migrated
 	}
 	cmd.Flags().StringVar(&id, "id", "", "task ID, for idempotent submission (default: a generated UUID)")
 	cmd.Flags().StringVar(&orderingKey, "ordering-key", "", "run after every earlier task with this key is final (at most 256 bytes)")
+	cmd.Flags().StringVar(&callbackURL, "callback-url", "", "send a signed webhook to this http(s) URL when the task is final")
 	cmd.Flags().IntVar(&maxInput, "max-input-bytes", drover.DefaultMaxInputBytes, "largest input accepted, in bytes")
 	cmd.Flags().DurationVar(&stepTimeout, "step-timeout", orders.DefaultStepTimeout, "time budget of each step of the task (recorded with it)")
 	return cmd
@@ -203,6 +227,9 @@ event history (state changes, retries, supervisor recoveries, alerts).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if e.remote != nil {
+				return e.remoteStatus(ctx, args[0], withEvents)
+			}
 			c, drv, err := e.readClient(ctx, 0, 0)
 			if err != nil {
 				return err
@@ -221,14 +248,7 @@ event history (state changes, retries, supervisor recoveries, alerts).`,
 					events = []*drover.Event{}
 				}
 			}
-			if e.jsonOut {
-				j := taskJSON(t)
-				for _, ev := range events {
-					j.Events = append(j.Events, eventJSON(ev))
-				}
-				return writeJSON(e.stdout, j)
-			}
-			return printTask(e.stdout, t, events)
+			return e.printStatus(t, events)
 		},
 	}
 	cmd.Flags().BoolVar(&withEvents, "events", false, "also show the task's event history")
@@ -302,18 +322,33 @@ the JSON output) as --after to get the next page.`,
 			if limit <= 0 {
 				return usagef("--limit must be positive, got %d", limit)
 			}
-			c, drv, err := e.readClient(ctx, 0, 0)
-			if err != nil {
-				return err
-			}
-			defer drv.Close()
-			ts, err := c.Tasks(ctx, drover.ListParams{States: sts, Workflow: workflow, AfterID: after, Limit: limit})
-			if err != nil {
-				return drv.storeErr(err)
-			}
+			var ts []*drover.Task
 			next := ""
-			if len(ts) == limit {
-				next = ts[len(ts)-1].ID
+			if e.remote != nil {
+				var names []string
+				for _, st := range sts {
+					names = append(names, string(st))
+				}
+				page, err := e.remote.Tasks(ctx, droverclient.ListParams{States: names, Workflow: workflow, After: after, Limit: limit})
+				if err != nil {
+					return e.remoteErr(err)
+				}
+				for i := range page.Tasks {
+					ts = append(ts, remoteTask(&page.Tasks[i]))
+				}
+				next = page.NextAfter
+			} else {
+				c, drv, err := e.readClient(ctx, 0, 0)
+				if err != nil {
+					return err
+				}
+				defer drv.Close()
+				if ts, err = c.Tasks(ctx, drover.ListParams{States: sts, Workflow: workflow, AfterID: after, Limit: limit}); err != nil {
+					return drv.storeErr(err)
+				}
+				if len(ts) == limit {
+					next = ts[len(ts)-1].ID
+				}
 			}
 			if e.jsonOut {
 				out := struct {
@@ -370,6 +405,10 @@ so a remote service that already applied a step recognises the retry.`,
 				}
 				opts.FromStep = &fromStep
 			}
+			if e.remote != nil {
+				t, err := e.remote.Resubmit(ctx, args[0], &droverclient.ResubmitOptions{FromStep: opts.FromStep})
+				return e.printRemoteChanged(t, err, "resubmitted")
+			}
 			c, drv, err := e.readClient(ctx, 0, 0)
 			if err != nil {
 				return err
@@ -398,6 +437,10 @@ compensated. A cancelled task can be resubmitted.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if e.remote != nil {
+				t, err := e.remote.Cancel(ctx, args[0], reason)
+				return e.printRemoteChanged(t, err, "cancelled")
+			}
 			c, drv, err := e.readClient(ctx, 0, 0)
 			if err != nil {
 				return err
@@ -444,7 +487,11 @@ one task's events, --alerts only alerts, --after ID those after an event ID.
 
 --follow keeps printing new events as they are recorded until interrupted;
 resume later without missing any by passing the last ID seen as --after.
-With --json every event is one JSON object per line.`,
+With --json every event is one JSON object per line.
+
+With --server the events come from the server's event stream (Server-Sent
+Events); --follow reconnects after a dropped connection and resumes after the
+last event printed, so none is missed or printed twice.`,
 		Example: `  drover events --alerts
   drover events --task order-o-7
   drover events --follow --after 1200 --json`,
@@ -457,6 +504,9 @@ With --json every event is one JSON object per line.`,
 			if limit <= 0 {
 				return usagef("--limit must be positive, got %d", limit)
 			}
+			if e.remote != nil {
+				return e.remoteEvents(ctx, droverclient.EventParams{TaskID: taskID, AlertsOnly: alerts, After: after, Limit: limit}, follow)
+			}
 			c, drv, err := e.readClient(ctx, 0, 0)
 			if err != nil {
 				return err
@@ -464,13 +514,7 @@ With --json every event is one JSON object per line.`,
 			defer drv.Close()
 			if follow {
 				for ev := range c.Subscribe(ctx, drover.Subscription{TaskID: taskID, AlertsOnly: alerts, AfterID: after}) {
-					var err error
-					if e.jsonOut {
-						err = writeJSON(e.stdout, eventJSON(ev))
-					} else {
-						_, err = fmt.Fprintln(e.stdout, eventLine(ev))
-					}
-					if err != nil {
+					if err := e.printFollowed(ev); err != nil {
 						return err
 					}
 				}
@@ -480,15 +524,7 @@ With --json every event is one JSON object per line.`,
 			if err != nil {
 				return drv.storeErr(err)
 			}
-			if e.jsonOut {
-				for _, ev := range evs {
-					if err := writeJSON(e.stdout, eventJSON(ev)); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-			return printEvents(e.stdout, evs, true)
+			return e.printEventList(evs)
 		},
 	}
 	f := cmd.Flags()

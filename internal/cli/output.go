@@ -19,9 +19,11 @@ import (
 type TaskJSON struct {
 	ID               string          `json:"id"`
 	Workflow         string          `json:"workflow"`
+	WorkflowVersion  int             `json:"workflow_version,omitempty"` // 0: a workflow defined in code
 	State            string          `json:"state"`
 	Input            json.RawMessage `json:"input"`
 	Output           json.RawMessage `json:"output"`
+	CallbackURL      string          `json:"callback_url,omitempty"`
 	LockedBy         *string         `json:"locked_by"`
 	CompleteBy       *time.Time      `json:"complete_by"`
 	FailureCount     int             `json:"failure_count"`
@@ -99,7 +101,7 @@ func taskJSON(t *drover.Task) TaskJSON {
 		LockedBy: nullable(t.LockedBy), CompleteBy: t.CompleteBy, FailureCount: t.FailureCount,
 		FailureThreshold: t.FailureThreshold, OnFailure: string(t.OnFailure), CurrentStep: t.CurrentStep,
 		StepCount: t.StepCount, LastError: t.LastError, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
-		OrderingKey: nullable(t.OrderingKey),
+		OrderingKey: nullable(t.OrderingKey), WorkflowVersion: t.WorkflowVersion, CallbackURL: t.CallbackURL,
 	}
 	if t.OrderingKey != "" {
 		seq := t.OrderingSeq
@@ -178,7 +180,11 @@ func row(tw io.Writer, cols ...string) {
 func printTask(w io.Writer, t *drover.Task, events []*drover.Event) error {
 	tw := newTable(w)
 	row(tw, "Task:", t.ID)
-	row(tw, "Workflow:", t.Workflow)
+	if t.WorkflowVersion > 0 {
+		row(tw, "Workflow:", fmt.Sprintf("%s (version %d)", t.Workflow, t.WorkflowVersion))
+	} else {
+		row(tw, "Workflow:", t.Workflow)
+	}
 	row(tw, "State:", string(t.ProcessState))
 	row(tw, "LockedBy:", dash(t.LockedBy))
 	row(tw, "CompleteBy:", fmtTime(t.CompleteBy))
@@ -193,6 +199,9 @@ func printTask(w io.Writer, t *drover.Task, events []*drover.Event) error {
 	}
 	if t.LastError != "" {
 		row(tw, "Last error:", clip(t.LastError, 300))
+	}
+	if t.CallbackURL != "" {
+		row(tw, "Callback URL:", clip(t.CallbackURL, 300))
 	}
 	row(tw, "Created:", fmtTime(&t.CreatedAt))
 	row(tw, "Updated:", fmtTime(&t.UpdatedAt))

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/droverclient"
 	"github.com/drover-run/drover/store"
 )
 
@@ -365,6 +366,9 @@ message keeps its place, so the session's later messages wait too.`,
 			if len(data) > maxBody {
 				return fmt.Errorf("%w: the body is more than %d bytes (--max-body-bytes)", convoy.ErrInvalidMessage, maxBody)
 			}
+			if e.remote != nil {
+				return e.remotePublish(ctx, queue, session, messageID, data, eos, nb)
+			}
 			c, drv, err := e.queueClient(ctx, maxBody)
 			if err != nil {
 				return err
@@ -375,16 +379,7 @@ message keeps its place, so the session's later messages wait too.`,
 			if err != nil {
 				return queueErr(drv, err)
 			}
-			p := res[0]
-			if e.jsonOut {
-				return writeJSON(e.stdout, PublishedJSON{Queue: queue, Session: p.SessionID, Seq: p.Seq, Duplicate: p.Duplicate, MessageID: messageID})
-			}
-			if p.Duplicate {
-				fmt.Fprintf(e.stdout, "duplicate: message ID %q was published within the dedupe window as message %d of session %s; nothing stored\n", messageID, p.Seq, p.SessionID)
-				return nil
-			}
-			fmt.Fprintf(e.stdout, "published message %d to session %s of queue %s\n", p.Seq, p.SessionID, queue)
-			return nil
+			return e.printPublished(queue, messageID, res[0].SessionID, res[0].Seq, res[0].Duplicate)
 		},
 	}
 	f := cmd.Flags()
@@ -429,22 +424,36 @@ Completed messages are gone. It takes no lock and changes nothing.`,
 			if limit <= 0 || limit > 10000 {
 				return usagef("--limit must be 1-10000, got %d", limit)
 			}
-			c, drv, err := e.queueClient(ctx, 0)
-			if err != nil {
-				return err
-			}
-			defer drv.Close()
-			s, err := mustSession(ctx, c, drv, queue, session)
-			if err != nil {
-				return err
-			}
-			ms, err := c.Peek(ctx, queue, session, from, limit)
-			if err != nil {
-				return drv.storeErr(err)
-			}
+			var s *convoy.Session
+			var ms []*convoy.StoredMessage
 			var next int64
-			if len(ms) == limit {
-				next = ms[len(ms)-1].Seq + 1
+			if e.remote != nil {
+				page, err := e.remote.Peek(ctx, queue, session, from, limit)
+				if err != nil {
+					return e.remoteErr(err)
+				}
+				if s, err = e.findSession(ctx, queue, session); err != nil {
+					return err
+				}
+				for i := range page.Messages {
+					ms = append(ms, remoteMessage(&page.Messages[i]))
+				}
+				next = page.NextFromSeq
+			} else {
+				c, drv, err := e.queueClient(ctx, 0)
+				if err != nil {
+					return err
+				}
+				defer drv.Close()
+				if s, err = mustSession(ctx, c, drv, queue, session); err != nil {
+					return err
+				}
+				if ms, err = c.Peek(ctx, queue, session, from, limit); err != nil {
+					return drv.storeErr(err)
+				}
+				if len(ms) == limit {
+					next = ms[len(ms)-1].Seq + 1
+				}
 			}
 			if e.jsonOut {
 				out := struct {
@@ -536,21 +545,32 @@ JSON output) as --after.`,
 			if limit <= 0 || limit > 10000 {
 				return usagef("--limit must be 1-10000, got %d", limit)
 			}
-			c, drv, err := e.queueClient(ctx, 0)
-			if err != nil {
-				return err
-			}
-			defer drv.Close()
-			if _, err := mustQueue(ctx, drv, queue); err != nil {
-				return err
-			}
-			ss, err := c.Sessions(ctx, queue, after, limit)
-			if err != nil {
-				return drv.storeErr(err)
-			}
+			var ss []*convoy.Session
 			next := ""
-			if len(ss) == limit {
-				next = ss[len(ss)-1].ID
+			if e.remote != nil {
+				page, err := e.remote.Sessions(ctx, queue, after, limit)
+				if err != nil {
+					return e.remoteErr(err)
+				}
+				for i := range page.Sessions {
+					ss = append(ss, remoteSession(&page.Sessions[i]))
+				}
+				next = page.NextAfter
+			} else {
+				c, drv, err := e.queueClient(ctx, 0)
+				if err != nil {
+					return err
+				}
+				defer drv.Close()
+				if _, err := mustQueue(ctx, drv, queue); err != nil {
+					return err
+				}
+				if ss, err = c.Sessions(ctx, queue, after, limit); err != nil {
+					return drv.storeErr(err)
+				}
+				if len(ss) == limit {
+					next = ss[len(ss)-1].ID
+				}
 			}
 			now := time.Now()
 			if e.jsonOut {
@@ -618,14 +638,24 @@ dedupe window of message IDs (0s: off) and the session lock duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, drv, err := e.queueClient(ctx, 0)
-			if err != nil {
-				return err
-			}
-			defer drv.Close()
-			qs, err := c.Queues(ctx)
-			if err != nil {
-				return drv.storeErr(err)
+			var qs []*convoy.Queue
+			if e.remote != nil {
+				list, err := e.remote.Queues(ctx)
+				if err != nil {
+					return e.remoteErr(err)
+				}
+				for i := range list {
+					qs = append(qs, remoteQueue(&list[i]))
+				}
+			} else {
+				c, drv, err := e.queueClient(ctx, 0)
+				if err != nil {
+					return err
+				}
+				defer drv.Close()
+				if qs, err = c.Queues(ctx); err != nil {
+					return drv.storeErr(err)
+				}
 			}
 			if e.jsonOut {
 				out := struct {
@@ -811,29 +841,46 @@ halted; resolve it with "drover queue resolve". Page with --after-session and
 			if session != "" && afterSession == "" && fl.Changed("after-seq") {
 				afterSession = session
 			}
-			c, drv, err := e.queueClient(ctx, 0)
-			if err != nil {
-				return err
-			}
-			defer drv.Close()
-			if session != "" {
-				if _, err := mustSession(ctx, c, drv, queue, session); err != nil {
-					return err
-				}
-			} else if _, err := mustQueue(ctx, drv, queue); err != nil {
-				return err
-			}
-			ms, err := c.DeadLetters(ctx, queue, session, convoy.DeadLetterCursor{SessionID: afterSession, Seq: afterSeq}, limit)
-			if err != nil {
-				return drv.storeErr(err)
-			}
 			type cursor struct {
 				Session string `json:"session"`
 				Seq     int64  `json:"seq"`
 			}
 			var next *cursor
-			if len(ms) == limit {
-				next = &cursor{ms[len(ms)-1].SessionID, ms[len(ms)-1].Seq}
+			var ms []*convoy.StoredMessage
+			if e.remote != nil {
+				p := droverclient.DeadLetterParams{Session: session, Limit: limit}
+				if afterSession != "" || afterSeq > 0 {
+					p.After = &droverclient.DeadLetterCursor{AfterSession: afterSession, AfterSeq: afterSeq}
+				}
+				page, err := e.remote.DeadLetters(ctx, queue, p)
+				if err != nil {
+					return e.remoteErr(err)
+				}
+				for i := range page.DeadLetters {
+					ms = append(ms, remoteMessage(&page.DeadLetters[i]))
+				}
+				if page.Next != nil {
+					next = &cursor{page.Next.AfterSession, page.Next.AfterSeq}
+				}
+			} else {
+				c, drv, err := e.queueClient(ctx, 0)
+				if err != nil {
+					return err
+				}
+				defer drv.Close()
+				if session != "" {
+					if _, err := mustSession(ctx, c, drv, queue, session); err != nil {
+						return err
+					}
+				} else if _, err := mustQueue(ctx, drv, queue); err != nil {
+					return err
+				}
+				if ms, err = c.DeadLetters(ctx, queue, session, convoy.DeadLetterCursor{SessionID: afterSession, Seq: afterSeq}, limit); err != nil {
+					return drv.storeErr(err)
+				}
+				if len(ms) == limit {
+					next = &cursor{ms[len(ms)-1].SessionID, ms[len(ms)-1].Seq}
+				}
 			}
 			if e.jsonOut {
 				out := struct {
@@ -912,6 +959,9 @@ comes back.`,
 			if resubmit == discard {
 				return usagef("give exactly one of --resubmit and --discard")
 			}
+			if e.remote != nil {
+				return e.remoteResolve(ctx, queue, session, seq, resubmit)
+			}
 			c, drv, err := e.queueClient(ctx, 0)
 			if err != nil {
 				return err
@@ -938,21 +988,7 @@ comes back.`,
 			if err != nil {
 				return drv.storeErr(err)
 			}
-			if e.jsonOut {
-				return writeJSON(e.stdout, struct {
-					Queue   string      `json:"queue"`
-					Seq     int64       `json:"seq"`
-					Action  string      `json:"action"`
-					Session SessionJSON `json:"session"`
-				}{queue, seq, action, sessionJSON(s, time.Now())})
-			}
-			if resubmit {
-				fmt.Fprintf(e.stdout, "resubmitted message %d of session %s (queue %s): it is the head of the session again, delivered next; %d pending%s\n",
-					seq, session, queue, s.Pending, sessionFlags(s, time.Now()))
-			} else {
-				fmt.Fprintf(e.stdout, "discarded message %d of session %s (queue %s); %d pending%s\n", seq, session, queue, s.Pending, sessionFlags(s, time.Now()))
-			}
-			return nil
+			return e.printResolved(queue, session, seq, action, s)
 		},
 	}
 	f := cmd.Flags()

@@ -1,0 +1,382 @@
+package droverclient
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Event is one event of the durable history, as the event streams send it.
+type Event struct {
+	ID int64 `json:"id"`
+	// Subject is the task ID, or "session:<queue>/<session>".
+	Subject string `json:"subject"`
+	// StepIndex is the step the event is about; -1 for the task itself.
+	StepIndex int    `json:"step_index"`
+	Type      string `json:"type"`
+	State     string `json:"state"`
+	// Alert marks events an operator must look at.
+	Alert     bool      `json:"alert"`
+	Actor     string    `json:"actor"`
+	Attempt   int       `json:"attempt"`
+	Message   string    `json:"message"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// EventParams select events of the history.
+type EventParams struct {
+	// TaskID keeps one task's events; "" for every task.
+	TaskID string
+	// AlertsOnly keeps operator alerts.
+	AlertsOnly bool
+	// After returns events with a greater ID.
+	After int64
+	// Limit caps the events returned by Events; 0 for no cap.
+	Limit int
+	// Idle is how long Events waits for one more event before it takes
+	// the history as read to its end (twice as long for the first one).
+	// Default DefaultEventsIdle.
+	Idle time.Duration
+}
+
+// DefaultEventsIdle is EventParams.Idle when not set: several times the
+// server's history poll (50ms), which sends recorded events back to back.
+const DefaultEventsIdle = 500 * time.Millisecond
+
+// Events returns the recorded events selected by p, in ID order.
+//
+// The API has no paged listing of the history, only its event streams: so
+// Events reads the stream (GET /v1/events or /v1/tasks/{id}/events) until p.Limit
+// events came or none came for p.Idle, and closes it. A server much slower than
+// that to answer may make the list end early; page with After to go on.
+func (c *Client) Events(ctx context.Context, p EventParams) ([]Event, error) {
+	if p.Idle <= 0 {
+		p.Idle = DefaultEventsIdle
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, err := c.openStream(ctx, p.TaskID, p.AlertsOnly, p.After)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	type item struct {
+		ev  *Event
+		err error
+	}
+	ch := make(chan item)
+	go func() {
+		err := readStream(resp.Body, p.After, func(e *Event) error {
+			select {
+			case ch <- item{ev: e}:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		select {
+		case ch <- item{err: err}:
+		case <-ctx.Done():
+		}
+	}()
+	out := []Event{}
+	// The first event may wait for the server's first read of the
+	// history: allow it twice as long.
+	idle := time.NewTimer(2 * p.Idle)
+	defer idle.Stop()
+	for {
+		select {
+		case <-idle.C:
+			return out, nil
+		case it := <-ch:
+			if it.ev == nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				if it.err != nil {
+					return nil, it.err
+				}
+				// The server ended the stream (shutting down): what came
+				// is all there is for now.
+				return out, nil
+			}
+			out = append(out, *it.ev)
+			if p.Limit > 0 && len(out) >= p.Limit {
+				return out, nil
+			}
+			idle.Reset(p.Idle)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// FollowOptions configure FollowEvents.
+type FollowOptions struct {
+	// TaskID follows one task's events; "" every task's.
+	TaskID string
+	// AlertsOnly follows operator alerts only.
+	AlertsOnly bool
+	// After starts after this event ID (the last one handled).
+	After int64
+	// MinBackoff and MaxBackoff bound the wait before reconnecting after a
+	// dropped stream (doubling, with jitter). Defaults 100ms and 10s.
+	MinBackoff, MaxBackoff time.Duration
+	// OnReconnect, when set, is told why the stream was lost and how long
+	// FollowEvents waits before it reconnects.
+	OnReconnect func(err error, wait time.Duration)
+	// StallTimeout drops a stream on which nothing (not even the server's
+	// keep-alive comment, every 15s by default) arrived for this long — a
+	// connection that died without closing — and reconnects. Default
+	// DefaultStallTimeout.
+	StallTimeout time.Duration
+}
+
+// DefaultStallTimeout is FollowOptions.StallTimeout when not set: three
+// of the server's default keep-alive intervals.
+const DefaultStallTimeout = 45 * time.Second
+
+// Follow calls fn with every event of task taskID ("" for every task) after
+// lastEventID, first the recorded ones then new ones as they are recorded,
+// until ctx ends or fn returns an error (which Follow returns). See
+// FollowEvents.
+func (c *Client) Follow(ctx context.Context, taskID string, lastEventID int64, fn func(*Event) error) error {
+	return c.FollowEvents(ctx, FollowOptions{TaskID: taskID, After: lastEventID}, fn)
+}
+
+// FollowEvents reads an event stream and calls fn with each event, in ID
+// order, each once. When the connection drops or the server ends the
+// stream (a restart), it reconnects with back-off and resumes with
+// Last-Event-ID set to the last event given to fn, so nothing is missed.
+// A server busy or shutting down (429, 503) is retried too; other error
+// answers (401, 403, 404, 400) and a failure of the very first connection
+// are returned at once. It returns ctx.Err() when ctx ends.
+//
+// The client's http.Client must not have a Timeout: it would cut the
+// stream (the server sends a keep-alive comment every 15s).
+func (c *Client) FollowEvents(ctx context.Context, o FollowOptions, fn func(*Event) error) error {
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(10*time.Second, o.MinBackoff)
+	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = DefaultStallTimeout
+	}
+	last := o.After
+	wait := o.MinBackoff
+	connected := false
+	for {
+		var fnErr error
+		delivered := false
+		resp, err := c.openStream(ctx, o.TaskID, o.AlertsOnly, last)
+		if err == nil {
+			connected = true
+			body := newWatchdog(resp.Body, o.StallTimeout)
+			err = readStream(body, last, func(e *Event) error {
+				if err := fn(e); err != nil {
+					fnErr = err
+					return err
+				}
+				last, delivered = e.ID, true
+				return nil
+			})
+			body.Close()
+			if body.stalled.Load() {
+				err = fmt.Errorf("droverclient: nothing arrived on the event stream for %s", o.StallTimeout)
+			} else if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+		}
+		switch {
+		case fnErr != nil:
+			return fnErr
+		case ctx.Err() != nil:
+			return ctx.Err()
+		}
+		var ae *APIError
+		var be *badEventError
+		retryAfter := time.Duration(0)
+		if errors.As(err, &be) {
+			return err // the same data would come again
+		}
+		if errors.As(err, &ae) {
+			if ae.Status != http.StatusTooManyRequests && ae.Status < 500 {
+				return err
+			}
+			retryAfter = ae.retryAfter
+		} else if !connected {
+			return err
+		}
+		if delivered {
+			wait = o.MinBackoff
+		}
+		// Full jitter between half the back-off and all of it, so many
+		// clients dropped at once do not come back in step.
+		d := wait/2 + rand.N(wait/2+1)
+		d = max(d, retryAfter)
+		if o.OnReconnect != nil {
+			o.OnReconnect(err, d)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, o.MaxBackoff)
+	}
+}
+
+// watchdog closes a stream body when no byte arrived for a while, which
+// ends a Read blocked on a dead connection.
+type watchdog struct {
+	io.ReadCloser
+	timeout time.Duration
+	timer   *time.Timer
+	stalled atomic.Bool
+}
+
+func newWatchdog(rc io.ReadCloser, timeout time.Duration) *watchdog {
+	w := &watchdog{ReadCloser: rc, timeout: timeout}
+	w.timer = time.AfterFunc(timeout, func() {
+		w.stalled.Store(true)
+		rc.Close()
+	})
+	return w
+}
+
+func (w *watchdog) Read(p []byte) (int, error) {
+	n, err := w.ReadCloser.Read(p)
+	if n > 0 {
+		w.timer.Reset(w.timeout)
+	}
+	return n, err
+}
+
+func (w *watchdog) Close() error {
+	w.timer.Stop()
+	return w.ReadCloser.Close()
+}
+
+// openStream opens an event stream after event ID after; an error answer
+// is an *APIError.
+func (c *Client) openStream(ctx context.Context, taskID string, alerts bool, after int64) (*http.Response, error) {
+	q := url.Values{}
+	if alerts {
+		q.Set("alerts", "true")
+	}
+	u := c.url(q, "/v1/events")
+	if taskID != "" {
+		u = c.url(q, "/v1/tasks", seg(taskID), "events")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("droverclient: %w", err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("droverclient: GET %s: %w", req.URL.Path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		err := decodeError(resp.StatusCode, data)
+		var ae *APIError
+		if errors.As(err, &ae) {
+			if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && s > 0 {
+				ae.retryAfter = time.Duration(s) * time.Second
+			}
+			if resp.StatusCode < 400 {
+				ae.Code, ae.Message = "unexpected_status", "the event stream answered "+resp.Status
+			}
+		}
+		return nil, err
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		resp.Body.Close()
+		return nil, fmt.Errorf("droverclient: GET %s: answer is %q, not an event stream", req.URL.Path, ct)
+	}
+	return resp, nil
+}
+
+// badEventError is an event whose data is not an event's JSON.
+type badEventError struct {
+	id  string
+	err error
+}
+
+func (e *badEventError) Error() string {
+	return fmt.Sprintf("droverclient: event %s: decode data: %v", e.id, e.err)
+}
+
+func (e *badEventError) Unwrap() error { return e.err }
+
+// maxEventBytes caps one line of an event stream.
+const maxEventBytes = 4 << 20
+
+// readStream parses a text/event-stream and calls fn with each event whose
+// ID is greater than after (and than the one before). It returns fn's
+// error, a read error, or nil at the end of the stream.
+func readStream(r io.Reader, after int64, fn func(*Event) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxEventBytes)
+	var data strings.Builder
+	var id string
+	last := after
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" { // end of one event
+			if data.Len() > 0 {
+				var e Event
+				if err := json.Unmarshal([]byte(data.String()), &e); err != nil {
+					return &badEventError{id: id, err: err}
+				}
+				if e.ID > last {
+					if err := fn(&e); err != nil {
+						return err
+					}
+					last = e.ID
+				}
+			}
+			data.Reset()
+			id = ""
+			continue
+		}
+		if strings.HasPrefix(line, ":") { // comment: connected, ping
+			continue
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "data":
+			if data.Len() > 0 {
+				data.WriteByte('\n')
+			}
+			data.WriteString(value)
+		case "id":
+			id = value
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("droverclient: read event stream: %w", err)
+	}
+	return nil
+}

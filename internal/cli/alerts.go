@@ -1,0 +1,281 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-run/drover/droverclient"
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/httpapi"
+	"github.com/drover-run/drover/store"
+)
+
+// The "drover alerts" commands: operator alerts and their
+// acknowledgements. An acknowledgement is an event of type
+// alert_acknowledged on the alert's subject with the message
+// "acknowledged alert <id>", the same record the HTTP API writes
+// (docs/server.md), so both paths see each other's acknowledgements.
+
+// ackPrefix starts the message of an acknowledgement event.
+const ackPrefix = "acknowledged alert "
+
+// AlertJSON is an alert as printed with --json (the API's shape).
+type AlertJSON struct {
+	ID           int64     `json:"id"`
+	Subject      string    `json:"subject"` // task ID, or "session:<queue>/<session>"
+	Step         *int      `json:"step"`
+	Type         string    `json:"type"`
+	State        string    `json:"state"`
+	Actor        string    `json:"actor,omitempty"`
+	Attempt      int       `json:"attempt,omitempty"`
+	Message      string    `json:"message,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	Acknowledged *AckJSON  `json:"acknowledged"`
+}
+
+// AckJSON is an acknowledgement as printed with --json.
+type AckJSON struct {
+	EventID int64     `json:"event_id"`
+	Actor   string    `json:"actor"`
+	At      time.Time `json:"at"`
+}
+
+func alertFromAPI(a *droverclient.Alert) AlertJSON {
+	j := AlertJSON{ID: a.ID, Subject: a.Subject, Type: a.Type, State: a.State, Actor: a.Actor, Attempt: a.Attempt,
+		Message: a.Message, CreatedAt: a.CreatedAt}
+	if a.StepIndex >= 0 {
+		i := a.StepIndex
+		j.Step = &i
+	}
+	if a.Acknowledged != nil {
+		j.Acknowledged = &AckJSON{EventID: a.Acknowledged.EventID, Actor: a.Acknowledged.Actor, At: a.Acknowledged.At}
+	}
+	return j
+}
+
+func alertFromEvent(e *dt.Event, ack *AckJSON) AlertJSON {
+	j := AlertJSON{ID: e.ID, Subject: e.TaskID, Type: string(e.Type), State: string(e.State), Actor: e.Actor,
+		Attempt: e.Attempt, Message: e.Message, CreatedAt: e.CreatedAt, Acknowledged: ack}
+	if e.StepIndex >= 0 {
+		i := e.StepIndex
+		j.Step = &i
+	}
+	return j
+}
+
+// storeAcks returns the acknowledgements of alerts by alert ID: the
+// acknowledgement events of each alert's subject after it.
+func storeAcks(ctx context.Context, x store.Executor, alerts []*dt.Event) (map[int64]*AckJSON, error) {
+	out := map[int64]*AckJSON{}
+	first := map[string]int64{}
+	for _, a := range alerts {
+		if f, ok := first[a.TaskID]; !ok || a.ID < f {
+			first[a.TaskID] = a.ID
+		}
+	}
+	for subject, after := range first {
+		for {
+			evs, err := x.EventList(ctx, store.EventListParams{TaskID: subject, AfterID: after, Limit: 1000})
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range evs {
+				if e.Type != httpapi.EventAlertAcknowledged || !strings.HasPrefix(e.Message, ackPrefix) {
+					continue
+				}
+				if id, err := strconv.ParseInt(strings.TrimPrefix(e.Message, ackPrefix), 10, 64); err == nil && out[id] == nil {
+					out[id] = &AckJSON{EventID: e.ID, Actor: e.Actor, At: e.CreatedAt}
+				}
+			}
+			if len(evs) < 1000 {
+				break
+			}
+			after = evs[len(evs)-1].ID
+		}
+	}
+	return out, nil
+}
+
+func (e *env) alertsCmd() *cobra.Command {
+	var (
+		after   int64
+		limit   int
+		unacked bool
+	)
+	cmd := &cobra.Command{
+		Use:   "alerts",
+		Short: "List operator alerts and whether they were acknowledged",
+		Long: `alerts lists the operator alerts by ID — tasks that ended in Error, permanent
+step failures, sessions blocked by a dead letter — each with its
+acknowledgement, if any. --unacknowledged leaves out acknowledged ones. Page
+with --limit and --after (the "next_after" of the JSON output).
+
+"drover alerts ack ID" acknowledges an alert: an event of type
+alert_acknowledged is recorded on the alert's task (or session) and shows in
+its history. Acknowledging again changes nothing.`,
+		Example: `  drover alerts --unacknowledged
+  drover alerts ack 17
+  drover alerts --server http://127.0.0.1:8080 --token-file token --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if after < 0 {
+				return usagef("--after must be 0 or more, got %d", after)
+			}
+			if limit < 1 || limit > 1000 {
+				return usagef("--limit must be 1-1000, got %d", limit)
+			}
+			var alerts []AlertJSON
+			var next int64
+			if e.remote != nil {
+				page, err := e.remote.Alerts(ctx, droverclient.AlertParams{After: after, Limit: limit, Unacknowledged: unacked})
+				if err != nil {
+					return e.remoteErr(err)
+				}
+				for i := range page.Alerts {
+					alerts = append(alerts, alertFromAPI(&page.Alerts[i]))
+				}
+				next = page.NextAfter
+			} else {
+				c, drv, err := e.readClient(ctx, 0, 0)
+				if err != nil {
+					return err
+				}
+				defer drv.Close()
+				x := c.Store().Reader()
+				// With --unacknowledged, pages are read until limit
+				// unacknowledged alerts are found or the history ends.
+				for len(alerts) < limit {
+					evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: after, Limit: limit})
+					if err != nil {
+						return drv.storeErr(err)
+					}
+					acks, err := storeAcks(ctx, x, evs)
+					if err != nil {
+						return drv.storeErr(err)
+					}
+					for _, ev := range evs {
+						after = ev.ID
+						if unacked && acks[ev.ID] != nil {
+							continue
+						}
+						if alerts = append(alerts, alertFromEvent(ev, acks[ev.ID])); len(alerts) == limit {
+							break
+						}
+					}
+					if len(evs) < limit {
+						break
+					}
+				}
+				if len(alerts) == limit {
+					next = after
+				}
+			}
+			if e.jsonOut {
+				out := struct {
+					Alerts    []AlertJSON `json:"alerts"`
+					NextAfter int64       `json:"next_after,omitempty"`
+				}{Alerts: append([]AlertJSON{}, alerts...), NextAfter: next}
+				return writeJSON(e.stdout, out)
+			}
+			tw := newTable(e.stdout)
+			row(tw, "ID", "TIME", "SUBJECT", "STEP", "TYPE", "STATE", "ACKNOWLEDGED", "MESSAGE")
+			for _, a := range alerts {
+				step, ack := "-", "-"
+				if a.Step != nil {
+					step = strconv.Itoa(*a.Step)
+				}
+				if a.Acknowledged != nil {
+					ack = fmt.Sprintf("%s by %s", fmtTime(&a.Acknowledged.At), a.Acknowledged.Actor)
+				}
+				row(tw, strconv.FormatInt(a.ID, 10), fmtTime(&a.CreatedAt), a.Subject, step, a.Type, a.State, ack, dash(clip(a.Message, 100)))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != 0 {
+				fmt.Fprintf(e.stderr, "more alerts may follow: --after %d\n", next)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&after, "after", 0, "only alerts with an ID greater than this")
+	f.IntVar(&limit, "limit", 100, "at most this many alerts (1-1000)")
+	f.BoolVar(&unacked, "unacknowledged", false, "leave out acknowledged alerts")
+	cmd.AddCommand(e.alertsAckCmd())
+	return cmd
+}
+
+func (e *env) alertsAckCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ack ALERT-ID",
+		Short: "Acknowledge an operator alert",
+		Long: `ack records that an operator saw alert ALERT-ID (from "drover alerts" or
+"drover events --alerts"): an event of type alert_acknowledged on the alert's
+task or session, with the actor "cli" (over --server, the server's actor).
+Acknowledging an alert again changes nothing and shows the first
+acknowledgement. It does not change the task: resubmit it to retry.`,
+		Example: `  drover alerts ack 17
+  drover alerts ack 17 --server http://127.0.0.1:8080 --token-file operator-token --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id < 1 {
+				return usagef("ALERT-ID %q: want an alert's ID, a positive integer", args[0])
+			}
+			var out AlertJSON
+			if e.remote != nil {
+				a, err := e.remote.AckAlert(ctx, id)
+				if err != nil {
+					return e.remoteErr(err)
+				}
+				out = alertFromAPI(a)
+			} else {
+				c, drv, err := e.readClient(ctx, 0, 0)
+				if err != nil {
+					return err
+				}
+				defer drv.Close()
+				var alert *dt.Event
+				err = c.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
+					evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: id - 1, Limit: 1})
+					if err != nil {
+						return err
+					}
+					if len(evs) == 0 || evs[0].ID != id {
+						return fmt.Errorf("alert %d not found (see 'drover alerts')", id)
+					}
+					alert = evs[0]
+					acks, err := storeAcks(ctx, x, evs)
+					if err != nil || acks[id] != nil {
+						return err // already acknowledged: nothing changes
+					}
+					return x.EventInsertMany(ctx, []*dt.Event{{TaskID: alert.TaskID, StepIndex: alert.StepIndex, Type: httpapi.EventAlertAcknowledged,
+						Actor: "cli", Message: ackPrefix + strconv.FormatInt(id, 10), CreatedAt: time.Now().Truncate(time.Microsecond)}})
+				})
+				if err != nil {
+					return drv.storeErr(err)
+				}
+				acks, err := storeAcks(ctx, c.Store().Reader(), []*dt.Event{alert})
+				if err != nil {
+					return drv.storeErr(err)
+				}
+				out = alertFromEvent(alert, acks[id])
+			}
+			if e.jsonOut {
+				return writeJSON(e.stdout, out)
+			}
+			if out.Acknowledged != nil {
+				fmt.Fprintf(e.stdout, "alert %d (%s, %s) acknowledged by %s at %s\n", out.ID, out.Subject, out.Type, out.Acknowledged.Actor, fmtTime(&out.Acknowledged.At))
+			}
+			return nil
+		},
+	}
+}

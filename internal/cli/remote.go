@@ -1,0 +1,335 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/droverclient"
+	dt "github.com/drover-run/drover/drovertype"
+)
+
+// The CLI against a running server: with --server URL the commands that
+// read or change tasks, alerts or queues go through the HTTP API
+// (package droverclient) instead of the database, and print the same
+// output.
+
+// Environment variables of --server and --token.
+const (
+	EnvServer = "DROVER_SERVER"
+	EnvToken  = "DROVER_TOKEN"
+)
+
+// remoteCommands are the commands that work against a server, by path.
+var remoteCommands = map[string]bool{
+	"drover submit": true, "drover status": true, "drover list": true, "drover resubmit": true,
+	"drover cancel": true, "drover events": true,
+	"drover alerts": true, "drover alerts ack": true,
+	"drover queue": true, "drover queue publish": true, "drover queue peek": true, "drover queue sessions": true,
+	"drover queue list": true, "drover queue dlq": true, "drover queue resolve": true,
+}
+
+// setupRemote resolves --server, --token and --token-file for cmd. With a
+// server, e.remote is the API client; without one it stays nil and the
+// command uses the database.
+func (e *env) setupRemote(cmd *cobra.Command) error {
+	fl := cmd.Flags()
+	serverFlag := fl.Changed("server")
+	if !serverFlag {
+		e.serverURL = e.getenv(EnvServer)
+	}
+	tokenFlags := fl.Changed("token") || fl.Changed("token-file")
+	if e.serverURL == "" {
+		if serverFlag {
+			return usagef("--server is empty: want http://HOST:PORT or https://HOST:PORT")
+		}
+		if tokenFlags {
+			return usagef("--token and --token-file go with --server (or $%s)", EnvServer)
+		}
+		return nil
+	}
+	if !remoteCommands[cmd.CommandPath()] {
+		if serverFlag {
+			return usagef("'%s' does not work against a server: it needs the database (--db); leave out --server", cmd.CommandPath())
+		}
+		e.serverURL = "" // $DROVER_SERVER does not apply to this command
+		return nil
+	}
+	if fl.Changed("db") || fl.Changed("schema") {
+		if serverFlag {
+			return usagef("--db/--schema and --server exclude each other: give the database or the server")
+		}
+		e.serverURL = "" // an explicit --db wins over $DROVER_SERVER
+		return nil
+	}
+	token := ""
+	switch {
+	case fl.Changed("token") && fl.Changed("token-file"):
+		return usagef("--token and --token-file exclude each other")
+	case fl.Changed("token-file"):
+		b, err := os.ReadFile(e.tokenFile)
+		if err != nil {
+			return usagef("--token-file: %v", err)
+		}
+		token = strings.TrimSpace(string(b))
+		if token == "" || strings.ContainsAny(token, " \t\r\n") {
+			return usagef("--token-file %s: want one token on one line", e.tokenFile)
+		}
+	case fl.Changed("token"):
+		if token = strings.TrimSpace(e.token); token == "" {
+			return usagef("--token is empty")
+		}
+	default:
+		token = strings.TrimSpace(e.getenv(EnvToken))
+	}
+	// No overall timeout: it would cut event streams; requests end with
+	// the command's context.
+	c, err := droverclient.New(e.serverURL, token, droverclient.WithHTTPClient(&http.Client{}))
+	if err != nil {
+		return usagef("--server: %s", strings.TrimPrefix(err.Error(), "droverclient: "))
+	}
+	e.remote = c
+	e.hasToken = token != ""
+	return nil
+}
+
+// remoteErr explains an error of the API client: an error answer shows
+// its status, code and message; others name the server.
+func (e *env) remoteErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *droverclient.APIError
+	if errors.As(err, &ae) {
+		msg := fmt.Sprintf("server: %d %s: %s", ae.Status, ae.Code, ae.Message)
+		switch {
+		case ae.Status == http.StatusUnauthorized && !e.hasToken:
+			msg += fmt.Sprintf(" (no token given: use --token, --token-file or $%s)", EnvToken)
+		case ae.Status == http.StatusUnauthorized:
+			msg += " (the server does not accept this token)"
+		case ae.Status == http.StatusForbidden:
+			msg += " (resubmit, cancel, alert acknowledgement and dead-letter actions need an operator token)"
+		}
+		return &wrapped{msg, err}
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return &wrapped{fmt.Sprintf("server %s: %s", e.serverURL, strings.TrimPrefix(err.Error(), "droverclient: ")), err}
+}
+
+// ---- conversions of API shapes to the types the printers take ----
+
+// nullJSON returns nil for an absent or null JSON value.
+func nullJSON(b json.RawMessage) []byte {
+	if len(b) == 0 || string(b) == "null" {
+		return nil
+	}
+	return b
+}
+
+func remoteTask(t *droverclient.Task) *drover.Task {
+	input := []byte(t.Input)
+	if len(input) == 0 {
+		input = []byte("null")
+	}
+	out := &drover.Task{
+		ID: t.ID, Workflow: t.Workflow, Input: input, ProcessState: dt.ProcessState(t.State), LockedBy: t.LockedBy,
+		CompleteBy: t.CompleteBy, FailureCount: t.FailureCount, CurrentStep: t.CurrentStep, StepCount: t.StepCount,
+		OrderingKey: t.OrderingKey, OrderingSeq: t.OrderingSeq, Output: nullJSON(t.Output), LastError: t.LastError,
+		WorkflowVersion: t.WorkflowVersion, CallbackURL: t.CallbackURL, FailureThreshold: t.FailureThreshold,
+		OnFailure: dt.FailurePolicy(t.OnFailure), RetryDelay: time.Duration(t.RetryDelayMS) * time.Millisecond,
+		AvailableAt: t.AvailableAt, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+	}
+	for _, s := range t.Steps {
+		out.Steps = append(out.Steps, dt.Step{
+			TaskID: t.ID, Index: s.Index, Name: s.Name, Agent: s.Agent, Timeout: time.Duration(s.TimeoutMS) * time.Millisecond,
+			Compensation: s.Compensation, ProcessState: dt.ProcessState(s.State), CompensationState: dt.ProcessState(s.CompensationState),
+			LockedBy: s.LockedBy, CompleteBy: s.CompleteBy, FailureCount: s.FailureCount, Attempt: s.Attempt,
+			IdempotencyKey: s.IdempotencyKey, Output: nullJSON(s.Output), LastError: s.LastError,
+			StartedAt: s.StartedAt, FinishedAt: s.FinishedAt, UpdatedAt: s.UpdatedAt,
+		})
+	}
+	return out
+}
+
+func remoteEvent(ev *droverclient.Event) *drover.Event {
+	return &drover.Event{ID: ev.ID, TaskID: ev.Subject, StepIndex: ev.StepIndex, Type: dt.EventType(ev.Type),
+		State: dt.ProcessState(ev.State), Alert: ev.Alert, Actor: ev.Actor, Attempt: ev.Attempt, Message: ev.Message,
+		CreatedAt: ev.CreatedAt}
+}
+
+func remoteQueue(q *droverclient.Queue) *convoy.Queue {
+	return &convoy.Queue{Name: q.Name, MaxDeliveryCount: q.MaxDeliveryCount, PoisonPolicy: convoy.PoisonPolicy(q.PoisonPolicy),
+		DedupeWindow: time.Duration(q.DedupeWindowMS) * time.Millisecond, LockDuration: time.Duration(q.LockDurationMS) * time.Millisecond,
+		CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt}
+}
+
+// remoteSession converts an API session; the API does not tell the lock
+// token (0).
+func remoteSession(s *droverclient.Session) *convoy.Session {
+	return &convoy.Session{Queue: s.Queue, ID: s.ID, NextSeq: s.NextSeq, Pending: s.Pending, ReadyAt: s.ReadyAt,
+		LockHolder: s.LockHolder, LockedUntil: s.LockedUntil, State: nullJSON(s.State), Closed: s.Closed, Blocked: s.Blocked,
+		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
+}
+
+// remoteMessage converts an API message. The API returns bodies as JSON
+// (a body that is not JSON as a JSON string), shown as such.
+func remoteMessage(m *droverclient.Message) *convoy.StoredMessage {
+	return &convoy.StoredMessage{Queue: m.Queue, SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: []byte(m.Body),
+		DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, AvailableAt: m.AvailableAt, Dead: m.Dead,
+		DeadReason: m.DeadReason, DeadAt: m.DeadAt, EnqueuedAt: m.EnqueuedAt}
+}
+
+// findSession returns one session of a queue over the API, which lists
+// sessions but has no call for one: it pages through the listing.
+func (e *env) findSession(ctx context.Context, queue, id string) (*convoy.Session, error) {
+	after := ""
+	for {
+		page, err := e.remote.Sessions(ctx, queue, after, 1000)
+		if err != nil {
+			return nil, e.remoteErr(err)
+		}
+		for i := range page.Sessions {
+			if page.Sessions[i].ID == id {
+				return remoteSession(&page.Sessions[i]), nil
+			}
+		}
+		if page.NextAfter == "" {
+			return nil, fmt.Errorf("session %q of queue %q not found on the server (see 'drover queue sessions --queue %s')", id, queue, queue)
+		}
+		after = page.NextAfter
+	}
+}
+
+// ---- the task commands against a server ----
+
+func (e *env) remoteSubmit(ctx context.Context, req droverclient.SubmitRequest) error {
+	t, _, err := e.remote.SubmitTask(ctx, req)
+	if err != nil {
+		return e.remoteErr(err)
+	}
+	if e.jsonOut {
+		return writeJSON(e.stdout, taskJSON(remoteTask(t)))
+	}
+	fmt.Fprintln(e.stdout, t.ID)
+	return nil
+}
+
+func (e *env) remoteStatus(ctx context.Context, id string, withEvents bool) error {
+	t, err := e.remote.Task(ctx, id)
+	if err != nil {
+		return e.remoteErr(err)
+	}
+	var events []*drover.Event
+	if withEvents {
+		evs, err := e.remote.Events(ctx, droverclient.EventParams{TaskID: t.ID})
+		if err != nil {
+			return e.remoteErr(err)
+		}
+		events = []*drover.Event{}
+		for i := range evs {
+			events = append(events, remoteEvent(&evs[i]))
+		}
+	}
+	return e.printStatus(remoteTask(t), events)
+}
+
+// printStatus prints a task with its steps and, when not nil, its events.
+func (e *env) printStatus(t *drover.Task, events []*drover.Event) error {
+	if e.jsonOut {
+		j := taskJSON(t)
+		for _, ev := range events {
+			j.Events = append(j.Events, eventJSON(ev))
+		}
+		return writeJSON(e.stdout, j)
+	}
+	return printTask(e.stdout, t, events)
+}
+
+// printRemoteChanged prints the answer of a resubmit or cancel as
+// printChanged does.
+func (e *env) printRemoteChanged(t *droverclient.Task, err error, verb string) error {
+	if err != nil {
+		return e.remoteErr(err)
+	}
+	if e.jsonOut {
+		return writeJSON(e.stdout, taskJSON(remoteTask(t)))
+	}
+	fmt.Fprintf(e.stdout, "%s %s: now %s\n", verb, t.ID, t.State)
+	return nil
+}
+
+func (e *env) remoteEvents(ctx context.Context, p droverclient.EventParams, follow bool) error {
+	if follow {
+		err := e.remote.FollowEvents(ctx, droverclient.FollowOptions{TaskID: p.TaskID, AlertsOnly: p.AlertsOnly, After: p.After,
+			OnReconnect: func(err error, wait time.Duration) {
+				fmt.Fprintf(e.stderr, "drover: event stream from %s lost (%s); reconnecting in %s\n", e.serverURL,
+					oneLine(e.remoteErr(err).Error()), wait.Round(time.Millisecond))
+			}},
+			func(ev *droverclient.Event) error { return e.printFollowed(remoteEvent(ev)) })
+		if ctx.Err() != nil {
+			return nil // interrupted: a normal end of --follow
+		}
+		return e.remoteErr(err)
+	}
+	var evs []*drover.Event
+	if p.AlertsOnly && p.TaskID == "" {
+		// Alerts have an exact, paged listing.
+		after := p.After
+		for len(evs) < p.Limit {
+			page, err := e.remote.Alerts(ctx, droverclient.AlertParams{After: after, Limit: min(p.Limit-len(evs), 1000)})
+			if err != nil {
+				return e.remoteErr(err)
+			}
+			for _, a := range page.Alerts {
+				evs = append(evs, &drover.Event{ID: a.ID, TaskID: a.Subject, StepIndex: a.StepIndex, Type: dt.EventType(a.Type),
+					State: dt.ProcessState(a.State), Alert: true, Actor: a.Actor, Attempt: a.Attempt, Message: a.Message, CreatedAt: a.CreatedAt})
+			}
+			if page.NextAfter == 0 {
+				break
+			}
+			after = page.NextAfter
+		}
+	} else {
+		list, err := e.remote.Events(ctx, p)
+		if err != nil {
+			return e.remoteErr(err)
+		}
+		for i := range list {
+			evs = append(evs, remoteEvent(&list[i]))
+		}
+	}
+	return e.printEventList(evs)
+}
+
+// printFollowed prints one event of --follow.
+func (e *env) printFollowed(ev *drover.Event) error {
+	if e.jsonOut {
+		return writeJSON(e.stdout, eventJSON(ev))
+	}
+	_, err := fmt.Fprintln(e.stdout, eventLine(ev))
+	return err
+}
+
+// printEventList prints the events of "drover events".
+func (e *env) printEventList(evs []*drover.Event) error {
+	if e.jsonOut {
+		for _, ev := range evs {
+			if err := writeJSON(e.stdout, eventJSON(ev)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return printEvents(e.stdout, evs, true)
+}
