@@ -92,6 +92,7 @@ func (e *env) serverCmd() *cobra.Command {
 		wfDir        string
 		wfPoll       time.Duration
 		hf           httpFlags
+		wh           webhookFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -153,7 +154,15 @@ tasks, invalid ones are logged with every problem and keep their previous
 version, and a removed file's workflow stays registered. Tasks keep the
 version they were submitted with, across reloads and restarts. A server
 with the agent role runs the HTTP steps of every stored version, with or
-without --workflows.`,
+without --workflows.
+
+--webhook-secret-file FILE (or $DROVER_WEBHOOK_SECRET) turns on webhooks
+(docs/webhooks.md): when a task reaches a final state (Processed,
+Compensated, Error, Cancelled) the server POSTs a JSON event, signed with
+HMAC-SHA256 in the Drover-Signature header, to the task's callback URL and to
+every --webhook-url; it retries with back-off and sends the same
+Drover-Event-Id on every attempt, so receivers de-duplicate on it.
+Deliveries are durable: any server with the secret sends the ones due.`,
 		Example: `  drover server --db sqlite:./drover.db
   drover server --db 'postgres://drover@db:5432/app?sslmode=disable' --schema drover
   drover server --roles scheduler,supervisor --instance-id sched-1 --schedulers 4
@@ -196,6 +205,10 @@ without --workflows.`,
 				return usagef("--workflows-poll needs --workflows DIR")
 			}
 			tokens, cert, err := e.checkHTTPFlags(cmd, &hf)
+			if err != nil {
+				return err
+			}
+			hookSecret, err := e.checkWebhookFlags(&wh)
 			if err != nil {
 				return err
 			}
@@ -275,7 +288,7 @@ without --workflows.`,
 			}
 			var api *apiServer
 			if ln != nil {
-				if api, err = serveHTTP(ln, &hf, tokens, cert, c, d, log, c.InstanceID()); err != nil {
+				if api, err = serveHTTP(ln, &hf, tokens, cert, c, d, log, c.InstanceID(), reg.RemoteInput); err != nil {
 					sctx, cancel := context.WithTimeout(context.Background(), shutdown)
 					defer cancel()
 					_ = c.Stop(sctx)
@@ -286,6 +299,13 @@ without --workflows.`,
 			if wfDir != "" {
 				stopWatch := watchWorkflows(ctx, reg, wfPoll)
 				defer stopWatch()
+			}
+			stopHooks, err := startWebhooks(ctx, c, hookSecret, wh.urls, log)
+			if err != nil {
+				sctx, cancel := context.WithTimeout(context.Background(), shutdown)
+				defer cancel()
+				_ = c.Stop(sctx)
+				return err
 			}
 			log.Info("server started", "instance", c.InstanceID(), "db", d.desc(), "roles", rolesString(r),
 				"schedulers", schedulers, "supervisor_interval", supInterval, "remote_url", remoteURL)
@@ -316,6 +336,7 @@ without --workflows.`,
 					log.Warn("HTTP API: requests in flight did not finish", "err", err)
 				}
 			}
+			stopHooks()
 			if err := c.Stop(sctx); err != nil {
 				return fmt.Errorf("shutdown did not finish within --shutdown-timeout %s: %w", shutdown, err)
 			}
@@ -342,6 +363,7 @@ without --workflows.`,
 	f.StringVar(&wfDir, "workflows", "", "directory of declarative workflow files (*.yaml, *.yml, *.json) to load; reloaded on SIGHUP and on change")
 	f.DurationVar(&wfPoll, "workflows-poll", 2*time.Second, "how often to check --workflows for changed files (0: only on SIGHUP)")
 	hf.register(cmd)
+	wh.register(cmd)
 	return cmd
 }
 

@@ -139,13 +139,14 @@ func listenHTTP(f *httpFlags) (net.Listener, error) {
 }
 
 // serveHTTP starts serving the API on ln.
-func serveHTTP(ln net.Listener, f *httpFlags, tokens []httpapi.Token, cert *tls.Certificate, c *drover.Client, d *database, log *slog.Logger, instance string) (*apiServer, error) {
+func serveHTTP(ln net.Listener, f *httpFlags, tokens []httpapi.Token, cert *tls.Certificate, c *drover.Client, d *database, log *slog.Logger, instance string,
+	remoteInput func(context.Context, *drover.AgentRequest) ([]byte, error)) (*apiServer, error) {
 	q, err := convoy.New(convoy.Config{Store: d.Driver, InstanceID: instance, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	h, err := httpapi.New(c, q, httpapi.Options{Tokens: tokens, NoAuth: f.insecure, MaxBodyBytes: f.maxBodyBytes,
-		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, Heartbeat: f.heartbeat, Logger: log})
+		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, Heartbeat: f.heartbeat, RemoteInput: remoteInput, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/webhook"
+)
+
+// EnvWebhookSecret names the variable holding the webhook signing secret
+// when --webhook-secret-file is not given.
+const EnvWebhookSecret = "DROVER_WEBHOOK_SECRET"
+
+// webhookFlags are the server's webhook flags (docs/webhooks.md).
+type webhookFlags struct {
+	urls       []string
+	secretFile string
+}
+
+func (f *webhookFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringArrayVar(&f.urls, "webhook-url", nil, "send a signed webhook for every task that reaches a final state to this URL (repeatable); tasks' own callback URLs are sent too")
+	fl.StringVar(&f.secretFile, "webhook-secret-file", "", "file holding the webhook signing secret (at least 16 bytes; default: $"+EnvWebhookSecret+"); with a secret the server sends webhooks")
+}
+
+// checkWebhookFlags returns the signing secret (nil: webhooks off) after
+// checking the flags. The secret is never printed.
+func (e *env) checkWebhookFlags(f *webhookFlags) ([]byte, error) {
+	var secret []byte
+	switch {
+	case f.secretFile != "":
+		b, err := os.ReadFile(f.secretFile)
+		if err != nil {
+			return nil, fmt.Errorf("--webhook-secret-file: %w", err)
+		}
+		secret = bytes.TrimSpace(b)
+		if len(secret) == 0 {
+			return nil, usagef("--webhook-secret-file %s is empty", f.secretFile)
+		}
+	case e.getenv(EnvWebhookSecret) != "":
+		secret = []byte(e.getenv(EnvWebhookSecret))
+	}
+	if secret != nil && len(secret) < webhook.MinSecretBytes {
+		return nil, usagef("the webhook secret is %d bytes; it must be at least %d", len(secret), webhook.MinSecretBytes)
+	}
+	for _, u := range f.urls {
+		if err := webhook.CheckURL(u); err != nil {
+			return nil, usagef("--webhook-url %q: %v", u, err)
+		}
+	}
+	if len(f.urls) > 0 && secret == nil {
+		return nil, usagef("--webhook-url needs a signing secret: --webhook-secret-file FILE or $%s", EnvWebhookSecret)
+	}
+	return secret, nil
+}
+
+// startWebhooks runs the webhook dispatcher until the returned stop is
+// called; stop waits for deliveries in flight (within their timeout).
+// Without a secret it does nothing.
+func startWebhooks(ctx context.Context, c *drover.Client, secret []byte, urls []string, log *slog.Logger) (stop func(), err error) {
+	if secret == nil {
+		log.Info("webhooks off: tasks' callback URLs are kept and sent by a server run with a webhook secret")
+		return func() {}, nil
+	}
+	d, err := webhook.New(c.Store(), webhook.Options{Secret: secret, URLs: urls, Instance: c.InstanceID(), Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: %w", err)
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := d.Run(wctx); err != nil {
+			log.Error("webhook dispatcher stopped", "err", err)
+		}
+	}()
+	log.Info("webhooks on", "urls", len(urls))
+	return func() { cancel(); <-done }, nil
+}
