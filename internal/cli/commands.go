@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/droverclient"
 	"github.com/drover-run/drover/internal/orders"
+	"github.com/drover-run/drover/internal/workflowdef"
 )
 
 func (e *env) migrateCmd() *cobra.Command {
@@ -76,8 +78,42 @@ migrated they fail and say to run "drover migrate".`,
 	}
 }
 
-// knownWorkflows lists the workflows the CLI can submit.
-func knownWorkflows() []string { return []string{orders.WorkflowName} }
+// submitClient opens the store and a client that can submit workflow: the
+// built-in orders, or the latest stored version of a declarative workflow.
+func (e *env) submitClient(ctx context.Context, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, *database, error) {
+	drv, err := e.openStore(ctx, openOpts{lockTimeout: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := clientConfig(drv.Driver, maxInput, stepTimeout)
+	if workflow != orders.WorkflowName {
+		reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv.Driver, Logger: e.logger(slog.LevelWarn), Reserved: []string{orders.WorkflowName}})
+		if err == nil {
+			err = reg.LoadStored(ctx)
+		}
+		if err != nil {
+			drv.Close()
+			return nil, nil, drv.storeErr(err)
+		}
+		known := []string{orders.WorkflowName}
+		for _, w := range reg.Workflows() {
+			known = append(known, w.Name)
+		}
+		if !contains(known, workflow) {
+			drv.Close()
+			return nil, nil, fmt.Errorf("%w %q (this database knows: %s)", drover.ErrUnknownWorkflow, workflow, strings.Join(known, ", "))
+		}
+		cfg.Workflows = append(cfg.Workflows, reg.Workflows()...)
+		cfg.ExternalAgents = append(cfg.ExternalAgents, reg.ExternalAgents()...)
+		cfg.ExternalAgents = append(cfg.ExternalAgents, workflowdef.HTTPAgentName)
+	}
+	c, err := drover.New(cfg)
+	if err != nil {
+		drv.Close()
+		return nil, nil, err
+	}
+	return c, drv, nil
+}
 
 func (e *env) submitCmd() *cobra.Command {
 	var (
@@ -104,8 +140,10 @@ tasks sharing a key run one at a time, in submission order; tasks with
 different keys, or none, run in parallel. "drover status" shows the key and
 the task's position in it.
 
-Workflows this drover knows: orders, whose input is
-{"order_id":"o-1","amount":1234} (both fields required, no others).
+Workflows: orders, whose input is {"order_id":"o-1","amount":1234} (both
+fields required, no others), and the declarative workflows a server loaded
+into the database ("drover server --workflows DIR"; the latest stored
+version of each).
 
 With --callback-url the server POSTs a signed webhook (HMAC-SHA256) to the
 URL when the task reaches a final state.
@@ -163,9 +201,6 @@ instead, which knows its own workflows (also declarative ones).`,
 				return e.remoteSubmit(ctx, droverclient.SubmitRequest{Workflow: workflow, Input: input, ID: id,
 					OrderingKey: orderingKey, CallbackURL: callbackURL})
 			}
-			if !contains(knownWorkflows(), workflow) {
-				return fmt.Errorf("%w %q (this drover knows: %s)", drover.ErrUnknownWorkflow, workflow, strings.Join(knownWorkflows(), ", "))
-			}
 			if len(input) > 0 && !jsonValid(input) {
 				return fmt.Errorf("%w: not a JSON document: %s", drover.ErrInvalidInput, jsonProblem(input))
 			}
@@ -174,7 +209,7 @@ instead, which knows its own workflows (also declarative ones).`,
 					return fmt.Errorf("%w: %w", drover.ErrInvalidInput, err)
 				}
 			}
-			c, drv, err := e.readClient(ctx, maxInput, stepTimeout)
+			c, drv, err := e.submitClient(ctx, workflow, maxInput, stepTimeout)
 			if err != nil {
 				return err
 			}

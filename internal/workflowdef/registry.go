@@ -249,6 +249,30 @@ func (r *Registry) ExternalAgents() []string {
 	return out
 }
 
+// LoadStored reads every stored version and makes the latest one of each
+// workflow current (unless a directory load already chose one): a process
+// without the workflow files, such as "drover submit" on the database,
+// submits with what the servers stored.
+func (r *Registry) LoadStored(ctx context.Context) error {
+	if err := r.loadStored(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	latest := map[string]*Definition{}
+	for k, d := range r.defs {
+		if cur := latest[k.name]; cur == nil || d.Version > cur.Version {
+			latest[k.name] = d
+		}
+	}
+	for name, d := range latest {
+		if r.current[name] == nil {
+			r.current[name] = d
+		}
+	}
+	return nil
+}
+
 // Current returns the version of a workflow new tasks are submitted with.
 func (r *Registry) Current(name string) (*Definition, bool) {
 	r.mu.Lock()
