@@ -43,82 +43,112 @@ type EventParams struct {
 	After int64
 	// Limit caps the events returned by Events; 0 for no cap.
 	Limit int
-	// Idle is how long Events waits for one more event before it takes
-	// the history as read to its end (twice as long for the first one).
-	// Default DefaultEventsIdle.
+	// Idle is ignored.
+	//
+	// Deprecated: Events reads the server's JSON list of the history page
+	// by page, to its end, without waiting for events.
 	Idle time.Duration
 }
 
-// DefaultEventsIdle is EventParams.Idle when not set: several times the
-// server's history poll (50ms), which sends recorded events back to back.
+// DefaultEventsIdle was EventParams.Idle when not set.
+//
+// Deprecated: EventParams.Idle is ignored.
 const DefaultEventsIdle = 500 * time.Millisecond
 
-// Events returns the recorded events selected by p, in ID order.
+// maxEventPage is the largest page the server lists (its "limit" bound).
+const maxEventPage = 1000
+
+// Events returns the recorded events selected by p, in ID order: every
+// one after p.After, or the first p.Limit of them.
 //
-// The API has no paged listing of the history, only its event streams: so
-// Events reads the stream (GET /v1/events or /v1/tasks/{id}/events) until p.Limit
-// events came or none came for p.Idle, and closes it. A server much slower than
-// that to answer may make the list end early; page with After to go on.
+// It reads the JSON list of GET /v1/events (or /v1/tasks/{id}/events)
+// page by page, following next_after to the end of the history, so a long
+// or busy history comes back whole, each event once. Events recorded
+// while it reads may or may not be included; pass the last ID as After
+// to go on, or use FollowEvents to be told of new ones.
 func (c *Client) Events(ctx context.Context, p EventParams) ([]Event, error) {
-	if p.Idle <= 0 {
-		p.Idle = DefaultEventsIdle
+	out := []Event{}
+	after := p.After
+	for {
+		size := maxEventPage
+		if p.Limit > 0 {
+			size = min(size, p.Limit-len(out))
+		}
+		page, err := c.eventPage(ctx, p.TaskID, p.AlertsOnly, after, size)
+		if err != nil {
+			return nil, err
+		}
+		if len(page.Events) > size {
+			return nil, fmt.Errorf("droverclient: the event list answered %d events for a page of %d", len(page.Events), size)
+		}
+		for _, e := range page.Events {
+			if e.ID <= after {
+				return nil, fmt.Errorf("droverclient: the event list answered event %d after event %d", e.ID, after)
+			}
+			out = append(out, e)
+			after = e.ID
+		}
+		if page.NextAfter == 0 || (p.Limit > 0 && len(out) >= p.Limit) {
+			return out, nil
+		}
+		if page.NextAfter != after {
+			// A next page that does not start after this one's last
+			// event would repeat or skip events, or never end.
+			return nil, fmt.Errorf("droverclient: the event list answered next_after %d after event %d", page.NextAfter, after)
+		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	resp, err := c.openStream(ctx, p.TaskID, p.AlertsOnly, p.After)
+}
+
+// eventPage is one page of the JSON event list.
+type eventPage struct {
+	Events    []Event `json:"events"`
+	NextAfter int64   `json:"next_after"`
+}
+
+// eventPage reads one page of the JSON event list; an error answer is an
+// *APIError.
+func (c *Client) eventPage(ctx context.Context, taskID string, alerts bool, after int64, limit int) (*eventPage, error) {
+	q := url.Values{}
+	q.Set("after", strconv.FormatInt(after, 10))
+	q.Set("limit", strconv.Itoa(limit))
+	if alerts {
+		q.Set("alerts", "true")
+	}
+	u := c.url(q, "/v1/events")
+	if taskID != "" {
+		u = c.url(q, "/v1/tasks", seg(taskID), "events")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("droverclient: %w", err)
+	}
+	// The Accept header selects the JSON list over the event stream.
+	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("droverclient: GET %s: %w", req.URL.Path, err)
 	}
 	defer resp.Body.Close()
-	type item struct {
-		ev  *Event
-		err error
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode == http.StatusOK && !strings.HasPrefix(ct, "application/json") {
+		// A server without the JSON list answers with the stream, which
+		// would never end: do not read it.
+		return nil, fmt.Errorf("droverclient: GET %s: answer is %q, not a JSON event list (a server older than the list?)", req.URL.Path, ct)
 	}
-	ch := make(chan item)
-	go func() {
-		err := readStream(resp.Body, p.After, func(e *Event) error {
-			select {
-			case ch <- item{ev: e}:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		})
-		select {
-		case ch <- item{err: err}:
-		case <-ctx.Done():
-		}
-	}()
-	out := []Event{}
-	// The first event may wait for the server's first read of the
-	// history: allow it twice as long.
-	idle := time.NewTimer(2 * p.Idle)
-	defer idle.Stop()
-	for {
-		select {
-		case <-idle.C:
-			return out, nil
-		case it := <-ch:
-			if it.ev == nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				if it.err != nil {
-					return nil, it.err
-				}
-				// The server ended the stream (shutting down): what came
-				// is all there is for now.
-				return out, nil
-			}
-			out = append(out, *it.ev)
-			if p.Limit > 0 && len(out) >= p.Limit {
-				return out, nil
-			}
-			idle.Reset(p.Idle)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("droverclient: GET %s: read answer: %w", req.URL.Path, err)
 	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, decodeError(resp.StatusCode, data)
+	}
+	var page eventPage
+	if err := json.Unmarshal(data, &page); err != nil {
+		return nil, fmt.Errorf("droverclient: GET %s: decode answer: %w", req.URL.Path, err)
+	}
+	return &page, nil
 }
 
 // FollowOptions configure FollowEvents.

@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/droverclient"
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
 )
 
 func TestEventsList(t *testing.T) {
@@ -60,6 +65,203 @@ func TestEventsList(t *testing.T) {
 	wantAPIError(t, err, 404, "not_found", droverclient.ErrNotFound)
 	_, err = e.client(t, "").Events(ctx, droverclient.EventParams{})
 	wantAPIError(t, err, 401, "unauthorized", droverclient.ErrUnauthorized)
+}
+
+// A long history comes back whole from a real server: every event once,
+// in ID order, over several pages, with Limit and After honoured across
+// pages.
+func TestEventsManyEvents(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.client(t, submitTok)
+	if _, _, err := c.SubmitTask(ctx, droverclient.SubmitRequest{Workflow: "external", ID: "busy"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	evs := make([]*dt.Event, 2500)
+	for i := range evs {
+		evs[i] = &dt.Event{TaskID: "busy", StepIndex: -1, Type: "progress", State: dt.Processing,
+			Alert: i%10 == 0, Actor: "test", Message: strconv.Itoa(i), CreatedAt: now}
+	}
+	if err := e.d.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, evs)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	history := func(q drover.EventQuery) []int64 {
+		t.Helper()
+		q.Limit = 1 << 30
+		got, err := e.d.Events(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]int64, len(got))
+		for i, ev := range got {
+			out[i] = ev.ID
+		}
+		return out
+	}
+	check := func(what string, got []droverclient.Event, want []int64) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d events, want %d", what, len(got), len(want))
+		}
+		for i := range want {
+			if got[i].ID != want[i] {
+				t.Fatalf("%s: event %d has ID %d, want %d", what, i, got[i].ID, want[i])
+			}
+		}
+	}
+	mine := history(drover.EventQuery{TaskID: "busy"})
+	if len(mine) < 2500 {
+		t.Fatalf("history of busy: %d events", len(mine))
+	}
+	// The Idle of old callers is ignored: one tiny idle wait does not cut
+	// the list short.
+	for _, p := range []droverclient.EventParams{{}, {Idle: time.Nanosecond}} {
+		got, err := c.Events(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("all", got, history(drover.EventQuery{}))
+	}
+	got, err := c.Events(ctx, droverclient.EventParams{TaskID: "busy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("busy", got, mine)
+	if got[len(got)-1].Message != "2499" || got[len(got)-1].Subject != "busy" || got[len(got)-1].CreatedAt.IsZero() {
+		t.Fatalf("last event %+v", got[len(got)-1])
+	}
+	got, err = c.Events(ctx, droverclient.EventParams{TaskID: "busy", After: mine[499], Limit: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("after 500 limit 1500", got, mine[500:2000])
+	got, err = c.Events(ctx, droverclient.EventParams{AlertsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("alerts", got, history(drover.EventQuery{AlertsOnly: true}))
+}
+
+// eventServer is a server with n events in its history whose event
+// stream goes silent after the first stall events (a busy server): a
+// client reading the stream until it is idle gets a short list. It counts
+// the requests of each kind.
+func eventServer(t *testing.T, n, stall int) (url string, lists, streams *atomic.Int64) {
+	lists, streams = new(atomic.Int64), new(atomic.Int64)
+	event := func(id int) string {
+		return fmt.Sprintf(`{"id":%d,"subject":"t","step_index":-1,"type":"x","state":"Pending","created_at":"2026-01-02T03:04:05Z"}`, id)
+	}
+	url = newStub(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Accept") != "application/json" {
+			streams.Add(1)
+			w.Header().Set("Content-Type", "text/event-stream")
+			for id := 1; id <= stall; id++ {
+				fmt.Fprintf(w, "id: %d\nevent: x\ndata: %s\n\n", id, event(id))
+			}
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		lists.Add(1)
+		after, err1 := strconv.Atoi(r.URL.Query().Get("after"))
+		limit, err2 := strconv.Atoi(r.URL.Query().Get("limit"))
+		if err1 != nil || err2 != nil || limit < 1 || limit > 1000 {
+			t.Errorf("list query %q", r.URL.RawQuery)
+			w.WriteHeader(400)
+			return
+		}
+		var b strings.Builder
+		b.WriteString(`{"events":[`)
+		last := min(after+limit, n)
+		for id := after + 1; id <= last; id++ {
+			if id > after+1 {
+				b.WriteByte(',')
+			}
+			b.WriteString(event(id))
+		}
+		next := 0
+		if last-after == limit {
+			next = last
+		}
+		fmt.Fprintf(&b, `],"next_after":%d}`, next)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(b.String()))
+	})
+	return url, lists, streams
+}
+
+// Events reads the JSON list, not the stream: on a server whose stream
+// stalls it still returns every event, at once.
+func TestEventsBusyServer(t *testing.T) {
+	srv, lists, streams := eventServer(t, 2500, 1000)
+	c, err := droverclient.New(srv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got, err := c.Events(ctx, droverclient.EventParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2500 {
+		t.Fatalf("%d events, want 2500", len(got))
+	}
+	for i, ev := range got {
+		if ev.ID != int64(i+1) || ev.Subject != "t" {
+			t.Fatalf("event %d: %+v", i, ev)
+		}
+	}
+	if lists.Load() != 3 || streams.Load() != 0 {
+		t.Fatalf("%d list requests (want 3 pages of 1000), %d streams", lists.Load(), streams.Load())
+	}
+	// Limit across pages, and an exact multiple of the page size.
+	got, err = c.Events(ctx, droverclient.EventParams{After: 100, Limit: 1234})
+	if err != nil || len(got) != 1234 || got[0].ID != 101 || got[1233].ID != 1334 {
+		t.Fatalf("after 100 limit 1234: %d events, %v", len(got), err)
+	}
+	srv2, _, _ := eventServer(t, 2000, 0)
+	c2, _ := droverclient.New(srv2, "")
+	if got, err = c2.Events(ctx, droverclient.EventParams{}); err != nil || len(got) != 2000 {
+		t.Fatalf("2000 events: %d, %v", len(got), err)
+	}
+}
+
+// A server that pages wrongly, or answers the list with a stream (one
+// without the JSON list), is an error, not an endless loop or read.
+func TestEventsBadServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for name, c := range map[string]struct{ ct, body string }{
+		"next_after repeats":   {"application/json", `{"events":[{"id":1}],"next_after":0}`},
+		"next_after backwards": {"application/json", `{"events":[],"next_after":1}`},
+		"not JSON":             {"application/json", `<html>`},
+		"stream":               {"text/event-stream", ""},
+	} {
+		calls := 0
+		srv := newStub(t, func(w http.ResponseWriter, r *http.Request) {
+			calls++
+			w.Header().Set("Content-Type", c.ct)
+			if c.ct == "text/event-stream" {
+				w.Write([]byte(": connected\n\n"))
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+				return
+			}
+			if name == "next_after repeats" {
+				w.Write([]byte(`{"events":[{"id":1}],"next_after":1}`))
+				return
+			}
+			w.Write([]byte(c.body))
+		})
+		cl, _ := droverclient.New(srv, "")
+		if _, err := cl.Events(ctx, droverclient.EventParams{}); err == nil || ctx.Err() != nil || calls > 2 {
+			t.Fatalf("%s: err %v after %d calls (ctx %v)", name, err, calls, ctx.Err())
+		}
+	}
 }
 
 // Follow reads a task's events until the final one; the stream is cut

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/drover-run/drover"
@@ -26,9 +28,9 @@ const (
 	streamRetryAfter = 5
 )
 
-// eventJSON is one event of the history in event streams. It has the shape
-// of an alert (GET /v1/alerts) without the acknowledgement, plus the flag
-// telling whether the event is an alert.
+// eventJSON is one event of the history in event streams and the JSON event
+// list. It has the shape of an alert (GET /v1/alerts) without the
+// acknowledgement, plus the flag telling whether the event is an alert.
 type eventJSON struct {
 	ID        int64     `json:"id"`
 	Subject   string    `json:"subject"` // task ID, or "session:<queue>/<session>"
@@ -62,7 +64,7 @@ func (h *Handler) OpenStreams() int { return int(h.streams.Load()) }
 
 // allEvents serves GET /v1/events.
 func (h *Handler) allEvents(w http.ResponseWriter, r *http.Request) error {
-	return h.streamEvents(w, r, "")
+	return h.events(w, r, "")
 }
 
 // taskEvents serves GET /v1/tasks/{id}/events.
@@ -71,17 +73,39 @@ func (h *Handler) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	if err := checkName("task ID", id); err != nil {
 		return err
 	}
-	return h.streamEvents(w, r, id)
+	return h.events(w, r, id)
 }
 
-// streamEvents answers with a text/event-stream of the history's events
-// after the Last-Event-ID header (or the "after" query parameter), then of
-// new events as they are recorded, until the client goes away or the
-// streams are closed. Errors before the stream starts are JSON errors.
-func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID string) error {
+// eventListJSON is one page of the history (the JSON answer of the event
+// routes).
+type eventListJSON struct {
+	Events    []eventJSON `json:"events"`
+	NextAfter int64       `json:"next_after"` // 0 when the page is not full
+}
+
+// events answers an event route: one JSON page of the history when the
+// Accept header prefers application/json (wantsJSON), else the stream.
+// Errors are JSON errors either way.
+func (h *Handler) events(w http.ResponseWriter, r *http.Request, taskID string) error {
+	// The answer depends on Accept: a cache must not mix the two.
+	w.Header().Add("Vary", "Accept")
+	list := wantsJSON(r.Header.Values("Accept"))
 	q := r.URL.Query()
-	if err := checkQuery(q, []string{"after", "alerts"}); err != nil {
+	known := []string{"after", "alerts"}
+	if list {
+		known = append(known, "limit")
+	} else if q.Has("limit") {
+		return badRequest("query parameter \"limit\" applies only to the JSON list (Accept: application/json), not to the event stream")
+	}
+	if err := checkQuery(q, known); err != nil {
 		return err
+	}
+	limit := 0
+	if list {
+		var err error
+		if limit, err = parseLimit(q, defaultEventListLimit); err != nil {
+			return err
+		}
 	}
 	var after int64
 	var err error
@@ -113,6 +137,97 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID st
 			return err
 		}
 	}
+	if list {
+		return h.listEvents(w, r, store.EventListParams{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: limit})
+	}
+	return h.streamEvents(w, r, taskID, alerts, after)
+}
+
+// defaultEventListLimit is the page size of the JSON list without "limit".
+const defaultEventListLimit = 100
+
+// listEvents answers one JSON page of the history. It is an ordinary
+// request (request timeout, no stream slot).
+func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request, p store.EventListParams) error {
+	evs, err := h.drover.Store().Reader().EventList(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	out := eventListJSON{Events: make([]eventJSON, 0, len(evs))}
+	for _, e := range evs {
+		out.Events = append(out.Events, toEventJSON(e))
+	}
+	if len(evs) == p.Limit {
+		out.NextAfter = evs[len(evs)-1].ID
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// wantsJSON tells whether an Accept header (its values) prefers
+// application/json to text/event-stream: a higher q-value, or the same
+// non-zero q-value from a more specific media range ("application/json"
+// or "application/*" against "*/*"). No Accept header, "*/*" or a tie
+// keeps the event stream, the routes' historic answer. Malformed
+// elements are ignored.
+func wantsJSON(accept []string) bool {
+	jq, js := acceptQ(accept, "application", "json")
+	sq, ss := acceptQ(accept, "text", "event-stream")
+	return jq > sq || (jq == sq && jq > 0 && js > ss)
+}
+
+// acceptQ returns the q-value the Accept header values give the media type
+// typ/sub, from its most specific matching range, and that range's
+// specificity (3 exact, 2 typ/*, 1 */*, 0 none matches: q 0).
+func acceptQ(accept []string, typ, sub string) (q float64, spec int) {
+	for _, v := range accept {
+		for _, el := range strings.Split(v, ",") {
+			el = strings.TrimSpace(el)
+			if el == "" {
+				continue
+			}
+			mt, params, err := mime.ParseMediaType(el)
+			if err != nil {
+				continue
+			}
+			t, s, ok := strings.Cut(mt, "/")
+			if !ok {
+				continue
+			}
+			n := 0
+			switch {
+			case t == typ && s == sub:
+				n = 3
+			case t == typ && s == "*":
+				n = 2
+			case t == "*" && s == "*":
+				n = 1
+			default:
+				continue
+			}
+			w := 1.0
+			if qs, ok := params["q"]; ok {
+				f, err := strconv.ParseFloat(qs, 64)
+				if err != nil || f < 0 || f > 1 {
+					continue
+				}
+				w = f
+			}
+			// The most specific range decides (RFC 9110, 12.5.1); among
+			// equally specific ones, the highest q.
+			if n > spec || (n == spec && w > q) {
+				q, spec = w, n
+			}
+		}
+	}
+	return q, spec
+}
+
+// streamEvents answers with a text/event-stream of the history's events
+// after event ID after, then of new events as they are recorded, until
+// the client goes away or the streams are closed. Errors before the
+// stream starts are JSON errors.
+func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID string, alerts bool, after int64) error {
 	if h.streamCtx.Err() != nil {
 		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
 		return errorf(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down")
