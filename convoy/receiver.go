@@ -285,53 +285,9 @@ func (r *SessionReceiver) tryReceive(ctx context.Context) (*ReceivedMessage, err
 		outcome error
 	)
 	err := r.c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		got, outcome = nil, nil
-		var events []*dt.Event
-		for {
-			msgs, errs, err := x.MessageReceiveMany(ctx, []store.SessionRef{r.ref()}, now)
-			if err != nil {
-				return err
-			}
-			if errs[0] != nil {
-				outcome = errs[0]
-				return nil
-			}
-			m := msgs[0]
-			if m == nil {
-				s, err := x.SessionGet(ctx, r.queue, r.id)
-				if err != nil {
-					return err
-				}
-				switch {
-				case s.Blocked:
-					outcome = ErrSessionBlocked
-				case s.Closed && s.Pending == 0:
-					outcome = ErrSessionEnded
-				}
-				return x.EventInsertMany(ctx, events)
-			}
-			pol, err := r.c.policy(ctx, x, r.queue)
-			if err != nil {
-				return err
-			}
-			settle, bad := poisoned(m, r.token, pol)
-			if !bad {
-				got = m
-				return x.EventInsertMany(ctx, events)
-			}
-			serrs, err := x.MessageSettleMany(ctx, []store.MessageSettle{settle}, now)
-			if err != nil {
-				return err
-			}
-			if serrs[0] != nil {
-				return fmt.Errorf("dead-letter %s message %d: %w", r.queue, m.Seq, serrs[0])
-			}
-			events = append(events, deadLetterEvent(r.queue, r.id, m.Seq, m.DeliveryCount, settle.Reason, settle.Block, r.c.cfg.InstanceID, now))
-			if settle.Block {
-				outcome = ErrSessionBlocked
-				return x.EventInsertMany(ctx, events)
-			}
-		}
+		var err error
+		got, outcome, err = r.c.receiveHead(ctx, x, r.ref(), now)
+		return err
 	})
 	switch {
 	case err != nil:

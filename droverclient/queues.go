@@ -233,3 +233,34 @@ func (c *Client) resolveDeadLetter(ctx context.Context, queue, session string, s
 // session), escaped as a whole: url treats a segment that starts with "/"
 // as a literal path, and session IDs may start with one.
 func seg(s string) string { return "/" + url.PathEscape(s) }
+
+// Policy returns queue's policy. An unknown queue: ErrNotFound.
+func (c *Client) Policy(ctx context.Context, queue string) (*Queue, error) {
+	var q Queue
+	if _, err := c.do(ctx, http.MethodGet, c.url(nil, "/v1/queues", seg(queue), "policy"), nil, &q); err != nil {
+		return nil, err
+	}
+	return &q, nil
+}
+
+// PolicyChange is the parts of a queue's policy to change; nil fields stay
+// as they are. At least one must be set.
+type PolicyChange struct {
+	MaxDeliveryCount *int    `json:"max_delivery_count,omitempty"`
+	PoisonPolicy     *string `json:"poison_policy,omitempty"` // "block" or "skip"
+	// DedupeWindowMS 0 turns de-duplication off.
+	DedupeWindowMS *int64 `json:"dedupe_window_ms,omitempty"`
+	LockDurationMS *int64 `json:"lock_duration_ms,omitempty"` // 10 to 86400000
+}
+
+// SetPolicy changes the parts of queue's policy given (operator scope),
+// creating the queue if it does not exist (created is then true), and
+// returns the queue as it is now. Bad values: ErrInvalid, nothing changed.
+func (c *Client) SetPolicy(ctx context.Context, queue string, ch PolicyChange) (q *Queue, created bool, err error) {
+	var out Queue
+	status, err := c.do(ctx, http.MethodPut, c.url(nil, "/v1/queues", seg(queue), "policy"), ch, &out)
+	if err != nil {
+		return nil, false, err
+	}
+	return &out, status == http.StatusCreated, nil
+}

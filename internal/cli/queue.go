@@ -724,6 +724,28 @@ processes pick it up within a few seconds.`,
 			if fl.Changed("lock-duration") && (lock < 10*time.Millisecond || lock > 24*time.Hour) {
 				return usagef("--lock-duration must be between 10ms and 24h, got %s", lock)
 			}
+			if e.remote != nil {
+				// The API takes milliseconds.
+				if dedupe%time.Millisecond != 0 || lock%time.Millisecond != 0 {
+					return usagef("with --server, --dedupe-window and --lock-duration must be whole milliseconds")
+				}
+				var ch droverclient.PolicyChange
+				if fl.Changed("max-delivery") {
+					ch.MaxDeliveryCount = &maxDelivery
+				}
+				if fl.Changed("poison") {
+					ch.PoisonPolicy = &poison
+				}
+				if fl.Changed("dedupe-window") {
+					ms := dedupe.Milliseconds()
+					ch.DedupeWindowMS = &ms
+				}
+				if fl.Changed("lock-duration") {
+					ms := lock.Milliseconds()
+					ch.LockDurationMS = &ms
+				}
+				return e.remotePolicy(ctx, queue, change, ch)
+			}
 			c, drv, err := e.queueClient(ctx, 0)
 			if err != nil {
 				return err
@@ -766,28 +788,7 @@ processes pick it up within a few seconds.`,
 					return err
 				}
 			}
-			if e.jsonOut {
-				return writeJSON(e.stdout, queueJSON(q))
-			}
-			switch {
-			case created:
-				fmt.Fprintf(e.stdout, "created queue %s\n", q.Name)
-			case change:
-				fmt.Fprintf(e.stdout, "updated the policy of queue %s\n", q.Name)
-			}
-			tw := newTable(e.stdout)
-			row(tw, "Queue:", q.Name)
-			row(tw, "Max delivery count:", strconv.Itoa(q.MaxDeliveryCount))
-			row(tw, "Poison policy:", string(q.PoisonPolicy))
-			dw := q.DedupeWindow.String()
-			if q.DedupeWindow == 0 {
-				dw = "0s (off)"
-			}
-			row(tw, "Dedupe window:", dw)
-			row(tw, "Lock duration:", q.LockDuration.String())
-			row(tw, "Created:", fmtTime(&q.CreatedAt))
-			row(tw, "Updated:", fmtTime(&q.UpdatedAt))
-			return tw.Flush()
+			return e.printPolicy(q, created, change)
 		},
 	}
 	f := cmd.Flags()

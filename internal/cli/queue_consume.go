@@ -84,7 +84,11 @@ The command's output goes to stdout (to stderr with --json).
 
 consume stops after --count completed messages, or once no message has been
 available for --idle, or when interrupted; then it prints a summary. With
---json every message is one JSON line and the summary the last line.`,
+--json every message is one JSON line and the summary the last line.
+
+With --server URL (and a token) the sessions are held through the server's
+session-consumer endpoints, their locks renewed in the background; bodies
+then arrive as JSON (a body that is not JSON as a JSON string).`,
 		Example: `  drover queue consume --queue orders --count 10
   drover queue consume --queue orders --sessions 8 --idle 5s --json
   drover queue consume --queue orders --exec './apply-order.sh' --retry-delay 5s`,
@@ -120,11 +124,17 @@ available for --idle, or when interrupted; then it prints a summary. With
 
 func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 	start := time.Now()
-	c, drv, err := e.queueClient(ctx, 0)
-	if err != nil {
-		return err
+	var src consumeSource
+	if e.remote != nil {
+		src = &remoteConsumeSource{e: e, queue: f.queue}
+	} else {
+		c, drv, err := e.queueClient(ctx, 0)
+		if err != nil {
+			return err
+		}
+		defer drv.Close()
+		src = localConsumeSource{c: c, drv: drv, queue: f.queue}
 	}
-	defer drv.Close()
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -155,7 +165,7 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 		return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	}
 
-	handle := func(r *convoy.SessionReceiver, m *convoy.ReceivedMessage) error {
+	handle := func(r consumeSession, m *consumeMsg) error {
 		j := ConsumedJSON{Queue: m.Queue, Session: m.SessionID, Seq: m.Seq, MessageID: m.MessageID,
 			DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, Outcome: "completed"}
 		if utf8.Valid(m.Body) {
@@ -182,12 +192,12 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 		defer cancel()
 		if runErr != nil {
 			j.Outcome, j.Error = "abandoned", runErr.Error()
-			if err := r.Abandon(sctx, m, f.retryDelay); err != nil {
+			if err := r.abandon(sctx, m, f.retryDelay); err != nil {
 				return err
 			}
 			abandoned.Add(1)
 		} else {
-			if err := r.Complete(sctx, m, nil); err != nil {
+			if err := r.complete(sctx, m); err != nil {
 				return err
 			}
 			completed.Add(1)
@@ -209,20 +219,18 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 	}
 
 	// session handles one accepted session until it has nothing to deliver.
-	session := func(r *convoy.SessionReceiver) error {
+	session := func(r consumeSession) error {
 		defer func() {
 			sctx, cancel := settleCtx()
 			defer cancel()
-			_ = r.Close(sctx)
+			_ = r.close(sctx)
 		}()
 		for runCtx.Err() == nil {
 			if f.count > 0 && reserved.Add(1) > int64(f.count) {
 				reserved.Add(-1)
 				return nil
 			}
-			rctx, cancel := context.WithTimeout(runCtx, sessionIdle)
-			m, err := r.Receive(rctx)
-			cancel()
+			m, err := r.receive(runCtx, sessionIdle)
 			if err != nil {
 				if f.count > 0 {
 					reserved.Add(-1)
@@ -263,7 +271,7 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 				if f.idle > 0 {
 					actx, cancel = context.WithTimeout(runCtx, f.idle)
 				}
-				r, err := c.AcceptNextSession(actx, f.queue)
+				r, err := src.accept(actx, runCtx)
 				cancel()
 				if err != nil {
 					switch {
@@ -275,12 +283,12 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 						}
 						continue
 					}
-					fail(drv.storeErr(err))
+					fail(src.explain(err))
 					return
 				}
 				accs.Add(1)
 				if err := session(r); err != nil {
-					fail(drv.storeErr(err))
+					fail(src.explain(err))
 					return
 				}
 			}
@@ -295,7 +303,79 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 	if e.jsonOut {
 		return writeJSON(e.stdout, s)
 	}
-	_, err = fmt.Fprintf(e.stdout, "consumed %d messages of queue %s (%d abandoned, %d sessions accepted) in %.1fs\n",
+	_, err := fmt.Fprintf(e.stdout, "consumed %d messages of queue %s (%d abandoned, %d sessions accepted) in %.1fs\n",
 		s.Completed, s.Queue, s.Abandoned, s.Sessions, s.Seconds)
 	return err
 }
+
+// consumeMsg is a message handed to "queue consume".
+type consumeMsg struct {
+	Queue, SessionID string
+	Seq              int64
+	MessageID        string
+	Body             []byte
+	DeliveryCount    int
+	EndOfSequence    bool
+
+	local *convoy.ReceivedMessage // the database path's message
+}
+
+// consumeSource accepts sessions for "queue consume": from the database
+// (convoy) or over the API (--server).
+type consumeSource interface {
+	// accept waits until ctx ends for the next available session;
+	// runCtx bounds the whole run.
+	accept(ctx, runCtx context.Context) (consumeSession, error)
+	// explain turns an error into the CLI's terms.
+	explain(err error) error
+}
+
+// consumeSession is a held session of "queue consume".
+type consumeSession interface {
+	// receive waits up to idle for the next message; it fails with
+	// context.DeadlineExceeded when none came, with convoy's
+	// ErrSessionBlocked, ErrSessionEnded or ErrLockLost when none will.
+	receive(ctx context.Context, idle time.Duration) (*consumeMsg, error)
+	complete(ctx context.Context, m *consumeMsg) error
+	abandon(ctx context.Context, m *consumeMsg, delay time.Duration) error
+	close(ctx context.Context) error
+}
+
+type localConsumeSource struct {
+	c     *convoy.Client
+	drv   *database
+	queue string
+}
+
+func (s localConsumeSource) accept(ctx, _ context.Context) (consumeSession, error) {
+	r, err := s.c.AcceptNextSession(ctx, s.queue)
+	if err != nil {
+		return nil, err
+	}
+	return localConsumeSession{r}, nil
+}
+
+func (s localConsumeSource) explain(err error) error { return s.drv.storeErr(err) }
+
+type localConsumeSession struct{ r *convoy.SessionReceiver }
+
+func (s localConsumeSession) receive(ctx context.Context, idle time.Duration) (*consumeMsg, error) {
+	rctx, cancel := context.WithTimeout(ctx, idle)
+	defer cancel()
+	m, err := s.r.Receive(rctx)
+	if err != nil {
+		return nil, err
+	}
+	return &consumeMsg{Queue: m.Queue, SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: m.Body,
+		DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, local: m}, nil
+}
+
+func (s localConsumeSession) complete(ctx context.Context, m *consumeMsg) error {
+	return s.r.Complete(ctx, m.local, nil)
+}
+
+func (s localConsumeSession) abandon(ctx context.Context, m *consumeMsg, delay time.Duration) error {
+	return s.r.Abandon(ctx, m.local, delay)
+}
+
+func (s localConsumeSession) close(ctx context.Context) error { return s.r.Close(ctx) }

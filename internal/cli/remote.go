@@ -35,7 +35,8 @@ var remoteCommands = map[string]bool{
 	"drover cancel": true, "drover events": true,
 	"drover alerts": true, "drover alerts ack": true,
 	"drover queue": true, "drover queue publish": true, "drover queue peek": true, "drover queue sessions": true,
-	"drover queue list": true, "drover queue dlq": true, "drover queue resolve": true,
+	"drover queue list": true, "drover queue dlq": true, "drover queue resolve": true, "drover queue policy": true,
+	"drover queue consume": true,
 }
 
 // setupRemote resolves --server, --token and --token-file for cmd. With a
@@ -117,7 +118,7 @@ func (e *env) remoteErr(err error) error {
 		case ae.Status == http.StatusUnauthorized:
 			msg += " (the server does not accept this token)"
 		case ae.Status == http.StatusForbidden:
-			msg += " (resubmit, cancel, alert acknowledgement and dead-letter actions need an operator token)"
+			msg += " (resubmit, cancel, alert acknowledgement, dead-letter actions and queue policy changes need an operator token)"
 		}
 		return &wrapped{msg, err}
 	}

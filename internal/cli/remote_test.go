@@ -439,7 +439,6 @@ func TestRemoteUsage(t *testing.T) {
 	// Commands without an API refuse --server; --db with --server.
 	for _, args := range [][]string{
 		{"migrate"}, {"server"}, {"bench"}, {"demo", "orders"},
-		{"queue", "policy", "--queue", "q"}, {"queue", "consume", "--queue", "q"},
 	} {
 		r = run(t, "", append(args, "--server", e.url)...)
 		wantFailure(t, r, 2, "'drover "+strings.Join(args[:min(2, len(args))], " "))

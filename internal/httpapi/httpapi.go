@@ -184,6 +184,13 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 		{"GET", "/v1/queues/{queue}/deadletters", ScopeSubmit, h.listDeadLetters},
 		{"POST", "/v1/queues/{queue}/sessions/{session}/deadletters/{seq}/resubmit", ScopeOperator, h.resubmitDeadLetter},
 		{"POST", "/v1/queues/{queue}/sessions/{session}/deadletters/{seq}/discard", ScopeOperator, h.discardDeadLetter},
+		{"GET", "/v1/queues/{queue}/policy", ScopeSubmit, h.getPolicy},
+		{"PUT", "/v1/queues/{queue}/policy", ScopeOperator, h.putPolicy},
+		{"POST", "/v1/queues/{queue}/sessions:accept", ScopeSubmit, h.acceptSession},
+		{"POST", "/v1/queues/{queue}/sessions/{session}/receive", ScopeSubmit, h.receiveMessage},
+		{"POST", "/v1/queues/{queue}/sessions/{session}/settle", ScopeSubmit, h.settleMessage},
+		{"POST", "/v1/queues/{queue}/sessions/{session}/renew", ScopeSubmit, h.renewLock},
+		{"POST", "/v1/queues/{queue}/sessions/{session}/release", ScopeSubmit, h.releaseLock},
 
 		{"POST", "/v1/agents/{agent}/poll", ScopeAgent, h.pollAgent},
 		{"POST", "/v1/agents/requests/{id}/complete", ScopeAgent, h.completeRequest},

@@ -409,3 +409,123 @@ func (h *Handler) resolveDeadLetter(w http.ResponseWriter, r *http.Request, acti
 	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "session_id": session, "seq": seq, "action": action})
 	return nil
 }
+
+func toQueueJSON(q *convoy.Queue) queueJSON {
+	return queueJSON{Name: q.Name, MaxDeliveryCount: q.MaxDeliveryCount, PoisonPolicy: string(q.PoisonPolicy),
+		DedupeWindowMS: q.DedupeWindow.Milliseconds(), LockDurationMS: q.LockDuration.Milliseconds(), CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt}
+}
+
+// PolicyChange is the body of PUT /v1/queues/{queue}/policy: the parts of
+// the policy to change, named as in the queue listing. At least one is
+// required.
+type PolicyChange struct {
+	MaxDeliveryCount *int    `json:"max_delivery_count"`
+	PoisonPolicy     *string `json:"poison_policy"`
+	// DedupeWindowMS 0 turns de-duplication off.
+	DedupeWindowMS *int64 `json:"dedupe_window_ms"`
+	LockDurationMS *int64 `json:"lock_duration_ms"`
+}
+
+// DecodePolicyChange decodes and checks the body of a policy change.
+func DecodePolicyChange(body []byte) (*PolicyChange, error) {
+	var p PolicyChange
+	if err := decodeJSON(body, &p, true); err != nil {
+		return nil, err
+	}
+	field := func(name, format string, args ...any) error {
+		return errorf(http.StatusBadRequest, "invalid_field", "field %q: "+format, append([]any{name}, args...)...)
+	}
+	switch {
+	case p.MaxDeliveryCount == nil && p.PoisonPolicy == nil && p.DedupeWindowMS == nil && p.LockDurationMS == nil:
+		return nil, badRequest("nothing to change: give max_delivery_count, poison_policy, dedupe_window_ms or lock_duration_ms")
+	case p.MaxDeliveryCount != nil && *p.MaxDeliveryCount < 1:
+		return nil, field("max_delivery_count", "want an integer of at least 1, got %d", *p.MaxDeliveryCount)
+	case p.PoisonPolicy != nil && !convoy.PoisonPolicy(*p.PoisonPolicy).Valid():
+		return nil, field("poison_policy", "want %q or %q, got %q", convoy.PoisonBlock, convoy.PoisonSkip, *p.PoisonPolicy)
+	case p.DedupeWindowMS != nil && (*p.DedupeWindowMS < 0 || *p.DedupeWindowMS > maxDurationMS):
+		return nil, field("dedupe_window_ms", "want an integer from 0 (de-duplication off) to %d, got %d", int64(maxDurationMS), *p.DedupeWindowMS)
+	case p.LockDurationMS != nil && (*p.LockDurationMS < 10 || *p.LockDurationMS > (24*time.Hour).Milliseconds()):
+		return nil, field("lock_duration_ms", "want an integer from 10 to %d (10ms to 24h), got %d", (24 * time.Hour).Milliseconds(), *p.LockDurationMS)
+	}
+	return &p, nil
+}
+
+// maxDurationMS caps durations given in milliseconds (a time.Duration
+// holds about 292 years).
+const maxDurationMS = int64(time.Duration(1<<63-1) / time.Millisecond)
+
+// getPolicy serves GET /v1/queues/{queue}/policy.
+func (h *Handler) getPolicy(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	if err := checkQuery(r.URL.Query(), nil); err != nil {
+		return err
+	}
+	if err := h.queueExists(r, queue); err != nil {
+		return err
+	}
+	q, err := h.convoy.Store().Reader().QueueGet(r.Context(), queue)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toQueueJSON(q))
+	return nil
+}
+
+// putPolicy serves PUT /v1/queues/{queue}/policy: it changes the parts
+// given, creating the queue (201) if it does not exist.
+func (h *Handler) putPolicy(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	if err := checkName("queue name", queue); err != nil {
+		return err
+	}
+	if err := checkQuery(r.URL.Query(), nil); err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	ch, err := DecodePolicyChange(body)
+	if err != nil {
+		return err
+	}
+	p, err := h.convoy.QueuePolicy(r.Context(), queue)
+	created := false
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		created, p = true, convoy.QueuePolicy{Name: queue}
+	case err != nil:
+		return err
+	}
+	if ch.MaxDeliveryCount != nil {
+		p.MaxDeliveryCount = *ch.MaxDeliveryCount
+	}
+	if ch.PoisonPolicy != nil {
+		p.Poison = convoy.PoisonPolicy(*ch.PoisonPolicy)
+	}
+	if ch.DedupeWindowMS != nil {
+		p.DedupeWindow = time.Duration(*ch.DedupeWindowMS) * time.Millisecond
+		if p.DedupeWindow == 0 {
+			p.DedupeWindow = convoy.NoDedupe
+		}
+	}
+	if ch.LockDurationMS != nil {
+		p.LockDuration = time.Duration(*ch.LockDurationMS) * time.Millisecond
+	}
+	if err := h.convoy.SetQueuePolicy(r.Context(), p); err != nil {
+		if errors.Is(err, convoy.ErrInvalidPolicy) {
+			return errorf(http.StatusBadRequest, "invalid_field", "%s", err)
+		}
+		return err
+	}
+	q, err := h.convoy.Store().Reader().QueueGet(r.Context(), queue)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, toQueueJSON(q))
+	return nil
+}

@@ -1,0 +1,212 @@
+package droverclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Remote session consumers (docs/convoy.md, "Consumers over HTTP"): accept
+// a session to get a Lease, then Receive, Settle each message, Renew the
+// lease at a third of its LockDuration and Release it. Messages of a
+// session come one at a time in sequence order. A stale lease fails with
+// an APIError for which IsLockLost is true, and changes nothing.
+
+// maxConsumeWait caps the waits of Accept and Receive.
+const maxConsumeWait = 60 * time.Second
+
+// Lease is an accepted session of a queue, held under its lock token.
+type Lease struct {
+	Queue        string
+	Session      string
+	LockToken    int64
+	LockedUntil  time.Time
+	LockDuration time.Duration
+}
+
+// ReceivedMessage is a message handed to a remote consumer. Settle it with
+// its Seq.
+type ReceivedMessage struct {
+	Queue     string `json:"queue"`
+	SessionID string `json:"session_id"`
+	Seq       int64  `json:"seq"`
+	MessageID string `json:"message_id"`
+	// Body is the body as JSON; a body that is not JSON (published through
+	// the Go API) comes as a JSON string.
+	Body          json.RawMessage `json:"body"`
+	DeliveryCount int             `json:"delivery_count"`
+	EndOfSequence bool            `json:"end_of_sequence"`
+	EnqueuedAt    time.Time       `json:"enqueued_at"`
+	AvailableAt   time.Time       `json:"available_at"`
+}
+
+// Received is the answer of Receive: a message, or none (Message nil),
+// with Blocked or Ended telling when none will come from this session
+// (blocked by a dead letter; its end-of-sequence message settled).
+type Received struct {
+	Message *ReceivedMessage `json:"message"`
+	Blocked bool             `json:"blocked"`
+	Ended   bool             `json:"ended"`
+}
+
+// Settle outcomes.
+const (
+	Complete   = "complete"
+	Abandon    = "abandon"
+	DeadLetter = "dead_letter"
+)
+
+// Settlement settles a received message.
+type Settlement struct {
+	// Outcome is Complete, Abandon or DeadLetter.
+	Outcome string
+	// Reason (DeadLetter) is recorded with the dead letter.
+	Reason string
+	// Delay (Abandon) is how long until the message is delivered again.
+	Delay time.Duration
+}
+
+// IsLockLost reports whether err is the server's answer to a stale lock
+// token (409 lock_lost): the lease is gone, accept the session again.
+func IsLockLost(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status == http.StatusConflict && ae.Code == "lock_lost"
+}
+
+func checkWait(wait time.Duration) error {
+	if wait < 0 || wait > maxConsumeWait {
+		return fmt.Errorf("droverclient: wait %v: want 0-%v", wait, maxConsumeWait)
+	}
+	return nil
+}
+
+func (c *Client) leasePath(l *Lease, action string) (string, error) {
+	if l == nil || l.Queue == "" || l.Session == "" || l.LockToken < 1 {
+		return "", errors.New("droverclient: the lease has no queue, session or lock token (use a Lease from Accept)")
+	}
+	return c.url(nil, "/v1/queues", seg(l.Queue), "sessions", seg(l.Session), action), nil
+}
+
+// Accept accepts the next available session of queue, waiting up to wait
+// (at most 60s) for one; nil, nil when none came. See AcceptSession for a
+// named one.
+func (c *Client) Accept(ctx context.Context, queue string, wait time.Duration) (*Lease, error) {
+	if err := checkWait(wait); err != nil {
+		return nil, err
+	}
+	return c.accept(ctx, queue, struct {
+		WaitMS int64 `json:"wait_ms"`
+	}{wait.Milliseconds()})
+}
+
+// AcceptSession accepts the named session of queue at once. Unknown:
+// ErrNotFound; held by another consumer: ErrConflict (code
+// "session_locked").
+func (c *Client) AcceptSession(ctx context.Context, queue, session string) (*Lease, error) {
+	if session == "" {
+		return nil, errors.New("droverclient: the session ID is empty")
+	}
+	return c.accept(ctx, queue, struct {
+		Session string `json:"session"`
+	}{session})
+}
+
+func (c *Client) accept(ctx context.Context, queue string, body any) (*Lease, error) {
+	var out struct {
+		Queue          string    `json:"queue"`
+		Session        *string   `json:"session"`
+		LockToken      int64     `json:"lock_token"`
+		LockedUntil    time.Time `json:"locked_until"`
+		LockDurationMS int64     `json:"lock_duration_ms"`
+	}
+	if _, err := c.do(ctx, http.MethodPost, c.url(nil, "/v1/queues", seg(queue), "/sessions:accept"), body, &out); err != nil {
+		return nil, err
+	}
+	if out.Session == nil {
+		return nil, nil
+	}
+	return &Lease{Queue: queue, Session: *out.Session, LockToken: out.LockToken, LockedUntil: out.LockedUntil,
+		LockDuration: time.Duration(out.LockDurationMS) * time.Millisecond}, nil
+}
+
+// Receive waits up to wait (at most 60s) for the head message of the
+// leased session. Settle it before the next Receive: receiving again
+// without a settle delivers the same message again.
+func (c *Client) Receive(ctx context.Context, l *Lease, wait time.Duration) (*Received, error) {
+	if err := checkWait(wait); err != nil {
+		return nil, err
+	}
+	u, err := c.leasePath(l, "receive")
+	if err != nil {
+		return nil, err
+	}
+	body := struct {
+		LockToken int64 `json:"lock_token"`
+		WaitMS    int64 `json:"wait_ms"`
+	}{l.LockToken, wait.Milliseconds()}
+	var out Received
+	if _, err := c.do(ctx, http.MethodPost, u, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Settle settles message seq of the leased session. A message settled
+// already: ErrConflict (code "not_head").
+func (c *Client) Settle(ctx context.Context, l *Lease, seq int64, s Settlement) error {
+	u, err := c.leasePath(l, "settle")
+	if err != nil {
+		return err
+	}
+	body := struct {
+		LockToken int64   `json:"lock_token"`
+		Seq       int64   `json:"seq"`
+		Outcome   string  `json:"outcome"`
+		Reason    *string `json:"reason,omitempty"`
+		DelayMS   *int64  `json:"delay_ms,omitempty"`
+	}{LockToken: l.LockToken, Seq: seq, Outcome: s.Outcome}
+	if s.Reason != "" {
+		body.Reason = &s.Reason
+	}
+	if s.Delay > 0 {
+		ms := s.Delay.Milliseconds()
+		body.DelayMS = &ms
+	}
+	_, err = c.do(ctx, http.MethodPost, u, body, nil)
+	return err
+}
+
+// Renew extends the lease's lock by the queue's lock duration and updates
+// l.LockedUntil.
+func (c *Client) Renew(ctx context.Context, l *Lease) error {
+	u, err := c.leasePath(l, "renew")
+	if err != nil {
+		return err
+	}
+	var out struct {
+		LockedUntil time.Time `json:"locked_until"`
+	}
+	if _, err := c.do(ctx, http.MethodPost, u, struct {
+		LockToken int64 `json:"lock_token"`
+	}{l.LockToken}, &out); err != nil {
+		return err
+	}
+	l.LockedUntil = out.LockedUntil
+	return nil
+}
+
+// Release frees the leased session for other consumers; an unsettled
+// message stays at its head.
+func (c *Client) Release(ctx context.Context, l *Lease) error {
+	u, err := c.leasePath(l, "release")
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, http.MethodPost, u, struct {
+		LockToken int64 `json:"lock_token"`
+	}{l.LockToken}, nil)
+	return err
+}

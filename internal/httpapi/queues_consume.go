@@ -1,0 +1,415 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/store"
+)
+
+// Remote session consumers: a consumer accepts a session (a lease under a
+// lock token), receives its messages one at a time, settles each, renews
+// the lock at a third of its duration and releases the session. Every call
+// goes through convoy's lease functions, so ordering, delivery counts,
+// poison handling and events are those of in-process consumers. A stale
+// lock token answers 409 lock_lost and changes nothing.
+
+// Limits of the consumer routes.
+const (
+	// MaxConsumeWait caps wait_ms of accept and receive.
+	MaxConsumeWait = 60 * time.Second
+	// MaxAbandonDelay caps delay_ms of an abandon.
+	MaxAbandonDelay = 24 * time.Hour
+	// maxDeadReason caps the reason of a dead-letter, in bytes.
+	maxDeadReason = 4096
+	// remoteHolderPrefix marks the session locks of remote consumers.
+	remoteHolderPrefix = "remote:"
+)
+
+// AcceptRequest is the body of POST /v1/queues/{queue}/sessions:accept.
+// Both fields are optional: without session the next available session is
+// accepted, waiting up to wait_ms (default 0).
+type AcceptRequest struct {
+	Session *string `json:"session"`
+	WaitMS  *int64  `json:"wait_ms"`
+}
+
+// ReceiveRequest is the body of POST .../sessions/{session}/receive.
+type ReceiveRequest struct {
+	LockToken *int64 `json:"lock_token"`
+	WaitMS    *int64 `json:"wait_ms"`
+}
+
+// SettleRequest is the body of POST .../sessions/{session}/settle.
+type SettleRequest struct {
+	LockToken *int64  `json:"lock_token"`
+	Seq       *int64  `json:"seq"`
+	Outcome   *string `json:"outcome"`
+	Reason    *string `json:"reason"`
+	DelayMS   *int64  `json:"delay_ms"`
+}
+
+// LockRequest is the body of renew and release.
+type LockRequest struct {
+	LockToken *int64 `json:"lock_token"`
+}
+
+type leaseJSON struct {
+	Queue          string     `json:"queue,omitempty"`
+	Session        *string    `json:"session"`
+	LockToken      int64      `json:"lock_token,omitempty"`
+	LockedUntil    *time.Time `json:"locked_until,omitempty"`
+	LockDurationMS int64      `json:"lock_duration_ms,omitempty"`
+}
+
+type receivedJSON struct {
+	Queue         string          `json:"queue"`
+	SessionID     string          `json:"session_id"`
+	Seq           int64           `json:"seq"`
+	MessageID     string          `json:"message_id"`
+	Body          json.RawMessage `json:"body"`
+	DeliveryCount int             `json:"delivery_count"`
+	EndOfSequence bool            `json:"end_of_sequence"`
+	EnqueuedAt    time.Time       `json:"enqueued_at"`
+	AvailableAt   time.Time       `json:"available_at"`
+}
+
+type receiveResponse struct {
+	Message *receivedJSON `json:"message"`
+	// Blocked: the session is halted by a dead letter (nothing to receive
+	// until an operator resolves it); Ended: its end-of-sequence message
+	// was settled. Either way release the session.
+	Blocked bool `json:"blocked"`
+	Ended   bool `json:"ended"`
+}
+
+func waitField(ms *int64) (time.Duration, error) {
+	if ms == nil {
+		return 0, nil
+	}
+	if *ms < 0 || *ms > MaxConsumeWait.Milliseconds() {
+		return 0, errorf(http.StatusBadRequest, "invalid_field", "field \"wait_ms\": want an integer from 0 to %d, got %d", MaxConsumeWait.Milliseconds(), *ms)
+	}
+	return time.Duration(*ms) * time.Millisecond, nil
+}
+
+func tokenField(t *int64) (int64, error) {
+	if t == nil {
+		return 0, errorf(http.StatusBadRequest, "invalid_field", "field \"lock_token\" is required (from the accept)")
+	}
+	if *t < 1 {
+		return 0, errorf(http.StatusBadRequest, "invalid_field", "field \"lock_token\": want a positive integer, got %d", *t)
+	}
+	return *t, nil
+}
+
+// DecodeAccept decodes and checks the body of an accept (it may be empty):
+// the session named ("" for the next available one) and the wait.
+func DecodeAccept(body []byte) (string, time.Duration, error) {
+	var req AcceptRequest
+	if err := decodeJSON(body, &req, false); err != nil {
+		return "", 0, err
+	}
+	wait, err := waitField(req.WaitMS)
+	if err != nil {
+		return "", 0, err
+	}
+	session := ""
+	if req.Session != nil {
+		if err := checkSession(*req.Session); err != nil {
+			return "", 0, errorf(http.StatusBadRequest, "invalid_field", "field \"session\": %s", err)
+		}
+		session = *req.Session
+	}
+	return session, wait, nil
+}
+
+// DecodeReceive decodes and checks the body of a receive.
+func DecodeReceive(body []byte) (int64, time.Duration, error) {
+	var req ReceiveRequest
+	if err := decodeJSON(body, &req, true); err != nil {
+		return 0, 0, err
+	}
+	tok, err := tokenField(req.LockToken)
+	if err != nil {
+		return 0, 0, err
+	}
+	wait, err := waitField(req.WaitMS)
+	return tok, wait, err
+}
+
+// Settle outcomes.
+const (
+	OutcomeComplete   = "complete"
+	OutcomeAbandon    = "abandon"
+	OutcomeDeadLetter = "dead_letter"
+)
+
+// Settle is a decoded settle request.
+type Settle struct {
+	LockToken int64
+	Seq       int64
+	Outcome   string
+	Reason    string
+	Delay     time.Duration
+}
+
+// DecodeSettle decodes and checks the body of a settle.
+func DecodeSettle(body []byte) (*Settle, error) {
+	var req SettleRequest
+	if err := decodeJSON(body, &req, true); err != nil {
+		return nil, err
+	}
+	tok, err := tokenField(req.LockToken)
+	if err != nil {
+		return nil, err
+	}
+	s := &Settle{LockToken: tok}
+	switch {
+	case req.Seq == nil:
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"seq\" is required (the received message's)")
+	case *req.Seq < 1:
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"seq\": want a positive integer, got %d", *req.Seq)
+	case req.Outcome == nil:
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"outcome\" is required: complete, abandon or dead_letter")
+	}
+	s.Seq, s.Outcome = *req.Seq, *req.Outcome
+	switch s.Outcome {
+	case OutcomeComplete, OutcomeAbandon, OutcomeDeadLetter:
+	default:
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"outcome\": want complete, abandon or dead_letter, got %q", s.Outcome)
+	}
+	if req.Reason != nil {
+		if s.Outcome != OutcomeDeadLetter {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"reason\" goes with outcome dead_letter only")
+		}
+		if len(*req.Reason) > maxDeadReason {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"reason\" is longer than %d bytes", maxDeadReason)
+		}
+		s.Reason = *req.Reason
+	}
+	if req.DelayMS != nil {
+		if s.Outcome != OutcomeAbandon {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"delay_ms\" goes with outcome abandon only")
+		}
+		if *req.DelayMS < 0 || *req.DelayMS > MaxAbandonDelay.Milliseconds() {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"delay_ms\": want an integer from 0 to %d, got %d", MaxAbandonDelay.Milliseconds(), *req.DelayMS)
+		}
+		s.Delay = time.Duration(*req.DelayMS) * time.Millisecond
+	}
+	return s, nil
+}
+
+// DecodeLock decodes and checks the body of a renew or release.
+func DecodeLock(body []byte) (int64, error) {
+	var req LockRequest
+	if err := decodeJSON(body, &req, true); err != nil {
+		return 0, err
+	}
+	return tokenField(req.LockToken)
+}
+
+// leaseErr maps the lease errors of convoy to answers.
+func leaseErr(err error) error {
+	switch {
+	case errors.Is(err, convoy.ErrLockLost):
+		return errorf(http.StatusConflict, "lock_lost", "%s: the lock token is stale (the lock expired, was released, or another consumer accepted the session); nothing was changed: accept the session again", err)
+	case errors.Is(err, convoy.ErrNotHead):
+		return errorf(http.StatusConflict, "not_head", "%s: settle the message last received (it may be settled already)", err)
+	case errors.Is(err, convoy.ErrSessionLocked):
+		return errorf(http.StatusConflict, "session_locked", "%s", err)
+	}
+	return err
+}
+
+// sessionPath reads and checks the queue and session of a session route.
+func sessionPath(r *http.Request) (string, string, error) {
+	queue, session := r.PathValue("queue"), r.PathValue("session")
+	if err := checkName("queue name", queue); err != nil {
+		return "", "", err
+	}
+	if err := checkSession(session); err != nil {
+		return "", "", err
+	}
+	return queue, session, checkQuery(r.URL.Query(), nil)
+}
+
+// waitContext returns the context of a waiting call: it outlives
+// Options.RequestTimeout by wait, ends when the client goes away or the
+// server drains, and the response's write deadline is moved to match.
+func (h *Handler) waitContext(w http.ResponseWriter, r *http.Request, wait time.Duration) (context.Context, context.CancelFunc, error) {
+	if h.streamCtx.Err() != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
+		return nil, nil, errorf(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down")
+	}
+	base, _ := r.Context().Value(untimedKey{}).(context.Context)
+	if base == nil {
+		base = r.Context()
+	}
+	ctx, cancel := context.WithTimeout(base, wait+h.opts.RequestTimeout)
+	stop := context.AfterFunc(h.streamCtx, cancel)
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + h.opts.RequestTimeout))
+	return ctx, func() { stop(); cancel() }, nil
+}
+
+// acceptSession serves POST /v1/queues/{queue}/sessions:accept.
+func (h *Handler) acceptSession(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	if err := checkName("queue name", queue); err != nil {
+		return err
+	}
+	if err := checkQuery(r.URL.Query(), nil); err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	session, wait, err := DecodeAccept(body)
+	if err != nil {
+		return err
+	}
+	ctx, cancel, err := h.waitContext(w, r, wait)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	l, err := h.convoy.AcceptLease(ctx, queue, session, remoteHolderPrefix+h.convoy.InstanceID(), wait)
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(http.StatusNotFound, "not_found", "session %q of queue %q not found", session, queue)
+	}
+	if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
+		// The server is draining: no session was taken.
+		l, err = nil, nil
+	}
+	if err != nil {
+		return leaseErr(err)
+	}
+	if l == nil {
+		writeJSON(w, http.StatusOK, leaseJSON{})
+		return nil
+	}
+	id := l.SessionID
+	writeJSON(w, http.StatusOK, leaseJSON{Queue: queue, Session: &id, LockToken: l.Token, LockedUntil: &l.LockedUntil,
+		LockDurationMS: l.LockDuration.Milliseconds()})
+	return nil
+}
+
+// receiveMessage serves POST .../sessions/{session}/receive.
+func (h *Handler) receiveMessage(w http.ResponseWriter, r *http.Request) error {
+	queue, session, err := sessionPath(r)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	tok, wait, err := DecodeReceive(body)
+	if err != nil {
+		return err
+	}
+	ctx, cancel, err := h.waitContext(w, r, wait)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	m, err := h.convoy.LeaseReceive(ctx, convoy.LockRef{Queue: queue, SessionID: session, Token: tok}, wait)
+	var out receiveResponse
+	switch {
+	case errors.Is(err, convoy.ErrSessionBlocked):
+		out.Blocked = true
+	case errors.Is(err, convoy.ErrSessionEnded):
+		out.Ended = true
+	case err != nil && ctx.Err() != nil && r.Context().Err() == nil:
+		// Draining ended the wait before anything was received.
+	case err != nil:
+		return leaseErr(err)
+	case m != nil:
+		out.Message = &receivedJSON{Queue: m.Queue, SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
+			DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, EnqueuedAt: m.EnqueuedAt, AvailableAt: m.AvailableAt}
+		if out.Message.Body == nil {
+			out.Message.Body = json.RawMessage("null")
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// settleMessage serves POST .../sessions/{session}/settle.
+func (h *Handler) settleMessage(w http.ResponseWriter, r *http.Request) error {
+	queue, session, err := sessionPath(r)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	s, err := DecodeSettle(body)
+	if err != nil {
+		return err
+	}
+	ref := convoy.LockRef{Queue: queue, SessionID: session, Token: s.LockToken}
+	switch s.Outcome {
+	case OutcomeComplete:
+		err = h.convoy.LeaseComplete(r.Context(), ref, s.Seq)
+	case OutcomeAbandon:
+		err = h.convoy.LeaseAbandon(r.Context(), ref, s.Seq, s.Delay)
+	default:
+		err = h.convoy.LeaseDeadLetter(r.Context(), ref, s.Seq, s.Reason)
+	}
+	if err != nil {
+		return leaseErr(err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "session_id": session, "seq": s.Seq, "outcome": s.Outcome})
+	return nil
+}
+
+// renewLock serves POST .../sessions/{session}/renew.
+func (h *Handler) renewLock(w http.ResponseWriter, r *http.Request) error {
+	queue, session, err := sessionPath(r)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	tok, err := DecodeLock(body)
+	if err != nil {
+		return err
+	}
+	until, err := h.convoy.LeaseRenew(r.Context(), convoy.LockRef{Queue: queue, SessionID: session, Token: tok})
+	if err != nil {
+		return leaseErr(err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "session_id": session, "locked_until": until})
+	return nil
+}
+
+// releaseLock serves POST .../sessions/{session}/release.
+func (h *Handler) releaseLock(w http.ResponseWriter, r *http.Request) error {
+	queue, session, err := sessionPath(r)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	tok, err := DecodeLock(body)
+	if err != nil {
+		return err
+	}
+	if err := h.convoy.LeaseRelease(r.Context(), convoy.LockRef{Queue: queue, SessionID: session, Token: tok}); err != nil {
+		return leaseErr(err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "session_id": session, "released": true})
+	return nil
+}
