@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +32,10 @@ type sseStream struct {
 	frames chan sseFrame
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the body ends
+	// stop ends the reader even while it waits to hand over a frame
+	// nobody reads (a test that never drains a busy stream).
+	stop     chan struct{}
+	stopOnce sync.Once
 }
 
 // openStream opens an event stream at target; lastID "" sends no
@@ -75,7 +80,7 @@ func tryStream(t *testing.T, srv *httptest.Server, target, token, lastID string)
 		cancel()
 		t.Fatalf("Content-Type %q", ct)
 	}
-	s := &sseStream{t: t, resp: resp, frames: make(chan sseFrame, 1000), cancel: cancel, done: make(chan struct{})}
+	s := &sseStream{t: t, resp: resp, frames: make(chan sseFrame, 1000), cancel: cancel, done: make(chan struct{}), stop: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		sc := bufio.NewScanner(resp.Body)
@@ -86,7 +91,11 @@ func tryStream(t *testing.T, srv *httptest.Server, target, token, lastID string)
 			switch {
 			case line == "":
 				if !empty {
-					s.frames <- f
+					select {
+					case s.frames <- f:
+					case <-s.stop:
+						return
+					}
 				}
 				f, empty = sseFrame{}, true
 			case strings.HasPrefix(line, ":"):
@@ -111,6 +120,7 @@ func tryStream(t *testing.T, srv *httptest.Server, target, token, lastID string)
 }
 
 func (s *sseStream) close() {
+	s.stopOnce.Do(func() { close(s.stop) })
 	s.cancel()
 	s.resp.Body.Close()
 	<-s.done
