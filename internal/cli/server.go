@@ -135,9 +135,10 @@ is served).
 
 --listen ADDR serves the HTTP API (JSON, described at /openapi.json; see
 docs/server.md): tasks, alerts and session queues under /v1, /healthz and
-/readyz. Callers send "Authorization: Bearer TOKEN"; tokens come from
---tokens-file or $DROVER_API_TOKENS, one "TOKEN SCOPE[,SCOPE]" per line (";"
-between entries in the variable), scopes submit and operator.
+/readyz; remote agents poll /v1/agents/AGENT/poll. Callers send
+"Authorization: Bearer TOKEN"; tokens come from --tokens-file or
+$DROVER_API_TOKENS, one "TOKEN SCOPE[,SCOPE]" per line (";" between entries
+in the variable), scopes submit, agent (remote agents) and operator.
 --insecure-no-auth serves without tokens, on a loopback address only.
 --tls-cert/--tls-key serve HTTPS (and HTTP/2). On shutdown the API stops
 accepting requests and /readyz answers 503 first; requests in flight finish.
