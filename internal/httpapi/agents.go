@@ -215,14 +215,7 @@ func (h *Handler) agentPollInterval() time.Duration {
 // pollAgent serves POST /v1/agents/{agent}/poll: it claims up to max
 // requests for the agent, waiting up to wait_ms for one to arrive.
 func (h *Handler) pollAgent(w http.ResponseWriter, r *http.Request) error {
-	agent := r.PathValue("agent")
-	if err := checkName("agent", agent); err != nil {
-		return err
-	}
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	agent, body, err := namedBody(r, "agent", "agent")
 	if err != nil {
 		return err
 	}

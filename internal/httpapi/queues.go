@@ -147,14 +147,7 @@ type publishedJSON struct {
 }
 
 func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
-	queue := r.PathValue("queue")
-	if err := checkName("queue name", queue); err != nil {
-		return err
-	}
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	queue, body, err := namedBody(r, "queue", "queue name")
 	if err != nil {
 		return err
 	}
@@ -474,14 +467,7 @@ func (h *Handler) getPolicy(w http.ResponseWriter, r *http.Request) error {
 // putPolicy serves PUT /v1/queues/{queue}/policy: it changes the parts
 // given, creating the queue (201) if it does not exist.
 func (h *Handler) putPolicy(w http.ResponseWriter, r *http.Request) error {
-	queue := r.PathValue("queue")
-	if err := checkName("queue name", queue); err != nil {
-		return err
-	}
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	queue, body, err := namedBody(r, "queue", "queue name")
 	if err != nil {
 		return err
 	}

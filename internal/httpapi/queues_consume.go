@@ -259,14 +259,7 @@ func (h *Handler) waitContext(w http.ResponseWriter, r *http.Request, wait time.
 
 // acceptSession serves POST /v1/queues/{queue}/sessions:accept.
 func (h *Handler) acceptSession(w http.ResponseWriter, r *http.Request) error {
-	queue := r.PathValue("queue")
-	if err := checkName("queue name", queue); err != nil {
-		return err
-	}
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	queue, body, err := namedBody(r, "queue", "queue name")
 	if err != nil {
 		return err
 	}
@@ -302,11 +295,7 @@ func (h *Handler) acceptSession(w http.ResponseWriter, r *http.Request) error {
 
 // receiveMessage serves POST .../sessions/{session}/receive.
 func (h *Handler) receiveMessage(w http.ResponseWriter, r *http.Request) error {
-	queue, session, err := sessionPath(r)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	queue, session, body, err := sessionBody(r)
 	if err != nil {
 		return err
 	}
@@ -343,11 +332,7 @@ func (h *Handler) receiveMessage(w http.ResponseWriter, r *http.Request) error {
 
 // settleMessage serves POST .../sessions/{session}/settle.
 func (h *Handler) settleMessage(w http.ResponseWriter, r *http.Request) error {
-	queue, session, err := sessionPath(r)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	queue, session, body, err := sessionBody(r)
 	if err != nil {
 		return err
 	}
@@ -373,43 +358,41 @@ func (h *Handler) settleMessage(w http.ResponseWriter, r *http.Request) error {
 
 // renewLock serves POST .../sessions/{session}/renew.
 func (h *Handler) renewLock(w http.ResponseWriter, r *http.Request) error {
-	queue, session, err := sessionPath(r)
+	ref, err := lockRef(r)
 	if err != nil {
 		return err
 	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	tok, err := DecodeLock(body)
-	if err != nil {
-		return err
-	}
-	until, err := h.convoy.LeaseRenew(r.Context(), convoy.LockRef{Queue: queue, SessionID: session, Token: tok})
+	until, err := h.convoy.LeaseRenew(r.Context(), ref)
 	if err != nil {
 		return leaseErr(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "session_id": session, "locked_until": until})
+	writeJSON(w, http.StatusOK, map[string]any{"queue": ref.Queue, "session_id": ref.SessionID, "locked_until": until})
 	return nil
 }
 
 // releaseLock serves POST .../sessions/{session}/release.
 func (h *Handler) releaseLock(w http.ResponseWriter, r *http.Request) error {
-	queue, session, err := sessionPath(r)
+	ref, err := lockRef(r)
 	if err != nil {
 		return err
 	}
-	body, err := readBody(r)
+	if err := h.convoy.LeaseRelease(r.Context(), ref); err != nil {
+		return leaseErr(err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queue": ref.Queue, "session_id": ref.SessionID, "released": true})
+	return nil
+}
+
+// lockRef reads the session route and the lock token of a renew or release
+// body.
+func lockRef(r *http.Request) (convoy.LockRef, error) {
+	queue, session, body, err := sessionBody(r)
 	if err != nil {
-		return err
+		return convoy.LockRef{}, err
 	}
 	tok, err := DecodeLock(body)
 	if err != nil {
-		return err
+		return convoy.LockRef{}, err
 	}
-	if err := h.convoy.LeaseRelease(r.Context(), convoy.LockRef{Queue: queue, SessionID: session, Token: tok}); err != nil {
-		return leaseErr(err)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "session_id": session, "released": true})
-	return nil
+	return convoy.LockRef{Queue: queue, SessionID: session, Token: tok}, nil
 }

@@ -242,11 +242,8 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if err := checkName("task ID", id); err != nil {
-		return err
-	}
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
+	id, err := namedPath(r, "id", "task ID")
+	if err != nil {
 		return err
 	}
 	t, err := h.drover.Task(r.Context(), id)
@@ -316,14 +313,7 @@ type ResubmitRequest struct {
 }
 
 func (h *Handler) resubmitTask(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if err := checkName("task ID", id); err != nil {
-		return err
-	}
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	id, body, err := namedBody(r, "id", "task ID")
 	if err != nil {
 		return err
 	}
@@ -354,14 +344,7 @@ type CancelRequest struct {
 const maxReasonLen = 1000
 
 func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if err := checkName("task ID", id); err != nil {
-		return err
-	}
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	id, body, err := namedBody(r, "id", "task ID")
 	if err != nil {
 		return err
 	}
