@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
-	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/droverclient"
 	"github.com/drover-run/drover/internal/httpapi"
+	"github.com/drover-run/drover/internal/httpapi/apitest"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
 )
@@ -37,7 +37,7 @@ type agentEnv struct {
 
 func newAgentEnv(t *testing.T, drv store.Driver) *agentEnv {
 	t.Helper()
-	d, err := drover.New(drover.Config{
+	cfg := drover.Config{
 		Store: drv, PollInterval: 10 * time.Millisecond, SupervisorInterval: 50 * time.Millisecond,
 		Workflows: []drover.Workflow{
 			{Name: "remote", Steps: []drover.Step{{Name: "a", Agent: "worker"}}},
@@ -49,46 +49,27 @@ func newAgentEnv(t *testing.T, drv store.Driver) *agentEnv {
 			{Name: "undo", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) { return []byte(`"undone"`), nil }},
 		},
 		ExternalAgents: []string{"worker"},
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
-	q, err := convoy.New(convoy.Config{Store: drv, PollInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := httpapi.New(d, q, httpapi.Options{Rate: -1, Tokens: []httpapi.Token{
+	opts := httpapi.Options{Rate: -1, Tokens: []httpapi.Token{
 		{Secret: submitTok, Scopes: []httpapi.Scope{httpapi.ScopeSubmit}},
 		{Secret: agentTok, Scopes: []httpapi.Scope{httpapi.ScopeAgent}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &agentEnv{d: d}
-	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/poll") {
-			e.polls.Add(1)
-			if e.failPolls.Add(-1) >= 0 {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = w.Write([]byte(`{"error":{"code":"unavailable","message":"try later"}}`))
-				return
+	}}
+	e := &agentEnv{}
+	s := apitest.Start(t, cfg, opts, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/poll") {
+				e.polls.Add(1)
+				if e.failPolls.Add(-1) >= 0 {
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusServiceUnavailable)
+					_, _ = w.Write([]byte(`{"error":{"code":"unavailable","message":"try later"}}`))
+					return
+				}
 			}
-		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(func() {
-		h.CloseStreams()
-		e.srv.Close()
+			h.ServeHTTP(w, r)
+		})
 	})
+	e.srv, e.d = s.HTTP, s.Drover
 	return e
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/droverclient"
 	"github.com/drover-run/drover/internal/httpapi"
+	"github.com/drover-run/drover/internal/httpapi/apitest"
 	"github.com/drover-run/drover/internal/testutil"
 )
 
@@ -40,7 +41,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	drv := testutil.SQLite(t)
-	d, err := drover.New(drover.Config{
+	cfg := drover.Config{
 		Store: drv, PollInterval: 10 * time.Millisecond, SupervisorInterval: 50 * time.Millisecond,
 		Workflows: []drover.Workflow{
 			{Name: "echo", Steps: []drover.Step{{Name: "a", Agent: "echo"}, {Name: "b", Agent: "echo"}}},
@@ -54,43 +55,24 @@ func newEnv(t *testing.T) *env {
 			}},
 		},
 		ExternalAgents: []string{"remote"},
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
-	q, err := convoy.New(convoy.Config{Store: drv, PollInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := httpapi.New(d, q, httpapi.Options{Rate: -1, EventPollInterval: 10 * time.Millisecond, Tokens: []httpapi.Token{
+	opts := httpapi.Options{Rate: -1, EventPollInterval: 10 * time.Millisecond, Tokens: []httpapi.Token{
 		{Secret: submitTok, Scopes: []httpapi.Scope{httpapi.ScopeSubmit}},
 		{Secret: operatorTok, Scopes: []httpapi.Scope{httpapi.ScopeOperator}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{d: d, q: q}
-	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if n := e.cut.Swap(0); n > 0 {
-			ctx, cancel := context.WithCancel(r.Context())
-			defer cancel()
-			h.ServeHTTP(&cutWriter{ResponseWriter: w, left: n, cancel: cancel}, r.WithContext(ctx))
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(func() {
-		h.CloseStreams()
-		e.srv.Close()
+	}}
+	e := &env{}
+	s := apitest.Start(t, cfg, opts, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n := e.cut.Swap(0); n > 0 {
+				ctx, cancel := context.WithCancel(r.Context())
+				defer cancel()
+				h.ServeHTTP(&cutWriter{ResponseWriter: w, left: n, cancel: cancel}, r.WithContext(ctx))
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
 	})
+	e.srv, e.d, e.q = s.HTTP, s.Drover, s.Convoy
 	return e
 }
 

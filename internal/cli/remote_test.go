@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/httpapi"
+	"github.com/drover-run/drover/internal/httpapi/apitest"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/store/sqlite"
 )
@@ -43,7 +43,7 @@ func newRemoteEnv(t *testing.T) *remoteEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { drv.Close() })
-	d, err := drover.New(drover.Config{
+	cfg := drover.Config{
 		Store: drv, PollInterval: 10 * time.Millisecond, SupervisorInterval: 50 * time.Millisecond,
 		Workflows: []drover.Workflow{
 			orders.Workflow(orders.Options{StepTimeout: time.Hour}), // never times out during a test
@@ -57,35 +57,12 @@ func newRemoteEnv(t *testing.T) *remoteEnv {
 			}},
 		},
 		ExternalAgents: orders.AgentNames(),
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
-	q, err := convoy.New(convoy.Config{Store: drv, PollInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := httpapi.New(d, q, httpapi.Options{Rate: -1, EventPollInterval: 10 * time.Millisecond, Tokens: []httpapi.Token{
+	s := apitest.Start(t, cfg, httpapi.Options{Rate: -1, EventPollInterval: 10 * time.Millisecond, Tokens: []httpapi.Token{
 		{Secret: remoteSubmitTok, Scopes: []httpapi.Scope{httpapi.ScopeSubmit}},
 		{Secret: remoteOperatorTok, Scopes: []httpapi.Scope{httpapi.ScopeOperator}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(func() {
-		h.CloseStreams()
-		srv.Close()
-	})
-	return &remoteEnv{db: db, url: srv.URL, q: q}
+	}}, nil)
+	return &remoteEnv{db: db, url: s.URL, q: s.Convoy}
 }
 
 // srv runs a command against the server with the submit token.

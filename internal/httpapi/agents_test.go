@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
-	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
 )
@@ -60,32 +59,9 @@ func newAgentEnv(t *testing.T, drv store.Driver, opts Options) (*testEnv, *offse
 		},
 		ExternalAgents: []string{"worker"},
 	}
-	d, err := drover.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
-	q, err := convoy.New(convoy.Config{Store: drv, PollInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts.Tokens = append(append([]Token(nil), testTokens...), Token{Secret: agentTok, Scopes: []Scope{ScopeAgent}})
-	if opts.Rate == 0 {
-		opts.Rate = -1
-	}
 	opts.Clock = clk
-	h, err := New(d, q, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testEnv{t: t, h: h, d: d, q: q, drv: drv}, clk
+	return startEnv(t, cfg, opts), clk
 }
 
 // polled is one request of a poll answer.

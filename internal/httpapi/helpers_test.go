@@ -77,6 +77,18 @@ func newEnv(t *testing.T, drv store.Driver, opts Options) *testEnv {
 		},
 		ExternalAgents: []string{"remote"},
 	}
+	if opts.Tokens == nil && !opts.NoAuth {
+		opts.Tokens = testTokens
+	}
+	return startEnv(t, cfg, opts)
+}
+
+// startEnv starts a drover client from cfg, a convoy client on cfg.Store
+// and a handler with opts (no rate limit unless opts sets one). The
+// drover client is stopped when the test ends. (apitest does the same for
+// other packages; it cannot be used here without an import cycle.)
+func startEnv(t *testing.T, cfg drover.Config, opts Options) *testEnv {
+	t.Helper()
 	d, err := drover.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -89,12 +101,9 @@ func newEnv(t *testing.T, drv store.Driver, opts Options) *testEnv {
 		defer cancel()
 		_ = d.Stop(ctx)
 	})
-	q, err := convoy.New(convoy.Config{Store: drv, PollInterval: 10 * time.Millisecond})
+	q, err := convoy.New(convoy.Config{Store: cfg.Store, PollInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if opts.Tokens == nil && !opts.NoAuth {
-		opts.Tokens = testTokens
 	}
 	if opts.Rate == 0 {
 		opts.Rate = -1
@@ -103,7 +112,7 @@ func newEnv(t *testing.T, drv store.Driver, opts Options) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testEnv{t: t, h: h, d: d, q: q, drv: drv}
+	return &testEnv{t: t, h: h, d: d, q: q, drv: cfg.Store}
 }
 
 type response struct {
