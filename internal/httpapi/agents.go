@@ -260,6 +260,10 @@ func (h *Handler) pollAgent(w http.ResponseWriter, r *http.Request) error {
 	for {
 		out, err = h.claimRemote(base, agent, claimedBy, nonce, limit)
 		if err != nil {
+			// The claim may have committed before the error: give back
+			// whatever this poll holds rather than leave it to the
+			// supervisor after CompleteBy.
+			h.releaseClaim(agent, claimedBy)
 			return err
 		}
 		if len(out) > 0 {

@@ -726,3 +726,36 @@ func TestRemoteAgentNotifyWakesPoll(t *testing.T) {
 		t.Fatal("the waiting poll was not woken by the dispatch's notification within 15s")
 	}
 }
+
+// A poll that fails after its claim committed gives the requests back, so
+// they are not left to the supervisor until CompleteBy.
+func TestRemotePollErrorReleasesClaim(t *testing.T) {
+	var slow atomic.Bool
+	slow.Store(true)
+	e, _ := newAgentEnv(t, testutilSQLite(t), Options{RequestTimeout: 300 * time.Millisecond,
+		RemoteInput: func(ctx context.Context, req *drover.AgentRequest) ([]byte, error) {
+			if slow.Load() {
+				// A store read that outlives the request timeout: the
+				// hand-back in the same context fails too.
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return req.Input, nil
+		}})
+	e.do("POST", "/v1/tasks", submitTok, `{"workflow":"remote","id":"t-1","input":{"n":1}}`).must(t, 201)
+	id := waitRequest(t, e, "worker", 1)
+	if r := e.do("POST", "/v1/agents/worker/poll", agentTok, `{"wait_ms":0}`); r.status < 500 {
+		t.Fatalf("poll with a failing input mapping: %d %s, want a 5xx", r.status, r.body)
+	}
+	q, err := e.drv.Reader().RequestGet(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.ClaimedBy != "" {
+		t.Fatalf("request %d still claimed by %q after the failed poll", id, q.ClaimedBy)
+	}
+	slow.Store(false)
+	if got := e.pollOne("worker"); got.TaskID != "t-1" {
+		t.Fatalf("polled %+v, want t-1's request again", got)
+	}
+}

@@ -296,7 +296,9 @@ func (r *Registry) Definition(ctx context.Context, name string, version int) (*D
 	}
 	d, err = r.compileStored(row)
 	if err != nil {
-		return nil, fmt.Errorf("stored version %d of workflow %q does not load: %w", version, name, err)
+		// Permanent: retrying cannot make it load, and handing the request
+		// back would keep it at the head of its agent's queue.
+		return nil, drover.Permanent(fmt.Errorf("stored version %d of workflow %q does not load: %w", version, name, err))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
