@@ -142,8 +142,10 @@ the task's position in it.
 
 Workflows: orders, whose input is {"order_id":"o-1","amount":1234} (both
 fields required, no others), and the declarative workflows a server loaded
-into the database ("drover server --workflows DIR"; the latest stored
-version of each).
+into the database ("drover server --workflows DIR"), with the highest
+stored version of each. After a file was reverted to earlier content the
+servers use that earlier version again; submit with --server to get exactly
+what the server runs.
 
 With --callback-url the server POSTs a signed webhook (HMAC-SHA256) to the
 URL when the task reaches a final state.
