@@ -64,37 +64,17 @@ func (c *Client) AcceptLease(ctx context.Context, queue, sessionID, holder strin
 		}
 		return c.acceptLease(ctx, queue, sessionID, holder)
 	}
-	var w *waiter
-	defer func() {
-		if w != nil {
-			c.hub.unsubscribe(w)
-		}
-	}()
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
-	for {
-		l, err := c.acceptLease(ctx, queue, "", holder)
-		if err != nil || l != nil {
-			return l, err
-		}
-		if w == nil {
-			// Subscribe, then look again (see AcceptNextSession).
-			w = c.hub.subscribe(queue)
-			continue
-		}
-		t := time.NewTimer(c.cfg.PollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-deadline.C:
-			t.Stop()
-			return nil, nil
-		case <-w.ch:
-		case <-t.C:
-		}
-		t.Stop()
+	var l *Lease
+	if _, err := c.waitQueue(ctx, queue, deadline.C, func() (bool, error) {
+		var err error
+		l, err = c.acceptLease(ctx, queue, "", holder)
+		return l != nil, err
+	}); err != nil {
+		return nil, err
 	}
+	return l, nil
 }
 
 func (c *Client) acceptLease(ctx context.Context, queue, sessionID, holder string) (*Lease, error) {
@@ -138,28 +118,17 @@ func (c *Client) LeaseReceive(ctx context.Context, ref LockRef, wait time.Durati
 	if err := checkSession(ref.SessionID); err != nil {
 		return nil, err
 	}
-	w := c.hub.subscribe(ref.Queue)
-	defer c.hub.unsubscribe(w)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
-	for {
-		m, err := c.receiveRef(ctx, ref)
-		if err != nil || m != nil {
-			return m, err
-		}
-		t := time.NewTimer(c.cfg.PollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-deadline.C:
-			t.Stop()
-			return nil, nil
-		case <-w.ch:
-		case <-t.C:
-		}
-		t.Stop()
+	var m *ReceivedMessage
+	if _, err := c.waitQueue(ctx, ref.Queue, deadline.C, func() (bool, error) {
+		var err error
+		m, err = c.receiveRef(ctx, ref)
+		return m != nil, err
+	}); err != nil {
+		return nil, err
 	}
+	return m, nil
 }
 
 // receiveRef receives the head of a held session if it is available; nil,

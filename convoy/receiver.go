@@ -69,6 +69,20 @@ func (c *Client) AcceptNextSession(ctx context.Context, queue string) (*SessionR
 	if err := checkQueue(queue); err != nil {
 		return nil, err
 	}
+	var r *SessionReceiver
+	_, err := c.waitQueue(ctx, queue, nil, func() (bool, error) {
+		var err error
+		r, err = c.accept(ctx, queue, "")
+		return r != nil, err
+	})
+	return r, err
+}
+
+// waitQueue calls try until it reports done or fails, waking on publishes
+// to queue (in this process at once, from others by notification) and
+// every Config.PollInterval as a fallback. It gives up when ctx ends (with
+// ctx's error) or when deadline fires (timedOut; a nil deadline never does).
+func (c *Client) waitQueue(ctx context.Context, queue string, deadline <-chan time.Time, try func() (done bool, err error)) (timedOut bool, err error) {
 	var w *waiter
 	defer func() {
 		if w != nil {
@@ -76,9 +90,9 @@ func (c *Client) AcceptNextSession(ctx context.Context, queue string) (*SessionR
 		}
 	}()
 	for {
-		r, err := c.accept(ctx, queue, "")
-		if err != nil || r != nil {
-			return r, err
+		done, err := try()
+		if err != nil || done {
+			return false, err
 		}
 		if w == nil {
 			// Subscribe, then look again: a publish between the look and the
@@ -90,7 +104,10 @@ func (c *Client) AcceptNextSession(ctx context.Context, queue string) (*SessionR
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err()
+			return false, ctx.Err()
+		case <-deadline:
+			t.Stop()
+			return true, nil
 		case <-w.ch:
 		case <-t.C:
 		}
