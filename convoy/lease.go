@@ -27,7 +27,41 @@ import (
 // never handed out before message n is settled.
 
 // LockRef names a session held under a lock token.
-type LockRef = store.SessionRef
+type LockRef struct {
+	Queue     string
+	SessionID string
+	Token     int64
+	// Holder, when not "", must also be the session's lock holder: the
+	// calls check it in the transaction of their operation, so a guessed
+	// Token alone does not act on another holder's lease (ErrLockLost).
+	Holder string
+}
+
+func (r LockRef) sessionRef() store.SessionRef {
+	return store.SessionRef{Queue: r.Queue, SessionID: r.SessionID, Token: r.Token}
+}
+
+// checkHolder fails with ErrLockLost unless ref.Holder is "" or the
+// session is held under ref.Token by ref.Holder. It runs inside the
+// operation's transaction; SessionGet locks the row there, and a holder
+// changes only on an accept, which also changes the token the operation
+// checks.
+func checkHolder(ctx context.Context, x store.Executor, ref LockRef) error {
+	if ref.Holder == "" {
+		return nil
+	}
+	s, err := x.SessionGet(ctx, ref.Queue, ref.SessionID)
+	if errors.Is(err, store.ErrNotFound) {
+		return ErrLockLost
+	}
+	if err != nil {
+		return err
+	}
+	if s.LockHolder != ref.Holder || s.LockToken != ref.Token {
+		return ErrLockLost
+	}
+	return nil
+}
 
 // Lease is an accepted session.
 type Lease struct {
@@ -35,6 +69,8 @@ type Lease struct {
 	SessionID string
 	// Token is the session's lock token; calls made under the lease name it.
 	Token int64
+	// Holder is the lock holder the session was accepted under.
+	Holder string
 	// LockedUntil is when the lock expires unless renewed.
 	LockedUntil time.Time
 	// LockDuration is the queue's lock duration: renew at a third of it.
@@ -43,14 +79,17 @@ type Lease struct {
 
 // Ref returns the lock reference of the lease.
 func (l *Lease) Ref() LockRef {
-	return LockRef{Queue: l.Queue, SessionID: l.SessionID, Token: l.Token}
+	return LockRef{Queue: l.Queue, SessionID: l.SessionID, Token: l.Token, Holder: l.Holder}
 }
 
 // AcceptLease locks a session of queue to holder ("" means this client's
 // InstanceID) and returns the lease. With sessionID it accepts that session
 // at once or fails (ErrNotFound, ErrSessionLocked); without, it accepts the
 // next available session as AcceptNextSession does, waiting up to wait, and
-// returns nil, nil when none became available in time.
+// returns nil, nil when none became available in time. The lease's Ref
+// carries holder, so the Lease calls made with it check the holder as well
+// as the token: give each lease its own secret holder when tokens reach
+// untrusted parties.
 func (c *Client) AcceptLease(ctx context.Context, queue, sessionID, holder string, wait time.Duration) (*Lease, error) {
 	if err := checkQueue(queue); err != nil {
 		return nil, err
@@ -96,7 +135,7 @@ func (c *Client) acceptLease(ctx context.Context, queue, sessionID, holder strin
 	if err != nil || s == nil {
 		return nil, err
 	}
-	l := &Lease{Queue: queue, SessionID: s.ID, Token: s.LockToken, LockDuration: pol.LockDuration}
+	l := &Lease{Queue: queue, SessionID: s.ID, Token: s.LockToken, Holder: holder, LockDuration: pol.LockDuration}
 	if s.LockedUntil != nil {
 		l.LockedUntil = *s.LockedUntil
 		if d := s.LockedUntil.Sub(now); d > 0 {
@@ -140,8 +179,14 @@ func (c *Client) receiveRef(ctx context.Context, ref LockRef) (*ReceivedMessage,
 		outcome error
 	)
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		if err := checkHolder(ctx, x, ref); errors.Is(err, ErrLockLost) {
+			outcome = err
+			return nil
+		} else if err != nil {
+			return err
+		}
 		var err error
-		got, outcome, err = c.receiveHead(ctx, x, ref, now)
+		got, outcome, err = c.receiveHead(ctx, x, ref.sessionRef(), now)
 		return err
 	})
 	switch {
@@ -163,7 +208,7 @@ func (c *Client) receiveRef(ctx context.Context, ref LockRef) (*ReceivedMessage,
 // their events). got is the message received; outcome is ErrLockLost,
 // ErrSessionBlocked or ErrSessionEnded when nothing can be received; both
 // nil when nothing is available now.
-func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref LockRef, now time.Time) (got *dt.Message, outcome, err error) {
+func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.SessionRef, now time.Time) (got *dt.Message, outcome, err error) {
 	var events []*dt.Event
 	for {
 		msgs, errs, err := x.MessageReceiveMany(ctx, []store.SessionRef{ref}, now)
@@ -213,17 +258,17 @@ func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref LockRef,
 // with ErrLockLost or ErrNotHead (seq is not the session's head: settled
 // already, or never received) and then changes nothing.
 func (c *Client) LeaseComplete(ctx context.Context, ref LockRef, seq int64) error {
-	return c.leaseSettle(ctx, "complete", store.MessageSettle{Ref: ref, Seq: seq, Action: store.SettleComplete})
+	return c.leaseSettle(ctx, "complete", ref.Holder, store.MessageSettle{Ref: ref.sessionRef(), Seq: seq, Action: store.SettleComplete})
 }
 
 // LeaseAbandon gives message seq back: it stays the head and is delivered
 // again once delay has passed. The lease stays held.
 func (c *Client) LeaseAbandon(ctx context.Context, ref LockRef, seq int64, delay time.Duration) error {
-	s := store.MessageSettle{Ref: ref, Seq: seq, Action: store.SettleAbandon}
+	s := store.MessageSettle{Ref: ref.sessionRef(), Seq: seq, Action: store.SettleAbandon}
 	if delay > 0 {
 		s.AvailableAt = c.now().Add(delay)
 	}
-	return c.leaseSettle(ctx, "abandon", s)
+	return c.leaseSettle(ctx, "abandon", ref.Holder, s)
 }
 
 // LeaseDeadLetter moves message seq to the dead-letter list with reason,
@@ -233,10 +278,10 @@ func (c *Client) LeaseDeadLetter(ctx context.Context, ref LockRef, seq int64, re
 	if reason == "" {
 		reason = "dead-lettered by the consumer"
 	}
-	return c.leaseSettle(ctx, "dead-letter", store.MessageSettle{Ref: ref, Seq: seq, Action: store.SettleDeadLetter, Reason: reason})
+	return c.leaseSettle(ctx, "dead-letter", ref.Holder, store.MessageSettle{Ref: ref.sessionRef(), Seq: seq, Action: store.SettleDeadLetter, Reason: reason})
 }
 
-func (c *Client) leaseSettle(ctx context.Context, what string, s store.MessageSettle) error {
+func (c *Client) leaseSettle(ctx context.Context, what, holder string, s store.MessageSettle) error {
 	if err := checkQueue(s.Ref.Queue); err != nil {
 		return err
 	}
@@ -244,8 +289,16 @@ func (c *Client) leaseSettle(ctx context.Context, what string, s store.MessageSe
 		return err
 	}
 	now := c.now()
-	var errs []error
+	errs := []error{nil}
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		errs = []error{nil}
+		ref := LockRef{Queue: s.Ref.Queue, SessionID: s.Ref.SessionID, Token: s.Ref.Token, Holder: holder}
+		if err := checkHolder(ctx, x, ref); errors.Is(err, ErrLockLost) {
+			errs[0] = err
+			return nil
+		} else if err != nil {
+			return err
+		}
 		if s.Action == store.SettleDeadLetter {
 			pol, err := c.policy(ctx, x, s.Ref.Queue)
 			if err != nil {
@@ -298,7 +351,10 @@ func (c *Client) LeaseRenew(ctx context.Context, ref LockRef) (time.Time, error)
 			return err
 		}
 		until = now.Add(pol.LockDuration)
-		errs, err := x.SessionRenew(ctx, []store.SessionRef{ref}, now, until)
+		if err := checkHolder(ctx, x, ref); err != nil {
+			return err
+		}
+		errs, err := x.SessionRenew(ctx, []store.SessionRef{ref.sessionRef()}, now, until)
 		if err != nil {
 			return err
 		}
@@ -324,7 +380,10 @@ func (c *Client) LeaseRelease(ctx context.Context, ref LockRef) error {
 	notify := false
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		notify = false
-		errs, err := x.SessionRelease(ctx, []store.SessionRef{ref}, now)
+		if err := checkHolder(ctx, x, ref); err != nil {
+			return err
+		}
+		errs, err := x.SessionRelease(ctx, []store.SessionRef{ref.sessionRef()}, now)
 		if err != nil {
 			return err
 		}

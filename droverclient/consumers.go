@@ -20,9 +20,11 @@ const maxConsumeWait = 60 * time.Second
 
 // Lease is an accepted session of a queue, held under its lock token.
 type Lease struct {
-	Queue        string
-	Session      string
-	LockToken    int64
+	Queue   string
+	Session string
+	// LockToken is the opaque token the accept returned ("<n>.<nonce>"):
+	// every call under the lease sends it back unchanged.
+	LockToken    string
 	LockedUntil  time.Time
 	LockDuration time.Duration
 }
@@ -84,7 +86,7 @@ func checkWait(wait time.Duration) error {
 }
 
 func (c *Client) leasePath(l *Lease, action string) (string, error) {
-	if l == nil || l.Queue == "" || l.Session == "" || l.LockToken < 1 {
+	if l == nil || l.Queue == "" || l.Session == "" || l.LockToken == "" {
 		return "", errors.New("droverclient: the lease has no queue, session or lock token (use a Lease from Accept)")
 	}
 	return c.url(nil, "/v1/queues", seg(l.Queue), "sessions", seg(l.Session), action), nil
@@ -118,7 +120,7 @@ func (c *Client) accept(ctx context.Context, queue string, body any) (*Lease, er
 	var out struct {
 		Queue          string    `json:"queue"`
 		Session        *string   `json:"session"`
-		LockToken      int64     `json:"lock_token"`
+		LockToken      string    `json:"lock_token"`
 		LockedUntil    time.Time `json:"locked_until"`
 		LockDurationMS int64     `json:"lock_duration_ms"`
 	}
@@ -144,8 +146,8 @@ func (c *Client) Receive(ctx context.Context, l *Lease, wait time.Duration) (*Re
 		return nil, err
 	}
 	body := struct {
-		LockToken int64 `json:"lock_token"`
-		WaitMS    int64 `json:"wait_ms"`
+		LockToken string `json:"lock_token"`
+		WaitMS    int64  `json:"wait_ms"`
 	}{l.LockToken, wait.Milliseconds()}
 	var out Received
 	if _, err := c.do(ctx, http.MethodPost, u, body, &out); err != nil {
@@ -162,7 +164,7 @@ func (c *Client) Settle(ctx context.Context, l *Lease, seq int64, s Settlement) 
 		return err
 	}
 	body := struct {
-		LockToken int64   `json:"lock_token"`
+		LockToken string  `json:"lock_token"`
 		Seq       int64   `json:"seq"`
 		Outcome   string  `json:"outcome"`
 		Reason    *string `json:"reason,omitempty"`
@@ -190,7 +192,7 @@ func (c *Client) Renew(ctx context.Context, l *Lease) error {
 		LockedUntil time.Time `json:"locked_until"`
 	}
 	if _, err := c.do(ctx, http.MethodPost, u, struct {
-		LockToken int64 `json:"lock_token"`
+		LockToken string `json:"lock_token"`
 	}{l.LockToken}, &out); err != nil {
 		return err
 	}
@@ -206,7 +208,7 @@ func (c *Client) Release(ctx context.Context, l *Lease) error {
 		return err
 	}
 	_, err = c.do(ctx, http.MethodPost, u, struct {
-		LockToken int64 `json:"lock_token"`
+		LockToken string `json:"lock_token"`
 	}{l.LockToken}, nil)
 	return err
 }

@@ -3,6 +3,7 @@ package droverclient_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ func TestPolicyAndConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	l, err := sub.Accept(ctx, "jobs", time.Second)
-	if err != nil || l == nil || l.Session != "j/1" || l.LockToken < 1 || l.LockDuration <= 0 {
+	if err != nil || l == nil || l.Session != "j/1" || !strings.Contains(l.LockToken, ".") || l.LockDuration <= 0 {
 		t.Fatalf("Accept: %+v %v", l, err)
 	}
 	_, err = sub.AcceptSession(ctx, "jobs", "j/1")
@@ -65,6 +66,12 @@ func TestPolicyAndConsumer(t *testing.T) {
 	wantAPIError(t, err, 409, "not_head", droverclient.ErrConflict)
 	if droverclient.IsLockLost(err) {
 		t.Fatal("not_head counted as a lost lock")
+	}
+	// The token's number with another nonce does not open the lease.
+	forged := *l
+	forged.LockToken = l.LockToken[:strings.IndexByte(l.LockToken, '.')+1] + strings.Repeat("0", 32)
+	if err := sub.Renew(ctx, &forged); !droverclient.IsLockLost(err) {
+		t.Fatalf("Renew with a forged nonce: %v", err)
 	}
 	before := l.LockedUntil
 	if err := sub.Renew(ctx, l); err != nil || l.LockedUntil.Before(before) {

@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -18,6 +20,11 @@ import (
 // goes through convoy's lease functions, so ordering, delivery counts,
 // poison handling and events are those of in-process consumers. A stale
 // lock token answers 409 lock_lost and changes nothing.
+//
+// The lock token is "<session lock token>.<nonce>": each accept draws 128
+// random bits and locks the session under a holder derived from them (see
+// remoteHolder), and every call checks both the sequential token and that
+// holder, so another consumer cannot guess its way onto a lease.
 
 // Limits of the consumer routes.
 const (
@@ -31,6 +38,27 @@ const (
 	remoteHolderPrefix = "remote:"
 )
 
+// remoteHolder returns the lock holder of a remote consumer's lease:
+// "remote:" and the first 128 bits of the SHA-256 of its nonce, in hex.
+// Not the nonce itself: session listings (GET /v1/queues/{queue}/sessions,
+// submit scope) show the holder, and must not show the secret.
+func remoteHolder(nonce string) string {
+	sum := sha256.Sum256([]byte(nonce))
+	return remoteHolderPrefix + hex.EncodeToString(sum[:16])
+}
+
+// LockToken is a decoded lock token: the session's sequential lock token
+// and the holder its nonce stands for.
+type LockToken struct {
+	Token  int64
+	Holder string
+}
+
+// ref returns the lock reference of the token for a session.
+func (t LockToken) ref(queue, session string) convoy.LockRef {
+	return convoy.LockRef{Queue: queue, SessionID: session, Token: t.Token, Holder: t.Holder}
+}
+
 // AcceptRequest is the body of POST /v1/queues/{queue}/sessions:accept.
 // Both fields are optional: without session the next available session is
 // accepted, waiting up to wait_ms (default 0).
@@ -41,13 +69,13 @@ type AcceptRequest struct {
 
 // ReceiveRequest is the body of POST .../sessions/{session}/receive.
 type ReceiveRequest struct {
-	LockToken *int64 `json:"lock_token"`
-	WaitMS    *int64 `json:"wait_ms"`
+	LockToken *string `json:"lock_token"`
+	WaitMS    *int64  `json:"wait_ms"`
 }
 
 // SettleRequest is the body of POST .../sessions/{session}/settle.
 type SettleRequest struct {
-	LockToken *int64  `json:"lock_token"`
+	LockToken *string `json:"lock_token"`
 	Seq       *int64  `json:"seq"`
 	Outcome   *string `json:"outcome"`
 	Reason    *string `json:"reason"`
@@ -56,13 +84,13 @@ type SettleRequest struct {
 
 // LockRequest is the body of renew and release.
 type LockRequest struct {
-	LockToken *int64 `json:"lock_token"`
+	LockToken *string `json:"lock_token"`
 }
 
 type leaseJSON struct {
 	Queue          string     `json:"queue,omitempty"`
 	Session        *string    `json:"session"`
-	LockToken      int64      `json:"lock_token,omitempty"`
+	LockToken      string     `json:"lock_token,omitempty"`
 	LockedUntil    *time.Time `json:"locked_until,omitempty"`
 	LockDurationMS int64      `json:"lock_duration_ms,omitempty"`
 }
@@ -98,14 +126,22 @@ func waitField(ms *int64) (time.Duration, error) {
 	return time.Duration(*ms) * time.Millisecond, nil
 }
 
-func tokenField(t *int64) (int64, error) {
+// tokenField parses a lock token strictly: "<token>.<32 hex digits>", as
+// the accept returned it (the same form as a remote agent's token).
+func tokenField(t *string) (LockToken, error) {
 	if t == nil {
-		return 0, errorf(http.StatusBadRequest, "invalid_field", "field \"lock_token\" is required (from the accept)")
+		return LockToken{}, errorf(http.StatusBadRequest, "invalid_field", "field \"lock_token\" is required (from the accept)")
 	}
-	if *t < 1 {
-		return 0, errorf(http.StatusBadRequest, "invalid_field", "field \"lock_token\": want a positive integer, got %d", *t)
+	bad := errorf(http.StatusBadRequest, "invalid_field", "field \"lock_token\": want the token the accept returned (\"<number>.<32 hex digits>\")")
+	m := tokenPattern.FindStringSubmatch(*t)
+	if m == nil {
+		return LockToken{}, bad
 	}
-	return *t, nil
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		return LockToken{}, bad
+	}
+	return LockToken{Token: n, Holder: remoteHolder(m[2])}, nil
 }
 
 // DecodeAccept decodes and checks the body of an accept (it may be empty):
@@ -130,14 +166,14 @@ func DecodeAccept(body []byte) (string, time.Duration, error) {
 }
 
 // DecodeReceive decodes and checks the body of a receive.
-func DecodeReceive(body []byte) (int64, time.Duration, error) {
+func DecodeReceive(body []byte) (LockToken, time.Duration, error) {
 	var req ReceiveRequest
 	if err := decodeJSON(body, &req, true); err != nil {
-		return 0, 0, err
+		return LockToken{}, 0, err
 	}
 	tok, err := tokenField(req.LockToken)
 	if err != nil {
-		return 0, 0, err
+		return LockToken{}, 0, err
 	}
 	wait, err := waitField(req.WaitMS)
 	return tok, wait, err
@@ -152,7 +188,7 @@ const (
 
 // Settle is a decoded settle request.
 type Settle struct {
-	LockToken int64
+	LockToken LockToken
 	Seq       int64
 	Outcome   string
 	Reason    string
@@ -206,10 +242,10 @@ func DecodeSettle(body []byte) (*Settle, error) {
 }
 
 // DecodeLock decodes and checks the body of a renew or release.
-func DecodeLock(body []byte) (int64, error) {
+func DecodeLock(body []byte) (LockToken, error) {
 	var req LockRequest
 	if err := decodeJSON(body, &req, true); err != nil {
-		return 0, err
+		return LockToken{}, err
 	}
 	return tokenField(req.LockToken)
 }
@@ -272,7 +308,11 @@ func (h *Handler) acceptSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer cancel()
-	l, err := h.convoy.AcceptLease(ctx, queue, session, remoteHolderPrefix+h.convoy.InstanceID(), wait)
+	nonce, err := newNonce()
+	if err != nil {
+		return err
+	}
+	l, err := h.convoy.AcceptLease(ctx, queue, session, remoteHolder(nonce), wait)
 	if errors.Is(err, store.ErrNotFound) {
 		return errorf(http.StatusNotFound, "not_found", "session %q of queue %q not found", session, queue)
 	}
@@ -288,7 +328,7 @@ func (h *Handler) acceptSession(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	id := l.SessionID
-	writeJSON(w, http.StatusOK, leaseJSON{Queue: queue, Session: &id, LockToken: l.Token, LockedUntil: &l.LockedUntil,
+	writeJSON(w, http.StatusOK, leaseJSON{Queue: queue, Session: &id, LockToken: strconv.FormatInt(l.Token, 10) + "." + nonce, LockedUntil: &l.LockedUntil,
 		LockDurationMS: l.LockDuration.Milliseconds()})
 	return nil
 }
@@ -308,7 +348,7 @@ func (h *Handler) receiveMessage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer cancel()
-	m, err := h.convoy.LeaseReceive(ctx, convoy.LockRef{Queue: queue, SessionID: session, Token: tok}, wait)
+	m, err := h.convoy.LeaseReceive(ctx, tok.ref(queue, session), wait)
 	var out receiveResponse
 	switch {
 	case errors.Is(err, convoy.ErrSessionBlocked):
@@ -340,7 +380,7 @@ func (h *Handler) settleMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ref := convoy.LockRef{Queue: queue, SessionID: session, Token: s.LockToken}
+	ref := s.LockToken.ref(queue, session)
 	switch s.Outcome {
 	case OutcomeComplete:
 		err = h.convoy.LeaseComplete(r.Context(), ref, s.Seq)
@@ -394,5 +434,5 @@ func lockRef(r *http.Request) (convoy.LockRef, error) {
 	if err != nil {
 		return convoy.LockRef{}, err
 	}
-	return convoy.LockRef{Queue: queue, SessionID: session, Token: tok}, nil
+	return tok.ref(queue, session), nil
 }

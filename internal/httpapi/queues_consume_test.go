@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -45,26 +47,43 @@ func (e *testEnv) call(method, target, token, body string) (int, map[string]any,
 
 func num(v any) int64 { f, _ := v.(float64); return int64(f) }
 
+// lockTokenPattern is the form of the lock tokens the accept hands out.
+var lockTokenPattern = regexp.MustCompile(`^[1-9][0-9]*\.[0-9a-f]{32}$`)
+
+// tokNum returns the sequential part of a lock token ("<n>.<nonce>").
+func tokNum(tok string) int64 {
+	n, _, _ := strings.Cut(tok, ".")
+	v, _ := strconv.ParseInt(n, 10, 64)
+	return v
+}
+
+// retoken returns tok with its sequential part replaced by n: a token the
+// accept never handed out, though its nonce is genuine.
+func retoken(tok string, n int64) string {
+	_, nonce, _ := strings.Cut(tok, ".")
+	return strconv.FormatInt(n, 10) + "." + nonce
+}
+
 // accept accepts a session over the API and returns it and its lock token.
-func (e *testEnv) accept(queue, body string) (string, int64) {
+func (e *testEnv) accept(queue, body string) (string, string) {
 	e.t.Helper()
 	r := e.do("POST", "/v1/queues/"+queue+"/sessions:accept", submitTok, body).must(e.t, 200)
 	s, _ := r.json["session"].(string)
-	return s, num(r.json["lock_token"])
+	return s, r.str("lock_token")
 }
 
 // receive receives over the API; it returns the message (nil if none).
-func (e *testEnv) receive(queue, session string, tok int64) (map[string]any, *response) {
+func (e *testEnv) receive(queue, session, tok string) (map[string]any, *response) {
 	e.t.Helper()
-	r := e.do("POST", "/v1/queues/"+queue+"/sessions/"+session+"/receive", submitTok, fmt.Sprintf(`{"lock_token":%d,"wait_ms":0}`, tok)).must(e.t, 200)
+	r := e.do("POST", "/v1/queues/"+queue+"/sessions/"+session+"/receive", submitTok, fmt.Sprintf(`{"lock_token":%q,"wait_ms":0}`, tok)).must(e.t, 200)
 	m, _ := r.json["message"].(map[string]any)
 	return m, r
 }
 
-func (e *testEnv) settle(queue, session string, tok, seq int64, outcome string) *response {
+func (e *testEnv) settle(queue, session, tok string, seq int64, outcome string) *response {
 	e.t.Helper()
 	return e.do("POST", "/v1/queues/"+queue+"/sessions/"+session+"/settle", submitTok,
-		fmt.Sprintf(`{"lock_token":%d,"seq":%d,"outcome":%q}`, tok, seq, outcome))
+		fmt.Sprintf(`{"lock_token":%q,"seq":%d,"outcome":%q}`, tok, seq, outcome))
 }
 
 func TestQueuePolicyAPI(t *testing.T) {
@@ -137,8 +156,8 @@ func TestRemoteConsumersFIFO(t *testing.T) {
 		// One session held: nobody else gets it, and a receive again
 		// without a settle delivers the same head again.
 		sess, tok := e.accept("q", `{"session":"s/0"}`)
-		if sess != "s/0" || tok < 1 {
-			t.Fatalf("accept s/0: %q %d", sess, tok)
+		if sess != "s/0" || tokNum(tok) < 1 || !lockTokenPattern.MatchString(tok) {
+			t.Fatalf("accept s/0: %q %q", sess, tok)
 		}
 		e.do("POST", "/v1/queues/q/sessions:accept", submitTok, `{"session":"s/0"}`).mustError(t, 409, "session_locked")
 		e.do("POST", "/v1/queues/q/sessions:accept", submitTok, `{"session":"nope"}`).mustError(t, 404, "not_found")
@@ -151,7 +170,7 @@ func TestRemoteConsumersFIFO(t *testing.T) {
 			t.Fatalf("receive again before the settle: %v", m)
 		}
 		e.settle("q", "s%2F0", tok, 2, "complete").mustError(t, 409, "not_head")
-		e.do("POST", "/v1/queues/q/sessions/s%2F0/release", submitTok, fmt.Sprintf(`{"lock_token":%d}`, tok)).must(t, 200)
+		e.do("POST", "/v1/queues/q/sessions/s%2F0/release", submitTok, fmt.Sprintf(`{"lock_token":%q}`, tok)).must(t, 200)
 		e.settle("q", "s%2F0", tok, 1, "complete").mustError(t, 409, "lock_lost")
 
 		var (
@@ -184,9 +203,9 @@ func TestRemoteConsumersFIFO(t *testing.T) {
 						continue
 					}
 					path := "/v1/queues/q/sessions/" + strings.ReplaceAll(sid, "/", "%2F")
-					tok := num(a["lock_token"])
+					tok, _ := a["lock_token"].(string)
 					for {
-						st, r, err := e.call("POST", path+"/receive", submitTok, fmt.Sprintf(`{"lock_token":%d,"wait_ms":0}`, tok))
+						st, r, err := e.call("POST", path+"/receive", submitTok, fmt.Sprintf(`{"lock_token":%q,"wait_ms":0}`, tok))
 						if err != nil || st != 200 {
 							report(fmt.Errorf("consumer %d: receive %d %v %v", c, st, r, err))
 							return
@@ -201,7 +220,7 @@ func TestRemoteConsumersFIFO(t *testing.T) {
 							errs = append(errs, fmt.Errorf("consumer %d got %s seq %d while %d is the next unsettled", c, sid, seq, want))
 						}
 						mu.Unlock()
-						st, r, err = e.call("POST", path+"/settle", submitTok, fmt.Sprintf(`{"lock_token":%d,"seq":%d,"outcome":"complete"}`, tok, seq))
+						st, r, err = e.call("POST", path+"/settle", submitTok, fmt.Sprintf(`{"lock_token":%q,"seq":%d,"outcome":"complete"}`, tok, seq))
 						if err != nil || st != 200 {
 							report(fmt.Errorf("consumer %d: settle %d %v %v", c, st, r, err))
 							return
@@ -214,7 +233,7 @@ func TestRemoteConsumersFIFO(t *testing.T) {
 						completed++
 						mu.Unlock()
 					}
-					if st, r, err := e.call("POST", path+"/release", submitTok, fmt.Sprintf(`{"lock_token":%d}`, tok)); err != nil || st != 200 {
+					if st, r, err := e.call("POST", path+"/release", submitTok, fmt.Sprintf(`{"lock_token":%q}`, tok)); err != nil || st != 200 {
 						report(fmt.Errorf("consumer %d: release %d %v %v", c, st, r, err))
 						return
 					}
@@ -246,7 +265,7 @@ func TestRemoteConsumerLockExpiry(t *testing.T) {
 		e.do("PUT", "/v1/queues/q/policy", operatorTok, `{"lock_duration_ms":1000}`).must(t, 201)
 		e.do("POST", "/v1/queues/q/messages", submitTok, `{"session_id":"s","body":"hello"}`).must(t, 201)
 		r := e.do("POST", "/v1/queues/q/sessions:accept", submitTok, `{}`).must(t, 200)
-		tok := num(r.json["lock_token"])
+		tok := r.str("lock_token")
 		if r.str("session") != "s" || num(r.json["lock_duration_ms"]) != 1000 || r.str("locked_until") == "" {
 			t.Fatalf("accept: %s", r.body)
 		}
@@ -256,7 +275,7 @@ func TestRemoteConsumerLockExpiry(t *testing.T) {
 		}
 		// A renewal moves the expiry.
 		clk.Add(600 * time.Millisecond)
-		r = e.do("POST", "/v1/queues/q/sessions/s/renew", submitTok, fmt.Sprintf(`{"lock_token":%d}`, tok)).must(t, 200)
+		r = e.do("POST", "/v1/queues/q/sessions/s/renew", submitTok, fmt.Sprintf(`{"lock_token":%q}`, tok)).must(t, 200)
 		until, err := time.Parse(time.RFC3339Nano, r.str("locked_until"))
 		if err != nil || !until.After(clk.Now().Add(900*time.Millisecond)) {
 			t.Fatalf("renew: %s (%v)", r.body, err)
@@ -265,18 +284,18 @@ func TestRemoteConsumerLockExpiry(t *testing.T) {
 		before := e.snapshot()
 		e.settle("q", "s", tok, 1, "complete").mustError(t, 409, "lock_lost")
 		e.settle("q", "s", tok, 1, "dead_letter").mustError(t, 409, "lock_lost")
-		e.do("POST", "/v1/queues/q/sessions/s/receive", submitTok, fmt.Sprintf(`{"lock_token":%d}`, tok)).mustError(t, 409, "lock_lost")
-		e.do("POST", "/v1/queues/q/sessions/s/renew", submitTok, fmt.Sprintf(`{"lock_token":%d}`, tok)).mustError(t, 409, "lock_lost")
-		e.do("POST", "/v1/queues/q/sessions/s/release", submitTok, fmt.Sprintf(`{"lock_token":%d}`, tok)).mustError(t, 409, "lock_lost")
+		e.do("POST", "/v1/queues/q/sessions/s/receive", submitTok, fmt.Sprintf(`{"lock_token":%q}`, tok)).mustError(t, 409, "lock_lost")
+		e.do("POST", "/v1/queues/q/sessions/s/renew", submitTok, fmt.Sprintf(`{"lock_token":%q}`, tok)).mustError(t, 409, "lock_lost")
+		e.do("POST", "/v1/queues/q/sessions/s/release", submitTok, fmt.Sprintf(`{"lock_token":%q}`, tok)).mustError(t, 409, "lock_lost")
 		// A token never handed out is refused the same way.
-		e.settle("q", "s", tok+7, 1, "complete").mustError(t, 409, "lock_lost")
+		e.settle("q", "s", retoken(tok, tokNum(tok)+7), 1, "complete").mustError(t, 409, "lock_lost")
 		if after := e.snapshot(); after != before {
 			t.Fatalf("a stale token changed the store:\n%s\n---\n%s", before, after)
 		}
 		// Another consumer takes the session over: the message again.
 		_, tok2 := e.accept("q", `{"wait_ms":0}`)
-		if tok2 <= tok {
-			t.Fatalf("token %d after %d", tok2, tok)
+		if tokNum(tok2) <= tokNum(tok) {
+			t.Fatalf("token %q after %q", tok2, tok)
 		}
 		m, _ = e.receive("q", "s", tok2)
 		if num(m["seq"]) != 1 || num(m["delivery_count"]) != 2 {
@@ -289,7 +308,7 @@ func TestRemoteConsumerLockExpiry(t *testing.T) {
 			t.Fatalf("after the completion: %v", m)
 		}
 		// Nothing left: an accept's wait ends with no session.
-		r = e.do("POST", "/v1/queues/q/sessions/s/release", submitTok, fmt.Sprintf(`{"lock_token":%d}`, tok2)).must(t, 200)
+		r = e.do("POST", "/v1/queues/q/sessions/s/release", submitTok, fmt.Sprintf(`{"lock_token":%q}`, tok2)).must(t, 200)
 		r = e.do("POST", "/v1/queues/q/sessions:accept", submitTok, `{"wait_ms":50}`).must(t, 200)
 		if string(r.body) != "{\"session\":null}\n" {
 			t.Fatalf("empty accept: %s", r.body)
@@ -334,7 +353,7 @@ func TestRemoteConsumerDeadLetter(t *testing.T) {
 				t.Fatalf("skip: next message %s", r.body)
 			}
 			// The consumer dead-letters seq 2 itself, with a reason.
-			e.do("POST", "/v1/queues/"+q+"/sessions/s/settle", submitTok, fmt.Sprintf(`{"lock_token":%d,"seq":2,"outcome":"dead_letter","reason":"bad order"}`, tok)).must(t, 200)
+			e.do("POST", "/v1/queues/"+q+"/sessions/s/settle", submitTok, fmt.Sprintf(`{"lock_token":%q,"seq":2,"outcome":"dead_letter","reason":"bad order"}`, tok)).must(t, 200)
 			dl = e.do("GET", "/v1/queues/"+q+"/deadletters", submitTok, "").must(t, 200).json["dead_letters"].([]any)
 			if len(dl) != 2 || dl[1].(map[string]any)["dead_reason"] != "bad order" {
 				t.Fatalf("skip: dead letters %v", dl)
@@ -356,10 +375,10 @@ func TestRemoteConsumerBadInput(t *testing.T) {
 		routes := []struct{ method, path, wrongType, wrongCase string }{
 			{"PUT", "/v1/queues/q/policy", `{"max_delivery_count":"x"}`, `{"Poison_Policy":"skip"}`},
 			{"POST", "/v1/queues/q/sessions:accept", `{"wait_ms":"1"}`, `{"Session":"t"}`},
-			{"POST", "/v1/queues/q/sessions/t/receive", `{"lock_token":"1"}`, `{"Lock_Token":1}`},
-			{"POST", "/v1/queues/q/sessions/t/settle", `{"lock_token":1,"seq":1,"outcome":1}`, `{"lock_token":1,"SEQ":1,"outcome":"complete"}`},
-			{"POST", "/v1/queues/q/sessions/t/renew", `{"lock_token":true}`, `{"LOCK_TOKEN":1}`},
-			{"POST", "/v1/queues/q/sessions/t/release", `{"lock_token":[1]}`, `{"lock_Token":1}`},
+			{"POST", "/v1/queues/q/sessions/t/receive", `{"lock_token":1}`, `{"Lock_Token":"1.x"}`},
+			{"POST", "/v1/queues/q/sessions/t/settle", `{"lock_token":"1.x","seq":1,"outcome":1}`, `{"lock_token":"1.x","SEQ":1,"outcome":"complete"}`},
+			{"POST", "/v1/queues/q/sessions/t/renew", `{"lock_token":true}`, `{"LOCK_TOKEN":"1.x"}`},
+			{"POST", "/v1/queues/q/sessions/t/release", `{"lock_token":[1]}`, `{"lock_Token":"1.x"}`},
 		}
 		for _, rt := range routes {
 			for _, bi := range badInputs {
@@ -395,23 +414,24 @@ func TestRemoteConsumerBadInput(t *testing.T) {
 			{"/v1/queues/q/sessions/t/receive", `{}`, "invalid_field"},
 			{"/v1/queues/q/sessions/t/receive", `{"lock_token":0}`, "invalid_field"},
 			{"/v1/queues/q/sessions/t/receive", `{"lock_token":1.5}`, "invalid_field"},
-			{"/v1/queues/q/sessions/t/receive", fmt.Sprintf(`{"lock_token":%d,"wait_ms":60001}`, tok), "invalid_field"},
-			{"/v1/queues/q/sessions/t/receive", fmt.Sprintf(`{"lock_token":%d,"max":2}`, tok), "unknown_field"},
-			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%d,"outcome":"complete"}`, tok), "invalid_field"},
-			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%d,"seq":0,"outcome":"complete"}`, tok), "invalid_field"},
-			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%d,"seq":1}`, tok), "invalid_field"},
-			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%d,"seq":1,"outcome":"done"}`, tok), "invalid_field"},
-			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%d,"seq":1,"outcome":"complete","reason":"x"}`, tok), "invalid_field"},
-			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%d,"seq":1,"outcome":"complete","delay_ms":5}`, tok), "invalid_field"},
-			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%d,"seq":1,"outcome":"abandon","delay_ms":-5}`, tok), "invalid_field"},
-			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%d,"seq":1,"outcome":"dead_letter","reason":"%s"}`, tok, strings.Repeat("r", 4097)), "invalid_field"},
+			{"/v1/queues/q/sessions/t/receive", fmt.Sprintf(`{"lock_token":%q,"wait_ms":60001}`, tok), "invalid_field"},
+			{"/v1/queues/q/sessions/t/receive", fmt.Sprintf(`{"lock_token":%q,"max":2}`, tok), "unknown_field"},
+			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%q,"outcome":"complete"}`, tok), "invalid_field"},
+			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%q,"seq":0,"outcome":"complete"}`, tok), "invalid_field"},
+			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%q,"seq":1}`, tok), "invalid_field"},
+			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%q,"seq":1,"outcome":"done"}`, tok), "invalid_field"},
+			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%q,"seq":1,"outcome":"complete","reason":"x"}`, tok), "invalid_field"},
+			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%q,"seq":1,"outcome":"complete","delay_ms":5}`, tok), "invalid_field"},
+			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%q,"seq":1,"outcome":"abandon","delay_ms":-5}`, tok), "invalid_field"},
+			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%q,"seq":1,"outcome":"dead_letter","reason":"%s"}`, tok, strings.Repeat("r", 4097)), "invalid_field"},
 			{"/v1/queues/q/sessions/t/renew", `{}`, "invalid_field"},
+			{"/v1/queues/q/sessions/t/renew", `{"lock_token":1}`, "invalid_field"},
 			{"/v1/queues/q/sessions/t/release", `{"lock_token":-3}`, "invalid_field"},
 			// A foreign token: another session's, or one never handed out.
-			{"/v1/queues/q/sessions/s/settle", fmt.Sprintf(`{"lock_token":%d,"seq":2,"outcome":"complete"}`, tok), "lock_lost"},
-			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%d,"seq":1,"outcome":"complete"}`, tok+1), "lock_lost"},
-			{"/v1/queues/q/sessions/nope/release", fmt.Sprintf(`{"lock_token":%d}`, tok), "lock_lost"},
-			{"/v1/queues/other/sessions/t/renew", fmt.Sprintf(`{"lock_token":%d}`, tok), "lock_lost"},
+			{"/v1/queues/q/sessions/s/settle", fmt.Sprintf(`{"lock_token":%q,"seq":2,"outcome":"complete"}`, tok), "lock_lost"},
+			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%q,"seq":1,"outcome":"complete"}`, retoken(tok, tokNum(tok)+1)), "lock_lost"},
+			{"/v1/queues/q/sessions/nope/release", fmt.Sprintf(`{"lock_token":%q}`, tok), "lock_lost"},
+			{"/v1/queues/other/sessions/t/renew", fmt.Sprintf(`{"lock_token":%q}`, tok), "lock_lost"},
 		} {
 			t.Run(c.path+" "+c.body[:min(len(c.body), 50)], func(t *testing.T) {
 				r := e.do("POST", c.path, submitTok, c.body)
@@ -449,5 +469,77 @@ func TestRemoteConsumerBadInput(t *testing.T) {
 		if after := e.snapshot(); after != before {
 			t.Fatalf("refused requests changed the store:\n%s\n---\n%s", before, after)
 		}
+	})
+}
+
+// TestRemoteConsumerForgedToken: a lock token with the right sequential
+// part but another nonce (another consumer's, or made up) is refused with
+// 409 lock_lost on every route and changes nothing; a malformed one is
+// refused with 400 naming lock_token. The genuine token still works.
+func TestRemoteConsumerForgedToken(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		e := newEnv(t, open(t), Options{})
+		e.do("POST", "/v1/queues/q/messages", submitTok, `{"messages":[{"session_id":"a","body":1},{"session_id":"b","body":2}]}`).must(t, 201)
+		_, tokA := e.accept("q", `{"session":"a"}`)
+		_, tokB := e.accept("q", `{"session":"b"}`)
+		if tokNum(tokA) != tokNum(tokB) || tokA == tokB {
+			t.Fatalf("tokens %q and %q: want the same sequential part, different nonces", tokA, tokB)
+		}
+		if m, _ := e.receive("q", "a", tokA); num(m["seq"]) != 1 {
+			t.Fatalf("receive a: %v", m)
+		}
+		// The session listing shows a's holder, but not its nonce.
+		_, nonceA, _ := strings.Cut(tokA, ".")
+		_, nonceB, _ := strings.Cut(tokB, ".")
+		holder := ""
+		for _, s := range e.do("GET", "/v1/queues/q/sessions", submitTok, "").must(t, 200).json["sessions"].([]any) {
+			if s := s.(map[string]any); s["id"] == "a" {
+				holder, _ = s["lock_holder"].(string)
+			}
+		}
+		if !strings.HasPrefix(holder, "remote:") || strings.Contains(holder, nonceA) {
+			t.Fatalf("listed lock holder %q (nonce %s)", holder, nonceA)
+		}
+		before := e.snapshot()
+		forged := []string{
+			fmt.Sprintf("%d.%s", tokNum(tokA), strings.TrimPrefix(holder, "remote:")), // the listed holder
+			fmt.Sprintf("%d.%s", tokNum(tokA), nonceB),                                // consumer b's nonce on a's number
+			fmt.Sprintf("%d.%s", tokNum(tokA), strings.Repeat("0", 32)),               // a made-up nonce
+		}
+		for _, tok := range forged {
+			e.settle("q", "a", tok, 1, "complete").mustError(t, 409, "lock_lost")
+			e.settle("q", "a", tok, 1, "abandon").mustError(t, 409, "lock_lost")
+			e.settle("q", "a", tok, 1, "dead_letter").mustError(t, 409, "lock_lost")
+			for _, action := range []string{"receive", "renew", "release"} {
+				e.do("POST", "/v1/queues/q/sessions/a/"+action, submitTok, fmt.Sprintf(`{"lock_token":%q}`, tok)).mustError(t, 409, "lock_lost")
+			}
+		}
+		nonce := nonceA
+		for _, tok := range []string{
+			"", "1", strconv.FormatInt(tokNum(tokA), 10), "." + nonce, "0." + nonce, "-1." + nonce, "01." + nonce, "+1." + nonce,
+			"9223372036854775808." + nonce, tokA + "0", tokA[:len(tokA)-1], strings.ToUpper(tokA), " " + tokA, tokA + "\n",
+			strconv.FormatInt(tokNum(tokA), 10) + ":" + nonce, tokA + ".1",
+		} {
+			for _, action := range []string{"receive", "renew", "release"} {
+				r := e.do("POST", "/v1/queues/q/sessions/a/"+action, submitTok, fmt.Sprintf(`{"lock_token":%q}`, tok))
+				if r.mustError(t, 400, "invalid_field"); !strings.Contains(r.errMsg(), "lock_token") {
+					t.Fatalf("%s with %q: %s", action, tok, r.body)
+				}
+			}
+			r := e.settle("q", "a", tok, 1, "complete")
+			if r.mustError(t, 400, "invalid_field"); !strings.Contains(r.errMsg(), "lock_token") {
+				t.Fatalf("settle with %q: %s", tok, r.body)
+			}
+		}
+		if after := e.snapshot(); after != before {
+			t.Fatalf("forged or malformed tokens changed the store:\n%s\n---\n%s", before, after)
+		}
+		// The genuine tokens still hold their sessions.
+		e.do("POST", "/v1/queues/q/sessions/a/renew", submitTok, fmt.Sprintf(`{"lock_token":%q}`, tokA)).must(t, 200)
+		e.settle("q", "a", tokA, 1, "complete").must(t, 200)
+		if m, _ := e.receive("q", "b", tokB); num(m["seq"]) != 1 || num(m["delivery_count"]) != 1 {
+			t.Fatalf("receive b: %v", m)
+		}
+		e.do("POST", "/v1/queues/q/sessions/a/release", submitTok, fmt.Sprintf(`{"lock_token":%q}`, tokA)).must(t, 200)
 	})
 }
