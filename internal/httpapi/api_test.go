@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/store"
 )
 
@@ -113,8 +115,17 @@ func TestTasks(t *testing.T) {
 		e.do("POST", "/v1/tasks/t-1/resubmit", operatorTok, "").mustError(t, 409, "wrong_state")
 		e.do("POST", "/v1/tasks/none/resubmit", operatorTok, "").mustError(t, 404, "not_found")
 		r = e.do("POST", "/v1/tasks/f-1/resubmit", operatorTok, `{"from_step":0}`).must(t, 200)
-		if r.str("state") == "Error" {
-			t.Fatalf("resubmitted task still Error: %s", r.body)
+		if r.str("id") != "f-1" {
+			t.Fatalf("resubmit answered %s", r.body)
+		}
+		// The answer is the task as read after the resubmit: its failing
+		// step may already have failed again, so the history tells.
+		evs, err := e.d.Events(context.Background(), drover.EventQuery{TaskID: "f-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(evs, func(ev *drover.Event) bool { return ev.Type == drover.EventResubmitted }) {
+			t.Fatalf("no resubmitted event in f-1's history after the resubmit")
 		}
 		e.waitState("f-1", "Error")
 
