@@ -110,12 +110,22 @@ func (c *Client) Resubmit(ctx context.Context, id string, opts *ResubmitOptions)
 }
 
 // Cancel moves a non-final task to Cancelled. A call in flight is not
-// interrupted, but its reply is discarded.
+// interrupted, but its reply is discarded. The history records the actor
+// "operator"; CancelAs names another.
 func (c *Client) Cancel(ctx context.Context, id, reason string) (*Task, error) {
+	return c.CancelAs(ctx, id, reason, "operator")
+}
+
+// CancelAs is Cancel with the actor recorded in the history (who cancelled
+// the task: an operator's name, a token's).
+func (c *Client) CancelAs(ctx context.Context, id, reason, actor string) (*Task, error) {
+	if actor == "" {
+		actor = "operator"
+	}
 	var t *Task
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		var err error
-		t, err = flow.Cancel(ctx, x, id, "operator", reason, c.clock.Now())
+		t, err = flow.Cancel(ctx, x, id, actor, reason, c.clock.Now())
 		return err
 	})
 	if err != nil {

@@ -60,7 +60,7 @@ func newRemoteEnv(t *testing.T) *remoteEnv {
 	}
 	s := apitest.Start(t, cfg, httpapi.Options{Rate: -1, EventPollInterval: 10 * time.Millisecond, Tokens: []httpapi.Token{
 		{Secret: remoteSubmitTok, Scopes: []httpapi.Scope{httpapi.ScopeSubmit}},
-		{Secret: remoteOperatorTok, Scopes: []httpapi.Scope{httpapi.ScopeOperator}},
+		{Secret: remoteOperatorTok, Scopes: []httpapi.Scope{httpapi.ScopeOperator}, Name: "oncall"},
 	}}, nil)
 	return &remoteEnv{db: db, url: s.URL, q: s.Convoy}
 }
@@ -294,7 +294,7 @@ func TestRemoteAlerts(t *testing.T) {
 	// database: each path sees both.
 	r := run(t, "", "alerts", "ack", itoa(id), "--server", e.url, "--token", remoteSubmitTok)
 	wantFailure(t, r, 1, "server: 403 forbidden")
-	if out := e.op(t, "alerts", "ack", itoa(id)); !strings.Contains(out, "acknowledged by http-api") {
+	if out := e.op(t, "alerts", "ack", itoa(id)); !strings.Contains(out, "acknowledged by http:oncall") {
 		t.Fatalf("ack: %q", out)
 	}
 	second := all[len(all)-1]

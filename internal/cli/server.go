@@ -137,8 +137,9 @@ is served).
 docs/server.md): tasks, alerts and session queues under /v1, /healthz and
 /readyz; remote agents poll /v1/agents/AGENT/poll. Callers send
 "Authorization: Bearer TOKEN"; tokens come from --tokens-file or
-$DROVER_API_TOKENS, one "TOKEN SCOPE[,SCOPE]" per line (";" between entries
-in the variable), scopes submit, agent (remote agents) and operator.
+$DROVER_API_TOKENS, one "TOKEN SCOPE[,SCOPE] [NAME]" per line (";" between
+entries in the variable), scopes submit, agent (remote agents) and operator;
+the history records a token's operator actions with the actor "http:NAME".
 --insecure-no-auth serves without tokens, on a loopback address only.
 --tls-cert/--tls-key serve HTTPS (and HTTP/2). On shutdown the API stops
 accepting requests and /readyz answers 503 first; requests in flight finish.

@@ -154,6 +154,7 @@ func (h *Handler) ackAlert(w http.ResponseWriter, r *http.Request) error {
 	}
 	var alert *dt.Event
 	var ack *ackJSON
+	actor := h.actor(r)
 	err = h.drover.Store().InTx(r.Context(), func(ctx context.Context, x store.Executor) error {
 		evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: id - 1, Limit: 1})
 		if err != nil {
@@ -172,7 +173,7 @@ func (h *Handler) ackAlert(w http.ResponseWriter, r *http.Request) error {
 		}
 		now := h.clock.Now().Truncate(time.Microsecond)
 		return x.EventInsertMany(ctx, []*dt.Event{{TaskID: alert.TaskID, StepIndex: alert.StepIndex, Type: EventAlertAcknowledged,
-			Actor: h.opts.Actor, Message: ackPrefix + strconv.FormatInt(id, 10), CreatedAt: now}})
+			Actor: actor, Message: ackPrefix + strconv.FormatInt(id, 10), CreatedAt: now}})
 	})
 	if err != nil {
 		return err

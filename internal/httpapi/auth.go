@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -37,6 +38,36 @@ const EnvTokens = "DROVER_API_TOKENS"
 type Token struct {
 	Secret string
 	Scopes []Scope
+	// Name identifies the token's holder in the history: operator actions
+	// made with it are recorded with the actor "http:<Name>". Default: the
+	// first 8 hex digits of the token's SHA-256, "token-1a2b3c4d" (never the
+	// token itself).
+	Name string
+}
+
+// maxTokenNameLen caps a token's name.
+const maxTokenNameLen = 64
+
+// actorName is the actor recorded for the token's operator actions.
+func (t Token) actorName() string {
+	if t.Name != "" {
+		return "http:" + t.Name
+	}
+	h := sha256.Sum256([]byte(t.Secret))
+	return "http:token-" + hex.EncodeToString(h[:4])
+}
+
+// checkTokenName reports what is wrong with a token's name.
+func checkTokenName(n string) error {
+	if len(n) > maxTokenNameLen {
+		return fmt.Errorf("the name is %d bytes; at most %d", len(n), maxTokenNameLen)
+	}
+	for _, c := range n {
+		if c > unicode.MaxASCII || !(unicode.IsLetter(c) || unicode.IsDigit(c) || strings.ContainsRune("-_.@", c)) {
+			return fmt.Errorf("the name %q may hold only letters, digits and - _ . @", n)
+		}
+	}
+	return nil
 }
 
 // has reports whether the token grants scope s (operator grants all).
@@ -80,8 +111,8 @@ func parseTokenLines(lines []string, what string) ([]Token, error) {
 			continue
 		}
 		f := strings.Fields(l)
-		if len(f) != 2 {
-			return nil, fmt.Errorf("tokens %s %d: want \"TOKEN SCOPE[,SCOPE]\" (two fields), got %d fields", what, i+1, len(f))
+		if len(f) != 2 && len(f) != 3 {
+			return nil, fmt.Errorf("tokens %s %d: want \"TOKEN SCOPE[,SCOPE] [NAME]\" (two or three fields), got %d fields", what, i+1, len(f))
 		}
 		secret := f[0]
 		if len(secret) < MinTokenLen {
@@ -97,6 +128,12 @@ func parseTokenLines(lines []string, what string) ([]Token, error) {
 		}
 		seen[secret] = true
 		t := Token{Secret: secret}
+		if len(f) == 3 {
+			if err := checkTokenName(f[2]); err != nil {
+				return nil, fmt.Errorf("tokens %s %d: %w", what, i+1, err)
+			}
+			t.Name = f[2]
+		}
 		for _, s := range strings.Split(f[1], ",") {
 			switch Scope(s) {
 			case ScopeSubmit, ScopeOperator, ScopeAgent:
@@ -123,6 +160,9 @@ func newAuthenticator(tokens []Token) (*authenticator, error) {
 		}
 		if len(t.Scopes) == 0 {
 			return nil, fmt.Errorf("httpapi: token %d has no scope", i+1)
+		}
+		if err := checkTokenName(t.Name); err != nil {
+			return nil, fmt.Errorf("httpapi: token %d: %w", i+1, err)
 		}
 		a.hashes = append(a.hashes, sha256.Sum256([]byte(t.Secret)))
 	}
@@ -167,4 +207,16 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, scope Scope)
 		return 0, false
 	}
 	return i, true
+}
+
+// actorKey carries the actor of a request (the token's) in its context.
+type actorKey struct{}
+
+// actor is who made the request, as recorded in the history: "http:<token
+// name>", or Options.Actor without authentication.
+func (h *Handler) actor(r *http.Request) string {
+	if a, ok := r.Context().Value(actorKey{}).(string); ok {
+		return a
+	}
+	return h.opts.Actor
 }

@@ -315,6 +315,9 @@ func (h *Handler) wrap(rt route) http.Handler {
 			if !h.allow(sw, r, tok) {
 				return
 			}
+			if tok >= 0 {
+				r = r.WithContext(context.WithValue(r.Context(), actorKey{}, h.auth.tokens[tok].actorName()))
+			}
 		}
 		if r.ContentLength > h.opts.MaxBodyBytes {
 			h.writeError(sw, r, tooLarge(h.opts.MaxBodyBytes))

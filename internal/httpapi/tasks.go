@@ -324,7 +324,7 @@ func (h *Handler) resubmitTask(w http.ResponseWriter, r *http.Request) error {
 	if req.FromStep != nil && *req.FromStep < 0 {
 		return errorf(http.StatusBadRequest, "invalid_field", "field \"from_step\" must not be negative")
 	}
-	if _, err := h.drover.Resubmit(r.Context(), id, &drover.ResubmitOptions{FromStep: req.FromStep, Actor: h.opts.Actor}); err != nil {
+	if _, err := h.drover.Resubmit(r.Context(), id, &drover.ResubmitOptions{FromStep: req.FromStep, Actor: h.actor(r)}); err != nil {
 		return err
 	}
 	t, err := h.drover.Task(r.Context(), id)
@@ -355,7 +355,7 @@ func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Reason) > maxReasonLen {
 		return errorf(http.StatusBadRequest, "invalid_field", "field \"reason\" is longer than %d bytes", maxReasonLen)
 	}
-	if _, err := h.drover.Cancel(r.Context(), id, req.Reason); err != nil {
+	if _, err := h.drover.CancelAs(r.Context(), id, req.Reason, h.actor(r)); err != nil {
 		return err
 	}
 	t, err := h.drover.Task(r.Context(), id)
