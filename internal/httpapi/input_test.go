@@ -350,7 +350,8 @@ func TestParseTokens(t *testing.T) {
 		"short submit",
 		"abcdefghijklmnop1",
 		"abcdefghijklmnop1 admin",
-		"abcdefghijklmnop1 submit extra",
+		"abcdefghijklmnop1 submit name extra",
+		"abcdefghijklmnop1 submit bad/name",
 		"abcdefghijklmnop1 submit\nabcdefghijklmnop1 operator",
 		"abcdefghijklmnop\x01 submit",
 	} {
