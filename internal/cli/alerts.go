@@ -1,18 +1,15 @@
 package cli
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/droverclient"
-	dt "github.com/drover-run/drover/drovertype"
-	"github.com/drover-run/drover/internal/httpapi"
-	"github.com/drover-run/drover/store"
 )
 
 // The "drover alerts" commands: operator alerts and their
@@ -20,9 +17,6 @@ import (
 // alert_acknowledged on the alert's subject with the message
 // "acknowledged alert <id>", the same record the HTTP API writes
 // (docs/server.md), so both paths see each other's acknowledgements.
-
-// ackPrefix starts the message of an acknowledgement event.
-const ackPrefix = "acknowledged alert "
 
 // AlertJSON is an alert as printed with --json (the API's shape).
 type AlertJSON struct {
@@ -39,11 +33,7 @@ type AlertJSON struct {
 }
 
 // AckJSON is an acknowledgement as printed with --json.
-type AckJSON struct {
-	EventID int64     `json:"event_id"`
-	Actor   string    `json:"actor"`
-	At      time.Time `json:"at"`
-}
+type AckJSON = droverclient.Ack
 
 func alertFromAPI(a *droverclient.Alert) AlertJSON {
 	j := AlertJSON{ID: a.ID, Subject: a.Subject, Type: a.Type, State: a.State, Actor: a.Actor, Attempt: a.Attempt,
@@ -52,53 +42,22 @@ func alertFromAPI(a *droverclient.Alert) AlertJSON {
 		i := a.StepIndex
 		j.Step = &i
 	}
-	if a.Acknowledged != nil {
-		j.Acknowledged = &AckJSON{EventID: a.Acknowledged.EventID, Actor: a.Acknowledged.Actor, At: a.Acknowledged.At}
-	}
+	j.Acknowledged = a.Acknowledged
 	return j
 }
 
-func alertFromEvent(e *dt.Event, ack *AckJSON) AlertJSON {
+func alertFromStore(a drover.Alert) AlertJSON {
+	e := a.Event
 	j := AlertJSON{ID: e.ID, Subject: e.TaskID, Type: string(e.Type), State: string(e.State), Actor: e.Actor,
-		Attempt: e.Attempt, Message: e.Message, CreatedAt: e.CreatedAt, Acknowledged: ack}
+		Attempt: e.Attempt, Message: e.Message, CreatedAt: e.CreatedAt}
+	if a.Ack != nil {
+		j.Acknowledged = &AckJSON{EventID: a.Ack.EventID, Actor: a.Ack.Actor, At: a.Ack.At}
+	}
 	if e.StepIndex >= 0 {
 		i := e.StepIndex
 		j.Step = &i
 	}
 	return j
-}
-
-// storeAcks returns the acknowledgements of alerts by alert ID: the
-// acknowledgement events of each alert's subject after it.
-func storeAcks(ctx context.Context, x store.Executor, alerts []*dt.Event) (map[int64]*AckJSON, error) {
-	out := map[int64]*AckJSON{}
-	first := map[string]int64{}
-	for _, a := range alerts {
-		if f, ok := first[a.TaskID]; !ok || a.ID < f {
-			first[a.TaskID] = a.ID
-		}
-	}
-	for subject, after := range first {
-		for {
-			evs, err := x.EventList(ctx, store.EventListParams{TaskID: subject, AfterID: after, Limit: 1000})
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range evs {
-				if e.Type != httpapi.EventAlertAcknowledged || !strings.HasPrefix(e.Message, ackPrefix) {
-					continue
-				}
-				if id, err := strconv.ParseInt(strings.TrimPrefix(e.Message, ackPrefix), 10, 64); err == nil && out[id] == nil {
-					out[id] = &AckJSON{EventID: e.ID, Actor: e.Actor, At: e.CreatedAt}
-				}
-			}
-			if len(evs) < 1000 {
-				break
-			}
-			after = evs[len(evs)-1].ID
-		}
-	}
-	return out, nil
 }
 
 func (e *env) alertsCmd() *cobra.Command {
@@ -147,34 +106,14 @@ its history. Acknowledging again changes nothing.`,
 					return err
 				}
 				defer drv.Close()
-				x := c.Store().Reader()
-				// With --unacknowledged, pages are read until limit
-				// unacknowledged alerts are found or the history ends.
-				for len(alerts) < limit {
-					evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: after, Limit: limit})
-					if err != nil {
-						return drv.storeErr(err)
-					}
-					acks, err := storeAcks(ctx, x, evs)
-					if err != nil {
-						return drv.storeErr(err)
-					}
-					for _, ev := range evs {
-						after = ev.ID
-						if unacked && acks[ev.ID] != nil {
-							continue
-						}
-						if alerts = append(alerts, alertFromEvent(ev, acks[ev.ID])); len(alerts) == limit {
-							break
-						}
-					}
-					if len(evs) < limit {
-						break
-					}
+				page, n, err := c.Alerts(ctx, drover.AlertQuery{AfterID: after, Limit: limit, Unacknowledged: unacked})
+				if err != nil {
+					return drv.storeErr(err)
 				}
-				if len(alerts) == limit {
-					next = after
+				for _, a := range page {
+					alerts = append(alerts, alertFromStore(a))
 				}
+				next = n
 			}
 			if e.jsonOut {
 				out := struct {
@@ -243,31 +182,14 @@ acknowledgement. It does not change the task: resubmit it to retry.`,
 					return err
 				}
 				defer drv.Close()
-				var alert *dt.Event
-				err = c.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
-					evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: id - 1, Limit: 1})
-					if err != nil {
-						return err
-					}
-					if len(evs) == 0 || evs[0].ID != id {
-						return fmt.Errorf("alert %d not found (see 'drover alerts')", id)
-					}
-					alert = evs[0]
-					acks, err := storeAcks(ctx, x, evs)
-					if err != nil || acks[id] != nil {
-						return err // already acknowledged: nothing changes
-					}
-					return x.EventInsertMany(ctx, []*dt.Event{{TaskID: alert.TaskID, StepIndex: alert.StepIndex, Type: httpapi.EventAlertAcknowledged,
-						Actor: "cli", Message: ackPrefix + strconv.FormatInt(id, 10), CreatedAt: time.Now().Truncate(time.Microsecond)}})
-				})
+				a, err := c.AckAlert(ctx, id, "cli")
+				if errors.Is(err, drover.ErrAlertNotFound) {
+					return fmt.Errorf("alert %d not found (see 'drover alerts')", id)
+				}
 				if err != nil {
 					return drv.storeErr(err)
 				}
-				acks, err := storeAcks(ctx, c.Store().Reader(), []*dt.Event{alert})
-				if err != nil {
-					return drv.storeErr(err)
-				}
-				out = alertFromEvent(alert, acks[id])
+				out = alertFromStore(a)
 			}
 			if e.jsonOut {
 				return writeJSON(e.stdout, out)

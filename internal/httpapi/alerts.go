@@ -1,21 +1,18 @@
 package httpapi
 
 import (
-	"context"
+	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/drover-run/drover"
 	dt "github.com/drover-run/drover/drovertype"
-	"github.com/drover-run/drover/store"
 )
 
 // EventAlertAcknowledged is the type of the event that records an
-// acknowledgement; its message is ackPrefix followed by the alert's ID.
-const EventAlertAcknowledged dt.EventType = "alert_acknowledged"
-
-const ackPrefix = "acknowledged alert "
+// acknowledgement (drover.EventAlertAcknowledged).
+const EventAlertAcknowledged = drover.EventAlertAcknowledged
 
 type alertJSON struct {
 	ID        int64     `json:"id"`
@@ -41,38 +38,13 @@ func toAlertJSON(e *dt.Event) alertJSON {
 		Actor: e.Actor, Attempt: e.Attempt, Message: e.Message, CreatedAt: e.CreatedAt}
 }
 
-// acks returns the acknowledgements of the alerts given, by alert ID: the
-// ack events of each alert's subject after the alert.
-func acks(ctx context.Context, x store.Executor, alerts []*dt.Event) (map[int64]*ackJSON, error) {
-	out := map[int64]*ackJSON{}
-	first := map[string]int64{} // subject → smallest alert ID asked about
-	for _, a := range alerts {
-		if f, ok := first[a.TaskID]; !ok || a.ID < f {
-			first[a.TaskID] = a.ID
-		}
+// withAck is an alert's JSON with its acknowledgement.
+func withAck(a drover.Alert) alertJSON {
+	out := toAlertJSON(a.Event)
+	if a.Ack != nil {
+		out.Ack = &ackJSON{EventID: a.Ack.EventID, Actor: a.Ack.Actor, At: a.Ack.At}
 	}
-	for subject, after := range first {
-		for {
-			evs, err := x.EventList(ctx, store.EventListParams{TaskID: subject, AfterID: after, Limit: 1000})
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range evs {
-				if e.Type != EventAlertAcknowledged || !strings.HasPrefix(e.Message, ackPrefix) {
-					continue
-				}
-				id, err := strconv.ParseInt(strings.TrimPrefix(e.Message, ackPrefix), 10, 64)
-				if err == nil && out[id] == nil {
-					out[id] = &ackJSON{EventID: e.ID, Actor: e.Actor, At: e.CreatedAt}
-				}
-			}
-			if len(evs) < 1000 {
-				break
-			}
-			after = evs[len(evs)-1].ID
-		}
-	}
-	return out, nil
+	return out
 }
 
 func (h *Handler) listAlerts(w http.ResponseWriter, r *http.Request) error {
@@ -96,41 +68,16 @@ func (h *Handler) listAlerts(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("query parameter \"unacknowledged\": want true or false, got %q", s)
 		}
 	}
-	x := h.drover.Store().Reader()
+	alerts, next, err := h.drover.Alerts(r.Context(), drover.AlertQuery{AfterID: after, Limit: limit, Unacknowledged: unacked})
+	if err != nil {
+		return err
+	}
 	out := struct {
 		Alerts    []alertJSON `json:"alerts"`
 		NextAfter int64       `json:"next_after"`
-	}{Alerts: []alertJSON{}}
-	// With unacknowledged=true, pages of alerts are read until limit
-	// unacknowledged ones are found or the history ends.
-	for {
-		evs, err := x.EventList(r.Context(), store.EventListParams{AlertsOnly: true, AfterID: after, Limit: limit})
-		if err != nil {
-			return err
-		}
-		ack, err := acks(r.Context(), x, evs)
-		if err != nil {
-			return err
-		}
-		for _, e := range evs {
-			after = e.ID
-			if unacked && ack[e.ID] != nil {
-				continue
-			}
-			a := toAlertJSON(e)
-			a.Ack = ack[e.ID]
-			out.Alerts = append(out.Alerts, a)
-			if len(out.Alerts) == limit {
-				break
-			}
-		}
-		if len(out.Alerts) == limit {
-			out.NextAfter = after
-			break
-		}
-		if len(evs) < limit {
-			break
-		}
+	}{Alerts: []alertJSON{}, NextAfter: next}
+	for _, a := range alerts {
+		out.Alerts = append(out.Alerts, withAck(a))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -152,41 +99,14 @@ func (h *Handler) ackAlert(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(body, &empty, false); err != nil {
 		return err
 	}
-	var alert *dt.Event
-	var ack *ackJSON
-	actor := h.actor(r)
-	err = h.drover.Store().InTx(r.Context(), func(ctx context.Context, x store.Executor) error {
-		evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: id - 1, Limit: 1})
-		if err != nil {
-			return err
-		}
-		if len(evs) == 0 || evs[0].ID != id {
-			return errorf(http.StatusNotFound, "not_found", "alert %d not found", id)
-		}
-		alert = evs[0]
-		a, err := acks(ctx, x, evs)
-		if err != nil {
-			return err
-		}
-		if ack = a[id]; ack != nil {
-			return nil // already acknowledged: nothing changes
-		}
-		now := h.clock.Now().Truncate(time.Microsecond)
-		return x.EventInsertMany(ctx, []*dt.Event{{TaskID: alert.TaskID, StepIndex: alert.StepIndex, Type: EventAlertAcknowledged,
-			Actor: actor, Message: ackPrefix + strconv.FormatInt(id, 10), CreatedAt: now}})
-	})
+	a, err := h.drover.AckAlert(r.Context(), id, h.actor(r))
+	if errors.Is(err, drover.ErrAlertNotFound) {
+		return errorf(http.StatusNotFound, "not_found", "alert %d not found", id)
+	}
 	if err != nil {
 		return err
 	}
-	if ack == nil {
-		a, err := acks(r.Context(), h.drover.Store().Reader(), []*dt.Event{alert})
-		if err != nil {
-			return err
-		}
-		ack = a[id]
-	}
-	out := toAlertJSON(alert)
-	out.Ack = ack
+	out := withAck(a)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
