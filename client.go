@@ -89,6 +89,7 @@ type Client struct {
 	clock    Clock
 	log      *slog.Logger
 	counters flow.Counters
+	groups   submitGroups // Submit's group commit (submit_group.go)
 
 	// wfMu guards workflows and knownAgents: AddWorkflows changes them
 	// while submissions read them.

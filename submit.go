@@ -245,6 +245,17 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 }
 
 func (c *Client) submit(ctx context.Context, tx any, params []SubmitParams) ([]*Task, error) {
+	if tx == nil && len(params) == 1 {
+		p, err := c.prepare(params[0])
+		if err != nil {
+			return nil, err
+		}
+		t, err := c.submitOne(ctx, flow.Submission{Task: p.task, Steps: p.steps})
+		if err != nil {
+			return nil, err
+		}
+		return []*Task{t}, nil
+	}
 	ps := make([]*prepared, len(params))
 	for i, p := range params {
 		var err error
