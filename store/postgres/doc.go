@@ -110,10 +110,12 @@
 //
 // The cost: within one schema, the part of each event-writing transaction
 // from its first event insert to its commit runs one at a time, and those
-// commits cannot share a WAL flush. The engine writes events last in each
-// transaction (its batch flush), so the serialized part is one INSERT and
-// the COMMIT; everything before it, claims and row locks included, still runs
-// in parallel. With batches of hundreds of tasks per transaction this is far
+// commits cannot share a WAL flush. So in drover's pipelined transactions
+// the lock and the event inserts are queued apart from the other writes and
+// go out last, with the COMMIT, after every read of the transaction: the
+// serialized part is the INSERT and the COMMIT, and everything before it,
+// claims, reads and row locks included, runs in parallel. (A read of the
+// events table in the same transaction sends them first, so it sees them.) With batches of hundreds of tasks per transaction this is far
 // from the limit (see the package benchmark). An application that calls
 // SubmitTx inside its own transaction holds the lock until it commits, and
 // stalls other event writers meanwhile: commit promptly after SubmitTx.
@@ -121,6 +123,17 @@
 // Alternatives that avoid the lock (ordering by transaction ID, or holding a
 // reader back behind the oldest in-flight transaction) do not fit the
 // store contract's single AfterID cursor, so this driver does not use them.
+//
+// # Plans
+//
+// drover's own transactions run with SET LOCAL enable_seqscan = off. Every
+// statement they run is built around an index, but without planner
+// statistics (a new schema, a server with autovacuum off, or before
+// autovacuum's first ANALYZE of a table) the planner guesses, and it
+// guessed whole-table scans for lookups such as "the steps of these tasks",
+// whose cost grows with every task ever run. With the setting off the
+// planner uses an index whenever one applies. Transactions of the caller
+// (InExternalTx) and reads through Reader keep the session's setting.
 //
 // # Time and errors
 //

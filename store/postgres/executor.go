@@ -143,11 +143,29 @@ func (e *executor) each(ctx context.Context, what, query string, args []any, sca
 // read: in a pipelined transaction it is queued (see pipe), scan reads its
 // rows when it runs, then done is called. Otherwise it runs now.
 func (e *executor) later(ctx context.Context, what, query string, args []any, scan func(rows) error, done func() error) error {
+	return e.queue(ctx, e.p.later, what, query, args, scan, done)
+}
+
+// laterTail is later for statements that go out last, just before the
+// COMMIT (see pipe.tail); without a pipeline it runs the statement at once.
+func (e *executor) laterTail(ctx context.Context, what, query string, args []any, scan func(rows) error, done func() error) error {
+	return e.queue(ctx, e.p.laterTail, what, query, args, scan, done)
+}
+
+// sendTail lets the next statement see the transaction's tail writes.
+func (e *executor) sendTail() {
+	if e.p != nil {
+		e.p.sendTail()
+	}
+}
+
+func (e *executor) queue(ctx context.Context, q func(what, sql string, args []any, fn func(pgx.BatchResults) error),
+	what, query string, args []any, scan func(rows) error, done func() error) error {
 	if e.p != nil {
 		if scan == nil {
-			e.p.later(what, query, args, nil)
+			q(what, query, args, nil)
 		} else {
-			e.p.later(what, query, args, scanFn(scan, done))
+			q(what, query, args, scanFn(scan, done))
 		}
 		return nil
 	}
@@ -393,6 +411,7 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	if err := e.write("retention"); err != nil {
 		return 0, err
 	}
+	e.sendTail()
 	n, err := e.exec(ctx, "retention", e.d.q.taskDeleteFinished, before, limit)
 	return int(n), err
 }
@@ -751,6 +770,8 @@ func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*d
 // EventInsertMany takes the schema's event-order lock (once per transaction)
 // before inserting, so transactions that write events commit in the order of
 // their event IDs and a reader tailing by ID never skips one. See doc.go.
+// In a pipelined transaction both go out last, just before the COMMIT, so
+// the lock is held for no more than the insert and the commit.
 func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) error {
 	if len(events) == 0 {
 		return nil
@@ -759,7 +780,7 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 		return err
 	}
 	if !e.eventLocked {
-		if err := e.later(ctx, "lock event order", e.d.q.eventLock, []any{e.d.eventLockKey}, nil, nil); err != nil {
+		if err := e.laterTail(ctx, "lock event order", e.d.q.eventLock, []any{e.d.eventLockKey}, nil, nil); err != nil {
 			return err
 		}
 		e.eventLocked = true
@@ -782,7 +803,7 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 		actors[i], terms[i], attempts[i], messages[i], created[i] = nullStr(ev.Actor), ev.Term, int32(ev.Attempt), nullStr(ev.Message), ev.CreatedAt
 	}
 	var ids []int64
-	return e.later(ctx, "insert events", e.d.q.eventInsert, []any{taskIDs, steps, types, states, alerts, actors,
+	return e.laterTail(ctx, "insert events", e.d.q.eventInsert, []any{taskIDs, steps, types, states, alerts, actors,
 		terms, attempts, messages, created}, scanIDs(&ids), func() error {
 		ids, err := sortedIDs(ids, n, "insert events")
 		if err != nil {
@@ -796,6 +817,7 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 }
 
 func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*dt.Event, error) {
+	e.sendTail()
 	q := e.d.q.eventList
 	args := []any{p.AfterID}
 	if p.TaskID != "" {

@@ -35,14 +35,45 @@ type pipe struct {
 	begun  bool // BEGIN has been queued
 	open   bool // BEGIN has been sent: the server has a transaction
 	queued pgx.Batch
+	// tail holds the statements that go out last, just before COMMIT (or
+	// the final flush of a caller's transaction), after every read: the
+	// event inserts, whose event-order lock then stays held only for the
+	// INSERT and the COMMIT rather than across the transaction's later
+	// reads (see doc.go). Reads that look at events send it first
+	// (sendTail).
+	tail pgx.Batch
 }
 
 func (p *pipe) later(what, sql string, args []any, fn func(pgx.BatchResults) error) {
+	p.queue(&p.queued, what, sql, args, fn)
+}
+
+// laterTail queues a write to go out last (see pipe.tail).
+func (p *pipe) laterTail(what, sql string, args []any, fn func(pgx.BatchResults) error) {
+	p.queue(&p.tail, what, sql, args, fn)
+}
+
+// begin queues BEGIN if the pipe owns the transaction and has not begun it.
+//
+// drover's own transactions also turn sequential scans off. Every statement
+// they run is built around an index, but a table without planner statistics
+// (a new schema, or a server whose autovacuum is off or has not reached it
+// yet) makes the planner guess, and it guesses a whole-table scan for
+// lookups such as "the steps of these tasks", which grows with every task
+// ever run. With the setting off the planner takes the index whenever there
+// is one; a statement without one still runs. The caller's transactions
+// (InExternalTx) are left as they are.
+func (p *pipe) begin() {
 	if p.own && !p.begun {
 		p.begun = true
 		p.queued.Queue("BEGIN").Fn = execFn("begin")
+		p.queued.Queue("SET LOCAL enable_seqscan = off").Fn = execFn("begin")
 	}
-	q := p.queued.Queue(sql, args...)
+}
+
+func (p *pipe) queue(b *pgx.Batch, what, sql string, args []any, fn func(pgx.BatchResults) error) {
+	p.begin()
+	q := b.Queue(sql, args...)
 	if fn == nil {
 		q.Fn = execFn(what)
 		return
@@ -52,6 +83,16 @@ func (p *pipe) later(what, sql string, args []any, fn func(pgx.BatchResults) err
 			return fmt.Errorf("postgres: %s: %w", what, translate(err))
 		}
 		return nil
+	}
+}
+
+// sendTail moves the tail to the end of the queue, so it goes out with the
+// next read: for reads of the events table, which must see the
+// transaction's own events.
+func (p *pipe) sendTail() {
+	if p.tail.Len() > 0 {
+		p.queued.QueuedQueries = append(p.queued.QueuedQueries, p.tail.QueuedQueries...)
+		p.tail = pgx.Batch{}
 	}
 }
 
@@ -122,6 +163,7 @@ func (p *pipe) commit(ctx context.Context) error {
 	if !p.begun {
 		return nil // nothing ran: no transaction to end
 	}
+	p.sendTail()
 	var tag string
 	p.queued.Queue("COMMIT").Fn = func(br pgx.BatchResults) error {
 		ct, err := br.Exec()
@@ -143,7 +185,7 @@ func (p *pipe) commit(ctx context.Context) error {
 
 // rollback ends the transaction if one was begun, dropping what is queued.
 func (p *pipe) rollback(ctx context.Context) error {
-	p.queued = pgx.Batch{}
+	p.queued, p.tail = pgx.Batch{}, pgx.Batch{}
 	if !p.open {
 		p.begun = false
 		return nil
@@ -206,10 +248,8 @@ type pipeTx struct {
 }
 
 func (t pipeTx) ready(ctx context.Context) error {
-	if t.p.own && !t.p.begun {
-		t.p.begun = true
-		t.p.queued.Queue("BEGIN").Fn = execFn("begin")
-	}
+	t.p.begin()
+	t.p.sendTail() // the application's statement may read events
 	return t.p.flush(ctx)
 }
 

@@ -319,3 +319,103 @@ func TestTxOf(t *testing.T) {
 		t.Errorf("TxOf(Reader) error %v, want ErrUnsupportedTx", err)
 	}
 }
+
+// The event-order lock is taken only at the end of a transaction, with its
+// event insert and the COMMIT: a transaction that wrote events and then
+// reads (and waits) does not hold back other event writers meanwhile. Its
+// events commit after theirs and get higher IDs, so tailing by ID stays
+// gap-free.
+func TestEventLockHeldOnlyAtCommit(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
+	insert(t, d, task("a", now))
+	ev := func(id string) *dt.Event {
+		return &dt.Event{TaskID: id, StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: now}
+	}
+	first, second := ev("a"), ev("b")
+	reading, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			if err := x.EventInsertMany(ctx, []*dt.Event{first}); err != nil {
+				return err
+			}
+			// A read sends the queued writes; the transaction then waits
+			// with its row lock on task a.
+			if _, err := x.TaskGet(ctx, "a"); err != nil {
+				return err
+			}
+			close(reading)
+			<-release
+			return nil
+		})
+	}()
+	<-reading
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := d.InTx(wctx, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, []*dt.Event{second})
+	}); err != nil {
+		close(release)
+		t.Fatalf("another transaction's events waited for the open one: %v", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !(second.ID < first.ID) {
+		t.Errorf("IDs: the later commit got %d, the earlier %d; want IDs in commit order", first.ID, second.ID)
+	}
+	evs, err := d.Reader().EventList(ctx, store.EventListParams{})
+	if err != nil || len(evs) != 2 || evs[0].ID != second.ID || evs[1].ID != first.ID {
+		t.Fatalf("event list %v, %v; want b's event then a's", evs, err)
+	}
+}
+
+// drover's own transactions run with sequential scans off, so tables
+// without planner statistics are still read through their indexes; a
+// caller's transaction keeps its own setting.
+func TestOwnTransactionsAvoidSequentialScans(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	show := func(x store.Executor) string {
+		tx, err := postgres.TxOf(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v string
+		if err := tx.QueryRow(ctx, `SHOW enable_seqscan`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		if v := show(x); v != "off" {
+			t.Errorf("enable_seqscan in InTx = %q, want off", v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
+		if v := show(x); v != "on" {
+			t.Errorf("enable_seqscan in the caller's transaction = %q, want it left on", v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -180,6 +180,7 @@ func (d *Driver) InExternalTx(ctx context.Context, tx any, fn func(context.Conte
 			if err := fn(ctx, &executor{d: d, p: p, tx: true}); err != nil {
 				return err
 			}
+			p.sendTail()
 			return p.flush(ctx)
 		}
 	}

@@ -161,6 +161,7 @@ func (e *executor) WebhookCursorLock(ctx context.Context) (int64, bool, error) {
 		after int64
 		found bool
 	)
+	e.sendTail()
 	if err := e.each(ctx, "create webhook cursor", q.cursorCreate, nil, func(r rows) error {
 		found = true
 		return r.Scan(&after)
