@@ -185,6 +185,15 @@ type TaskClaimParams struct {
 	Instance string
 	Now      time.Time
 	Limit    int
+	// WriteLater promises that the caller writes every returned task with
+	// TaskUpdateMany before its transaction commits (the scheduler does:
+	// each claimed task is dispatched or let go of at once). The driver may
+	// then only lock the tasks and return them as claimed (LockedBy,
+	// Processing, UpdatedAt set) without writing them itself, saving a
+	// write of each row; until the caller's write, the row lock alone keeps
+	// other claims off them. A task the caller does not write stays as it
+	// was when the transaction commits.
+	WriteLater bool
 }
 
 // RequestClaimParams are the arguments of RequestClaim.

@@ -321,7 +321,9 @@ func (m *Machine) Discard() { m.pending = tally{} }
 // It returns the requests it inserted, how many tasks it claimed, and how
 // many of those it let go of at once (nothing was left to do).
 func (m *Machine) Claim(ctx context.Context, x store.Executor, now time.Time, limit int) (reqs []*dt.AgentRequest, claimed, released int, err error) {
-	tasks, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit})
+	// WriteLater: advance writes every claimed task below (dispatch or
+	// release), so the claim need not write them too.
+	tasks, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true})
 	if err != nil || len(tasks) == 0 {
 		return nil, 0, 0, err
 	}

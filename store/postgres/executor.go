@@ -420,7 +420,19 @@ func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*d
 	if err := e.write("claim tasks"); err != nil {
 		return nil, err
 	}
-	return e.tasks(ctx, "claim tasks", e.d.q.taskClaim, p.Instance, p.Now, p.Limit)
+	if !p.WriteLater {
+		return e.tasks(ctx, "claim tasks", e.d.q.taskClaim, p.Instance, p.Now, p.Limit)
+	}
+	ts, err := e.tasks(ctx, "claim tasks", e.d.q.taskClaimLock, p.Now, p.Limit)
+	for _, t := range ts {
+		// As the claiming UPDATE would have left them; the caller writes them.
+		t.LockedBy = p.Instance
+		if t.ProcessState == dt.Pending {
+			t.ProcessState = dt.Processing
+		}
+		t.UpdatedAt = time.UnixMicro(p.Now.UnixMicro()).UTC() // as stored
+	}
+	return ts, err
 }
 
 func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*dt.Task, error) {

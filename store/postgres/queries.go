@@ -258,10 +258,25 @@ var (
  RETURNING ` + taskColsT
 )
 
+// tTaskClaimLock is the claim when the caller writes the tasks itself
+// (TaskClaimParams.WriteLater): it only locks them, so each claimed row is
+// written once per dispatch instead of twice. A competing claim skips the
+// locked rows, and one that locks a row after this transaction committed
+// re-checks the row's new version (locked_by is set by then) under READ
+// COMMITTED.
+var tTaskClaimLock = `SELECT ` + prefixed("c", taskCols) + ` FROM {s}.tasks AS c
+ WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.available_at <= $1
+   AND (c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
+     SELECT 1 FROM {s}.tasks AS p
+     WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
+       AND p.process_state IN ('Pending','Processing','Compensating')))
+ ORDER BY c.available_at, c.id LIMIT $2
+ FOR UPDATE OF c SKIP LOCKED`
+
 // queries holds every statement with the schema filled in.
 type queries struct {
 	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
-	taskCountActive, taskDeleteFinished, taskClaim, taskListLockedBy, taskListExpired, taskListExpiredLock,
+	taskCountActive, taskDeleteFinished, taskClaim, taskClaimLock, taskListLockedBy, taskListExpired, taskListExpiredLock,
 	taskInsert, taskUpdate, taskList, orderingReserve string
 
 	stepList, stepListLock, stepInsert, stepUpdate string
@@ -299,6 +314,7 @@ func newQueries(quotedSchema string) *queries {
 		taskCountActive:     r(tTaskCountActive),
 		taskDeleteFinished:  r(tTaskDeleteFinished),
 		taskClaim:           r(tTaskClaim),
+		taskClaimLock:       r(tTaskClaimLock),
 		taskListLockedBy:    r(tTaskListLockedBy),
 		taskListExpired:     r(tTaskListExpired),
 		taskListExpiredLock: r(tTaskListExpiredLock),

@@ -20,9 +20,11 @@ func taskCases() []testCase {
 		{"GetMany", testTaskGetMany},
 		{"List", testTaskList},
 		{"CountByState", testTaskCountByState},
-		{"ClaimClaimable", testTaskClaimClaimable},
+		{"ClaimClaimable", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, false) }},
+		{"ClaimClaimableWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, true) }},
 		{"ClaimOldestFirstAndLimit", testTaskClaimOldestFirst},
-		{"ClaimConcurrent", testTaskClaimConcurrent},
+		{"ClaimConcurrent", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, false) }},
+		{"ClaimConcurrentWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, true) }},
 		{"ListLockedBy", testTaskListLockedBy},
 		{"ListExpired", testTaskListExpired},
 		{"UpdateManyRoundTrip", testTaskUpdateMany},
@@ -236,7 +238,20 @@ func testTaskCountByState(t *testing.T, d store.Driver) {
 	})
 }
 
-func testTaskClaimClaimable(t *testing.T, d store.Driver) {
+// claimTasks claims in x; with writeLater it keeps TaskClaimParams'
+// promise and writes the claimed tasks back, as the scheduler does.
+func claimTasks(ctx context.Context, x store.Executor, p store.TaskClaimParams, writeLater bool) ([]*dt.Task, error) {
+	p.WriteLater = writeLater
+	got, err := x.TaskClaim(ctx, p)
+	if err != nil || !writeLater || len(got) == 0 {
+		return got, err
+	}
+	return got, x.TaskUpdateMany(ctx, got)
+}
+
+// testTaskClaimClaimable: with writeLater the claim is followed by the
+// caller's write of the claimed tasks in the same transaction.
+func testTaskClaimClaimable(t *testing.T, d store.Driver, writeLater bool) {
 	ctx := context.Background()
 	mk := func(id string, state dt.ProcessState, lockedBy string, avail time.Duration) *dt.Task {
 		tk := newTask(id)
@@ -263,7 +278,7 @@ func testTaskClaimClaimable(t *testing.T, d store.Driver) {
 	var claimed []*dt.Task
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		claimed, err = x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s1", Now: base, Limit: 100})
+		claimed, err = claimTasks(ctx, x, store.TaskClaimParams{Instance: "s1", Now: base, Limit: 100}, writeLater)
 		return err
 	})
 	if !sameSet(taskIDs(claimed), []string{"pending", "pending-now", "comp-free"}) {
@@ -293,7 +308,7 @@ func testTaskClaimClaimable(t *testing.T, d store.Driver) {
 	// Already locked: a second claim, even by the same instance, gets nothing.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		for _, inst := range []string{"s2", "s1"} {
-			again, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: inst, Now: base, Limit: 100})
+			again, err := claimTasks(ctx, x, store.TaskClaimParams{Instance: inst, Now: base, Limit: 100}, writeLater)
 			if err != nil {
 				return err
 			}
@@ -305,7 +320,7 @@ func testTaskClaimClaimable(t *testing.T, d store.Driver) {
 	})
 	// Later, the later ones come.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		later, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s2", Now: at(time.Second), Limit: 100})
+		later, err := claimTasks(ctx, x, store.TaskClaimParams{Instance: "s2", Now: at(time.Second), Limit: 100}, writeLater)
 		if err != nil {
 			return err
 		}
@@ -349,7 +364,7 @@ func testTaskClaimOldestFirst(t *testing.T, d store.Driver) {
 	}
 }
 
-func testTaskClaimConcurrent(t *testing.T, d store.Driver) {
+func testTaskClaimConcurrent(t *testing.T, d store.Driver, writeLater bool) {
 	const (
 		total    = 500
 		claimers = 8
@@ -378,7 +393,7 @@ func testTaskClaimConcurrent(t *testing.T, d store.Driver) {
 				var got []*dt.Task
 				err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 					var err error
-					got, err = x.TaskClaim(ctx, store.TaskClaimParams{Instance: inst, Now: at(time.Second), Limit: batch})
+					got, err = claimTasks(ctx, x, store.TaskClaimParams{Instance: inst, Now: at(time.Second), Limit: batch}, writeLater)
 					return err
 				})
 				if err != nil {
