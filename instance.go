@@ -73,14 +73,13 @@ func (l *instanceLease) keep(ctx context.Context, every time.Duration) error {
 // check fails unless this process still holds the lease at now; it runs
 // inside each scheduler transaction.
 func (l *instanceLease) check(ctx context.Context, x store.Executor, now time.Time) error {
-	cur, err := x.LeaseGet(ctx, l.el.Name)
-	if err != nil {
-		return err
+	// LeaseCheck, not LeaseGet: a driver can send the check with the
+	// transaction's first real statement instead of a round trip of its own.
+	err := x.LeaseCheck(ctx, l.el.Name, l.el.Instance, now)
+	if errors.Is(err, store.ErrLeaseNotHeld) {
+		return fmt.Errorf("%w: %w", errInstanceLost, err)
 	}
-	if cur.Holder != l.el.Instance || !now.Before(cur.ExpiresAt) {
-		return errInstanceLost
-	}
-	return nil
+	return err
 }
 
 func (l *instanceLease) release(ctx context.Context) {

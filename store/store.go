@@ -29,6 +29,9 @@ var (
 	// work itself is not at fault: roll back and run the transaction again.
 	// The driver's own error stays in the chain (errors.As).
 	ErrConflict = errors.New("transaction conflicted with another; retry it")
+	// ErrLeaseNotHeld: LeaseCheck found the lease missing, expired, or held
+	// by someone else.
+	ErrLeaseNotHeld = errors.New("lease not held")
 )
 
 // Driver is one database holding a drover state store.
@@ -59,6 +62,10 @@ type Executor interface {
 	TaskInsertMany(ctx context.Context, tasks []*drovertype.Task) (inserted []bool, err error)
 	TaskGet(ctx context.Context, id string) (*drovertype.Task, error)
 	TaskGetMany(ctx context.Context, ids []string) ([]*drovertype.Task, error)
+	// TaskGetManyWithSteps is TaskGetMany and StepListByTasks of the same
+	// IDs in one call (inside a transaction both lock their rows, the tasks
+	// first), so that a driver can fetch both in one round trip.
+	TaskGetManyWithSteps(ctx context.Context, ids []string) ([]*drovertype.Task, []*drovertype.Step, error)
 	TaskList(ctx context.Context, p TaskListParams) ([]*drovertype.Task, error)
 	TaskCountByState(ctx context.Context) (map[drovertype.ProcessState]int, error)
 	TaskCountLockedBy(ctx context.Context, instance string) (int, error)
@@ -134,6 +141,14 @@ type Executor interface {
 	// increments whenever the holder changes.
 	LeaseAcquire(ctx context.Context, p LeaseParams) (lease *drovertype.Lease, acquired bool, err error)
 	LeaseGet(ctx context.Context, name string) (*drovertype.Lease, error)
+	// LeaseCheck fails with ErrLeaseNotHeld unless holder holds the named
+	// lease at now (ExpiresAt after now); inside a transaction it locks the
+	// lease row until the transaction ends, as LeaseGet does. It is the
+	// fence a holder runs first in its transactions. A driver may send the
+	// check together with the transaction's next statement: its failure
+	// then surfaces from that statement or from the commit, and nothing of
+	// the transaction commits.
+	LeaseCheck(ctx context.Context, name, holder string, now time.Time) error
 	// LeaseRelease gives the lease up if Holder holds it in Term.
 	LeaseRelease(ctx context.Context, name, holder string, term int64) error
 

@@ -187,6 +187,25 @@ func load(ctx context.Context, x store.Executor, tasks []*dt.Task) (map[string]*
 	return m, nil
 }
 
+// loadMany reads tasks by ID with their steps (TaskGetManyWithSteps: one
+// round trip where the driver can).
+func loadMany(ctx context.Context, x store.Executor, ids []string) (map[string]*loaded, error) {
+	tasks, steps, err := x.TaskGetManyWithSteps(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]*loaded, len(tasks))
+	for _, t := range tasks {
+		m[t.ID] = &loaded{task: t}
+	}
+	for _, s := range steps {
+		if l := m[s.TaskID]; l != nil {
+			l.steps = append(l.steps, s)
+		}
+	}
+	return m, nil
+}
+
 func ev(t *dt.Task, step int, typ dt.EventType, actor string, now time.Time) *dt.Event {
 	return &dt.Event{TaskID: t.ID, StepIndex: step, Type: typ, State: t.ProcessState, Actor: actor, CreatedAt: now}
 }
@@ -477,11 +496,7 @@ func (m *Machine) ApplyReplies(ctx context.Context, x store.Executor, now time.T
 			ids = append(ids, r.TaskID)
 		}
 	}
-	tasks, err := x.TaskGetMany(ctx, ids)
-	if err != nil {
-		return nil, 0, err
-	}
-	ls, err := load(ctx, x, tasks)
+	ls, err := loadMany(ctx, x, ids)
 	if err != nil {
 		return nil, 0, err
 	}

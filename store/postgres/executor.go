@@ -559,7 +559,39 @@ func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt
 		return nil, nil
 	}
 	var out []*dt.Step
-	err := e.each(ctx, "list steps", e.pick(e.d.q.stepList, e.d.q.stepListLock), []any{taskIDs}, func(r rows) error {
+	if err := e.each(ctx, "list steps", e.pick(e.d.q.stepList, e.d.q.stepListLock), []any{taskIDs}, scanStep(&out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// TaskGetManyWithSteps implements store.Executor: in a transaction both
+// reads go out in one pipeline, one round trip.
+func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) ([]*dt.Task, []*dt.Step, error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	var (
+		tasks []*dt.Task
+		steps []*dt.Step
+	)
+	if err := e.later(ctx, "get tasks", e.pick(e.d.q.taskGetMany, e.d.q.taskGetManyLock), []any{ids}, scanTask(&tasks), nil); err != nil {
+		return nil, nil, err
+	}
+	if err := e.later(ctx, "list steps", e.pick(e.d.q.stepList, e.d.q.stepListLock), []any{ids}, scanStep(&steps), nil); err != nil {
+		return nil, nil, err
+	}
+	if e.p != nil {
+		if err := e.p.flush(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	return tasks, steps, nil
+}
+
+// scanStep appends each row, read as stepCols, to out.
+func scanStep(out *[]*dt.Step) func(r rows) error {
+	return func(r rows) error {
 		var (
 			s                                 dt.Step
 			timeout                           int64
@@ -581,13 +613,9 @@ func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt
 		s.StartedAt = fromTS(startedAt)
 		s.FinishedAt = fromTS(finishedAt)
 		s.UpdatedAt = s.UpdatedAt.UTC()
-		out = append(out, &s)
+		*out = append(*out, &s)
 		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	return out, nil
 }
 
 func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.Step) error {
@@ -914,6 +942,27 @@ func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error)
 		return nil, fmt.Errorf("lease %q: %w", name, store.ErrNotFound)
 	}
 	return l, nil
+}
+
+// LeaseCheck implements store.Executor. In a pipelined transaction the
+// read goes out with the next statement (its result is checked when that
+// one's is read), and the COMMIT is never sent before the check has been
+// read: see pipe.unchecked.
+func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time.Time) error {
+	var l *dt.Lease
+	err := e.later(ctx, "check lease", e.pick(e.d.q.leaseGet, e.d.q.leaseGetLock), []any{name}, scanLease(&l), func() error {
+		switch {
+		case l == nil:
+			return fmt.Errorf("lease %q: %w", name, store.ErrLeaseNotHeld)
+		case l.Holder != holder || !now.Before(l.ExpiresAt):
+			return fmt.Errorf("lease %q held by %q until %s: %w", name, l.Holder, l.ExpiresAt.Format(time.RFC3339Nano), store.ErrLeaseNotHeld)
+		}
+		return nil
+	})
+	if e.p != nil {
+		e.p.unchecked = true
+	}
+	return err
 }
 
 func (e *executor) LeaseRelease(ctx context.Context, name, holder string, term int64) error {

@@ -42,6 +42,10 @@ type pipe struct {
 	// reads (see doc.go). Reads that look at events send it first
 	// (sendTail).
 	tail pgx.Batch
+	// unchecked: a queued statement checks a condition in its result
+	// callback (LeaseCheck), so the COMMIT must not go out in the same
+	// pipeline, before that callback has run.
+	unchecked bool
 }
 
 func (p *pipe) later(what, sql string, args []any, fn func(pgx.BatchResults) error) {
@@ -112,6 +116,7 @@ func (p *pipe) flush(ctx context.Context) error {
 	b := p.queued
 	p.queued = pgx.Batch{}
 	p.open = p.begun
+	p.unchecked = false
 	return p.c.SendBatch(ctx, &b).Close()
 }
 
@@ -162,6 +167,11 @@ func (p *pipe) run(ctx context.Context, what, sql string, args []any, scan func(
 func (p *pipe) commit(ctx context.Context) error {
 	if !p.begun {
 		return nil // nothing ran: no transaction to end
+	}
+	if p.unchecked {
+		if err := p.flush(ctx); err != nil {
+			return err
+		}
 	}
 	p.sendTail()
 	var tag string

@@ -471,6 +471,20 @@ func TestReadsInTxLockRows(t *testing.T) {
 			return err
 		},
 		"LeaseGet": func(ctx context.Context, x store.Executor) error { _, err := x.LeaseGet(ctx, "sup"); return err },
+		"TaskGetManyWithSteps": func(ctx context.Context, x store.Executor) error {
+			tasks, steps, err := x.TaskGetManyWithSteps(ctx, []string{"held"})
+			if err == nil && (len(tasks) != 1 || len(steps) != 1) {
+				err = fmt.Errorf("TaskGetManyWithSteps = %d tasks, %d steps; want 1, 1", len(tasks), len(steps))
+			}
+			return err
+		},
+		"LeaseCheck": func(ctx context.Context, x store.Executor) error {
+			if err := x.LeaseCheck(ctx, "sup", "A", now); err != nil {
+				return err
+			}
+			_, err := x.TaskCountActive(ctx) // sends the queued check; locks nothing itself
+			return err
+		},
 	}
 	for name, read := range reads {
 		t.Run(name, func(t *testing.T) {

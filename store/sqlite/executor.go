@@ -719,3 +719,32 @@ func (e *executor) LeaseRelease(ctx context.Context, name, holder string, term i
 // Notify implements store.Executor. SQLite has no cross-process
 // notifications: processes sharing a file find new work by polling.
 func (e *executor) Notify(context.Context, string) error { return nil }
+
+// TaskGetManyWithSteps implements store.Executor: on SQLite a round trip
+// costs nothing, so it is the two reads.
+func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) ([]*dt.Task, []*dt.Step, error) {
+	tasks, err := e.TaskGetMany(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	steps, err := e.StepListByTasks(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tasks, steps, nil
+}
+
+// LeaseCheck implements store.Executor.
+func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time.Time) error {
+	l, err := e.LeaseGet(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("lease %q: %w", name, store.ErrLeaseNotHeld)
+	}
+	if err != nil {
+		return err
+	}
+	if l.Holder != holder || !now.Before(l.ExpiresAt) {
+		return fmt.Errorf("lease %q held by %q until %s: %w", name, l.Holder, l.ExpiresAt.Format(time.RFC3339Nano), store.ErrLeaseNotHeld)
+	}
+	return nil
+}

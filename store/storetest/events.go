@@ -24,6 +24,56 @@ func leaseCases() []testCase {
 		{"AcquireRenewTakeover", testLeaseAcquire},
 		{"Release", testLeaseRelease},
 		{"GetNotFound", testLeaseGetNotFound},
+		{"CheckFencesTransaction", testLeaseCheck},
+	}
+}
+
+// LeaseCheck passes for the holder before expiry; otherwise the transaction
+// fails with ErrLeaseNotHeld, wherever the driver reports it, and none of
+// its writes commit, even a write that follows the check with no read in
+// between.
+func testLeaseCheck(t *testing.T, d store.Driver) {
+	acquire(t, d, "inst", "A", base, 10*time.Second)
+	insertTasks(t, d, newTask("t"))
+	ctx := context.Background()
+	run := func(holder, name string, now time.Time, read bool) error {
+		return d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			if err := x.LeaseCheck(ctx, name, holder, now); err != nil {
+				return err
+			}
+			tk := newTask("t")
+			tk.ProcessState, tk.LastError = dt.Error, "fenced write by "+holder
+			if err := x.TaskUpdateMany(ctx, []*dt.Task{tk}); err != nil {
+				return err
+			}
+			if read {
+				_, err := x.TaskGet(ctx, "t")
+				return err
+			}
+			return nil
+		})
+	}
+	for _, read := range []bool{false, true} {
+		for _, c := range []struct {
+			what, holder, name string
+			now                time.Time
+		}{
+			{"another holder", "B", "inst", at(time.Second)},
+			{"the holder at expiry", "A", "inst", at(10 * time.Second)},
+			{"a missing lease", "A", "none", at(time.Second)},
+		} {
+			err := run(c.holder, c.name, c.now, read)
+			wantErrIs(t, err, store.ErrLeaseNotHeld, fmt.Sprintf("LeaseCheck of %s (read after the write: %v)", c.what, read))
+			if got := getTask(t, d, "t"); got.ProcessState != dt.Pending {
+				t.Fatalf("LeaseCheck of %s failed, yet the transaction's write committed: task is %s (%s)", c.what, got.ProcessState, got.LastError)
+			}
+		}
+	}
+	if err := run("A", "inst", at(time.Second), false); err != nil {
+		t.Fatalf("LeaseCheck of the holder before expiry: %v", err)
+	}
+	if got := getTask(t, d, "t"); got.ProcessState != dt.Error {
+		t.Fatalf("the holder's write did not commit: task is %s", got.ProcessState)
 	}
 }
 

@@ -18,6 +18,7 @@ func taskCases() []testCase {
 		{"InsertConflict", testTaskInsertConflict},
 		{"GetNotFound", testTaskGetNotFound},
 		{"GetMany", testTaskGetMany},
+		{"GetManyWithSteps", testTaskGetManyWithSteps},
 		{"List", testTaskList},
 		{"CountByState", testTaskCountByState},
 		{"ClaimClaimable", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, false) }},
@@ -115,6 +116,48 @@ func testTaskGetMany(t *testing.T, d store.Driver) {
 	if err != nil || len(got) != 0 {
 		t.Fatalf("TaskGetMany(nil) = %v, %v; want nothing", taskIDs(got), err)
 	}
+}
+
+func testTaskGetManyWithSteps(t *testing.T, d store.Driver) {
+	a, b, c := newTask("a"), fullTask("b"), newTask("c")
+	insertTasks(t, d, a, b, c)
+	insertSteps(t, d, newStep("a", 1), newStep("b", 0), newStep("a", 0))
+	ids := []string{"c", "missing", "b", "a"}
+	check := func(what string, x store.Executor) {
+		tasks, steps, err := x.TaskGetManyWithSteps(context.Background(), ids)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		wantTasks, err := x.TaskGetMany(context.Background(), ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantSteps, err := x.StepListByTasks(context.Background(), ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameSet(taskIDs(tasks), []string{"a", "b", "c"}) {
+			t.Fatalf("%s: tasks %v, want a, b, c", what, taskIDs(tasks))
+		}
+		for _, g := range tasks {
+			for _, w := range wantTasks {
+				if w.ID == g.ID {
+					checkEqual(t, what+": task "+g.ID, g, w)
+				}
+			}
+		}
+		if len(steps) != 3 || len(wantSteps) != 3 {
+			t.Fatalf("%s: %d steps (StepListByTasks: %d), want 3", what, len(steps), len(wantSteps))
+		}
+		for i := range steps {
+			checkEqual(t, fmt.Sprintf("%s: step %d", what, i), steps[i], wantSteps[i])
+		}
+		if tasks, steps, err := x.TaskGetManyWithSteps(context.Background(), nil); err != nil || len(tasks)+len(steps) != 0 {
+			t.Fatalf("%s: of no IDs = %v, %d steps, %v; want nothing", what, taskIDs(tasks), len(steps), err)
+		}
+	}
+	check("Reader", d.Reader())
+	inTx(t, d, func(ctx context.Context, x store.Executor) error { check("in a transaction", x); return nil })
 }
 
 func testTaskList(t *testing.T, d store.Driver) {
