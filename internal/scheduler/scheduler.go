@@ -11,6 +11,7 @@ package scheduler
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,6 +161,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			// Let the goroutines this tick started run first: an agent in
+			// this process that answers at once then has its reply in the
+			// inbox for the next tick, instead of waiting a whole tick
+			// more (new goroutines otherwise wait until this one blocks,
+			// which is in the next tick's first round trip).
+			runtime.Gosched()
 			continue
 		}
 		select {
