@@ -399,8 +399,26 @@ func (e *executor) TaskCountByState(ctx context.Context) (map[dt.ProcessState]in
 	return out, nil
 }
 
-func (e *executor) TaskCountLockedBy(ctx context.Context, instance string) (int, error) {
-	return e.count(ctx, "count held tasks", e.d.q.taskCountLockedBy, instance)
+// TaskCountLockedBy runs often (each scheduler recounts what it holds), and
+// on the Reader in a short transaction of its own, so that it too runs
+// with sequential scans off: without planner statistics it would otherwise
+// scan every task ever run (see begin in pipeline.go).
+func (e *executor) TaskCountLockedBy(ctx context.Context, instance string) (n int, err error) {
+	err = e.indexed(ctx, func(x *executor) error {
+		n, err = x.count(ctx, "count held tasks", e.d.q.taskCountLockedBy, instance)
+		return err
+	})
+	return n, err
+}
+
+// indexed runs fn on e inside a transaction, or else in a read-only
+// transaction of its own, which drover's pipelined transactions begin with
+// sequential scans off.
+func (e *executor) indexed(ctx context.Context, fn func(x *executor) error) error {
+	if e.tx {
+		return fn(e)
+	}
+	return e.d.inPipelineTx(ctx, func(p *pipe) error { return fn(&executor{d: e.d, p: p}) })
 }
 
 func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
@@ -435,8 +453,12 @@ func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*d
 	return ts, err
 }
 
-func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*dt.Task, error) {
-	return e.tasks(ctx, "list held tasks", e.d.q.taskListLockedBy, instance, limit)
+func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit int) (ts []*dt.Task, err error) {
+	err = e.indexed(ctx, func(x *executor) error {
+		ts, err = x.tasks(ctx, "list held tasks", e.d.q.taskListLockedBy, instance, limit)
+		return err
+	})
+	return ts, err
 }
 
 func (e *executor) TaskListExpired(ctx context.Context, now time.Time, limit int) ([]*dt.Task, error) {
