@@ -79,6 +79,10 @@ type Executor interface {
 	// Processing or Compensating); Compensating tasks have started and are
 	// not held back. Pending tasks become Processing. Oldest first.
 	TaskClaim(ctx context.Context, p TaskClaimParams) ([]*drovertype.Task, error)
+	// TaskClaimWithSteps is TaskClaim followed by StepListByTasks of the
+	// claimed tasks, in one call, so that a driver can do both in one round
+	// trip. The steps come by task ID and index.
+	TaskClaimWithSteps(ctx context.Context, p TaskClaimParams) ([]*drovertype.Task, []*drovertype.Step, error)
 	// TaskListLockedBy returns the non-final tasks an instance holds.
 	TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*drovertype.Task, error)
 	// TaskListExpired returns held tasks whose CompleteBy is before Now.

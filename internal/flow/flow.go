@@ -170,21 +170,14 @@ type loaded struct {
 
 func load(ctx context.Context, x store.Executor, tasks []*dt.Task) (map[string]*loaded, error) {
 	ids := make([]string, len(tasks))
-	m := make(map[string]*loaded, len(tasks))
 	for i, t := range tasks {
 		ids[i] = t.ID
-		m[t.ID] = &loaded{task: t}
 	}
 	steps, err := x.StepListByTasks(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range steps {
-		if l := m[s.TaskID]; l != nil {
-			l.steps = append(l.steps, s)
-		}
-	}
-	return m, nil
+	return group(tasks, steps), nil
 }
 
 // loadMany reads tasks by ID with their steps (TaskGetManyWithSteps: one
@@ -194,6 +187,11 @@ func loadMany(ctx context.Context, x store.Executor, ids []string) (map[string]*
 	if err != nil {
 		return nil, err
 	}
+	return group(tasks, steps), nil
+}
+
+// group puts steps (ordered by task and index) with their tasks.
+func group(tasks []*dt.Task, steps []*dt.Step) map[string]*loaded {
 	m := make(map[string]*loaded, len(tasks))
 	for _, t := range tasks {
 		m[t.ID] = &loaded{task: t}
@@ -203,7 +201,7 @@ func loadMany(ctx context.Context, x store.Executor, ids []string) (map[string]*
 			l.steps = append(l.steps, s)
 		}
 	}
-	return m, nil
+	return m
 }
 
 func ev(t *dt.Task, step int, typ dt.EventType, actor string, now time.Time) *dt.Event {
@@ -342,14 +340,11 @@ func (m *Machine) Discard() { m.pending = tally{} }
 func (m *Machine) Claim(ctx context.Context, x store.Executor, now time.Time, limit int) (reqs []*dt.AgentRequest, claimed, released int, err error) {
 	// WriteLater: advance writes every claimed task below (dispatch or
 	// release), so the claim need not write them too.
-	tasks, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true})
+	tasks, steps, err := x.TaskClaimWithSteps(ctx, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true})
 	if err != nil || len(tasks) == 0 {
 		return nil, 0, 0, err
 	}
-	ls, err := load(ctx, x, tasks)
-	if err != nil {
-		return nil, 0, 0, err
-	}
+	ls := group(tasks, steps)
 	b := newBatch()
 	for _, t := range tasks {
 		m.advance(b, ls[t.ID], now)

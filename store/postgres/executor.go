@@ -442,15 +442,90 @@ func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*d
 		return e.tasks(ctx, "claim tasks", e.d.q.taskClaim, p.Instance, p.Now, p.Limit)
 	}
 	ts, err := e.tasks(ctx, "claim tasks", e.d.q.taskClaimLock, p.Now, p.Limit)
+	claimedLater(ts, p)
+	return ts, err
+}
+
+// claimedLater sets what the claiming UPDATE would have on tasks a
+// WriteLater claim only locked; the caller writes them.
+func claimedLater(ts []*dt.Task, p store.TaskClaimParams) {
 	for _, t := range ts {
-		// As the claiming UPDATE would have left them; the caller writes them.
 		t.LockedBy = p.Instance
 		if t.ProcessState == dt.Pending {
 			t.ProcessState = dt.Processing
 		}
 		t.UpdatedAt = time.UnixMicro(p.Now.UnixMicro()).UTC() // as stored
 	}
-	return ts, err
+}
+
+// TaskClaimWithSteps implements store.Executor. With WriteLater, in a
+// transaction, it is one statement (tTaskClaimLockSteps); otherwise the two
+// calls.
+func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, []*dt.Step, error) {
+	if !p.WriteLater || e.p == nil {
+		tasks, err := e.TaskClaim(ctx, p)
+		if err != nil || len(tasks) == 0 {
+			return tasks, nil, err
+		}
+		ids := make([]string, len(tasks))
+		for i, t := range tasks {
+			ids[i] = t.ID
+		}
+		steps, err := e.StepListByTasks(ctx, ids)
+		if err != nil {
+			return nil, nil, err
+		}
+		return tasks, steps, nil
+	}
+	if err := e.write("claim tasks"); err != nil {
+		return nil, nil, err
+	}
+	var (
+		tasks []*dt.Task
+		steps []*dt.Step
+	)
+	nTask, nStep := len(strings.Split(taskCols, ",")), len(strings.Split(stepCols, ","))
+	asTask, asStep := scanTask(&tasks), scanStep(&steps)
+	err := e.each(ctx, "claim tasks", e.d.q.taskClaimLockSteps, []any{p.Now, p.Limit}, func(r rows) error {
+		pr, ok := r.(pgx.Rows)
+		if !ok {
+			return fmt.Errorf("rows of type %T", r)
+		}
+		if pr.RawValues()[0] == nil { // a step row
+			return asStep(padded{r, nTask, 0})
+		}
+		return asTask(padded{r, 0, nStep})
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sort.Slice(tasks, func(i, j int) bool {
+		if !tasks[i].AvailableAt.Equal(tasks[j].AvailableAt) {
+			return tasks[i].AvailableAt.Before(tasks[j].AvailableAt)
+		}
+		return tasks[i].ID < tasks[j].ID
+	})
+	claimedLater(tasks, p)
+	return tasks, steps, nil
+}
+
+// padded scans a row whose first before and last after columns belong to
+// another kind of row (and are NULL here) into dest.
+type padded struct {
+	rows
+	before, after int
+}
+
+func (p padded) Scan(dest ...any) error {
+	all := make([]any, 0, p.before+len(dest)+p.after)
+	for range p.before {
+		all = append(all, new(any))
+	}
+	all = append(all, dest...)
+	for range p.after {
+		all = append(all, new(any))
+	}
+	return p.rows.Scan(all...)
 }
 
 func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit int) (ts []*dt.Task, err error) {

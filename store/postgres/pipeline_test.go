@@ -419,3 +419,45 @@ func TestOwnTransactionsAvoidSequentialScans(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A claim tick is two round trips: the claim with the claimed tasks' steps
+// (one statement, TaskClaimWithSteps with WriteLater), then the writes with
+// the COMMIT.
+func TestClaimWithStepsRoundTrips(t *testing.T) {
+	t.Parallel()
+	d, rt, _ := tracedDriver(t)
+	ctx := context.Background()
+	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
+	insert(t, d, task("a", now), task("b", now))
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.StepInsertMany(ctx, []*dt.Step{
+			{TaskID: "a", Index: 0, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending, IdempotencyKey: "a/0/s", UpdatedAt: now},
+			{TaskID: "b", Index: 0, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending, IdempotencyKey: "b/0/s", UpdatedAt: now},
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := rt.n.Load()
+	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		tasks, steps, err := x.TaskClaimWithSteps(ctx, store.TaskClaimParams{Instance: "s1", Now: now, Limit: 10, WriteLater: true})
+		if err != nil {
+			return err
+		}
+		if len(tasks) != 2 || len(steps) != 2 {
+			t.Errorf("claimed %d tasks with %d steps, want 2 and 2", len(tasks), len(steps))
+		}
+		if err := x.TaskUpdateMany(ctx, tasks); err != nil {
+			return err
+		}
+		return x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a", StepIndex: 0, Type: dt.EventStepStarted, CreatedAt: now}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.n.Load() - before; got != 2 {
+		t.Errorf("claim tick took %d round trips, want 2", got)
+	}
+	if got, err := d.Reader().TaskGet(ctx, "a"); err != nil || got.LockedBy != "s1" {
+		t.Errorf("task a after the tick: %+v, %v; want locked by s1", got, err)
+	}
+}

@@ -273,10 +273,28 @@ var tTaskClaimLock = `SELECT ` + prefixed("c", taskCols) + ` FROM {s}.tasks AS c
  ORDER BY c.available_at, c.id LIMIT $2
  FOR UPDATE OF c SKIP LOCKED`
 
+// tTaskClaimLockSteps is tTaskClaimLock that also returns the claimed
+// tasks' steps, locked, in the same statement: the claim runs in a
+// MATERIALIZED CTE, the steps of the tasks it locked are read in a second
+// one, and the result is the task rows followed by the step rows, each
+// padded with NULLs where the other kind's columns are (a step row's first
+// column, the task ID, is NULL). The claim's order does not survive the
+// UNION: TaskClaimWithSteps sorts the tasks again.
+var tTaskClaimLockSteps = func() string {
+	nulls := func(n int) string { return strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ") }
+	nTask, nStep := len(strings.Split(taskCols, ",")), len(strings.Split(stepCols, ","))
+	return `WITH c AS MATERIALIZED (` + tTaskClaimLock + `),
+ s AS MATERIALIZED (SELECT ` + stepCols + ` FROM {s}.steps WHERE task_id IN (SELECT id FROM c)
+   ORDER BY task_id, step_index FOR UPDATE)
+ SELECT ` + taskCols + `, ` + nulls(nStep) + ` FROM c
+ UNION ALL
+ SELECT ` + nulls(nTask) + `, ` + stepCols + ` FROM s`
+}()
+
 // queries holds every statement with the schema filled in.
 type queries struct {
 	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
-	taskCountActive, taskDeleteFinished, taskClaim, taskClaimLock, taskListLockedBy, taskListExpired, taskListExpiredLock,
+	taskCountActive, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskListLockedBy, taskListExpired, taskListExpiredLock,
 	taskInsert, taskUpdate, taskList, orderingReserve string
 
 	stepList, stepListLock, stepInsert, stepUpdate string
@@ -315,6 +333,7 @@ func newQueries(quotedSchema string) *queries {
 		taskDeleteFinished:  r(tTaskDeleteFinished),
 		taskClaim:           r(tTaskClaim),
 		taskClaimLock:       r(tTaskClaimLock),
+		taskClaimLockSteps:  r(tTaskClaimLockSteps),
 		taskListLockedBy:    r(tTaskListLockedBy),
 		taskListExpired:     r(tTaskListExpired),
 		taskListExpiredLock: r(tTaskListExpiredLock),

@@ -21,11 +21,14 @@ func taskCases() []testCase {
 		{"GetManyWithSteps", testTaskGetManyWithSteps},
 		{"List", testTaskList},
 		{"CountByState", testTaskCountByState},
-		{"ClaimClaimable", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, false) }},
-		{"ClaimClaimableWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, true) }},
+		{"ClaimClaimable", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, plainClaim) }},
+		{"ClaimClaimableWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, writeLater) }},
+		{"ClaimClaimableWithSteps", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, withSteps) }},
 		{"ClaimOldestFirstAndLimit", testTaskClaimOldestFirst},
-		{"ClaimConcurrent", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, false) }},
-		{"ClaimConcurrentWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, true) }},
+		{"ClaimConcurrent", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, plainClaim) }},
+		{"ClaimConcurrentWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, writeLater) }},
+		{"ClaimConcurrentWithSteps", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, withSteps) }},
+		{"ClaimWithSteps", testTaskClaimWithSteps},
 		{"ListLockedBy", testTaskListLockedBy},
 		{"ListExpired", testTaskListExpired},
 		{"UpdateManyRoundTrip", testTaskUpdateMany},
@@ -281,20 +284,102 @@ func testTaskCountByState(t *testing.T, d store.Driver) {
 	})
 }
 
-// claimTasks claims in x; with writeLater it keeps TaskClaimParams'
-// promise and writes the claimed tasks back, as the scheduler does.
-func claimTasks(ctx context.Context, x store.Executor, p store.TaskClaimParams, writeLater bool) ([]*dt.Task, error) {
-	p.WriteLater = writeLater
-	got, err := x.TaskClaim(ctx, p)
-	if err != nil || !writeLater || len(got) == 0 {
+// claimMode picks how claimTasks claims.
+type claimMode int
+
+const (
+	plainClaim claimMode = iota
+	writeLater           // TaskClaim with WriteLater, then the caller's write
+	withSteps            // TaskClaimWithSteps with WriteLater, then the caller's write
+)
+
+// claimTasks claims in x; with WriteLater it keeps TaskClaimParams'
+// promise and writes the claimed tasks back, as the scheduler does. With
+// steps, it checks they are the claimed tasks' steps (StepListByTasks).
+func claimTasks(ctx context.Context, x store.Executor, p store.TaskClaimParams, mode claimMode) ([]*dt.Task, error) {
+	p.WriteLater = mode != plainClaim
+	var (
+		got   []*dt.Task
+		steps []*dt.Step
+		err   error
+	)
+	if mode == withSteps {
+		got, steps, err = x.TaskClaimWithSteps(ctx, p)
+	} else {
+		got, err = x.TaskClaim(ctx, p)
+	}
+	if err != nil || mode == plainClaim || len(got) == 0 {
 		return got, err
+	}
+	if mode == withSteps {
+		want, err := x.StepListByTasks(ctx, taskIDs(got))
+		if err != nil {
+			return nil, err
+		}
+		if len(steps) != len(want) {
+			return nil, fmt.Errorf("TaskClaimWithSteps returned %d steps, StepListByTasks %d", len(steps), len(want))
+		}
+		for i := range steps {
+			if steps[i].TaskID != want[i].TaskID || steps[i].Index != want[i].Index || steps[i].Attempt != want[i].Attempt {
+				return nil, fmt.Errorf("TaskClaimWithSteps step %d is %s/%d, want %s/%d", i, steps[i].TaskID, steps[i].Index, want[i].TaskID, want[i].Index)
+			}
+		}
 	}
 	return got, x.TaskUpdateMany(ctx, got)
 }
 
-// testTaskClaimClaimable: with writeLater the claim is followed by the
+// TaskClaimWithSteps claims the tasks TaskClaim would, and returns all
+// their steps, equal to StepListByTasks's, in task and index
+// order; tasks without steps are claimed too.
+func testTaskClaimWithSteps(t *testing.T, d store.Driver) {
+	var tasks []*dt.Task
+	for i := range 4 {
+		tk := newTask(fmt.Sprintf("t%d", 9-i)) // IDs sort against age
+		tk.AvailableAt = at(time.Duration(i) * time.Second)
+		tasks = append(tasks, tk)
+	}
+	insertTasks(t, d, tasks...)
+	insertSteps(t, d, newStep("t9", 1), newStep("t9", 0), newStep("t7", 0), newStep("t6", 2), newStep("t6", 0), newStep("t6", 1))
+	for _, writeLater := range []bool{true, false} {
+		var (
+			got   []*dt.Task
+			steps []*dt.Step
+			want  []*dt.Step
+		)
+		err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+			var err error
+			got, steps, err = x.TaskClaimWithSteps(ctx, store.TaskClaimParams{Instance: "s", Now: at(time.Hour), Limit: 3, WriteLater: writeLater})
+			if err != nil {
+				return err
+			}
+			if want, err = x.StepListByTasks(ctx, taskIDs(got)); err != nil {
+				return err
+			}
+			return errors.New("roll back") // claim again in the next round
+		})
+		if err == nil || err.Error() != "roll back" {
+			t.Fatalf("WriteLater %v: %v", writeLater, err)
+		}
+		if ids := taskIDs(got); !sameSet(ids, []string{"t9", "t8", "t7"}) {
+			t.Errorf("WriteLater %v: claimed %v, want the three oldest t9, t8, t7", writeLater, ids)
+		}
+		for _, tk := range got {
+			if tk.LockedBy != "s" || tk.ProcessState != dt.Processing || !tk.UpdatedAt.Equal(at(time.Hour)) {
+				t.Errorf("WriteLater %v: %s returned %s locked by %q updated %s; want Processing locked by s at Now", writeLater, tk.ID, tk.ProcessState, tk.LockedBy, tk.UpdatedAt)
+			}
+		}
+		if len(steps) != 3 || len(want) != 3 {
+			t.Fatalf("WriteLater %v: %d steps (StepListByTasks %d), want 3 (t7's and t9's)", writeLater, len(steps), len(want))
+		}
+		for i := range steps {
+			checkEqual(t, fmt.Sprintf("WriteLater %v: step %d", writeLater, i), steps[i], want[i])
+		}
+	}
+}
+
+// testTaskClaimClaimable: with WriteLater the claim is followed by the
 // caller's write of the claimed tasks in the same transaction.
-func testTaskClaimClaimable(t *testing.T, d store.Driver, writeLater bool) {
+func testTaskClaimClaimable(t *testing.T, d store.Driver, writeLater claimMode) {
 	ctx := context.Background()
 	mk := func(id string, state dt.ProcessState, lockedBy string, avail time.Duration) *dt.Task {
 		tk := newTask(id)
@@ -407,7 +492,7 @@ func testTaskClaimOldestFirst(t *testing.T, d store.Driver) {
 	}
 }
 
-func testTaskClaimConcurrent(t *testing.T, d store.Driver, writeLater bool) {
+func testTaskClaimConcurrent(t *testing.T, d store.Driver, writeLater claimMode) {
 	const (
 		total    = 500
 		claimers = 8
