@@ -250,3 +250,22 @@ type StepRef struct {
 	TaskID string
 	Index  int
 }
+
+// ClaimThenListSteps is TaskClaimWithSteps as its two calls, TaskClaim then
+// StepListByTasks of the claimed tasks: for drivers, or paths of a driver,
+// that gain nothing from doing both at once.
+func ClaimThenListSteps(ctx context.Context, x Executor, p TaskClaimParams) ([]*drovertype.Task, []*drovertype.Step, error) {
+	tasks, err := x.TaskClaim(ctx, p)
+	if err != nil || len(tasks) == 0 {
+		return tasks, nil, err
+	}
+	ids := make([]string, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.ID
+	}
+	steps, err := x.StepListByTasks(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tasks, steps, nil
+}

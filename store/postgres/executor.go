@@ -463,19 +463,7 @@ func claimedLater(ts []*dt.Task, p store.TaskClaimParams) {
 // calls.
 func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, []*dt.Step, error) {
 	if !p.WriteLater || e.p == nil {
-		tasks, err := e.TaskClaim(ctx, p)
-		if err != nil || len(tasks) == 0 {
-			return tasks, nil, err
-		}
-		ids := make([]string, len(tasks))
-		for i, t := range tasks {
-			ids[i] = t.ID
-		}
-		steps, err := e.StepListByTasks(ctx, ids)
-		if err != nil {
-			return nil, nil, err
-		}
-		return tasks, steps, nil
+		return store.ClaimThenListSteps(ctx, e, p)
 	}
 	if err := e.write("claim tasks"); err != nil {
 		return nil, nil, err

@@ -243,14 +243,7 @@ var (
 	// partial index per such candidate (under the OR it stays a per-row
 	// subplan, never a scan of the whole index).
 	tTaskClaim = `WITH c AS MATERIALIZED (
-   SELECT c.id FROM {s}.tasks AS c
-   WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.available_at <= $2
-     AND (c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
-       SELECT 1 FROM {s}.tasks AS p
-       WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
-         AND p.process_state IN ('Pending','Processing','Compensating')))
-   ORDER BY c.available_at, c.id LIMIT $3
-   FOR UPDATE OF c SKIP LOCKED)
+   SELECT c.id FROM {s}.tasks AS c ` + claimable("$2", "$3") + `)
  UPDATE {s}.tasks AS t SET locked_by = $1,
    process_state = CASE t.process_state WHEN 'Pending' THEN 'Processing' ELSE t.process_state END,
    updated_at = $2
@@ -258,20 +251,25 @@ var (
  RETURNING ` + taskColsT
 )
 
+// claimable is the claim's WHERE, ORDER BY, LIMIT and row locks over
+// tasks AS c, with now and limit the statement's parameters.
+func claimable(now, limit string) string {
+	return `WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.available_at <= ` + now + `
+   AND (c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
+     SELECT 1 FROM {s}.tasks AS p
+     WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
+       AND p.process_state IN ('Pending','Processing','Compensating')))
+   ORDER BY c.available_at, c.id LIMIT ` + limit + `
+   FOR UPDATE OF c SKIP LOCKED`
+}
+
 // tTaskClaimLock is the claim when the caller writes the tasks itself
 // (TaskClaimParams.WriteLater): it only locks them, so each claimed row is
 // written once per dispatch instead of twice. A competing claim skips the
 // locked rows, and one that locks a row after this transaction committed
 // re-checks the row's new version (locked_by is set by then) under READ
 // COMMITTED.
-var tTaskClaimLock = `SELECT ` + prefixed("c", taskCols) + ` FROM {s}.tasks AS c
- WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.available_at <= $1
-   AND (c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
-     SELECT 1 FROM {s}.tasks AS p
-     WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
-       AND p.process_state IN ('Pending','Processing','Compensating')))
- ORDER BY c.available_at, c.id LIMIT $2
- FOR UPDATE OF c SKIP LOCKED`
+var tTaskClaimLock = `SELECT ` + prefixed("c", taskCols) + ` FROM {s}.tasks AS c ` + claimable("$1", "$2")
 
 // tTaskClaimLockSteps is tTaskClaimLock that also returns the claimed
 // tasks' steps, locked, in the same statement: the claim runs in a

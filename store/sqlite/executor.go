@@ -749,19 +749,8 @@ func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time
 	return nil
 }
 
-// TaskClaimWithSteps implements store.Executor as the two calls.
+// TaskClaimWithSteps implements store.Executor as the two calls: on SQLite
+// a round trip costs nothing.
 func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, []*dt.Step, error) {
-	tasks, err := e.TaskClaim(ctx, p)
-	if err != nil || len(tasks) == 0 {
-		return tasks, nil, err
-	}
-	ids := make([]string, len(tasks))
-	for i, t := range tasks {
-		ids[i] = t.ID
-	}
-	steps, err := e.StepListByTasks(ctx, ids)
-	if err != nil {
-		return nil, nil, err
-	}
-	return tasks, steps, nil
+	return store.ClaimThenListSteps(ctx, e, p)
 }
