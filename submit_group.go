@@ -1,9 +1,10 @@
 package drover
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/store"
@@ -12,16 +13,25 @@ import (
 // Group commit of Submit. Every transaction costs a commit (a WAL flush on
 // PostgreSQL, an fsync on SQLite) and a fixed amount of work per statement,
 // so Submit calls made at the same time by different goroutines of one
-// process share a transaction: while one group commits, the calls that
-// arrive queue up and go together in the next. A lone call still commits at
-// once. A group that fails is not the failure of every call in it: each
-// call then runs again in a transaction of its own, so it gets its own
-// outcome (ErrTaskConflict for one does not fail the others).
+// process share a transaction: while groups commit, the calls that arrive
+// queue up and go together in the next. A lone call still commits at once.
+//
+// A group is not a unit of failure: if its transaction fails, each of its
+// calls runs again alone (concurrently), so each gets its own outcome
+// (ErrTaskConflict for one does not fail the others). A call whose context
+// ends while it waits in the queue leaves the queue and is not submitted;
+// one whose context ends while its group's transaction runs cancels that
+// transaction, and the others in the group then run alone, so a cancelled
+// call's task commits only if the commit had already happened.
 
 const (
 	// maxGroupCalls and maxGroupInputBytes cap one group's transaction.
 	maxGroupCalls      = 512
 	maxGroupInputBytes = 4 << 20
+	// maxGroupsInFlight caps the group transactions running at once, so a
+	// group waiting on a lock (an ordering key another transaction holds,
+	// say) does not hold up every other Submit of the process.
+	maxGroupsInFlight = 4
 )
 
 // submitCall is one Submit waiting for its group's commit.
@@ -30,6 +40,7 @@ type submitCall struct {
 	sub  flow.Submission
 	task *Task
 	err  error
+	pan  any // a panic of the group's transaction, re-raised in the caller
 	done chan struct{}
 }
 
@@ -37,7 +48,7 @@ type submitCall struct {
 type submitGroups struct {
 	mu      sync.Mutex
 	queue   []*submitCall
-	running bool // a goroutine is committing groups
+	running int // goroutines committing groups
 }
 
 // submitOne submits one prepared task through the group commit.
@@ -46,20 +57,31 @@ func (c *Client) submitOne(ctx context.Context, sub flow.Submission) (*Task, err
 	g := &c.groups
 	g.mu.Lock()
 	g.queue = append(g.queue, call)
-	if !g.running {
-		g.running = true
+	if g.running < maxGroupsInFlight {
+		g.running++
 		go c.commitGroups()
 	}
 	g.mu.Unlock()
 	select {
 	case <-call.done:
-		return call.task, call.err
 	case <-ctx.Done():
-		// The group may still commit this task; as with any cancelled
-		// call, the caller cannot tell (a resubmit with the same ID is
-		// the idempotent way to find out).
-		return nil, ctx.Err()
+		g.mu.Lock()
+		for i, q := range g.queue {
+			if q == call { // still queued: leave, nothing was sent
+				g.queue = append(g.queue[:i:i], g.queue[i+1:]...)
+				g.mu.Unlock()
+				return nil, ctx.Err()
+			}
+		}
+		g.mu.Unlock()
+		// Taken by a group, whose transaction this cancels (see
+		// groupContext): wait for the real outcome, which comes soon.
+		<-call.done
 	}
+	if call.pan != nil {
+		panic(call.pan)
+	}
+	return call.task, call.err
 }
 
 // commitGroups commits queued calls, a group per transaction, until the
@@ -77,7 +99,7 @@ func (c *Client) commitGroups() {
 			n++
 		}
 		if n == 0 {
-			g.running = false
+			g.running--
 			g.mu.Unlock()
 			return
 		}
@@ -94,44 +116,57 @@ func (c *Client) commitGroups() {
 // commitGroup runs one group's transaction; if it fails, every call runs
 // alone so each gets its own result.
 func (c *Client) commitGroup(group []*submitCall) {
-	live := group[:0:0]
-	for _, call := range group {
-		if err := call.ctx.Err(); err != nil {
-			call.err = err
-			close(call.done)
-			continue
-		}
-		live = append(live, call)
-	}
-	if len(live) == 0 {
-		return
-	}
-	if len(live) > 1 {
-		subs := make([]flow.Submission, len(live))
-		for i, call := range live {
-			subs[i] = call.sub
-		}
-		ctx, stop := groupContext(live)
-		var out []*Task
-		err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			var err error
-			out, err = flow.Submit(ctx, x, subs)
-			return err
-		})
-		stop()
+	if len(group) > 1 {
+		out, err := c.submitTogether(group)
 		if err == nil {
 			c.wakeSchedulers()
-			for i, call := range live {
-				call.task = out[i]
+			given := map[*Task]bool{}
+			for i, call := range group {
+				t := out[i]
+				if given[t] { // the same ID twice in the group: each caller its own copy
+					t = cloneTask(t)
+				}
+				given[t] = true
+				call.task = t
 				close(call.done)
 			}
 			return
 		}
 	}
-	for _, call := range live {
-		call.task, call.err = c.submitAlone(call.ctx, call.sub)
-		close(call.done)
+	var wg sync.WaitGroup
+	for _, call := range group {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(call.done)
+			defer func() { call.pan = recover() }()
+			call.task, call.err = c.submitAlone(call.ctx, call.sub)
+		}()
 	}
+	wg.Wait()
+}
+
+// submitTogether submits the group's tasks in one transaction. A panic
+// inside it is handed to every caller (and the group reruns alone, where
+// it is raised again in each caller's goroutine).
+func (c *Client) submitTogether(group []*submitCall) (out []*Task, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	subs := make([]flow.Submission, len(group))
+	for i, call := range group {
+		subs[i] = call.sub
+	}
+	ctx, stop := groupContext(group)
+	defer stop()
+	err = c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		var err error
+		out, err = flow.Submit(ctx, x, subs)
+		return err
+	})
+	return out, err
 }
 
 // submitAlone submits one task in its own transaction.
@@ -150,20 +185,14 @@ func (c *Client) submitAlone(ctx context.Context, sub flow.Submission) (*Task, e
 }
 
 // groupContext returns a context for a group's transaction that keeps the
-// first call's values and is cancelled only once every call in the group
-// has been cancelled: one caller giving up must not abort the others'
-// submissions.
+// first call's values and is cancelled as soon as any call in the group is:
+// the transaction then rolls back and the others run alone, so a cancelled
+// call is not submitted behind its caller's back.
 func groupContext(calls []*submitCall) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(calls[0].ctx))
-	var left atomic.Int64
-	left.Store(int64(len(calls)))
 	stops := make([]func() bool, len(calls))
 	for i, call := range calls {
-		stops[i] = context.AfterFunc(call.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
+		stops[i] = context.AfterFunc(call.ctx, cancel)
 	}
 	return ctx, func() {
 		for _, stop := range stops {
@@ -171,4 +200,15 @@ func groupContext(calls []*submitCall) (context.Context, func()) {
 		}
 		cancel()
 	}
+}
+
+// cloneTask copies a task so two callers never share one.
+func cloneTask(t *Task) *Task {
+	c := *t
+	c.Input, c.Output = bytes.Clone(t.Input), bytes.Clone(t.Output)
+	if t.CompleteBy != nil {
+		at := *t.CompleteBy
+		c.CompleteBy = &at
+	}
+	return &c
 }

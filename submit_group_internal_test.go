@@ -31,17 +31,46 @@ func (g *gatedDriver) InTx(ctx context.Context, fn func(context.Context, store.E
 	g.mu.Unlock()
 	if gate != nil {
 		g.entered <- struct{}{}
-		<-gate
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return g.Driver.InTx(ctx, fn)
 }
 
-func (g *gatedDriver) close() {
+func (g *gatedDriver) close() { g.swap(nil) }
+
+// swap closes the gate (releasing the transactions waiting at it) and puts
+// next in its place.
+func (g *gatedDriver) swap(next chan struct{}) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.gate != nil {
 		close(g.gate)
-		g.gate = nil
+	}
+	g.gate = next
+}
+
+// fillSlots starts maxGroupsInFlight submits that wait at the gate, so
+// that the calls made next queue up; it returns their results.
+func fillSlots(t *testing.T, c *Client, g *gatedDriver) []chan submitResult {
+	t.Helper()
+	var held []chan submitResult
+	for i := range maxGroupsInFlight {
+		held = append(held, submitAsync(c, context.Background(), fmt.Sprintf("held%d", i), `0`))
+		<-g.entered
+	}
+	return held
+}
+
+func wantSubmitted(t *testing.T, held []chan submitResult) {
+	t.Helper()
+	for _, ch := range held {
+		if r := <-ch; r.err != nil {
+			t.Fatalf("a submit holding a slot: %v", r.err)
+		}
 	}
 }
 
@@ -104,25 +133,22 @@ func TestSubmitGroupCommit(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c, g := mk(t)
 			ctx := context.Background()
-			first := submitAsync(c, ctx, "first", `1`)
-			<-g.entered // the first call's transaction waits at the gate
+			held := fillSlots(t, c, g) // every group slot busy at the gate
 			var rest []chan submitResult
 			for i := range 10 {
 				rest = append(rest, submitAsync(c, ctx, fmt.Sprintf("t%d", i), fmt.Sprint(i)))
 			}
 			queued(t, c, 10)
 			g.close()
-			if r := <-first; r.err != nil || r.task.ID != "first" {
-				t.Fatalf("first: %v, %v", r.task, r.err)
-			}
+			wantSubmitted(t, held)
 			for i, ch := range rest {
 				r := <-ch
 				if r.err != nil || r.task.ID != fmt.Sprintf("t%d", i) || string(r.task.Input) != fmt.Sprint(i) {
 					t.Fatalf("call %d: %+v, %v", i, r.task, r.err)
 				}
 			}
-			if n := g.txs.Load(); n != 2 {
-				t.Errorf("%d transactions for 11 concurrent submits, want 2 (one, then a group of 10)", n)
+			if n, want := g.txs.Load(), int64(maxGroupsInFlight+1); n != want {
+				t.Errorf("%d transactions for %d concurrent submits, want %d (one per slot, then a group of 10)", n, maxGroupsInFlight+10, want)
 			}
 			for i := range 10 {
 				if _, err := c.Task(ctx, fmt.Sprintf("t%d", i)); err != nil {
@@ -147,8 +173,7 @@ func TestSubmitGroupFailureIsPerCall(t *testing.T) {
 			g.mu.Lock()
 			g.gate = make(chan struct{})
 			g.mu.Unlock()
-			first := submitAsync(c, ctx, "first", `1`)
-			<-g.entered
+			held := fillSlots(t, c, g)
 			ok1 := submitAsync(c, ctx, "ok1", `1`)
 			queued(t, c, 1)
 			bad := submitAsync(c, ctx, "taken", `"different"`)
@@ -158,9 +183,7 @@ func TestSubmitGroupFailureIsPerCall(t *testing.T) {
 			ok2 := submitAsync(c, ctx, "ok2", `2`)
 			queued(t, c, 4)
 			g.close()
-			if r := <-first; r.err != nil {
-				t.Fatal(r.err)
-			}
+			wantSubmitted(t, held)
 			for name, ch := range map[string]chan submitResult{"ok1": ok1, "ok2": ok2} {
 				if r := <-ch; r.err != nil || r.task.ID != name {
 					t.Errorf("%s: %+v, %v; a conflicting call in its group must not fail it", name, r.task, r.err)
@@ -183,8 +206,7 @@ func TestSubmitGroupCancelledWhileQueued(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c, g := mk(t)
 			ctx := context.Background()
-			first := submitAsync(c, ctx, "first", `1`)
-			<-g.entered
+			held := fillSlots(t, c, g)
 			cctx, cancel := context.WithCancel(ctx)
 			gone := submitAsync(c, cctx, "gone", `1`)
 			queued(t, c, 1)
@@ -194,15 +216,72 @@ func TestSubmitGroupCancelledWhileQueued(t *testing.T) {
 			if r := <-gone; !errors.Is(r.err, context.Canceled) {
 				t.Fatalf("cancelled call: %v, want context.Canceled", r.err)
 			}
+			queued(t, c, 1) // it left the queue
 			g.close()
-			if r := <-first; r.err != nil {
-				t.Fatal(r.err)
-			}
+			wantSubmitted(t, held)
 			if r := <-kept; r.err != nil {
 				t.Fatalf("kept: %v", r.err)
 			}
 			if _, err := c.Task(ctx, "gone"); !errors.Is(err, ErrTaskNotFound) {
 				t.Errorf("the cancelled call's task: %v, want ErrTaskNotFound", err)
+			}
+		})
+	}
+}
+
+// A call whose context ends while its group's transaction runs cancels
+// that transaction: it returns the context's error and is not submitted;
+// the others of the group then run alone and are.
+func TestSubmitGroupCancelledInFlight(t *testing.T) {
+	for name, mk := range groupTestClients(t) {
+		t.Run(name, func(t *testing.T) {
+			c, g := mk(t)
+			ctx := context.Background()
+			held := fillSlots(t, c, g)
+			cctx, cancel := context.WithCancel(ctx)
+			gone := submitAsync(c, cctx, "gone", `1`)
+			queued(t, c, 1)
+			kept := submitAsync(c, ctx, "kept", `1`)
+			queued(t, c, 2)
+			g.swap(make(chan struct{})) // the held calls go on; the group waits at the new gate
+			wantSubmitted(t, held)
+			<-g.entered // the group's transaction
+			cancel()
+			if r := <-gone; !errors.Is(r.err, context.Canceled) {
+				t.Fatalf("cancelled call: %v, want context.Canceled", r.err)
+			}
+			<-g.entered // kept, alone
+			g.close()
+			if r := <-kept; r.err != nil {
+				t.Fatalf("kept: %v", r.err)
+			}
+			if _, err := c.Task(ctx, "gone"); !errors.Is(err, ErrTaskNotFound) {
+				t.Errorf("the cancelled call's task: %v, want ErrTaskNotFound", err)
+			}
+		})
+	}
+}
+
+// Two calls of one group with the same ID and input each get their own
+// copy of the stored task.
+func TestSubmitGroupSameIDTwice(t *testing.T) {
+	for name, mk := range groupTestClients(t) {
+		t.Run(name, func(t *testing.T) {
+			c, g := mk(t)
+			ctx := context.Background()
+			held := fillSlots(t, c, g)
+			a := submitAsync(c, ctx, "same", `1`)
+			queued(t, c, 1)
+			b := submitAsync(c, ctx, "same", `1`)
+			queued(t, c, 2)
+			g.close()
+			wantSubmitted(t, held)
+			ra, rb := <-a, <-b
+			if ra.err != nil || rb.err != nil {
+				t.Fatalf("submits: %v, %v", ra.err, rb.err)
+			}
+			if ra.task == rb.task || ra.task.ID != "same" || rb.task.ID != "same" {
+				t.Errorf("both callers got %p and %p; want two copies of task same", ra.task, rb.task)
 			}
 		})
 	}
