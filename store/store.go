@@ -83,6 +83,13 @@ type Executor interface {
 	// claimed tasks, in one call, so that a driver can do both in one round
 	// trip. The steps come by task ID and index.
 	TaskClaimWithSteps(ctx context.Context, p TaskClaimParams) ([]*drovertype.Task, []*drovertype.Step, error)
+	// TaskGetAndClaim is TaskGetManyWithSteps of ids, then
+	// TaskClaimWithSteps of p (when p.Limit > 0), in one call: the reads of
+	// a scheduler tick, which a driver can send in one round trip. steps
+	// holds the steps of both sets, each once. A task of ids that is
+	// claimable (and, being locked by this transaction, not skipped) may
+	// come back in both sets.
+	TaskGetAndClaim(ctx context.Context, ids []string, p TaskClaimParams) (got, claimed []*drovertype.Task, steps []*drovertype.Step, err error)
 	// TaskListLockedBy returns the non-final tasks an instance holds.
 	TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*drovertype.Task, error)
 	// TaskListExpired returns held tasks whose CompleteBy is before Now.
@@ -268,4 +275,41 @@ func ClaimThenListSteps(ctx context.Context, x Executor, p TaskClaimParams) ([]*
 		return nil, nil, err
 	}
 	return tasks, steps, nil
+}
+
+// GetThenClaim is TaskGetAndClaim as its calls, TaskGetManyWithSteps then
+// TaskClaimWithSteps: for drivers, or paths of a driver, that gain nothing
+// from doing both at once.
+func GetThenClaim(ctx context.Context, x Executor, ids []string, p TaskClaimParams) (got, claimed []*drovertype.Task, steps []*drovertype.Step, err error) {
+	if len(ids) > 0 {
+		if got, steps, err = x.TaskGetManyWithSteps(ctx, ids); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if p.Limit > 0 {
+		var more []*drovertype.Step
+		if claimed, more, err = x.TaskClaimWithSteps(ctx, p); err != nil {
+			return nil, nil, nil, err
+		}
+		steps = AppendStepsOfOthers(steps, more, ids)
+	}
+	return got, claimed, steps, nil
+}
+
+// AppendStepsOfOthers appends to steps those of more whose task is not in
+// ids (whose steps steps already holds).
+func AppendStepsOfOthers(steps, more []*drovertype.Step, ids []string) []*drovertype.Step {
+	if len(ids) == 0 {
+		return append(steps, more...)
+	}
+	have := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		have[id] = true
+	}
+	for _, s := range more {
+		if !have[s.TaskID] {
+			steps = append(steps, s)
+		}
+	}
+	return steps
 }

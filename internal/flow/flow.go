@@ -502,6 +502,43 @@ func (m *Machine) ApplyReplies(ctx context.Context, x store.Executor, now time.T
 	return b.requests, b.released, b.flush(ctx, x)
 }
 
+// Tick applies replies and claims up to limit new tasks, dispatching each
+// one's next request, as one batch: the reads of both go to the store in
+// one call (TaskGetAndClaim), so a driver can send them in one round trip.
+// The claim therefore does not see what the replies change: a task whose
+// reply lets the next task of its ordering key start is reported by more,
+// so the caller ticks again. It returns the requests dispatched, how many
+// tasks it claimed, and how many held tasks it let go of.
+func (m *Machine) Tick(ctx context.Context, x store.Executor, now time.Time, replies []*dt.AgentReply, limit int) (reqs []*dt.AgentRequest, claimed, released int, more bool, err error) {
+	seen := map[string]bool{}
+	var ids []string
+	for _, r := range replies {
+		if !seen[r.TaskID] {
+			seen[r.TaskID] = true
+			ids = append(ids, r.TaskID)
+		}
+	}
+	got, cl, steps, err := x.TaskGetAndClaim(ctx, ids, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true})
+	if err != nil {
+		return nil, 0, 0, false, err
+	}
+	// A task can be in both sets: a late reply's task that the supervisor
+	// made claimable again (this transaction's own lock does not make the
+	// claim skip it). Its reply is discarded, since the task is not held,
+	// and discarding writes neither task nor step; the claimed copy is
+	// then dispatched. So the two sets are loaded apart.
+	held, fresh := group(got, steps), group(cl, steps)
+	b := newBatch()
+	for _, r := range replies {
+		m.applyReply(b, held[r.TaskID], r, now)
+	}
+	for _, t := range cl {
+		m.advance(b, fresh[t.ID], now)
+	}
+	err = b.flush(ctx, x)
+	return b.requests, len(cl), b.released, b.claimable, err
+}
+
 func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Time) {
 	var s *dt.Step
 	if l != nil && r.StepIndex >= 0 && r.StepIndex < len(l.steps) {

@@ -224,12 +224,13 @@ fill:
 		claimed    int
 		asked      int
 		fromStore  int
+		again      bool // a task of an ordering key became claimable
 	)
 	err = s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		// Read the clock once the write lock is held: waiting for it must
 		// not make a stale reply look on time, nor start a step late.
 		now := s.Clock.Now()
-		dispatched, released, claimed, asked, fromStore = nil, 0, 0, 0, 0
+		dispatched, released, claimed, asked, fromStore, again = nil, 0, 0, 0, 0, false
 		if s.Fence != nil {
 			if err := s.Fence(ctx, x, now); err != nil {
 				return err
@@ -244,22 +245,31 @@ fill:
 			fromStore = len(more)
 			all = append(all[:len(replies):len(replies)], more...)
 		}
-		reqs, rel, err := s.Machine.ApplyReplies(ctx, x, now, all)
-		dispatched, released = reqs, rel
+		if o.applyOnly {
+			reqs, rel, err := s.Machine.ApplyReplies(ctx, x, now, all)
+			dispatched, released = reqs, rel
+			return err
+		}
+		// The replies and the claim are read together (one round trip
+		// where the store can), so the claim asks for the room there is
+		// before this tick's replies free any.
+		asked = max(0, min(s.MaxInFlight-s.inFlight, s.ClaimBatch))
+		if len(all) == 0 && asked == 0 {
+			return nil
+		}
+		reqs, n, rel, more, err := s.Machine.Tick(ctx, x, now, all, asked)
+		dispatched, claimed, released, again = reqs, n, rel, more
 		if err != nil {
 			return err
 		}
-		if o.applyOnly {
-			return nil
-		}
-		asked = min(s.MaxInFlight-(s.inFlight-released), s.ClaimBatch)
-		if asked > 0 {
-			reqs, n, rel, err := s.Machine.Claim(ctx, x, now, asked)
+		// The replies made room and the claim was full: fill the room now.
+		if extra := min(s.MaxInFlight-(s.inFlight-released), s.ClaimBatch) - asked; extra > 0 && claimed == asked {
+			reqs, n, rel, err := s.Machine.Claim(ctx, x, now, extra)
 			dispatched = append(dispatched, reqs...)
 			if err != nil {
 				return err
 			}
-			claimed, released = n, released+rel
+			asked, claimed, released = asked+extra, claimed+n, released+rel
 		}
 		return nil
 	})
@@ -286,7 +296,7 @@ fill:
 	if len(dispatched) > 0 && s.OnDispatch != nil {
 		s.OnDispatch(dispatched)
 	}
-	busy = (asked > 0 && claimed == asked) || len(s.inbox) > 0 || fromStore == limit
+	busy = (asked > 0 && claimed == asked) || again || len(s.inbox) > 0 || fromStore == limit
 	return busy, nil
 }
 

@@ -32,7 +32,8 @@
 //
 // Transactions run at READ COMMITTED. Inside [Driver.InTx] (and InExternalTx)
 // the reads the engine bases a decision on — TaskGet, TaskGetMany,
-// TaskListExpired, StepListByTasks and LeaseGet — lock the rows they return
+// TaskGetManyWithSteps, TaskListExpired, StepListByTasks, LeaseGet and
+// LeaseCheck — lock the rows they return
 // with FOR UPDATE until the transaction ends, so the engine's
 // read-check-write is safe against other processes (the store package's
 // locking rule). Multi-row locking reads take their rows in primary-key
@@ -42,7 +43,12 @@
 // RequestClaim, RequestDeleteExpired and ReplyTake pick their rows with
 // FOR UPDATE SKIP LOCKED in a MATERIALIZED CTE (so the locking subquery runs
 // once and never locks more than its LIMIT), then update or delete exactly
-// those rows. Competing schedulers and agents each get different rows.
+// those rows. Competing schedulers and agents each get different rows. A
+// claim with TaskClaimParams.WriteLater (the scheduler's) only locks its
+// rows, SELECT … FOR UPDATE SKIP LOCKED with the LIMIT, and the caller
+// writes them in the same transaction; TaskClaimWithSteps and
+// TaskGetAndClaim also lock the steps of the tasks they return, as
+// StepListByTasks does, and LeaseCheck locks the lease row as LeaseGet does.
 //
 // Reads through [Driver.Reader] run on the pool and lock nothing; Reader
 // refuses writes.
@@ -133,7 +139,9 @@
 // guessed whole-table scans for lookups such as "the steps of these tasks",
 // whose cost grows with every task ever run. With the setting off the
 // planner uses an index whenever one applies. Transactions of the caller
-// (InExternalTx) and reads through Reader keep the session's setting.
+// (InExternalTx) and reads through Reader keep the session's setting,
+// except the Reader's count and list of one scheduler's held tasks, which
+// run often and so run in a short transaction of their own.
 //
 // # Time and errors
 //

@@ -411,9 +411,11 @@ func (e *executor) TaskCountLockedBy(ctx context.Context, instance string) (n in
 	return n, err
 }
 
-// indexed runs fn on e inside a transaction, or else in a read-only
-// transaction of its own, which drover's pipelined transactions begin with
-// sequential scans off.
+// indexed runs fn on e inside a transaction, or else in a short
+// transaction of its own, which, as every drover pipelined transaction,
+// begins with sequential scans off (two round trips instead of one; for
+// reads that run about once a second). In a caller's transaction
+// (InExternalTx) the caller's setting stays.
 func (e *executor) indexed(ctx context.Context, fn func(x *executor) error) error {
 	if e.tx {
 		return fn(e)
@@ -472,29 +474,68 @@ func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimPara
 		tasks []*dt.Task
 		steps []*dt.Step
 	)
+	if err := e.each(ctx, "claim tasks", e.d.q.taskClaimLockSteps, []any{p.Now, p.Limit}, scanClaimWithSteps(&tasks, &steps)); err != nil {
+		return nil, nil, err
+	}
+	claimedWithSteps(tasks, steps, p)
+	return tasks, steps, nil
+}
+
+// TaskGetAndClaim implements store.Executor: in a transaction, with
+// WriteLater, the three reads (tasks, their steps, the claim with its
+// steps) go out in one pipeline.
+func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.TaskClaimParams) (got, claimed []*dt.Task, steps []*dt.Step, err error) {
+	if e.p == nil || !p.WriteLater || p.Limit <= 0 || len(ids) == 0 {
+		return store.GetThenClaim(ctx, e, ids, p)
+	}
+	if err := e.write("claim tasks"); err != nil {
+		return nil, nil, nil, err
+	}
+	var more []*dt.Step
+	e.p.later("get tasks", e.d.q.taskGetManyLock, []any{ids}, scanFn(scanTask(&got), nil))
+	e.p.later("list steps", e.d.q.stepListLock, []any{ids}, scanFn(scanStep(&steps), nil))
+	e.p.later("claim tasks", e.d.q.taskClaimLockSteps, []any{p.Now, p.Limit}, scanFn(scanClaimWithSteps(&claimed, &more), nil))
+	if err := e.p.flush(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	claimedWithSteps(claimed, more, p)
+	return got, claimed, store.AppendStepsOfOthers(steps, more, ids), nil
+}
+
+// scanClaimWithSteps reads the rows of tTaskClaimLockSteps: a task row, or
+// a step row (its first column, the task ID, NULL).
+func scanClaimWithSteps(tasks *[]*dt.Task, steps *[]*dt.Step) func(rows) error {
 	nTask, nStep := len(strings.Split(taskCols, ",")), len(strings.Split(stepCols, ","))
-	asTask, asStep := scanTask(&tasks), scanStep(&steps)
-	err := e.each(ctx, "claim tasks", e.d.q.taskClaimLockSteps, []any{p.Now, p.Limit}, func(r rows) error {
+	asTask, asStep := scanTask(tasks), scanStep(steps)
+	return func(r rows) error {
 		pr, ok := r.(pgx.Rows)
 		if !ok {
 			return fmt.Errorf("rows of type %T", r)
 		}
-		if pr.RawValues()[0] == nil { // a step row
+		if pr.RawValues()[0] == nil {
 			return asStep(padded{r, nTask, 0})
 		}
 		return asTask(padded{r, 0, nStep})
-	})
-	if err != nil {
-		return nil, nil, err
 	}
+}
+
+// claimedWithSteps puts the rows of tTaskClaimLockSteps in order (a UNION
+// promises none): the tasks in claim order, the steps by task and index.
+// It also sets on the tasks what the caller will write.
+func claimedWithSteps(tasks []*dt.Task, steps []*dt.Step, p store.TaskClaimParams) {
 	sort.Slice(tasks, func(i, j int) bool {
 		if !tasks[i].AvailableAt.Equal(tasks[j].AvailableAt) {
 			return tasks[i].AvailableAt.Before(tasks[j].AvailableAt)
 		}
 		return tasks[i].ID < tasks[j].ID
 	})
+	sort.Slice(steps, func(i, j int) bool {
+		if steps[i].TaskID != steps[j].TaskID {
+			return steps[i].TaskID < steps[j].TaskID
+		}
+		return steps[i].Index < steps[j].Index
+	})
 	claimedLater(tasks, p)
-	return tasks, steps, nil
 }
 
 // padded scans a row whose first before and last after columns belong to

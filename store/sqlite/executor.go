@@ -754,3 +754,8 @@ func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time
 func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, []*dt.Step, error) {
 	return store.ClaimThenListSteps(ctx, e, p)
 }
+
+// TaskGetAndClaim implements store.Executor as its calls.
+func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.TaskClaimParams) ([]*dt.Task, []*dt.Task, []*dt.Step, error) {
+	return store.GetThenClaim(ctx, e, ids, p)
+}

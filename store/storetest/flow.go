@@ -22,6 +22,8 @@ func flowCases() []testCase {
 		{"ClaimDispatchesFirstStep", testFlowClaimDispatch},
 		{"RepliesAdvanceToProcessed", testFlowRepliesAdvance},
 		{"LateReplyAfterSupervisorReset", testFlowLateReplyAfterReset},
+		{"TickAppliesAndClaims", testFlowTick},
+		{"TickLateReplyForClaimableTask", testFlowTickLateReplyClaimable},
 		{"ReplyAfterCompleteByDiscarded", testFlowReplyAfterDeadline},
 		{"StaleRepliesDiscarded", testFlowStaleReplies},
 		{"PermanentFailurePolicyError", testFlowPermanentError},
@@ -112,6 +114,18 @@ func (e *env) claim(now time.Time) []*dt.AgentRequest {
 	})
 	e.m.Commit()
 	return reqs
+}
+
+// tick runs Machine.Tick: the replies, then a claim of up to limit tasks.
+func (e *env) tick(now time.Time, limit int, replies ...*dt.AgentReply) (reqs []*dt.AgentRequest, claimed int) {
+	e.t.Helper()
+	inTx(e.t, e.d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		reqs, claimed, _, _, err = e.m.Tick(ctx, x, now, replies, limit)
+		return err
+	})
+	e.m.Commit()
+	return reqs, claimed
 }
 
 func (e *env) apply(now time.Time, replies ...*dt.AgentReply) ([]*dt.AgentRequest, int) {
@@ -1063,4 +1077,47 @@ func testFlowConcurrentSchedulers(t *testing.T, d store.Driver) {
 			t.Errorf("task %s held by %q, dispatched by %q", id, tk.LockedBy, seen[id])
 		}
 	}
+}
+
+// One Tick applies a reply (dispatching the task's next step) and claims
+// another task (dispatching its first step).
+func testFlowTick(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	e.submit(orderWF(), "o1")
+	first := e.one(e.claim(base), "claim o1")
+	e.submit(orderWF(), "o2")
+	reqs, claimed := e.tick(at(time.Second), 10, ok(first, `"r1"`))
+	if claimed != 1 || len(reqs) != 2 {
+		t.Fatalf("tick: claimed %d, requests %v; want o2 claimed, o1/1 and o2/0 dispatched", claimed, reqKeys(reqs))
+	}
+	e.wantState("o1", dt.Processing, dt.Processed, dt.Processing, dt.Pending)
+	e.wantState("o2", dt.Processing, dt.Processing, dt.Pending, dt.Pending)
+	if n := e.c.RepliesApplied.Load(); n != 1 {
+		t.Errorf("RepliesApplied = %d, want 1", n)
+	}
+}
+
+// A late reply for a task the supervisor made claimable again: the tick
+// discards the reply and claims the task again (its own lock does not make
+// the claim skip it), dispatching attempt 2.
+func testFlowTickLateReplyClaimable(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	e.submit(orderWF(), "o1")
+	old := e.one(e.claim(base), "claim")
+	sv := e.leader("sup", at(20*time.Second), time.Minute)
+	e.mustSweep(sv, at(20*time.Second), 1)
+	e.wantState("o1", dt.Pending, dt.Pending, dt.Pending, dt.Pending)
+
+	reqs, claimed := e.tick(at(21*time.Second), 10, ok(old, `"late"`))
+	if claimed != 1 || len(reqs) != 1 || reqs[0].Attempt != 2 || reqs[0].StepIndex != 0 {
+		t.Fatalf("tick with the late reply: claimed %d, requests %v; want o1 claimed again, step 0 attempt 2", claimed, reqKeys(reqs))
+	}
+	tk, steps := e.wantState("o1", dt.Processing, dt.Processing, dt.Pending, dt.Pending)
+	if tk.LockedBy != "sched-1" || tk.CompleteBy == nil || steps[0].Attempt != 2 || steps[0].Output != nil {
+		t.Errorf("after the tick: task %+v step %+v", tk, steps[0])
+	}
+	if n := e.c.LateReplies.Load(); n != 1 {
+		t.Errorf("LateReplies = %d, want 1", n)
+	}
+	e.wantEvents("o1", "submitted step_started[0] step_timed_out[0] step_retry[0] reply_discarded[0] step_started[0]")
 }

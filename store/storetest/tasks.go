@@ -29,6 +29,7 @@ func taskCases() []testCase {
 		{"ClaimConcurrentWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, writeLater) }},
 		{"ClaimConcurrentWithSteps", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, withSteps) }},
 		{"ClaimWithSteps", testTaskClaimWithSteps},
+		{"GetAndClaim", testTaskGetAndClaim},
 		{"ListLockedBy", testTaskListLockedBy},
 		{"ListExpired", testTaskListExpired},
 		{"UpdateManyRoundTrip", testTaskUpdateMany},
@@ -161,6 +162,85 @@ func testTaskGetManyWithSteps(t *testing.T, d store.Driver) {
 	}
 	check("Reader", d.Reader())
 	inTx(t, d, func(ctx context.Context, x store.Executor) error { check("in a transaction", x); return nil })
+}
+
+// TaskGetAndClaim returns what TaskGetManyWithSteps and TaskClaimWithSteps
+// would, the steps of both sets together, each once.
+func testTaskGetAndClaim(t *testing.T, d store.Driver) {
+	held, late := newTask("held"), newTask("late")
+	held.ProcessState, held.LockedBy, held.CompleteBy = dt.Processing, "s", tp(at(time.Hour))
+	late.AvailableAt = at(-time.Minute)
+	c1, c2 := newTask("c1"), newTask("c2")
+	insertTasks(t, d, held, late, c1, c2)
+	insertSteps(t, d, newStep("held", 0), newStep("late", 0), newStep("c1", 0), newStep("c1", 1), newStep("c2", 0))
+	stepKeys := func(steps []*dt.Step) []string {
+		var out []string
+		for _, s := range steps {
+			out = append(out, fmt.Sprintf("%s/%d", s.TaskID, s.Index))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		what        string
+		ids         []string
+		limit       int
+		writeLater  bool
+		wantGot     []string
+		wantClaimed []string // at least these
+		wantSteps   []string // at least these
+	}{
+		{"both", []string{"held", "late", "missing"}, 10, true, []string{"held", "late"}, []string{"c1", "c2"},
+			[]string{"held/0", "late/0", "c1/0", "c1/1", "c2/0"}},
+		{"both, claim written at once", []string{"held"}, 10, false, []string{"held"}, []string{"late", "c1", "c2"},
+			[]string{"held/0", "late/0", "c1/0", "c1/1", "c2/0"}},
+		{"get only", []string{"held", "c1"}, 0, true, []string{"held", "c1"}, nil, []string{"held/0", "c1/0", "c1/1"}},
+		{"claim only", nil, 10, true, nil, []string{"late", "c1", "c2"}, []string{"late/0", "c1/0", "c1/1", "c2/0"}},
+	} {
+		err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+			got, claimed, steps, err := x.TaskGetAndClaim(ctx, c.ids, store.TaskClaimParams{Instance: "s2", Now: base, Limit: c.limit, WriteLater: c.writeLater})
+			if err != nil {
+				return err
+			}
+			if !sameSet(taskIDs(got), c.wantGot) {
+				t.Errorf("%s: got %v, want %v", c.what, taskIDs(got), c.wantGot)
+			}
+			for _, id := range c.wantClaimed {
+				if !contains(taskIDs(claimed), id) {
+					t.Errorf("%s: claimed %v, want %s among them", c.what, taskIDs(claimed), id)
+				}
+			}
+			for _, tk := range claimed {
+				if tk.LockedBy != "s2" {
+					t.Errorf("%s: claimed %s locked by %q, want s2", c.what, tk.ID, tk.LockedBy)
+				}
+			}
+			if c.limit == 0 && len(claimed) != 0 {
+				t.Errorf("%s: claimed %v with limit 0", c.what, taskIDs(claimed))
+			}
+			ids := taskIDs(got)
+			for _, id := range taskIDs(claimed) {
+				if !contains(ids, id) {
+					ids = append(ids, id)
+				}
+			}
+			want, err := x.StepListByTasks(ctx, ids)
+			if err != nil {
+				return err
+			}
+			if len(steps) != len(want) || !sameSet(stepKeys(steps), stepKeys(want)) {
+				t.Errorf("%s: steps %v, want %v (StepListByTasks of both sets)", c.what, stepKeys(steps), stepKeys(want))
+			}
+			for _, k := range c.wantSteps {
+				if !contains(stepKeys(steps), k) {
+					t.Errorf("%s: steps %v, want %s among them", c.what, stepKeys(steps), k)
+				}
+			}
+			return errors.New("roll back")
+		})
+		if err == nil || err.Error() != "roll back" {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+	}
 }
 
 func testTaskList(t *testing.T, d store.Driver) {
