@@ -139,6 +139,12 @@ type SubmitParams struct {
 // document of at most Config.MaxInputBytes. With opts.OrderingKey set, the
 // task waits for the tasks submitted before it with the same key (see
 // SubmitOptions); its position is returned in Task.OrderingSeq.
+//
+// Calls made at the same time from several goroutines share transactions
+// (group commit), each with its own outcome. If ctx ends before the task is
+// committed, Submit returns ctx's error and the task is not recorded; if it
+// ends while the commit is under way, the caller cannot tell: submitting
+// again with the same SubmitOptions.ID is the idempotent way to find out.
 func (c *Client) Submit(ctx context.Context, workflow string, input []byte, opts *SubmitOptions) (*Task, error) {
 	p := SubmitParams{Workflow: workflow, Input: input}
 	if opts != nil {
