@@ -483,14 +483,7 @@ func (m *Machine) ApplyReplies(ctx context.Context, x store.Executor, now time.T
 	if len(replies) == 0 {
 		return nil, 0, nil
 	}
-	seen := map[string]bool{}
-	var ids []string
-	for _, r := range replies {
-		if !seen[r.TaskID] {
-			seen[r.TaskID] = true
-			ids = append(ids, r.TaskID)
-		}
-	}
+	ids := replyTaskIDs(replies)
 	ls, err := loadMany(ctx, x, ids)
 	if err != nil {
 		return nil, 0, err
@@ -510,14 +503,7 @@ func (m *Machine) ApplyReplies(ctx context.Context, x store.Executor, now time.T
 // so the caller ticks again. It returns the requests dispatched, how many
 // tasks it claimed, and how many held tasks it let go of.
 func (m *Machine) Tick(ctx context.Context, x store.Executor, now time.Time, replies []*dt.AgentReply, limit int) (reqs []*dt.AgentRequest, claimed, released int, more bool, err error) {
-	seen := map[string]bool{}
-	var ids []string
-	for _, r := range replies {
-		if !seen[r.TaskID] {
-			seen[r.TaskID] = true
-			ids = append(ids, r.TaskID)
-		}
-	}
+	ids := replyTaskIDs(replies)
 	got, cl, steps, err := x.TaskGetAndClaim(ctx, ids, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true})
 	if err != nil {
 		return nil, 0, 0, false, err
@@ -537,6 +523,19 @@ func (m *Machine) Tick(ctx context.Context, x store.Executor, now time.Time, rep
 	}
 	err = b.flush(ctx, x)
 	return b.requests, len(cl), b.released, b.claimable, err
+}
+
+// replyTaskIDs lists the tasks replies are for, each once.
+func replyTaskIDs(replies []*dt.AgentReply) []string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, r := range replies {
+		if !seen[r.TaskID] {
+			seen[r.TaskID] = true
+			ids = append(ids, r.TaskID)
+		}
+	}
+	return ids
 }
 
 func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Time) {
