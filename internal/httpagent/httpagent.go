@@ -327,6 +327,11 @@ func (c *Caller) Do(ctx context.Context, r *Request) ([]byte, error) {
 			t.Stop()
 			return nil, c.stopped(ctx, cl, last)
 		}
+		// The timer and the deadline can fire together, and select then
+		// picks either: do not start a try once the context is over.
+		if ctx.Err() != nil {
+			return nil, c.stopped(ctx, cl, last)
+		}
 	}
 }
 

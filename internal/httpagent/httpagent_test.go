@@ -336,9 +336,13 @@ func TestNoTryStartsAfterDeadline(t *testing.T) {
 	if len(arrivals) < 2 {
 		t.Fatalf("only %d tries", len(arrivals))
 	}
+	// A try sent just before the deadline can reach the server's handler
+	// (which stamps the arrival) a little after it. Do checks the context
+	// before each try, and a request whose context is over is not sent.
+	const transit = 20 * time.Millisecond
 	for i, a := range arrivals {
-		if !a.Before(dl) {
-			t.Fatalf("try %d started %s after the deadline", i+1, a.Sub(dl))
+		if a.Sub(dl) > transit {
+			t.Fatalf("try %d arrived %s after the deadline", i+1, a.Sub(dl))
 		}
 	}
 
