@@ -180,16 +180,6 @@ func load(ctx context.Context, x store.Executor, tasks []*dt.Task) (map[string]*
 	return group(tasks, steps), nil
 }
 
-// loadMany reads tasks by ID with their steps (TaskGetManyWithSteps: one
-// round trip where the driver can).
-func loadMany(ctx context.Context, x store.Executor, ids []string) (map[string]*loaded, error) {
-	tasks, steps, err := x.TaskGetManyWithSteps(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	return group(tasks, steps), nil
-}
-
 // group puts steps (ordered by task and index) with their tasks.
 func group(tasks []*dt.Task, steps []*dt.Step) map[string]*loaded {
 	m := make(map[string]*loaded, len(tasks))
@@ -338,18 +328,8 @@ func (m *Machine) Discard() { m.pending = tally{} }
 // It returns the requests it inserted, how many tasks it claimed, and how
 // many of those it let go of at once (nothing was left to do).
 func (m *Machine) Claim(ctx context.Context, x store.Executor, now time.Time, limit int) (reqs []*dt.AgentRequest, claimed, released int, err error) {
-	// WriteLater: advance writes every claimed task below (dispatch or
-	// release), so the claim need not write them too.
-	tasks, steps, err := x.TaskClaimWithSteps(ctx, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true})
-	if err != nil || len(tasks) == 0 {
-		return nil, 0, 0, err
-	}
-	ls := group(tasks, steps)
-	b := newBatch()
-	for _, t := range tasks {
-		m.advance(b, ls[t.ID], now)
-	}
-	return b.requests, len(tasks), b.released, b.flush(ctx, x)
+	reqs, claimed, released, _, err = m.Tick(ctx, x, now, nil, limit)
+	return reqs, claimed, released, err
 }
 
 // Resume re-dispatches nothing: a restarted scheduler keeps its tasks and
@@ -483,16 +463,8 @@ func (m *Machine) ApplyReplies(ctx context.Context, x store.Executor, now time.T
 	if len(replies) == 0 {
 		return nil, 0, nil
 	}
-	ids := replyTaskIDs(replies)
-	ls, err := loadMany(ctx, x, ids)
-	if err != nil {
-		return nil, 0, err
-	}
-	b := newBatch()
-	for _, r := range replies {
-		m.applyReply(b, ls[r.TaskID], r, now)
-	}
-	return b.requests, b.released, b.flush(ctx, x)
+	reqs, _, released, _, err = m.Tick(ctx, x, now, replies, 0)
+	return reqs, released, err
 }
 
 // Tick applies replies and claims up to limit new tasks, dispatching each
@@ -504,6 +476,8 @@ func (m *Machine) ApplyReplies(ctx context.Context, x store.Executor, now time.T
 // tasks it claimed, and how many held tasks it let go of.
 func (m *Machine) Tick(ctx context.Context, x store.Executor, now time.Time, replies []*dt.AgentReply, limit int) (reqs []*dt.AgentRequest, claimed, released int, more bool, err error) {
 	ids := replyTaskIDs(replies)
+	// WriteLater: advance writes every claimed task below (dispatch or
+	// release), so the claim need not write them too.
 	got, cl, steps, err := x.TaskGetAndClaim(ctx, ids, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true})
 	if err != nil {
 		return nil, 0, 0, false, err
