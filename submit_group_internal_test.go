@@ -205,26 +205,14 @@ func TestSubmitGroupCancelledWhileQueued(t *testing.T) {
 	for name, mk := range groupTestClients(t) {
 		t.Run(name, func(t *testing.T) {
 			c, g := mk(t)
-			ctx := context.Background()
 			held := fillSlots(t, c, g)
-			cctx, cancel := context.WithCancel(ctx)
-			gone := submitAsync(c, cctx, "gone", `1`)
-			queued(t, c, 1)
-			kept := submitAsync(c, ctx, "kept", `1`)
-			queued(t, c, 2)
+			gone, kept, cancel := queueGoneAndKept(t, c)
 			cancel()
-			if r := <-gone; !errors.Is(r.err, context.Canceled) {
-				t.Fatalf("cancelled call: %v, want context.Canceled", r.err)
-			}
+			wantCancelled(t, gone)
 			queued(t, c, 1) // it left the queue
 			g.close()
 			wantSubmitted(t, held)
-			if r := <-kept; r.err != nil {
-				t.Fatalf("kept: %v", r.err)
-			}
-			if _, err := c.Task(ctx, "gone"); !errors.Is(err, ErrTaskNotFound) {
-				t.Errorf("the cancelled call's task: %v, want ErrTaskNotFound", err)
-			}
+			wantKeptNotGone(t, c, kept)
 		})
 	}
 }
@@ -236,28 +224,16 @@ func TestSubmitGroupCancelledInFlight(t *testing.T) {
 	for name, mk := range groupTestClients(t) {
 		t.Run(name, func(t *testing.T) {
 			c, g := mk(t)
-			ctx := context.Background()
 			held := fillSlots(t, c, g)
-			cctx, cancel := context.WithCancel(ctx)
-			gone := submitAsync(c, cctx, "gone", `1`)
-			queued(t, c, 1)
-			kept := submitAsync(c, ctx, "kept", `1`)
-			queued(t, c, 2)
+			gone, kept, cancel := queueGoneAndKept(t, c)
 			g.swap(make(chan struct{})) // the held calls go on; the group waits at the new gate
 			wantSubmitted(t, held)
 			<-g.entered // the group's transaction
 			cancel()
-			if r := <-gone; !errors.Is(r.err, context.Canceled) {
-				t.Fatalf("cancelled call: %v, want context.Canceled", r.err)
-			}
+			wantCancelled(t, gone)
 			<-g.entered // kept, alone
 			g.close()
-			if r := <-kept; r.err != nil {
-				t.Fatalf("kept: %v", r.err)
-			}
-			if _, err := c.Task(ctx, "gone"); !errors.Is(err, ErrTaskNotFound) {
-				t.Errorf("the cancelled call's task: %v, want ErrTaskNotFound", err)
-			}
+			wantKeptNotGone(t, c, kept)
 		})
 	}
 }
@@ -284,5 +260,35 @@ func TestSubmitGroupSameIDTwice(t *testing.T) {
 				t.Errorf("both callers got %p and %p; want two copies of task same", ra.task, rb.task)
 			}
 		})
+	}
+}
+
+// queueGoneAndKept queues two submits, "gone" with a context that cancel
+// ends and "kept", behind the busy slots.
+func queueGoneAndKept(t *testing.T, c *Client) (gone, kept chan submitResult, cancel func()) {
+	t.Helper()
+	cctx, cancel := context.WithCancel(context.Background())
+	gone = submitAsync(c, cctx, "gone", `1`)
+	queued(t, c, 1)
+	kept = submitAsync(c, context.Background(), "kept", `1`)
+	queued(t, c, 2)
+	return gone, kept, cancel
+}
+
+func wantCancelled(t *testing.T, gone chan submitResult) {
+	t.Helper()
+	if r := <-gone; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled call: %v, want context.Canceled", r.err)
+	}
+}
+
+// wantKeptNotGone checks that "kept" was submitted and "gone" was not.
+func wantKeptNotGone(t *testing.T, c *Client, kept chan submitResult) {
+	t.Helper()
+	if r := <-kept; r.err != nil {
+		t.Fatalf("kept: %v", r.err)
+	}
+	if _, err := c.Task(context.Background(), "gone"); !errors.Is(err, ErrTaskNotFound) {
+		t.Errorf("the cancelled call's task: %v, want ErrTaskNotFound", err)
 	}
 }
