@@ -505,7 +505,6 @@ func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.Ta
 // scanClaimWithSteps reads the rows of tTaskClaimLockSteps: a task row, or
 // a step row (its first column, the task ID, NULL).
 func scanClaimWithSteps(tasks *[]*dt.Task, steps *[]*dt.Step) func(rows) error {
-	nTask, nStep := len(strings.Split(taskCols, ",")), len(strings.Split(stepCols, ","))
 	asTask, asStep := scanTask(tasks), scanStep(steps)
 	return func(r rows) error {
 		pr, ok := r.(pgx.Rows)
@@ -513,9 +512,9 @@ func scanClaimWithSteps(tasks *[]*dt.Task, steps *[]*dt.Step) func(rows) error {
 			return fmt.Errorf("rows of type %T", r)
 		}
 		if pr.RawValues()[0] == nil {
-			return asStep(padded{r, nTask, 0})
+			return asStep(padded{r, nTaskCols, 0})
 		}
-		return asTask(padded{r, 0, nStep})
+		return asTask(padded{r, 0, nStepCols})
 	}
 }
 

@@ -278,15 +278,17 @@ var tTaskClaimLock = `SELECT ` + prefixed("c", taskCols) + ` FROM {s}.tasks AS c
 // padded with NULLs where the other kind's columns are (a step row's first
 // column, the task ID, is NULL). The claim's order does not survive the
 // UNION: TaskClaimWithSteps sorts the tasks again.
+// nTaskCols and nStepCols count the columns of taskCols and stepCols.
+var nTaskCols, nStepCols = len(strings.Split(taskCols, ",")), len(strings.Split(stepCols, ","))
+
 var tTaskClaimLockSteps = func() string {
 	nulls := func(n int) string { return strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ") }
-	nTask, nStep := len(strings.Split(taskCols, ",")), len(strings.Split(stepCols, ","))
 	return `WITH c AS MATERIALIZED (` + tTaskClaimLock + `),
  s AS MATERIALIZED (SELECT ` + stepCols + ` FROM {s}.steps WHERE task_id IN (SELECT id FROM c)
    ORDER BY task_id, step_index FOR UPDATE)
- SELECT ` + taskCols + `, ` + nulls(nStep) + ` FROM c
+ SELECT ` + taskCols + `, ` + nulls(nStepCols) + ` FROM c
  UNION ALL
- SELECT ` + nulls(nTask) + `, ` + stepCols + ` FROM s`
+ SELECT ` + nulls(nTaskCols) + `, ` + stepCols + ` FROM s`
 }()
 
 // queries holds every statement with the schema filled in.
