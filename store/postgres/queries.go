@@ -271,16 +271,16 @@ func claimable(now, limit string) string {
 // COMMITTED.
 var tTaskClaimLock = `SELECT ` + prefixed("c", taskCols) + ` FROM {s}.tasks AS c ` + claimable("$1", "$2")
 
+// nTaskCols and nStepCols count the columns of taskCols and stepCols.
+var nTaskCols, nStepCols = len(strings.Split(taskCols, ",")), len(strings.Split(stepCols, ","))
+
 // tTaskClaimLockSteps is tTaskClaimLock that also returns the claimed
 // tasks' steps, locked, in the same statement: the claim runs in a
 // MATERIALIZED CTE, the steps of the tasks it locked are read in a second
 // one, and the result is the task rows followed by the step rows, each
 // padded with NULLs where the other kind's columns are (a step row's first
 // column, the task ID, is NULL). The claim's order does not survive the
-// UNION: TaskClaimWithSteps sorts the tasks again.
-// nTaskCols and nStepCols count the columns of taskCols and stepCols.
-var nTaskCols, nStepCols = len(strings.Split(taskCols, ",")), len(strings.Split(stepCols, ","))
-
+// UNION: TaskClaimWithSteps sorts the rows again.
 var tTaskClaimLockSteps = func() string {
 	nulls := func(n int) string { return strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ") }
 	return `WITH c AS MATERIALIZED (` + tTaskClaimLock + `),
