@@ -153,9 +153,11 @@ type Executor interface {
 	LeaseAcquire(ctx context.Context, p LeaseParams) (lease *drovertype.Lease, acquired bool, err error)
 	LeaseGet(ctx context.Context, name string) (*drovertype.Lease, error)
 	// LeaseCheck fails with ErrLeaseNotHeld unless holder holds the named
-	// lease at now (ExpiresAt after now); inside a transaction it locks the
-	// lease row until the transaction ends, as LeaseGet does. It is the
-	// fence a holder runs first in its transactions. A driver may send the
+	// lease at now (ExpiresAt after now); inside a transaction the lease
+	// cannot change hands until the transaction ends (LeaseAcquire and
+	// LeaseRelease wait for it), yet other transactions checking the same
+	// lease need not wait for it. It is the fence a holder runs first in
+	// its transactions. A driver may send the
 	// check together with the transaction's next statement: its failure
 	// then surfaces from that statement or from the commit, and nothing of
 	// the transaction commits.

@@ -32,8 +32,8 @@
 //
 // Transactions run at READ COMMITTED. Inside [Driver.InTx] (and InExternalTx)
 // the reads the engine bases a decision on — TaskGet, TaskGetMany,
-// TaskGetManyWithSteps, TaskListExpired, StepListByTasks, LeaseGet and
-// LeaseCheck — lock the rows they return
+// TaskGetManyWithSteps, TaskListExpired, StepListByTasks and LeaseGet —
+// lock the rows they return
 // with FOR UPDATE until the transaction ends, so the engine's
 // read-check-write is safe against other processes (the store package's
 // locking rule). Multi-row locking reads take their rows in primary-key
@@ -48,7 +48,15 @@
 // rows, SELECT … FOR UPDATE SKIP LOCKED with the LIMIT, and the caller
 // writes them in the same transaction; TaskClaimWithSteps and
 // TaskGetAndClaim also lock the steps of the tasks they return, as
-// StepListByTasks does, and LeaseCheck locks the lease row as LeaseGet does.
+// StepListByTasks does.
+//
+// LeaseCheck, the fence every scheduler transaction runs first, takes the
+// lease's transaction-level advisory lock in shared mode and reads the row
+// without locking it; LeaseAcquire and LeaseRelease take that advisory lock
+// exclusive. So the schedulers of one process check their instance lease
+// at the same time, while a takeover waits for all of them (and, being
+// queued, is not starved by new checks, as it could be behind FOR SHARE
+// row locks).
 //
 // Reads through [Driver.Reader] run on the pool and lock nothing; Reader
 // refuses writes.

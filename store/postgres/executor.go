@@ -1047,6 +1047,9 @@ func (e *executor) LeaseAcquire(ctx context.Context, p store.LeaseParams) (*dt.L
 	if err := e.write("acquire lease"); err != nil {
 		return nil, false, err
 	}
+	if err := e.lockLease(ctx, p.Name, tLeaseLock); err != nil {
+		return nil, false, err
+	}
 	var l *dt.Lease
 	if err := e.each(ctx, "acquire lease", e.d.q.leaseAcquire, []any{p.Name, p.Holder, p.Now, p.Now.Add(p.TTL)}, scanLease(&l)); err != nil {
 		return nil, false, err
@@ -1069,13 +1072,21 @@ func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error)
 	return l, nil
 }
 
-// LeaseCheck implements store.Executor. In a pipelined transaction the
-// read goes out with the next statement (its result is checked when that
-// one's is read), and the COMMIT is never sent before the check has been
-// read: see pipe.unchecked.
+// LeaseCheck implements store.Executor. Inside a transaction it holds the
+// lease's advisory lock shared (see tLeaseLock) instead of locking the row:
+// the transactions of one holder check the same lease at once, and must not
+// queue behind each other. In a pipelined transaction the read goes out with
+// the next statement (its result is checked when that one's is read), and
+// the COMMIT is never sent before the check has been read: see
+// pipe.unchecked.
 func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time.Time) error {
+	if e.tx {
+		if err := e.lockLease(ctx, name, tLeaseLockShared); err != nil {
+			return err
+		}
+	}
 	var l *dt.Lease
-	err := e.later(ctx, "check lease", e.pick(e.d.q.leaseGet, e.d.q.leaseGetLock), []any{name}, scanLease(&l), func() error {
+	err := e.later(ctx, "check lease", e.d.q.leaseGet, []any{name}, scanLease(&l), func() error {
 		switch {
 		case l == nil:
 			return fmt.Errorf("lease %q: %w", name, store.ErrLeaseNotHeld)
@@ -1094,8 +1105,19 @@ func (e *executor) LeaseRelease(ctx context.Context, name, holder string, term i
 	if err := e.write("release lease"); err != nil {
 		return err
 	}
+	if err := e.lockLease(ctx, name, tLeaseLock); err != nil {
+		return err
+	}
 	_, err := e.exec(ctx, "release lease", e.d.q.leaseRelease, name, holder, term)
 	return err
+}
+
+// lockLease takes the named lease's advisory lock (tLeaseLock or
+// tLeaseLockShared) until the transaction ends. It goes out with the next
+// statement, which runs after it: a read then sees every write of a
+// transaction that held the lock exclusive.
+func (e *executor) lockLease(ctx context.Context, name, query string) error {
+	return e.later(ctx, "lock lease", query, []any{lockKey("drover.lease."+name, e.d.Schema())}, nil, nil)
 }
 
 // Notify implements store.Executor with pg_notify on the schema's channel:

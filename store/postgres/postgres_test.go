@@ -478,13 +478,6 @@ func TestReadsInTxLockRows(t *testing.T) {
 			}
 			return err
 		},
-		"LeaseCheck": func(ctx context.Context, x store.Executor) error {
-			if err := x.LeaseCheck(ctx, "sup", "A", now); err != nil {
-				return err
-			}
-			_, err := x.TaskCountActive(ctx) // sends the queued check; locks nothing itself
-			return err
-		},
 	}
 	for name, read := range reads {
 		t.Run(name, func(t *testing.T) {
@@ -526,6 +519,95 @@ func TestReadsInTxLockRows(t *testing.T) {
 				t.Errorf("%s after release: %v", name, err)
 			}
 		})
+	}
+}
+
+// LeaseCheck fences a transaction against a takeover of the lease without
+// making the holder's own transactions queue behind one another: checks
+// share the lease, writers of the lease wait for every check, and a check
+// waiting for a writer sees what the writer committed.
+func TestLeaseCheckSharedWithChecksExclusiveWithWriters(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	acquire := func(ctx context.Context, x store.Executor, holder string, at time.Time) error {
+		_, ok, err := x.LeaseAcquire(ctx, store.LeaseParams{Name: "inst", Holder: holder, Now: at, TTL: time.Minute})
+		if err == nil && !ok {
+			err = fmt.Errorf("%s did not get the lease", holder)
+		}
+		return err
+	}
+	check := func(ctx context.Context, x store.Executor) error {
+		if err := x.LeaseCheck(ctx, "inst", "A", now); err != nil {
+			return err
+		}
+		_, err := x.TaskCountActive(ctx) // sends the queued check
+		return err
+	}
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "A", now) }); err != nil {
+		t.Fatal(err)
+	}
+	// hold runs fn in a transaction that stays open until release is closed.
+	hold := func(fn func(context.Context, store.Executor) error) (release func(), done chan error) {
+		locked, unblock, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		release = sync.OnceFunc(func() { close(unblock) })
+		t.Cleanup(release) // a failed check must not leave the transaction open
+		go func() {
+			done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+				if err := fn(ctx, x); err != nil {
+					return err
+				}
+				close(locked)
+				<-unblock
+				return nil
+			})
+		}()
+		select {
+		case <-locked:
+		case err := <-done:
+			t.Fatalf("holding transaction: %v", err)
+		}
+		return release, done
+	}
+	waits := func(what string, fn func(context.Context, store.Executor) error) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if err := d.InTx(wctx, fn); err == nil {
+			t.Errorf("%s did not wait for the open check", what)
+		}
+	}
+
+	release, done := hold(check)
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := d.InTx(sctx, check); err != nil {
+		t.Errorf("a second check while the first is open: %v", err)
+	}
+	cancel()
+	waits("a takeover", func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "B", now.Add(time.Hour)) })
+	waits("a release", func(ctx context.Context, x store.Executor) error { return x.LeaseRelease(ctx, "inst", "A", 1) })
+	waits("a renewal", func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "A", now) })
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// A check that waits for a takeover sees it once it commits.
+	release, done = hold(func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "B", now.Add(time.Hour)) })
+	checked := make(chan error, 1)
+	go func() { checked <- d.InTx(ctx, check) }()
+	select {
+	case err := <-checked:
+		t.Fatalf("a check did not wait for an open takeover: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-checked; !errors.Is(err, store.ErrLeaseNotHeld) {
+		t.Errorf("check after B took the lease over = %v, want ErrLeaseNotHeld", err)
 	}
 }
 

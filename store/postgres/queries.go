@@ -214,6 +214,14 @@ const (
 	tLeaseGet     = `SELECT name, holder, term, expires_at FROM {s}.leases WHERE name = $1`
 	tLeaseGetLock = tLeaseGet + ` FOR UPDATE`
 
+	// A lease's advisory lock (key from its name and the schema): writers
+	// of the lease take it exclusive, LeaseCheck shared, so checks never
+	// wait for each other and a takeover waits for every checking
+	// transaction. A row lock could not do this: FOR SHARE lockers jump
+	// ahead of a waiting UPDATE, which could then wait forever.
+	tLeaseLock       = `SELECT pg_advisory_xact_lock($1)`
+	tLeaseLockShared = `SELECT pg_advisory_xact_lock_shared($1)`
+
 	// A released lease expires at the epoch: free at once for anyone.
 	tLeaseRelease = `UPDATE {s}.leases SET expires_at = 'epoch' WHERE name = $1 AND holder = $2 AND term = $3`
 
