@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
@@ -51,7 +52,8 @@ type Config struct {
 	// Roles to run on Start. Zero value: all roles. A client that only
 	// submits and reads never calls Start and needs no roles or agents.
 	Roles Roles
-	// Schedulers is how many scheduler instances (goroutines) to run. Default 1.
+	// Schedulers is how many scheduler instances (goroutines) to run.
+	// Default: DefaultSchedulers(Store).
 	Schedulers int
 	// SupervisorInterval is the time between supervisor sweeps. Default 1s.
 	SupervisorInterval time.Duration
@@ -104,8 +106,22 @@ type Client struct {
 	cancel     context.CancelFunc
 	done       chan struct{}
 	schedulers map[string]*scheduler.Scheduler
+	order      []*scheduler.Scheduler // the schedulers, for wakeSchedulers
+	nextWake   atomic.Uint32          // where wakeSchedulers starts looking
 	runtime    *agentrt.Runtime
 	supervisor *supervisor.Supervisor
+}
+
+// DefaultSchedulers is how many schedulers a Client runs on store d when
+// Config.Schedulers is zero: 1 on SQLite, which commits one transaction at
+// a time, so a second scheduler would only wait for the first; 2 on other
+// stores (PostgreSQL), where the second scheduler's transaction runs while
+// the first one's results are processed, which keeps two cores busy.
+func DefaultSchedulers(d store.Driver) int {
+	if d != nil && d.Name() == "sqlite" {
+		return 1
+	}
+	return 2
 }
 
 // New validates cfg and returns a Client. It does not touch the store.
@@ -126,7 +142,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: InstanceID %q must be 1-%d printable characters without spaces or \"/\"", ErrInvalidConfig, cfg.InstanceID, maxNameLen)
 	}
 	if cfg.Schedulers <= 0 {
-		cfg.Schedulers = 1
+		cfg.Schedulers = DefaultSchedulers(cfg.Store)
 	}
 	if cfg.SupervisorInterval <= 0 {
 		cfg.SupervisorInterval = time.Second
@@ -263,7 +279,7 @@ func (c *Client) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	c.done = make(chan struct{})
-	c.schedulers = map[string]*scheduler.Scheduler{}
+	c.schedulers, c.order = map[string]*scheduler.Scheduler{}, nil
 	var wg sync.WaitGroup
 	run := func(name string, f func(context.Context) error) {
 		wg.Add(1)
@@ -299,12 +315,14 @@ func (c *Client) Start(ctx context.Context) error {
 			s := scheduler.New(c.store, c.clock, m, c.log)
 			s.ClaimBatch, s.MaxInFlight, s.PollInterval = c.cfg.ClaimBatch, c.cfg.MaxInFlight, c.cfg.PollInterval
 			s.Fence = lease.check
+			s.WakeMore = func() { c.wakeScheduler(s) }
 			if rt := c.runtime; rt != nil {
 				m.Reserve = rt.Reserve
 				s.OnDispatch = rt.Dispatch
 				s.OnRollback = rt.Unreserve
 			}
 			c.schedulers[id] = s
+			c.order = append(c.order, s)
 		}
 	}
 	if c.runtime != nil {
@@ -381,9 +399,7 @@ func (c *Client) wakeFor(topic string) {
 	c.mu.Unlock()
 	switch {
 	case topic == store.TopicTasks:
-		for _, s := range scheds {
-			s.Wake()
-		}
+		c.wakeSchedulers()
 	case strings.HasPrefix(topic, "requests:"):
 		if rt != nil && rt.Has(strings.TrimPrefix(topic, "requests:")) {
 			rt.Wake()
@@ -405,10 +421,22 @@ func (c *Client) wakeFor(topic string) {
 	}
 }
 
+// wakeSchedulers tells this process's schedulers that new tasks wait. It
+// wakes one, the one with the most room: waking all would make the others
+// run empty claims for a task one of them gets. A scheduler whose claim
+// comes back full wakes another (wakeScheduler), so a backlog still
+// spreads over all of them.
 func (c *Client) wakeSchedulers() {
+	c.wakeScheduler(nil)
+}
+
+// wakeScheduler wakes the scheduler other than except with the most room,
+// ties broken in turn (nextWake).
+func (c *Client) wakeScheduler(except *scheduler.Scheduler) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, s := range c.schedulers {
+	order := c.order
+	c.mu.Unlock()
+	if s := scheduler.Roomiest(order, int(c.nextWake.Add(1)), except); s != nil {
 		s.Wake()
 	}
 }

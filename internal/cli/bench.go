@@ -129,8 +129,8 @@ error there (the server's synchronous_commit decides).`,
 			if latency && fl.Changed("tasks") {
 				return usagef("--tasks is for throughput mode; with --rate the count is rate × duration")
 			}
-			if f.tasks <= 0 || f.steps <= 0 || f.schedulers <= 0 {
-				return usagef("--tasks, --steps and --schedulers must be positive")
+			if f.tasks <= 0 || f.steps <= 0 || f.schedulers < 0 {
+				return usagef("--tasks and --steps must be positive, --schedulers not negative")
 			}
 			if latency && (math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate <= 0 || f.duration <= 0) {
 				return usagef("--rate and --duration must be positive, got %v and %s", f.rate, f.duration)
@@ -179,7 +179,7 @@ error there (the server's synchronous_commit decides).`,
 	fl := cmd.Flags()
 	fl.IntVar(&f.tasks, "tasks", 10000, "number of tasks (throughput mode)")
 	fl.IntVar(&f.steps, "steps", 1, "no-op steps per task")
-	fl.IntVar(&f.schedulers, "schedulers", 1, "scheduler instances")
+	fl.IntVar(&f.schedulers, "schedulers", 0, "scheduler instances (0: the store's default, 1 on SQLite, 2 on PostgreSQL)")
 	fl.StringVar(&f.synchronous, "synchronous", "full", "SQLite synchronous mode: full or normal; SQLite only")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fl.DurationVar(&f.timeout, "timeout", 0, "give up after this long (default: 1m + 1ms per step; latency mode 2m + --duration)")
@@ -218,6 +218,9 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicit *dbTarget, te
 		return err
 	}
 	defer drv.Close()
+	if f.schedulers == 0 {
+		f.schedulers = drover.DefaultSchedulers(drv.Driver) // so the report says how many ran
+	}
 	if tempSchema {
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

@@ -194,8 +194,8 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 			if retryDelay < 0 {
 				return usagef("--retry-delay must not be negative, got %s", retryDelay)
 			}
-			if schedulers <= 0 {
-				return usagef("--schedulers must be positive, got %d", schedulers)
+			if schedulers < 0 {
+				return usagef("--schedulers must not be negative, got %d", schedulers)
 			}
 			if maxInput <= 0 {
 				return usagef("--max-input-bytes must be positive, got %d", maxInput)
@@ -225,6 +225,9 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 			d, err := e.openServerStore(ctx, log, t, synchronous)
 			if err != nil {
 				return err
+			}
+			if schedulers == 0 {
+				schedulers = drover.DefaultSchedulers(d.Driver) // so the log says how many run
 			}
 			defer d.Close()
 
@@ -354,7 +357,7 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 	f.StringVar(&instanceID, "instance-id", "", "this process's instance ID (LockedBy); restart with the same ID to resume its tasks (default: host-pid-random)")
 	f.DurationVar(&supInterval, "supervisor-interval", time.Second, "time between supervisor sweeps")
 	f.DurationVar(&leaseTTL, "lease-ttl", 10*time.Second, "how long supervisor leadership lasts unrenewed")
-	f.IntVar(&schedulers, "schedulers", 1, "scheduler instances in this process")
+	f.IntVar(&schedulers, "schedulers", 0, "scheduler instances in this process (0: the store's default, 1 on SQLite, 2 on PostgreSQL)")
 	f.StringVar(&remoteURL, "remote-url", "", "base URL of the remote service the orders agents call (default: start an embedded simulated one)")
 	f.DurationVar(&stepTimeout, "step-timeout", orders.DefaultStepTimeout, "time budget of each orders step in the registered workflow")
 	f.DurationVar(&retryDelay, "retry-delay", 0, "wait before a recovered step is claimed again, doubled on each failure")

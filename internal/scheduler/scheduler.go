@@ -42,6 +42,10 @@ type Scheduler struct {
 	// OnRollback is told about the requests of a transaction that rolled
 	// back (to return reserved agent slots).
 	OnRollback func([]*dt.AgentRequest)
+	// WakeMore, when set, is called after a tick whose claim came back
+	// full: more tasks are probably waiting than this instance took, so
+	// the process wakes another scheduler to share them.
+	WakeMore func()
 	// Fence, when set, runs first in every transaction; an error aborts it.
 	// The client checks there that this process still holds its instance
 	// lease, so a twin or a process that lost its lease cannot act.
@@ -54,6 +58,7 @@ type Scheduler struct {
 	carry    *dt.AgentReply // taken from the inbox while waiting; applied next tick
 	wake     chan struct{}
 	inFlight int
+	room     atomic.Int64 // MaxInFlight - inFlight, for other goroutines
 }
 
 // New returns a scheduler for the given instance ID.
@@ -67,6 +72,30 @@ func New(d store.Driver, c clock.Clock, m *flow.Machine, log *slog.Logger) *Sche
 
 // Instance is the scheduler's LockedBy value.
 func (s *Scheduler) Instance() string { return s.Machine.Instance }
+
+// Room is how many more tasks this instance may hold, as of its last
+// tick. Safe to call from any goroutine.
+func (s *Scheduler) Room() int { return int(s.room.Load()) }
+
+// Roomiest returns the scheduler of list, other than except, with the most
+// Room; of equals, the first from index start on (wrapping), so a caller
+// moving start spreads work over them. It returns nil when there is none.
+func Roomiest(list []*Scheduler, start int, except *Scheduler) *Scheduler {
+	var best *Scheduler
+	for i := range list {
+		s := list[(start+i)%len(list)]
+		if s != except && (best == nil || s.Room() > best.Room()) {
+			best = s
+		}
+	}
+	return best
+}
+
+// setInFlight records the held-task count and the room it leaves.
+func (s *Scheduler) setInFlight(n int) {
+	s.inFlight = n
+	s.room.Store(int64(s.MaxInFlight - n))
+}
 
 // Wake tells the scheduler that tasks may be waiting.
 func (s *Scheduler) Wake() {
@@ -121,6 +150,7 @@ func (s *Scheduler) shutdown() {
 // queued and replies to them still apply.
 func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.shutdown()
+	s.setInFlight(s.inFlight)
 	ticker := time.NewTicker(s.PollInterval)
 	defer ticker.Stop()
 	var lastPoll, lastCount time.Time
@@ -185,7 +215,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 func (s *Scheduler) recount(ctx context.Context) {
 	n, err := s.Driver.Reader().TaskCountLockedBy(ctx, s.Instance())
 	if err == nil {
-		s.inFlight = n
+		s.setInFlight(n)
 	}
 }
 
@@ -292,9 +322,12 @@ fill:
 		return false, err
 	}
 	s.Machine.Commit()
-	s.inFlight += claimed - released
+	s.setInFlight(s.inFlight + claimed - released)
 	if len(dispatched) > 0 && s.OnDispatch != nil {
 		s.OnDispatch(dispatched)
+	}
+	if asked > 0 && claimed == asked && s.WakeMore != nil {
+		s.WakeMore()
 	}
 	busy = (asked > 0 && claimed == asked) || again || len(s.inbox) > 0 || fromStore == limit
 	return busy, nil

@@ -321,3 +321,34 @@ func TestMaxInFlight(t *testing.T) {
 		t.Errorf("%d dispatched, want 4", len(dispatched))
 	}
 }
+
+// A tick whose claim comes back full asks for another scheduler
+// (WakeMore); a partial claim, or no room to claim, does not.
+func TestWakeMoreAfterFullClaim(t *testing.T) {
+	d := openStore(t)
+	seed(t, d, 5, 1, time.Minute)
+	s := scheduler.New(d, clock.Real{}, &flow.Machine{Instance: "A"}, quiet)
+	s.ClaimBatch, s.MaxInFlight = 2, 4
+	wakes := 0
+	s.WakeMore = func() { wakes++ }
+	ctx := context.Background()
+	for i, want := range []struct{ wakes, room int }{
+		{1, 2}, // claimed 2 of 2
+		{2, 0}, // claimed 2 of 2
+		{2, 0}, // no room: asked for nothing
+	} {
+		if _, err := s.Tick(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		if wakes != want.wakes || s.Room() != want.room {
+			t.Fatalf("after tick %d: %d wakes, room %d; want %d, %d", i+1, wakes, s.Room(), want.wakes, want.room)
+		}
+	}
+	s.MaxInFlight = 8 // one task is left: a partial claim
+	if _, err := s.Tick(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if wakes != 2 || s.Room() != 3 {
+		t.Fatalf("after a partial claim: %d wakes, room %d; want 2, 3", wakes, s.Room())
+	}
+}
