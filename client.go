@@ -11,7 +11,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
@@ -107,7 +106,6 @@ type Client struct {
 	done       chan struct{}
 	schedulers map[string]*scheduler.Scheduler
 	order      []*scheduler.Scheduler // the schedulers, for wakeSchedulers
-	nextWake   atomic.Uint32          // where wakeSchedulers starts looking
 	runtime    *agentrt.Runtime
 	supervisor *supervisor.Supervisor
 }
@@ -422,21 +420,21 @@ func (c *Client) wakeFor(topic string) {
 }
 
 // wakeSchedulers tells this process's schedulers that new tasks wait. It
-// wakes one, the one with the most room: waking all would make the others
-// run empty claims for a task one of them gets. A scheduler whose claim
-// comes back full wakes another (wakeScheduler), so a backlog still
-// spreads over all of them.
+// wakes one (scheduler.Pick): waking all would make the others run empty
+// claims for a task one of them gets. A scheduler whose claim comes back
+// full wakes another (wakeScheduler), so a backlog still spreads over all
+// of them.
 func (c *Client) wakeSchedulers() {
 	c.wakeScheduler(nil)
 }
 
-// wakeScheduler wakes the scheduler other than except with the most room,
-// ties broken in turn (nextWake).
+// wakeScheduler wakes the scheduler scheduler.Pick chooses, other than
+// except.
 func (c *Client) wakeScheduler(except *scheduler.Scheduler) {
 	c.mu.Lock()
 	order := c.order
 	c.mu.Unlock()
-	if s := scheduler.Roomiest(order, int(c.nextWake.Add(1)), except); s != nil {
+	if s := scheduler.Pick(order, except); s != nil {
 		s.Wake()
 	}
 }

@@ -77,14 +77,22 @@ func (s *Scheduler) Instance() string { return s.Machine.Instance }
 // tick. Safe to call from any goroutine.
 func (s *Scheduler) Room() int { return int(s.room.Load()) }
 
-// Roomiest returns the scheduler of list, other than except, with the most
-// Room; of equals, the first from index start on (wrapping), so a caller
-// moving start spreads work over them. It returns nil when there is none.
-func Roomiest(list []*Scheduler, start int, except *Scheduler) *Scheduler {
+// Pick returns the scheduler of list, other than except, to wake for new
+// tasks: the first in list order with room for a whole claim batch, else
+// the one with the most room (the first of equals); nil when there is none.
+// Preferring the first keeps light load on one scheduler, whose ticks then
+// carry more tasks each, instead of spreading it into more, smaller
+// transactions; under a backlog a full claim wakes the next (WakeMore).
+func Pick(list []*Scheduler, except *Scheduler) *Scheduler {
 	var best *Scheduler
-	for i := range list {
-		s := list[(start+i)%len(list)]
-		if s != except && (best == nil || s.Room() > best.Room()) {
+	for _, s := range list {
+		if s == except {
+			continue
+		}
+		if s.Room() >= s.ClaimBatch {
+			return s
+		}
+		if best == nil || s.Room() > best.Room() {
 			best = s
 		}
 	}
