@@ -85,11 +85,12 @@ type Executor interface {
 	TaskClaimWithSteps(ctx context.Context, p TaskClaimParams) ([]*drovertype.Task, []*drovertype.Step, error)
 	// TaskGetAndClaim is TaskGetManyWithSteps of ids, then
 	// TaskClaimWithSteps of p (when p.Limit > 0), in one call: the reads of
-	// a scheduler tick, which a driver can send in one round trip. steps
-	// holds the steps of both sets, each once. A task of ids that is
-	// claimable (and, being locked by this transaction, not skipped) may
-	// come back in both sets.
-	TaskGetAndClaim(ctx context.Context, ids []string, p TaskClaimParams) (got, claimed []*drovertype.Task, steps []*drovertype.Step, err error)
+	// a scheduler tick, which a driver can send in one round trip. A task
+	// of ids that is claimable (and, being locked by this transaction, not
+	// skipped) may come back in both sets. A task of ids that another
+	// transaction holds locked may be left out instead of waited for: it
+	// is then listed in Busy.
+	TaskGetAndClaim(ctx context.Context, ids []string, p TaskClaimParams) (GetAndClaim, error)
 	// TaskListLockedBy returns the non-final tasks an instance holds.
 	TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*drovertype.Task, error)
 	// TaskListExpired returns held tasks whose CompleteBy is before Now.
@@ -279,23 +280,35 @@ func ClaimThenListSteps(ctx context.Context, x Executor, p TaskClaimParams) ([]*
 	return tasks, steps, nil
 }
 
+// GetAndClaim is what TaskGetAndClaim read.
+type GetAndClaim struct {
+	Got     []*drovertype.Task // the tasks of ids, locked
+	Claimed []*drovertype.Task // the tasks claimed
+	Steps   []*drovertype.Step // the steps of both sets, each once
+	// Busy lists the tasks of ids that another transaction held locked and
+	// that were therefore left out of Got rather than waited for (a task
+	// that does not exist is in neither). A driver whose transactions
+	// never overlap, or that waits, reports none.
+	Busy []string
+}
+
 // GetThenClaim is TaskGetAndClaim as its calls, TaskGetManyWithSteps then
 // TaskClaimWithSteps: for drivers, or paths of a driver, that gain nothing
-// from doing both at once.
-func GetThenClaim(ctx context.Context, x Executor, ids []string, p TaskClaimParams) (got, claimed []*drovertype.Task, steps []*drovertype.Step, err error) {
+// from doing both at once. It waits for locked tasks (Busy stays empty).
+func GetThenClaim(ctx context.Context, x Executor, ids []string, p TaskClaimParams) (r GetAndClaim, err error) {
 	if len(ids) > 0 {
-		if got, steps, err = x.TaskGetManyWithSteps(ctx, ids); err != nil {
-			return nil, nil, nil, err
+		if r.Got, r.Steps, err = x.TaskGetManyWithSteps(ctx, ids); err != nil {
+			return GetAndClaim{}, err
 		}
 	}
 	if p.Limit > 0 {
 		var more []*drovertype.Step
-		if claimed, more, err = x.TaskClaimWithSteps(ctx, p); err != nil {
-			return nil, nil, nil, err
+		if r.Claimed, more, err = x.TaskClaimWithSteps(ctx, p); err != nil {
+			return GetAndClaim{}, err
 		}
-		steps = AppendStepsOfOthers(steps, more, ids)
+		r.Steps = AppendStepsOfOthers(r.Steps, more, ids)
 	}
-	return got, claimed, steps, nil
+	return r, nil
 }
 
 // AppendStepsOfOthers appends to steps those of more whose task is not in

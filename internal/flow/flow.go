@@ -328,8 +328,8 @@ func (m *Machine) Discard() { m.pending = tally{} }
 // It returns the requests it inserted, how many tasks it claimed, and how
 // many of those it let go of at once (nothing was left to do).
 func (m *Machine) Claim(ctx context.Context, x store.Executor, now time.Time, limit int) (reqs []*dt.AgentRequest, claimed, released int, err error) {
-	reqs, claimed, released, _, err = m.Tick(ctx, x, now, nil, limit)
-	return reqs, claimed, released, err
+	r, err := m.Tick(ctx, x, now, nil, limit)
+	return r.Requests, r.Claimed, r.Released, err
 }
 
 // Resume re-dispatches nothing: a restarted scheduler keeps its tasks and
@@ -459,12 +459,27 @@ func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.Step, prev []byte, kind d
 // ApplyReplies applies agents' replies to tasks the instance holds, each only
 // if its attempt is current and its deadline has not passed; others are
 // discarded, recorded and counted. It returns the requests it dispatched next.
+// Unlike Tick, it waits for tasks another transaction holds locked.
 func (m *Machine) ApplyReplies(ctx context.Context, x store.Executor, now time.Time, replies []*dt.AgentReply) (reqs []*dt.AgentRequest, released int, err error) {
 	if len(replies) == 0 {
 		return nil, 0, nil
 	}
-	reqs, _, released, _, err = m.Tick(ctx, x, now, replies, 0)
-	return reqs, released, err
+	r, err := m.tick(ctx, x, now, replies, 0, true)
+	return r.Requests, r.Released, err
+}
+
+// TickResult is what one Tick did.
+type TickResult struct {
+	Requests []*dt.AgentRequest // the requests dispatched
+	Claimed  int                // tasks claimed
+	Released int                // held tasks let go of
+	// More: a task of an ordering key became claimable, which this tick's
+	// claim could not see; tick again.
+	More bool
+	// Deferred are the replies whose tasks another transaction held locked
+	// (store.GetAndClaim.Busy): neither applied nor discarded, they are
+	// for a later tick.
+	Deferred []*dt.AgentReply
 }
 
 // Tick applies replies and claims up to limit new tasks, dispatching each
@@ -473,30 +488,54 @@ func (m *Machine) ApplyReplies(ctx context.Context, x store.Executor, now time.T
 // The claim therefore does not see what the replies change: a task whose
 // reply lets the next task of its ordering key start is reported by more,
 // so the caller ticks again. It returns the requests dispatched, how many
-// tasks it claimed, and how many held tasks it let go of.
-func (m *Machine) Tick(ctx context.Context, x store.Executor, now time.Time, replies []*dt.AgentReply, limit int) (reqs []*dt.AgentRequest, claimed, released int, more bool, err error) {
+// tasks it claimed, and how many held tasks it let go of. It does not wait
+// for a task another transaction holds locked: that task's replies come
+// back in Deferred.
+func (m *Machine) Tick(ctx context.Context, x store.Executor, now time.Time, replies []*dt.AgentReply, limit int) (TickResult, error) {
+	return m.tick(ctx, x, now, replies, limit, false)
+}
+
+// tick is Tick; with wait it reads through store.GetThenClaim, which waits
+// for locked tasks instead of reporting them busy.
+func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, replies []*dt.AgentReply, limit int, wait bool) (TickResult, error) {
+	read := x.TaskGetAndClaim
+	if wait {
+		read = func(ctx context.Context, ids []string, p store.TaskClaimParams) (store.GetAndClaim, error) {
+			return store.GetThenClaim(ctx, x, ids, p)
+		}
+	}
 	ids := replyTaskIDs(replies)
 	// WriteLater: advance writes every claimed task below (dispatch or
 	// release), so the claim need not write them too.
-	got, cl, steps, err := x.TaskGetAndClaim(ctx, ids, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true})
+	r, err := read(ctx, ids, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true})
 	if err != nil {
-		return nil, 0, 0, false, err
+		return TickResult{}, err
 	}
+	got, cl, steps := r.Got, r.Claimed, r.Steps
 	// A task can be in both sets: a late reply's task that the supervisor
 	// made claimable again (this transaction's own lock does not make the
 	// claim skip it). Its reply is discarded, since the task is not held,
 	// and discarding writes neither task nor step; the claimed copy is
 	// then dispatched. So the two sets are loaded apart.
 	held, fresh := group(got, steps), group(cl, steps)
+	busy := make(map[string]bool, len(r.Busy))
+	for _, id := range r.Busy {
+		busy[id] = true
+	}
+	var deferred []*dt.AgentReply
 	b := newBatch()
-	for _, r := range replies {
-		m.applyReply(b, held[r.TaskID], r, now)
+	for _, rp := range replies {
+		if busy[rp.TaskID] {
+			deferred = append(deferred, rp)
+			continue
+		}
+		m.applyReply(b, held[rp.TaskID], rp, now)
 	}
 	for _, t := range cl {
 		m.advance(b, fresh[t.ID], now)
 	}
 	err = b.flush(ctx, x)
-	return b.requests, len(cl), b.released, b.claimable, err
+	return TickResult{Requests: b.requests, Claimed: len(cl), Released: b.released, More: b.claimable, Deferred: deferred}, err
 }
 
 // replyTaskIDs lists the tasks replies are for, each once.

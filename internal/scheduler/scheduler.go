@@ -54,8 +54,9 @@ type Scheduler struct {
 	inboxMu  sync.RWMutex // Deliver holds it shared; Run's exit exclusively
 	stopped  bool         // Run has exited: Deliver refuses
 	inbox    chan *dt.AgentReply
-	pollNow  atomic.Bool    // replies for this instance are waiting in the store
-	carry    *dt.AgentReply // taken from the inbox while waiting; applied next tick
+	pollNow  atomic.Bool      // replies for this instance are waiting in the store
+	carry    *dt.AgentReply   // taken from the inbox while waiting; applied next tick
+	deferred []*dt.AgentReply // replies whose tasks were locked elsewhere: next tick
 	wake     chan struct{}
 	inFlight int
 	room     atomic.Int64 // MaxInFlight - inFlight, for other goroutines
@@ -145,7 +146,7 @@ func (s *Scheduler) shutdown() {
 	s.inboxMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for s.carry != nil || len(s.inbox) > 0 {
+	for s.carry != nil || len(s.inbox) > 0 || len(s.deferred) > 0 {
 		if _, err := s.tick(ctx, tickOptions{applyOnly: true}); err != nil {
 			s.Log.Warn("apply replies at shutdown; their steps will be redone", "err", err)
 			return
@@ -207,9 +208,17 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			runtime.Gosched()
 			continue
 		}
+		// Deferred replies (in memory, or put back in the store's queue)
+		// wait for another transaction's lock, which a claim elsewhere
+		// holds for a few milliseconds: retry soon.
+		var retry <-chan time.Time
+		if len(s.deferred) > 0 || s.pollNow.Load() {
+			retry = time.After(time.Millisecond)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-retry:
 		case <-s.wake:
 		case r := <-s.inbox:
 			s.carry = r
@@ -242,7 +251,8 @@ type tickOptions struct {
 
 func (s *Scheduler) tick(ctx context.Context, o tickOptions) (busy bool, err error) {
 	limit := 4 * s.ClaimBatch
-	var replies []*dt.AgentReply
+	replies := s.deferred
+	s.deferred = nil
 	if s.carry != nil {
 		replies = append(replies, s.carry)
 		s.carry = nil
@@ -262,13 +272,15 @@ fill:
 		claimed    int
 		asked      int
 		fromStore  int
-		again      bool // a task of an ordering key became claimable
+		again      bool             // a task of an ordering key became claimable
+		deferred   []*dt.AgentReply // replies for tasks locked elsewhere
+		putBack    int              // of those, taken from the store and put back
 	)
 	err = s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		// Read the clock once the write lock is held: waiting for it must
 		// not make a stale reply look on time, nor start a step late.
 		now := s.Clock.Now()
-		dispatched, released, claimed, asked, fromStore, again = nil, 0, 0, 0, 0, false
+		dispatched, released, claimed, asked, fromStore, again, deferred, putBack = nil, 0, 0, 0, 0, false, nil, 0
 		if s.Fence != nil {
 			if err := s.Fence(ctx, x, now); err != nil {
 				return err
@@ -295,10 +307,33 @@ fill:
 		if len(all) == 0 && asked == 0 {
 			return nil
 		}
-		reqs, n, rel, more, err := s.Machine.Tick(ctx, x, now, all, asked)
-		dispatched, claimed, released, again = reqs, n, rel, more
+		res, err := s.Machine.Tick(ctx, x, now, all, asked)
+		dispatched, claimed, released, again = res.Requests, res.Claimed, res.Released, res.More
 		if err != nil {
 			return err
+		}
+		// A reply whose task another transaction held locked waits for a
+		// later tick: in memory if it came from the inbox, back in the
+		// store's queue (this transaction deletes it there) if from it.
+		deferred = res.Deferred
+		if len(deferred) > 0 && fromStore > 0 {
+			fromInbox := make(map[*dt.AgentReply]bool, len(replies))
+			for _, r := range replies {
+				fromInbox[r] = true
+			}
+			var back []*dt.AgentReply
+			kept := deferred[:0:0]
+			for _, r := range deferred {
+				if fromInbox[r] {
+					kept = append(kept, r)
+				} else {
+					back = append(back, r)
+				}
+			}
+			if err := x.ReplyInsertMany(ctx, back); err != nil {
+				return err
+			}
+			deferred, putBack = kept, len(back)
 		}
 		// The replies made room and the claim was full: fill the room now.
 		if extra := min(s.MaxInFlight-(s.inFlight-released), s.ClaimBatch) - asked; extra > 0 && claimed == asked {
@@ -330,6 +365,10 @@ fill:
 		return false, err
 	}
 	s.Machine.Commit()
+	s.deferred = deferred
+	if putBack > 0 {
+		s.pollNow.Store(true)
+	}
 	s.setInFlight(s.inFlight + claimed - released)
 	if len(dispatched) > 0 && s.OnDispatch != nil {
 		s.OnDispatch(dispatched)

@@ -50,6 +50,16 @@
 // TaskGetAndClaim also lock the steps of the tasks they return, as
 // StepListByTasks does.
 //
+// A claim can hold a row it did not claim: under READ COMMITTED, when the
+// row it reaches was changed by a transaction that committed meanwhile, it
+// locks the newer version, re-checks it, skips it as no longer claimable,
+// and keeps the lock until it commits. Such a row is usually a task another
+// scheduler has just claimed. So TaskGetAndClaim, with which a scheduler
+// reads the tasks it holds to apply their replies, skips the tasks another
+// transaction holds locked (SKIP LOCKED) and reports them busy instead of
+// waiting for that claim's whole transaction; the scheduler applies their
+// replies in a later tick.
+//
 // LeaseCheck, the fence every scheduler transaction runs first, takes the
 // lease's transaction-level advisory lock in shared mode and reads the row
 // without locking it; LeaseAcquire and LeaseRelease take that advisory lock

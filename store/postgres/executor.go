@@ -216,9 +216,10 @@ func sortedIDs(ids []int64, want int, what string) ([]int64, error) {
 	return ids, nil
 }
 
-func scanIDs(ids *[]int64) func(rows) error {
+// scanIDs appends each row's single column to ids.
+func scanIDs[T int64 | string](ids *[]T) func(rows) error {
 	return func(r rows) error {
-		var id int64
+		var id T
 		if err := r.Scan(&id); err != nil {
 			return err
 		}
@@ -481,25 +482,57 @@ func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimPara
 	return tasks, steps, nil
 }
 
-// TaskGetAndClaim implements store.Executor: in a transaction, with
-// WriteLater, the three reads (tasks, their steps, the claim with its
-// steps) go out in one pipeline.
-func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.TaskClaimParams) (got, claimed []*dt.Task, steps []*dt.Step, err error) {
-	if e.p == nil || !p.WriteLater || p.Limit <= 0 || len(ids) == 0 {
+// TaskGetAndClaim implements store.Executor: in a pipelined transaction,
+// with WriteLater, the three reads (tasks of ids, their steps, the claim
+// with its steps) go out in one round trip. Tasks of ids that another
+// transaction holds locked are skipped (tTaskGetManySkip); only when some
+// task of ids is missing from the result does a second round trip find
+// out which of them exist, and so are busy.
+func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.TaskClaimParams) (store.GetAndClaim, error) {
+	var r store.GetAndClaim
+	if e.p == nil || (p.Limit > 0 && !p.WriteLater) {
 		return store.GetThenClaim(ctx, e, ids, p)
 	}
 	if err := e.write("claim tasks"); err != nil {
-		return nil, nil, nil, err
+		return r, err
 	}
-	var more []*dt.Step
-	e.p.later("get tasks", e.d.q.taskGetManyLock, []any{ids}, scanFn(scanTask(&got), nil))
-	e.p.later("list steps", e.d.q.stepListLock, []any{ids}, scanFn(scanStep(&steps), nil))
-	e.p.later("claim tasks", e.d.q.taskClaimLockSteps, []any{p.Now, p.Limit}, scanFn(scanClaimWithSteps(&claimed, &more), nil))
+	var steps, more []*dt.Step
+	if len(ids) > 0 {
+		// The steps are read as ever (FOR UPDATE, waiting): the engine locks
+		// a task before its steps, so a skipped task's steps are seldom
+		// locked, and waiting for them is only slow, never wrong.
+		e.p.later("get tasks", e.d.q.taskGetManySkip, []any{ids}, scanFn(scanTask(&r.Got), nil))
+		e.p.later("list steps", e.d.q.stepListLock, []any{ids}, scanFn(scanStep(&steps), nil))
+	}
+	if p.Limit > 0 {
+		e.p.later("claim tasks", e.d.q.taskClaimLockSteps, []any{p.Now, p.Limit}, scanFn(scanClaimWithSteps(&r.Claimed, &more), nil))
+	}
 	if err := e.p.flush(ctx); err != nil {
-		return nil, nil, nil, err
+		return store.GetAndClaim{}, err
 	}
-	claimedWithSteps(claimed, more, p)
-	return got, claimed, store.AppendStepsOfOthers(steps, more, ids), nil
+	got := make(map[string]bool, len(r.Got))
+	for _, t := range r.Got {
+		got[t.ID] = true
+	}
+	for _, s := range steps {
+		if got[s.TaskID] {
+			r.Steps = append(r.Steps, s)
+		}
+	}
+	if len(r.Got) < len(ids) {
+		var existing []string
+		if err := e.each(ctx, "find tasks", e.d.q.taskExisting, []any{ids}, scanIDs(&existing)); err != nil {
+			return store.GetAndClaim{}, err
+		}
+		for _, id := range existing {
+			if !got[id] {
+				r.Busy = append(r.Busy, id)
+			}
+		}
+	}
+	claimedWithSteps(r.Claimed, more, p)
+	r.Steps = store.AppendStepsOfOthers(r.Steps, more, ids)
+	return r, nil
 }
 
 // scanClaimWithSteps reads the rows of tTaskClaimLockSteps: a task row, or
@@ -528,13 +561,18 @@ func claimedWithSteps(tasks []*dt.Task, steps []*dt.Step, p store.TaskClaimParam
 		}
 		return tasks[i].ID < tasks[j].ID
 	})
+	sortSteps(steps)
+	claimedLater(tasks, p)
+}
+
+// sortSteps orders steps by task and index.
+func sortSteps(steps []*dt.Step) {
 	sort.Slice(steps, func(i, j int) bool {
 		if steps[i].TaskID != steps[j].TaskID {
 			return steps[i].TaskID < steps[j].TaskID
 		}
 		return steps[i].Index < steps[j].Index
 	})
-	claimedLater(tasks, p)
 }
 
 // padded scans a row whose first before and last after columns belong to

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -609,6 +610,98 @@ func TestLeaseCheckSharedWithChecksExclusiveWithWriters(t *testing.T) {
 	if err := <-checked; !errors.Is(err, store.ErrLeaseNotHeld) {
 		t.Errorf("check after B took the lease over = %v, want ErrLeaseNotHeld", err)
 	}
+}
+
+// A scheduler's read of the tasks it holds does not wait for one that
+// another transaction has locked (such as a claim elsewhere that touched
+// it by chance): TaskGetAndClaim leaves it out, with its steps, and
+// reports it busy; a task that does not exist is not busy.
+func TestTaskGetAndClaimSkipsLockedTasks(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var tasks []*dt.Task
+	for _, id := range []string{"free", "locked"} {
+		tk := task(id, now)
+		tk.ProcessState, tk.LockedBy, tk.CompleteBy = dt.Processing, "s", &now
+		tasks = append(tasks, tk)
+	}
+	insert(t, d, append(tasks, task("pending", now))...)
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.StepInsertMany(ctx, []*dt.Step{
+			{TaskID: "free", Name: "s", Agent: "a", ProcessState: dt.Processing, IdempotencyKey: "k1", UpdatedAt: now},
+			{TaskID: "locked", Name: "s", Agent: "a", ProcessState: dt.Processing, IdempotencyKey: "k2", UpdatedAt: now},
+			{TaskID: "pending", Name: "s", Agent: "a", ProcessState: dt.Pending, IdempotencyKey: "k3", UpdatedAt: now},
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	locked, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			if _, err := x.TaskGet(ctx, "locked"); err != nil {
+				return err
+			}
+			close(locked)
+			<-release
+			return nil
+		})
+	}()
+	select {
+	case <-locked:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	defer func() {
+		close(release)
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	for _, limit := range []int{0, 10} {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := d.InTx(wctx, func(ctx context.Context, x store.Executor) error {
+			r, err := x.TaskGetAndClaim(ctx, []string{"free", "locked", "missing"},
+				store.TaskClaimParams{Instance: "s", Now: now, Limit: limit, WriteLater: true})
+			if err != nil {
+				return err
+			}
+			if ids := taskIDs(r.Got); !slices.Equal(ids, []string{"free"}) {
+				t.Errorf("limit %d: got %v, want [free]", limit, ids)
+			}
+			if !slices.Equal(r.Busy, []string{"locked"}) {
+				t.Errorf("limit %d: busy %v, want [locked]", limit, r.Busy)
+			}
+			var stepsOf []string
+			for _, s := range r.Steps {
+				stepsOf = append(stepsOf, s.TaskID)
+			}
+			want := []string{"free"}
+			if limit > 0 {
+				want = append(want, "pending")
+				if ids := taskIDs(r.Claimed); !slices.Equal(ids, []string{"pending"}) {
+					t.Errorf("limit %d: claimed %v, want [pending]", limit, ids)
+				}
+			}
+			if !slices.Equal(stepsOf, want) {
+				t.Errorf("limit %d: steps of %v, want %v", limit, stepsOf, want)
+			}
+			return errors.New("roll back")
+		})
+		cancel()
+		if err == nil || err.Error() != "roll back" {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+	}
+}
+
+func taskIDs(ts []*dt.Task) []string {
+	var ids []string
+	for _, t := range ts {
+		ids = append(ids, t.ID)
+	}
+	return ids
 }
 
 // Two drivers with their own pools are two processes sharing one store:

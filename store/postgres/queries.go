@@ -299,10 +299,22 @@ var tTaskClaimLockSteps = func() string {
  SELECT ` + nulls(nTaskCols) + `, ` + stepCols + ` FROM s`
 }()
 
+// tTaskGetManySkip locks and returns the tasks of $1 that no other
+// transaction holds locked, skipping the others; tTaskExisting then tells
+// a skipped task (busy) from one that does not exist. A scheduler reads the
+// tasks it holds this way so as not to wait for a claim elsewhere that
+// locked one of them by chance: under READ COMMITTED, a claim that reaches
+// a row whose newer version is no longer claimable skips it but keeps its
+// lock until it commits.
+var (
+	tTaskGetManySkip = tTaskGetMany + ` FOR UPDATE SKIP LOCKED`
+	tTaskExisting    = `SELECT id FROM {s}.tasks WHERE id = ANY($1::text[])`
+)
+
 // queries holds every statement with the schema filled in.
 type queries struct {
 	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
-	taskCountActive, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskListLockedBy, taskListExpired, taskListExpiredLock,
+	taskCountActive, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskGetManySkip, taskExisting, taskListLockedBy, taskListExpired, taskListExpiredLock,
 	taskInsert, taskUpdate, taskList, orderingReserve string
 
 	stepList, stepListLock, stepInsert, stepUpdate string
@@ -342,6 +354,8 @@ func newQueries(quotedSchema string) *queries {
 		taskClaim:           r(tTaskClaim),
 		taskClaimLock:       r(tTaskClaimLock),
 		taskClaimLockSteps:  r(tTaskClaimLockSteps),
+		taskGetManySkip:     r(tTaskGetManySkip),
+		taskExisting:        r(tTaskExisting),
 		taskListLockedBy:    r(tTaskListLockedBy),
 		taskListExpired:     r(tTaskListExpired),
 		taskListExpiredLock: r(tTaskListExpiredLock),

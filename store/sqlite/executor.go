@@ -756,6 +756,7 @@ func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimPara
 }
 
 // TaskGetAndClaim implements store.Executor as its calls.
-func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.TaskClaimParams) ([]*dt.Task, []*dt.Task, []*dt.Step, error) {
+// SQLite runs one write transaction at a time, so no task is ever busy.
+func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.TaskClaimParams) (store.GetAndClaim, error) {
 	return store.GetThenClaim(ctx, e, ids, p)
 }

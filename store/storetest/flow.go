@@ -120,8 +120,11 @@ func (e *env) claim(now time.Time) []*dt.AgentRequest {
 func (e *env) tick(now time.Time, limit int, replies ...*dt.AgentReply) (reqs []*dt.AgentRequest, claimed int) {
 	e.t.Helper()
 	inTx(e.t, e.d, func(ctx context.Context, x store.Executor) error {
-		var err error
-		reqs, claimed, _, _, err = e.m.Tick(ctx, x, now, replies, limit)
+		r, err := e.m.Tick(ctx, x, now, replies, limit)
+		if err == nil && len(r.Deferred) > 0 {
+			err = fmt.Errorf("Tick deferred %d replies with no other transaction open", len(r.Deferred))
+		}
+		reqs, claimed = r.Requests, r.Claimed
 		return err
 	})
 	e.m.Commit()

@@ -197,9 +197,13 @@ func testTaskGetAndClaim(t *testing.T, d store.Driver) {
 		{"claim only", nil, 10, true, nil, []string{"late", "c1", "c2"}, []string{"late/0", "c1/0", "c1/1", "c2/0"}},
 	} {
 		err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-			got, claimed, steps, err := x.TaskGetAndClaim(ctx, c.ids, store.TaskClaimParams{Instance: "s2", Now: base, Limit: c.limit, WriteLater: c.writeLater})
+			r, err := x.TaskGetAndClaim(ctx, c.ids, store.TaskClaimParams{Instance: "s2", Now: base, Limit: c.limit, WriteLater: c.writeLater})
 			if err != nil {
 				return err
+			}
+			got, claimed, steps := r.Got, r.Claimed, r.Steps
+			if len(r.Busy) != 0 {
+				t.Errorf("%s: busy %v with no other transaction open (a missing task is not busy)", c.what, r.Busy)
 			}
 			if !sameSet(taskIDs(got), c.wantGot) {
 				t.Errorf("%s: got %v, want %v", c.what, taskIDs(got), c.wantGot)

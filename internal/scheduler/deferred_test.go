@@ -1,0 +1,115 @@
+package scheduler_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/internal/scheduler"
+	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/store"
+)
+
+// On PostgreSQL a tick does not wait for a held task that another
+// transaction has locked: the task's reply waits for a later tick, in
+// memory if it came from the inbox and back in the store's reply queue if
+// it came from there, and is applied once the lock is gone.
+func TestReplyForLockedTaskIsDeferredNotLost(t *testing.T) {
+	d := testutil.Postgres(t)
+	ctx := context.Background()
+	seed(t, d, 2, 1, time.Minute)
+	s := scheduler.New(d, clock.Real{}, &flow.Machine{Instance: "A"}, quiet)
+	var reqs []*dt.AgentRequest
+	s.OnDispatch = func(r []*dt.AgentRequest) { reqs = append(reqs, r...) }
+	if _, err := s.Tick(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 2 {
+		t.Fatalf("dispatched %d requests, want 2", len(reqs))
+	}
+	reply := func(r *dt.AgentRequest) *dt.AgentReply {
+		return &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind,
+			Output: []byte(`1`), CreatedAt: time.Now(), Scheduler: "A"}
+	}
+	// lock holds the task's row in another transaction until the returned
+	// function is called.
+	lock := func(id string) (unlock func()) {
+		locked, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		go func() {
+			done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+				if _, err := x.TaskGet(ctx, id); err != nil {
+					return err
+				}
+				close(locked)
+				<-release
+				return nil
+			})
+		}()
+		select {
+		case <-locked:
+		case err := <-done:
+			t.Fatal(err)
+		}
+		return func() {
+			close(release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	state := func(id string) dt.ProcessState {
+		tk, err := d.Reader().TaskGet(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk.ProcessState
+	}
+	tick := func(poll bool) {
+		t.Helper()
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := s.Tick(tctx, poll); err != nil {
+			t.Fatalf("tick while another transaction holds a task: %v", err)
+		}
+	}
+
+	// From the inbox.
+	inbox := reqs[0]
+	unlock := lock(inbox.TaskID)
+	if !s.Deliver(reply(inbox)) {
+		t.Fatal("Deliver refused")
+	}
+	tick(false)
+	if got := state(inbox.TaskID); got != dt.Processing {
+		t.Fatalf("%s is %s with its row locked elsewhere, want still Processing", inbox.TaskID, got)
+	}
+	unlock()
+	tick(false)
+	if got := state(inbox.TaskID); got != dt.Processed {
+		t.Fatalf("%s is %s after the lock went, want Processed", inbox.TaskID, got)
+	}
+
+	// From the store's reply queue (an agent in another process).
+	queued := reqs[1]
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.ReplyInsertMany(ctx, []*dt.AgentReply{reply(queued)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	unlock = lock(queued.TaskID)
+	tick(true)
+	if got := state(queued.TaskID); got != dt.Processing {
+		t.Fatalf("%s is %s with its row locked elsewhere, want still Processing", queued.TaskID, got)
+	}
+	unlock()
+	// A new scheduler value, as after a crash: the reply must be in the
+	// store, not only in the first one's memory.
+	s = scheduler.New(d, clock.Real{}, &flow.Machine{Instance: "A"}, quiet)
+	tick(true)
+	if got := state(queued.TaskID); got != dt.Processed {
+		t.Fatalf("%s is %s after the lock went, want Processed (reply lost?)", queued.TaskID, got)
+	}
+}
