@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,4 +113,52 @@ func TestReplyForLockedTaskIsDeferredNotLost(t *testing.T) {
 	if got := state(queued.TaskID); got != dt.Processed {
 		t.Fatalf("%s is %s after the lock went, want Processed (reply lost?)", queued.TaskID, got)
 	}
+}
+
+// While another transaction keeps a held task locked, the scheduler retries
+// its deferred reply less and less often instead of every millisecond, and
+// applies it once the lock is gone.
+func TestDeferredReplyRetriesBackOff(t *testing.T) {
+	d := testutil.Postgres(t)
+	ctx := context.Background()
+	seed(t, d, 1, 1, time.Minute)
+	s := scheduler.New(d, clock.Real{}, &flow.Machine{Instance: "A"}, quiet)
+	var reqs []*dt.AgentRequest
+	s.OnDispatch = func(r []*dt.AgentRequest) { reqs = append(reqs, r...) }
+	if _, err := s.Tick(ctx, false); err != nil || len(reqs) != 1 {
+		t.Fatalf("first tick: %v, %d requests", err, len(reqs))
+	}
+	r := reqs[0]
+	locked, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			if _, err := x.TaskGet(ctx, r.TaskID); err != nil {
+				return err
+			}
+			close(locked)
+			<-release
+			return nil
+		})
+	}()
+	<-locked
+	var txs atomic.Int64
+	s.Fence = func(context.Context, store.Executor, time.Time) error { txs.Add(1); return nil }
+	stop := runFn(t, s.Run)
+	defer stop()
+	if !s.Deliver(&dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind,
+		Output: []byte(`1`), CreatedAt: time.Now(), Scheduler: "A"}) {
+		t.Fatal("Deliver refused")
+	}
+	time.Sleep(500 * time.Millisecond) // the lock is held this long: count the retries
+	if n := txs.Load(); n > 30 {
+		t.Errorf("%d transactions in 500ms while the task stayed locked; want the retries to back off", n)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deferred reply applied", func() bool {
+		tk, err := d.Reader().TaskGet(ctx, r.TaskID)
+		return err == nil && tk.ProcessState == dt.Processed
+	})
 }

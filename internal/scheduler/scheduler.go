@@ -57,6 +57,7 @@ type Scheduler struct {
 	pollNow  atomic.Bool      // replies for this instance are waiting in the store
 	carry    *dt.AgentReply   // taken from the inbox while waiting; applied next tick
 	deferred []*dt.AgentReply // replies whose tasks were locked elsewhere: next tick
+	backoff  time.Duration    // wait before retrying deferred replies; grows while they stay
 	wake     chan struct{}
 	inFlight int
 	room     atomic.Int64 // MaxInFlight - inFlight, for other goroutines
@@ -210,10 +211,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		// Deferred replies (in memory, or put back in the store's queue)
 		// wait for another transaction's lock, which a claim elsewhere
-		// holds for a few milliseconds: retry soon.
+		// holds for a few milliseconds: retry soon, then less and less
+		// often while something else keeps the lock.
 		var retry <-chan time.Time
 		if len(s.deferred) > 0 || s.pollNow.Load() {
-			retry = time.After(time.Millisecond)
+			retry = time.After(s.backoff)
 		}
 		select {
 		case <-ctx.Done():
@@ -368,6 +370,11 @@ fill:
 	s.deferred = deferred
 	if putBack > 0 {
 		s.pollNow.Store(true)
+	}
+	if len(deferred) > 0 || putBack > 0 {
+		s.backoff = min(max(2*s.backoff, time.Millisecond), s.PollInterval)
+	} else {
+		s.backoff = 0
 	}
 	s.setInFlight(s.inFlight + claimed - released)
 	if len(dispatched) > 0 && s.OnDispatch != nil {
