@@ -19,44 +19,14 @@ import (
 // memory if it came from the inbox and back in the store's reply queue if
 // it came from there, and is applied once the lock is gone.
 func TestReplyForLockedTaskIsDeferredNotLost(t *testing.T) {
-	d := testutil.Postgres(t)
 	ctx := context.Background()
-	seed(t, d, 2, 1, time.Minute)
-	s := scheduler.New(d, clock.Real{}, &flow.Machine{Instance: "A"}, quiet)
-	var reqs []*dt.AgentRequest
-	s.OnDispatch = func(r []*dt.AgentRequest) { reqs = append(reqs, r...) }
-	if _, err := s.Tick(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	if len(reqs) != 2 {
-		t.Fatalf("dispatched %d requests, want 2", len(reqs))
-	}
-	reply := func(r *dt.AgentRequest) *dt.AgentReply {
-		return &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind,
-			Output: []byte(`1`), CreatedAt: time.Now(), Scheduler: "A"}
-	}
+	d, s, reqs := dispatchedOnPostgres(t, 2)
 	// lock holds the task's row in another transaction until the returned
 	// function is called.
 	lock := func(id string) (unlock func()) {
-		locked, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-		go func() {
-			done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-				if _, err := x.TaskGet(ctx, id); err != nil {
-					return err
-				}
-				close(locked)
-				<-release
-				return nil
-			})
-		}()
-		select {
-		case <-locked:
-		case err := <-done:
-			t.Fatal(err)
-		}
+		release := testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error { _, err := x.TaskGet(ctx, id); return err })
 		return func() {
-			close(release)
-			if err := <-done; err != nil {
+			if err := release(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -119,46 +89,47 @@ func TestReplyForLockedTaskIsDeferredNotLost(t *testing.T) {
 // its deferred reply less and less often instead of every millisecond, and
 // applies it once the lock is gone.
 func TestDeferredReplyRetriesBackOff(t *testing.T) {
-	d := testutil.Postgres(t)
 	ctx := context.Background()
-	seed(t, d, 1, 1, time.Minute)
-	s := scheduler.New(d, clock.Real{}, &flow.Machine{Instance: "A"}, quiet)
-	var reqs []*dt.AgentRequest
-	s.OnDispatch = func(r []*dt.AgentRequest) { reqs = append(reqs, r...) }
-	if _, err := s.Tick(ctx, false); err != nil || len(reqs) != 1 {
-		t.Fatalf("first tick: %v, %d requests", err, len(reqs))
-	}
+	d, s, reqs := dispatchedOnPostgres(t, 1)
 	r := reqs[0]
-	locked, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if _, err := x.TaskGet(ctx, r.TaskID); err != nil {
-				return err
-			}
-			close(locked)
-			<-release
-			return nil
-		})
-	}()
-	<-locked
+	release := testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error { _, err := x.TaskGet(ctx, r.TaskID); return err })
 	var txs atomic.Int64
 	s.Fence = func(context.Context, store.Executor, time.Time) error { txs.Add(1); return nil }
 	stop := runFn(t, s.Run)
 	defer stop()
-	if !s.Deliver(&dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind,
-		Output: []byte(`1`), CreatedAt: time.Now(), Scheduler: "A"}) {
+	if !s.Deliver(reply(r)) {
 		t.Fatal("Deliver refused")
 	}
 	time.Sleep(500 * time.Millisecond) // the lock is held this long: count the retries
 	if n := txs.Load(); n > 30 {
 		t.Errorf("%d transactions in 500ms while the task stayed locked; want the retries to back off", n)
 	}
-	close(release)
-	if err := <-done; err != nil {
+	if err := release(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the deferred reply applied", func() bool {
 		tk, err := d.Reader().TaskGet(ctx, r.TaskID)
 		return err == nil && tk.ProcessState == dt.Processed
 	})
+}
+
+// dispatchedOnPostgres stores n single-step tasks on PostgreSQL and returns
+// a scheduler "A" that has claimed them, and the requests it dispatched.
+func dispatchedOnPostgres(t *testing.T, n int) (store.Driver, *scheduler.Scheduler, []*dt.AgentRequest) {
+	t.Helper()
+	d := testutil.Postgres(t)
+	seed(t, d, n, 1, time.Minute)
+	s := scheduler.New(d, clock.Real{}, &flow.Machine{Instance: "A"}, quiet)
+	var reqs []*dt.AgentRequest
+	s.OnDispatch = func(r []*dt.AgentRequest) { reqs = append(reqs, r...) }
+	if _, err := s.Tick(context.Background(), false); err != nil || len(reqs) != n {
+		t.Fatalf("first tick: %v, %d requests dispatched, want %d", err, len(reqs), n)
+	}
+	return d, s, reqs
+}
+
+// reply is a successful reply to r.
+func reply(r *dt.AgentRequest) *dt.AgentReply {
+	return &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind,
+		Output: []byte(`1`), CreatedAt: time.Now(), Scheduler: r.Scheduler}
 }

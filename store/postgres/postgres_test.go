@@ -482,24 +482,7 @@ func TestReadsInTxLockRows(t *testing.T) {
 	}
 	for name, read := range reads {
 		t.Run(name, func(t *testing.T) {
-			locked := make(chan struct{})
-			release := make(chan struct{})
-			done := make(chan error, 1)
-			go func() {
-				done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-					if err := read(ctx, x); err != nil {
-						return err
-					}
-					close(locked)
-					<-release
-					return nil
-				})
-			}()
-			select {
-			case <-locked:
-			case err := <-done:
-				t.Fatalf("first transaction: %v", err)
-			}
+			release := testutil.HoldTx(t, d, read)
 			// The Reader is not blocked.
 			if err := read(ctx, d.Reader()); err != nil {
 				t.Errorf("%s on the Reader while locked: %v", name, err)
@@ -511,8 +494,7 @@ func TestReadsInTxLockRows(t *testing.T) {
 			if err == nil {
 				t.Errorf("%s in a second transaction did not wait for the first one's lock", name)
 			}
-			close(release)
-			if err := <-done; err != nil {
+			if err := release(); err != nil {
 				t.Fatal(err)
 			}
 			// Once released, it goes through.
@@ -549,28 +531,6 @@ func TestLeaseCheckSharedWithChecksExclusiveWithWriters(t *testing.T) {
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "A", now) }); err != nil {
 		t.Fatal(err)
 	}
-	// hold runs fn in a transaction that stays open until release is closed.
-	hold := func(fn func(context.Context, store.Executor) error) (release func(), done chan error) {
-		locked, unblock, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-		release = sync.OnceFunc(func() { close(unblock) })
-		t.Cleanup(release) // a failed check must not leave the transaction open
-		go func() {
-			done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-				if err := fn(ctx, x); err != nil {
-					return err
-				}
-				close(locked)
-				<-unblock
-				return nil
-			})
-		}()
-		select {
-		case <-locked:
-		case err := <-done:
-			t.Fatalf("holding transaction: %v", err)
-		}
-		return release, done
-	}
 	waits := func(what string, fn func(context.Context, store.Executor) error) {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -580,7 +540,7 @@ func TestLeaseCheckSharedWithChecksExclusiveWithWriters(t *testing.T) {
 		}
 	}
 
-	release, done := hold(check)
+	release := testutil.HoldTx(t, d, check)
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	if err := d.InTx(sctx, check); err != nil {
 		t.Errorf("a second check while the first is open: %v", err)
@@ -589,13 +549,12 @@ func TestLeaseCheckSharedWithChecksExclusiveWithWriters(t *testing.T) {
 	waits("a takeover", func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "B", now.Add(time.Hour)) })
 	waits("a release", func(ctx context.Context, x store.Executor) error { return x.LeaseRelease(ctx, "inst", "A", 1) })
 	waits("a renewal", func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "A", now) })
-	release()
-	if err := <-done; err != nil {
+	if err := release(); err != nil {
 		t.Fatal(err)
 	}
 
 	// A check that waits for a takeover sees it once it commits.
-	release, done = hold(func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "B", now.Add(time.Hour)) })
+	release = testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "B", now.Add(time.Hour)) })
 	checked := make(chan error, 1)
 	go func() { checked <- d.InTx(ctx, check) }()
 	select {
@@ -603,8 +562,7 @@ func TestLeaseCheckSharedWithChecksExclusiveWithWriters(t *testing.T) {
 		t.Fatalf("a check did not wait for an open takeover: %v", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	release()
-	if err := <-done; err != nil {
+	if err := release(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-checked; !errors.Is(err, store.ErrLeaseNotHeld) {
@@ -637,28 +595,7 @@ func TestTaskGetAndClaimSkipsLockedTasks(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	locked, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if _, err := x.TaskGet(ctx, "locked"); err != nil {
-				return err
-			}
-			close(locked)
-			<-release
-			return nil
-		})
-	}()
-	select {
-	case <-locked:
-	case err := <-done:
-		t.Fatal(err)
-	}
-	defer func() {
-		close(release)
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error { _, err := x.TaskGet(ctx, "locked"); return err })
 	for _, limit := range []int{0, 10} {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := d.InTx(wctx, func(ctx context.Context, x store.Executor) error {
