@@ -284,11 +284,13 @@ func ClaimThenListSteps(ctx context.Context, x Executor, p TaskClaimParams) ([]*
 type GetAndClaim struct {
 	Got     []*drovertype.Task // the tasks of ids, locked
 	Claimed []*drovertype.Task // the tasks claimed
-	Steps   []*drovertype.Step // the steps of both sets, each once
+	Steps   []*drovertype.Step // the steps of the tasks in Got and Claimed, each once
 	// Busy lists the tasks of ids that another transaction held locked and
 	// that were therefore left out of Got rather than waited for (a task
-	// that does not exist is in neither). A driver whose transactions
-	// never overlap, or that waits, reports none.
+	// that does not exist is in neither). A busy task can still be in
+	// Claimed, if that transaction made it claimable and committed before
+	// the claim ran. A driver whose transactions never overlap, or that
+	// waits, reports none.
 	Busy []string
 }
 

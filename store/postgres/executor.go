@@ -499,8 +499,9 @@ func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.Ta
 	var steps, more []*dt.Step
 	if len(ids) > 0 {
 		// The steps are read as ever (FOR UPDATE, waiting): the engine locks
-		// a task before its steps, so a skipped task's steps are seldom
-		// locked, and waiting for them is only slow, never wrong.
+		// a task before its steps, so this waits only for a transaction that
+		// locked a skipped task's steps too (the supervisor's recovery, say),
+		// and the claim after it may then find that task claimable.
 		e.p.later("get tasks", e.d.q.taskGetManySkip, []any{ids}, scanFn(scanTask(&r.Got), nil))
 		e.p.later("list steps", e.d.q.stepListLock, []any{ids}, scanFn(scanStep(&steps), nil))
 	}
@@ -531,7 +532,14 @@ func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.Ta
 		}
 	}
 	claimedWithSteps(r.Claimed, more, p)
-	r.Steps = store.AppendStepsOfOthers(r.Steps, more, ids)
+	// The claim's steps, but for the tasks got: a task skipped as busy may
+	// have been claimed (its holder's lock gone by the time the claim ran),
+	// and then these are its only steps.
+	for _, s := range more {
+		if !got[s.TaskID] {
+			r.Steps = append(r.Steps, s)
+		}
+	}
 	return r, nil
 }
 
@@ -561,18 +569,13 @@ func claimedWithSteps(tasks []*dt.Task, steps []*dt.Step, p store.TaskClaimParam
 		}
 		return tasks[i].ID < tasks[j].ID
 	})
-	sortSteps(steps)
-	claimedLater(tasks, p)
-}
-
-// sortSteps orders steps by task and index.
-func sortSteps(steps []*dt.Step) {
 	sort.Slice(steps, func(i, j int) bool {
 		if steps[i].TaskID != steps[j].TaskID {
 			return steps[i].TaskID < steps[j].TaskID
 		}
 		return steps[i].Index < steps[j].Index
 	})
+	claimedLater(tasks, p)
 }
 
 // padded scans a row whose first before and last after columns belong to

@@ -633,6 +633,74 @@ func TestTaskGetAndClaimSkipsLockedTasks(t *testing.T) {
 	}
 }
 
+// A held task can be skipped as busy and then claimed by the same read: the
+// supervisor's recovery locks it and its steps, the read skips the task,
+// waits for its steps, and the recovery commits it claimable before the
+// claim runs. The claimed task must come with its steps (without them it
+// would be advanced as if it had none left).
+func TestTaskGetAndClaimBusyThenClaimedKeepsSteps(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	tk := task("t", now)
+	tk.ProcessState, tk.LockedBy, tk.CompleteBy = dt.Processing, "s", &now
+	insert(t, d, tk)
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.StepInsertMany(ctx, []*dt.Step{{TaskID: "t", Name: "s", Agent: "a", ProcessState: dt.Processing, IdempotencyKey: "k", UpdatedAt: now}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The recovery: lock the task and its steps, make the task claimable.
+	release := testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error {
+		got, err := x.TaskGet(ctx, "t")
+		if err != nil {
+			return err
+		}
+		if _, err := x.StepListByTasks(ctx, []string{"t"}); err != nil {
+			return err
+		}
+		got.ProcessState, got.LockedBy, got.CompleteBy = dt.Pending, "", nil
+		return x.TaskUpdateMany(ctx, []*dt.Task{got})
+	})
+	type result struct {
+		r   store.GetAndClaim
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var res result
+		res.err = d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			var err error
+			res.r, err = x.TaskGetAndClaim(ctx, []string{"t"}, store.TaskClaimParams{Instance: "s", Now: now.Add(time.Second), Limit: 10, WriteLater: true})
+			if err != nil {
+				return err
+			}
+			return errors.New("roll back")
+		})
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		t.Fatalf("the read did not wait for the recovery's step locks: %+v", res)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.err == nil || res.err.Error() != "roll back" {
+		t.Fatal(res.err)
+	}
+	r := res.r
+	if !slices.Equal(r.Busy, []string{"t"}) || len(r.Got) != 0 || !slices.Equal(taskIDs(r.Claimed), []string{"t"}) {
+		t.Fatalf("busy %v, got %v, claimed %v; want t busy and claimed", r.Busy, taskIDs(r.Got), taskIDs(r.Claimed))
+	}
+	if len(r.Steps) != 1 || r.Steps[0].TaskID != "t" {
+		t.Errorf("steps %v, want the claimed task's one step", r.Steps)
+	}
+}
+
 func taskIDs(ts []*dt.Task) []string {
 	var ids []string
 	for _, t := range ts {
