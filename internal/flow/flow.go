@@ -177,7 +177,24 @@ func load(ctx context.Context, x store.Executor, tasks []*dt.Task) (map[string]*
 	if err != nil {
 		return nil, err
 	}
-	return group(tasks, steps), nil
+	ls := group(tasks, steps)
+	return ls, whole(ls)
+}
+
+// whole checks that every task came with all its steps, in order: advance
+// would finish a task whose steps were missing as if they had all run.
+func whole(ls map[string]*loaded) error {
+	for id, l := range ls {
+		if len(l.steps) != l.task.StepCount {
+			return fmt.Errorf("task %q: read %d of its %d steps", id, len(l.steps), l.task.StepCount)
+		}
+		for i, s := range l.steps {
+			if s.Index != i {
+				return fmt.Errorf("task %q: step %d read in place %d", id, s.Index, i)
+			}
+		}
+	}
+	return nil
 }
 
 // group puts steps (ordered by task and index) with their tasks.
@@ -518,6 +535,12 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 	// and discarding writes neither task nor step; the claimed copy is
 	// then dispatched. So the two sets are loaded apart.
 	held, fresh := group(got, steps), group(cl, steps)
+	if err := whole(held); err != nil {
+		return TickResult{}, err
+	}
+	if err := whole(fresh); err != nil {
+		return TickResult{}, err
+	}
 	busy := make(map[string]bool, len(r.Busy))
 	for _, id := range r.Busy {
 		busy[id] = true

@@ -36,6 +36,7 @@ func flowCases() []testCase {
 		{"ResubmitFromStep", testFlowResubmitFromStep},
 		{"ResubmitResumesCompensation", testFlowResubmitCompensation},
 		{"ConcurrentSchedulers", testFlowConcurrentSchedulers},
+		{"ClaimRefusesTaskMissingSteps", testFlowClaimRefusesMissingSteps},
 	}
 }
 
@@ -1123,4 +1124,25 @@ func testFlowTickLateReplyClaimable(t *testing.T, d store.Driver) {
 		t.Errorf("LateReplies = %d, want 1", n)
 	}
 	e.wantEvents("o1", "submitted step_started[0] step_timed_out[0] step_retry[0] reply_discarded[0] step_started[0]")
+}
+
+// A task whose steps cannot all be read is not advanced as if they had
+// run: the tick fails and changes nothing.
+func testFlowClaimRefusesMissingSteps(t *testing.T, d store.Driver) {
+	tk := newTask("gap") // two steps, only the first stored
+	tk.OrderingKey = ""
+	insertTasks(t, d, tk)
+	insertSteps(t, d, newStep("gap", 0))
+	m := &flow.Machine{Instance: "sched-1"}
+	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+		_, _, _, err := m.Claim(ctx, x, base, 10)
+		return err
+	})
+	m.Discard()
+	if err == nil {
+		t.Fatal("Claim of a task missing a step succeeded")
+	}
+	if got := getTask(t, d, "gap"); got.ProcessState != dt.Pending || got.LockedBy != "" {
+		t.Errorf("after the failed claim the task is %s, locked by %q; want Pending, unlocked", got.ProcessState, got.LockedBy)
+	}
 }
