@@ -422,8 +422,8 @@ func (c *Client) wakeFor(topic string) {
 // wakeSchedulers tells this process's schedulers that new tasks wait. It
 // wakes one (scheduler.Pick): waking all would make the others run empty
 // claims for a task one of them gets. A scheduler whose claim comes back
-// full wakes another (wakeScheduler), so a backlog still spreads over all
-// of them.
+// full, or whose transaction failed, wakes the next (wakeScheduler), so a
+// backlog still reaches all of them.
 func (c *Client) wakeSchedulers() {
 	c.wakeScheduler(nil)
 }

@@ -133,3 +133,30 @@ func reply(r *dt.AgentRequest) *dt.AgentReply {
 	return &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind,
 		Output: []byte(`1`), CreatedAt: time.Now(), Scheduler: r.Scheduler}
 }
+
+// Replies taken from the store and put back because their tasks are locked
+// do not count as a full take: the tick is not busy, so the scheduler waits
+// (backing off) instead of taking and putting them back at once, again and
+// again.
+func TestPutBackRepliesDoNotMakeTickBusy(t *testing.T) {
+	ctx := context.Background()
+	d, s, reqs := dispatchedOnPostgres(t, 4)
+	s.ClaimBatch = 1 // a take of 4 replies is a full one
+	var ids []string
+	var replies []*dt.AgentReply
+	for _, r := range reqs {
+		ids = append(ids, r.TaskID)
+		replies = append(replies, reply(r))
+	}
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.ReplyInsertMany(ctx, replies) }); err != nil {
+		t.Fatal(err)
+	}
+	testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error { _, err := x.TaskGetMany(ctx, ids); return err })
+	busy, err := s.Tick(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if busy {
+		t.Error("tick busy after putting back every reply it took")
+	}
+}

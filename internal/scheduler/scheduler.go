@@ -61,6 +61,7 @@ type Scheduler struct {
 	wake     chan struct{}
 	inFlight int
 	room     atomic.Int64 // MaxInFlight - inFlight, for other goroutines
+	failing  atomic.Bool  // the last tick failed: backing off
 }
 
 // New returns a scheduler for the given instance ID.
@@ -80,21 +81,32 @@ func (s *Scheduler) Instance() string { return s.Machine.Instance }
 func (s *Scheduler) Room() int { return int(s.room.Load()) }
 
 // Pick returns the scheduler of list, other than except, to wake for new
-// tasks: the first in list order with room for a whole claim batch, else
-// the one with the most room (the first of equals); nil when there is none.
-// Preferring the first keeps light load on one scheduler, whose ticks then
-// carry more tasks each, instead of spreading it into more, smaller
-// transactions; under a backlog a full claim wakes the next (WakeMore).
+// tasks: the first with room for a whole claim batch, else the one with the
+// most room; one whose transactions are failing only if all are. The order
+// is list's, starting after except: a scheduler passing on a backlog
+// (WakeMore) wakes the next one, so a backlog reaches every scheduler in
+// turn. Preferring the first keeps light load on one scheduler, whose ticks
+// then carry more tasks each, instead of spreading it into more, smaller
+// transactions. It returns nil when there is no other scheduler.
 func Pick(list []*Scheduler, except *Scheduler) *Scheduler {
+	start := 0
+	for i, s := range list {
+		if s == except {
+			start = i + 1
+		}
+	}
 	var best *Scheduler
-	for _, s := range list {
+	for i := range list {
+		s := list[(start+i)%len(list)]
 		if s == except {
 			continue
 		}
-		if s.Room() >= s.ClaimBatch {
+		failing := s.failing.Load()
+		if !failing && s.Room() >= s.ClaimBatch {
 			return s
 		}
-		if best == nil || s.Room() > best.Room() {
+		if best == nil || (best.failing.Load() && !failing) ||
+			(best.failing.Load() == failing && s.Room() > best.Room()) {
 			best = s
 		}
 	}
@@ -182,7 +194,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		busy, err := s.tick(ctx, tickOptions{pollStore: poll, redeliver: true})
 		if err != nil && ctx.Err() == nil {
 			// Back off while the store fails (a database restart, say), and
-			// log the first failure and then only now and then.
+			// log the first failure and then only now and then. Another
+			// scheduler may get through: hand it the work.
+			s.failing.Store(true)
+			if s.WakeMore != nil {
+				s.WakeMore()
+			}
 			failures++
 			if failures == 1 || failures%20 == 0 {
 				s.Log.Warn("scheduler tick failed; retrying with back-off", "instance", s.Instance(), "failures", failures, "err", err)
@@ -196,6 +213,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		if failures > 0 {
 			s.Log.Info("scheduler recovered", "instance", s.Instance(), "after_failures", failures)
 			failures = 0
+			s.failing.Store(false)
 		}
 		if busy {
 			if ctx.Err() != nil {
@@ -383,7 +401,7 @@ fill:
 	if asked > 0 && claimed == asked && s.WakeMore != nil {
 		s.WakeMore()
 	}
-	busy = (asked > 0 && claimed == asked) || again || len(s.inbox) > 0 || fromStore == limit
+	busy = (asked > 0 && claimed == asked) || again || len(s.inbox) > 0 || fromStore-putBack == limit
 	return busy, nil
 }
 

@@ -352,3 +352,17 @@ func TestWakeMoreAfterFullClaim(t *testing.T) {
 		t.Fatalf("after a partial claim: %d wakes, room %d; want 2, 3", wakes, s.Room())
 	}
 }
+
+// A scheduler whose transactions fail hands the work to another (WakeMore)
+// before backing off.
+func TestFailingTickWakesAnother(t *testing.T) {
+	d := openStore(t)
+	seed(t, d, 1, 1, time.Minute)
+	s := scheduler.New(d, clock.Real{}, &flow.Machine{Instance: "A"}, quiet)
+	s.Fence = func(context.Context, store.Executor, time.Time) error { return errors.New("store down") }
+	var wakes atomic.Int64
+	s.WakeMore = func() { wakes.Add(1) }
+	stop := runFn(t, s.Run)
+	defer stop()
+	waitFor(t, "a wake for another scheduler", func() bool { return wakes.Load() > 0 })
+}

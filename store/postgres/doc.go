@@ -66,7 +66,8 @@
 // exclusive. So the schedulers of one process check their instance lease
 // at the same time, while a takeover waits for all of them (and, being
 // queued, is not starved by new checks, as it could be behind FOR SHARE
-// row locks).
+// row locks). The holder's own renewal (every TTL/3) is such a writer too:
+// it waits for the open scheduler transactions, and new ones wait for it.
 //
 // Reads through [Driver.Reader] run on the pool and lock nothing; Reader
 // refuses writes.
