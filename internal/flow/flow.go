@@ -177,24 +177,40 @@ func load(ctx context.Context, x store.Executor, tasks []*dt.Task) (map[string]*
 	if err != nil {
 		return nil, err
 	}
-	ls := group(tasks, steps)
-	return ls, whole(ls)
+	return group(tasks, steps), nil
 }
 
-// whole checks that every task came with all its steps, in order: advance
-// would finish a task whose steps were missing as if they had all run.
-func whole(ls map[string]*loaded) error {
-	for id, l := range ls {
-		if len(l.steps) != l.task.StepCount {
-			return fmt.Errorf("task %q: read %d of its %d steps", id, len(l.steps), l.task.StepCount)
-		}
-		for i, s := range l.steps {
-			if s.Index != i {
-				return fmt.Errorf("task %q: step %d read in place %d", id, s.Index, i)
-			}
+// broken says what is wrong with a loaded task whose steps do not match
+// it ("" if nothing is): advance would finish a task whose steps were
+// missing as if they had all run. It cannot happen through the state
+// machine (tasks are stored and deleted with all their steps), only by
+// hand-edited data or a store bug.
+func (l *loaded) broken() string {
+	if len(l.steps) != l.task.StepCount {
+		return fmt.Sprintf("the store returned %d of the task's %d steps", len(l.steps), l.task.StepCount)
+	}
+	for i, s := range l.steps {
+		if s.Index != i {
+			return fmt.Sprintf("the store returned step %d in place %d", s.Index, i)
 		}
 	}
-	return nil
+	if l.task.CurrentStep < 0 || l.task.CurrentStep >= len(l.steps) {
+		return fmt.Sprintf("current step %d out of range (%d steps)", l.task.CurrentStep, len(l.steps))
+	}
+	return ""
+}
+
+// quarantine makes a broken task Error with an operator alert, so that one
+// bad task neither runs wrongly nor stops the work of the others.
+func quarantine(b *batch, t *dt.Task, why, actor string, now time.Time) *dt.Event {
+	t.ProcessState = dt.Error
+	t.LastError = why
+	t.LockedBy, t.CompleteBy, t.UpdatedAt = "", nil, now
+	b.task(t)
+	e := ev(t, -1, dt.EventError, actor, now)
+	e.Alert, e.Message = true, why
+	b.event(e)
+	return e
 }
 
 // group puts steps (ordered by task and index) with their tasks.
@@ -535,12 +551,6 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 	// and discarding writes neither task nor step; the claimed copy is
 	// then dispatched. So the two sets are loaded apart.
 	held, fresh := group(got, steps), group(cl, steps)
-	if err := whole(held); err != nil {
-		return TickResult{}, err
-	}
-	if err := whole(fresh); err != nil {
-		return TickResult{}, err
-	}
 	busy := make(map[string]bool, len(r.Busy))
 	for _, id := range r.Busy {
 		busy[id] = true
@@ -555,7 +565,9 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 		m.applyReply(b, held[rp.TaskID], rp, now)
 	}
 	for _, t := range cl {
-		m.advance(b, fresh[t.ID], now)
+		if l := fresh[t.ID]; !m.quarantined(b, l, now) {
+			m.advance(b, l, now)
+		}
 	}
 	err = b.flush(ctx, x)
 	return TickResult{Requests: b.requests, Claimed: len(cl), Released: b.released, More: b.claimable, Deferred: deferred}, err
@@ -574,7 +586,27 @@ func replyTaskIDs(replies []*dt.AgentReply) []string {
 	return ids
 }
 
+// quarantined quarantines l if it is broken (and reports so); the task is
+// then let go of.
+func (m *Machine) quarantined(b *batch, l *loaded, now time.Time) bool {
+	why := l.broken()
+	if why == "" {
+		return false
+	}
+	if l.task.LockedBy == m.Instance {
+		b.released++
+	}
+	quarantine(b, l.task, why, m.Instance, now)
+	m.pending.alerts++
+	m.pending.finished++
+	return true
+}
+
 func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Time) {
+	if l != nil && l.task.LockedBy == m.Instance && !l.task.ProcessState.Final() && m.quarantined(b, l, now) {
+		m.pending.late++ // the reply is not applied
+		return
+	}
 	var s *dt.Step
 	if l != nil && r.StepIndex >= 0 && r.StepIndex < len(l.steps) {
 		s = l.steps[r.StepIndex]
@@ -760,13 +792,9 @@ func (sv *Supervisor) recover(b *batch, l *loaded, now time.Time) {
 	t.CompleteBy = nil
 	t.UpdatedAt = now
 	b.task(t)
-	if t.CurrentStep < 0 || t.CurrentStep >= len(l.steps) {
-		// Cannot happen through the state machine; never leave a task
-		// that nothing will pick up.
-		t.ProcessState = dt.Error
-		t.LastError = fmt.Sprintf("current step %d out of range (%d steps)", t.CurrentStep, len(l.steps))
-		e := sv.event(b, t, -1, dt.EventError, now)
-		e.Alert, e.Message = true, t.LastError
+	if why := l.broken(); why != "" {
+		// Never leave a task that nothing will pick up.
+		quarantine(b, t, why, sv.Instance, now).Term = sv.Term
 		sv.pending.alerts++
 		sv.pending.finished++
 		return
@@ -914,6 +942,9 @@ func Resubmit(ctx context.Context, x store.Executor, id, actor string, fromStep 
 	ls, err := load(ctx, x, []*dt.Task{t})
 	if err != nil {
 		return nil, err
+	}
+	if why := ls[id].broken(); why != "" {
+		return t, fmt.Errorf("task %q: %s: %w", id, why, ErrNotResubmittable)
 	}
 	steps := ls[id].steps
 	b := newBatch()

@@ -210,7 +210,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		if failures > 0 {
+		if failures > 0 && err == nil {
 			s.Log.Info("scheduler recovered", "instance", s.Instance(), "after_failures", failures)
 			failures = 0
 			s.failing.Store(false)

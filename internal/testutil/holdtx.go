@@ -11,7 +11,8 @@ import (
 // HoldTx runs fn in a transaction of d and keeps the transaction open, with
 // whatever fn locked, until release is called (at the latest when the test
 // ends). release returns the transaction's error. HoldTx fails the test if
-// fn fails.
+// fn fails; fn runs on another goroutine, so it must return errors, not
+// call t.Fatal.
 func HoldTx(t testing.TB, d store.Driver, fn func(context.Context, store.Executor) error) (release func() error) {
 	t.Helper()
 	locked, unblock, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)

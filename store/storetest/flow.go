@@ -37,6 +37,7 @@ func flowCases() []testCase {
 		{"ResubmitResumesCompensation", testFlowResubmitCompensation},
 		{"ConcurrentSchedulers", testFlowConcurrentSchedulers},
 		{"ClaimRefusesTaskMissingSteps", testFlowClaimRefusesMissingSteps},
+		{"ReplyRefusesTaskMissingSteps", testFlowReplyRefusesMissingSteps},
 	}
 }
 
@@ -1127,22 +1128,51 @@ func testFlowTickLateReplyClaimable(t *testing.T, d store.Driver) {
 }
 
 // A task whose steps cannot all be read is not advanced as if they had
-// run: the tick fails and changes nothing.
+// run, nor does it stop the claim of others: it is set to Error with an
+// operator alert, and cannot be resubmitted.
 func testFlowClaimRefusesMissingSteps(t *testing.T, d store.Driver) {
-	tk := newTask("gap") // two steps, only the first stored
-	tk.OrderingKey = ""
-	insertTasks(t, d, tk)
-	insertSteps(t, d, newStep("gap", 0))
-	m := &flow.Machine{Instance: "sched-1"}
+	gap, ok := newTask("gap"), newTask("ok") // two steps each
+	gap.OrderingKey, ok.OrderingKey = "", ""
+	insertTasks(t, d, gap, ok)
+	insertSteps(t, d, newStep("gap", 0), newStep("ok", 0), newStep("ok", 1)) // gap's step 1 missing
+	e := newEnv(t, d)
+	reqs := e.claim(base)
+	if len(reqs) != 1 || reqs[0].TaskID != "ok" {
+		t.Fatalf("claim dispatched %v, want only ok's first step", reqs)
+	}
+	got := getTask(t, d, "gap")
+	if got.ProcessState != dt.Error || got.LockedBy != "" || !strings.Contains(got.LastError, "1 of the task's 2 steps") {
+		t.Errorf("gap is %s, locked by %q, last error %q; want Error, unlocked, saying a step is missing", got.ProcessState, got.LockedBy, got.LastError)
+	}
+	if e.c.Alerts.Load() != 1 {
+		t.Errorf("Alerts = %d, want 1", e.c.Alerts.Load())
+	}
 	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-		_, _, _, err := m.Claim(ctx, x, base, 10)
+		_, err := flow.Resubmit(ctx, x, "gap", "operator", -1, base)
 		return err
 	})
-	m.Discard()
-	if err == nil {
-		t.Fatal("Claim of a task missing a step succeeded")
+	if !errors.Is(err, flow.ErrNotResubmittable) {
+		t.Errorf("Resubmit of gap = %v, want ErrNotResubmittable", err)
 	}
-	if got := getTask(t, d, "gap"); got.ProcessState != dt.Pending || got.LockedBy != "" {
-		t.Errorf("after the failed claim the task is %s, locked by %q; want Pending, unlocked", got.ProcessState, got.LockedBy)
+}
+
+// A reply for a held task whose steps cannot all be read is not applied:
+// the task is set to Error with an alert instead of being finished.
+func testFlowReplyRefusesMissingSteps(t *testing.T, d store.Driver) {
+	deadline := base.Add(time.Minute)
+	gap := newTask("gap") // two steps, only the first stored, in flight
+	gap.OrderingKey, gap.ProcessState, gap.LockedBy, gap.CompleteBy = "", dt.Processing, "sched-1", &deadline
+	s0 := newStep("gap", 0)
+	s0.ProcessState, s0.LockedBy, s0.CompleteBy, s0.Attempt = dt.Processing, "sched-1", &deadline, 1
+	insertTasks(t, d, gap)
+	insertSteps(t, d, s0)
+	e := newEnv(t, d)
+	e.apply(base.Add(time.Second), &dt.AgentReply{TaskID: "gap", StepIndex: 0, Attempt: 1, Kind: dt.KindDo, Output: []byte(`1`)})
+	got := getTask(t, d, "gap")
+	if got.ProcessState != dt.Error || got.LockedBy != "" {
+		t.Errorf("gap is %s, locked by %q; want Error, unlocked", got.ProcessState, got.LockedBy)
+	}
+	if e.c.RepliesApplied.Load() != 0 || e.c.Alerts.Load() != 1 {
+		t.Errorf("replies applied %d, alerts %d; want 0, 1", e.c.RepliesApplied.Load(), e.c.Alerts.Load())
 	}
 }
