@@ -58,6 +58,7 @@ type Scheduler struct {
 	carry    *dt.AgentReply   // taken from the inbox while waiting; applied next tick
 	deferred []*dt.AgentReply // replies whose tasks were locked elsewhere: next tick
 	backoff  time.Duration    // wait before retrying deferred replies; grows while they stay
+	putBack  bool             // the last tick put replies back in the store's queue
 	wake     chan struct{}
 	inFlight int
 	room     atomic.Int64 // MaxInFlight - inFlight, for other goroutines
@@ -271,7 +272,7 @@ type tickOptions struct {
 
 func (s *Scheduler) tick(ctx context.Context, o tickOptions) (busy bool, err error) {
 	limit := 4 * s.ClaimBatch
-	replies := s.deferred
+	replies, retried := s.deferred, len(s.deferred)
 	s.deferred = nil
 	if s.carry != nil {
 		replies = append(replies, s.carry)
@@ -389,11 +390,25 @@ fill:
 	if putBack > 0 {
 		s.pollNow.Store(true)
 	}
-	if len(deferred) > 0 || putBack > 0 {
-		s.backoff = min(max(2*s.backoff, time.Millisecond), s.PollInterval)
-	} else {
+	// Back off only while the same replies stay deferred (a lock held
+	// long); a new collision is retried after a millisecond.
+	stuck := putBack > 0 && s.putBack
+	if retried > 0 && len(deferred) > 0 {
+		before := make(map[*dt.AgentReply]bool, retried)
+		for _, r := range replies[:retried] {
+			before[r] = true
+		}
+		stuck = stuck || before[deferred[0]] // deferred keeps the replies' order: retried ones come first
+	}
+	switch {
+	case stuck:
+		s.backoff = min(2*s.backoff, s.PollInterval)
+	case len(deferred) > 0 || putBack > 0:
+		s.backoff = time.Millisecond
+	default:
 		s.backoff = 0
 	}
+	s.putBack = putBack > 0
 	s.setInFlight(s.inFlight + claimed - released)
 	if len(dispatched) > 0 && s.OnDispatch != nil {
 		s.OnDispatch(dispatched)
