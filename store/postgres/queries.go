@@ -288,11 +288,14 @@ var nTaskCols, nStepCols = len(strings.Split(taskCols, ",")), len(strings.Split(
 // one, and the result is the task rows followed by the step rows, each
 // padded with NULLs where the other kind's columns are (a step row's first
 // column, the task ID, is NULL). The claim's order does not survive the
-// UNION: TaskClaimWithSteps sorts the rows again.
+// UNION: TaskClaimWithSteps sorts the rows again. The steps are found with
+// = ANY(ARRAY(…)), one index scan over all the IDs, rather than IN (…),
+// which the planner runs as an index scan per task (about 25% slower for
+// 256 tasks, EXPLAIN ANALYZE).
 var tTaskClaimLockSteps = func() string {
 	nulls := func(n int) string { return strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ") }
 	return `WITH c AS MATERIALIZED (` + tTaskClaimLock + `),
- s AS MATERIALIZED (SELECT ` + stepCols + ` FROM {s}.steps WHERE task_id IN (SELECT id FROM c)
+ s AS MATERIALIZED (SELECT ` + stepCols + ` FROM {s}.steps WHERE task_id = ANY(ARRAY(SELECT id FROM c))
    ORDER BY task_id, step_index FOR UPDATE)
  SELECT ` + taskCols + `, ` + nulls(nStepCols) + ` FROM c
  UNION ALL
