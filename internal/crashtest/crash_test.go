@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/remotesim"
 	"github.com/drover-run/drover/store/sqlite"
@@ -240,6 +241,9 @@ func TestServerSurvivesSIGKILL(t *testing.T) {
 			}
 			if len(alerts) == 0 {
 				t.Errorf("%s ended in Error without an operator alert", tk.ID)
+			}
+			if strings.HasPrefix(tk.LastError, flow.BrokenPrefix) {
+				t.Errorf("%s set to Error as broken: %s", tk.ID, tk.LastError)
 			}
 		}
 	}

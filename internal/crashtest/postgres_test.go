@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/remotesim"
 	"github.com/drover-run/drover/internal/supervisor"
@@ -491,6 +492,9 @@ func checkOrderEffects(t *testing.T, c *drover.Client, sim *remotesim.Service, e
 		case drover.Error:
 			if !alerted[tk.ID] {
 				t.Errorf("%s ended in Error without an operator alert", tk.ID)
+			}
+			if strings.HasPrefix(tk.LastError, flow.BrokenPrefix) {
+				t.Errorf("%s set to Error as broken: %s", tk.ID, tk.LastError)
 			}
 		default:
 			t.Errorf("%s is %s, not final", tk.ID, tk.ProcessState)

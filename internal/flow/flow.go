@@ -187,18 +187,22 @@ func load(ctx context.Context, x store.Executor, tasks []*dt.Task) (map[string]*
 // hand-edited data or a store bug.
 func (l *loaded) broken() string {
 	if len(l.steps) != l.task.StepCount {
-		return fmt.Sprintf("the store returned %d of the task's %d steps", len(l.steps), l.task.StepCount)
+		return fmt.Sprintf("%sthe store returned %d of the task's %d steps", BrokenPrefix, len(l.steps), l.task.StepCount)
 	}
 	for i, s := range l.steps {
 		if s.Index != i {
-			return fmt.Sprintf("the store returned step %d in place %d", s.Index, i)
+			return fmt.Sprintf("%sthe store returned step %d in place %d", BrokenPrefix, s.Index, i)
 		}
 	}
 	if l.task.CurrentStep < 0 || l.task.CurrentStep >= len(l.steps) {
-		return fmt.Sprintf("current step %d out of range (%d steps)", l.task.CurrentStep, len(l.steps))
+		return fmt.Sprintf("%scurrent step %d out of range (%d steps)", BrokenPrefix, l.task.CurrentStep, len(l.steps))
 	}
 	return ""
 }
+
+// BrokenPrefix starts the LastError of a task set to Error because its
+// stored steps do not match it (see quarantine).
+const BrokenPrefix = "broken task: "
 
 // quarantine makes a broken task Error with an operator alert, so that one
 // bad task neither runs wrongly nor stops the work of the others.
