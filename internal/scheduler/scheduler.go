@@ -12,6 +12,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -336,25 +337,13 @@ fill:
 		// A reply whose task another transaction held locked waits for a
 		// later tick: in memory if it came from the inbox, back in the
 		// store's queue (this transaction deletes it there) if from it.
-		deferred = res.Deferred
-		if len(deferred) > 0 && fromStore > 0 {
-			fromInbox := make(map[*dt.AgentReply]bool, len(replies))
-			for _, r := range replies {
-				fromInbox[r] = true
-			}
-			var back []*dt.AgentReply
-			kept := deferred[:0:0]
-			for _, r := range deferred {
-				if fromInbox[r] {
-					kept = append(kept, r)
-				} else {
-					back = append(back, r)
-				}
-			}
+		var back []*dt.AgentReply
+		deferred, back = splitDeferred(replies, res.Deferred)
+		if len(back) > 0 {
 			if err := x.ReplyInsertMany(ctx, back); err != nil {
 				return err
 			}
-			deferred, putBack = kept, len(back)
+			putBack = len(back)
 		}
 		// The replies made room and the claim was full: fill the room now.
 		if extra := min(s.MaxInFlight-(s.inFlight-released), s.ClaimBatch) - asked; extra > 0 && claimed == asked {
@@ -386,29 +375,7 @@ fill:
 		return false, err
 	}
 	s.Machine.Commit()
-	s.deferred = deferred
-	if putBack > 0 {
-		s.pollNow.Store(true)
-	}
-	// Back off only while the same replies stay deferred (a lock held
-	// long); a new collision is retried after a millisecond.
-	stuck := putBack > 0 && s.putBack
-	if retried > 0 && len(deferred) > 0 {
-		before := make(map[*dt.AgentReply]bool, retried)
-		for _, r := range replies[:retried] {
-			before[r] = true
-		}
-		stuck = stuck || before[deferred[0]] // deferred keeps the replies' order: retried ones come first
-	}
-	switch {
-	case stuck:
-		s.backoff = min(2*s.backoff, s.PollInterval)
-	case len(deferred) > 0 || putBack > 0:
-		s.backoff = time.Millisecond
-	default:
-		s.backoff = 0
-	}
-	s.putBack = putBack > 0
+	s.deferLater(replies[:retried], deferred, putBack)
 	s.setInFlight(s.inFlight + claimed - released)
 	if len(dispatched) > 0 && s.OnDispatch != nil {
 		s.OnDispatch(dispatched)
@@ -418,6 +385,42 @@ fill:
 	}
 	busy = (asked > 0 && claimed == asked) || again || len(s.inbox) > 0 || fromStore-putBack == limit
 	return busy, nil
+}
+
+// splitDeferred splits a tick's deferred replies (in the order of the
+// replies it was given: those from the inbox, then those from the store)
+// into the ones from inbox and the ones from the store.
+func splitDeferred(inbox, deferred []*dt.AgentReply) (fromInbox, fromStore []*dt.AgentReply) {
+	j := 0
+	for _, r := range inbox {
+		if j < len(deferred) && deferred[j] == r {
+			j++
+		}
+	}
+	return deferred[:j], deferred[j:]
+}
+
+// deferLater keeps a committed tick's deferred replies for the next tick
+// and sets how long to wait for it: a millisecond after a new collision,
+// doubling (up to PollInterval) while the same replies stay deferred, as
+// when a transaction elsewhere holds a task long. retried are the replies
+// the tick retried; putBack counts those it put back in the store's queue.
+func (s *Scheduler) deferLater(retried, deferred []*dt.AgentReply, putBack int) {
+	s.deferred = deferred
+	if putBack > 0 {
+		s.pollNow.Store(true)
+	}
+	// Deferred keeps the replies' order, retried ones first.
+	stuck := (putBack > 0 && s.putBack) || (len(deferred) > 0 && slices.Contains(retried, deferred[0]))
+	switch {
+	case stuck:
+		s.backoff = min(2*s.backoff, s.PollInterval)
+	case len(deferred) > 0 || putBack > 0:
+		s.backoff = time.Millisecond
+	default:
+		s.backoff = 0
+	}
+	s.putBack = putBack > 0
 }
 
 // retryDelay doubles base for each consecutive failure, up to 5s.
