@@ -2,14 +2,10 @@ package scheduler
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
-	"github.com/drover-run/drover/internal/clock"
-	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
 )
@@ -20,21 +16,8 @@ import (
 func TestBackoffGrowsOnlyForTheSameReplies(t *testing.T) {
 	ctx := context.Background()
 	d := testutil.Postgres(t)
-	now := time.Now().UTC()
-	var subs []flow.Submission
-	for _, id := range []string{"a", "b"} {
-		in := []byte(`{}`)
-		subs = append(subs, flow.Submission{
-			Task: &dt.Task{ID: id, Workflow: "wf", Input: in, InputHash: flow.InputHash("wf", in), ProcessState: dt.Pending,
-				StepCount: 1, FailureThreshold: 3, OnFailure: dt.PolicyError, AvailableAt: now, CreatedAt: now, UpdatedAt: now},
-			Steps: []*dt.Step{{TaskID: id, Name: "s", Agent: "a", Timeout: time.Minute, ProcessState: dt.Pending,
-				IdempotencyKey: flow.IdempotencyKey(id, 0, "s"), UpdatedAt: now}},
-		})
-	}
-	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { _, err := flow.Submit(ctx, x, subs); return err }); err != nil {
-		t.Fatal(err)
-	}
-	s := New(d, clock.Real{}, &flow.Machine{Instance: "A"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	submit(t, d, 1, time.Minute, "a", "b")
+	s := newScheduler(d)
 	reqs := map[string]*dt.AgentRequest{}
 	s.OnDispatch = func(rs []*dt.AgentRequest) {
 		for _, r := range rs {
