@@ -205,12 +205,18 @@ func (l *loaded) broken() string {
 const BrokenPrefix = "broken task: "
 
 // quarantine makes a broken task Error with an operator alert, so that one
-// bad task neither runs wrongly nor stops the work of the others.
-func quarantine(b *batch, t *dt.Task, why, actor string, now time.Time) *dt.Event {
+// bad task neither runs wrongly nor stops the work of the others. Its
+// requests go too, so no agent runs a step of it again (after a restart,
+// say).
+func quarantine(b *batch, l *loaded, why, actor string, now time.Time) *dt.Event {
+	t := l.task
 	t.ProcessState = dt.Error
 	t.LastError = why
 	t.LockedBy, t.CompleteBy, t.UpdatedAt = "", nil, now
 	b.task(t)
+	for i := range max(t.StepCount, len(l.steps)) {
+		b.deletes = append(b.deletes, store.StepRef{TaskID: t.ID, Index: i})
+	}
 	e := ev(t, -1, dt.EventError, actor, now)
 	e.Alert, e.Message = true, why
 	b.event(e)
@@ -600,7 +606,7 @@ func (m *Machine) quarantined(b *batch, l *loaded, now time.Time) bool {
 	if l.task.LockedBy == m.Instance {
 		b.released++
 	}
-	quarantine(b, l.task, why, m.Instance, now)
+	quarantine(b, l, why, m.Instance, now)
 	m.pending.alerts++
 	m.pending.finished++
 	return true
@@ -798,7 +804,7 @@ func (sv *Supervisor) recover(b *batch, l *loaded, now time.Time) {
 	b.task(t)
 	if why := l.broken(); why != "" {
 		// Never leave a task that nothing will pick up.
-		quarantine(b, t, why, sv.Instance, now).Term = sv.Term
+		quarantine(b, l, why, sv.Instance, now).Term = sv.Term
 		sv.pending.alerts++
 		sv.pending.finished++
 		return

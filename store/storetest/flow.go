@@ -1166,11 +1166,15 @@ func testFlowReplyRefusesMissingSteps(t *testing.T, d store.Driver) {
 	s0.ProcessState, s0.LockedBy, s0.CompleteBy, s0.Attempt = dt.Processing, "sched-1", &deadline, 1
 	insertTasks(t, d, gap)
 	insertSteps(t, d, s0)
+	insertRequests(t, d, newRequest("gap", 0, "agent-step0", deadline))
 	e := newEnv(t, d)
 	e.apply(base.Add(time.Second), &dt.AgentReply{TaskID: "gap", StepIndex: 0, Attempt: 1, Kind: dt.KindDo, Output: []byte(`1`)})
 	got := getTask(t, d, "gap")
 	if got.ProcessState != dt.Error || got.LockedBy != "" {
 		t.Errorf("gap is %s, locked by %q; want Error, unlocked", got.ProcessState, got.LockedBy)
+	}
+	if reqs := e.peek("agent-step0", base.Add(time.Second)); len(reqs) != 0 {
+		t.Errorf("%d requests of the broken task still queued; an agent could run its step again", len(reqs))
 	}
 	if e.c.RepliesApplied.Load() != 0 || e.c.Alerts.Load() != 1 {
 		t.Errorf("replies applied %d, alerts %d; want 0, 1", e.c.RepliesApplied.Load(), e.c.Alerts.Load())
