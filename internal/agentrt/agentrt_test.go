@@ -531,3 +531,84 @@ func TestShutdownKeepsRepliesOfCallsInFlight(t *testing.T) {
 			"(stopWriter) right after the calls end, and writeReplies drops what it has not written once its context ends", lost, rounds)
 	}
 }
+
+// pausedClaims lets a test hold the runtime's pull inside RequestClaim.
+type pausedClaims struct {
+	store.Driver
+	entered chan struct{} // receives once a pull is inside RequestClaim
+	release chan struct{} // closed to let it claim
+}
+
+func (d *pausedClaims) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
+	return d.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return fn(ctx, pausedExecutor{x, d})
+	})
+}
+
+type pausedExecutor struct {
+	store.Executor
+	d *pausedClaims
+}
+
+func (x pausedExecutor) RequestClaim(ctx context.Context, p store.RequestClaimParams) ([]*dt.AgentRequest, error) {
+	select {
+	case x.d.entered <- struct{}{}:
+	default:
+	}
+	<-x.d.release
+	return x.Executor.RequestClaim(ctx, p)
+}
+
+// A pull in progress does not turn the scheduler's fast path away: before,
+// the pull took every free slot for its transaction's length, so requests
+// dispatched meanwhile went through the store's queue and woke the pull
+// again. The two together still run at most Concurrency calls at once.
+func TestPullInProgressLeavesRoomForFastPath(t *testing.T) {
+	t.Parallel()
+	d, queued := setup(t, 1, "a", 30*time.Second)
+	paused := &pausedClaims{Driver: d, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	var running, peak atomic.Int64
+	rt := newRuntime(paused, "rt-1", agentrt.Spec{Name: "a", Concurrency: 1, Func: func(ctx context.Context, r *dt.AgentRequest) ([]byte, error) {
+		cur := running.Add(1)
+		defer running.Add(-1)
+		for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
+		}
+		time.Sleep(5 * time.Millisecond) // long enough for the two calls to overlap if allowed
+		return []byte(`1`), nil
+	}})
+	var s sink
+	rt.Deliver = s.deliver
+	run(t, rt)
+	defer func() {
+		select {
+		case <-paused.release:
+		default:
+			close(paused.release)
+		}
+	}()
+	waitFor(t, "the runtime to run", func() bool { return rt.Has("a") })
+	select {
+	case <-paused.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pull never reached RequestClaim")
+	}
+	inst, ok := rt.Reserve("a")
+	if !ok {
+		t.Fatal("Reserve refused while a pull was claiming: the fast path was turned away")
+	}
+	fast := &dt.AgentRequest{TaskID: "fast", Agent: "a", Attempt: 1, Kind: dt.KindDo, ClaimedBy: inst,
+		CompleteBy: time.Now().Add(30 * time.Second), Scheduler: "sched"}
+	rt.Dispatch([]*dt.AgentRequest{fast})
+	close(paused.release)
+	waitFor(t, "both replies", func() bool { return s.len() == 2 })
+	if p := peak.Load(); p > 1 {
+		t.Errorf("%d calls ran at once, Concurrency is 1", p)
+	}
+	got := map[string]bool{}
+	for _, r := range s.all() {
+		got[r.TaskID] = true
+	}
+	if !got["fast"] || !got[queued[0].TaskID] {
+		t.Errorf("replies for %v, want fast and %s", got, queued[0].TaskID)
+	}
+}
