@@ -904,6 +904,25 @@ func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef
 	return e.later(ctx, "delete requests", e.d.q.requestDeleteByStep, []any{taskIDs, index}, nil, nil)
 }
 
+func (e *executor) RequestExistsByStep(ctx context.Context, refs []store.StepRef) ([]bool, error) {
+	exists := make([]bool, len(refs))
+	if len(refs) == 0 {
+		return exists, nil
+	}
+	taskIDs, index := make([]string, len(refs)), make([]int32, len(refs))
+	for i, r := range refs {
+		taskIDs[i], index[i] = r.TaskID, int32(r.Index)
+	}
+	var found []int64
+	if err := e.each(ctx, "find requests", e.d.q.requestExistsByStep, []any{taskIDs, index}, scanIDs(&found)); err != nil {
+		return nil, err
+	}
+	for _, i := range found {
+		exists[i] = true
+	}
+	return exists, nil
+}
+
 func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, error) {
 	if err := e.write("release requests"); err != nil {
 		return 0, err

@@ -538,6 +538,23 @@ func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef
 	}
 	return e.execRows(ctx, "delete requests", mRequestDeleteByStep, rows, nil)
 }
+func (e *executor) RequestExistsByStep(ctx context.Context, refs []store.StepRef) ([]bool, error) {
+	exists := make([]bool, len(refs))
+	for i, r := range refs {
+		rows, err := e.query(ctx, qRequestExistsByStep, r.TaskID, r.Index)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: find requests: %w", err)
+		}
+		exists[i] = rows.Next()
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: find requests: %w", translate(err))
+		}
+	}
+	return exists, nil
+}
+
 func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, error) {
 	r, err := e.exec(ctx, qRequestRelease, claimedBy)
 	if err != nil {

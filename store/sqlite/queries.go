@@ -75,6 +75,8 @@ const (
  LEFT JOIN steps p ON p.task_id = r.task_id AND p.step_index = r.step_index - 1
  WHERE r.id IN (SELECT value FROM json_each(?))`
 
+	qRequestExistsByStep = `SELECT 1 FROM agent_requests WHERE task_id = ? AND step_index = ? LIMIT 1`
+
 	qRequestRelease = `UPDATE agent_requests SET claimed_by = NULL WHERE claimed_by = ?`
 
 	qRequestDeleteExpired = `DELETE FROM agent_requests WHERE id IN

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -50,6 +51,7 @@ func requestCases() []testCase {
 		{"ClaimPayloadAndOrder", testRequestClaim},
 		{"ClaimSkipsExpired", testRequestClaimExpired},
 		{"DeleteByStep", testRequestDeleteByStep},
+		{"ExistsByStep", testRequestExistsByStep},
 		{"Release", testRequestRelease},
 		{"DeleteExpired", testRequestDeleteExpired},
 	}
@@ -136,6 +138,29 @@ func testRequestClaimExpired(t *testing.T, d store.Driver) {
 	if fmt.Sprint(reqKeys(got)) != "[t/1/1]" {
 		t.Errorf("RequestClaim = %v, want only the unexpired t/1/1", reqKeys(got))
 	}
+}
+
+func testRequestExistsByStep(t *testing.T, d store.Driver) {
+	setupPayload(t, d)
+	exp := at(time.Minute)
+	claimed := newRequest("t", 2, "a", exp)
+	claimed.ClaimedBy = "rt" // claimed ones count too
+	insertRequests(t, d, newRequest("t", 0, "a", exp), newRequest("t", 0, "b", exp), claimed)
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		got, err := x.RequestExistsByStep(ctx, []store.StepRef{{TaskID: "t", Index: 1}, {TaskID: "t", Index: 0},
+			{TaskID: "missing", Index: 0}, {TaskID: "t", Index: 2}, {TaskID: "t", Index: 0}})
+		if err != nil {
+			return err
+		}
+		if want := []bool{false, true, false, true, true}; !slices.Equal(got, want) {
+			t.Errorf("RequestExistsByStep = %v, want %v", got, want)
+		}
+		none, err := x.RequestExistsByStep(ctx, nil)
+		if err != nil || len(none) != 0 {
+			t.Errorf("RequestExistsByStep(nil) = %v, %v; want empty, nil", none, err)
+		}
+		return nil
+	})
 }
 
 func testRequestDeleteByStep(t *testing.T, d store.Driver) {
