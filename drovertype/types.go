@@ -151,6 +151,10 @@ type AgentRequest struct {
 	Scheduler      string // instance that dispatched it and holds the task
 	ClaimedBy      string // agent runtime instance working on it; "" when free
 	CreatedAt      time.Time
+	// InProcess: handed in memory to an agent runtime of the scheduler's
+	// own process (the fast path), so no request row was stored. A restart
+	// with the same instance ID dispatches it again (flow.Machine.Restore).
+	InProcess bool
 
 	// Payload, joined in when the request is claimed.
 	Input          []byte // the task's input
@@ -173,6 +177,9 @@ type AgentReply struct {
 
 	// Scheduler is the instance the reply is for, to wake it; not stored.
 	Scheduler string
+	// InProcess: the reply answers an InProcess request, which has no
+	// request row to delete; not stored.
+	InProcess bool
 }
 
 // EventType names an entry of a task's history.

@@ -145,8 +145,9 @@ func (rt *Runtime) Has(name string) bool { _, ok := rt.agents[name]; return ok }
 
 // Reserve takes room for one request of the named agent that the
 // scheduler is about to dispatch in this process (the fast path). On ok the
-// request must be inserted claimed by the returned instance and then passed
-// to Dispatch after commit, or to Unreserve if the transaction failed.
+// request is marked claimed by the returned instance and InProcess (no
+// request row is stored) and must be passed to Dispatch after commit, or to
+// Unreserve if the transaction failed.
 func (rt *Runtime) Reserve(name string) (string, bool) {
 	a := rt.agents[name]
 	if a == nil {
@@ -191,9 +192,9 @@ func (rt *Runtime) Dispatch(reqs []*dt.AgentRequest) {
 		case r.ClaimedBy != rt.Instance:
 			wake = true
 		case rt.running == nil:
-			// Shutting down: the row stays claimed by this instance; a
-			// restart with the same ID releases it, or the supervisor
-			// recovers the step after its CompleteBy.
+			// Shutting down: a restart with the same ID dispatches it
+			// again (it has no request row), or the supervisor recovers
+			// the step after its CompleteBy.
 			a.active.Add(-1)
 		default:
 			rt.wg.Add(1)
@@ -400,7 +401,7 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 		return
 	}
 	reply := &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind, Output: out,
-		CreatedAt: rt.Clock.Now(), Scheduler: r.Scheduler}
+		CreatedAt: rt.Clock.Now(), Scheduler: r.Scheduler, InProcess: r.InProcess}
 	if err != nil {
 		reply.Failed = true
 		reply.Error = err.Error()

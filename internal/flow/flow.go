@@ -135,8 +135,8 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 			return err
 		}
 	}
-	if len(b.requests) > 0 {
-		if err := x.RequestInsertMany(ctx, b.requests); err != nil {
+	if stored := storedRequests(b.requests); len(stored) > 0 {
+		if err := x.RequestInsertMany(ctx, stored); err != nil {
 			return err
 		}
 	}
@@ -160,6 +160,27 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 		return x.Notify(ctx, store.TopicTasks)
 	}
 	return nil
+}
+
+// storedRequests are the requests that need a row: all but those handed
+// over in memory.
+func storedRequests(reqs []*dt.AgentRequest) []*dt.AgentRequest {
+	n := 0
+	for _, r := range reqs {
+		if !r.InProcess {
+			n++
+		}
+	}
+	if n == len(reqs) {
+		return reqs
+	}
+	out := make([]*dt.AgentRequest, 0, n)
+	for _, r := range reqs {
+		if !r.InProcess {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // loaded is a task with its steps, read inside the transaction.
@@ -490,13 +511,80 @@ func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.Step, prev []byte, kind d
 		req.StepOutput = s.Output
 	}
 	if m.Reserve != nil {
-		req.ClaimedBy, _ = m.Reserve(agent)
+		req.ClaimedBy, req.InProcess = m.Reserve(agent)
 	}
 	b.requests = append(b.requests, req)
 	e := ev(t, s.Index, typ, m.Instance, now)
 	e.Attempt = s.Attempt
 	b.event(e)
 	m.pending.dispatched++
+}
+
+// Restore stores a request again for each step the instance has in flight
+// without one: steps handed in memory to an agent runtime of a process that
+// stopped or died before the reply was applied (dt.AgentRequest.InProcess).
+// A scheduler runs it when it starts, so that those steps are redone at
+// once, with the same attempt and idempotency key, rather than after their
+// CompleteBy. Steps whose CompleteBy has passed are left to the supervisor.
+// It looks at up to limit held tasks and returns the requests it stored.
+func (m *Machine) Restore(ctx context.Context, x store.Executor, now time.Time, limit int) ([]*dt.AgentRequest, error) {
+	held, err := x.TaskListLockedBy(ctx, m.Instance, limit)
+	if err != nil || len(held) == 0 {
+		return nil, err
+	}
+	ids := make([]string, len(held))
+	for i, t := range held {
+		ids[i] = t.ID
+	}
+	// Read again, locked: the supervisor may be recovering some of them.
+	tasks, steps, err := x.TaskGetManyWithSteps(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	ls := group(tasks, steps)
+	var (
+		refs []store.StepRef
+		reqs []*dt.AgentRequest
+	)
+	for _, t := range tasks {
+		l := ls[t.ID]
+		if t.LockedBy != m.Instance || l.broken() != "" {
+			continue // someone took it meanwhile; a broken task is the claim's and supervisor's
+		}
+		s := l.steps[t.CurrentStep]
+		kind, agent, key := dt.KindDo, s.Agent, s.IdempotencyKey
+		switch {
+		case t.ProcessState == dt.Processing && s.ProcessState == dt.Processing:
+		case t.ProcessState == dt.Compensating && s.CompensationState == dt.Processing:
+			kind, agent, key = dt.KindCompensate, s.Compensation, s.IdempotencyKey+"/compensate"
+		default:
+			continue
+		}
+		if s.CompleteBy == nil || !now.Before(*s.CompleteBy) {
+			continue
+		}
+		refs = append(refs, store.StepRef{TaskID: t.ID, Index: s.Index})
+		reqs = append(reqs, &dt.AgentRequest{
+			Agent: agent, TaskID: t.ID, Workflow: t.Workflow, StepIndex: s.Index, StepName: s.Name, Attempt: s.Attempt,
+			Kind: kind, IdempotencyKey: key, CompleteBy: *s.CompleteBy, Scheduler: m.Instance, CreatedAt: now,
+		})
+	}
+	exists, err := x.RequestExistsByStep(ctx, refs)
+	if err != nil {
+		return nil, err
+	}
+	missing := reqs[:0]
+	for i, r := range reqs {
+		if !exists[i] {
+			missing = append(missing, r)
+		}
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	b := newBatch()
+	b.requests = missing
+	return missing, b.flush(ctx, x)
 }
 
 // ApplyReplies applies agents' replies to tasks the instance holds, each only
@@ -645,7 +733,9 @@ func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Tim
 	}
 	m.pending.applied++
 	t := l.task
-	b.deletes = append(b.deletes, store.StepRef{TaskID: t.ID, Index: s.Index})
+	if !r.InProcess {
+		b.deletes = append(b.deletes, store.StepRef{TaskID: t.ID, Index: s.Index})
+	}
 	s.LockedBy = ""
 	s.CompleteBy = nil
 	s.UpdatedAt = now

@@ -10,6 +10,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -179,6 +180,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer ticker.Stop()
 	var lastPoll, lastCount time.Time
 	failures := 0
+	restored := false
 	for {
 		// The store's reply queue and the held-task count are read on a
 		// timer, busy or not: a scheduler with a backlog must still apply
@@ -193,7 +195,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			lastCount = time.Now()
 			s.recount(ctx)
 		}
-		busy, err := s.tick(ctx, tickOptions{pollStore: poll, redeliver: true})
+		var busy bool
+		err := s.restoreOnce(ctx, &restored)
+		if err == nil {
+			busy, err = s.tick(ctx, tickOptions{pollStore: poll, redeliver: true})
+		}
 		if err != nil && ctx.Err() == nil {
 			// Back off while the store fails (a database restart, say), and
 			// log the first failure and then only now and then. Another
@@ -257,6 +263,41 @@ func (s *Scheduler) recount(ctx context.Context) {
 		s.setInFlight(n)
 	}
 }
+
+// restoreOnce stores the requests of the steps this instance had handed
+// over in memory before it stopped (flow.Machine.Restore), once: the first
+// time it succeeds sets *done.
+func (s *Scheduler) restoreOnce(ctx context.Context, done *bool) error {
+	if *done {
+		return nil
+	}
+	var restored []*dt.AgentRequest
+	err := s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		now := s.Clock.Now()
+		if s.Fence != nil {
+			if err := s.Fence(ctx, x, now); err != nil {
+				return err
+			}
+		}
+		var err error
+		restored, err = s.Machine.Restore(ctx, x, now, max(s.MaxInFlight, restoreLimit))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("restore in-flight requests: %w", err)
+	}
+	*done = true
+	if len(restored) > 0 {
+		s.Log.Info("scheduler stored again the requests of steps in flight before a restart", "instance", s.Instance(), "count", len(restored))
+		if s.OnDispatch != nil {
+			s.OnDispatch(restored)
+		}
+	}
+	return nil
+}
+
+// restoreLimit is the least number of held tasks restoreOnce looks at.
+const restoreLimit = 10000
 
 // Tick runs one loop iteration: it applies the replies waiting in the inbox
 // (and, with pollStore, those in the store's reply queue), then claims new

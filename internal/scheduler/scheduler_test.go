@@ -7,6 +7,7 @@ import (
 	"github.com/drover-run/drover/internal/testutil"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -226,6 +227,15 @@ func TestClientRestartWithSameInstanceIDResumes(t *testing.T) {
 		ids = append(ids, task.ID)
 	}
 	waitFor(t, "three hung calls", func() bool { return hung.Load() == 3 })
+	// The calls came by the fast path, which stores no request rows: only
+	// the second life's restore brings them back.
+	refs := make([]store.StepRef, len(ids))
+	for i, id := range ids {
+		refs[i] = store.StepRef{TaskID: id}
+	}
+	if stored, err := d.Reader().RequestExistsByStep(ctx, refs); err != nil || slices.Contains(stored, true) {
+		t.Fatalf("request rows of the in-process calls: %v, %v; want none", stored, err)
+	}
 	stopCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	_ = c1.Stop(stopCtx) // the hung calls keep it from stopping cleanly: a crash, in effect
 	cancel()
