@@ -47,8 +47,10 @@
 // claim with TaskClaimParams.WriteLater (the scheduler's) only locks its
 // rows, SELECT … FOR UPDATE SKIP LOCKED with the LIMIT, and the caller
 // writes them in the same transaction; TaskClaimWithSteps and
-// TaskGetAndClaim also lock the steps of the tasks they return, as
-// StepListByTasks does.
+// TaskGetAndClaim also lock the steps of the tasks they claim, as
+// StepListByTasks does. The steps of the held tasks TaskGetAndClaim reads
+// for replies are read without locks: their tasks are locked by then, in an
+// earlier statement, and every writer of steps locks the task first.
 //
 // A claim can hold a row it did not claim: under READ COMMITTED, when the
 // row it reaches was changed by a transaction that committed meanwhile, it

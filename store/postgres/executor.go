@@ -510,12 +510,15 @@ func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.Ta
 	}
 	var steps, more []*dt.Step
 	if len(ids) > 0 {
-		// The steps are read as ever (FOR UPDATE, waiting): the engine locks
-		// a task before its steps, so this waits only for a transaction that
-		// locked a skipped task's steps too (the supervisor's recovery, say),
-		// and the claim after it may then find that task claimable.
+		// The steps are read without locking them: only the steps of the
+		// tasks this read locked are kept, and every writer of steps locks
+		// their task first (the engine's order), so none can change them
+		// before this transaction ends. This statement starts after the
+		// task locks are taken, so it sees every earlier write. (The
+		// claim's steps are different: read in the claim's own statement,
+		// they need FOR UPDATE to see writes committed after its snapshot.)
 		e.p.later("get tasks", e.d.q.taskGetManySkip, []any{ids}, scanFn(scanTask(&r.Got), nil))
-		e.p.later("list steps", e.d.q.stepListLock, []any{ids}, scanFn(scanStep(&steps), nil))
+		e.p.later("list steps", e.d.q.stepList, []any{ids}, scanFn(scanStep(&steps), nil))
 	}
 	if p.Limit > 0 {
 		e.p.later("claim tasks", e.d.q.taskClaimLockSteps, []any{p.Now, p.Limit}, scanFn(scanClaimWithSteps(&r.Claimed, &more), nil))

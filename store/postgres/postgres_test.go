@@ -633,12 +633,13 @@ func TestTaskGetAndClaimSkipsLockedTasks(t *testing.T) {
 	}
 }
 
-// A held task can be skipped as busy and then claimed by the same read: the
-// supervisor's recovery locks it and its steps, the read skips the task,
-// waits for its steps, and the recovery commits it claimable before the
-// claim runs. The claimed task must come with its steps (without them it
-// would be advanced as if it had none left).
-func TestTaskGetAndClaimBusyThenClaimedKeepsSteps(t *testing.T) {
+// A held task another transaction has locked (here the supervisor's
+// recovery, which locks it and its steps and makes it claimable) is
+// reported busy at once: the read neither waits for the task nor for its
+// steps, and its claim skips the locked task. Once the recovery commits,
+// a claim takes the task with its steps (without them it would be advanced
+// as if it had none left).
+func TestTaskGetAndClaimSkipsLockedTaskAndClaimsItWithSteps(t *testing.T) {
 	t.Parallel()
 	d := open(t)
 	ctx := context.Background()
@@ -663,38 +664,34 @@ func TestTaskGetAndClaimBusyThenClaimedKeepsSteps(t *testing.T) {
 		got.ProcessState, got.LockedBy, got.CompleteBy = dt.Pending, "", nil
 		return x.TaskUpdateMany(ctx, []*dt.Task{got})
 	})
-	type result struct {
-		r   store.GetAndClaim
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		var res result
-		res.err = d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+	read := func(ids []string) store.GetAndClaim {
+		t.Helper()
+		var r store.GetAndClaim
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		err := d.InTx(rctx, func(ctx context.Context, x store.Executor) error {
 			var err error
-			res.r, err = x.TaskGetAndClaim(ctx, []string{"t"}, store.TaskClaimParams{Instance: "s", Now: now.Add(time.Second), Limit: 10, WriteLater: true})
+			r, err = x.TaskGetAndClaim(ctx, ids, store.TaskClaimParams{Instance: "s", Now: now.Add(time.Second), Limit: 10, WriteLater: true})
 			if err != nil {
 				return err
 			}
 			return errors.New("roll back")
 		})
-		done <- res
-	}()
-	select {
-	case res := <-done:
-		t.Fatalf("the read did not wait for the recovery's step locks: %+v", res)
-	case <-time.After(200 * time.Millisecond):
+		if err == nil || err.Error() != "roll back" {
+			t.Fatalf("TaskGetAndClaim while the recovery holds t: %v (it must not wait for the recovery's locks)", err)
+		}
+		return r
+	}
+	r := read([]string{"t"})
+	if !slices.Equal(r.Busy, []string{"t"}) || len(r.Got) != 0 || len(r.Claimed) != 0 || len(r.Steps) != 0 {
+		t.Fatalf("busy %v, got %v, claimed %v, steps %v; want only t busy", r.Busy, taskIDs(r.Got), taskIDs(r.Claimed), r.Steps)
 	}
 	if err := release(); err != nil {
 		t.Fatal(err)
 	}
-	res := <-done
-	if res.err == nil || res.err.Error() != "roll back" {
-		t.Fatal(res.err)
-	}
-	r := res.r
-	if !slices.Equal(r.Busy, []string{"t"}) || len(r.Got) != 0 || !slices.Equal(taskIDs(r.Claimed), []string{"t"}) {
-		t.Fatalf("busy %v, got %v, claimed %v; want t busy and claimed", r.Busy, taskIDs(r.Got), taskIDs(r.Claimed))
+	r = read(nil)
+	if len(r.Busy) != 0 || !slices.Equal(taskIDs(r.Claimed), []string{"t"}) {
+		t.Fatalf("busy %v, claimed %v; want t claimed", r.Busy, taskIDs(r.Claimed))
 	}
 	if len(r.Steps) != 1 || r.Steps[0].TaskID != "t" {
 		t.Errorf("steps %v, want the claimed task's one step", r.Steps)
