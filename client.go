@@ -315,6 +315,7 @@ func (c *Client) Start(ctx context.Context) error {
 			s.Fence = lease.check
 			s.WakeMore = func() { c.wakeScheduler(s) }
 			if rt := c.runtime; rt != nil {
+				rt.FastPath = true
 				m.Reserve = rt.Reserve
 				s.OnDispatch = rt.Dispatch
 				s.OnRollback = rt.Unreserve

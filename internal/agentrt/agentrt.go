@@ -62,12 +62,7 @@ type Stats struct {
 type agent struct {
 	spec    Spec
 	breaker *gobreaker.CircuitBreaker[[]byte]
-	// slots holds one token per function running (Concurrency at most).
-	slots chan struct{}
-	// active counts the requests this runtime took and has not finished:
-	// what Reserve and pull size their intake by. A pull and the fast path
-	// racing can take a few more than Concurrency; those wait for a slot.
-	active atomic.Int64
+	active  atomic.Int64 // call slots taken: at most Concurrency
 }
 
 // Runtime runs the registered agents of one process.
@@ -79,7 +74,11 @@ type Runtime struct {
 	PollInterval time.Duration
 	IsPermanent  Classifier
 	Deliver      Delivery
-	Stats        Stats
+	// FastPath says a scheduler in this process dispatches through
+	// Reserve: a pull then takes at most half the free slots for its
+	// transaction, leaving the other half to the fast path meanwhile.
+	FastPath bool
+	Stats    Stats
 
 	agents  map[string]*agent
 	order   []string
@@ -116,7 +115,7 @@ func New(d store.Driver, c clock.Clock, instance string, log *slog.Logger, specs
 		if s.BreakerOpen <= 0 {
 			s.BreakerOpen = 2 * time.Second
 		}
-		a := &agent{spec: s, slots: make(chan struct{}, s.Concurrency)}
+		a := &agent{spec: s}
 		failures := s.BreakerFailures
 		a.breaker = gobreaker.NewCircuitBreaker[[]byte](gobreaker.Settings{
 			Name: s.Name,
@@ -143,7 +142,7 @@ func New(d store.Driver, c clock.Clock, instance string, log *slog.Logger, specs
 // Has reports whether the runtime runs the named agent.
 func (rt *Runtime) Has(name string) bool { _, ok := rt.agents[name]; return ok }
 
-// Reserve takes room for one request of the named agent that the
+// Reserve takes a free call slot of the named agent for a request the
 // scheduler is about to dispatch in this process (the fast path). On ok the
 // request is marked claimed by the returned instance and InProcess (no
 // request row is stored) and must be passed to Dispatch after commit, or to
@@ -280,28 +279,40 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	}
 }
 
-// pull claims requests for every agent with room, in one transaction.
-// more reports that some agent took as many as it had room for.
-//
-// The room is read, not taken, before the claim: taking it for the
-// transaction's length would turn the scheduler's fast path (Reserve) away
-// meanwhile, and every request it turned away would go through the queue
-// and wake this pull again. The claimed requests are counted once claimed;
-// a call waits for a slot if the fast path took the room meanwhile.
+// pull claims requests for every agent with free slots, in one transaction.
+// more reports that some agent filled the slots it took.
 func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
 	var (
 		claimed []*dt.AgentRequest
-		full    bool // some agent had no room: wake when a call ends
+		taken   = make(map[string]int, len(rt.order))
+		got     = make(map[string]int, len(rt.order))
+		full    bool // some agent had no free slot: wake when one frees up
 	)
+	// Give back the slots taken but not used, whatever happens.
+	giveBack := func() {
+		for name, n := range taken {
+			rt.agents[name].active.Add(-int64(n - got[name]))
+		}
+		clear(taken)
+	}
 	err = rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		giveBack()
 		claimed, more, full = claimed[:0], false, false
+		clear(got)
 		now := rt.Clock.Now()
 		for _, name := range rt.order {
-			n := rt.agents[name].room()
+			// Take the slots before claiming, inside the transaction: the
+			// fast path (Reserve) cannot hand out the same ones meanwhile,
+			// and no slot is held while waiting for the write lock. With a
+			// fast path, take only half: taking all would turn it away for
+			// the transaction's length, and every request turned away
+			// would go through the queue and wake this pull again.
+			n := rt.agents[name].take(rt.FastPath)
 			if n == 0 {
 				full = true
 				continue
 			}
+			taken[name] = n
 			reqs, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: name, ClaimedBy: rt.Instance, Now: now, Limit: n})
 			if err != nil {
 				return err
@@ -309,15 +320,17 @@ func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
 			if len(reqs) == n {
 				more = true
 			}
+			got[name] = len(reqs)
 			claimed = append(claimed, reqs...)
 		}
 		return nil
 	})
 	if err != nil {
-		return false, err
+		clear(got)
 	}
-	for _, r := range claimed {
-		rt.agents[r.Agent].active.Add(1)
+	giveBack()
+	if err != nil {
+		return false, err
 	}
 	rt.backlog.Store(more || full)
 	rt.mu.Lock()
@@ -329,19 +342,31 @@ func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
 	return more && len(claimed) > 0, nil
 }
 
-// room is how many more requests the agent can take now.
-func (a *agent) room() int {
-	return max(0, a.spec.Concurrency-int(a.active.Load()))
+// take takes the agent's free call slots, or half of them (rounded up)
+// when half is set, and returns how many.
+func (a *agent) take(half bool) int {
+	for {
+		n := a.active.Load()
+		free := int64(a.spec.Concurrency) - n
+		if free <= 0 {
+			return 0
+		}
+		if half {
+			free = (free + 1) / 2
+		}
+		if a.active.CompareAndSwap(n, n+free) {
+			return int(free)
+		}
+	}
 }
 
-// callSlot is one taken request and, once held, its call slot. It is freed
-// once: when the call ends, or, for a call abandoned at its deadline whose
-// function ignores its context, when that function finally returns — so
-// the agent never runs more than Concurrency functions at once.
+// callSlot is one taken call slot. It is freed once: when the call ends,
+// or, for a call abandoned at its deadline whose function ignores its
+// context, when that function finally returns — so the agent never runs
+// more than Concurrency functions at once.
 type callSlot struct {
 	rt    *Runtime
 	a     *agent
-	held  bool // a token of a.slots is ours
 	once  sync.Once
 	mu    sync.Mutex
 	state slotState // of the current attempt
@@ -357,9 +382,6 @@ const (
 
 func (c *callSlot) free() {
 	c.once.Do(func() {
-		if c.held {
-			<-c.a.slots
-		}
 		c.a.active.Add(-1)
 		if c.rt.backlog.Load() {
 			c.rt.Wake()
@@ -387,13 +409,6 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 	// The call keeps running through a shutdown; only the deadline ends it.
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), left)
 	defer cancel()
-	select {
-	case a.slots <- struct{}{}:
-		slot.held = true
-	case <-callCtx.Done():
-		rt.Stats.Abandoned.Add(1)
-		return
-	}
 	out, err := rt.call(callCtx, a, r, slot)
 	if callCtx.Err() != nil || !rt.Clock.Now().Before(r.CompleteBy) {
 		// SAS-7: past CompleteBy the agent sends nothing back.

@@ -7,6 +7,8 @@ import (
 	"github.com/drover-run/drover/internal/testutil"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -562,20 +564,21 @@ func (x pausedExecutor) RequestClaim(ctx context.Context, p store.RequestClaimPa
 // A pull in progress does not turn the scheduler's fast path away: before,
 // the pull took every free slot for its transaction's length, so requests
 // dispatched meanwhile went through the store's queue and woke the pull
-// again. The two together still run at most Concurrency calls at once.
+// again. With FastPath it takes half; the two together still never take
+// more than Concurrency slots.
 func TestPullInProgressLeavesRoomForFastPath(t *testing.T) {
 	t.Parallel()
 	d, queued := setup(t, 1, "a", 30*time.Second)
 	paused := &pausedClaims{Driver: d, entered: make(chan struct{}, 1), release: make(chan struct{})}
 	var running, peak atomic.Int64
-	rt := newRuntime(paused, "rt-1", agentrt.Spec{Name: "a", Concurrency: 1, Func: func(ctx context.Context, r *dt.AgentRequest) ([]byte, error) {
+	rt := newRuntime(paused, "rt-1", agentrt.Spec{Name: "a", Concurrency: 4, Func: func(ctx context.Context, r *dt.AgentRequest) ([]byte, error) {
 		cur := running.Add(1)
 		defer running.Add(-1)
 		for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
 		}
-		time.Sleep(5 * time.Millisecond) // long enough for the two calls to overlap if allowed
 		return []byte(`1`), nil
 	}})
+	rt.FastPath = true
 	var s sink
 	rt.Deliver = s.deliver
 	run(t, rt)
@@ -586,29 +589,48 @@ func TestPullInProgressLeavesRoomForFastPath(t *testing.T) {
 			close(paused.release)
 		}
 	}()
-	waitFor(t, "the runtime to run", func() bool { return rt.Has("a") })
 	select {
 	case <-paused.entered:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the pull never reached RequestClaim")
 	}
-	inst, ok := rt.Reserve("a")
-	if !ok {
-		t.Fatal("Reserve refused while a pull was claiming: the fast path was turned away")
+	var fast []*dt.AgentRequest
+	for i := range 3 {
+		inst, ok := rt.Reserve("a")
+		if ok != (i < 2) {
+			t.Fatalf("Reserve %d while a pull was claiming: ok=%v; want the two slots the pull left, and no more", i+1, ok)
+		}
+		if ok {
+			fast = append(fast, &dt.AgentRequest{TaskID: fmt.Sprintf("fast%d", i), Agent: "a", Attempt: 1, Kind: dt.KindDo,
+				ClaimedBy: inst, InProcess: true, CompleteBy: time.Now().Add(30 * time.Second), Scheduler: "sched"})
+		}
 	}
-	fast := &dt.AgentRequest{TaskID: "fast", Agent: "a", Attempt: 1, Kind: dt.KindDo, ClaimedBy: inst,
-		CompleteBy: time.Now().Add(30 * time.Second), Scheduler: "sched"}
-	rt.Dispatch([]*dt.AgentRequest{fast})
+	rt.Dispatch(fast)
 	close(paused.release)
-	waitFor(t, "both replies", func() bool { return s.len() == 2 })
-	if p := peak.Load(); p > 1 {
-		t.Errorf("%d calls ran at once, Concurrency is 1", p)
+	waitFor(t, "three replies", func() bool { return s.len() == 3 })
+	if p := peak.Load(); p > 4 {
+		t.Errorf("%d calls ran at once, Concurrency is 4", p)
 	}
 	got := map[string]bool{}
 	for _, r := range s.all() {
 		got[r.TaskID] = true
+		if r.InProcess != strings.HasPrefix(r.TaskID, "fast") {
+			t.Errorf("reply for %s: InProcess %v", r.TaskID, r.InProcess)
+		}
 	}
-	if !got["fast"] || !got[queued[0].TaskID] {
-		t.Errorf("replies for %v, want fast and %s", got, queued[0].TaskID)
+	if !got["fast0"] || !got["fast1"] || !got[queued[0].TaskID] {
+		t.Errorf("replies for %v, want fast0, fast1 and %s", got, queued[0].TaskID)
 	}
+	// The pull gave back the slot it took and did not use.
+	waitFor(t, "every slot free", func() bool {
+		n := 0
+		for {
+			if _, ok := rt.Reserve("a"); !ok {
+				break
+			}
+			n++
+		}
+		rt.Unreserve(slices.Repeat([]*dt.AgentRequest{{Agent: "a", ClaimedBy: "rt-1"}}, n))
+		return n == 4
+	})
 }
