@@ -19,10 +19,11 @@ var ErrStale = errors.New("request claim is stale")
 // and the ClaimedBy value RequestClaim gave it; every primitive below
 // acts only while that claim holds.
 //
-// A request row exists exactly while its attempt is current: every
+// A request row exists only while its attempt is current: every
 // transition that supersedes a step's attempt (a reply applied, a
 // supervisor recovery, a cancel) deletes the step's requests in the same
-// transaction. So a row that is claimed by the caller and whose
+// transaction. (A current attempt can have no row: the scheduler's
+// in-process fast path stores none.) So a row that is claimed by the caller and whose
 // CompleteBy has not passed is proof enough that the attempt is current;
 // the drivers also check the step's attempt, as a second fence.
 type RemoteAgentExecutor interface {

@@ -134,9 +134,10 @@ type Executor interface {
 	RequestClaim(ctx context.Context, p RequestClaimParams) ([]*drovertype.AgentRequest, error)
 	// RequestDeleteByStep deletes every request of the given steps.
 	RequestDeleteByStep(ctx context.Context, refs []StepRef) error
-	// RequestExistsByStep reports, for each of the given steps, whether any
-	// request of it is stored (exists[i] for refs[i]).
-	RequestExistsByStep(ctx context.Context, refs []StepRef) (exists []bool, err error)
+	// StepMessageExists reports, for each of the given steps, whether any
+	// request or reply of it is stored (exists[i] for refs[i]): whether a
+	// message of it is still on its way between scheduler and agent.
+	StepMessageExists(ctx context.Context, refs []StepRef) (exists []bool, err error)
 	// RequestRelease frees the requests claimed by an agent instance, so they
 	// are handed out again (used when that instance restarts).
 	RequestRelease(ctx context.Context, claimedBy string) (int, error)

@@ -375,8 +375,9 @@ type Machine struct {
 	pending  tally // counts of the transaction in progress
 
 	// Reserve, when set, offers each dispatched request to an agent runtime
-	// in this process: if it returns ok, the request is inserted already
-	// claimed by claimedBy and must be handed to that runtime after commit.
+	// in this process: if it returns ok, the request is marked claimed by
+	// claimedBy and InProcess, is not stored, and must be handed to that
+	// runtime after commit (see Restore for a restart).
 	Reserve func(agent string) (claimedBy string, ok bool)
 }
 
@@ -396,9 +397,10 @@ func (m *Machine) Claim(ctx context.Context, x store.Executor, now time.Time, li
 	return r.Requests, r.Claimed, r.Released, err
 }
 
-// Resume re-dispatches nothing: a restarted scheduler keeps its tasks and
-// their outstanding requests; it only frees the requests its own agent runtime
-// had claimed, so they are handed out again under the same attempt.
+// Resume frees the requests an agent runtime had claimed before it
+// restarted, so they are handed out again under the same attempt. (The
+// requests that were never stored, the fast path's, are its scheduler's
+// to store again: see Machine.Restore.)
 func Resume(ctx context.Context, x store.Executor, agentInstance string) (int, error) {
 	return x.RequestRelease(ctx, agentInstance)
 }
@@ -521,8 +523,10 @@ func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.Step, prev []byte, kind d
 }
 
 // Restore stores a request again for each step the instance has in flight
-// without one: steps handed in memory to an agent runtime of a process that
-// stopped or died before the reply was applied (dt.AgentRequest.InProcess).
+// with no request or reply stored: steps handed in memory to an agent
+// runtime of a process that stopped or died before the reply was applied
+// (dt.AgentRequest.InProcess). A step whose reply waits in the reply queue
+// (a remote agent answered while the scheduler was down) is left to it.
 // A scheduler runs it when it starts, so that those steps are redone at
 // once, with the same attempt and idempotency key, rather than after their
 // CompleteBy. Steps whose CompleteBy has passed are left to the supervisor.
@@ -569,7 +573,7 @@ func (m *Machine) Restore(ctx context.Context, x store.Executor, now time.Time, 
 			Kind: kind, IdempotencyKey: key, CompleteBy: *s.CompleteBy, Scheduler: m.Instance, CreatedAt: now,
 		})
 	}
-	exists, err := x.RequestExistsByStep(ctx, refs)
+	exists, err := x.StepMessageExists(ctx, refs)
 	if err != nil {
 		return nil, err
 	}

@@ -171,8 +171,9 @@ func (s *Scheduler) shutdown() {
 }
 
 // Run loops until ctx ends. A scheduler restarted with the same instance ID
-// finds its tasks still locked to it and goes on: their requests are still
-// queued and replies to them still apply.
+// finds its tasks still locked to it and goes on: it first stores again the
+// requests of its in-flight steps that had none (restoreOnce); the others
+// are still queued, and replies to them still apply.
 func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.shutdown()
 	s.setInFlight(s.inFlight)

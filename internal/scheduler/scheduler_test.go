@@ -233,7 +233,7 @@ func TestClientRestartWithSameInstanceIDResumes(t *testing.T) {
 	for i, id := range ids {
 		refs[i] = store.StepRef{TaskID: id}
 	}
-	if stored, err := d.Reader().RequestExistsByStep(ctx, refs); err != nil || slices.Contains(stored, true) {
+	if stored, err := d.Reader().StepMessageExists(ctx, refs); err != nil || slices.Contains(stored, true) {
 		t.Fatalf("request rows of the in-process calls: %v, %v; want none", stored, err)
 	}
 	stopCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -375,4 +375,52 @@ func TestFailingTickWakesAnother(t *testing.T) {
 	stop := runFn(t, s.Run)
 	defer stop()
 	waitFor(t, "a wake for another scheduler", func() bool { return wakes.Load() > 0 })
+}
+
+// Restore stores a request again only for in-flight steps with nothing on
+// its way: a step whose reply already waits in the reply queue (a remote
+// agent answered while the scheduler was down) must not be run again.
+func TestRestoreSkipsStepsWithAWaitingReply(t *testing.T) {
+	t.Parallel()
+	d := openStore(t)
+	ctx := context.Background()
+	ids := seed(t, d, 2, 1, 30*time.Second)
+	now := time.Now().UTC()
+	// First life: both steps dispatched by the fast path, so no rows.
+	first := &flow.Machine{Instance: "sched-A", Reserve: func(string) (string, bool) { return "rt-A", true }}
+	var reqs []*dt.AgentRequest
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		var err error
+		reqs, _, _, err = first.Claim(ctx, x, now, 10)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 2 || !reqs[0].InProcess || !reqs[1].InProcess {
+		t.Fatalf("dispatched %+v, want two in-process requests", reqs)
+	}
+	// The reply to the first task's step waits in the store.
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.ReplyInsertMany(ctx, []*dt.AgentReply{{TaskID: ids[0], Attempt: reqs[0].Attempt, Kind: dt.KindDo,
+			Output: []byte(`1`), CreatedAt: now}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Second life.
+	var restored []*dt.AgentRequest
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		var err error
+		restored, err = (&flow.Machine{Instance: "sched-A"}).Restore(ctx, x, now.Add(time.Second), 100)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(restored) != 1 || restored[0].TaskID != ids[1] || restored[0].Attempt != reqs[1].Attempt ||
+		restored[0].IdempotencyKey != reqs[1].IdempotencyKey || restored[0].InProcess {
+		t.Fatalf("restored %+v, want only %s's request, same attempt and key, stored", restored, ids[1])
+	}
+	stored, err := d.Reader().StepMessageExists(ctx, []store.StepRef{{TaskID: ids[0]}, {TaskID: ids[1]}})
+	if err != nil || !slices.Equal(stored, []bool{true, true}) {
+		t.Fatalf("messages stored: %v, %v; want a reply for %s and a request for %s", stored, err, ids[0], ids[1])
+	}
 }

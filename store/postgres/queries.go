@@ -160,8 +160,9 @@ const (
  USING unnest($1::text[], $2::int[]) AS u(task_id, step_index)
  WHERE r.task_id = u.task_id AND r.step_index = u.step_index`
 
-	tRequestExistsByStep = `SELECT u.i - 1 FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS u(task_id, step_index, i)
- WHERE EXISTS (SELECT 1 FROM {s}.agent_requests AS r WHERE r.task_id = u.task_id AND r.step_index = u.step_index)`
+	tStepMessageExists = `SELECT u.i - 1 FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS u(task_id, step_index, i)
+ WHERE EXISTS (SELECT 1 FROM {s}.agent_requests AS r WHERE r.task_id = u.task_id AND r.step_index = u.step_index)
+    OR EXISTS (SELECT 1 FROM {s}.agent_replies AS r WHERE r.task_id = u.task_id AND r.step_index = u.step_index)`
 
 	tRequestRelease = `UPDATE {s}.agent_requests SET claimed_by = NULL WHERE claimed_by = $1`
 
@@ -325,7 +326,7 @@ type queries struct {
 
 	stepList, stepListLock, stepInsert, stepUpdate string
 
-	requestInsert, requestClaim, requestDeleteByStep, requestExistsByStep, requestRelease, requestDeleteExpired string
+	requestInsert, requestClaim, requestDeleteByStep, stepMessageExists, requestRelease, requestDeleteExpired string
 
 	replyInsert, replyTake string
 
@@ -378,7 +379,7 @@ func newQueries(quotedSchema string) *queries {
 		requestInsert:        r(tRequestInsert),
 		requestClaim:         r(tRequestClaim),
 		requestDeleteByStep:  r(tRequestDeleteByStep),
-		requestExistsByStep:  r(tRequestExistsByStep),
+		stepMessageExists:  r(tStepMessageExists),
 		requestRelease:       r(tRequestRelease),
 		requestDeleteExpired: r(tRequestDeleteExpired),
 

@@ -538,18 +538,22 @@ func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef
 	}
 	return e.execRows(ctx, "delete requests", mRequestDeleteByStep, rows, nil)
 }
-func (e *executor) RequestExistsByStep(ctx context.Context, refs []store.StepRef) ([]bool, error) {
+func (e *executor) StepMessageExists(ctx context.Context, refs []store.StepRef) ([]bool, error) {
 	exists := make([]bool, len(refs))
 	for i, r := range refs {
-		rows, err := e.query(ctx, qRequestExistsByStep, r.TaskID, r.Index)
+		rows, err := e.query(ctx, qStepMessageExists, r.TaskID, r.Index)
 		if err != nil {
-			return nil, fmt.Errorf("sqlite: find requests: %w", err)
+			return nil, fmt.Errorf("sqlite: find step messages: %w", err)
 		}
-		exists[i] = rows.Next()
-		err = rows.Err()
+		if rows.Next() {
+			err = rows.Scan(&exists[i])
+		}
+		if err == nil {
+			err = rows.Err()
+		}
 		rows.Close()
 		if err != nil {
-			return nil, fmt.Errorf("sqlite: find requests: %w", translate(err))
+			return nil, fmt.Errorf("sqlite: find step messages: %w", translate(err))
 		}
 	}
 	return exists, nil

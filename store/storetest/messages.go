@@ -51,7 +51,7 @@ func requestCases() []testCase {
 		{"ClaimPayloadAndOrder", testRequestClaim},
 		{"ClaimSkipsExpired", testRequestClaimExpired},
 		{"DeleteByStep", testRequestDeleteByStep},
-		{"ExistsByStep", testRequestExistsByStep},
+		{"StepMessageExists", testStepMessageExists},
 		{"Release", testRequestRelease},
 		{"DeleteExpired", testRequestDeleteExpired},
 	}
@@ -140,24 +140,29 @@ func testRequestClaimExpired(t *testing.T, d store.Driver) {
 	}
 }
 
-func testRequestExistsByStep(t *testing.T, d store.Driver) {
+func testStepMessageExists(t *testing.T, d store.Driver) {
 	setupPayload(t, d)
 	exp := at(time.Minute)
 	claimed := newRequest("t", 2, "a", exp)
 	claimed.ClaimedBy = "rt" // claimed ones count too
 	insertRequests(t, d, newRequest("t", 0, "a", exp), newRequest("t", 0, "b", exp), claimed)
+	insertTasks(t, d, newTask("u"))
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		got, err := x.RequestExistsByStep(ctx, []store.StepRef{{TaskID: "t", Index: 1}, {TaskID: "t", Index: 0},
-			{TaskID: "missing", Index: 0}, {TaskID: "t", Index: 2}, {TaskID: "t", Index: 0}})
+		// A reply waiting for its scheduler: its request row is gone.
+		return x.ReplyInsertMany(ctx, []*dt.AgentReply{{TaskID: "u", StepIndex: 0, Attempt: 1, Kind: dt.KindDo, CreatedAt: base}})
+	})
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		got, err := x.StepMessageExists(ctx, []store.StepRef{{TaskID: "t", Index: 1}, {TaskID: "t", Index: 0},
+			{TaskID: "missing", Index: 0}, {TaskID: "t", Index: 2}, {TaskID: "t", Index: 0}, {TaskID: "u", Index: 0}, {TaskID: "u", Index: 1}})
 		if err != nil {
 			return err
 		}
-		if want := []bool{false, true, false, true, true}; !slices.Equal(got, want) {
-			t.Errorf("RequestExistsByStep = %v, want %v", got, want)
+		if want := []bool{false, true, false, true, true, true, false}; !slices.Equal(got, want) {
+			t.Errorf("StepMessageExists = %v, want %v", got, want)
 		}
-		none, err := x.RequestExistsByStep(ctx, nil)
+		none, err := x.StepMessageExists(ctx, nil)
 		if err != nil || len(none) != 0 {
-			t.Errorf("RequestExistsByStep(nil) = %v, %v; want empty, nil", none, err)
+			t.Errorf("StepMessageExists(nil) = %v, %v; want empty, nil", none, err)
 		}
 		return nil
 	})
