@@ -88,7 +88,14 @@ func fakeClock() *clock.Fake { return clock.NewFake(time.Now()) }
 // waitFor polls cond until it holds, failing the test after 30s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	waitForWithin(t, what, 30*time.Second, cond)
+}
+
+// waitForWithin is waitFor with its own limit, for waits whose length
+// grows with the work (a scale test on a loaded machine).
+func waitForWithin(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
