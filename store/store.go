@@ -227,6 +227,19 @@ type TaskClaimParams struct {
 	// other claims off them. A task the caller does not write stays as it
 	// was when the transaction commits.
 	WriteLater bool
+	// After, when set, restricts the claim to tasks after it in the claim's
+	// order (AvailableAt, then ID). A scheduler working through a backlog
+	// passes the last task it claimed, so the claim starts where the last
+	// one ended instead of walking past the index entries of every task
+	// claimed before (on PostgreSQL they stay until VACUUM). Tasks that
+	// become claimable before After are found by a claim without it.
+	After *ClaimPosition
+}
+
+// ClaimPosition is a task's place in the claim order.
+type ClaimPosition struct {
+	AvailableAt time.Time
+	ID          string
 }
 
 // RequestClaimParams are the arguments of RequestClaim.

@@ -374,6 +374,17 @@ type Machine struct {
 	Counters *Counters
 	pending  tally // counts of the transaction in progress
 
+	// floor is where the next claim starts (store.TaskClaimParams.After):
+	// the last task of the last claim, while claims come back full (a
+	// backlog). A claim that is not full clears it, and it is dropped
+	// after claimFloorTTL, so tasks that became claimable before it (an
+	// ordered task whose predecessor finished, a clock behind another
+	// process's) wait at most that long. pendingFloor is the floor the
+	// transaction in progress would leave (set: floorSet).
+	floor, pendingFloor *store.ClaimPosition
+	floorSince          time.Time
+	floorSet            bool
+
 	// Reserve, when set, offers each dispatched request to an agent runtime
 	// in this process: if it returns ok, the request is marked claimed by
 	// claimedBy and InProcess, is not stored, and must be handed to that
@@ -383,10 +394,52 @@ type Machine struct {
 
 // Commit publishes the counts of the transaction that just committed.
 // Call it after every successful transaction that ran Machine methods.
-func (m *Machine) Commit() { m.Counters.add(m.pending); m.pending = tally{} }
+func (m *Machine) Commit() {
+	m.Counters.add(m.pending)
+	m.pending = tally{}
+	if m.floorSet {
+		m.floor, m.pendingFloor, m.floorSet = m.pendingFloor, nil, false
+	}
+}
 
 // Discard drops the counts of a transaction that rolled back.
-func (m *Machine) Discard() { m.pending = tally{} }
+func (m *Machine) Discard() { m.pending, m.pendingFloor, m.floorSet = tally{}, nil, false }
+
+// claimFloorTTL bounds how long a claim floor is used before a claim starts
+// from the first claimable task again.
+const claimFloorTTL = time.Second
+
+// claimAfter is where this transaction's next claim starts (nil: at the
+// first claimable task).
+func (m *Machine) claimAfter(now time.Time) *store.ClaimPosition {
+	if m.floorSet {
+		return m.pendingFloor
+	}
+	if m.floor != nil && now.Sub(m.floorSince) < claimFloorTTL {
+		return m.floor
+	}
+	return nil
+}
+
+// claimed moves the floor after a claim that started at after and asked
+// for limit tasks: past its last task if it came back full, else back to
+// the start.
+func (m *Machine) claimed(after *store.ClaimPosition, cl []*dt.Task, limit int, now time.Time) {
+	m.floorSet, m.pendingFloor = true, nil
+	if len(cl) < limit || len(cl) == 0 {
+		return
+	}
+	if after == nil {
+		m.floorSince = now
+	}
+	last := store.ClaimPosition{AvailableAt: cl[0].AvailableAt, ID: cl[0].ID}
+	for _, t := range cl[1:] {
+		if t.AvailableAt.After(last.AvailableAt) || (t.AvailableAt.Equal(last.AvailableAt) && t.ID > last.ID) {
+			last = store.ClaimPosition{AvailableAt: t.AvailableAt, ID: t.ID}
+		}
+	}
+	m.pendingFloor = &last
+}
 
 // Claim locks up to limit claimable tasks for the instance and dispatches each
 // one's next request.
@@ -642,11 +695,15 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 	ids := replyTaskIDs(replies)
 	// WriteLater: advance writes every claimed task below (dispatch or
 	// release), so the claim need not write them too.
-	r, err := read(ctx, ids, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true})
+	after := m.claimAfter(now)
+	r, err := read(ctx, ids, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true, After: after})
 	if err != nil {
 		return TickResult{}, err
 	}
 	got, cl, steps := r.Got, r.Claimed, r.Steps
+	if limit > 0 {
+		m.claimed(after, cl, limit, now)
+	}
 	// A task can be in both sets: a late reply's task that the supervisor
 	// made claimable again (this transaction's own lock does not make the
 	// claim skip it). Its reply is discarded, since the task is not held,
@@ -672,6 +729,11 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 		}
 	}
 	err = b.flush(ctx, x)
+	if b.claimable {
+		// A task of an ordering key became claimable, likely before the
+		// floor: the next claim starts from the first claimable task.
+		m.floorSet, m.pendingFloor = true, nil
+	}
 	return TickResult{Requests: b.requests, Claimed: len(cl), Released: b.released, More: b.claimable, Deferred: deferred}, err
 }
 

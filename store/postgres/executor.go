@@ -454,9 +454,11 @@ func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*d
 		return nil, err
 	}
 	if !p.WriteLater {
-		return e.tasks(ctx, "claim tasks", e.d.q.taskClaim, p.Instance, p.Now, p.Limit)
+		at, id := claimAfter(p)
+		return e.tasks(ctx, "claim tasks", e.d.q.taskClaim, p.Instance, p.Now, p.Limit, at, id)
 	}
-	ts, err := e.tasks(ctx, "claim tasks", e.d.q.taskClaimLock, p.Now, p.Limit)
+	at, id := claimAfter(p)
+	ts, err := e.tasks(ctx, "claim tasks", e.d.q.taskClaimLock, p.Now, p.Limit, at, id)
 	claimedLater(ts, p)
 	return ts, err
 }
@@ -487,11 +489,21 @@ func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimPara
 		tasks []*dt.Task
 		steps []*dt.Step
 	)
-	if err := e.each(ctx, "claim tasks", e.d.q.taskClaimLockSteps, []any{p.Now, p.Limit}, scanClaimWithSteps(&tasks, &steps)); err != nil {
+	at, id := claimAfter(p)
+	if err := e.each(ctx, "claim tasks", e.d.q.taskClaimLockSteps, []any{p.Now, p.Limit, at, id}, scanClaimWithSteps(&tasks, &steps)); err != nil {
 		return nil, nil, err
 	}
 	claimedWithSteps(tasks, steps, p)
 	return tasks, steps, nil
+}
+
+// claimAfter is the claim's start as parameters: TaskClaimParams.After, or
+// -infinity (before every task) without it.
+func claimAfter(p store.TaskClaimParams) (any, string) {
+	if p.After == nil {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, ""
+	}
+	return p.After.AvailableAt, p.After.ID
 }
 
 // TaskGetAndClaim implements store.Executor: in a pipelined transaction,
@@ -521,7 +533,8 @@ func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.Ta
 		e.p.later("list steps", e.d.q.stepList, []any{ids}, scanFn(scanStep(&steps), nil))
 	}
 	if p.Limit > 0 {
-		e.p.later("claim tasks", e.d.q.taskClaimLockSteps, []any{p.Now, p.Limit}, scanFn(scanClaimWithSteps(&r.Claimed, &more), nil))
+		at, id := claimAfter(p)
+		e.p.later("claim tasks", e.d.q.taskClaimLockSteps, []any{p.Now, p.Limit, at, id}, scanFn(scanClaimWithSteps(&r.Claimed, &more), nil))
 	}
 	if err := e.p.flush(ctx); err != nil {
 		return store.GetAndClaim{}, err

@@ -255,7 +255,7 @@ var (
 	// partial index per such candidate (under the OR it stays a per-row
 	// subplan, never a scan of the whole index).
 	tTaskClaim = `WITH c AS MATERIALIZED (
-   SELECT c.id FROM {s}.tasks AS c ` + claimable("$2", "$3") + `)
+   SELECT c.id FROM {s}.tasks AS c ` + claimable("$2", "$3", "$4", "$5") + `)
  UPDATE {s}.tasks AS t SET locked_by = $1,
    process_state = CASE t.process_state WHEN 'Pending' THEN 'Processing' ELSE t.process_state END,
    updated_at = $2
@@ -265,8 +265,13 @@ var (
 
 // claimable is the claim's WHERE, ORDER BY, LIMIT and row locks over
 // tasks AS c, with now and limit the statement's parameters.
-func claimable(now, limit string) string {
+//
+// afterAt and afterID are the claim's start (TaskClaimParams.After): the
+// row comparison is an index condition of tasks_claimable, so the scan
+// starts there. Without After the executor passes -infinity.
+func claimable(now, limit, afterAt, afterID string) string {
 	return `WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.available_at <= ` + now + `
+   AND (c.available_at, c.id) > (` + afterAt + `::timestamptz, ` + afterID + `::text)
    AND (c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
      SELECT 1 FROM {s}.tasks AS p
      WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
@@ -281,7 +286,7 @@ func claimable(now, limit string) string {
 // locked rows, and one that locks a row after this transaction committed
 // re-checks the row's new version (locked_by is set by then) under READ
 // COMMITTED.
-var tTaskClaimLock = `SELECT ` + prefixed("c", taskCols) + ` FROM {s}.tasks AS c ` + claimable("$1", "$2")
+var tTaskClaimLock = `SELECT ` + prefixed("c", taskCols) + ` FROM {s}.tasks AS c ` + claimable("$1", "$2", "$3", "$4")
 
 // nTaskCols and nStepCols count the columns of taskCols and stepCols.
 var nTaskCols, nStepCols = len(strings.Split(taskCols, ",")), len(strings.Split(stepCols, ","))
@@ -379,7 +384,7 @@ func newQueries(quotedSchema string) *queries {
 		requestInsert:        r(tRequestInsert),
 		requestClaim:         r(tRequestClaim),
 		requestDeleteByStep:  r(tRequestDeleteByStep),
-		stepMessageExists:  r(tStepMessageExists),
+		stepMessageExists:    r(tStepMessageExists),
 		requestRelease:       r(tRequestRelease),
 		requestDeleteExpired: r(tRequestDeleteExpired),
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -295,7 +296,11 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 }
 
 func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
-	rows, err := e.query(ctx, qTaskClaim, p.Instance, us(p.Now), p.Limit)
+	afterAt, afterID := int64(math.MinInt64), ""
+	if p.After != nil {
+		afterAt, afterID = us(p.After.AvailableAt), p.After.ID
+	}
+	rows, err := e.query(ctx, qTaskClaim, p.Instance, us(p.Now), p.Limit, afterAt, afterID)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim tasks: %w", err)
 	}

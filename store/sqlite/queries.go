@@ -44,6 +44,7 @@ const (
    updated_at = ?2
  WHERE id IN (SELECT c.id FROM tasks AS c INDEXED BY tasks_claimable
    WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.available_at <= ?2
+     AND (c.available_at > ?4 OR (c.available_at = ?4 AND c.id > ?5))
      AND (c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
        SELECT 1 FROM tasks AS p INDEXED BY tasks_ordering
        WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -38,6 +39,50 @@ func flowCases() []testCase {
 		{"ConcurrentSchedulers", testFlowConcurrentSchedulers},
 		{"ClaimRefusesTaskMissingSteps", testFlowClaimRefusesMissingSteps},
 		{"ReplyRefusesTaskMissingSteps", testFlowReplyRefusesMissingSteps},
+		{"ClaimFloorWhileClaimsComeBackFull", testFlowClaimFloor},
+	}
+}
+
+// testFlowClaimFloor: while claims come back full (a backlog), the next
+// claim starts after the last task claimed (store.TaskClaimParams.After);
+// a claim that is not full, or one a second after the floor was set,
+// starts from the first claimable task again, so a task that became
+// claimable before the floor waits at most that long.
+func testFlowClaimFloor(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	claimed := func(now time.Time, limit int) []string {
+		t.Helper()
+		reqs, _ := e.tick(now, limit)
+		var ids []string
+		for _, r := range reqs {
+			ids = append(ids, r.TaskID)
+		}
+		return sorted(ids)
+	}
+	now := base.Add(time.Millisecond)
+	for _, id := range []string{"t1", "t2", "t3"} {
+		e.submit(w, id)
+	}
+	if got := claimed(now, 2); !slices.Equal(got, []string{"t1", "t2"}) {
+		t.Fatalf("first claim = %v, want t1, t2", got)
+	}
+	e.submit(w, "t0") // same AvailableAt, before the floor (t2) in claim order
+	if got := claimed(now, 2); !slices.Equal(got, []string{"t3"}) {
+		t.Fatalf("claim after a full one = %v, want only t3 (it starts after t2)", got)
+	}
+	if got := claimed(now, 2); !slices.Equal(got, []string{"t0"}) {
+		t.Fatalf("claim after one that was not full = %v, want t0 (from the start again)", got)
+	}
+	for _, id := range []string{"u1", "u2"} {
+		e.submit(w, id)
+	}
+	if got := claimed(now, 2); !slices.Equal(got, []string{"u1", "u2"}) {
+		t.Fatalf("claim = %v, want u1, u2", got)
+	}
+	e.submit(w, "t00")
+	if got := claimed(now.Add(2*time.Second), 2); !slices.Equal(got, []string{"t00"}) {
+		t.Fatalf("claim two seconds after the floor was set = %v, want t00 (from the start again)", got)
 	}
 }
 

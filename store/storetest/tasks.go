@@ -25,6 +25,9 @@ func taskCases() []testCase {
 		{"ClaimClaimableWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, writeLater) }},
 		{"ClaimClaimableWithSteps", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, withSteps) }},
 		{"ClaimOldestFirstAndLimit", testTaskClaimOldestFirst},
+		{"ClaimAfter", func(t *testing.T, d store.Driver) { testTaskClaimAfter(t, d, plainClaim) }},
+		{"ClaimAfterWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimAfter(t, d, writeLater) }},
+		{"ClaimAfterWithSteps", func(t *testing.T, d store.Driver) { testTaskClaimAfter(t, d, withSteps) }},
 		{"ClaimConcurrent", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, plainClaim) }},
 		{"ClaimConcurrentWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, writeLater) }},
 		{"ClaimConcurrentWithSteps", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, withSteps) }},
@@ -573,6 +576,50 @@ func testTaskClaimOldestFirst(t *testing.T, d store.Driver) {
 	}
 	if got := claim(3); len(got) != 0 {
 		t.Errorf("fourth claim = %v, want nothing", got)
+	}
+}
+
+// testTaskClaimAfter: TaskClaimParams.After starts the claim after a
+// position in claim order (AvailableAt, then ID), ties included.
+func testTaskClaimAfter(t *testing.T, d store.Driver, mode claimMode) {
+	mk := func(id string, avail time.Duration) *dt.Task {
+		tk := newTask(id)
+		tk.AvailableAt = at(avail)
+		return tk
+	}
+	insertTasks(t, d, mk("a", 0), mk("b", time.Second), mk("c", time.Second), mk("d", 2*time.Second), mk("e", -time.Second))
+	for _, tk := range []string{"a", "b", "c", "d", "e"} {
+		insertSteps(t, d, newStep(tk, 0))
+	}
+	claim := func(after *store.ClaimPosition) []string {
+		t.Helper()
+		var got []*dt.Task
+		err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+			var err error
+			got, err = claimTasks(ctx, x, store.TaskClaimParams{Instance: "s", Now: at(time.Hour), Limit: 10, After: after}, mode)
+			if err != nil {
+				return err
+			}
+			return errors.New("roll back") // every case claims from the same tasks
+		})
+		if err == nil || err.Error() != "roll back" {
+			t.Fatalf("claim after %+v: %v", after, err)
+		}
+		return taskIDs(got)
+	}
+	for _, c := range []struct {
+		after *store.ClaimPosition
+		want  []string
+	}{
+		{nil, []string{"e", "a", "b", "c", "d"}},
+		{&store.ClaimPosition{AvailableAt: at(time.Second), ID: "b"}, []string{"c", "d"}},
+		{&store.ClaimPosition{AvailableAt: at(time.Second), ID: ""}, []string{"b", "c", "d"}},
+		{&store.ClaimPosition{AvailableAt: at(-time.Minute), ID: "z"}, []string{"e", "a", "b", "c", "d"}},
+		{&store.ClaimPosition{AvailableAt: at(2 * time.Second), ID: "d"}, nil},
+	} {
+		if got := claim(c.after); !sameSet(got, c.want) {
+			t.Errorf("claim after %+v = %v, want %v", c.after, got, c.want)
+		}
 	}
 }
 
