@@ -296,9 +296,9 @@ func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
 		clear(taken)
 	}
 	err = rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		clear(got) // an earlier run of fn rolled back: nothing it claimed holds
 		giveBack()
 		claimed, more, full = claimed[:0], false, false
-		clear(got)
 		now := rt.Clock.Now()
 		for _, name := range rt.order {
 			// Take the slots before claiming, inside the transaction: the

@@ -381,9 +381,9 @@ type Machine struct {
 	// ordered task whose predecessor finished, a clock behind another
 	// process's) wait at most that long. pendingFloor is the floor the
 	// transaction in progress would leave (set: floorSet).
-	floor, pendingFloor *store.ClaimPosition
-	floorSince          time.Time
-	floorSet            bool
+	floor, pendingFloor      *store.ClaimPosition
+	floorSince, pendingSince time.Time
+	floorSet                 bool
 
 	// Reserve, when set, offers each dispatched request to an agent runtime
 	// in this process: if it returns ok, the request is marked claimed by
@@ -398,7 +398,8 @@ func (m *Machine) Commit() {
 	m.Counters.add(m.pending)
 	m.pending = tally{}
 	if m.floorSet {
-		m.floor, m.pendingFloor, m.floorSet = m.pendingFloor, nil, false
+		m.floor, m.floorSince = m.pendingFloor, m.pendingSince
+		m.pendingFloor, m.floorSet = nil, false
 	}
 }
 
@@ -415,7 +416,9 @@ func (m *Machine) claimAfter(now time.Time) *store.ClaimPosition {
 	if m.floorSet {
 		return m.pendingFloor
 	}
-	if m.floor != nil && now.Sub(m.floorSince) < claimFloorTTL {
+	// A clock set back also ends the floor: tasks made available after
+	// that sort before it.
+	if m.floor != nil && !now.Before(m.floorSince) && now.Sub(m.floorSince) < claimFloorTTL {
 		return m.floor
 	}
 	return nil
@@ -425,12 +428,18 @@ func (m *Machine) claimAfter(now time.Time) *store.ClaimPosition {
 // for limit tasks: past its last task if it came back full, else back to
 // the start.
 func (m *Machine) claimed(after *store.ClaimPosition, cl []*dt.Task, limit int, now time.Time) {
-	m.floorSet, m.pendingFloor = true, nil
+	// The floor's age counts from the claim that started from the first
+	// claimable task, carried while claims start at the floor.
+	since := now
+	switch {
+	case after != nil && m.floorSet:
+		since = m.pendingSince
+	case after != nil:
+		since = m.floorSince
+	}
+	m.floorSet, m.pendingFloor, m.pendingSince = true, nil, since
 	if len(cl) < limit || len(cl) == 0 {
 		return
-	}
-	if after == nil {
-		m.floorSince = now
 	}
 	last := store.ClaimPosition{AvailableAt: cl[0].AvailableAt, ID: cl[0].ID}
 	for _, t := range cl[1:] {
@@ -661,8 +670,9 @@ type TickResult struct {
 	Requests []*dt.AgentRequest // the requests dispatched
 	Claimed  int                // tasks claimed
 	Released int                // held tasks let go of
-	// More: a task of an ordering key became claimable, which this tick's
-	// claim could not see; tick again.
+	// More: tick again, a claim may find more: a task of an ordering key
+	// became claimable, which this tick's claim could not see, or the claim
+	// started at the floor and was not full.
 	More bool
 	// Deferred are the replies whose tasks another transaction held locked
 	// (store.GetAndClaim.Busy): neither applied nor discarded, they are
@@ -701,6 +711,9 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 		return TickResult{}, err
 	}
 	got, cl, steps := r.Got, r.Claimed, r.Steps
+	// A claim that started at the floor and was not full may have passed
+	// over tasks before the floor: tick again, from the start.
+	again := after != nil && len(cl) < limit
 	if limit > 0 {
 		m.claimed(after, cl, limit, now)
 	}
@@ -734,7 +747,7 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 		// floor: the next claim starts from the first claimable task.
 		m.floorSet, m.pendingFloor = true, nil
 	}
-	return TickResult{Requests: b.requests, Claimed: len(cl), Released: b.released, More: b.claimable, Deferred: deferred}, err
+	return TickResult{Requests: b.requests, Claimed: len(cl), Released: b.released, More: b.claimable || again, Deferred: deferred}, err
 }
 
 // replyTaskIDs lists the tasks replies are for, each once.

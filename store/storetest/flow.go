@@ -68,8 +68,18 @@ func testFlowClaimFloor(t *testing.T, d store.Driver) {
 		t.Fatalf("first claim = %v, want t1, t2", got)
 	}
 	e.submit(w, "t0") // same AvailableAt, before the floor (t2) in claim order
-	if got := claimed(now, 2); !slices.Equal(got, []string{"t3"}) {
-		t.Fatalf("claim after a full one = %v, want only t3 (it starts after t2)", got)
+	var r flow.TickResult
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		r, err = e.m.Tick(ctx, x, now, nil, 2)
+		return err
+	})
+	e.m.Commit()
+	if len(r.Requests) != 1 || r.Requests[0].TaskID != "t3" {
+		t.Fatalf("claim after a full one = %v, want only t3 (it starts after t2)", r.Requests)
+	}
+	if !r.More {
+		t.Error("a claim that started at the floor and was not full did not ask for another tick")
 	}
 	if got := claimed(now, 2); !slices.Equal(got, []string{"t0"}) {
 		t.Fatalf("claim after one that was not full = %v, want t0 (from the start again)", got)
