@@ -335,7 +335,18 @@ func (c *Client) Start(ctx context.Context) error {
 		run("agent", c.runtime.Run)
 	}
 	for id, s := range c.schedulers {
-		run("scheduler "+id, s.Run)
+		run("scheduler "+id, func(ctx context.Context) error {
+			// Claim once the local agents take requests, so that the first
+			// dispatches take the fast path, not the queue.
+			if rt := c.runtime; rt != nil {
+				select {
+				case <-rt.Ready():
+				case <-ctx.Done():
+					return nil
+				}
+			}
+			return s.Run(ctx)
+		})
 	}
 	if c.cfg.Roles.Supervisor {
 		sv := supervisor.New(c.store, c.clock, c.cfg.InstanceID+"/supervisor", c.log, &c.counters)

@@ -76,7 +76,9 @@ type Runtime struct {
 	Deliver      Delivery
 	// FastPath says a scheduler in this process dispatches through
 	// Reserve: a pull then takes at most half the free slots for its
-	// transaction, leaving the other half to the fast path meanwhile.
+	// transaction, leaving the other half to the fast path meanwhile. (So
+	// filling every slot from a backlog in the queue takes a few pulls:
+	// half, a quarter, …)
 	FastPath bool
 	Stats    Stats
 
@@ -88,8 +90,9 @@ type Runtime struct {
 
 	mu      sync.Mutex
 	running context.Context // set while Run runs; nil before and after
-	// backlog is set when a pull filled every free slot, so requests may be
-	// waiting in the store for a slot to free up.
+	ready   chan struct{}   // closed once Run has set running (see Ready)
+	// backlog is set when a pull filled the slots it took, or found none
+	// free, so requests may be waiting in the store for a slot to free up.
 	backlog atomic.Bool
 }
 
@@ -98,6 +101,7 @@ func New(d store.Driver, c clock.Clock, instance string, log *slog.Logger, specs
 	rt := &Runtime{
 		Driver: d, Clock: c, Instance: instance, Log: log, PollInterval: 200 * time.Millisecond,
 		agents: map[string]*agent{}, wake: make(chan struct{}, 1), replies: make(chan *dt.AgentReply, 4096),
+		ready: make(chan struct{}),
 	}
 	for _, s := range specs {
 		if s.Concurrency <= 0 {
@@ -138,6 +142,13 @@ func New(d store.Driver, c clock.Clock, instance string, log *slog.Logger, specs
 	}
 	return rt
 }
+
+// Ready is closed once Run has released the requests claimed before a
+// restart and takes requests: from then on Reserve can succeed. A
+// scheduler of the same process waits for it before its first claim, so
+// that its first dispatches take the fast path rather than the queue.
+// Run may be called once.
+func (rt *Runtime) Ready() <-chan struct{} { return rt.ready }
 
 // Has reports whether the runtime runs the named agent.
 func (rt *Runtime) Has(name string) bool { _, ok := rt.agents[name]; return ok }
@@ -221,6 +232,7 @@ func (rt *Runtime) permanent(err error) bool {
 // to finish or reach their deadlines.
 func (rt *Runtime) Run(ctx context.Context) error {
 	if len(rt.agents) == 0 {
+		close(rt.ready)
 		<-ctx.Done()
 		return nil
 	}
@@ -237,6 +249,7 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	rt.mu.Lock()
 	rt.running = ctx
 	rt.mu.Unlock()
+	close(rt.ready)
 	writerDone := make(chan struct{})
 	writerCtx, stopWriter := context.WithCancel(context.WithoutCancel(ctx))
 	go func() { defer close(writerDone); rt.writeReplies(writerCtx) }()

@@ -233,7 +233,7 @@ func TestClientRestartWithSameInstanceIDResumes(t *testing.T) {
 	for i, id := range ids {
 		refs[i] = store.StepRef{TaskID: id}
 	}
-	if stored, err := d.Reader().StepMessageExists(ctx, refs); err != nil || slices.Contains(stored, true) {
+	if stored, err := d.Reader().StepMessagesExist(ctx, refs); err != nil || slices.Contains(stored, true) {
 		t.Fatalf("request rows of the in-process calls: %v, %v; want none", stored, err)
 	}
 	stopCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -419,8 +419,62 @@ func TestRestoreSkipsStepsWithAWaitingReply(t *testing.T) {
 		restored[0].IdempotencyKey != reqs[1].IdempotencyKey || restored[0].InProcess {
 		t.Fatalf("restored %+v, want only %s's request, same attempt and key, stored", restored, ids[1])
 	}
-	stored, err := d.Reader().StepMessageExists(ctx, []store.StepRef{{TaskID: ids[0]}, {TaskID: ids[1]}})
+	stored, err := d.Reader().StepMessagesExist(ctx, []store.StepRef{{TaskID: ids[0]}, {TaskID: ids[1]}})
 	if err != nil || !slices.Equal(stored, []bool{true, true}) {
 		t.Fatalf("messages stored: %v, %v; want a reply for %s and a request for %s", stored, err, ids[0], ids[1])
+	}
+}
+
+// slowRelease holds the agent runtime's first transaction (RequestRelease,
+// at its start) for a while, as a loaded database would.
+type slowRelease struct{ store.Driver }
+
+func (d slowRelease) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
+	return d.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return fn(ctx, slowReleaseExecutor{x})
+	})
+}
+
+type slowReleaseExecutor struct{ store.Executor }
+
+func (x slowReleaseExecutor) RequestRelease(ctx context.Context, claimedBy string) (int, error) {
+	time.Sleep(300 * time.Millisecond)
+	return x.Executor.RequestRelease(ctx, claimedBy)
+}
+
+// A Client's schedulers claim only once its agent runtime takes requests:
+// otherwise the first dispatches find no fast path and go through the
+// store's queue. On PostgreSQL: SQLite's one writer serializes the
+// runtime's first transaction with the first claim anyway.
+func TestSchedulersWaitForLocalAgents(t *testing.T) {
+	t.Parallel()
+	d := testutil.Postgres(t)
+	ctx := context.Background()
+	gate := make(chan struct{})
+	var called atomic.Int64
+	c, err := drover.New(drover.Config{Store: slowRelease{d}, InstanceID: "node-1", PollInterval: 10 * time.Millisecond,
+		Roles:     drover.Roles{Scheduler: true, Agent: true},
+		Workflows: []drover.Workflow{{Name: "wf", Steps: []drover.Step{{Name: "one", Agent: "a", Timeout: 20 * time.Second}}}},
+		Agents: []drover.Agent{{Name: "a", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
+			called.Add(1)
+			<-gate
+			return []byte(`"ok"`), nil
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := c.Submit(ctx, "wf", []byte(`{}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop(context.Background()) })
+	t.Cleanup(func() { close(gate) })
+	waitFor(t, "the agent to be called", func() bool { return called.Load() == 1 })
+	stored, err := d.Reader().StepMessagesExist(ctx, []store.StepRef{{TaskID: task.ID}})
+	if err != nil || stored[0] {
+		t.Fatalf("request row stored: %v, %v; want the fast path (no row)", stored, err)
 	}
 }
