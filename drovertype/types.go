@@ -135,10 +135,11 @@ type Step struct {
 	UpdatedAt         time.Time
 }
 
-// AgentRequest is the message the Scheduler sends an agent through the request
-// queue in the store.
+// AgentRequest is the message the Scheduler sends an agent: through the
+// request queue in the store, or, to an agent running in the scheduler's
+// own process, in memory (InProcess).
 type AgentRequest struct {
-	ID             int64
+	ID             int64 // the request row's ID; 0 for an InProcess request, which has no row
 	Agent          string
 	TaskID         string
 	Workflow       string
@@ -152,8 +153,10 @@ type AgentRequest struct {
 	ClaimedBy      string // agent runtime instance working on it; "" when free
 	CreatedAt      time.Time
 	// InProcess: handed in memory to an agent runtime of the scheduler's
-	// own process (the fast path), so no request row was stored. A restart
-	// with the same instance ID dispatches it again (flow.Machine.Restore).
+	// own process (the fast path), so no request row was stored. If that
+	// process stops before the reply is applied, a restart with the same
+	// instance ID stores the request again (same attempt and key);
+	// otherwise the Supervisor recovers the step after CompleteBy.
 	InProcess bool
 
 	// Payload, joined in when the request is claimed.

@@ -85,7 +85,9 @@ type Executor interface {
 	TaskClaimWithSteps(ctx context.Context, p TaskClaimParams) ([]*drovertype.Task, []*drovertype.Step, error)
 	// TaskGetAndClaim is TaskGetManyWithSteps of ids, then
 	// TaskClaimWithSteps of p (when p.Limit > 0), in one call: the reads of
-	// a scheduler tick, which a driver can send in one round trip. A task
+	// a scheduler tick, which a driver can send in one round trip. (The
+	// steps of ids need not be locked: their tasks are, and every writer of
+	// steps locks the task first.) A task
 	// of ids that is claimable (and, being locked by this transaction, not
 	// skipped) may come back in both sets. A task of ids that another
 	// transaction holds locked may be left out instead of waited for: it
@@ -134,10 +136,10 @@ type Executor interface {
 	RequestClaim(ctx context.Context, p RequestClaimParams) ([]*drovertype.AgentRequest, error)
 	// RequestDeleteByStep deletes every request of the given steps.
 	RequestDeleteByStep(ctx context.Context, refs []StepRef) error
-	// StepMessageExists reports, for each of the given steps, whether any
+	// StepMessagesExist reports, for each of the given steps, whether any
 	// request or reply of it is stored (exists[i] for refs[i]): whether a
 	// message of it is still on its way between scheduler and agent.
-	StepMessageExists(ctx context.Context, refs []StepRef) (exists []bool, err error)
+	StepMessagesExist(ctx context.Context, refs []StepRef) (exists []bool, err error)
 	// RequestRelease frees the requests claimed by an agent instance, so they
 	// are handed out again (used when that instance restarts).
 	RequestRelease(ctx context.Context, claimedBy string) (int, error)
@@ -232,7 +234,8 @@ type TaskClaimParams struct {
 	// passes the last task it claimed, so the claim starts where the last
 	// one ended instead of walking past the index entries of every task
 	// claimed before (on PostgreSQL they stay until VACUUM). Tasks that
-	// become claimable before After are found by a claim without it.
+	// become claimable before After are found by a claim without it. (On
+	// SQLite, whose index drops those entries at once, it is only a filter.)
 	After *ClaimPosition
 }
 

@@ -570,12 +570,7 @@ func TestPullInProgressLeavesRoomForFastPath(t *testing.T) {
 	t.Parallel()
 	d, queued := setup(t, 1, "a", 30*time.Second)
 	paused := &pausedClaims{Driver: d, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	var running, peak atomic.Int64
 	rt := newRuntime(paused, "rt-1", agentrt.Spec{Name: "a", Concurrency: 4, Func: func(ctx context.Context, r *dt.AgentRequest) ([]byte, error) {
-		cur := running.Add(1)
-		defer running.Add(-1)
-		for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
-		}
 		return []byte(`1`), nil
 	}})
 	rt.FastPath = true
@@ -608,9 +603,6 @@ func TestPullInProgressLeavesRoomForFastPath(t *testing.T) {
 	rt.Dispatch(fast)
 	close(paused.release)
 	waitFor(t, "three replies", func() bool { return s.len() == 3 })
-	if p := peak.Load(); p > 4 {
-		t.Errorf("%d calls ran at once, Concurrency is 4", p)
-	}
 	got := map[string]bool{}
 	for _, r := range s.all() {
 		got[r.TaskID] = true

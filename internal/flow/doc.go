@@ -10,7 +10,8 @@
 //	Operator:   Submit, Cancel, Resubmit
 //
 // Forward: a task runs its steps in index order; each dispatch increments the
-// step's attempt (the fencing token) and inserts a request message. Backward:
+// step's attempt (the fencing token) and sends a request message (stored,
+// or handed in memory to an agent runtime of the same process). Backward:
 // a Compensating task runs the compensations of its Processed steps from the
 // highest index down, then ends Compensated.
 package flow

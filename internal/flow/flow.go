@@ -380,10 +380,10 @@ type Machine struct {
 	// after claimFloorTTL, so tasks that became claimable before it (an
 	// ordered task whose predecessor finished, a clock behind another
 	// process's) wait at most that long. pendingFloor is the floor the
-	// transaction in progress would leave (set: floorSet).
+	// transaction in progress would leave (set: pendingSet).
 	floor, pendingFloor      *store.ClaimPosition
 	floorSince, pendingSince time.Time
-	floorSet                 bool
+	pendingSet               bool
 
 	// Reserve, when set, offers each dispatched request to an agent runtime
 	// in this process: if it returns ok, the request is marked claimed by
@@ -397,14 +397,14 @@ type Machine struct {
 func (m *Machine) Commit() {
 	m.Counters.add(m.pending)
 	m.pending = tally{}
-	if m.floorSet {
+	if m.pendingSet {
 		m.floor, m.floorSince = m.pendingFloor, m.pendingSince
-		m.pendingFloor, m.floorSet = nil, false
+		m.pendingFloor, m.pendingSet = nil, false
 	}
 }
 
 // Discard drops the counts of a transaction that rolled back.
-func (m *Machine) Discard() { m.pending, m.pendingFloor, m.floorSet = tally{}, nil, false }
+func (m *Machine) Discard() { m.pending, m.pendingFloor, m.pendingSet = tally{}, nil, false }
 
 // claimFloorTTL bounds how long a claim floor is used before a claim starts
 // from the first claimable task again.
@@ -413,7 +413,7 @@ const claimFloorTTL = time.Second
 // claimAfter is where this transaction's next claim starts (nil: at the
 // first claimable task).
 func (m *Machine) claimAfter(now time.Time) *store.ClaimPosition {
-	if m.floorSet {
+	if m.pendingSet {
 		return m.pendingFloor
 	}
 	// A clock set back also ends the floor: tasks made available after
@@ -432,12 +432,12 @@ func (m *Machine) claimed(after *store.ClaimPosition, cl []*dt.Task, limit int, 
 	// claimable task, carried while claims start at the floor.
 	since := now
 	switch {
-	case after != nil && m.floorSet:
+	case after != nil && m.pendingSet:
 		since = m.pendingSince
 	case after != nil:
 		since = m.floorSince
 	}
-	m.floorSet, m.pendingFloor, m.pendingSince = true, nil, since
+	m.pendingSet, m.pendingFloor, m.pendingSince = true, nil, since
 	if len(cl) < limit || len(cl) == 0 {
 		return
 	}
@@ -452,19 +452,12 @@ func (m *Machine) claimed(after *store.ClaimPosition, cl []*dt.Task, limit int, 
 
 // Claim locks up to limit claimable tasks for the instance and dispatches each
 // one's next request.
-// It returns the requests it inserted, how many tasks it claimed, and how
-// many of those it let go of at once (nothing was left to do).
+// It returns the requests it dispatched (stored, or handed over in process),
+// how many tasks it claimed, and how many of those it let go of at once
+// (nothing was left to do).
 func (m *Machine) Claim(ctx context.Context, x store.Executor, now time.Time, limit int) (reqs []*dt.AgentRequest, claimed, released int, err error) {
 	r, err := m.Tick(ctx, x, now, nil, limit)
 	return r.Requests, r.Claimed, r.Released, err
-}
-
-// Resume frees the requests an agent runtime had claimed before it
-// restarted, so they are handed out again under the same attempt. (The
-// requests that were never stored, the fast path's, are its scheduler's
-// to store again: see Machine.Restore.)
-func Resume(ctx context.Context, x store.Executor, agentInstance string) (int, error) {
-	return x.RequestRelease(ctx, agentInstance)
 }
 
 // advance moves a held task forward: dispatch its next step (or next
@@ -635,7 +628,7 @@ func (m *Machine) Restore(ctx context.Context, x store.Executor, now time.Time, 
 			Kind: kind, IdempotencyKey: key, CompleteBy: *s.CompleteBy, Scheduler: m.Instance, CreatedAt: now,
 		})
 	}
-	exists, err := x.StepMessageExists(ctx, refs)
+	exists, err := x.StepMessagesExist(ctx, refs)
 	if err != nil {
 		return nil, err
 	}
@@ -745,7 +738,7 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 	if b.claimable {
 		// A task of an ordering key became claimable, likely before the
 		// floor: the next claim starts from the first claimable task.
-		m.floorSet, m.pendingFloor = true, nil
+		m.pendingSet, m.pendingFloor = true, nil
 	}
 	return TickResult{Requests: b.requests, Claimed: len(cl), Released: b.released, More: b.claimable || again, Deferred: deferred}, err
 }

@@ -389,12 +389,13 @@ fill:
 		}
 		// The replies made room and the claim was full: fill the room now.
 		if extra := min(s.MaxInFlight-(s.inFlight-released), s.ClaimBatch) - asked; extra > 0 && claimed == asked {
-			reqs, n, rel, err := s.Machine.Claim(ctx, x, now, extra)
-			dispatched = append(dispatched, reqs...)
+			more, err := s.Machine.Tick(ctx, x, now, nil, extra)
+			dispatched = append(dispatched, more.Requests...)
 			if err != nil {
 				return err
 			}
-			asked, claimed, released = asked+extra, claimed+n, released+rel
+			asked, claimed, released = asked+extra, claimed+more.Claimed, released+more.Released
+			again = again || more.More
 		}
 		return nil
 	})

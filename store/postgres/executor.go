@@ -920,7 +920,7 @@ func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef
 	return e.later(ctx, "delete requests", e.d.q.requestDeleteByStep, []any{taskIDs, index}, nil, nil)
 }
 
-func (e *executor) StepMessageExists(ctx context.Context, refs []store.StepRef) ([]bool, error) {
+func (e *executor) StepMessagesExist(ctx context.Context, refs []store.StepRef) ([]bool, error) {
 	exists := make([]bool, len(refs))
 	if len(refs) == 0 {
 		return exists, nil
@@ -930,7 +930,7 @@ func (e *executor) StepMessageExists(ctx context.Context, refs []store.StepRef) 
 		taskIDs[i], index[i] = r.TaskID, int32(r.Index)
 	}
 	var found []int64
-	if err := e.each(ctx, "find step messages", e.d.q.stepMessageExists, []any{taskIDs, index}, scanIDs(&found)); err != nil {
+	if err := e.each(ctx, "find step messages", e.d.q.stepMessagesExist, []any{taskIDs, index}, scanIDs(&found)); err != nil {
 		return nil, err
 	}
 	for _, i := range found {

@@ -160,7 +160,7 @@ const (
  USING unnest($1::text[], $2::int[]) AS u(task_id, step_index)
  WHERE r.task_id = u.task_id AND r.step_index = u.step_index`
 
-	tStepMessageExists = `SELECT u.i - 1 FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS u(task_id, step_index, i)
+	tStepMessagesExist = `SELECT u.i - 1 FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS u(task_id, step_index, i)
  WHERE EXISTS (SELECT 1 FROM {s}.agent_requests AS r WHERE r.task_id = u.task_id AND r.step_index = u.step_index)
     OR EXISTS (SELECT 1 FROM {s}.agent_replies AS r WHERE r.task_id = u.task_id AND r.step_index = u.step_index)`
 
@@ -331,7 +331,7 @@ type queries struct {
 
 	stepList, stepListLock, stepInsert, stepUpdate string
 
-	requestInsert, requestClaim, requestDeleteByStep, stepMessageExists, requestRelease, requestDeleteExpired string
+	requestInsert, requestClaim, requestDeleteByStep, stepMessagesExist, requestRelease, requestDeleteExpired string
 
 	replyInsert, replyTake string
 
@@ -384,7 +384,7 @@ func newQueries(quotedSchema string) *queries {
 		requestInsert:        r(tRequestInsert),
 		requestClaim:         r(tRequestClaim),
 		requestDeleteByStep:  r(tRequestDeleteByStep),
-		stepMessageExists:    r(tStepMessageExists),
+		stepMessagesExist:    r(tStepMessagesExist),
 		requestRelease:       r(tRequestRelease),
 		requestDeleteExpired: r(tRequestDeleteExpired),
 

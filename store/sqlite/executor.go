@@ -543,10 +543,10 @@ func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef
 	}
 	return e.execRows(ctx, "delete requests", mRequestDeleteByStep, rows, nil)
 }
-func (e *executor) StepMessageExists(ctx context.Context, refs []store.StepRef) ([]bool, error) {
+func (e *executor) StepMessagesExist(ctx context.Context, refs []store.StepRef) ([]bool, error) {
 	exists := make([]bool, len(refs))
 	for i, r := range refs {
-		rows, err := e.query(ctx, qStepMessageExists, r.TaskID, r.Index)
+		rows, err := e.query(ctx, qStepMessagesExist, r.TaskID, r.Index)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: find step messages: %w", err)
 		}

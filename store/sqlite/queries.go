@@ -76,7 +76,7 @@ const (
  LEFT JOIN steps p ON p.task_id = r.task_id AND p.step_index = r.step_index - 1
  WHERE r.id IN (SELECT value FROM json_each(?))`
 
-	qStepMessageExists = `SELECT EXISTS (SELECT 1 FROM agent_requests WHERE task_id = ?1 AND step_index = ?2)
+	qStepMessagesExist = `SELECT EXISTS (SELECT 1 FROM agent_requests WHERE task_id = ?1 AND step_index = ?2)
  OR EXISTS (SELECT 1 FROM agent_replies WHERE task_id = ?1 AND step_index = ?2)`
 
 	qRequestRelease = `UPDATE agent_requests SET claimed_by = NULL WHERE claimed_by = ?`

@@ -51,7 +51,7 @@ func requestCases() []testCase {
 		{"ClaimPayloadAndOrder", testRequestClaim},
 		{"ClaimSkipsExpired", testRequestClaimExpired},
 		{"DeleteByStep", testRequestDeleteByStep},
-		{"StepMessageExists", testStepMessageExists},
+		{"StepMessagesExist", testStepMessagesExist},
 		{"Release", testRequestRelease},
 		{"DeleteExpired", testRequestDeleteExpired},
 	}
@@ -140,7 +140,7 @@ func testRequestClaimExpired(t *testing.T, d store.Driver) {
 	}
 }
 
-func testStepMessageExists(t *testing.T, d store.Driver) {
+func testStepMessagesExist(t *testing.T, d store.Driver) {
 	setupPayload(t, d)
 	exp := at(time.Minute)
 	claimed := newRequest("t", 2, "a", exp)
@@ -152,17 +152,17 @@ func testStepMessageExists(t *testing.T, d store.Driver) {
 		return x.ReplyInsertMany(ctx, []*dt.AgentReply{{TaskID: "u", StepIndex: 0, Attempt: 1, Kind: dt.KindDo, CreatedAt: base}})
 	})
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		got, err := x.StepMessageExists(ctx, []store.StepRef{{TaskID: "t", Index: 1}, {TaskID: "t", Index: 0},
+		got, err := x.StepMessagesExist(ctx, []store.StepRef{{TaskID: "t", Index: 1}, {TaskID: "t", Index: 0},
 			{TaskID: "missing", Index: 0}, {TaskID: "t", Index: 2}, {TaskID: "t", Index: 0}, {TaskID: "u", Index: 0}, {TaskID: "u", Index: 1}})
 		if err != nil {
 			return err
 		}
 		if want := []bool{false, true, false, true, true, true, false}; !slices.Equal(got, want) {
-			t.Errorf("StepMessageExists = %v, want %v", got, want)
+			t.Errorf("StepMessagesExist = %v, want %v", got, want)
 		}
-		none, err := x.StepMessageExists(ctx, nil)
+		none, err := x.StepMessagesExist(ctx, nil)
 		if err != nil || len(none) != 0 {
-			t.Errorf("StepMessageExists(nil) = %v, %v; want empty, nil", none, err)
+			t.Errorf("StepMessagesExist(nil) = %v, %v; want empty, nil", none, err)
 		}
 		return nil
 	})
