@@ -545,8 +545,41 @@ func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef
 }
 func (e *executor) StepMessagesExist(ctx context.Context, refs []store.StepRef) ([]bool, error) {
 	exists := make([]bool, len(refs))
+	if len(refs) == 0 {
+		return exists, nil
+	}
+	ids := make([]string, len(refs))
 	for i, r := range refs {
-		rows, err := e.query(ctx, qStepMessagesExist, r.TaskID, r.Index)
+		ids[i] = r.TaskID
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := e.query(ctx, qStepRepliesOf, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: find step messages: %w", err)
+	}
+	replied := map[store.StepRef]bool{}
+	for rows.Next() {
+		var r store.StepRef
+		if err := rows.Scan(&r.TaskID, &r.Index); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sqlite: find step messages: %w", translate(err))
+		}
+		replied[r] = true
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: find step messages: %w", translate(err))
+	}
+	for i, r := range refs {
+		if replied[r] {
+			exists[i] = true
+			continue
+		}
+		rows, err := e.query(ctx, qStepRequestExists, r.TaskID, r.Index)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: find step messages: %w", err)
 		}
