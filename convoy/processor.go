@@ -924,8 +924,8 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 		}
 	}
 
-	// 7. Events last: on PostgreSQL they take the event-order lock, which is
-	// then held only for the commit.
+	// 7. Events last: on PostgreSQL readers of the history wait for an
+	// event-writing transaction to end, so it should end soon after.
 	return x.EventInsertMany(ctx, events)
 }
 

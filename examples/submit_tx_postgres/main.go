@@ -83,8 +83,8 @@ func run(ctx context.Context, dbURL string) error {
 	o1, o2, o3, o4 := "o-"+run+"-1", "o-"+run+"-2", "o-"+run+"-3", "o-"+run+"-4"
 
 	// placeOrder inserts the business row and submits its task in one pgx
-	// transaction. While it is open after SubmitTx, the transaction holds
-	// drover's event-order lock: commit (or roll back) promptly.
+	// transaction. While it is open after SubmitTx, subscribers of drover's
+	// history see no later event: commit (or roll back) promptly.
 	placeOrder := func(orderID string, amount int64, commit bool) error {
 		tx, err := pool.Begin(ctx)
 		if err != nil {

@@ -128,28 +128,53 @@
 // Subscribers tail the history with EventList(AfterID: last ID seen). With a
 // plain bigserial that can skip events: IDs are taken at insert but become
 // visible at commit, so a transaction holding ID 10 may commit after one
-// holding ID 11 was read. The driver closes that gap by making
-// event-writing transactions commit in ID order: EventInsertMany first takes
-// a transaction-level advisory lock, pg_advisory_xact_lock(key of "events" and
-// the schema), once per transaction, and holds it until commit or rollback.
-// IDs are therefore taken in lock order and committed before the next
-// writer can take any.
+// holding ID 11 was read. The driver closes that gap on the reader's side,
+// so that writers never wait for each other:
 //
-// The cost: within one schema, the part of each event-writing transaction
-// from its first event insert to its commit runs one at a time, and those
-// commits cannot share a WAL flush. So in drover's pipelined transactions
-// the lock and the event inserts are queued apart from the other writes and
-// go out last, with the COMMIT, after every read of the transaction: the
-// serialized part is the INSERT and the COMMIT, and everything before it,
-// claims, reads and row locks included, runs in parallel. (A read of the
-// events table in the same transaction sends them first, so it sees them.) With batches of hundreds of tasks per transaction this is far
-// from the limit (see the package benchmark). An application that calls
-// SubmitTx inside its own transaction holds the lock until it commits, and
-// stalls other event writers meanwhile: commit promptly after SubmitTx.
+//   - Every event-writing transaction takes a transaction-level advisory
+//     lock in shared mode, pg_advisory_xact_lock_shared(key of "events" and
+//     the schema), before it takes its first event ID, and holds it until
+//     it commits or rolls back.
+//   - EventList first reads the sequence's last value L, then lists the
+//     other transactions holding that lock (pg_locks). Any ID up to L was
+//     taken by one of them or by a transaction already over. It waits
+//     until those transactions have ended (polling pg_locks, with back-off),
+//     and then returns events with IDs up to L only: every one of them is
+//     final, committed or rolled back. A reader already past L does not wait.
 //
-// Alternatives that avoid the lock (ordering by transaction ID, or holding a
-// reader back behind the oldest in-flight transaction) do not fit the
-// store contract's single AfterID cursor, so this driver does not use them.
+// The cost falls on readers: two small extra statements, and a wait of
+// about one commit when event writers are in flight. Writers pay a shared
+// lock, and their commits share WAL flushes. Readers that have waited one
+// second for a transaction that
+// stays open, such as an application's transaction that called SubmitTx and
+// has not committed, return only events up to the highest ID proven final
+// before, and try again on their next call; the application's transaction
+// delays the history, not other writers. A subscriber reading inside a
+// REPEATABLE READ or SERIALIZABLE transaction of its own sees a snapshot
+// older than the wait, and may skip events: tail in READ COMMITTED (drover's
+// own transactions and the Reader do).
+//
+// The engine still queues event inserts last in its pipelined transactions
+// (with the COMMIT, after every read), which keeps readers' waits short. A
+// read of the events table in the same transaction sends them first, so it
+// sees them. The event sequence must keep CACHE 1: with per-session caches,
+// an ID could be taken below the last value a reader saw, after it looked.
+//
+// Before this scheme the driver made event-writing transactions commit in
+// ID order with the same lock taken exclusive, which serialized their
+// commits: at most one per WAL flush in each schema. Processes of both
+// kinds must not share a schema: an older reader would not wait.
+//
+// # Notifications
+//
+// NOTIFY takes a lock that serializes every notifying transaction of the
+// server from its commit until that commit is durable. drover's own
+// transactions therefore send their notifications just after their COMMIT,
+// in the same round trip, in a transaction of their own committed without
+// waiting for its WAL flush (synchronous_commit off for it alone): a
+// notification is only a hint to wake up, and a lost one costs a poll
+// interval. In a caller's transaction (InExternalTx) they are part of that
+// transaction.
 //
 // # Plans
 //

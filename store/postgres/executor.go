@@ -84,7 +84,7 @@ type executor struct {
 	p  *pipe // set in pipelined transactions; then q is unused
 	tx bool
 
-	// eventLocked: this transaction already holds the event-order lock.
+	// eventLocked: this transaction already holds the event-writer lock.
 	eventLocked bool
 }
 
@@ -1020,11 +1020,11 @@ func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*d
 
 // ---- events ----
 
-// EventInsertMany takes the schema's event-order lock (once per transaction)
-// before inserting, so transactions that write events commit in the order of
-// their event IDs and a reader tailing by ID never skips one. See doc.go.
-// In a pipelined transaction both go out last, just before the COMMIT, so
-// the lock is held for no more than the insert and the commit.
+// EventInsertMany takes the schema's event-writer lock, shared, once per
+// transaction before it takes any event ID, and holds it until the
+// transaction ends, so a reader tailing by ID can tell which transactions
+// may still commit events (EventList). See doc.go. In a pipelined
+// transaction both go out last, just before the COMMIT.
 func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) error {
 	if len(events) == 0 {
 		return nil
@@ -1033,7 +1033,7 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 		return err
 	}
 	if !e.eventLocked {
-		if err := e.laterTail(ctx, "lock event order", e.d.q.eventLock, []any{e.d.eventLockKey}, nil, nil); err != nil {
+		if err := e.laterTail(ctx, "lock as event writer", e.d.q.eventLock, []any{e.d.eventLockKey}, nil, nil); err != nil {
 			return err
 		}
 		e.eventLocked = true
@@ -1069,10 +1069,20 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 	})
 }
 
+// EventList returns events up to an ID below which none can still appear
+// (eventsFinal), so that a reader tailing by AfterID never skips an event
+// committed after it read higher ones.
 func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*dt.Event, error) {
 	e.sendTail()
-	q := e.d.q.eventList
-	args := []any{p.AfterID}
+	upTo, err := e.eventsFinal(ctx, p.AfterID)
+	if err != nil {
+		return nil, err
+	}
+	if upTo <= p.AfterID {
+		return nil, nil
+	}
+	q := e.d.q.eventList + ` AND id <= $2`
+	args := []any{p.AfterID, upTo}
 	if p.TaskID != "" {
 		args = append(args, p.TaskID)
 		q += fmt.Sprintf(` AND task_id = $%d`, len(args))
@@ -1086,7 +1096,7 @@ func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*d
 		q += fmt.Sprintf(` LIMIT $%d`, len(args))
 	}
 	var out []*dt.Event
-	err := e.each(ctx, "list events", q, args, func(r rows) error {
+	err = e.each(ctx, "list events", q, args, func(r rows) error {
 		var (
 			ev                    dt.Event
 			step, attempt         pgtype.Int4
@@ -1115,6 +1125,82 @@ func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*d
 		return nil, err
 	}
 	return out, nil
+}
+
+// eventsFinal returns an event ID at or below which every event is final:
+// committed or rolled back. Event IDs come from a sequence, so they are
+// taken in one order and committed in another, and writers do not wait for
+// each other (they hold the event-writer lock shared from before they take
+// an ID until they end). So: read the last ID handed out, then the writers
+// holding the lock; any ID up to the first was taken by one of those, or by
+// a transaction already over. Once those writers are gone, every ID up to it
+// is final. A reader past everything (after ≥ last ID) does not wait. One
+// that waited eventWaitMax for a writer that stays open (an application's
+// long transaction holding SubmitTx's events) settles for the highest ID
+// proven final before.
+func (e *executor) eventsFinal(ctx context.Context, after int64) (int64, error) {
+	var (
+		last   int64
+		called bool
+	)
+	if err := e.each(ctx, "read the event sequence", e.d.q.eventSeq, nil, func(r rows) error {
+		return r.Scan(&last, &called)
+	}); err != nil {
+		return 0, err
+	}
+	if !called {
+		last = 0
+	}
+	if last <= after || last <= e.d.eventFinal.Load() {
+		return last, nil
+	}
+	key := uint64(e.d.eventLockKey)
+	hi, lo := int64(key>>32), int64(uint32(key))
+	writers := func(among []string) ([]string, error) {
+		var out []string
+		var arg any // NULL: all writers
+		if among != nil {
+			arg = among
+		}
+		err := e.each(ctx, "list event writers", e.d.q.eventWriters, []any{hi, lo, arg}, func(r rows) error {
+			var vx string
+			if err := r.Scan(&vx); err != nil {
+				return err
+			}
+			out = append(out, vx)
+			return nil
+		})
+		return out, err
+	}
+	open, err := writers(nil)
+	if err != nil {
+		return 0, err
+	}
+	if len(open) > 0 && e.d.eventWaiting != nil {
+		e.d.eventWaiting()
+	}
+	deadline := time.Now().Add(e.d.eventWaitMax)
+	for pause := 200 * time.Microsecond; len(open) > 0; pause = min(2*pause, 20*time.Millisecond) {
+		if !time.Now().Before(deadline) {
+			return e.d.eventFinal.Load(), nil
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("postgres: wait for event writers: %w", ctx.Err())
+		case <-t.C:
+		}
+		if open, err = writers(open); err != nil {
+			return 0, err
+		}
+	}
+	for {
+		seen := e.d.eventFinal.Load()
+		if seen >= last || e.d.eventFinal.CompareAndSwap(seen, last) {
+			return last, nil
+		}
+	}
 }
 
 // ---- leases ----
@@ -1208,12 +1294,17 @@ func (e *executor) lockLease(ctx context.Context, name, query string) error {
 	return e.later(ctx, "lock lease", query, []any{lockKey("drover.lease."+name, e.d.Schema())}, nil, nil)
 }
 
-// Notify implements store.Executor with pg_notify on the schema's channel:
-// PostgreSQL delivers it when the transaction commits, and drops it if the
-// transaction rolls back.
+// Notify implements store.Executor with pg_notify on the schema's channel,
+// delivered only if the transaction commits. In drover's own transactions it
+// is sent just after the COMMIT (see pipe.notes); in a caller's transaction
+// it is part of it, and PostgreSQL delivers it at commit.
 func (e *executor) Notify(ctx context.Context, topic string) error {
 	if err := e.write("notify"); err != nil {
 		return err
+	}
+	if e.p != nil && e.p.own {
+		e.p.note(topic)
+		return nil
 	}
 	return e.later(ctx, "notify", `SELECT pg_notify($1, $2)`, []any{e.d.channel, topic}, nil, nil)
 }

@@ -30,23 +30,48 @@ type batchSender interface {
 // pipeline and COMMIT with the last, so a transaction of one read and some
 // writes is two round trips.
 type pipe struct {
-	c      batchSender
-	own    bool // pipe owns the transaction: it sends BEGIN, COMMIT, ROLLBACK
-	begun  bool // BEGIN has been queued
-	open   bool // BEGIN has been sent: the server has a transaction
-	queued pgx.Batch
+	c   batchSender
+	own bool // pipe owns the transaction: it sends BEGIN, COMMIT, ROLLBACK
+	// channel is the schema's LISTEN/NOTIFY channel.
+	channel string
+	begun   bool // BEGIN has been queued
+	open    bool // BEGIN has been sent: the server has a transaction
+	queued  pgx.Batch
 	// tail holds the statements that go out last, just before COMMIT (or
 	// the final flush of a caller's transaction), after every read: the
-	// event inserts, whose event-order lock then stays held only for the
-	// INSERT and the COMMIT rather than across the transaction's later
-	// reads (see doc.go). Reads that look at events send it first
-	// (sendTail).
+	// event inserts, whose event-writer lock readers of the history wait
+	// for, so it is held only for the INSERT and the COMMIT rather than
+	// across the transaction's later reads (see doc.go). Reads that look
+	// at events send it first (sendTail).
 	tail pgx.Batch
 	// unchecked: a queued statement checks a condition in its result
 	// callback (LeaseCheck), so the COMMIT must not go out in the same
 	// pipeline, before that callback has run.
 	unchecked bool
+	// notes are the topics to notify once the transaction has committed
+	// (see commit), in a transaction of their own.
+	notes []string
 }
+
+// note adds a topic to notify after the commit.
+func (p *pipe) note(topic string) {
+	for _, t := range p.notes {
+		if t == topic {
+			return
+		}
+	}
+	p.notes = append(p.notes, topic)
+}
+
+// tNotifyAfterCommit sends the notifications of a committed transaction in
+// an implicit transaction of their own (the rest of the pipeline, up to its
+// Sync), committed without waiting for its WAL flush: NOTIFY takes a lock
+// that serializes every notifying transaction of the server from its commit
+// until its commit is durable, and a notification needs no durability (it
+// is a hint; a lost one costs a poll interval). The transaction's own
+// commit, before it, still waits for its flush.
+const tNotifyAfterCommit = `SELECT pg_notify($1, t)
+ FROM set_config('synchronous_commit', 'off', true) AS s, unnest($2::text[]) AS t`
 
 func (p *pipe) later(what, sql string, args []any, fn func(pgx.BatchResults) error) {
 	p.queue(&p.queued, what, sql, args, fn)
@@ -165,8 +190,9 @@ func (p *pipe) run(ctx context.Context, what, sql string, args []any, scan func(
 
 // commit sends what is queued with COMMIT.
 func (p *pipe) commit(ctx context.Context) error {
-	if !p.begun {
-		return nil // nothing ran: no transaction to end
+	if !p.begun { // nothing ran: no transaction to end
+		p.queueNotes()
+		return p.flush(ctx)
 	}
 	if p.unchecked {
 		if err := p.flush(ctx); err != nil {
@@ -183,7 +209,10 @@ func (p *pipe) commit(ctx context.Context) error {
 		}
 		return nil
 	}
-	if err := p.flush(ctx); err != nil {
+	p.queueNotes()
+	if err := p.flush(ctx); err != nil && tag != "COMMIT" {
+		// An error after COMMIT is the notification's: the transaction
+		// committed, and listeners fall back to polling.
 		return err
 	}
 	if tag != "COMMIT" { // PostgreSQL answers ROLLBACK to COMMIT in a failed transaction
@@ -193,9 +222,17 @@ func (p *pipe) commit(ctx context.Context) error {
 	return nil
 }
 
+// queueNotes queues the notifications (see tNotifyAfterCommit).
+func (p *pipe) queueNotes() {
+	if len(p.notes) > 0 {
+		p.queued.Queue(tNotifyAfterCommit, p.channel, p.notes).Fn = execFn("notify")
+		p.notes = nil
+	}
+}
+
 // rollback ends the transaction if one was begun, dropping what is queued.
 func (p *pipe) rollback(ctx context.Context) error {
-	p.queued, p.tail = pgx.Batch{}, pgx.Batch{}
+	p.queued, p.tail, p.notes = pgx.Batch{}, pgx.Batch{}, nil
 	if !p.open {
 		p.begun = false
 		return nil
@@ -212,7 +249,7 @@ func (d *Driver) inPipelineTx(ctx context.Context, fn func(*pipe) error) (err er
 	if err != nil {
 		return fmt.Errorf("postgres: begin: %w", translate(err))
 	}
-	p := &pipe{c: conn, own: true}
+	p := &pipe{c: conn, own: true, channel: d.channel}
 	committed := false
 	defer func() {
 		if !committed {

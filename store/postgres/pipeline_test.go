@@ -320,58 +320,117 @@ func TestTxOf(t *testing.T) {
 	}
 }
 
-// The event-order lock is taken only at the end of a transaction, with its
-// event insert and the COMMIT: a transaction that wrote events and then
-// reads (and waits) does not hold back other event writers meanwhile. Its
-// events commit after theirs and get higher IDs, so tailing by ID stays
-// gap-free.
-func TestEventLockHeldOnlyAtCommit(t *testing.T) {
+// Event writers do not wait for each other: a transaction that wrote events
+// and then waits does not hold back other writers. A reader tailing the
+// history waits for the writers it saw instead, so an event committed after
+// one with a higher ID is not skipped; a writer that stays open longer than
+// the reader waits only holds back the events after the last ID proven final.
+func TestEventTailWaitsForOpenWriters(t *testing.T) {
 	t.Parallel()
 	d := open(t)
 	ctx := context.Background()
+	waiting := make(chan struct{}, 1)
+	postgres.SetEventWait(d, time.Minute, func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	})
 	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 	insert(t, d, task("a", now))
 	ev := func(id string) *dt.Event {
 		return &dt.Event{TaskID: id, StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: now}
 	}
+	// hold writes e in a transaction, sends it (a read of the events sends
+	// the event inserts, which otherwise go out with the COMMIT) and keeps
+	// the transaction open until release is closed.
+	hold := func(e *dt.Event) (release chan struct{}, done chan error) {
+		reading := make(chan struct{})
+		release, done = make(chan struct{}), make(chan error, 1)
+		go func() {
+			done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+				if err := x.EventInsertMany(ctx, []*dt.Event{e}); err != nil {
+					return err
+				}
+				if _, err := x.EventList(ctx, store.EventListParams{TaskID: e.TaskID, Limit: 1}); err != nil {
+					return err
+				}
+				close(reading)
+				<-release
+				return nil
+			})
+		}()
+		<-reading
+		return release, done
+	}
+	commit := func(e *dt.Event) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := d.InTx(wctx, func(ctx context.Context, x store.Executor) error {
+			return x.EventInsertMany(ctx, []*dt.Event{e})
+		}); err != nil {
+			t.Fatalf("another transaction's events waited for the open one: %v", err)
+		}
+	}
+	type listed struct {
+		evs []*dt.Event
+		err error
+	}
+	list := func(after int64) chan listed {
+		ch := make(chan listed, 1)
+		go func() {
+			evs, err := d.Reader().EventList(ctx, store.EventListParams{AfterID: after})
+			ch <- listed{evs, err}
+		}()
+		return ch
+	}
+	want := func(got listed, evs ...*dt.Event) {
+		t.Helper()
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		if len(got.evs) != len(evs) {
+			t.Fatalf("EventList returned %d events, want %d", len(got.evs), len(evs))
+		}
+		for i, e := range evs {
+			if got.evs[i].ID != e.ID {
+				t.Fatalf("event %d: ID %d, want %d", i, got.evs[i].ID, e.ID)
+			}
+		}
+	}
+
 	first, second := ev("a"), ev("b")
-	reading, release := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if err := x.EventInsertMany(ctx, []*dt.Event{first}); err != nil {
-				return err
-			}
-			// A read sends the queued writes; the transaction then waits
-			// with its row lock on task a.
-			if _, err := x.TaskGet(ctx, "a"); err != nil {
-				return err
-			}
-			close(reading)
-			<-release
-			return nil
-		})
-	}()
-	<-reading
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := d.InTx(wctx, func(ctx context.Context, x store.Executor) error {
-		return x.EventInsertMany(ctx, []*dt.Event{second})
-	}); err != nil {
+	release, done := hold(first)
+	commit(second)
+	if !(first.ID < second.ID) {
+		t.Fatalf("IDs %d (open) and %d (committed): want the open writer's lower", first.ID, second.ID)
+	}
+	res := list(0)
+	select {
+	case <-waiting:
+	case got := <-res:
 		close(release)
-		t.Fatalf("another transaction's events waited for the open one: %v", err)
+		t.Fatalf("EventList returned %d events while the writer of a lower ID was open; want it to wait", len(got.evs))
 	}
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if !(second.ID < first.ID) {
-		t.Errorf("IDs: the later commit got %d, the earlier %d; want IDs in commit order", first.ID, second.ID)
+	want(<-res, first, second)
+
+	// A writer open longer than readers wait: they return only what is
+	// proven final, then the rest once it commits.
+	postgres.SetEventWait(d, 50*time.Millisecond, nil)
+	third, fourth := ev("a"), ev("b")
+	release, done = hold(third)
+	commit(fourth)
+	want(<-list(second.ID))
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
-	evs, err := d.Reader().EventList(ctx, store.EventListParams{})
-	if err != nil || len(evs) != 2 || evs[0].ID != second.ID || evs[1].ID != first.ID {
-		t.Fatalf("event list %v, %v; want b's event then a's", evs, err)
-	}
+	want(<-list(second.ID), third, fourth)
 }
 
 // drover's own transactions run with sequential scans off, so tables

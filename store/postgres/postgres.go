@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"regexp"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -42,8 +44,16 @@ type Driver struct {
 	schema   string
 	q        *queries
 
-	eventLockKey   int64 // advisory lock ordering event commits in this schema
+	eventLockKey   int64 // advisory lock marking event writers of this schema (shared)
 	migrateLockKey int64 // advisory lock serializing migrators of this schema
+
+	// eventFinal: every event ID up to it is committed or rolled back
+	// (proven by some reader earlier; only grows). eventWaitMax bounds how
+	// long a reader waits for the writers it saw; eventWaiting, for tests,
+	// is called when a reader starts waiting.
+	eventFinal   atomic.Int64
+	eventWaitMax time.Duration
+	eventWaiting func()
 
 	closeOnce sync.Once
 }
@@ -110,6 +120,7 @@ func newDriver(pool *pgxpool.Pool, opts Options) *Driver {
 		q:              newQueries(pgx.Identifier{opts.Schema}.Sanitize()),
 		channel:        "drover_" + opts.Schema,
 		eventLockKey:   lockKey("drover.events", opts.Schema),
+		eventWaitMax:   time.Second,
 		migrateLockKey: lockKey("drover.migrate", opts.Schema),
 	}
 }
@@ -163,8 +174,9 @@ func (d *Driver) InTx(ctx context.Context, fn func(context.Context, store.Execut
 // commits or rolls back. Statements name drover's schema explicitly, so the
 // transaction's search_path does not matter and is not changed.
 //
-// If fn writes events, the transaction holds the schema's event-order lock
-// until it ends (see the package documentation): commit promptly.
+// If fn writes events, subscribers of the history see no event with a higher
+// ID until the transaction ends (see the package documentation): commit
+// promptly.
 func (d *Driver) InExternalTx(ctx context.Context, tx any, fn func(context.Context, store.Executor) error) error {
 	var q querier
 	switch t := tx.(type) {

@@ -191,10 +191,24 @@ const (
    RETURNING r.id, r.task_id, r.step_index, r.attempt, r.kind, r.output, r.failed, r.error, r.created_at)
  SELECT * FROM d ORDER BY id`
 
-	// tEventLock serializes the event-writing transactions of one schema
-	// from their first event insert to their commit, so events become
-	// visible in ID order (see doc.go).
-	tEventLock = `SELECT pg_advisory_xact_lock($1)`
+	// tEventLock marks a transaction as an event writer from before its
+	// first event ID until it ends. Shared: writers never wait for each
+	// other; a tailing reader waits for the writers it saw (see doc.go).
+	tEventLock = `SELECT pg_advisory_xact_lock_shared($1)`
+
+	// tEventSeq reads the last event ID handed out. A sequence is not
+	// transactional: this is the latest value, committed or not.
+	tEventSeq = `SELECT last_value, is_called FROM {s}.events_id_seq`
+
+	// tEventWriters lists the other transactions that hold the event-writer
+	// lock (key split as PostgreSQL shows advisory keys in pg_locks). With
+	// $3 set, only those of that list still holding it.
+	tEventWriters = `SELECT virtualtransaction FROM pg_catalog.pg_locks
+ WHERE locktype = 'advisory' AND granted AND objsubid = 1
+   AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+   AND classid = $1::bigint::oid AND objid = $2::bigint::oid
+   AND pid <> pg_backend_pid()
+   AND ($3::text[] IS NULL OR virtualtransaction = ANY($3::text[]))`
 
 	eventInsCols = `task_id, step_index, type, state, alert, actor, term, attempt, message, created_at`
 	tEventInsert = `INSERT INTO {s}.events (` + eventInsCols + `)
@@ -336,6 +350,7 @@ type queries struct {
 	replyInsert, replyTake string
 
 	eventLock, eventInsert, eventList string
+	eventSeq, eventWriters            string
 
 	leaseAcquire, leaseGet, leaseGetLock, leaseRelease string
 
@@ -391,9 +406,11 @@ func newQueries(quotedSchema string) *queries {
 		replyInsert: r(tReplyInsert),
 		replyTake:   r(tReplyTake),
 
-		eventLock:   tEventLock,
-		eventInsert: r(tEventInsert),
-		eventList:   r(tEventList),
+		eventLock:    tEventLock,
+		eventInsert:  r(tEventInsert),
+		eventList:    r(tEventList),
+		eventSeq:     r(tEventSeq),
+		eventWriters: tEventWriters,
 
 		leaseAcquire: r(tLeaseAcquire),
 		leaseGet:     r(tLeaseGet),

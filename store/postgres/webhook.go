@@ -40,11 +40,12 @@ const (
 	// plain read, which waits for no lock.
 	tWebhookCursorLock = `WITH l AS (SELECT last_event_id FROM {s}.webhook_cursor WHERE id = 1 FOR UPDATE SKIP LOCKED)
  SELECT (SELECT last_event_id FROM l), EXISTS (SELECT 1 FROM {s}.webhook_cursor WHERE id = 1)`
-	// tWebhookCursorCreate remakes a missing cursor (migration 8 makes it), at the highest
-	// event ID committed: events commit in ID order, so every later event
-	// has a higher ID. The inserted row stays locked by this transaction.
+	// tWebhookCursorCreate remakes a missing cursor (migration 8 makes it),
+	// at the highest event ID up to $1, an ID at or below which every event
+	// is final (eventsFinal): a later event has a higher ID. The inserted
+	// row stays locked by this transaction.
 	tWebhookCursorCreate = `INSERT INTO {s}.webhook_cursor (id, last_event_id)
- SELECT 1, coalesce(max(id), 0) FROM {s}.events
+ SELECT 1, coalesce(max(id), 0) FROM {s}.events WHERE id <= $1
  ON CONFLICT (id) DO NOTHING RETURNING last_event_id`
 	tWebhookCursorSet = `UPDATE {s}.webhook_cursor SET last_event_id = $1 WHERE id = 1`
 
@@ -162,7 +163,11 @@ func (e *executor) WebhookCursorLock(ctx context.Context) (int64, bool, error) {
 		found bool
 	)
 	e.sendTail()
-	if err := e.each(ctx, "create webhook cursor", q.cursorCreate, nil, func(r rows) error {
+	final, err := e.eventsFinal(ctx, 0)
+	if err != nil {
+		return 0, false, err
+	}
+	if err := e.each(ctx, "create webhook cursor", q.cursorCreate, []any{final}, func(r rows) error {
 		found = true
 		return r.Scan(&after)
 	}); err != nil {
