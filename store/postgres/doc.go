@@ -97,7 +97,7 @@
 // deadlock on each other. The cost is that submissions of one key are
 // serialized from the reservation to their commit; different keys do not
 // wait for each other. The engine reserves first in a submission and writes
-// events (and takes the event-order lock) last. An application calling
+// events last. An application calling
 // SubmitTx several times in one transaction locks keys in call order, and
 // holds them until it commits.
 //
@@ -152,7 +152,11 @@
 // delays the history, not other writers. A subscriber reading inside a
 // REPEATABLE READ or SERIALIZABLE transaction of its own sees a snapshot
 // older than the wait, and may skip events: tail in READ COMMITTED (drover's
-// own transactions and the Reader do).
+// own transactions and the Reader do). A transaction that has itself written
+// events does not wait (two such would wait for each other): its reads see
+// its own events and what has committed, and are no gap-free tail. The
+// webhook cursor, when it has to be made again, is placed only at an ID
+// proven final.
 //
 // The engine still queues event inserts last in its pipelined transactions
 // (with the COMMIT, after every read), which keeps readers' waits short. A

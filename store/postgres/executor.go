@@ -1071,10 +1071,11 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 
 // EventList returns events up to an ID below which none can still appear
 // (eventsFinal), so that a reader tailing by AfterID never skips an event
-// committed after it read higher ones.
+// committed after it read higher ones; in a transaction that has written
+// events, up to the last ID handed out.
 func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*dt.Event, error) {
 	e.sendTail()
-	upTo, err := e.eventsFinal(ctx, p.AfterID)
+	upTo, _, err := e.eventsFinal(ctx, p.AfterID)
 	if err != nil {
 		return nil, err
 	}
@@ -1127,18 +1128,23 @@ func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*d
 	return out, nil
 }
 
-// eventsFinal returns an event ID at or below which every event is final:
-// committed or rolled back. Event IDs come from a sequence, so they are
-// taken in one order and committed in another, and writers do not wait for
-// each other (they hold the event-writer lock shared from before they take
-// an ID until they end). So: read the last ID handed out, then the writers
+// eventsFinal returns an event ID at or below which every event is final,
+// committed or rolled back, and proven true, or the best it can do (see
+// below) and proven false. Event IDs come from a sequence, so they are taken
+// in one order and committed in another, and writers do not wait for each
+// other (they hold the event-writer lock shared from before they take an ID
+// until they end). So: read the last ID handed out, then the writers
 // holding the lock; any ID up to the first was taken by one of those, or by
 // a transaction already over. Once those writers are gone, every ID up to it
-// is final. A reader past everything (after ≥ last ID) does not wait. One
-// that waited eventWaitMax for a writer that stays open (an application's
-// long transaction holding SubmitTx's events) settles for the highest ID
-// proven final before.
-func (e *executor) eventsFinal(ctx context.Context, after int64) (int64, error) {
+// is final. A reader past everything (after ≥ last ID) does not wait.
+//
+// Not proven: a reader that waited eventWaitMax for a writer that stays
+// open (an application's long transaction holding SubmitTx's events)
+// settles for the highest ID proven final before. A reader whose own
+// transaction has written events does not wait at all (two such would wait
+// for each other): it gets the last ID, so it sees its own events and what
+// has committed, but is no gap-free tail.
+func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, proven bool, err error) {
 	var (
 		last   int64
 		called bool
@@ -1146,16 +1152,21 @@ func (e *executor) eventsFinal(ctx context.Context, after int64) (int64, error) 
 	if err := e.each(ctx, "read the event sequence", e.d.q.eventSeq, nil, func(r rows) error {
 		return r.Scan(&last, &called)
 	}); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if !called {
 		last = 0
 	}
-	if last <= after || last <= e.d.eventFinal.Load() {
-		return last, nil
+	final := e.d.eventFinal.Load()
+	if last < final && e.d.eventFinal.CompareAndSwap(final, 0) {
+		final = 0 // the sequence went back: the schema was made again
+	}
+	if last <= after || last <= final {
+		return last, true, nil
 	}
 	key := uint64(e.d.eventLockKey)
 	hi, lo := int64(key>>32), int64(uint32(key))
+	var own bool
 	writers := func(among []string) ([]string, error) {
 		var out []string
 		var arg any // NULL: all writers
@@ -1163,18 +1174,28 @@ func (e *executor) eventsFinal(ctx context.Context, after int64) (int64, error) 
 			arg = among
 		}
 		err := e.each(ctx, "list event writers", e.d.q.eventWriters, []any{hi, lo, arg}, func(r rows) error {
-			var vx string
-			if err := r.Scan(&vx); err != nil {
+			var (
+				vx   string
+				mine bool
+			)
+			if err := r.Scan(&vx, &mine); err != nil {
 				return err
 			}
-			out = append(out, vx)
+			if mine {
+				own = true
+			} else {
+				out = append(out, vx)
+			}
 			return nil
 		})
 		return out, err
 	}
 	open, err := writers(nil)
 	if err != nil {
-		return 0, err
+		return 0, false, err
+	}
+	if own {
+		return last, false, nil
 	}
 	if len(open) > 0 && e.d.eventWaiting != nil {
 		e.d.eventWaiting()
@@ -1182,23 +1203,23 @@ func (e *executor) eventsFinal(ctx context.Context, after int64) (int64, error) 
 	deadline := time.Now().Add(e.d.eventWaitMax)
 	for pause := 200 * time.Microsecond; len(open) > 0; pause = min(2*pause, 20*time.Millisecond) {
 		if !time.Now().Before(deadline) {
-			return e.d.eventFinal.Load(), nil
+			return e.d.eventFinal.Load(), false, nil
 		}
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return 0, fmt.Errorf("postgres: wait for event writers: %w", ctx.Err())
+			return 0, false, fmt.Errorf("postgres: wait for event writers: %w", ctx.Err())
 		case <-t.C:
 		}
 		if open, err = writers(open); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
 	for {
 		seen := e.d.eventFinal.Load()
 		if seen >= last || e.d.eventFinal.CompareAndSwap(seen, last) {
-			return last, nil
+			return last, true, nil
 		}
 	}
 }

@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -431,6 +433,120 @@ func TestEventTailWaitsForOpenWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(<-list(second.ID), third, fourth)
+}
+
+// A transaction that has written events reads without waiting for other
+// writers (two such would wait for each other) and sees its own events; what
+// it reads does not count as proven final for other readers, so a reader
+// outside still waits for it.
+func TestEventListInWritingTransaction(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	waiting := make(chan struct{}, 1)
+	postgres.SetEventWait(d, time.Minute, func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	})
+	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
+	ev := func(id string) *dt.Event {
+		return &dt.Event{TaskID: id, StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: now}
+	}
+	a, b, c := ev("a"), ev("b"), ev("c")
+	sent := func(x store.Executor, ctx context.Context, e *dt.Event) error {
+		if err := x.EventInsertMany(ctx, []*dt.Event{e}); err != nil {
+			return err
+		}
+		_, err := x.EventList(ctx, store.EventListParams{AfterID: 1 << 62}) // sends the insert
+		return err
+	}
+	bSent, release := make(chan struct{}), make(chan struct{})
+	bDone := make(chan error, 1)
+	go func() {
+		bDone <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			if err := sent(x, ctx, b); err != nil {
+				return err
+			}
+			close(bSent)
+			<-release
+			return nil
+		})
+	}()
+	<-bSent
+
+	aSent, aRead, cCommitted := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	aDone := make(chan error, 1)
+	go func() {
+		aDone <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			if err := sent(x, ctx, a); err != nil {
+				return err
+			}
+			close(aSent)
+			<-cCommitted
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			evs, err := x.EventList(rctx, store.EventListParams{})
+			if err != nil {
+				return fmt.Errorf("a writing transaction's read waited for another writer: %w", err)
+			}
+			var ids []int64
+			for _, e := range evs {
+				ids = append(ids, e.ID)
+			}
+			if want := []int64{a.ID, c.ID}; !slices.Equal(ids, want) {
+				return fmt.Errorf("a writing transaction read IDs %v, want its own and the committed ones %v", ids, want)
+			}
+			close(aRead)
+			<-release
+			return nil
+		})
+	}()
+	select {
+	case <-aSent:
+	case err := <-aDone:
+		close(release)
+		t.Fatal(err)
+	}
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, []*dt.Event{c})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	close(cCommitted)
+	select {
+	case <-aRead:
+	case err := <-aDone:
+		close(release)
+		t.Fatal(err)
+	}
+
+	type listed struct {
+		evs []*dt.Event
+		err error
+	}
+	res := make(chan listed, 1)
+	go func() {
+		evs, err := d.Reader().EventList(ctx, store.EventListParams{})
+		res <- listed{evs, err}
+	}()
+	select {
+	case <-waiting:
+	case got := <-res:
+		close(release)
+		t.Fatalf("a reader returned %d events while writers of lower IDs were open; want it to wait", len(got.evs))
+	}
+	close(release)
+	for _, done := range []chan error{aDone, bDone} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := <-res
+	if got.err != nil || len(got.evs) != 3 {
+		t.Fatalf("EventList after the writers ended: %d events, %v; want 3", len(got.evs), got.err)
+	}
 }
 
 // drover's own transactions run with sequential scans off, so tables

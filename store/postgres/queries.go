@@ -200,14 +200,14 @@ const (
 	// transactional: this is the latest value, committed or not.
 	tEventSeq = `SELECT last_value, is_called FROM {s}.events_id_seq`
 
-	// tEventWriters lists the other transactions that hold the event-writer
-	// lock (key split as PostgreSQL shows advisory keys in pg_locks). With
-	// $3 set, only those of that list still holding it.
-	tEventWriters = `SELECT virtualtransaction FROM pg_catalog.pg_locks
+	// tEventWriters lists the transactions that hold the event-writer lock
+	// (key split as PostgreSQL shows advisory keys in pg_locks), and whether
+	// each is this session's (a prepared transaction has no pid). With $3
+	// set, only those of that list still holding it.
+	tEventWriters = `SELECT virtualtransaction, pid IS NOT DISTINCT FROM pg_backend_pid() FROM pg_catalog.pg_locks
  WHERE locktype = 'advisory' AND granted AND objsubid = 1
    AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
    AND classid = $1::bigint::oid AND objid = $2::bigint::oid
-   AND pid <> pg_backend_pid()
    AND ($3::text[] IS NULL OR virtualtransaction = ANY($3::text[]))`
 
 	eventInsCols = `task_id, step_index, type, state, alert, actor, term, attempt, message, created_at`

@@ -103,10 +103,10 @@ CREATE TABLE agent_replies (
 );
 
 -- Append-only history per task. A sequence never hands an ID out twice, and
--- the driver makes event-writing transactions commit in ID order (see
--- doc.go), so a subscriber can resume after the last ID it saw. The
--- sequence must keep CACHE 1: with per-session caches, IDs would no longer
--- follow the order in which writers take the lock.
+-- a read of the driver returns no ID while a lower one may still commit
+-- (see doc.go), so a subscriber can resume after the last ID it saw. The
+-- sequence must keep CACHE 1: with per-session caches, a writer could take
+-- an ID below the last value a reader has seen.
 CREATE TABLE events (
     id         bigserial   PRIMARY KEY,
     task_id    text COLLATE "C" NOT NULL,

@@ -6,8 +6,9 @@
 -- runs, so the history of an upgraded store is not sent; a new store starts
 -- at 0 and misses nothing, however late its first dispatcher starts.
 -- Enqueuers lock the row (FOR UPDATE SKIP LOCKED): one enqueues at a time,
--- the others skip the round. Events commit in ID order (the event-order
--- lock), so scanning by ID after the cursor misses none.
+-- the others skip the round. A read of the events returns no ID while a
+-- lower one may still commit (see doc.go), so scanning by ID after the
+-- cursor misses none.
 CREATE TABLE webhook_cursor (
     id            integer NOT NULL PRIMARY KEY CHECK (id = 1),
     last_event_id bigint  NOT NULL
