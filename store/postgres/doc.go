@@ -109,7 +109,11 @@
 // unnest(…) AS u(…). Statement texts are fixed, so pgx prepares each once per
 // connection. Inserts that return IDs (requests, replies, events) feed their
 // rows in input order (WITH ORDINALITY … ORDER BY ord) and assign the
-// returned IDs back in that order.
+// returned IDs back in that order. The arrays are encoded by the driver's
+// own binary encoders for the slice types it passes (RegisterArrayEncoders,
+// installed on every connection of the pool Open makes), not by pgx's
+// generic path, which boxes every element: the same bytes for a fifth less
+// client CPU in a burn-down.
 //
 // # Round trips
 //

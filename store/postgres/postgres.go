@@ -77,6 +77,10 @@ func Open(ctx context.Context, url string, opts Options) (*Driver, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "drover"
 	}
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		RegisterArrayEncoders(c.TypeMap())
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open pool: %w", err)
@@ -92,7 +96,9 @@ func Open(ctx context.Context, url string, opts Options) (*Driver, error) {
 
 // New returns a driver on a pool the caller made and keeps owning: Close
 // leaves it open. The pool may use any search_path; drover qualifies every
-// name with its schema.
+// name with its schema. Calling RegisterArrayEncoders from the pool's
+// AfterConnect makes drover's batch statements cheaper to encode, as on the
+// pool Open makes.
 func New(pool *pgxpool.Pool, opts Options) (*Driver, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: nil pool")
