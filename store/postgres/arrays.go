@@ -3,6 +3,7 @@ package postgres
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -57,11 +58,11 @@ func arrayPlan(oid uint32, value any) pgtype.EncodePlan {
 	case pgtype.TextArrayOID:
 		switch value.(type) {
 		case []string:
-			return encodeArray(pgtype.TextOID, func(e string, buf []byte) ([]byte, bool) {
+			return encodeArray(pgtype.TextOID, textLen, func(e string, buf []byte) ([]byte, bool) {
 				return append(buf, e...), true
 			})
 		case []*string:
-			return encodeArray(pgtype.TextOID, func(e *string, buf []byte) ([]byte, bool) {
+			return encodeArray(pgtype.TextOID, textPtrLen, func(e *string, buf []byte) ([]byte, bool) {
 				if e == nil {
 					return buf, false
 				}
@@ -71,11 +72,11 @@ func arrayPlan(oid uint32, value any) pgtype.EncodePlan {
 	case pgtype.Int4ArrayOID:
 		switch value.(type) {
 		case []int32:
-			return encodeArray(pgtype.Int4OID, func(e int32, buf []byte) ([]byte, bool) {
+			return encodeArray(pgtype.Int4OID, fixed[int32](4), func(e int32, buf []byte) ([]byte, bool) {
 				return binary.BigEndian.AppendUint32(buf, uint32(e)), true
 			})
 		case []*int32:
-			return encodeArray(pgtype.Int4OID, func(e *int32, buf []byte) ([]byte, bool) {
+			return encodeArray(pgtype.Int4OID, fixed[*int32](4), func(e *int32, buf []byte) ([]byte, bool) {
 				if e == nil {
 					return buf, false
 				}
@@ -85,11 +86,11 @@ func arrayPlan(oid uint32, value any) pgtype.EncodePlan {
 	case pgtype.Int8ArrayOID:
 		switch value.(type) {
 		case []int64:
-			return encodeArray(pgtype.Int8OID, func(e int64, buf []byte) ([]byte, bool) {
+			return encodeArray(pgtype.Int8OID, fixed[int64](8), func(e int64, buf []byte) ([]byte, bool) {
 				return binary.BigEndian.AppendUint64(buf, uint64(e)), true
 			})
 		case []*int64:
-			return encodeArray(pgtype.Int8OID, func(e *int64, buf []byte) ([]byte, bool) {
+			return encodeArray(pgtype.Int8OID, fixed[*int64](8), func(e *int64, buf []byte) ([]byte, bool) {
 				if e == nil {
 					return buf, false
 				}
@@ -98,7 +99,7 @@ func arrayPlan(oid uint32, value any) pgtype.EncodePlan {
 		}
 	case pgtype.BoolArrayOID:
 		if _, ok := value.([]bool); ok {
-			return encodeArray(pgtype.BoolOID, func(e bool, buf []byte) ([]byte, bool) {
+			return encodeArray(pgtype.BoolOID, fixed[bool](1), func(e bool, buf []byte) ([]byte, bool) {
 				if e {
 					return append(buf, 1), true
 				}
@@ -108,11 +109,11 @@ func arrayPlan(oid uint32, value any) pgtype.EncodePlan {
 	case pgtype.TimestamptzArrayOID:
 		switch value.(type) {
 		case []time.Time:
-			return encodeArray(pgtype.TimestamptzOID, func(e time.Time, buf []byte) ([]byte, bool) {
+			return encodeArray(pgtype.TimestamptzOID, fixed[time.Time](8), func(e time.Time, buf []byte) ([]byte, bool) {
 				return appendTimestamptz(buf, e), true
 			})
 		case []*time.Time:
-			return encodeArray(pgtype.TimestamptzOID, func(e *time.Time, buf []byte) ([]byte, bool) {
+			return encodeArray(pgtype.TimestamptzOID, fixed[*time.Time](8), func(e *time.Time, buf []byte) ([]byte, bool) {
 				if e == nil {
 					return buf, false
 				}
@@ -121,7 +122,7 @@ func arrayPlan(oid uint32, value any) pgtype.EncodePlan {
 		}
 	case pgtype.ByteaArrayOID:
 		if _, ok := value.([][]byte); ok {
-			return encodeArray(pgtype.ByteaOID, func(e []byte, buf []byte) ([]byte, bool) {
+			return encodeArray(pgtype.ByteaOID, bytesLen, func(e []byte, buf []byte) ([]byte, bool) {
 				if e == nil {
 					return buf, false
 				}
@@ -145,14 +146,30 @@ func appendTimestamptz(buf []byte, t time.Time) []byte {
 // PostgreSQL's binary format (what array_recv reads): dimensions, a
 // has-nulls flag, the element type, then each element as a length (-1 for
 // NULL) and its bytes, written by elem (which reports false for NULL).
+// size is an element's length in bytes (at most), so that the buffer grows
+// once per array.
 type arrayEncoder[E any] struct {
 	elemOID uint32
+	size    func(e E) int
 	elem    func(e E, buf []byte) ([]byte, bool)
 }
 
-func encodeArray[E any](elemOID uint32, elem func(e E, buf []byte) ([]byte, bool)) pgtype.EncodePlan {
-	return arrayEncoder[E]{elemOID: elemOID, elem: elem}
+func encodeArray[E any](elemOID uint32, size func(e E) int, elem func(e E, buf []byte) ([]byte, bool)) pgtype.EncodePlan {
+	return arrayEncoder[E]{elemOID: elemOID, size: size, elem: elem}
 }
+
+func fixed[E any](n int) func(E) int { return func(E) int { return n } }
+
+func textLen(e string) int { return len(e) }
+
+func textPtrLen(e *string) int {
+	if e == nil {
+		return 0
+	}
+	return len(*e)
+}
+
+func bytesLen(e []byte) int { return len(e) }
 
 func (a arrayEncoder[E]) Encode(value any, buf []byte) ([]byte, error) {
 	v, ok := value.([]E)
@@ -162,6 +179,11 @@ func (a arrayEncoder[E]) Encode(value any, buf []byte) ([]byte, error) {
 	if v == nil {
 		return nil, nil // NULL, as pgx sends a nil slice
 	}
+	need := 20 + 4*len(v)
+	for _, e := range v {
+		need += a.size(e)
+	}
+	buf = slices.Grow(buf, need)
 	buf = binary.BigEndian.AppendUint32(buf, 1) // dimensions (pgx sends 1 for an empty slice too)
 	flags := len(buf)
 	buf = binary.BigEndian.AppendUint32(buf, 0)

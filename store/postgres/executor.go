@@ -607,21 +607,16 @@ func claimedWithSteps(tasks []*dt.Task, steps []*dt.Step, p store.TaskClaimParam
 }
 
 // padded scans a row whose first before and last after columns belong to
-// another kind of row (and are NULL here) into dest.
+// another kind of row (and are NULL here) into dest. pgx skips the columns
+// of nil destinations.
 type padded struct {
 	rows
 	before, after int
 }
 
 func (p padded) Scan(dest ...any) error {
-	all := make([]any, 0, p.before+len(dest)+p.after)
-	for range p.before {
-		all = append(all, new(any))
-	}
-	all = append(all, dest...)
-	for range p.after {
-		all = append(all, new(any))
-	}
+	all := make([]any, p.before+len(dest)+p.after)
+	copy(all[p.before:], dest)
 	return p.rows.Scan(all...)
 }
 
