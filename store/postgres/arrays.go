@@ -23,7 +23,11 @@ import (
 // bool[], timestamptz[] and bytea[]) without pgx's generic array path. Open
 // calls it for every connection of its pool; an application passing its own
 // pool to New may call it from the pool's AfterConnect. The bytes sent are
-// the same either way.
+// the same either way. They apply where pgx sends binary parameters (its
+// default statement-cache and describe modes, not exec or simple_protocol).
+// One difference outside drover: pgx's CopyFrom recognizes an array column
+// by its codec's type, so on such a connection it no longer parses a
+// string such as "{{1,2},{3,4}}" into a multi-dimensional array.
 func RegisterArrayEncoders(m *pgtype.Map) {
 	for _, oid := range []uint32{pgtype.TextArrayOID, pgtype.Int4ArrayOID, pgtype.Int8ArrayOID,
 		pgtype.BoolArrayOID, pgtype.TimestamptzArrayOID, pgtype.ByteaArrayOID} {
@@ -146,7 +150,7 @@ func appendTimestamptz(buf []byte, t time.Time) []byte {
 // PostgreSQL's binary format (what array_recv reads): dimensions, a
 // has-nulls flag, the element type, then each element as a length (-1 for
 // NULL) and its bytes, written by elem (which reports false for NULL).
-// size is an element's length in bytes (at most), so that the buffer grows
+// size is an element's length in bytes or more, so that the buffer grows
 // once per array.
 type arrayEncoder[E any] struct {
 	elemOID uint32

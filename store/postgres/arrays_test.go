@@ -56,6 +56,10 @@ func TestArrayEncodersMatchPgx(t *testing.T) {
 			t.Errorf("%T %v:\n got %x\nwant %x", c.value, c.value, got, want)
 		}
 	}
+	// A nil slice is NULL (pgx does not reach a plan for it).
+	if got, err := arrayPlan(pgtype.TextArrayOID, []string(nil)).Encode([]string(nil), nil); err != nil || got != nil {
+		t.Errorf("nil slice: %x, %v; want NULL", got, err)
+	}
 	// Anything else still goes through pgx.
 	if _, err := fast.Encode(pgtype.TextArrayOID, pgtype.BinaryFormatCode, []any{"a"}, nil); err != nil {
 		t.Errorf("other types: %v", err)

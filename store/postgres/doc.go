@@ -111,9 +111,10 @@
 // rows in input order (WITH ORDINALITY … ORDER BY ord) and assign the
 // returned IDs back in that order. The arrays are encoded by the driver's
 // own binary encoders for the slice types it passes (RegisterArrayEncoders,
-// installed on every connection of the pool Open makes), not by pgx's
-// generic path, which boxes every element: the same bytes for a fifth less
-// client CPU in a burn-down.
+// installed on every connection of the pool Open makes; with pgx's exec or
+// simple_protocol modes parameters go as text and they are not used), not
+// by pgx's generic path, which boxes every element: the same bytes for a
+// fifth less client CPU in a burn-down.
 //
 // # Round trips
 //
