@@ -1123,9 +1123,10 @@ func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*d
 	return out, nil
 }
 
-// eventsFinal returns an event ID at or below which every event is final,
-// committed or rolled back, and proven true, or the best it can do (see
-// below) and proven false. Event IDs come from a sequence, so they are taken
+// eventsFinal returns an event ID upTo at or below which every event is
+// final, committed or rolled back, and current true when upTo is as of this
+// call, or false when it is only the best the call could do (see below).
+// Event IDs come from a sequence, so they are taken
 // in one order and committed in another, and writers do not wait for each
 // other (they hold the event-writer lock shared from before they take an ID
 // until they end). So: read the last ID handed out, then the writers
@@ -1133,13 +1134,15 @@ func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*d
 // a transaction already over. Once those writers are gone, every ID up to it
 // is final. A reader past everything (after ≥ last ID) does not wait.
 //
-// Not proven: a reader that waited eventWaitMax for a writer that stays
-// open (an application's long transaction holding SubmitTx's events)
-// settles for the highest ID proven final before. A reader whose own
-// transaction has written events does not wait at all (two such would wait
-// for each other): it gets the last ID, so it sees its own events and what
-// has committed, but is no gap-free tail.
-func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, proven bool, err error) {
+// One reader at a time per driver lists the writers; one that finds a
+// proof under way waits for it and takes the highest ID proven then
+// (current if that proof proved anything new). Not current: a reader that
+// waited eventWaitMax for a writer that stays open (an application's long
+// transaction holding SubmitTx's events) settles for the highest ID proven
+// final before. A reader whose own transaction has written events does not
+// wait at all (two such would wait for each other): it gets the last ID, so
+// it sees its own events and what has committed, but is no gap-free tail.
+func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, current bool, err error) {
 	var (
 		last   int64
 		called bool
@@ -1158,6 +1161,29 @@ func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, pr
 	}
 	if last <= after || last <= final {
 		return last, true, nil
+	}
+	if !e.eventLocked {
+		// One proof at a time per driver. A reader that finds one under
+		// way waits for it and takes what is proven then, without a proof
+		// of its own: fewer events than its own proof might give, all
+		// final, and a writer that stays open makes one reader at a time
+		// wait, not each in turn.
+		select {
+		case e.d.eventProving <- struct{}{}:
+			defer func() { <-e.d.eventProving }()
+		default:
+			if e.d.eventJoined != nil {
+				e.d.eventJoined()
+			}
+			select {
+			case e.d.eventProving <- struct{}{}:
+				<-e.d.eventProving
+			case <-ctx.Done():
+				return 0, false, fmt.Errorf("postgres: wait for event writers: %w", ctx.Err())
+			}
+			now := e.d.eventFinal.Load()
+			return min(now, last), now > final, nil
+		}
 	}
 	key := uint64(e.d.eventLockKey)
 	hi, lo := int64(key>>32), int64(uint32(key))

@@ -7,3 +7,7 @@ import "time"
 func SetEventWait(d *Driver, max time.Duration, waiting func()) {
 	d.eventWaitMax, d.eventWaiting = max, waiting
 }
+
+// SetEventJoined sets a function called whenever one of d's readers waits
+// behind another's wait for event writers. Call it before d is used.
+func SetEventJoined(d *Driver, joined func()) { d.eventJoined = joined }

@@ -435,6 +435,88 @@ func TestEventTailWaitsForOpenWriters(t *testing.T) {
 	want(<-list(second.ID), third, fourth)
 }
 
+// Readers that find another waiting for the open event writers wait behind
+// it and take what it proved: one reader at a time lists the writers.
+func TestEventReadersShareOneWait(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	var waits atomic.Int32
+	waiting, joined := make(chan struct{}, 16), make(chan struct{}, 16)
+	postgres.SetEventWait(d, time.Minute, func() { waits.Add(1); waiting <- struct{}{} })
+	postgres.SetEventJoined(d, func() { joined <- struct{}{} })
+	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
+	ev := func(id string) *dt.Event {
+		return &dt.Event{TaskID: id, StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: now}
+	}
+	open, other := ev("a"), ev("b")
+	sent, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			if err := x.EventInsertMany(ctx, []*dt.Event{open}); err != nil {
+				return err
+			}
+			if _, err := x.EventList(ctx, store.EventListParams{AfterID: 1 << 62}); err != nil {
+				return err
+			}
+			close(sent)
+			<-release
+			return nil
+		})
+	}()
+	<-sent
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, []*dt.Event{other})
+	}); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	const readers = 4
+	results := make(chan int, readers)
+	errs := make(chan error, readers)
+	for range readers {
+		go func() {
+			evs, err := d.Reader().EventList(ctx, store.EventListParams{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			results <- len(evs)
+		}()
+	}
+	// One reader waits for the open writer; the others wait behind it.
+	for range readers - 1 {
+		select {
+		case <-joined:
+		case err := <-errs:
+			close(release)
+			t.Fatal(err)
+		case n := <-results:
+			close(release)
+			t.Fatalf("a reader returned %d events while the writer of a lower ID was open", n)
+		}
+	}
+	<-waiting
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for range readers {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case n := <-results:
+			if n != 2 {
+				t.Errorf("a reader got %d events, want both", n)
+			}
+		}
+	}
+	if n := waits.Load(); n != 1 {
+		t.Errorf("%d readers listed and waited for the writers, want 1", n)
+	}
+}
+
 // A transaction that has written events reads without waiting for other
 // writers (two such would wait for each other) and sees its own events; what
 // it reads does not count as proven final for other readers, so a reader

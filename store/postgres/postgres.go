@@ -54,6 +54,12 @@ type Driver struct {
 	eventFinal   atomic.Int64
 	eventWaitMax time.Duration
 	eventWaiting func()
+	// eventProving lets one reader at a time list the event writers (a
+	// pg_locks read takes every lock-table partition); readers that waited
+	// behind it use what it proved. eventJoined, for tests, is called when
+	// a reader starts waiting behind another.
+	eventProving chan struct{}
+	eventJoined  func()
 
 	closeOnce sync.Once
 }
@@ -127,6 +133,7 @@ func newDriver(pool *pgxpool.Pool, opts Options) *Driver {
 		channel:        "drover_" + opts.Schema,
 		eventLockKey:   lockKey("drover.events", opts.Schema),
 		eventWaitMax:   time.Second,
+		eventProving:   make(chan struct{}, 1),
 		migrateLockKey: lockKey("drover.migrate", opts.Schema),
 	}
 }

@@ -163,9 +163,9 @@ func (e *executor) WebhookCursorLock(ctx context.Context) (int64, bool, error) {
 		found bool
 	)
 	e.sendTail()
-	final, proven, err := e.eventsFinal(ctx, 0)
-	if err != nil || !proven {
-		return 0, false, err // not proven: try in a later round
+	final, current, err := e.eventsFinal(ctx, 0)
+	if err != nil || !current {
+		return 0, false, err // try in a later round
 	}
 	if err := e.each(ctx, "create webhook cursor", q.cursorCreate, []any{final}, func(r rows) error {
 		found = true
