@@ -1125,49 +1125,57 @@ func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*d
 
 // eventsFinal returns an event ID upTo at or below which every event is
 // final, committed or rolled back, and current true when upTo is as of this
-// call, or false when it is only the best the call could do (see below).
-// Event IDs come from a sequence, so they are taken
-// in one order and committed in another, and writers do not wait for each
-// other (they hold the event-writer lock shared from before they take an ID
-// until they end). So: read the last ID handed out, then the writers
-// holding the lock; any ID up to the first was taken by one of those, or by
-// a transaction already over. Once those writers are gone, every ID up to it
-// is final. A reader past everything (after ≥ last ID) does not wait.
+// call or as of another reader's proof that moved on during it, false when
+// it is only the best the call could do (see below).
 //
-// One reader at a time per driver lists the writers; one that finds a
-// proof under way waits for it and takes the highest ID proven then
-// (current if that proof proved anything new). Not current: a reader that
-// waited eventWaitMax for a writer that stays open (an application's long
+// Event IDs come from a sequence, so they are taken in one order and
+// committed in another, and writers do not wait for each other (they hold
+// the event-writer lock shared from before they take an ID until they
+// end). So: read the last ID handed out, then the writers holding the lock;
+// any ID up to the first was taken by one of those, or by a transaction
+// already over. Once those writers are gone, every ID up to it is final. A
+// reader past everything (after ≥ last ID) does not wait.
+//
+// One reader at a time per driver lists the writers; one on the pool (not
+// in a transaction) that finds a proof under way waits for it and takes
+// the highest ID proven then. Not current: a reader that waited
+// eventWaitMax for a writer that stays open (an application's long
 // transaction holding SubmitTx's events) settles for the highest ID proven
 // final before. A reader whose own transaction has written events does not
 // wait at all (two such would wait for each other): it gets the last ID, so
 // it sees its own events and what has committed, but is no gap-free tail.
+//
+// Proven IDs are kept per sequence (its OID), so a schema dropped and made
+// again under a running driver starts from nothing.
 func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, current bool, err error) {
 	var (
+		seq    uint32
 		last   int64
 		called bool
 	)
 	if err := e.each(ctx, "read the event sequence", e.d.q.eventSeq, nil, func(r rows) error {
-		return r.Scan(&last, &called)
+		return r.Scan(&seq, &last, &called)
 	}); err != nil {
 		return 0, false, err
 	}
 	if !called {
 		last = 0
 	}
-	final := e.d.eventFinal.Load()
-	if last < final && e.d.eventFinal.CompareAndSwap(final, 0) {
-		final = 0 // the sequence went back: the schema was made again
-	}
+	final := e.d.eventsProven(seq)
 	if last <= after || last <= final {
 		return last, true, nil
 	}
-	if !e.eventLocked {
+	if e.eventLocked {
+		return last, false, nil // see above: its own events, no tail
+	}
+	if !e.tx {
 		// One proof at a time per driver. A reader that finds one under
 		// way waits for it and takes what is proven then, without a proof
 		// of its own: fewer events than its own proof might give, all
 		// final, and a writer that stays open makes one reader at a time
-		// wait, not each in turn.
+		// wait, not each in turn. (Readers in a transaction prove for
+		// themselves: theirs may hold the writer lock already, through an
+		// earlier executor of a caller's transaction.)
 		select {
 		case e.d.eventProving <- struct{}{}:
 			defer func() { <-e.d.eventProving }()
@@ -1181,7 +1189,7 @@ func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, cu
 			case <-ctx.Done():
 				return 0, false, fmt.Errorf("postgres: wait for event writers: %w", ctx.Err())
 			}
-			now := e.d.eventFinal.Load()
+			now := e.d.eventsProven(seq)
 			return min(now, last), now > final, nil
 		}
 	}
@@ -1224,7 +1232,7 @@ func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, cu
 	deadline := time.Now().Add(e.d.eventWaitMax)
 	for pause := 200 * time.Microsecond; len(open) > 0; pause = min(2*pause, 20*time.Millisecond) {
 		if !time.Now().Before(deadline) {
-			return e.d.eventFinal.Load(), false, nil
+			return e.d.eventsProven(seq), false, nil
 		}
 		t := time.NewTimer(pause)
 		select {
@@ -1237,10 +1245,36 @@ func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, cu
 			return 0, false, err
 		}
 	}
+	e.d.proveEvents(seq, last)
+	return last, true, nil
+}
+
+// eventMark is the highest event ID proven final, and the event sequence it
+// was read from.
+type eventMark struct {
+	seq uint32
+	id  int64
+}
+
+// eventsProven returns the highest event ID proven final on sequence seq.
+func (d *Driver) eventsProven(seq uint32) int64 {
+	if m := d.eventFinal.Load(); m != nil && m.seq == seq {
+		return m.id
+	}
+	return 0
+}
+
+// proveEvents records that every event ID up to id of sequence seq is
+// final; a mark of another sequence (a schema made again) is replaced.
+func (d *Driver) proveEvents(seq uint32, id int64) {
+	next := &eventMark{seq: seq, id: id}
 	for {
-		seen := e.d.eventFinal.Load()
-		if seen >= last || e.d.eventFinal.CompareAndSwap(seen, last) {
-			return last, true, nil
+		m := d.eventFinal.Load()
+		if m != nil && m.seq == seq && m.id >= id {
+			return
+		}
+		if d.eventFinal.CompareAndSwap(m, next) {
+			return
 		}
 	}
 }

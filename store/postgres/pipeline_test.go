@@ -517,6 +517,71 @@ func TestEventReadersShareOneWait(t *testing.T) {
 	}
 }
 
+// A caller's transaction that wrote events through one InExternalTx call
+// and reads them through another sees them at once, even while a reader
+// on the pool waits for that very transaction to end.
+func TestEventListInCallersTransactionWhileAReaderWaits(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	waiting := make(chan struct{}, 1)
+	postgres.SetEventWait(d, time.Minute, func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	})
+	pool, err := pgxpool.New(ctx, testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	mine := &dt.Event{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: time.Now()}
+	if err := d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, []*dt.Event{mine})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	type listed struct {
+		evs []*dt.Event
+		err error
+	}
+	outside := make(chan listed, 1)
+	go func() {
+		evs, err := d.Reader().EventList(ctx, store.EventListParams{})
+		outside <- listed{evs, err}
+	}()
+	select {
+	case <-waiting:
+	case got := <-outside:
+		t.Fatalf("a reader returned %d events, %v while the caller's transaction was open; want it to wait", len(got.evs), got.err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var evs []*dt.Event
+	if err := d.InExternalTx(rctx, tx, func(ctx context.Context, x store.Executor) error {
+		var err error
+		evs, err = x.EventList(ctx, store.EventListParams{})
+		return err
+	}); err != nil {
+		t.Fatalf("reading its own events in the caller's transaction: %v", err)
+	}
+	if len(evs) != 1 || evs[0].ID != mine.ID {
+		t.Fatalf("the caller's transaction read %d events, want its own", len(evs))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-outside; got.err != nil || len(got.evs) != 1 {
+		t.Fatalf("the reader outside got %d events, %v; want 1", len(got.evs), got.err)
+	}
+}
+
 // A transaction that has written events reads without waiting for other
 // writers (two such would wait for each other) and sees its own events; what
 // it reads does not count as proven final for other readers, so a reader

@@ -198,7 +198,7 @@ const (
 
 	// tEventSeq reads the last event ID handed out. A sequence is not
 	// transactional: this is the latest value, committed or not.
-	tEventSeq = `SELECT last_value, is_called FROM {s}.events_id_seq`
+	tEventSeq = `SELECT tableoid::oid, last_value, is_called FROM {s}.events_id_seq`
 
 	// tEventWriters lists the transactions that hold the event-writer lock
 	// (key split as PostgreSQL shows advisory keys in pg_locks), and whether
