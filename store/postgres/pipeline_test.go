@@ -322,6 +322,57 @@ func TestTxOf(t *testing.T) {
 	}
 }
 
+// signalEventWaits makes d's readers wait up to a minute for open event
+// writers and returns a channel that receives when one starts waiting.
+func signalEventWaits(d *postgres.Driver) <-chan struct{} {
+	waiting := make(chan struct{}, 1)
+	postgres.SetEventWait(d, time.Minute, func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	})
+	return waiting
+}
+
+// callersTx begins a transaction on a pool of the test's own (as an
+// application would), rolled back and closed when the test ends.
+func callersTx(t *testing.T) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	return tx
+}
+
+// listed is what an EventList call returned.
+type listed struct {
+	evs []*dt.Event
+	err error
+}
+
+// listLater calls d.Reader().EventList(AfterID: after) in a goroutine.
+func listLater(d *postgres.Driver, after int64) <-chan listed {
+	ch := make(chan listed, 1)
+	go func() {
+		evs, err := d.Reader().EventList(context.Background(), store.EventListParams{AfterID: after})
+		ch <- listed{evs, err}
+	}()
+	return ch
+}
+
+func submittedEvent(taskID string, at time.Time) *dt.Event {
+	return &dt.Event{TaskID: taskID, StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: at}
+}
+
 // Event writers do not wait for each other: a transaction that wrote events
 // and then waits does not hold back other writers. A reader tailing the
 // history waits for the writers it saw instead, so an event committed after
@@ -331,18 +382,10 @@ func TestEventTailWaitsForOpenWriters(t *testing.T) {
 	t.Parallel()
 	d := open(t)
 	ctx := context.Background()
-	waiting := make(chan struct{}, 1)
-	postgres.SetEventWait(d, time.Minute, func() {
-		select {
-		case waiting <- struct{}{}:
-		default:
-		}
-	})
+	waiting := signalEventWaits(d)
 	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 	insert(t, d, task("a", now))
-	ev := func(id string) *dt.Event {
-		return &dt.Event{TaskID: id, StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: now}
-	}
+	ev := func(id string) *dt.Event { return submittedEvent(id, now) }
 	// hold writes e in a transaction, sends it (a read of the events sends
 	// the event inserts, which otherwise go out with the COMMIT) and keeps
 	// the transaction open until release is closed.
@@ -375,18 +418,7 @@ func TestEventTailWaitsForOpenWriters(t *testing.T) {
 			t.Fatalf("another transaction's events waited for the open one: %v", err)
 		}
 	}
-	type listed struct {
-		evs []*dt.Event
-		err error
-	}
-	list := func(after int64) chan listed {
-		ch := make(chan listed, 1)
-		go func() {
-			evs, err := d.Reader().EventList(ctx, store.EventListParams{AfterID: after})
-			ch <- listed{evs, err}
-		}()
-		return ch
-	}
+	list := func(after int64) <-chan listed { return listLater(d, after) }
 	want := func(got listed, evs ...*dt.Event) {
 		t.Helper()
 		if got.err != nil {
@@ -446,9 +478,7 @@ func TestEventReadersShareOneWait(t *testing.T) {
 	postgres.SetEventWait(d, time.Minute, func() { waits.Add(1); waiting <- struct{}{} })
 	postgres.SetEventJoined(d, func() { joined <- struct{}{} })
 	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
-	ev := func(id string) *dt.Event {
-		return &dt.Event{TaskID: id, StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: now}
-	}
+	ev := func(id string) *dt.Event { return submittedEvent(id, now) }
 	open, other := ev("a"), ev("b")
 	sent, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
@@ -524,38 +554,15 @@ func TestEventListInCallersTransactionWhileAReaderWaits(t *testing.T) {
 	t.Parallel()
 	d := open(t)
 	ctx := context.Background()
-	waiting := make(chan struct{}, 1)
-	postgres.SetEventWait(d, time.Minute, func() {
-		select {
-		case waiting <- struct{}{}:
-		default:
-		}
-	})
-	pool, err := pgxpool.New(ctx, testURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	mine := &dt.Event{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: time.Now()}
+	waiting := signalEventWaits(d)
+	tx := callersTx(t)
+	mine := submittedEvent("a", time.Now())
 	if err := d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
 		return x.EventInsertMany(ctx, []*dt.Event{mine})
 	}); err != nil {
 		t.Fatal(err)
 	}
-	type listed struct {
-		evs []*dt.Event
-		err error
-	}
-	outside := make(chan listed, 1)
-	go func() {
-		evs, err := d.Reader().EventList(ctx, store.EventListParams{})
-		outside <- listed{evs, err}
-	}()
+	outside := listLater(d, 0)
 	select {
 	case <-waiting:
 	case got := <-outside:
@@ -590,17 +597,9 @@ func TestEventListInWritingTransaction(t *testing.T) {
 	t.Parallel()
 	d := open(t)
 	ctx := context.Background()
-	waiting := make(chan struct{}, 1)
-	postgres.SetEventWait(d, time.Minute, func() {
-		select {
-		case waiting <- struct{}{}:
-		default:
-		}
-	})
+	waiting := signalEventWaits(d)
 	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
-	ev := func(id string) *dt.Event {
-		return &dt.Event{TaskID: id, StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: now}
-	}
+	ev := func(id string) *dt.Event { return submittedEvent(id, now) }
 	a, b, c := ev("a"), ev("b"), ev("c")
 	sent := func(x store.Executor, ctx context.Context, e *dt.Event) error {
 		if err := x.EventInsertMany(ctx, []*dt.Event{e}); err != nil {
@@ -669,15 +668,7 @@ func TestEventListInWritingTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	type listed struct {
-		evs []*dt.Event
-		err error
-	}
-	res := make(chan listed, 1)
-	go func() {
-		evs, err := d.Reader().EventList(ctx, store.EventListParams{})
-		res <- listed{evs, err}
-	}()
+	res := listLater(d, 0)
 	select {
 	case <-waiting:
 	case got := <-res:
@@ -722,16 +713,7 @@ func TestOwnTransactionsAvoidSequentialScans(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := pgxpool.New(ctx, testURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := callersTx(t)
 	if err := d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
 		if v := show(x); v != "on" {
 			t.Errorf("enable_seqscan in the caller's transaction = %q, want it left on", v)
