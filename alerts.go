@@ -85,7 +85,7 @@ func (c *Client) Alerts(ctx context.Context, q AlertQuery) (alerts []Alert, next
 func (c *Client) AckAlert(ctx context.Context, id int64, actor string) (Alert, error) {
 	var a Alert
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: id - 1, Limit: 1})
+		evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: id - 1, Limit: 1, Lookup: true})
 		if err != nil {
 			return err
 		}
@@ -121,7 +121,7 @@ func alertAcks(ctx context.Context, x store.Executor, alerts []*dt.Event) (map[i
 	}
 	for subject, after := range first {
 		for {
-			evs, err := x.EventList(ctx, store.EventListParams{TaskID: subject, AfterID: after, Limit: 1000})
+			evs, err := x.EventList(ctx, store.EventListParams{TaskID: subject, AfterID: after, Limit: 1000, Lookup: true})
 			if err != nil {
 				return nil, err
 			}

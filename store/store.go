@@ -265,6 +265,14 @@ type EventListParams struct {
 	AlertsOnly bool
 	AfterID    int64
 	Limit      int
+	// Lookup asks for every matching event committed as of the read. By
+	// default a driver whose IDs do not follow commit order (PostgreSQL)
+	// returns none above an ID whose transaction may still commit, so that
+	// a reader resuming after the last ID it saw never skips one; that can
+	// hold back committed events (and wait up to a second for an open
+	// transaction). A point lookup or a check does not resume anywhere and
+	// sets Lookup; a tail must not.
+	Lookup bool
 }
 
 // LeaseParams are the arguments of LeaseAcquire.

@@ -25,8 +25,9 @@ type WebhookExecutor interface {
 	// of an upgraded store is not sent (drivers recreate it there if the
 	// row is missing). ok is false when another transaction holds the cursor
 	// (PostgreSQL skips the locked row instead of waiting; SQLite's single
-	// writer never sees that): nothing is locked, try again later. Write
-	// transactions only.
+	// writer never sees that), or when a missing cursor cannot be made yet
+	// (PostgreSQL, while an event writer stays open): nothing is locked, try
+	// again later. Write transactions only.
 	WebhookCursorLock(ctx context.Context) (after int64, ok bool, err error)
 	// WebhookCursorSet moves the cursor to after. Call it only in the
 	// transaction that locked the cursor.

@@ -148,11 +148,12 @@
 //     final, committed or rolled back. A reader already past L does not wait.
 //
 // The cost falls on readers: two small extra statements, and a wait of
-// about one commit when event writers are in flight. Within one driver one
-// reader at a time lists the writers (reading pg_locks takes every
-// partition of the server's lock table); readers that find one doing so
-// wait for it and use what it proved. Writers pay a shared
-// lock, and their commits share WAL flushes. Readers that have waited one
+// about one commit when event writers are in flight. Of the readers outside
+// a transaction, one per driver at a time lists the writers (reading
+// pg_locks takes every partition of the server's lock table); those that
+// find one doing so wait for it and use what it proved. A lookup
+// (EventListParams.Lookup) reads every committed event, without the bound.
+// Writers pay a shared lock, and their commits share WAL flushes. Readers that have waited one
 // second for a transaction that
 // stays open, such as an application's transaction that called SubmitTx and
 // has not committed, return only events up to the highest ID proven final

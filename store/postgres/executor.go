@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -1067,15 +1068,18 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 // EventList returns events up to an ID below which none can still appear
 // (eventsFinal), so that a reader tailing by AfterID never skips an event
 // committed after it read higher ones; in a transaction that has written
-// events, up to the last ID handed out.
+// events, up to the last ID handed out; with Lookup, every one committed.
 func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*dt.Event, error) {
 	e.sendTail()
-	upTo, _, err := e.eventsFinal(ctx, p.AfterID)
-	if err != nil {
-		return nil, err
-	}
-	if upTo <= p.AfterID {
-		return nil, nil
+	upTo := int64(math.MaxInt64)
+	var err error
+	if !p.Lookup {
+		if upTo, _, err = e.eventsFinal(ctx, p.AfterID); err != nil {
+			return nil, err
+		}
+		if upTo <= p.AfterID {
+			return nil, nil
+		}
 	}
 	q := e.d.q.eventList + ` AND id <= $2`
 	args := []any{p.AfterID, upTo}

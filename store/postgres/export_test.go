@@ -3,11 +3,13 @@ package postgres
 import "time"
 
 // SetEventWait sets how long d's readers wait for open event writers, and a
-// function called whenever one starts waiting. Call it before d is used.
+// function called whenever one starts waiting. Call it while none of d's
+// readers runs.
 func SetEventWait(d *Driver, max time.Duration, waiting func()) {
 	d.eventWaitMax, d.eventWaiting = max, waiting
 }
 
 // SetEventJoined sets a function called whenever one of d's readers waits
-// behind another's wait for event writers. Call it before d is used.
+// behind another's wait for event writers. Call it while none of d's
+// readers runs.
 func SetEventJoined(d *Driver, joined func()) { d.eventJoined = joined }

@@ -405,7 +405,11 @@ func TestEventTailWaitsForOpenWriters(t *testing.T) {
 				return nil
 			})
 		}()
-		<-reading
+		select {
+		case <-reading:
+		case err := <-done:
+			t.Fatalf("the holding transaction ended early: %v", err)
+		}
 		return release, done
 	}
 	commit := func(e *dt.Event) {
@@ -439,6 +443,14 @@ func TestEventTailWaitsForOpenWriters(t *testing.T) {
 	commit(second)
 	if !(first.ID < second.ID) {
 		t.Fatalf("IDs %d (open) and %d (committed): want the open writer's lower", first.ID, second.ID)
+	}
+	// A lookup is not a tail: it gets what has committed, without waiting.
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	got, err := d.Reader().EventList(lctx, store.EventListParams{AfterID: second.ID - 1, Limit: 1, Lookup: true})
+	cancel()
+	if err != nil || len(got) != 1 || got[0].ID != second.ID {
+		close(release)
+		t.Fatalf("lookup of the committed event: %d events, %v; want it at once", len(got), err)
 	}
 	res := list(0)
 	select {
@@ -495,7 +507,11 @@ func TestEventReadersShareOneWait(t *testing.T) {
 			return nil
 		})
 	}()
-	<-sent
+	select {
+	case <-sent:
+	case err := <-done:
+		t.Fatalf("the open writer ended early: %v", err)
+	}
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		return x.EventInsertMany(ctx, []*dt.Event{other})
 	}); err != nil {
@@ -620,7 +636,11 @@ func TestEventListInWritingTransaction(t *testing.T) {
 			return nil
 		})
 	}()
-	<-bSent
+	select {
+	case <-bSent:
+	case err := <-bDone:
+		t.Fatalf("the open writer ended early: %v", err)
+	}
 
 	aSent, aRead, cCommitted := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	aDone := make(chan error, 1)

@@ -48,9 +48,9 @@ type Driver struct {
 	migrateLockKey int64 // advisory lock serializing migrators of this schema
 
 	// eventFinal: every event ID up to it is committed or rolled back
-	// (proven by some reader earlier; only grows, per event sequence). eventWaitMax bounds how
-	// long a reader waits for the writers it saw; eventWaiting, for tests,
-	// is called when a reader starts waiting.
+	// (proven by some reader earlier; only grows, per event sequence).
+	// eventWaitMax bounds how long a reader waits for the writers it saw;
+	// eventWaiting, for tests, is called when a reader starts waiting.
 	eventFinal   atomic.Pointer[eventMark]
 	eventWaitMax time.Duration
 	eventWaiting func()

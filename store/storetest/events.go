@@ -283,8 +283,8 @@ func testLeaseGetNotFound(t *testing.T, d store.Driver) {
 }
 
 // Subscribers tail the history with EventList(AfterID: last ID seen). That
-// only misses nothing if an event never becomes visible with an ID below one
-// already visible: IDs must follow commit order even with concurrent writers.
+// only misses nothing if a read never returns an ID while a lower one may
+// still commit, even with concurrent writers.
 func testEventTailing(t *testing.T, d store.Driver) {
 	const (
 		writers = 8
