@@ -194,6 +194,23 @@ func nullStr(s string) *string {
 	return &s
 }
 
+// nullCol is a nullable text column of a batch statement ("" is NULL): its
+// pointers point into one array of copies, so a column costs two
+// allocations, not one per row.
+type nullCol struct {
+	vals []string
+	ptrs []*string
+}
+
+func newNullCol(n int) nullCol { return nullCol{make([]string, n), make([]*string, n)} }
+
+func (c nullCol) set(i int, s string) {
+	if s != "" {
+		c.vals[i] = s
+		c.ptrs[i] = &c.vals[i]
+	}
+}
+
 func fromTS(ts pgtype.Timestamptz) *time.Time {
 	if !ts.Valid {
 		return nil
@@ -649,19 +666,21 @@ func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
 	n := len(tasks)
 	var (
 		ids, states        = make([]string, n), make([]string, n)
-		lockedBy, lastErrs = make([]*string, n), make([]*string, n)
+		lockedBy, lastErrs = newNullCol(n), newNullCol(n)
 		completeBy         = make([]*time.Time, n)
 		failures, current  = make([]int32, n), make([]int32, n)
 		outputs            = make([][]byte, n)
 		avail, updated     = make([]time.Time, n), make([]time.Time, n)
 	)
 	for i, t := range tasks {
-		ids[i], states[i], lockedBy[i], completeBy[i] = t.ID, string(t.ProcessState), nullStr(t.LockedBy), t.CompleteBy
-		failures[i], current[i], outputs[i], lastErrs[i] = int32(t.FailureCount), int32(t.CurrentStep), t.Output, nullStr(t.LastError)
+		lockedBy.set(i, t.LockedBy)
+		lastErrs.set(i, t.LastError)
+		ids[i], states[i], completeBy[i] = t.ID, string(t.ProcessState), t.CompleteBy
+		failures[i], current[i], outputs[i] = int32(t.FailureCount), int32(t.CurrentStep), t.Output
 		avail[i], updated[i] = t.AvailableAt, t.UpdatedAt
 	}
-	return e.later(ctx, "update tasks", e.d.q.taskUpdate, []any{ids, states, lockedBy, completeBy, failures, current,
-		outputs, lastErrs, avail, updated}, nil, nil)
+	return e.later(ctx, "update tasks", e.d.q.taskUpdate, []any{ids, states, lockedBy.ptrs, completeBy, failures, current,
+		outputs, lastErrs.ptrs, avail, updated}, nil, nil)
 }
 
 // OrderingSeqReserve implements store.Executor: one upsert of the keys'
@@ -819,7 +838,7 @@ func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.Step) error {
 	var (
 		taskIDs, states, compStates   = make([]string, n), make([]string, n), make([]string, n)
 		index, failures, attempts     = make([]int32, n), make([]int32, n), make([]int32, n)
-		lockedBy, lastErrs            = make([]*string, n), make([]*string, n)
+		lockedBy, lastErrs            = newNullCol(n), newNullCol(n)
 		completeBy, started, finished = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 		outputs                       = make([][]byte, n)
 		updated                       = make([]time.Time, n)
@@ -828,11 +847,13 @@ func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.Step) error {
 	for i, s := range steps {
 		keys[i] = s.IdempotencyKey
 		taskIDs[i], index[i], states[i], compStates[i] = s.TaskID, int32(s.Index), string(s.ProcessState), string(s.CompensationState)
-		lockedBy[i], completeBy[i], failures[i], attempts[i] = nullStr(s.LockedBy), s.CompleteBy, int32(s.FailureCount), int32(s.Attempt)
-		outputs[i], lastErrs[i], started[i], finished[i], updated[i] = s.Output, nullStr(s.LastError), s.StartedAt, s.FinishedAt, s.UpdatedAt
+		lockedBy.set(i, s.LockedBy)
+		lastErrs.set(i, s.LastError)
+		completeBy[i], failures[i], attempts[i] = s.CompleteBy, int32(s.FailureCount), int32(s.Attempt)
+		outputs[i], started[i], finished[i], updated[i] = s.Output, s.StartedAt, s.FinishedAt, s.UpdatedAt
 	}
-	return e.later(ctx, "update steps", e.d.q.stepUpdate, []any{taskIDs, index, states, compStates, lockedBy, completeBy,
-		failures, attempts, outputs, lastErrs, started, finished, updated, keys}, nil, nil)
+	return e.later(ctx, "update steps", e.d.q.stepUpdate, []any{taskIDs, index, states, compStates, lockedBy.ptrs, completeBy,
+		failures, attempts, outputs, lastErrs.ptrs, started, finished, updated, keys}, nil, nil)
 }
 
 // ---- agent requests ----
@@ -1037,23 +1058,27 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 	n := len(events)
 	var (
 		taskIDs, types           = make([]string, n), make([]string, n)
-		steps, attempts          = make([]*int32, n), make([]int32, n)
-		states, actors, messages = make([]*string, n), make([]*string, n), make([]*string, n)
+		steps, stepVals          = make([]*int32, n), make([]int32, n)
+		attempts                 = make([]int32, n)
+		states, actors, messages = newNullCol(n), newNullCol(n), newNullCol(n)
 		alerts                   = make([]bool, n)
 		terms                    = make([]int64, n)
 		created                  = make([]time.Time, n)
 	)
 	for i, ev := range events {
 		if ev.StepIndex >= 0 {
-			s := int32(ev.StepIndex)
-			steps[i] = &s
+			stepVals[i] = int32(ev.StepIndex)
+			steps[i] = &stepVals[i]
 		}
-		taskIDs[i], types[i], states[i], alerts[i] = ev.TaskID, string(ev.Type), nullStr(string(ev.State)), ev.Alert
-		actors[i], terms[i], attempts[i], messages[i], created[i] = nullStr(ev.Actor), ev.Term, int32(ev.Attempt), nullStr(ev.Message), ev.CreatedAt
+		states.set(i, string(ev.State))
+		actors.set(i, ev.Actor)
+		messages.set(i, ev.Message)
+		taskIDs[i], types[i], alerts[i] = ev.TaskID, string(ev.Type), ev.Alert
+		terms[i], attempts[i], created[i] = ev.Term, int32(ev.Attempt), ev.CreatedAt
 	}
 	var ids []int64
-	return e.laterTail(ctx, "insert events", e.d.q.eventInsert, []any{taskIDs, steps, types, states, alerts, actors,
-		terms, attempts, messages, created}, scanIDs(&ids), func() error {
+	return e.laterTail(ctx, "insert events", e.d.q.eventInsert, []any{taskIDs, steps, types, states.ptrs, alerts, actors.ptrs,
+		terms, attempts, messages.ptrs, created}, scanIDs(&ids), func() error {
 		ids, err := sortedIDs(ids, n, "insert events")
 		if err != nil {
 			return err
