@@ -235,9 +235,13 @@ func sortedIDs(ids []int64, want int, what string) ([]int64, error) {
 }
 
 // scanIDs appends each row's single column to ids.
+// The scan functions below declare their scan targets once, outside the
+// per-row function: each target passed to Scan escapes to the heap, so
+// declaring them per row cost an allocation per column and row.
+
 func scanIDs[T int64 | string](ids *[]T) func(rows) error {
+	var id T
 	return func(r rows) error {
-		var id T
 		if err := r.Scan(&id); err != nil {
 			return err
 		}
@@ -249,16 +253,16 @@ func scanIDs[T int64 | string](ids *[]T) func(rows) error {
 // ---- tasks ----
 
 func scanTask(out *[]*dt.Task) func(rows) error {
+	var (
+		lockedBy, orderingKey, lastErr pgtype.Text
+		completeBy                     pgtype.Timestamptz
+		retryDelay                     int64
+		orderingSeq                    pgtype.Int8
+		workflowVersion                int32
+		state, onFailure               string
+	)
 	return func(r rows) error {
-		var (
-			t                              dt.Task
-			lockedBy, orderingKey, lastErr pgtype.Text
-			completeBy                     pgtype.Timestamptz
-			retryDelay                     int64
-			orderingSeq                    pgtype.Int8
-			workflowVersion                int32
-			state, onFailure               string
-		)
+		var t dt.Task
 		if err := r.Scan(&t.ID, &t.Workflow, &t.Input, &t.InputHash, &state, &lockedBy, &completeBy,
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
 			&t.FailureThreshold, &onFailure, &retryDelay, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt, &orderingSeq,
@@ -800,14 +804,14 @@ func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) ([]*d
 
 // scanStep appends each row, read as stepCols, to out.
 func scanStep(out *[]*dt.Step) func(r rows) error {
+	var (
+		timeout                           int64
+		state, compState                  string
+		lockedBy, lastErr                 pgtype.Text
+		completeBy, startedAt, finishedAt pgtype.Timestamptz
+	)
 	return func(r rows) error {
-		var (
-			s                                 dt.Step
-			timeout                           int64
-			state, compState                  string
-			lockedBy, lastErr                 pgtype.Text
-			completeBy, startedAt, finishedAt pgtype.Timestamptz
-		)
+		var s dt.Step
 		if err := r.Scan(&s.TaskID, &s.Index, &s.Name, &s.Agent, &timeout, &s.Compensation, &state, &compState,
 			&lockedBy, &completeBy, &s.FailureCount, &s.Attempt, &s.IdempotencyKey, &s.Output, &lastErr,
 			&startedAt, &finishedAt, &s.UpdatedAt); err != nil {
