@@ -1124,15 +1124,15 @@ func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*d
 		args = append(args, p.Limit)
 		q += fmt.Sprintf(` LIMIT $%d`, len(args))
 	}
-	var out []*dt.Event
+	var (
+		out                   []*dt.Event
+		step, attempt         pgtype.Int4
+		term                  pgtype.Int8
+		typ                   string
+		state, actor, message pgtype.Text
+	)
 	err = e.each(ctx, "list events", q, args, func(r rows) error {
-		var (
-			ev                    dt.Event
-			step, attempt         pgtype.Int4
-			term                  pgtype.Int8
-			typ                   string
-			state, actor, message pgtype.Text
-		)
+		var ev dt.Event
 		if err := r.Scan(&ev.ID, &ev.TaskID, &step, &typ, &state, &ev.Alert, &actor, &term, &attempt, &message, &ev.CreatedAt); err != nil {
 			return err
 		}
