@@ -56,92 +56,92 @@ func (c arrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value an
 }
 
 // arrayPlan returns the encode plan of a slice of the element type the
-// array type oid holds, or nil.
+// array type oid holds, or nil. A slice of pointers (or of byte slices)
+// sends nil as NULL.
 func arrayPlan(oid uint32, value any) pgtype.EncodePlan {
 	switch oid {
 	case pgtype.TextArrayOID:
 		switch value.(type) {
 		case []string:
-			return encodeArray(pgtype.TextOID, textLen, func(e string, buf []byte) ([]byte, bool) {
-				return append(buf, e...), true
-			})
+			return values(pgtype.TextOID, textLen, putText)
 		case []*string:
-			return encodeArray(pgtype.TextOID, textPtrLen, func(e *string, buf []byte) ([]byte, bool) {
-				if e == nil {
-					return buf, false
-				}
-				return append(buf, *e...), true
-			})
+			return pointers(pgtype.TextOID, textLen, putText)
 		}
 	case pgtype.Int4ArrayOID:
 		switch value.(type) {
 		case []int32:
-			return encodeArray(pgtype.Int4OID, fixed[int32](4), func(e int32, buf []byte) ([]byte, bool) {
-				return binary.BigEndian.AppendUint32(buf, uint32(e)), true
-			})
+			return values(pgtype.Int4OID, fixed[int32](4), putInt4)
 		case []*int32:
-			return encodeArray(pgtype.Int4OID, fixed[*int32](4), func(e *int32, buf []byte) ([]byte, bool) {
-				if e == nil {
-					return buf, false
-				}
-				return binary.BigEndian.AppendUint32(buf, uint32(*e)), true
-			})
+			return pointers(pgtype.Int4OID, fixed[int32](4), putInt4)
 		}
 	case pgtype.Int8ArrayOID:
 		switch value.(type) {
 		case []int64:
-			return encodeArray(pgtype.Int8OID, fixed[int64](8), func(e int64, buf []byte) ([]byte, bool) {
-				return binary.BigEndian.AppendUint64(buf, uint64(e)), true
-			})
+			return values(pgtype.Int8OID, fixed[int64](8), putInt8)
 		case []*int64:
-			return encodeArray(pgtype.Int8OID, fixed[*int64](8), func(e *int64, buf []byte) ([]byte, bool) {
-				if e == nil {
-					return buf, false
-				}
-				return binary.BigEndian.AppendUint64(buf, uint64(*e)), true
-			})
+			return pointers(pgtype.Int8OID, fixed[int64](8), putInt8)
 		}
 	case pgtype.BoolArrayOID:
 		if _, ok := value.([]bool); ok {
-			return encodeArray(pgtype.BoolOID, fixed[bool](1), func(e bool, buf []byte) ([]byte, bool) {
-				if e {
-					return append(buf, 1), true
-				}
-				return append(buf, 0), true
-			})
+			return values(pgtype.BoolOID, fixed[bool](1), putBool)
 		}
 	case pgtype.TimestamptzArrayOID:
 		switch value.(type) {
 		case []time.Time:
-			return encodeArray(pgtype.TimestamptzOID, fixed[time.Time](8), func(e time.Time, buf []byte) ([]byte, bool) {
-				return appendTimestamptz(buf, e), true
-			})
+			return values(pgtype.TimestamptzOID, fixed[time.Time](8), putTimestamptz)
 		case []*time.Time:
-			return encodeArray(pgtype.TimestamptzOID, fixed[*time.Time](8), func(e *time.Time, buf []byte) ([]byte, bool) {
-				if e == nil {
-					return buf, false
-				}
-				return appendTimestamptz(buf, *e), true
-			})
+			return pointers(pgtype.TimestamptzOID, fixed[time.Time](8), putTimestamptz)
 		}
 	case pgtype.ByteaArrayOID:
 		if _, ok := value.([][]byte); ok {
-			return encodeArray(pgtype.ByteaOID, bytesLen, func(e []byte, buf []byte) ([]byte, bool) {
-				if e == nil {
-					return buf, false
-				}
-				return append(buf, e...), true
-			})
+			return arrayEncoder[[]byte]{elemOID: pgtype.ByteaOID, size: bytesLen,
+				elem: func(e []byte, buf []byte) ([]byte, bool) { return append(buf, e...), e != nil }}
 		}
 	}
 	return nil
+}
+
+// values encodes a slice of E with put; size is an element's length.
+func values[E any](elemOID uint32, size func(E) int, put func([]byte, E) []byte) pgtype.EncodePlan {
+	return arrayEncoder[E]{elemOID: elemOID, size: size,
+		elem: func(e E, buf []byte) ([]byte, bool) { return put(buf, e), true }}
+}
+
+// pointers encodes a slice of *E with put, nil as NULL.
+func pointers[E any](elemOID uint32, size func(E) int, put func([]byte, E) []byte) pgtype.EncodePlan {
+	return arrayEncoder[*E]{elemOID: elemOID,
+		size: func(e *E) int {
+			if e == nil {
+				return 0
+			}
+			return size(*e)
+		},
+		elem: func(e *E, buf []byte) ([]byte, bool) {
+			if e == nil {
+				return buf, false
+			}
+			return put(buf, *e), true
+		}}
+}
+
+func putText(buf []byte, e string) []byte { return append(buf, e...) }
+
+func putInt4(buf []byte, e int32) []byte { return binary.BigEndian.AppendUint32(buf, uint32(e)) }
+
+func putInt8(buf []byte, e int64) []byte { return binary.BigEndian.AppendUint64(buf, uint64(e)) }
+
+func putBool(buf []byte, e bool) []byte {
+	if e {
+		return append(buf, 1)
+	}
+	return append(buf, 0)
 }
 
 // microsecFromUnixEpochToY2K: timestamptz counts microseconds from
 // 2000-01-01 00:00 UTC.
 const microsecFromUnixEpochToY2K = 946684800 * 1000000
 
-func appendTimestamptz(buf []byte, t time.Time) []byte {
+func putTimestamptz(buf []byte, t time.Time) []byte {
 	us := t.Unix()*1000000 + int64(t.Nanosecond())/1000
 	return binary.BigEndian.AppendUint64(buf, uint64(us-microsecFromUnixEpochToY2K))
 }
@@ -158,20 +158,9 @@ type arrayEncoder[E any] struct {
 	elem    func(e E, buf []byte) ([]byte, bool)
 }
 
-func encodeArray[E any](elemOID uint32, size func(e E) int, elem func(e E, buf []byte) ([]byte, bool)) pgtype.EncodePlan {
-	return arrayEncoder[E]{elemOID: elemOID, size: size, elem: elem}
-}
-
 func fixed[E any](n int) func(E) int { return func(E) int { return n } }
 
 func textLen(e string) int { return len(e) }
-
-func textPtrLen(e *string) int {
-	if e == nil {
-		return 0
-	}
-	return len(*e)
-}
 
 func bytesLen(e []byte) int { return len(e) }
 
