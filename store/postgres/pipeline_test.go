@@ -353,6 +353,33 @@ func callersTx(t *testing.T) pgx.Tx {
 	return tx
 }
 
+// holdWriter writes e in a transaction, sends it (a read of the events
+// sends the event inserts, which otherwise go out with the COMMIT) and keeps
+// the transaction open until release is closed; done gets its outcome.
+func holdWriter(t *testing.T, d *postgres.Driver, e *dt.Event, release <-chan struct{}) (done <-chan error) {
+	t.Helper()
+	sent, out := make(chan struct{}), make(chan error, 1)
+	go func() {
+		out <- d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+			if err := x.EventInsertMany(ctx, []*dt.Event{e}); err != nil {
+				return err
+			}
+			if _, err := x.EventList(ctx, store.EventListParams{AfterID: 1 << 62}); err != nil {
+				return err
+			}
+			close(sent)
+			<-release
+			return nil
+		})
+	}()
+	select {
+	case <-sent:
+	case err := <-out:
+		t.Fatalf("the open writer ended early: %v", err)
+	}
+	return out
+}
+
 // listed is what an EventList call returned.
 type listed struct {
 	evs []*dt.Event
@@ -386,31 +413,9 @@ func TestEventTailWaitsForOpenWriters(t *testing.T) {
 	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 	insert(t, d, task("a", now))
 	ev := func(id string) *dt.Event { return submittedEvent(id, now) }
-	// hold writes e in a transaction, sends it (a read of the events sends
-	// the event inserts, which otherwise go out with the COMMIT) and keeps
-	// the transaction open until release is closed.
-	hold := func(e *dt.Event) (release chan struct{}, done chan error) {
-		reading := make(chan struct{})
-		release, done = make(chan struct{}), make(chan error, 1)
-		go func() {
-			done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-				if err := x.EventInsertMany(ctx, []*dt.Event{e}); err != nil {
-					return err
-				}
-				if _, err := x.EventList(ctx, store.EventListParams{TaskID: e.TaskID, Limit: 1}); err != nil {
-					return err
-				}
-				close(reading)
-				<-release
-				return nil
-			})
-		}()
-		select {
-		case <-reading:
-		case err := <-done:
-			t.Fatalf("the holding transaction ended early: %v", err)
-		}
-		return release, done
+	hold := func(e *dt.Event) (chan struct{}, <-chan error) {
+		release := make(chan struct{})
+		return release, holdWriter(t, d, e, release)
 	}
 	commit := func(e *dt.Event) {
 		t.Helper()
@@ -492,26 +497,8 @@ func TestEventReadersShareOneWait(t *testing.T) {
 	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 	ev := func(id string) *dt.Event { return submittedEvent(id, now) }
 	open, other := ev("a"), ev("b")
-	sent, release := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if err := x.EventInsertMany(ctx, []*dt.Event{open}); err != nil {
-				return err
-			}
-			if _, err := x.EventList(ctx, store.EventListParams{AfterID: 1 << 62}); err != nil {
-				return err
-			}
-			close(sent)
-			<-release
-			return nil
-		})
-	}()
-	select {
-	case <-sent:
-	case err := <-done:
-		t.Fatalf("the open writer ended early: %v", err)
-	}
+	release := make(chan struct{})
+	done := holdWriter(t, d, open, release)
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		return x.EventInsertMany(ctx, []*dt.Event{other})
 	}); err != nil {
@@ -624,23 +611,8 @@ func TestEventListInWritingTransaction(t *testing.T) {
 		_, err := x.EventList(ctx, store.EventListParams{AfterID: 1 << 62}) // sends the insert
 		return err
 	}
-	bSent, release := make(chan struct{}), make(chan struct{})
-	bDone := make(chan error, 1)
-	go func() {
-		bDone <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if err := sent(x, ctx, b); err != nil {
-				return err
-			}
-			close(bSent)
-			<-release
-			return nil
-		})
-	}()
-	select {
-	case <-bSent:
-	case err := <-bDone:
-		t.Fatalf("the open writer ended early: %v", err)
-	}
+	release := make(chan struct{})
+	bDone := holdWriter(t, d, b, release)
 
 	aSent, aRead, cCommitted := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	aDone := make(chan error, 1)
@@ -696,7 +668,7 @@ func TestEventListInWritingTransaction(t *testing.T) {
 		t.Fatalf("a reader returned %d events while writers of lower IDs were open; want it to wait", len(got.evs))
 	}
 	close(release)
-	for _, done := range []chan error{aDone, bDone} {
+	for _, done := range []<-chan error{aDone, bDone} {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
