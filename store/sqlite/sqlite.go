@@ -173,6 +173,11 @@ func (d *Driver) InTx(ctx context.Context, fn func(context.Context, store.Execut
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
+			// ctx ended before the commit and database/sql rolled the
+			// transaction back: say why.
+			return fmt.Errorf("sqlite: commit: rolled back: %w", context.Cause(ctx))
+		}
 		return fmt.Errorf("sqlite: commit: %w", translate(err))
 	}
 	return nil

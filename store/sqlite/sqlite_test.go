@@ -355,3 +355,28 @@ func TestConcurrentMigrate(t *testing.T) {
 		}
 	}
 }
+
+// A context that ends before the commit makes InTx report it: database/sql
+// may already have rolled the transaction back by then, and its "already
+// committed or rolled back" says neither which nor why.
+func TestInTxReportsTheContextThatEndedBeforeCommit(t *testing.T) {
+	d, _ := freshStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	err := d.InTx(ctx, func(_ context.Context, x store.Executor) error {
+		cancel()
+		// Wait until database/sql has rolled the transaction back.
+		for {
+			_, err := x.TaskGet(context.Background(), "none")
+			if errors.Is(err, sql.ErrTxDone) {
+				return nil
+			}
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("InTx after its context ended: %v, want context.Canceled", err)
+	}
+}
