@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -108,6 +109,19 @@ func (b *batch) step(s *dt.Step) {
 }
 
 func (b *batch) event(e *dt.Event) { b.events = append(b.events, e) }
+
+// drop removes task id's requests and events from a batch of started tasks
+// (see Start), moving its requests to start.Dropped.
+func (b *batch) drop(id string, start *Start) {
+	b.requests = slices.DeleteFunc(b.requests, func(r *dt.AgentRequest) bool {
+		if r.TaskID == id {
+			start.Dropped = append(start.Dropped, r)
+			return true
+		}
+		return false
+	})
+	b.events = slices.DeleteFunc(b.events, func(e *dt.Event) bool { return e.TaskID == id })
+}
 
 func (b *batch) flush(ctx context.Context, x store.Executor) error {
 	// A task with an ordering key that became final lets the next task of
@@ -274,6 +288,65 @@ type Submission struct {
 // fails with ErrTaskConflict. The result holds the stored task of each
 // submission.
 func Submit(ctx context.Context, x store.Executor, subs []Submission) ([]*dt.Task, error) {
+	return SubmitAndStart(ctx, x, subs, nil)
+}
+
+// Start lets SubmitAndStart start new tasks in their submission's
+// transaction (eager start): the task is inserted already claimed by a
+// scheduler of this process, with its first step dispatched, as that
+// scheduler's next claim would have left it. This saves the claim's
+// transaction and the wait for it, which at low load is most of a task's
+// latency. Only tasks with no ordering key, available at once, with at
+// least one step, are started; the others are left Pending for a claim.
+type Start struct {
+	// Machine is the scheduler whose instance holds the started tasks;
+	// only its Instance and Reserve are used, so it may be another
+	// goroutine's.
+	Machine *Machine
+	// Room caps the tasks started.
+	Room int
+	// Fence, when set, runs before anything is started (the instance
+	// lease check of the scheduler's own transactions).
+	Fence func(ctx context.Context, x store.Executor, now time.Time) error
+	// Now is when the steps start.
+	Now time.Time
+
+	// Set by SubmitAndStart, valid once the transaction committed:
+	// Requests are the dispatched requests, to hand to the agent runtime
+	// (those with InProcess) after the commit, and Started counts their
+	// tasks. Dropped are requests reserved for tasks that turned out to
+	// exist already, whose slots must be returned.
+	Requests, Dropped []*dt.AgentRequest
+	Started           int
+
+	reserved []*dt.AgentRequest // every request dispatched
+}
+
+// Reserved lists every request SubmitAndStart dispatched: after a rollback,
+// the agent slots to return.
+func (st *Start) Reserved() []*dt.AgentRequest { return st.reserved }
+
+// startable reports whether a new task may be started at submission.
+func startable(t *dt.Task, steps []*dt.Step, now time.Time) bool {
+	return t.OrderingKey == "" && t.ProcessState == dt.Pending && len(steps) > 0 && !t.AvailableAt.After(now)
+}
+
+// SubmitAndStart is Submit that also starts new tasks (see Start); start
+// may be nil. A caller that runs it again after a rollback passes a fresh
+// Start.
+func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, start *Start) ([]*dt.Task, error) {
+	var sb *batch // the started tasks' requests and step_started events
+	if start != nil {
+		subs = startTasks(subs, start, &sb)
+		if sb != nil {
+			start.reserved = slices.Clone(sb.requests)
+		}
+		if start.Fence != nil && sb != nil {
+			if err := start.Fence(ctx, x, start.Now); err != nil {
+				return nil, err
+			}
+		}
+	}
 	out := make([]*dt.Task, len(subs))
 	first := map[string]int{} // ID → index of its first submission in this call
 	var fresh []*dt.Task
@@ -297,16 +370,24 @@ func Submit(ctx context.Context, x store.Executor, subs []Submission) ([]*dt.Tas
 		return nil, err
 	}
 	var (
-		steps  []*dt.Step
-		events []*dt.Event
+		steps   []*dt.Step
+		events  []*dt.Event
+		pending bool // a new task was left Pending, for a claim
 	)
 	for k, t := range fresh {
 		i := freshIdx[k]
 		if inserted[k] {
 			out[i] = t
+			pending = pending || t.ProcessState == dt.Pending
 			steps = append(steps, subs[i].Steps...)
-			events = append(events, ev(t, -1, dt.EventSubmitted, "", t.CreatedAt))
+			e := ev(t, -1, dt.EventSubmitted, "", t.CreatedAt)
+			e.State = dt.Pending // a started task was submitted Pending, then claimed
+			events = append(events, e)
 			continue
+		}
+		if sb != nil {
+			// Not new after all: drop what starting it dispatched.
+			sb.drop(t.ID, start)
 		}
 		cur, err := x.TaskGet(ctx, t.ID)
 		if err != nil {
@@ -325,13 +406,78 @@ func Submit(ctx context.Context, x store.Executor, subs []Submission) ([]*dt.Tas
 	if err := x.StepInsertMany(ctx, steps); err != nil {
 		return nil, err
 	}
+	if sb != nil {
+		// Each started task's step_started after all submitted events, as
+		// a claim after the commit would have ordered them.
+		events = append(events, sb.events...)
+		if stored := storedRequests(sb.requests); len(stored) > 0 {
+			if err := x.RequestInsertMany(ctx, stored); err != nil {
+				return nil, err
+			}
+		}
+		start.Requests, start.Started = sb.requests, len(sb.requests)
+	}
 	if err := x.EventInsertMany(ctx, events); err != nil {
 		return nil, err
 	}
-	if len(steps) > 0 {
+	if sb != nil {
+		// Wake the agents of other processes for the requests no runtime
+		// here took, and the schedulers only for tasks left Pending.
+		seen := map[string]bool{}
+		for _, r := range sb.requests {
+			if r.ClaimedBy == "" && !seen[r.Agent] {
+				seen[r.Agent] = true
+				if err := x.Notify(ctx, store.TopicRequests(r.Agent)); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if pending && len(steps) > 0 {
 		return out, x.Notify(ctx, store.TopicTasks)
 	}
 	return out, nil
+}
+
+// startTasks starts up to start.Room of the submissions' tasks (see Start)
+// and returns the submissions with those tasks and steps replaced by
+// started copies: the caller's records are not changed, so a submission
+// retried after a rollback starts afresh. *sb receives the dispatches; it
+// stays nil if nothing was started.
+func startTasks(subs []Submission, start *Start, sb **batch) []Submission {
+	start.Requests, start.Dropped, start.Started, start.reserved = nil, nil, 0, nil
+	now := start.Now
+	var out []Submission
+	seen := map[string]bool{}
+	for i, sub := range subs {
+		if *sb != nil && len((*sb).requests) >= start.Room {
+			break
+		}
+		if seen[sub.Task.ID] || !startable(sub.Task, sub.Steps, now) {
+			seen[sub.Task.ID] = true
+			continue
+		}
+		seen[sub.Task.ID] = true
+		if out == nil {
+			out = slices.Clone(subs)
+		}
+		t := *sub.Task
+		steps := make([]*dt.Step, len(sub.Steps))
+		for j, s := range sub.Steps {
+			c := *s
+			steps[j] = &c
+		}
+		if *sb == nil {
+			*sb = newBatch()
+		}
+		t.ProcessState = dt.Processing
+		dispatchStep(*sb, start.Machine.Instance, start.Machine.Reserve, &t, steps[0], nil, dt.KindDo, now)
+		out[i] = Submission{Task: &t, Steps: steps}
+	}
+	if out == nil {
+		return subs
+	}
+	return out
 }
 
 // reserveOrdering gives each task with an OrderingKey its position within
@@ -532,9 +678,18 @@ func (m *Machine) release(b *batch, t *dt.Task, now time.Time) {
 }
 
 func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.Step, prev []byte, kind dt.RequestKind, now time.Time) {
+	dispatchStep(b, m.Instance, m.Reserve, t, s, prev, kind, now)
+	m.pending.dispatched++
+}
+
+// dispatchStep sends step s of task t, held by instance: the step's
+// attempt (its fencing token) moves on and its deadline is set, and the
+// request goes to b (handed to an agent runtime of this process if reserve
+// takes it).
+func dispatchStep(b *batch, instance string, reserve func(agent string) (string, bool), t *dt.Task, s *dt.Step, prev []byte, kind dt.RequestKind, now time.Time) {
 	deadline := now.Add(s.Timeout)
 	s.Attempt++
-	s.LockedBy = m.Instance
+	s.LockedBy = instance
 	s.CompleteBy = &deadline
 	s.UpdatedAt = now
 	agent, key := s.Agent, s.IdempotencyKey
@@ -554,27 +709,26 @@ func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.Step, prev []byte, kind d
 		}
 	}
 	b.step(s)
-	t.LockedBy = m.Instance
+	t.LockedBy = instance
 	t.CurrentStep = s.Index
 	t.CompleteBy = &deadline
 	t.UpdatedAt = now
 	b.task(t)
 	req := &dt.AgentRequest{
 		Agent: agent, TaskID: t.ID, Workflow: t.Workflow, StepIndex: s.Index, StepName: s.Name, Attempt: s.Attempt,
-		Kind: kind, IdempotencyKey: key, CompleteBy: deadline, Scheduler: m.Instance, CreatedAt: now,
+		Kind: kind, IdempotencyKey: key, CompleteBy: deadline, Scheduler: instance, CreatedAt: now,
 		Input: t.Input, PreviousOutput: prev,
 	}
 	if kind == dt.KindCompensate {
 		req.StepOutput = s.Output
 	}
-	if m.Reserve != nil {
-		req.ClaimedBy, req.InProcess = m.Reserve(agent)
+	if reserve != nil {
+		req.ClaimedBy, req.InProcess = reserve(agent)
 	}
 	b.requests = append(b.requests, req)
-	e := ev(t, s.Index, typ, m.Instance, now)
+	e := ev(t, s.Index, typ, instance, now)
 	e.Attempt = s.Attempt
 	b.event(e)
-	m.pending.dispatched++
 }
 
 // Restore stores a request again for each step the instance has in flight

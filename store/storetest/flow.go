@@ -40,6 +40,7 @@ func flowCases() []testCase {
 		{"ClaimRefusesTaskMissingSteps", testFlowClaimRefusesMissingSteps},
 		{"ReplyRefusesTaskMissingSteps", testFlowReplyRefusesMissingSteps},
 		{"ClaimFloorWhileClaimsComeBackFull", testFlowClaimFloor},
+		{"SubmitAndStart", testFlowSubmitAndStart},
 	}
 }
 
