@@ -65,6 +65,10 @@ type Scheduler struct {
 	inFlight int
 	room     atomic.Int64 // MaxInFlight - inFlight, for other goroutines
 	failing  atomic.Bool  // the last tick failed: backing off
+	// accepting: Run has restored its in-flight requests and not stopped,
+	// so tasks may be started for it outside its ticks (Adopt).
+	accepting atomic.Bool
+	adopted   atomic.Int64 // tasks Adopt counted that no tick has added to inFlight yet
 }
 
 // New returns a scheduler for the given instance ID.
@@ -80,8 +84,22 @@ func New(d store.Driver, c clock.Clock, m *flow.Machine, log *slog.Logger) *Sche
 func (s *Scheduler) Instance() string { return s.Machine.Instance }
 
 // Room is how many more tasks this instance may hold, as of its last
-// tick. Safe to call from any goroutine.
-func (s *Scheduler) Room() int { return int(s.room.Load()) }
+// tick, less those adopted since. Safe to call from any goroutine.
+func (s *Scheduler) Room() int { return int(s.room.Load() - s.adopted.Load()) }
+
+// Accepting reports whether tasks may be started for this instance outside
+// its own ticks (flow.Start): it is running, has stored again the requests
+// of its steps in flight before a restart, and its transactions are not
+// failing. Safe to call from any goroutine.
+func (s *Scheduler) Accepting() bool { return s.accepting.Load() && !s.failing.Load() }
+
+// Adopt counts n tasks that a transaction of this process started for this
+// instance (a Submit's, see flow.Start) and committed: they are held, and
+// their replies come to this scheduler like those of its own claims. Safe
+// to call from any goroutine; Room counts them at once, the next tick adds
+// them to the in-flight count. Submits committing at the same moment can
+// take a scheduler a few tasks past MaxInFlight.
+func (s *Scheduler) Adopt(n int) { s.adopted.Add(int64(n)) }
 
 // Pick returns the scheduler of list, other than except, to wake for new
 // tasks: the first with room for a whole claim batch, else the one with the
@@ -157,6 +175,7 @@ func (s *Scheduler) Deliver(r *dt.AgentReply) bool {
 // shutdown refuses further deliveries and applies the replies already in
 // the inbox, so calls that finished during shutdown are not redone.
 func (s *Scheduler) shutdown() {
+	s.accepting.Store(false)
 	s.inboxMu.Lock()
 	s.stopped = true
 	s.inboxMu.Unlock()
@@ -199,6 +218,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		var busy bool
 		err := s.restoreOnce(ctx, &restored)
 		if err == nil {
+			s.accepting.Store(true)
 			busy, err = s.tick(ctx, tickOptions{pollStore: poll, redeliver: true})
 		}
 		if err != nil && ctx.Err() == nil {
@@ -259,9 +279,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // recount refreshes the in-flight count from the store: the supervisor and
 // operators take tasks away from this instance without telling it.
 func (s *Scheduler) recount(ctx context.Context) {
+	// Tasks adopted before the count are in it (Adopt comes after their
+	// commit): the count replaces them.
+	adopted := s.adopted.Load()
 	n, err := s.Driver.Reader().TaskCountLockedBy(ctx, s.Instance())
 	if err == nil {
 		s.setInFlight(n)
+		s.adopted.Add(-adopted)
 	}
 }
 
@@ -314,6 +338,12 @@ type tickOptions struct {
 }
 
 func (s *Scheduler) tick(ctx context.Context, o tickOptions) (busy bool, err error) {
+	if n := s.adopted.Load(); n != 0 {
+		// Count them as held before dropping them from adopted, so that
+		// Room never counts them as free in between.
+		s.setInFlight(s.inFlight + int(n))
+		s.adopted.Add(-n)
+	}
 	limit := 4 * s.ClaimBatch
 	replies, retried := s.deferred, len(s.deferred)
 	s.deferred = nil
