@@ -3,10 +3,15 @@ package drover
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/agentrt"
 	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/internal/scheduler"
 	"github.com/drover-run/drover/store"
 )
 
@@ -119,7 +124,6 @@ func (c *Client) commitGroup(group []*submitCall) {
 	if len(group) > 1 {
 		out, err := c.submitTogether(group)
 		if err == nil {
-			c.wakeSchedulers()
 			given := map[*Task]bool{}
 			for i, call := range group {
 				t := out[i]
@@ -161,26 +165,107 @@ func (c *Client) submitTogether(group []*submitCall) (out []*Task, err error) {
 	}
 	ctx, stop := groupContext(group)
 	defer stop()
-	err = c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		var err error
-		out, err = flow.Submit(ctx, x, subs)
-		return err
-	})
-	return out, err
+	return c.submitInTx(ctx, subs)
 }
 
-// submitAlone submits one task in its own transaction.
-func (c *Client) submitAlone(ctx context.Context, sub flow.Submission) (*Task, error) {
+// submitInTx submits in one transaction of drover's own, starting the new
+// tasks when a scheduler of this process has room (see Config.NoEagerStart).
+func (c *Client) submitInTx(ctx context.Context, subs []flow.Submission) ([]*Task, error) {
+	var out []*Task
+	start, sched, rt := c.eagerStart(len(subs))
+	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		if start != nil {
+			// The transaction may run again: release what the last try reserved.
+			unreserve(rt, start.Reserved())
+			start.Now = c.clock.Now().Truncate(time.Microsecond)
+		}
+		var err error
+		out, err = flow.SubmitAndStart(ctx, x, subs, start)
+		return err
+	})
+	if start != nil {
+		if err != nil {
+			unreserve(rt, start.Reserved())
+			if errors.Is(err, errInstanceLost) {
+				// The process is losing its instance lease: submit without
+				// starting; the roles stop, and whoever holds the lease or
+				// another process claims the task.
+				return c.submitInTxPlain(ctx, subs)
+			}
+			return nil, err
+		}
+		unreserve(rt, start.Dropped)
+		if start.Started > 0 {
+			sched.Adopt(start.Started)
+			c.counters.Dispatched.Add(int64(start.Started))
+			if rt != nil {
+				rt.Dispatch(start.Requests)
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.wakeForPending(out)
+	return out, nil
+}
+
+// wakeForPending wakes a scheduler if a submitted task waits for a claim.
+func (c *Client) wakeForPending(tasks []*Task) {
+	for _, t := range tasks {
+		if t.ProcessState == Pending {
+			c.wakeSchedulers()
+			return
+		}
+	}
+}
+
+func (c *Client) submitInTxPlain(ctx context.Context, subs []flow.Submission) ([]*Task, error) {
 	var out []*Task
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		var err error
-		out, err = flow.Submit(ctx, x, []flow.Submission{sub})
+		out, err = flow.Submit(ctx, x, subs)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	c.wakeSchedulers()
+	return out, nil
+}
+
+// eagerStart returns the Start for a Submit transaction of n tasks, the
+// scheduler that is to hold them and the process's agent runtime (nil if
+// none), or a nil Start: eager start is off, or no scheduler of this
+// process is accepting with room for them all.
+func (c *Client) eagerStart(n int) (*flow.Start, *scheduler.Scheduler, *agentrt.Runtime) {
+	if c.cfg.NoEagerStart {
+		return nil, nil, nil
+	}
+	c.mu.Lock()
+	order, lease, rt := c.order, c.instance, c.runtime
+	c.mu.Unlock()
+	for _, s := range order {
+		if s.Accepting() && s.Room() >= n {
+			return &flow.Start{Machine: s.Machine, Room: n, Fence: lease.check}, s, rt
+		}
+	}
+	return nil, nil, nil
+}
+
+// unreserve returns the agent slots of requests that were not dispatched.
+func unreserve(rt *agentrt.Runtime, reqs []*dt.AgentRequest) {
+	if rt != nil && len(reqs) > 0 {
+		rt.Unreserve(reqs)
+	}
+}
+
+// submitAlone submits one task in its own transaction.
+func (c *Client) submitAlone(ctx context.Context, sub flow.Submission) (*Task, error) {
+	out, err := c.submitInTx(ctx, []flow.Submission{sub})
+	if err != nil {
+		return nil, err
+	}
 	return out[0], nil
 }
 

@@ -1,0 +1,234 @@
+package drover_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/store"
+)
+
+// heldAgent's calls for input "hold" wait until release is closed; the
+// others return at once. calls counts the calls per task ID.
+type heldAgent struct {
+	mu      sync.Mutex
+	calls   map[string][]int // task ID → attempts called
+	release chan struct{}
+}
+
+func newHeldAgent() *heldAgent {
+	return &heldAgent{calls: map[string][]int{}, release: make(chan struct{})}
+}
+
+func (h *heldAgent) agent(concurrency int) drover.Agent {
+	return drover.Agent{Name: "a", Concurrency: concurrency, Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
+		h.mu.Lock()
+		h.calls[r.TaskID] = append(h.calls[r.TaskID], r.Attempt)
+		h.mu.Unlock()
+		if string(r.Input) == `"hold"` {
+			select {
+			case <-h.release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return []byte(`"done"`), nil
+	}}
+}
+
+func (h *heldAgent) attempts(id string) []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int(nil), h.calls[id]...)
+}
+
+func eagerStores(t *testing.T) map[string]store.Driver {
+	return map[string]store.Driver{"sqlite": testutil.SQLite(t), "postgres": testutil.Postgres(t)}
+}
+
+// TestSubmitStartsTheTask: with a scheduler running in the process, Submit
+// stores the new task already claimed, with its first step dispatched to
+// the agent of the process, in its own transaction. The polls are slower
+// than the test, so nothing else could have started it. A submission of
+// an existing ID starts nothing and leaves no agent slot taken.
+func TestSubmitStartsTheTask(t *testing.T) {
+	for name, d := range eagerStores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			h := newHeldAgent()
+			defer close(h.release)
+			wf := drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a", Timeout: time.Minute}}}
+			c := startClient(t, drover.Config{Store: d, Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{h.agent(2)},
+				PollInterval: time.Minute})
+
+			// The scheduler accepts once it has restored its in-flight
+			// requests after Start; until then tasks are claimed as usual.
+			waitFor(t, "a task started at submission", func() bool {
+				task, err := c.Submit(ctx, "w", []byte(`"quick"`), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return task.ProcessState == drover.Processing
+			})
+
+			before := time.Now()
+			task, err := c.Submit(ctx, "w", []byte(`"hold"`), &drover.SubmitOptions{ID: "held-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if task.ProcessState != drover.Processing || !strings.HasPrefix(task.LockedBy, c.InstanceID()+"/scheduler-") ||
+				task.CompleteBy == nil || task.CompleteBy.Before(before.Add(time.Minute-time.Second)) || task.CurrentStep != 0 {
+				t.Fatalf("submitted task: %s LockedBy %q CompleteBy %v step %d; want Processing, held by a scheduler of %s, due in a minute, at step 0",
+					task.ProcessState, task.LockedBy, task.CompleteBy, task.CurrentStep, c.InstanceID())
+			}
+			stored, err := c.Task(ctx, "held-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stored.ProcessState != drover.Processing || stored.LockedBy != task.LockedBy || !stored.CompleteBy.Equal(*task.CompleteBy) {
+				t.Errorf("stored task: %s LockedBy %q CompleteBy %v; want what Submit returned", stored.ProcessState, stored.LockedBy, stored.CompleteBy)
+			}
+			waitFor(t, "the agent called for held-1", func() bool { return len(h.attempts("held-1")) == 1 })
+			evs := events(t, c, "held-1")
+			if got := strings.Join(eventTypes(evs), " "); got != "submitted step_started" {
+				t.Fatalf("events of held-1: %s, want submitted step_started", got)
+			}
+			if evs[0].State != drover.Pending || evs[1].Actor != task.LockedBy || evs[1].Attempt != 1 {
+				t.Errorf("events of held-1: submitted in state %s, step_started by %q attempt %d; want Pending, by %q attempt 1",
+					evs[0].State, evs[1].Actor, evs[1].Attempt, task.LockedBy)
+			}
+
+			// The same ID again: the stored task, and no second call.
+			again, err := c.Submit(ctx, "w", []byte(`"hold"`), &drover.SubmitOptions{ID: "held-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again.LockedBy != task.LockedBy || !again.CompleteBy.Equal(*task.CompleteBy) {
+				t.Errorf("resubmitted ID returned LockedBy %q CompleteBy %v, want the stored task", again.LockedBy, again.CompleteBy)
+			}
+			// Its reserved agent slot was handed back: with two slots and
+			// held-1 in one, held-2's call starts while held-1's waits.
+			if _, err := c.Submit(ctx, "w", []byte(`"hold"`), &drover.SubmitOptions{ID: "held-2"}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the agent called for held-2 beside held-1", func() bool { return len(h.attempts("held-2")) == 1 })
+			if got := h.attempts("held-1"); len(got) != 1 || got[0] != 1 {
+				t.Errorf("held-1 called with attempts %v, want [1]", got)
+			}
+
+			h.release <- struct{}{}
+			h.release <- struct{}{}
+			for _, id := range []string{"held-1", "held-2"} {
+				if done := waitTask(t, c, id); done.ProcessState != drover.Processed || string(done.Output) != `"done"` {
+					t.Errorf("%s ended %s with output %s, want Processed with \"done\"", id, done.ProcessState, done.Output)
+				}
+			}
+		})
+	}
+}
+
+// TestSubmitLeavesTaskPending: with NoEagerStart, and for a task with an
+// ordering key, Submit stores the task Pending and a claim starts it.
+func TestSubmitLeavesTaskPending(t *testing.T) {
+	for name, d := range eagerStores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			h := newHeldAgent()
+			close(h.release)
+			wf := drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a", Timeout: time.Minute}}}
+			eager := startClient(t, drover.Config{Store: d, Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{h.agent(4)},
+				InstanceID: "eager"})
+			waitFor(t, "a task started at submission", func() bool {
+				task, err := eager.Submit(ctx, "w", nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return task.ProcessState == drover.Processing
+			})
+			keyed, err := eager.Submit(ctx, "w", nil, &drover.SubmitOptions{OrderingKey: "k"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if keyed.ProcessState != drover.Pending || keyed.LockedBy != "" {
+				t.Errorf("task with an ordering key: %s LockedBy %q, want Pending and not held", keyed.ProcessState, keyed.LockedBy)
+			}
+			if done := waitTask(t, eager, keyed.ID); done.ProcessState != drover.Processed {
+				t.Errorf("task with an ordering key ended %s", done.ProcessState)
+			}
+			if err := eager.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			plain := startClient(t, drover.Config{Store: d, Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{h.agent(4)},
+				InstanceID: "plain", NoEagerStart: true})
+			for range 20 {
+				task, err := plain.Submit(ctx, "w", nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if task.ProcessState != drover.Pending || task.LockedBy != "" {
+					t.Fatalf("NoEagerStart: submitted task %s LockedBy %q, want Pending and not held", task.ProcessState, task.LockedBy)
+				}
+				if done := waitTask(t, plain, task.ID); done.ProcessState != drover.Processed {
+					t.Errorf("task %s ended %s", task.ID, done.ProcessState)
+				}
+			}
+		})
+	}
+}
+
+// TestEagerStartKeepsMaxInFlight: tasks started at submission count toward
+// the scheduler's MaxInFlight like those it claims: once it holds that
+// many, the next task is left Pending, and a claim starts it when a held
+// task finishes.
+func TestEagerStartKeepsMaxInFlight(t *testing.T) {
+	for name, d := range eagerStores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			h := newHeldAgent()
+			wf := drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a", Timeout: time.Minute}}}
+			c := startClient(t, drover.Config{Store: d, Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{h.agent(8)},
+				Schedulers: 1, MaxInFlight: 3, ClaimBatch: 3})
+			defer func() {
+				for range 3 {
+					select {
+					case h.release <- struct{}{}:
+					case <-time.After(5 * time.Second):
+					}
+				}
+			}()
+			waitFor(t, "a task started at submission", func() bool {
+				task, err := c.Submit(ctx, "w", []byte(`"quick"`), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if task.ProcessState == drover.Processing {
+					waitTask(t, c, task.ID) // its slot is free again
+					return true
+				}
+				return false
+			})
+			var ids []string
+			for i := range 4 {
+				task, err := c.Submit(ctx, "w", []byte(`"hold"`), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, task.ID)
+				want := drover.Processing
+				if i == 3 {
+					want = drover.Pending
+				}
+				if task.ProcessState != want {
+					t.Fatalf("task %d of 4 with MaxInFlight 3: %s, want %s", i+1, task.ProcessState, want)
+				}
+			}
+			h.release <- struct{}{}
+			waitFor(t, "the fourth task started by a claim", func() bool { return len(h.attempts(ids[3])) == 1 })
+		})
+	}
+}
