@@ -55,6 +55,7 @@ type LatencyResult struct {
 	MeanMs       float64 `json:"mean_ms"`
 	AchievedRate float64 `json:"achieved_rate"`
 	Submitters   int     `json:"submitters"`
+	EagerStart   bool    `json:"eager_start"`
 	Steps        int     `json:"steps"`
 	Schedulers   int     `json:"schedulers"`
 	Driver       string  `json:"driver"`
@@ -78,6 +79,7 @@ type benchFlags struct {
 	maxInFlight int
 	claimBatch  int
 	submitters  int
+	noEager     bool
 }
 
 func (e *env) benchCmd() *cobra.Command {
@@ -103,7 +105,9 @@ creation time, and the "processed" event's time read from the durable
 history, so no task is polled), and the achieved rate: tasks divided by the
 time submitting took, or by D if shorter. A submitter that cannot keep up
 with R submits back to back, takes longer than D, and reports an achieved
-rate below R.
+rate below R. Each Submit starts its task in its own transaction when a
+scheduler has room (eager start, reported as eager_start);
+--no-eager-start leaves every task Pending for a scheduler's claim.
 
 The database is a fresh temporary SQLite file, deleted afterwards, unless --db
 is given explicitly (the DROVER_DATABASE_URL variable is not used here).
@@ -188,6 +192,7 @@ error there (the server's synchronous_commit decides).`,
 	fl.IntVar(&f.submitters, "submitters", 1, "latency mode: goroutines sharing the paced submissions, each calling Submit one at a time")
 	fl.IntVar(&f.maxInFlight, "max-inflight", 0, "tasks one scheduler holds at once (default: drover's, 1024)")
 	fl.IntVar(&f.claimBatch, "claim-batch", 0, "tasks claimed per transaction (default: drover's, 256)")
+	fl.BoolVar(&f.noEager, "no-eager-start", false, "latency mode: leave each submitted task Pending for a claim instead of starting it in Submit's transaction")
 	cmd.AddCommand(e.benchConvoyCmd())
 	return cmd
 }
@@ -240,7 +245,7 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicit *dbTarget, te
 		Store: drv.Driver, Workflows: []drover.Workflow{w},
 		Agents:     []drover.Agent{{Name: "noop", Func: noop, Concurrency: 1024}},
 		Schedulers: f.schedulers, MaxInFlight: f.maxInFlight, ClaimBatch: f.claimBatch,
-		Logger: e.logger(slog.LevelWarn),
+		NoEagerStart: f.noEager, Logger: e.logger(slog.LevelWarn),
 	})
 	if err != nil {
 		return err

@@ -1136,8 +1136,11 @@ func benchLatency(t *testing.T, args ...string) LatencyResult {
 
 func TestBenchLatency(t *testing.T) {
 	t.Parallel()
-	if b := benchLatency(t); b.Driver != "sqlite" || b.Synchronous != "full" || b.Submitters != 1 {
+	if b := benchLatency(t); b.Driver != "sqlite" || b.Synchronous != "full" || b.Submitters != 1 || !b.EagerStart {
 		t.Errorf("bench = %+v", b)
+	}
+	if b := benchLatency(t, "--no-eager-start"); b.EagerStart {
+		t.Errorf("bench --no-eager-start = %+v, want eager_start false", b)
 	}
 	// Several submitters share the schedule.
 	r := run(t, "", "bench", "--rate", "300", "--duration", "1s", "--submitters", "3", "--synchronous", "normal", "--json")

@@ -257,7 +257,7 @@ func (e *env) runLatency(ctx context.Context, f benchFlags, drv *database, c *dr
 		P50Ms: ms(pct(0.50)), P90Ms: ms(pct(0.90)), P99Ms: ms(pct(0.99)), MaxMs: ms(lat[len(lat)-1]),
 		MeanMs:       ms(sum / time.Duration(len(lat))),
 		AchievedRate: math.Round(float64(tasks)/window.Seconds()*10) / 10,
-		Submitters:   f.submitters, Steps: f.steps, Schedulers: f.schedulers, Driver: drv.driverName(), Synchronous: f.synchronous,
+		Submitters:   f.submitters, EagerStart: !f.noEager, Steps: f.steps, Schedulers: f.schedulers, Driver: drv.driverName(), Synchronous: f.synchronous,
 	}
 	if explicit {
 		r.DB = drv.name

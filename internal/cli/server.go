@@ -82,6 +82,7 @@ func (e *env) serverCmd() *cobra.Command {
 		supInterval  time.Duration
 		leaseTTL     time.Duration
 		schedulers   int
+		noEagerStart bool
 		remoteURL    string
 		stepTimeout  time.Duration
 		retryDelay   time.Duration
@@ -249,7 +250,7 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 				Store: d.Driver, InstanceID: instanceID, Roles: r,
 				Workflows:  []drover.Workflow{orders.Workflow(opts)},
 				Schedulers: schedulers, SupervisorInterval: supInterval, LeaseTTL: leaseTTL,
-				PollInterval: pollInterval, MaxInputBytes: maxInput, Logger: log,
+				PollInterval: pollInterval, MaxInputBytes: maxInput, Logger: log, NoEagerStart: noEagerStart,
 			}
 			stopRemote := func() {}
 			if r.Agent {
@@ -358,6 +359,7 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 	f.DurationVar(&supInterval, "supervisor-interval", time.Second, "time between supervisor sweeps")
 	f.DurationVar(&leaseTTL, "lease-ttl", 10*time.Second, "how long supervisor leadership lasts unrenewed")
 	f.IntVar(&schedulers, "schedulers", 0, "scheduler instances in this process (0: the store's default, 1 on SQLite, 2 on PostgreSQL)")
+	f.BoolVar(&noEagerStart, "no-eager-start", false, "leave every submitted task Pending for a claim, instead of starting it in the submitting transaction when a scheduler of this process has room")
 	f.StringVar(&remoteURL, "remote-url", "", "base URL of the remote service the orders agents call (default: start an embedded simulated one)")
 	f.DurationVar(&stepTimeout, "step-timeout", orders.DefaultStepTimeout, "time budget of each orders step in the registered workflow")
 	f.DurationVar(&retryDelay, "retry-delay", 0, "wait before a recovered step is claimed again, doubled on each failure")
