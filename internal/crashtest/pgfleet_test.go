@@ -43,13 +43,33 @@ type pgFleet struct {
 	bin, url, schema, remote string
 	logw                     io.Writer
 
-	mu  sync.Mutex
-	all []*pgProc
+	mu   sync.Mutex
+	all  []*pgProc
+	apis map[int]string // slot → HTTP API of its latest process
+}
+
+// api returns the HTTP API URL of a random slot's latest process ("" if
+// none yet); that process may be dead.
+func (f *pgFleet) api(rng func(int) int) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.apis) == 0 {
+		return ""
+	}
+	return f.apis[rng(len(f.apis))]
 }
 
 func (f *pgFleet) start(slot int, id string) *pgProc {
 	f.t.Helper()
+	// Each process also serves the HTTP API, so that the test submits
+	// through it too: a Submit in a process with schedulers starts its task
+	// in the submitting transaction (eager start), and these get killed.
+	port, err := freePort()
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	cmd := exec.Command(f.bin, "server",
+		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--insecure-no-auth",
 		"--db", f.url,
 		"--schema", f.schema,
 		"--roles", "all",
@@ -80,6 +100,10 @@ func (f *pgFleet) start(slot int, id string) *pgProc {
 	pw.Close()
 	f.mu.Lock()
 	f.all = append(f.all, p)
+	if f.apis == nil {
+		f.apis = map[int]string{}
+	}
+	f.apis[slot] = fmt.Sprintf("http://127.0.0.1:%d", port)
 	f.mu.Unlock()
 	scanned := make(chan struct{})
 	go func() {

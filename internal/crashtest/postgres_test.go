@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverclient"
 	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/remotesim"
@@ -57,6 +59,7 @@ func TestClusterSurvivesKillsAndDatabaseRestart(t *testing.T) {
 	}
 	t.Logf("seed %d (replay its choices and faults with -crash.seed=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	rng2 := rand.New(rand.NewPCG(seed^0x5eed, seed)) // the submitter's own
 	began := time.Now()
 	ctx := context.Background()
 
@@ -134,6 +137,7 @@ func TestClusterSurvivesKillsAndDatabaseRestart(t *testing.T) {
 	// quota, the submitter follows in small batches, retrying through the
 	// database outage (submission by ID is idempotent).
 	sub := newSubmitter(client, nOrders)
+	sub.api = func() string { return fleet.api(rng2.IntN) }
 	go sub.run()
 	defer sub.stop()
 	chunk := nOrders / (kills + 1)
@@ -178,6 +182,12 @@ func TestClusterSurvivesKillsAndDatabaseRestart(t *testing.T) {
 	sub.raise(nOrders)
 	if err := sub.wait(2 * time.Minute); err != nil {
 		t.Fatal(err)
+	}
+	// Submissions through the servers started tasks in the submitting
+	// process, and those processes were killed like the others.
+	t.Logf("%d orders submitted through the servers' HTTP API, %d of them started at submission", sub.viaHTTP.Load(), sub.eager.Load())
+	if sub.eager.Load() == 0 {
+		t.Errorf("no order submitted through a server was started at submission (of %d): eager start is not exercised", sub.viaHTTP.Load())
 	}
 	if cs.killedBusy < cs.measured/2 {
 		t.Errorf("only %d of %d kills hit a server holding tasks; the test is not exercising crashes", cs.killedBusy, cs.measured)
@@ -629,9 +639,15 @@ func reportViolations(t *testing.T, what string, vs []string) {
 }
 
 // submitter submits orders order-1…order-N in small batches up to a quota
-// the test raises, retrying a batch until the store takes it.
+// the test raises, retrying a batch until the store takes it. With api
+// set, every other batch goes one order at a time through the HTTP API of
+// a random server (api returns its URL), where Submit starts the task in
+// its own transaction (eager start).
 type submitter struct {
 	c       *drover.Client
+	api     func() string
+	viaHTTP atomic.Int64 // orders the HTTP API took
+	eager   atomic.Int64 // of those, returned already started
 	n       int
 	quota   atomic.Int64
 	done    atomic.Int64
@@ -665,7 +681,12 @@ func (s *submitter) run() {
 					Options: drover.SubmitOptions{ID: fmt.Sprintf("order-%d", i)}})
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := s.c.SubmitMany(ctx, params)
+			var err error
+			if s.api != nil && (next/submitBatch)%2 == 1 {
+				err = s.submitHTTP(ctx, params)
+			} else {
+				_, err = s.c.SubmitMany(ctx, params)
+			}
 			cancel()
 			if err != nil {
 				s.retries.Add(1)
@@ -684,6 +705,31 @@ func (s *submitter) run() {
 			}
 		}
 	}
+}
+
+// submitHTTP submits params one by one through a server's HTTP API. A
+// failure leaves the rest for a retry of the whole batch (by ID, so the
+// orders already taken come back as they are).
+func (s *submitter) submitHTTP(ctx context.Context, params []drover.SubmitParams) error {
+	url := s.api()
+	if url == "" {
+		return errors.New("no server yet")
+	}
+	hc, err := droverclient.New(url, "")
+	if err != nil {
+		return err
+	}
+	for _, p := range params {
+		task, _, err := hc.SubmitTask(ctx, droverclient.SubmitRequest{Workflow: p.Workflow, Input: p.Input, ID: p.Options.ID})
+		if err != nil {
+			return fmt.Errorf("submit %s through %s: %w", p.Options.ID, url, err)
+		}
+		s.viaHTTP.Add(1)
+		if task.State == string(drover.Processing) {
+			s.eager.Add(1)
+		}
+	}
+	return nil
 }
 
 func (s *submitter) raise(by int) {
