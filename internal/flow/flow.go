@@ -308,7 +308,10 @@ type Start struct {
 	// Fence, when set, runs before anything is started (the instance
 	// lease check of the scheduler's own transactions).
 	Fence func(ctx context.Context, x store.Executor, now time.Time) error
-	// Now is when the steps start.
+	// Clock reads the time the steps start, after any wait for an
+	// ordering key.
+	Clock func() time.Time
+	// Now is when the steps started; set by SubmitAndStart.
 	Now time.Time
 
 	// Set by SubmitAndStart, valid once the transaction committed:
@@ -332,20 +335,11 @@ func startable(t *dt.Task, steps []*dt.Step, now time.Time) bool {
 }
 
 // SubmitAndStart is Submit that also starts new tasks (see Start); start
-// may be nil. A caller that runs it again after a rollback passes a fresh
-// Start.
+// may be nil. It resets start's results first, so a caller may run it again
+// with the same Start after a rollback.
 func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, start *Start) ([]*dt.Task, error) {
-	var sb *batch // the started tasks' requests and step_started events
 	if start != nil {
-		subs = startTasks(subs, start, &sb)
-		if sb != nil {
-			start.reserved = slices.Clone(sb.requests)
-		}
-		if start.Fence != nil && sb != nil {
-			if err := start.Fence(ctx, x, start.Now); err != nil {
-				return nil, err
-			}
-		}
+		start.Requests, start.Dropped, start.Started, start.reserved = nil, nil, 0, nil
 	}
 	out := make([]*dt.Task, len(subs))
 	first := map[string]int{} // ID → index of its first submission in this call
@@ -362,8 +356,26 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		fresh = append(fresh, s.Task)
 		freshIdx = append(freshIdx, i)
 	}
+	// Reserving ordering positions may wait for another transaction
+	// holding a key: start nothing before it, so that no step's budget
+	// runs and no instance lease check waits meanwhile.
 	if err := reserveOrdering(ctx, x, fresh); err != nil {
 		return nil, err
+	}
+	var sb *batch // the started tasks' requests and step_started events
+	if start != nil {
+		subs = startTasks(subs, start, &sb)
+		if sb != nil {
+			start.reserved = slices.Clone(sb.requests)
+			for k, i := range freshIdx {
+				fresh[k] = subs[i].Task
+			}
+			if start.Fence != nil {
+				if err := start.Fence(ctx, x, start.Now); err != nil {
+					return nil, err
+				}
+			}
+		}
 	}
 	inserted, err := x.TaskInsertMany(ctx, fresh)
 	if err != nil {
@@ -445,12 +457,13 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 // retried after a rollback starts afresh. *sb receives the dispatches; it
 // stays nil if nothing was started.
 func startTasks(subs []Submission, start *Start, sb **batch) []Submission {
-	start.Requests, start.Dropped, start.Started, start.reserved = nil, nil, 0, nil
+	start.Now = start.Clock()
 	now := start.Now
 	var out []Submission
 	seen := map[string]bool{}
+	started := 0
 	for i, sub := range subs {
-		if *sb != nil && len((*sb).requests) >= start.Room {
+		if started >= start.Room {
 			break
 		}
 		if seen[sub.Task.ID] || !startable(sub.Task, sub.Steps, now) {
@@ -473,6 +486,7 @@ func startTasks(subs []Submission, start *Start, sb **batch) []Submission {
 		t.ProcessState = dt.Processing
 		dispatchStep(*sb, start.Machine.Instance, start.Machine.Reserve, &t, steps[0], nil, dt.KindDo, now)
 		out[i] = Submission{Task: &t, Steps: steps}
+		started++
 	}
 	if out == nil {
 		return subs

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ func testFlowSubmitAndStart(t *testing.T, d store.Driver) {
 
 	// Handed over in memory: no request row, no wake-up for anyone.
 	sub := w.submission("o1", `{"order":"o1"}`, base)
-	start := &flow.Start{Machine: &flow.Machine{Instance: "sched-1", Reserve: inProcess}, Room: 10, Now: now}
+	start := &flow.Start{Machine: &flow.Machine{Instance: "sched-1", Reserve: inProcess}, Room: 10, Clock: func() time.Time { return now }}
 	out, topics := e.submitStart(start, sub)
 	if sub.Task.ProcessState != dt.Pending || sub.Steps[0].Attempt != 0 {
 		t.Errorf("SubmitAndStart changed the caller's records: task %s, step attempt %d", sub.Task.ProcessState, sub.Steps[0].Attempt)
@@ -96,7 +97,7 @@ func testFlowSubmitAndStart(t *testing.T, d store.Driver) {
 	e.wantState("o1", dt.Processing, dt.Processed, dt.Processing, dt.Pending)
 
 	// No agent here takes it: a request row, and the agent's wake-up.
-	start = &flow.Start{Machine: &flow.Machine{Instance: "sched-1"}, Room: 10, Now: now}
+	start = &flow.Start{Machine: &flow.Machine{Instance: "sched-1"}, Room: 10, Clock: func() time.Time { return now }}
 	_, topics = e.submitStart(start, w.submission("o2", `{"order":"o2"}`, base))
 	if start.Started != 1 || start.Requests[0].InProcess {
 		t.Fatalf("started %d (in process: %v), want 1 stored", start.Started, start.Requests[0].InProcess)
@@ -108,9 +109,14 @@ func testFlowSubmitAndStart(t *testing.T, d store.Driver) {
 		t.Errorf("a started task with a stored request notified %v, want %s only", topics, store.TopicRequests("inventory"))
 	}
 
+	// Room for none: nothing starts.
+	start = &flow.Start{Machine: &flow.Machine{Instance: "sched-1", Reserve: inProcess}, Room: 0, Clock: func() time.Time { return now }}
+	if out, _ = e.submitStart(start, w.submission("o0", `{"order":"o0"}`, base)); start.Started != 0 || out[0].ProcessState != dt.Pending {
+		t.Errorf("room 0: started %d, task %s; want 0, Pending", start.Started, out[0].ProcessState)
+	}
 	// Room for one: the second stays Pending, for a claim. A keyed task
 	// always waits for a claim.
-	start = &flow.Start{Machine: &flow.Machine{Instance: "sched-1", Reserve: inProcess}, Room: 1, Now: now}
+	start = &flow.Start{Machine: &flow.Machine{Instance: "sched-1", Reserve: inProcess}, Room: 1, Clock: func() time.Time { return now }}
 	out, topics = e.submitStart(start, w.submission("o3", `{"order":"o3"}`, base), w.submission("o4", `{"order":"o4"}`, base), keyed(w, "o5", "k"))
 	if start.Started != 1 || out[0].ProcessState != dt.Processing || out[1].ProcessState != dt.Pending || out[2].ProcessState != dt.Pending {
 		t.Errorf("room 1: started %d, states %s %s %s; want 1, Processing Pending Pending", start.Started, out[0].ProcessState, out[1].ProcessState, out[2].ProcessState)
@@ -119,15 +125,15 @@ func testFlowSubmitAndStart(t *testing.T, d store.Driver) {
 		t.Errorf("tasks left Pending notified %v, want %s", topics, store.TopicTasks)
 	}
 	e.wantEvents("o4", "submitted")
-	if got := e.claimIDs(at(time.Hour)); len(got) != 2 || got[0] != "o4" || got[1] != "o5" {
-		t.Errorf("claimable after a start with room 1: %v, want o4 and o5", got)
+	if got := e.claimIDs(at(time.Hour)); len(got) != 3 || got[0] != "o0" || got[1] != "o4" || got[2] != "o5" {
+		t.Errorf("claimable after a start with room 1: %v, want o0, o4 and o5", got)
 	}
 
 	// An existing ID: the stored task comes back, nothing is dispatched
 	// again, and the reservation is handed back.
 	before := e.snapshot([]string{"o1"}, orderAgents)
 	reserved = 0
-	start = &flow.Start{Machine: &flow.Machine{Instance: "sched-2", Reserve: inProcess}, Room: 10, Now: at(3 * time.Second)}
+	start = &flow.Start{Machine: &flow.Machine{Instance: "sched-2", Reserve: inProcess}, Room: 10, Clock: func() time.Time { return at(3 * time.Second) }}
 	out, _ = e.submitStart(start, w.submission("o1", `{"order":"o1"}`, base))
 	if start.Started != 0 || len(start.Requests) != 0 || len(start.Dropped) != 1 || reserved != 1 {
 		t.Errorf("existing ID: started %d, %d requests, %d dropped of %d reserved; want 0, 0, 1, 1",
@@ -142,7 +148,7 @@ func testFlowSubmitAndStart(t *testing.T, d store.Driver) {
 
 	// A failing fence (the instance lease is gone): nothing is stored.
 	lost := errors.New("lease lost")
-	start = &flow.Start{Machine: &flow.Machine{Instance: "sched-1", Reserve: inProcess}, Room: 10, Now: now,
+	start = &flow.Start{Machine: &flow.Machine{Instance: "sched-1", Reserve: inProcess}, Room: 10, Clock: func() time.Time { return now },
 		Fence: func(context.Context, store.Executor, time.Time) error { return lost }}
 	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 		_, err := flow.SubmitAndStart(ctx, x, []flow.Submission{w.submission("o6", `{"order":"o6"}`, base)}, start)
@@ -154,5 +160,85 @@ func testFlowSubmitAndStart(t *testing.T, d store.Driver) {
 	}
 	if _, err := d.Reader().TaskGet(context.Background(), "o6"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("task o6 after a failed fence: %v, want ErrNotFound", err)
+	}
+}
+
+// testFlowStartAfterOrderingWait: a submission whose keyed task waits for
+// another transaction holding the key starts its other tasks only after
+// that wait, so their steps' budgets do not run while it waits.
+func testFlowStartAfterOrderingWait(t *testing.T, d store.Driver) {
+	probe, ok := d.(LockWaits)
+	if !ok {
+		t.Fatalf("driver %T does not implement storetest.LockWaits, which this case needs", d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := oneStepWF()
+	held, release := make(chan struct{}), make(chan struct{})
+	t1 := make(chan error, 1)
+	go func() {
+		t1 <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			if _, err := flow.Submit(ctx, x, []flow.Submission{keyed(w, "k1", "k")}); err != nil {
+				return err
+			}
+			close(held)
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-t1:
+		t.Fatalf("the key's holder ended before holding it: %v", err)
+	}
+	waitsBefore, err := probe.LockWaits(ctx)
+	if err != nil {
+		t.Fatalf("LockWaits: %v", err)
+	}
+	var released, early atomic.Bool
+	start := &flow.Start{Machine: &flow.Machine{Instance: "sched-1"}, Room: 10, Clock: func() time.Time {
+		if !released.Load() {
+			early.Store(true)
+		}
+		return base
+	}}
+	t2 := make(chan error, 1)
+	go func() {
+		t2 <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			_, err := flow.SubmitAndStart(ctx, x, []flow.Submission{keyed(w, "k2", "k"), w.submission("u1", `{}`, base)}, start)
+			return err
+		})
+	}()
+	for {
+		n, err := probe.LockWaits(ctx)
+		if err != nil {
+			t.Fatalf("LockWaits: %v", err)
+		}
+		if n > waitsBefore {
+			break
+		}
+		select {
+		case err := <-t2:
+			t.Fatalf("the second submission ended (%v) while another transaction held its key", err)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	released.Store(true)
+	close(release)
+	if err := <-t1; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-t2; err != nil {
+		t.Fatal(err)
+	}
+	if early.Load() {
+		t.Errorf("the unkeyed task's step started before the wait for key k ended")
+	}
+	if start.Started != 1 || start.Requests[0].TaskID != "u1" {
+		t.Errorf("started %d (%v), want u1 only", start.Started, reqKeys(start.Requests))
 	}
 }

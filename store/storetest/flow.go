@@ -41,6 +41,7 @@ func flowCases() []testCase {
 		{"ReplyRefusesTaskMissingSteps", testFlowReplyRefusesMissingSteps},
 		{"ClaimFloorWhileClaimsComeBackFull", testFlowClaimFloor},
 		{"SubmitAndStart", testFlowSubmitAndStart},
+		{"StartAfterOrderingWait", testFlowStartAfterOrderingWait},
 	}
 }
 
