@@ -69,6 +69,7 @@ type Scheduler struct {
 	// so tasks may be started for it outside its ticks (Adopt).
 	accepting atomic.Bool
 	adopted   atomic.Int64 // tasks Adopt counted that no tick has added to inFlight yet
+	reserved  atomic.Int64 // room Reserve set aside for transactions in progress
 }
 
 // New returns a scheduler for the given instance ID.
@@ -84,8 +85,9 @@ func New(d store.Driver, c clock.Clock, m *flow.Machine, log *slog.Logger) *Sche
 func (s *Scheduler) Instance() string { return s.Machine.Instance }
 
 // Room is how many more tasks this instance may hold, as of its last
-// tick, less those adopted since. Safe to call from any goroutine.
-func (s *Scheduler) Room() int { return int(s.room.Load() - s.adopted.Load()) }
+// tick, less the tasks adopted and the room reserved since. Safe to call
+// from any goroutine.
+func (s *Scheduler) Room() int { return int(s.room.Load() - s.adopted.Load() - s.reserved.Load()) }
 
 // Accepting reports whether tasks may be started for this instance outside
 // its own ticks (flow.Start): it is running, has stored again the requests
@@ -93,13 +95,35 @@ func (s *Scheduler) Room() int { return int(s.room.Load() - s.adopted.Load()) }
 // failing. Safe to call from any goroutine.
 func (s *Scheduler) Accepting() bool { return s.accepting.Load() && !s.failing.Load() }
 
-// Adopt counts n tasks that a transaction of this process started for this
-// instance (a Submit's, see flow.Start) and committed: they are held, and
-// their replies come to this scheduler like those of its own claims. Safe
-// to call from any goroutine; Room counts them at once, the next tick adds
-// them to the in-flight count. Submits committing at the same moment can
-// take a scheduler a few tasks past MaxInFlight.
-func (s *Scheduler) Adopt(n int) { s.adopted.Add(int64(n)) }
+// Reserve sets aside room for n tasks that a transaction of this process
+// is about to start for this instance (a Submit's, see flow.Start), if the
+// scheduler accepts and has that much room; the caller then calls Adopt
+// with what it started, or Adopt(0, n) if its transaction failed. Claims
+// leave reserved room alone. Safe to call from any goroutine.
+func (s *Scheduler) Reserve(n int) bool {
+	if !s.Accepting() {
+		return false
+	}
+	for {
+		r := s.reserved.Load()
+		if int(s.room.Load()-s.adopted.Load()-r) < n {
+			return false
+		}
+		if s.reserved.CompareAndSwap(r, r+int64(n)) {
+			return true
+		}
+	}
+}
+
+// Adopt counts the started tasks of a transaction that reserved room for
+// reserved tasks (Reserve) and committed, and frees the reservation: the
+// started tasks are held, and their replies come to this scheduler like
+// those of its own claims. Room counts them at once, the next tick adds
+// them to the in-flight count. Safe to call from any goroutine.
+func (s *Scheduler) Adopt(started, reserved int) {
+	s.adopted.Add(int64(started)) // first, so Room never counts them as free
+	s.reserved.Add(-int64(reserved))
+}
 
 // Pick returns the scheduler of list, other than except, to wake for new
 // tasks: the first with room for a whole claim batch, else the one with the
@@ -397,7 +421,7 @@ fill:
 		// The replies and the claim are read together (one round trip
 		// where the store can), so the claim asks for the room there is
 		// before this tick's replies free any.
-		asked = max(0, min(s.MaxInFlight-s.inFlight, s.ClaimBatch))
+		asked = max(0, min(s.MaxInFlight-s.inFlight-int(s.reserved.Load()), s.ClaimBatch))
 		if len(all) == 0 && asked == 0 {
 			return nil
 		}
@@ -418,7 +442,7 @@ fill:
 			putBack = len(back)
 		}
 		// The replies made room and the claim was full: fill the room now.
-		if extra := min(s.MaxInFlight-(s.inFlight-released), s.ClaimBatch) - asked; extra > 0 && claimed == asked {
+		if extra := min(s.MaxInFlight-(s.inFlight-released)-int(s.reserved.Load()), s.ClaimBatch) - asked; extra > 0 && claimed == asked {
 			more, err := s.Machine.Tick(ctx, x, now, nil, extra)
 			dispatched = append(dispatched, more.Requests...)
 			if err != nil {
