@@ -66,9 +66,10 @@ type Config struct {
 	MaxInFlight int
 	// ClaimBatch caps the tasks claimed per transaction. Default 256.
 	ClaimBatch int
-	// NoEagerStart turns eager start off. By default, a Submit (not
-	// SubmitTx, and not SubmitMany) in a process running the scheduler
-	// role starts the new task in its own transaction: the task is stored
+	// NoEagerStart turns eager start off. By default, a Submit (and a
+	// SubmitMany of one task; not SubmitTx, nor SubmitMany of several) in
+	// a process running the scheduler role starts the new task in its own
+	// transaction: the task is stored
 	// already claimed by one of this process's schedulers, with its first
 	// step dispatched (to an agent of this process if one has a free slot),
 	// instead of Pending for the next claim. That saves a transaction and

@@ -2,6 +2,8 @@ package drover_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -229,6 +231,95 @@ func TestEagerStartKeepsMaxInFlight(t *testing.T) {
 			}
 			h.release <- struct{}{}
 			waitFor(t, "the fourth task started by a claim", func() bool { return len(h.attempts(ids[3])) == 1 })
+		})
+	}
+}
+
+// TestEagerStartCopiesTheInput: the agent of the process gets a started
+// task's input from memory, after Submit has returned, so Submit must not
+// keep the caller's buffer, which the caller may reuse at once.
+func TestEagerStartCopiesTheInput(t *testing.T) {
+	ctx := context.Background()
+	var (
+		mu  sync.Mutex
+		got = map[string]string{} // task ID → input the agent saw
+	)
+	agent := drover.Agent{Name: "a", Concurrency: 64, Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
+		mu.Lock()
+		got[r.TaskID] = string(r.Input)
+		mu.Unlock()
+		return []byte("null"), nil
+	}}
+	wf := drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a", Timeout: time.Minute}}}
+	c := startClient(t, drover.Config{Store: newStore(t), Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{agent}})
+	want := map[string]string{}
+	started := 0
+	buf := make([]byte, 0, 64)
+	for i := range 50 {
+		buf = fmt.Appendf(buf[:0], `{"n":%d}`, i)
+		task, err := c.Submit(ctx, "w", buf, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[task.ID] = string(buf)
+		if task.ProcessState == drover.Processing {
+			started++
+		}
+	}
+	if started == 0 {
+		t.Fatal("no task was started at submission")
+	}
+	for id := range want {
+		waitTask(t, c, id)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("task %s: the agent got input %s, want %s", id, got[id], w)
+		}
+	}
+}
+
+// TestEagerStartWithTheInstanceLeaseLost: once another holder has the
+// process's instance lease (the process is about to stop its roles), a
+// Submit still succeeds: the task is stored Pending, not started by a
+// scheduler that may no longer act.
+func TestEagerStartWithTheInstanceLeaseLost(t *testing.T) {
+	for name, d := range eagerStores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			h := newHeldAgent()
+			close(h.release)
+			wf := drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a", Timeout: time.Minute}}}
+			c := startClient(t, drover.Config{Store: d, Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{h.agent(4)},
+				InstanceID: "lost", LeaseTTL: time.Minute})
+			waitFor(t, "a task started at submission", func() bool {
+				task, err := c.Submit(ctx, "w", nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return task.ProcessState == drover.Processing
+			})
+			// Taken over as if it had expired (an hour from now); the
+			// process renews only every 20 seconds, after the test.
+			err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+				_, ok, err := x.LeaseAcquire(ctx, store.LeaseParams{Name: "instance:lost", Holder: "thief", Now: time.Now().Add(time.Hour), TTL: time.Hour})
+				if err == nil && !ok {
+					err = errors.New("not acquired")
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatalf("take the instance lease: %v", err)
+			}
+			task, err := c.Submit(ctx, "w", nil, nil)
+			if err != nil {
+				t.Fatalf("Submit with the instance lease lost: %v", err)
+			}
+			if task.ProcessState != drover.Pending || task.LockedBy != "" {
+				t.Errorf("Submit with the instance lease lost: %s LockedBy %q, want Pending and not held", task.ProcessState, task.LockedBy)
+			}
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package drover
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -135,8 +136,10 @@ type SubmitParams struct {
 	Options  SubmitOptions
 }
 
-// Submit records a new task, Pending, with its steps. input must be a JSON
-// document of at most Config.MaxInputBytes. With opts.OrderingKey set, the
+// Submit records a new task with its steps. input must be a JSON document
+// of at most Config.MaxInputBytes. The task is stored Pending, for a
+// scheduler's claim, or, when a scheduler of this process runs and has
+// room, already started by it (Processing, see Config.NoEagerStart). With opts.OrderingKey set, the
 // task waits for the tasks submitted before it with the same key (see
 // SubmitOptions); its position is returned in Task.OrderingSeq.
 //
@@ -205,7 +208,10 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 	if len(p.Input) > c.cfg.MaxInputBytes {
 		return nil, fmt.Errorf("%w: %d bytes, the limit is %d (Config.MaxInputBytes)", ErrInputTooLarge, len(p.Input), c.cfg.MaxInputBytes)
 	}
-	input := p.Input
+	// A copy: the task keeps it after Submit returns (an agent of this
+	// process may get it from memory, eager start), and the caller may
+	// reuse its buffer.
+	input := bytes.Clone(p.Input)
 	if len(input) == 0 {
 		input = []byte("null")
 	}

@@ -170,54 +170,48 @@ func (c *Client) submitTogether(group []*submitCall) (out []*Task, err error) {
 
 // submitInTx submits in one transaction of drover's own, starting the new
 // tasks when a scheduler of this process has room (see Config.NoEagerStart).
-func (c *Client) submitInTx(ctx context.Context, subs []flow.Submission) ([]*Task, error) {
-	var out []*Task
+func (c *Client) submitInTx(ctx context.Context, subs []flow.Submission) (out []*Task, err error) {
 	start, sched, rt := c.eagerStart(len(subs))
-	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if start != nil {
-			// The transaction may run again: release what the last try reserved.
-			unreserve(rt, start.Reserved())
-			start.Now = c.clock.Now().Truncate(time.Microsecond)
-		}
-		var err error
-		out, err = flow.SubmitAndStart(ctx, x, subs, start)
-		return err
-	})
 	if start != nil {
-		if err != nil {
-			unreserve(rt, start.Reserved())
-			if errors.Is(err, errInstanceLost) {
-				// The process is losing its instance lease: submit without
-				// starting; the roles stop, and whoever holds the lease or
-				// another process claims the task.
-				return c.submitInTxPlain(ctx, subs)
+		done := false
+		defer func() {
+			if !done { // the transaction failed or panicked
+				unreserve(rt, start.Reserved())
+				sched.Adopt(0, len(subs))
 			}
+		}()
+		err = c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			// The transaction may run again: give back what the last try reserved.
+			unreserve(rt, start.Reserved())
+			var err error
+			out, err = flow.SubmitAndStart(ctx, x, subs, start)
+			return err
+		})
+		if err != nil && (errors.Is(err, errInstanceLost) || errors.Is(err, store.ErrLeaseNotHeld)) {
+			// The process is losing its instance lease (its roles are about
+			// to stop): submit without starting, for the claims of whoever
+			// holds the lease next, or of other processes.
+			unreserve(rt, start.Reserved())
+			sched.Adopt(0, len(subs))
+			done = true
+			return c.submitInTxPlain(ctx, subs)
+		}
+		if err != nil {
 			return nil, err
 		}
+		done = true
 		unreserve(rt, start.Dropped)
+		sched.Adopt(start.Started, len(subs))
 		if start.Started > 0 {
-			sched.Adopt(start.Started)
 			c.counters.Dispatched.Add(int64(start.Started))
 			if rt != nil {
 				rt.Dispatch(start.Requests)
 			}
 		}
+		c.wakeForPending(out)
+		return out, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	c.wakeForPending(out)
-	return out, nil
-}
-
-// wakeForPending wakes a scheduler if a submitted task waits for a claim.
-func (c *Client) wakeForPending(tasks []*Task) {
-	for _, t := range tasks {
-		if t.ProcessState == Pending {
-			c.wakeSchedulers()
-			return
-		}
-	}
+	return c.submitInTxPlain(ctx, subs)
 }
 
 func (c *Client) submitInTxPlain(ctx context.Context, subs []flow.Submission) ([]*Task, error) {
@@ -234,10 +228,11 @@ func (c *Client) submitInTxPlain(ctx context.Context, subs []flow.Submission) ([
 	return out, nil
 }
 
-// eagerStart returns the Start for a Submit transaction of n tasks, the
-// scheduler that is to hold them and the process's agent runtime (nil if
-// none), or a nil Start: eager start is off, or no scheduler of this
-// process is accepting with room for them all.
+// eagerStart returns the Start for a Submit transaction of n tasks, with
+// room for them reserved on the scheduler that is to hold them, that
+// scheduler and the process's agent runtime (nil if none); or a nil Start:
+// eager start is off, or no scheduler of this process accepts with room
+// for them all.
 func (c *Client) eagerStart(n int) (*flow.Start, *scheduler.Scheduler, *agentrt.Runtime) {
 	if c.cfg.NoEagerStart {
 		return nil, nil, nil
@@ -246,8 +241,9 @@ func (c *Client) eagerStart(n int) (*flow.Start, *scheduler.Scheduler, *agentrt.
 	order, lease, rt := c.order, c.instance, c.runtime
 	c.mu.Unlock()
 	for _, s := range order {
-		if s.Accepting() && s.Room() >= n {
-			return &flow.Start{Machine: s.Machine, Room: n, Fence: lease.check}, s, rt
+		if s.Reserve(n) {
+			now := func() time.Time { return c.clock.Now().Truncate(time.Microsecond) }
+			return &flow.Start{Machine: s.Machine, Room: n, Fence: lease.check, Clock: now}, s, rt
 		}
 	}
 	return nil, nil, nil
@@ -257,6 +253,16 @@ func (c *Client) eagerStart(n int) (*flow.Start, *scheduler.Scheduler, *agentrt.
 func unreserve(rt *agentrt.Runtime, reqs []*dt.AgentRequest) {
 	if rt != nil && len(reqs) > 0 {
 		rt.Unreserve(reqs)
+	}
+}
+
+// wakeForPending wakes a scheduler if a submitted task waits for a claim.
+func (c *Client) wakeForPending(tasks []*Task) {
+	for _, t := range tasks {
+		if t.ProcessState == Pending {
+			c.wakeSchedulers()
+			return
+		}
 	}
 }
 
