@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,31 +46,40 @@ type pgFleet struct {
 
 	mu   sync.Mutex
 	all  []*pgProc
-	apis map[int]string // slot → HTTP API of its latest process
+	apis map[int]serverAPI // slot → HTTP API of its latest ready process
 }
 
-// api returns the HTTP API URL of a random slot's latest process ("" if
-// none yet); that process may be dead.
-func (f *pgFleet) api(rng func(int) int) string {
+// serverAPI is the HTTP API of a server process.
+type serverAPI struct{ url, id string }
+
+// api returns the HTTP API of a random slot's latest ready process (zero
+// if none); that process may have died since.
+func (f *pgFleet) api(rng func(int) int) serverAPI {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.apis) == 0 {
-		return ""
+	var list []serverAPI
+	for slot := range clusterSize {
+		if a, ok := f.apis[slot]; ok {
+			list = append(list, a)
+		}
 	}
-	return f.apis[rng(len(f.apis))]
+	if len(list) == 0 {
+		return serverAPI{}
+	}
+	return list[rng(len(list))]
 }
+
+// listenRE finds the HTTP API's address in a server's ready line.
+var listenRE = regexp.MustCompile(`listen=(\S+)`)
 
 func (f *pgFleet) start(slot int, id string) *pgProc {
 	f.t.Helper()
-	// Each process also serves the HTTP API, so that the test submits
-	// through it too: a Submit in a process with schedulers starts its task
-	// in the submitting transaction (eager start), and these get killed.
-	port, err := freePort()
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	// Each process also serves the HTTP API (on a port it picks and names
+	// in its ready line), so that the test submits through it too: a Submit
+	// in a process with schedulers starts its task in the submitting
+	// transaction (eager start), and these processes get killed.
 	cmd := exec.Command(f.bin, "server",
-		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--insecure-no-auth",
+		"--listen", "127.0.0.1:0", "--insecure-no-auth",
 		"--db", f.url,
 		"--schema", f.schema,
 		"--roles", "all",
@@ -100,10 +110,7 @@ func (f *pgFleet) start(slot int, id string) *pgProc {
 	pw.Close()
 	f.mu.Lock()
 	f.all = append(f.all, p)
-	if f.apis == nil {
-		f.apis = map[int]string{}
-	}
-	f.apis[slot] = fmt.Sprintf("http://127.0.0.1:%d", port)
+	delete(f.apis, slot)
 	f.mu.Unlock()
 	scanned := make(chan struct{})
 	go func() {
@@ -128,6 +135,14 @@ func (f *pgFleet) start(slot int, id string) *pgProc {
 			}
 			p.mu.Unlock()
 			if strings.Contains(line, "drover server ready") {
+				if m := listenRE.FindStringSubmatch(line); m != nil {
+					f.mu.Lock()
+					if f.apis == nil {
+						f.apis = map[int]serverAPI{}
+					}
+					f.apis[slot] = serverAPI{url: "http://" + m[1], id: id}
+					f.mu.Unlock()
+				}
 				once.Do(func() {
 					p.mu.Lock()
 					p.readyAt = time.Now()

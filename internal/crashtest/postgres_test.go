@@ -137,7 +137,7 @@ func TestClusterSurvivesKillsAndDatabaseRestart(t *testing.T) {
 	// quota, the submitter follows in small batches, retrying through the
 	// database outage (submission by ID is idempotent).
 	sub := newSubmitter(client, nOrders)
-	sub.api = func() string { return fleet.api(rng2.IntN) }
+	sub.api = func() serverAPI { return fleet.api(rng2.IntN) }
 	go sub.run()
 	defer sub.stop()
 	chunk := nOrders / (kills + 1)
@@ -185,9 +185,12 @@ func TestClusterSurvivesKillsAndDatabaseRestart(t *testing.T) {
 	}
 	// Submissions through the servers started tasks in the submitting
 	// process, and those processes were killed like the others.
-	t.Logf("%d orders submitted through the servers' HTTP API, %d of them started at submission", sub.viaHTTP.Load(), sub.eager.Load())
-	if sub.eager.Load() == 0 {
-		t.Errorf("no order submitted through a server was started at submission (of %d): eager start is not exercised", sub.viaHTTP.Load())
+	sub.mu.Lock()
+	viaHTTP, eager := len(sub.viaHTTP), len(sub.eager)
+	sub.mu.Unlock()
+	t.Logf("%d orders submitted through the servers' HTTP API, %d of them started at submission", viaHTTP, eager)
+	if eager == 0 {
+		t.Errorf("no order submitted through a server was started at submission (of %d): eager start is not exercised", viaHTTP)
 	}
 	if cs.killedBusy < cs.measured/2 {
 		t.Errorf("only %d of %d kills hit a server holding tasks; the test is not exercising crashes", cs.killedBusy, cs.measured)
@@ -645,9 +648,10 @@ func reportViolations(t *testing.T, what string, vs []string) {
 // its own transaction (eager start).
 type submitter struct {
 	c       *drover.Client
-	api     func() string
-	viaHTTP atomic.Int64 // orders the HTTP API took
-	eager   atomic.Int64 // of those, returned already started
+	api     func() serverAPI
+	mu      sync.Mutex
+	viaHTTP map[string]bool // orders the HTTP API took
+	eager   map[string]bool // of those, returned held by the server that took them
 	n       int
 	quota   atomic.Int64
 	done    atomic.Int64
@@ -711,23 +715,32 @@ func (s *submitter) run() {
 // failure leaves the rest for a retry of the whole batch (by ID, so the
 // orders already taken come back as they are).
 func (s *submitter) submitHTTP(ctx context.Context, params []drover.SubmitParams) error {
-	url := s.api()
-	if url == "" {
-		return errors.New("no server yet")
+	api := s.api()
+	if api.url == "" {
+		return errors.New("no server ready yet")
 	}
-	hc, err := droverclient.New(url, "")
+	hc, err := droverclient.New(api.url, "")
 	if err != nil {
 		return err
 	}
 	for _, p := range params {
-		task, _, err := hc.SubmitTask(ctx, droverclient.SubmitRequest{Workflow: p.Workflow, Input: p.Input, ID: p.Options.ID})
+		task, created, err := hc.SubmitTask(ctx, droverclient.SubmitRequest{Workflow: p.Workflow, Input: p.Input, ID: p.Options.ID})
 		if err != nil {
-			return fmt.Errorf("submit %s through %s: %w", p.Options.ID, url, err)
+			return fmt.Errorf("submit %s through %s: %w", p.Options.ID, api.url, err)
 		}
-		s.viaHTTP.Add(1)
-		if task.State == string(drover.Processing) {
-			s.eager.Add(1)
+		s.mu.Lock()
+		if s.viaHTTP == nil {
+			s.viaHTTP, s.eager = map[string]bool{}, map[string]bool{}
 		}
+		s.viaHTTP[p.Options.ID] = true
+		// Created by this call and already held by a scheduler of the
+		// server that took it: started at submission (a claim of that
+		// server's own, woken by the commit, would have to commit before
+		// the API's read of the task that it answers with).
+		if created && task.State == string(drover.Processing) && strings.HasPrefix(task.LockedBy, api.id+"/scheduler-") {
+			s.eager[p.Options.ID] = true
+		}
+		s.mu.Unlock()
 	}
 	return nil
 }
