@@ -184,23 +184,23 @@ func TestSubmitLeavesTaskPending(t *testing.T) {
 }
 
 // TestEagerStartKeepsMaxInFlight: tasks started at submission count toward
-// the scheduler's MaxInFlight like those it claims: once it holds that
-// many, the next task is left Pending, and a claim starts it when a held
-// task finishes.
+// the scheduler's MaxInFlight like those it claims, also when many Submits
+// and the scheduler's own claims run at once: with every call held in the
+// agent, the scheduler ends up holding exactly MaxInFlight tasks, and the
+// rest wait Pending until calls finish.
 func TestEagerStartKeepsMaxInFlight(t *testing.T) {
 	for name, d := range eagerStores(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			h := newHeldAgent()
 			wf := drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a", Timeout: time.Minute}}}
-			c := startClient(t, drover.Config{Store: d, Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{h.agent(8)},
-				Schedulers: 1, MaxInFlight: 3, ClaimBatch: 3})
+			const maxInFlight = 4
+			c := startClient(t, drover.Config{Store: d, Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{h.agent(64)},
+				Schedulers: 1, MaxInFlight: maxInFlight, ClaimBatch: maxInFlight, InstanceID: "cap"})
+			released := false
 			defer func() {
-				for range 3 {
-					select {
-					case h.release <- struct{}{}:
-					case <-time.After(5 * time.Second):
-					}
+				if !released {
+					close(h.release)
 				}
 			}()
 			waitFor(t, "a task started at submission", func() bool {
@@ -208,29 +208,60 @@ func TestEagerStartKeepsMaxInFlight(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if task.ProcessState == drover.Processing {
-					waitTask(t, c, task.ID) // its slot is free again
-					return true
-				}
-				return false
+				return task.ProcessState == drover.Processing
 			})
-			var ids []string
-			for i := range 4 {
-				task, err := c.Submit(ctx, "w", []byte(`"hold"`), nil)
+			waitFor(t, "the quick tasks finished", func() bool {
+				n, err := c.Active(ctx)
+				return err == nil && n == 0
+			})
+
+			var (
+				wg      sync.WaitGroup
+				mu      sync.Mutex
+				ids     []string
+				started int
+			)
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 5 {
+						task, err := c.Submit(ctx, "w", []byte(`"hold"`), nil)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						ids = append(ids, task.ID)
+						if task.ProcessState == drover.Processing {
+							started++
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if started == 0 || started > maxInFlight {
+				t.Errorf("%d of 40 tasks started at submission, want 1 to %d", started, maxInFlight)
+			}
+			held := func() int {
+				n, err := d.Reader().TaskCountLockedBy(ctx, "cap/scheduler-0")
 				if err != nil {
 					t.Fatal(err)
 				}
-				ids = append(ids, task.ID)
-				want := drover.Processing
-				if i == 3 {
-					want = drover.Pending
-				}
-				if task.ProcessState != want {
-					t.Fatalf("task %d of 4 with MaxInFlight 3: %s, want %s", i+1, task.ProcessState, want)
+				return n
+			}
+			waitFor(t, "the scheduler to fill its room", func() bool { return held() >= maxInFlight })
+			if n := held(); n != maxInFlight {
+				t.Fatalf("the scheduler holds %d tasks, MaxInFlight is %d", n, maxInFlight)
+			}
+			close(h.release)
+			released = true
+			for _, id := range ids {
+				if done := waitTask(t, c, id); done.ProcessState != drover.Processed {
+					t.Errorf("task %s ended %s", id, done.ProcessState)
 				}
 			}
-			h.release <- struct{}{}
-			waitFor(t, "the fourth task started by a claim", func() bool { return len(h.attempts(ids[3])) == 1 })
 		})
 	}
 }

@@ -177,7 +177,7 @@ func (c *Client) submitInTx(ctx context.Context, subs []flow.Submission) (out []
 		defer func() {
 			if !done { // the transaction failed or panicked
 				unreserve(rt, start.Reserved())
-				sched.Adopt(0, len(subs))
+				sched.Adopt(0, start.Room)
 			}
 		}()
 		err = c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
@@ -192,7 +192,7 @@ func (c *Client) submitInTx(ctx context.Context, subs []flow.Submission) (out []
 			// to stop): submit without starting, for the claims of whoever
 			// holds the lease next, or of other processes.
 			unreserve(rt, start.Reserved())
-			sched.Adopt(0, len(subs))
+			sched.Adopt(0, start.Room)
 			done = true
 			return c.submitInTxPlain(ctx, subs)
 		}
@@ -201,7 +201,7 @@ func (c *Client) submitInTx(ctx context.Context, subs []flow.Submission) (out []
 		}
 		done = true
 		unreserve(rt, start.Dropped)
-		sched.Adopt(start.Started, len(subs))
+		sched.Adopt(start.Started, start.Room)
 		if start.Started > 0 {
 			c.counters.Dispatched.Add(int64(start.Started))
 			if rt != nil {
@@ -229,10 +229,9 @@ func (c *Client) submitInTxPlain(ctx context.Context, subs []flow.Submission) ([
 }
 
 // eagerStart returns the Start for a Submit transaction of n tasks, with
-// room for them reserved on the scheduler that is to hold them, that
+// room for up to n reserved on the scheduler that is to hold them, that
 // scheduler and the process's agent runtime (nil if none); or a nil Start:
-// eager start is off, or no scheduler of this process accepts with room
-// for them all.
+// eager start is off, or no scheduler of this process accepts and has room.
 func (c *Client) eagerStart(n int) (*flow.Start, *scheduler.Scheduler, *agentrt.Runtime) {
 	if c.cfg.NoEagerStart {
 		return nil, nil, nil
@@ -241,9 +240,9 @@ func (c *Client) eagerStart(n int) (*flow.Start, *scheduler.Scheduler, *agentrt.
 	order, lease, rt := c.order, c.instance, c.runtime
 	c.mu.Unlock()
 	for _, s := range order {
-		if s.Reserve(n) {
+		if k := s.Reserve(n); k > 0 {
 			now := func() time.Time { return c.clock.Now().Truncate(time.Microsecond) }
-			return &flow.Start{Machine: s.Machine, Room: n, Fence: lease.check, Clock: now}, s, rt
+			return &flow.Start{Machine: s.Machine, Room: k, Fence: lease.check, Clock: now}, s, rt
 		}
 	}
 	return nil, nil, nil

@@ -95,22 +95,30 @@ func (s *Scheduler) Room() int { return int(s.room.Load() - s.adopted.Load() - s
 // failing. Safe to call from any goroutine.
 func (s *Scheduler) Accepting() bool { return s.accepting.Load() && !s.failing.Load() }
 
-// Reserve sets aside room for n tasks that a transaction of this process
-// is about to start for this instance (a Submit's, see flow.Start), if the
-// scheduler accepts and has that much room; the caller then calls Adopt
-// with what it started, or Adopt(0, n) if its transaction failed. Claims
-// leave reserved room alone. Safe to call from any goroutine.
-func (s *Scheduler) Reserve(n int) bool {
+// Reserve sets aside room for up to n tasks that a transaction of this
+// process is about to start for this instance (a Submit's, see flow.Start)
+// and returns how many it set aside: none if the scheduler does not accept.
+// The caller then calls Adopt with what it started and what it reserved.
+// The scheduler's own claims set their room aside the same way, so neither
+// takes the other's. Safe to call from any goroutine.
+func (s *Scheduler) Reserve(n int) int {
 	if !s.Accepting() {
-		return false
+		return 0
 	}
+	return s.take(n, 0)
+}
+
+// take sets aside up to n of Room plus extra (room that the caller's own
+// transaction frees) and returns how much it set aside.
+func (s *Scheduler) take(n, extra int) int {
 	for {
 		r := s.reserved.Load()
-		if int(s.room.Load()-s.adopted.Load()-r) < n {
-			return false
+		k := min(n, int(s.room.Load()-s.adopted.Load()-r)+extra)
+		if k <= 0 {
+			return 0
 		}
-		if s.reserved.CompareAndSwap(r, r+int64(n)) {
-			return true
+		if s.reserved.CompareAndSwap(r, r+int64(k)) {
+			return k
 		}
 	}
 }
@@ -362,6 +370,11 @@ type tickOptions struct {
 }
 
 func (s *Scheduler) tick(ctx context.Context, o tickOptions) (busy bool, err error) {
+	// The claims' room is set aside (take) like a started Submit's, and
+	// given back once setInFlight has counted what they took.
+	taken := 0
+	defer func() { s.reserved.Add(-int64(taken)) }()
+	s.setInFlight(s.inFlight) // MaxInFlight may have been set since Run began
 	if n := s.adopted.Load(); n != 0 {
 		// Count them as held before dropping them from adopted, so that
 		// Room never counts them as free in between.
@@ -421,7 +434,9 @@ fill:
 		// The replies and the claim are read together (one round trip
 		// where the store can), so the claim asks for the room there is
 		// before this tick's replies free any.
-		asked = max(0, min(s.MaxInFlight-s.inFlight-int(s.reserved.Load()), s.ClaimBatch))
+		s.reserved.Add(-int64(taken)) // a callback run again starts afresh
+		taken = s.take(s.ClaimBatch, 0)
+		asked = taken
 		if len(all) == 0 && asked == 0 {
 			return nil
 		}
@@ -430,6 +445,9 @@ fill:
 		if err != nil {
 			return err
 		}
+		// Hold on only to the room of the tasks the claim took.
+		s.reserved.Add(-int64(taken - claimed))
+		taken = claimed
 		// A reply whose task another transaction held locked waits for a
 		// later tick: in memory if it came from the inbox, back in the
 		// store's queue (this transaction deletes it there) if from it.
@@ -442,14 +460,19 @@ fill:
 			putBack = len(back)
 		}
 		// The replies made room and the claim was full: fill the room now.
-		if extra := min(s.MaxInFlight-(s.inFlight-released)-int(s.reserved.Load()), s.ClaimBatch) - asked; extra > 0 && claimed == asked {
-			more, err := s.Machine.Tick(ctx, x, now, nil, extra)
-			dispatched = append(dispatched, more.Requests...)
-			if err != nil {
-				return err
+		if claimed == asked {
+			if extra := s.take(s.ClaimBatch-asked, released); extra > 0 {
+				taken += extra
+				more, err := s.Machine.Tick(ctx, x, now, nil, extra)
+				dispatched = append(dispatched, more.Requests...)
+				if err != nil {
+					return err
+				}
+				s.reserved.Add(-int64(extra - more.Claimed))
+				taken -= extra - more.Claimed
+				asked, claimed, released = asked+extra, claimed+more.Claimed, released+more.Released
+				again = again || more.More
 			}
-			asked, claimed, released = asked+extra, claimed+more.Claimed, released+more.Released
-			again = again || more.More
 		}
 		return nil
 	})
