@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -485,6 +486,10 @@ func startTasks(subs []Submission, start *Start, sb **batch) []Submission {
 		}
 		t.ProcessState = dt.Processing
 		dispatchStep(*sb, start.Machine.Instance, start.Machine.Reserve, &t, steps[0], nil, dt.KindDo, now)
+		// The request may go to an agent in memory while the caller holds
+		// the returned task: each gets its own input.
+		req := (*sb).requests[len((*sb).requests)-1]
+		req.Input = bytes.Clone(req.Input)
 		out[i] = Submission{Task: &t, Steps: steps}
 		started++
 	}

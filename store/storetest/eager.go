@@ -146,11 +146,28 @@ func testFlowSubmitAndStart(t *testing.T, d store.Driver) {
 		t.Errorf("submitting an existing ID changed the store:\nbefore %s\nafter  %s", before, after)
 	}
 
+	// A Start used again (a retried transaction) reports only its last
+	// try: one that fails before starting anything holds no reservation.
+	start = &flow.Start{Machine: &flow.Machine{Instance: "sched-1", Reserve: inProcess}, Room: 10, Clock: func() time.Time { return now }}
+	e.submitStart(start, w.submission("o7", `{"order":"o7"}`, base))
+	if len(start.Reserved()) != 1 {
+		t.Fatalf("Reserved() = %d requests, want 1", len(start.Reserved()))
+	}
+	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+		_, err := flow.SubmitAndStart(ctx, x, []flow.Submission{w.submission("o8", `1`, base), w.submission("o8", `2`, base)}, start)
+		return err
+	})
+	wantErrIs(t, err, flow.ErrTaskConflict, "conflicting submissions with a used Start")
+	if len(start.Reserved()) != 0 || len(start.Requests) != 0 || start.Started != 0 {
+		t.Errorf("a used Start after a try that started nothing: %d reserved, %d requests, %d started; want none",
+			len(start.Reserved()), len(start.Requests), start.Started)
+	}
+
 	// A failing fence (the instance lease is gone): nothing is stored.
 	lost := errors.New("lease lost")
 	start = &flow.Start{Machine: &flow.Machine{Instance: "sched-1", Reserve: inProcess}, Room: 10, Clock: func() time.Time { return now },
 		Fence: func(context.Context, store.Executor, time.Time) error { return lost }}
-	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+	err = d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 		_, err := flow.SubmitAndStart(ctx, x, []flow.Submission{w.submission("o6", `{"order":"o6"}`, base)}, start)
 		return err
 	})
@@ -205,6 +222,11 @@ func testFlowStartAfterOrderingWait(t *testing.T, d store.Driver) {
 			early.Store(true)
 		}
 		return base
+	}, Fence: func(context.Context, store.Executor, time.Time) error {
+		if !released.Load() {
+			early.Store(true)
+		}
+		return nil
 	}}
 	t2 := make(chan error, 1)
 	go func() {
@@ -236,7 +258,7 @@ func testFlowStartAfterOrderingWait(t *testing.T, d store.Driver) {
 		t.Fatal(err)
 	}
 	if early.Load() {
-		t.Errorf("the unkeyed task's step started before the wait for key k ended")
+		t.Errorf("the unkeyed task's step started, or the fence ran, before the wait for key k ended")
 	}
 	if start.Started != 1 || start.Requests[0].TaskID != "u1" {
 		t.Errorf("started %d (%v), want u1 only", start.Started, reqKeys(start.Requests))
