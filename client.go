@@ -68,14 +68,15 @@ type Config struct {
 	ClaimBatch int
 	// NoEagerStart turns eager start off. By default, a Submit (and a
 	// SubmitMany of one task; not SubmitTx, nor SubmitMany of several) in
-	// a process running the scheduler role starts the new task in its own
-	// transaction: the task is stored
-	// already claimed by one of this process's schedulers, with its first
-	// step dispatched (to an agent of this process if one has a free slot),
-	// instead of Pending for the next claim. That saves a transaction and
-	// a scheduler tick per task, most of a task's latency under light
-	// load. Tasks with an OrderingKey always wait for a claim. Set it to
-	// leave every new task to the claims of all processes' schedulers.
+	// a process running the scheduler role starts the new task in the
+	// transaction that stores it (shared by concurrent Submits): the task
+	// is stored already claimed by one of this process's schedulers, with
+	// its first step dispatched (to an agent of this process if one has a
+	// free slot), instead of Pending for the next claim. That saves a
+	// transaction and a scheduler tick per task, most of a task's latency
+	// under light load. Tasks with an OrderingKey, and tasks beyond the
+	// schedulers' room (MaxInFlight), wait for a claim. Set it to leave
+	// every new task to the claims of all processes' schedulers.
 	NoEagerStart bool
 	// PollInterval is how often roles poll the store when nothing in this
 	// process signals new work (work from other processes). Default 100ms.

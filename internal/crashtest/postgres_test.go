@@ -189,8 +189,11 @@ func TestClusterSurvivesKillsAndDatabaseRestart(t *testing.T) {
 	viaHTTP, eager := len(sub.viaHTTP), len(sub.eager)
 	sub.mu.Unlock()
 	t.Logf("%d orders submitted through the servers' HTTP API, %d of them started at submission", viaHTTP, eager)
-	if eager == 0 {
-		t.Errorf("no order submitted through a server was started at submission (of %d): eager start is not exercised", viaHTTP)
+	// The count can include a few tasks that the server's own scheduler
+	// claimed between the commit and the API's read of the task; without
+	// eager start those would be far fewer than half.
+	if eager*2 < viaHTTP {
+		t.Errorf("only %d of %d orders submitted through a server were started at submission: eager start is not exercised", eager, viaHTTP)
 	}
 	if cs.killedBusy < cs.measured/2 {
 		t.Errorf("only %d of %d kills hit a server holding tasks; the test is not exercising crashes", cs.killedBusy, cs.measured)
