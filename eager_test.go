@@ -42,10 +42,35 @@ func (h *heldAgent) agent(concurrency int) drover.Agent {
 	}}
 }
 
+// client starts a client on d running workflow "w" (one step on agent "a",
+// a minute's budget) with h's agent at the given concurrency, and cfg's
+// other settings.
+func (h *heldAgent) client(t *testing.T, d store.Driver, concurrency int, cfg drover.Config) *drover.Client {
+	t.Helper()
+	cfg.Store = d
+	cfg.Workflows = []drover.Workflow{{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a", Timeout: time.Minute}}}}
+	cfg.Agents = []drover.Agent{h.agent(concurrency)}
+	return startClient(t, cfg)
+}
+
 func (h *heldAgent) attempts(id string) []int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]int(nil), h.calls[id]...)
+}
+
+// waitAccepting submits tasks of workflow "w" with input until one comes
+// back started: a scheduler accepts once it has restored its in-flight
+// requests after Start; until then tasks are claimed as usual.
+func waitAccepting(t *testing.T, c *drover.Client, input []byte) {
+	t.Helper()
+	waitFor(t, "a task started at submission", func() bool {
+		task, err := c.Submit(context.Background(), "w", input, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task.ProcessState == drover.Processing
+	})
 }
 
 func eagerStores(t *testing.T) map[string]store.Driver {
@@ -63,19 +88,9 @@ func TestSubmitStartsTheTask(t *testing.T) {
 			ctx := context.Background()
 			h := newHeldAgent()
 			defer close(h.release)
-			wf := drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a", Timeout: time.Minute}}}
-			c := startClient(t, drover.Config{Store: d, Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{h.agent(2)},
-				PollInterval: time.Minute})
+			c := h.client(t, d, 2, drover.Config{PollInterval: time.Minute})
 
-			// The scheduler accepts once it has restored its in-flight
-			// requests after Start; until then tasks are claimed as usual.
-			waitFor(t, "a task started at submission", func() bool {
-				task, err := c.Submit(ctx, "w", []byte(`"quick"`), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return task.ProcessState == drover.Processing
-			})
+			waitAccepting(t, c, []byte(`"quick"`))
 
 			before := time.Now()
 			task, err := c.Submit(ctx, "w", []byte(`"hold"`), &drover.SubmitOptions{ID: "held-1"})
@@ -141,16 +156,8 @@ func TestSubmitLeavesTaskPending(t *testing.T) {
 			ctx := context.Background()
 			h := newHeldAgent()
 			close(h.release)
-			wf := drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a", Timeout: time.Minute}}}
-			eager := startClient(t, drover.Config{Store: d, Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{h.agent(4)},
-				InstanceID: "eager"})
-			waitFor(t, "a task started at submission", func() bool {
-				task, err := eager.Submit(ctx, "w", nil, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return task.ProcessState == drover.Processing
-			})
+			eager := h.client(t, d, 4, drover.Config{InstanceID: "eager"})
+			waitAccepting(t, eager, nil)
 			keyed, err := eager.Submit(ctx, "w", nil, &drover.SubmitOptions{OrderingKey: "k"})
 			if err != nil {
 				t.Fatal(err)
@@ -165,8 +172,7 @@ func TestSubmitLeavesTaskPending(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			plain := startClient(t, drover.Config{Store: d, Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{h.agent(4)},
-				InstanceID: "plain", NoEagerStart: true})
+			plain := h.client(t, d, 4, drover.Config{InstanceID: "plain", NoEagerStart: true})
 			for range 20 {
 				task, err := plain.Submit(ctx, "w", nil, nil)
 				if err != nil {
@@ -193,23 +199,15 @@ func TestEagerStartKeepsMaxInFlight(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			h := newHeldAgent()
-			wf := drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a", Timeout: time.Minute}}}
 			const maxInFlight = 4
-			c := startClient(t, drover.Config{Store: d, Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{h.agent(64)},
-				Schedulers: 1, MaxInFlight: maxInFlight, ClaimBatch: maxInFlight, InstanceID: "cap"})
+			c := h.client(t, d, 64, drover.Config{Schedulers: 1, MaxInFlight: maxInFlight, ClaimBatch: maxInFlight, InstanceID: "cap"})
 			released := false
 			defer func() {
 				if !released {
 					close(h.release)
 				}
 			}()
-			waitFor(t, "a task started at submission", func() bool {
-				task, err := c.Submit(ctx, "w", []byte(`"quick"`), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return task.ProcessState == drover.Processing
-			})
+			waitAccepting(t, c, []byte(`"quick"`))
 			waitFor(t, "the quick tasks finished", func() bool {
 				n, err := c.Active(ctx)
 				return err == nil && n == 0
@@ -322,16 +320,8 @@ func TestEagerStartWithTheInstanceLeaseLost(t *testing.T) {
 			ctx := context.Background()
 			h := newHeldAgent()
 			close(h.release)
-			wf := drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "s", Agent: "a", Timeout: time.Minute}}}
-			c := startClient(t, drover.Config{Store: d, Workflows: []drover.Workflow{wf}, Agents: []drover.Agent{h.agent(4)},
-				InstanceID: "lost", LeaseTTL: time.Minute})
-			waitFor(t, "a task started at submission", func() bool {
-				task, err := c.Submit(ctx, "w", nil, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return task.ProcessState == drover.Processing
-			})
+			c := h.client(t, d, 4, drover.Config{InstanceID: "lost", LeaseTTL: time.Minute})
+			waitAccepting(t, c, nil)
 			// Taken over as if it had expired (an hour from now); the
 			// process renews only every 20 seconds, after the test.
 			err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {

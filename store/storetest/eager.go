@@ -191,27 +191,10 @@ func testFlowStartAfterOrderingWait(t *testing.T, d store.Driver) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := oneStepWF()
-	held, release := make(chan struct{}), make(chan struct{})
-	t1 := make(chan error, 1)
-	go func() {
-		t1 <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if _, err := flow.Submit(ctx, x, []flow.Submission{keyed(w, "k1", "k")}); err != nil {
-				return err
-			}
-			close(held)
-			select {
-			case <-release:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		})
-	}()
-	select {
-	case <-held:
-	case err := <-t1:
-		t.Fatalf("the key's holder ended before holding it: %v", err)
-	}
+	release := holdOpen(ctx, t, d, func(ctx context.Context, x store.Executor) error {
+		_, err := flow.Submit(ctx, x, []flow.Submission{keyed(w, "k1", "k")})
+		return err
+	})
 	waitsBefore, err := probe.LockWaits(ctx)
 	if err != nil {
 		t.Fatalf("LockWaits: %v", err)
@@ -250,8 +233,7 @@ func testFlowStartAfterOrderingWait(t *testing.T, d store.Driver) {
 		}
 	}
 	released.Store(true)
-	close(release)
-	if err := <-t1; err != nil {
+	if err := release(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-t2; err != nil {

@@ -461,34 +461,18 @@ func raceSubmitters(t *testing.T, d store.Driver, id1, id2 string, want int64) {
 	defer cancel()
 	w := oneStepWF()
 	var (
-		held, release = make(chan struct{}), make(chan struct{})
-		t1Done        = make(chan error, 1)
-		t2Done        = make(chan error, 1)
-		seq1, seq2    atomic.Int64
-		released      atomic.Bool
-		t2Early       atomic.Bool
+		t2Done     = make(chan error, 1)
+		seq1, seq2 atomic.Int64
+		released   atomic.Bool
+		t2Early    atomic.Bool
 	)
-	go func() {
-		t1Done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			out, err := flow.Submit(ctx, x, []flow.Submission{keyed(w, id1, "k")})
-			if err != nil {
-				return err
-			}
+	release := holdOpen(ctx, t, d, func(ctx context.Context, x store.Executor) error {
+		out, err := flow.Submit(ctx, x, []flow.Submission{keyed(w, id1, "k")})
+		if err == nil {
 			seq1.Store(out[0].OrderingSeq)
-			close(held)
-			select {
-			case <-release:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		})
-	}()
-	select {
-	case <-held:
-	case err := <-t1Done:
-		t.Fatalf("T1 ended before holding its transaction: %v", err)
-	}
+		}
+		return err
+	})
 
 	probe, _ := d.(LockWaits)
 	var waitsBefore int64
@@ -543,8 +527,7 @@ func raceSubmitters(t *testing.T, d store.Driver, id1, id2 string, want int64) {
 		}
 	}
 	if t2Finished {
-		close(release)
-		<-t1Done
+		_ = release()
 		t.Fatalf("T2 submitted with key k and ended (err %v, position %d) while T1, which holds position %d of k, was still open: "+
 			"positions would not follow commit order", t2Err, seq2.Load(), seq1.Load())
 	}
@@ -555,8 +538,7 @@ func raceSubmitters(t *testing.T, d store.Driver, id1, id2 string, want int64) {
 		}
 	}
 	released.Store(true)
-	close(release)
-	if err := <-t1Done; err != nil {
+	if err := release(); err != nil {
 		t.Fatalf("T1: %v", err)
 	}
 	if err := <-t2Done; err != nil {

@@ -88,6 +88,37 @@ func at(d time.Duration) time.Time { return base.Add(d) }
 
 func tp(t time.Time) *time.Time { return &t }
 
+// holdOpen runs fn in a transaction of d and keeps the transaction open,
+// after fn, until release is called; release returns the transaction's
+// error. The test fails if the transaction ends before fn has returned.
+func holdOpen(ctx context.Context, t *testing.T, d store.Driver, fn func(ctx context.Context, x store.Executor) error) (release func() error) {
+	t.Helper()
+	held, stop, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			if err := fn(ctx, x); err != nil {
+				return err
+			}
+			close(held)
+			select {
+			case <-stop:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-done:
+		t.Fatalf("the transaction to hold open ended first: %v", err)
+	}
+	return func() error {
+		close(stop)
+		return <-done
+	}
+}
+
 // inTx runs fn in a write transaction and fails the test on error.
 func inTx(t *testing.T, d store.Driver, fn func(ctx context.Context, x store.Executor) error) {
 	t.Helper()

@@ -244,31 +244,16 @@ func testWorkflowDefRollback(t *testing.T, d store.Driver) {
 func testWorkflowDefPutBlocked(t *testing.T, d store.Driver) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	held, release := make(chan struct{}), make(chan struct{})
-	t1Done := make(chan error, 1)
-	go func() {
-		t1Done <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			w, created, err := x.WorkflowDefPut(ctx, newDef("orders", "first", at(time.Second)))
-			if err != nil {
-				return err
-			}
-			if !created || w.Version != 1 {
-				return fmt.Errorf("T1: version %d, created %v; want 1, true", w.Version, created)
-			}
-			close(held)
-			select {
-			case <-release:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		})
-	}()
-	select {
-	case <-held:
-	case err := <-t1Done:
-		t.Fatalf("T1 ended before holding its transaction: %v", err)
-	}
+	release := holdOpen(ctx, t, d, func(ctx context.Context, x store.Executor) error {
+		w, created, err := x.WorkflowDefPut(ctx, newDef("orders", "first", at(time.Second)))
+		if err != nil {
+			return err
+		}
+		if !created || w.Version != 1 {
+			return fmt.Errorf("T1: version %d, created %v; want 1, true", w.Version, created)
+		}
+		return nil
+	})
 	probe, _ := d.(LockWaits)
 	var waitsBefore int64
 	if probe != nil {
@@ -313,8 +298,7 @@ func testWorkflowDefPutBlocked(t *testing.T, d store.Driver) {
 		}
 		tick.Stop()
 	}
-	close(release)
-	if err := <-t1Done; err != nil {
+	if err := release(); err != nil {
 		t.Fatalf("T1: %v", err)
 	}
 	r2, r3 := <-second, <-same
