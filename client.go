@@ -465,7 +465,10 @@ func (c *Client) wakeScheduler(except *scheduler.Scheduler) {
 
 // Stats are counters of what this process did since it started.
 type Stats struct {
-	Dispatched     int64 `json:"dispatched"`
+	Dispatched int64 `json:"dispatched"`
+	// EagerStarts counts the tasks of Dispatched that a Submit started in
+	// its own transaction (see Config.NoEagerStart).
+	EagerStarts    int64 `json:"eager_starts"`
 	RepliesApplied int64 `json:"replies_applied"`
 	LateReplies    int64 `json:"late_replies"`
 	Recoveries     int64 `json:"supervisor_recoveries"`
@@ -482,7 +485,7 @@ func (c *Client) Stats() Stats {
 	s := Stats{
 		Dispatched: c.counters.Dispatched.Load(), RepliesApplied: c.counters.RepliesApplied.Load(),
 		LateReplies: c.counters.LateReplies.Load(), Recoveries: c.counters.Recoveries.Load(), Alerts: c.counters.Alerts.Load(),
-		TasksFinished: c.counters.Finished.Load(),
+		TasksFinished: c.counters.Finished.Load(), EagerStarts: c.counters.Started.Load(),
 	}
 	c.mu.Lock()
 	rt := c.runtime

@@ -137,6 +137,9 @@ func TestSubmitStartsTheTask(t *testing.T) {
 				t.Errorf("held-1 called with attempts %v, want [1]", got)
 			}
 
+			if st := c.Stats(); st.EagerStarts < 3 || st.EagerStarts > st.Dispatched {
+				t.Errorf("Stats: %d eager starts of %d dispatched; want at least 3 (held-1, held-2 and a quick one), at most all", st.EagerStarts, st.Dispatched)
+			}
 			h.release <- struct{}{}
 			h.release <- struct{}{}
 			for _, id := range []string{"held-1", "held-2"} {
@@ -184,6 +187,9 @@ func TestSubmitLeavesTaskPending(t *testing.T) {
 				if done := waitTask(t, plain, task.ID); done.ProcessState != drover.Processed {
 					t.Errorf("task %s ended %s", task.ID, done.ProcessState)
 				}
+			}
+			if st := plain.Stats(); st.EagerStarts != 0 || st.Dispatched < 20 {
+				t.Errorf("NoEagerStart: Stats %d eager starts of %d dispatched, want 0 of at least 20", st.EagerStarts, st.Dispatched)
 			}
 		})
 	}

@@ -204,6 +204,7 @@ func (c *Client) submitInTx(ctx context.Context, subs []flow.Submission) (out []
 		sched.Adopt(start.Started, start.Room)
 		if start.Started > 0 {
 			c.counters.Dispatched.Add(int64(start.Started))
+			c.counters.Started.Add(int64(start.Started))
 			if rt != nil {
 				rt.Dispatch(start.Requests)
 			}

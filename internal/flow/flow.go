@@ -42,6 +42,7 @@ type Counters struct {
 	Recoveries     atomic.Int64 // steps the supervisor reset for another try
 	Alerts         atomic.Int64
 	Finished       atomic.Int64 // tasks this process brought to Processed, Compensated or Error
+	Started        atomic.Int64 // of Dispatched, tasks started at submission (Start)
 }
 
 // tally is what one transaction would add to the Counters.
