@@ -245,8 +245,11 @@ func TestEagerStartKeepsMaxInFlight(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			if started == 0 || started > maxInFlight {
-				t.Errorf("%d of 40 tasks started at submission, want 1 to %d", started, maxInFlight)
+			// How many start at submission depends on how the Submits
+			// meet the scheduler's claims, which hold room while they run.
+			t.Logf("%d of 40 tasks started at submission", started)
+			if started > maxInFlight {
+				t.Errorf("%d of 40 tasks started at submission, want at most %d", started, maxInFlight)
 			}
 			held := func() int {
 				n, err := d.Reader().TaskCountLockedBy(ctx, "cap/scheduler-0")
@@ -348,5 +351,60 @@ func TestEagerStartWithTheInstanceLeaseLost(t *testing.T) {
 				t.Errorf("Submit with the instance lease lost: %s LockedBy %q, want Pending and not held", task.ProcessState, task.LockedBy)
 			}
 		})
+	}
+}
+
+// TestEagerStartReservesNoRoomForKeyedTasks: Submits of tasks with an
+// ordering key, waiting for a key that an application's transaction holds,
+// set no room aside for eager start; otherwise they would leave the
+// scheduler no room to claim unrelated tasks until that transaction ends.
+func TestEagerStartReservesNoRoomForKeyedTasks(t *testing.T) {
+	ctx := context.Background()
+	d := testutil.Postgres(t)
+	h := newHeldAgent()
+	close(h.release)
+	c := h.client(t, d, 8, drover.Config{Schedulers: 1, MaxInFlight: 2, ClaimBatch: 2})
+	waitAccepting(t, c, nil)
+
+	// The application holds key k in its open transaction.
+	tx, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := c.SubmitTx(ctx, tx, "w", nil, &drover.SubmitOptions{OrderingKey: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	// Two Submits on k wait for it (together or apart).
+	waiting := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := c.Submit(ctx, "w", nil, &drover.SubmitOptions{OrderingKey: "k"})
+			waiting <- err
+		}()
+	}
+	waitFor(t, "both Submits on k waiting for the application's transaction", func() bool {
+		var n int
+		err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n >= 1
+	})
+	// Meanwhile an unkeyed task still runs.
+	task, err := c.Submit(ctx, "w", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	done, err := c.Wait(wctx, task.ID)
+	if err != nil || done.ProcessState != drover.Processed {
+		t.Fatalf("an unkeyed task while keyed Submits wait: %v, %v; want Processed", done, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-waiting; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -171,7 +171,15 @@ func (c *Client) submitTogether(group []*submitCall) (out []*Task, err error) {
 // submitInTx submits in one transaction of drover's own, starting the new
 // tasks when a scheduler of this process has room (see Config.NoEagerStart).
 func (c *Client) submitInTx(ctx context.Context, subs []flow.Submission) (out []*Task, err error) {
-	start, sched, rt := c.eagerStart(len(subs))
+	// Room only for the tasks that can start: a keyed one waits for a
+	// claim, and its transaction may wait for the key meanwhile.
+	n := 0
+	for _, sub := range subs {
+		if sub.Task.OrderingKey == "" {
+			n++
+		}
+	}
+	start, sched, rt := c.eagerStart(n)
 	if start != nil {
 		done := false
 		defer func() {
@@ -234,7 +242,7 @@ func (c *Client) submitInTxPlain(ctx context.Context, subs []flow.Submission) ([
 // scheduler and the process's agent runtime (nil if none); or a nil Start:
 // eager start is off, or no scheduler of this process accepts and has room.
 func (c *Client) eagerStart(n int) (*flow.Start, *scheduler.Scheduler, *agentrt.Runtime) {
-	if c.cfg.NoEagerStart {
+	if c.cfg.NoEagerStart || n == 0 {
 		return nil, nil, nil
 	}
 	c.mu.Lock()

@@ -7,7 +7,7 @@ func TestPick(t *testing.T) {
 		list := make([]*Scheduler, len(rooms))
 		for i, r := range rooms {
 			list[i] = &Scheduler{ClaimBatch: 4}
-			list[i].room.Store(r)
+			list[i].room = int(r)
 		}
 		return list
 	}

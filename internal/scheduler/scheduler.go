@@ -63,13 +63,17 @@ type Scheduler struct {
 	putBack  bool             // the last tick put replies back in the store's queue
 	wake     chan struct{}
 	inFlight int
-	room     atomic.Int64 // MaxInFlight - inFlight, for other goroutines
-	failing  atomic.Bool  // the last tick failed: backing off
+	failing  atomic.Bool // the last tick failed: backing off
 	// accepting: Run has restored its in-flight requests and not stopped,
 	// so tasks may be started for it outside its ticks (Adopt).
 	accepting atomic.Bool
-	adopted   atomic.Int64 // tasks Adopt counted that no tick has added to inFlight yet
-	reserved  atomic.Int64 // room Reserve set aside for transactions in progress
+
+	// The room other goroutines see and take, changed together under
+	// roomMu so that no reader sees a task both held and free.
+	roomMu   sync.Mutex
+	room     int // MaxInFlight - inFlight, as of the last change of inFlight
+	adopted  int // tasks Adopt counted that no tick has added to inFlight yet
+	reserved int // room set aside by Submits (Reserve) and claims (take) in progress
 }
 
 // New returns a scheduler for the given instance ID.
@@ -87,7 +91,11 @@ func (s *Scheduler) Instance() string { return s.Machine.Instance }
 // Room is how many more tasks this instance may hold, as of its last
 // tick, less the tasks adopted and the room reserved since. Safe to call
 // from any goroutine.
-func (s *Scheduler) Room() int { return int(s.room.Load() - s.adopted.Load() - s.reserved.Load()) }
+func (s *Scheduler) Room() int {
+	s.roomMu.Lock()
+	defer s.roomMu.Unlock()
+	return s.room - s.adopted - s.reserved
+}
 
 // Accepting reports whether tasks may be started for this instance outside
 // its own ticks (flow.Start): it is running, has stored again the requests
@@ -111,16 +119,21 @@ func (s *Scheduler) Reserve(n int) int {
 // take sets aside up to n of Room plus extra (room that the caller's own
 // transaction frees) and returns how much it set aside.
 func (s *Scheduler) take(n, extra int) int {
-	for {
-		r := s.reserved.Load()
-		k := min(n, int(s.room.Load()-s.adopted.Load()-r)+extra)
-		if k <= 0 {
-			return 0
-		}
-		if s.reserved.CompareAndSwap(r, r+int64(k)) {
-			return k
-		}
+	s.roomMu.Lock()
+	defer s.roomMu.Unlock()
+	k := min(n, s.room-s.adopted-s.reserved+extra)
+	if k <= 0 {
+		return 0
 	}
+	s.reserved += k
+	return k
+}
+
+// give hands back k of the room take set aside.
+func (s *Scheduler) give(k int) {
+	s.roomMu.Lock()
+	s.reserved -= k
+	s.roomMu.Unlock()
 }
 
 // Adopt counts the started tasks of a transaction that reserved room for
@@ -129,8 +142,10 @@ func (s *Scheduler) take(n, extra int) int {
 // those of its own claims. Room counts them at once, the next tick adds
 // them to the in-flight count. Safe to call from any goroutine.
 func (s *Scheduler) Adopt(started, reserved int) {
-	s.adopted.Add(int64(started)) // first, so Room never counts them as free
-	s.reserved.Add(-int64(reserved))
+	s.roomMu.Lock()
+	s.adopted += started
+	s.reserved -= reserved
+	s.roomMu.Unlock()
 }
 
 // Pick returns the scheduler of list, other than except, to wake for new
@@ -168,8 +183,14 @@ func Pick(list []*Scheduler, except *Scheduler) *Scheduler {
 
 // setInFlight records the held-task count and the room it leaves.
 func (s *Scheduler) setInFlight(n int) {
+	s.roomMu.Lock()
+	s.setInFlightLocked(n)
+	s.roomMu.Unlock()
+}
+
+func (s *Scheduler) setInFlightLocked(n int) {
 	s.inFlight = n
-	s.room.Store(int64(s.MaxInFlight - n))
+	s.room = s.MaxInFlight - n
 }
 
 // Wake tells the scheduler that tasks may be waiting.
@@ -313,11 +334,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 func (s *Scheduler) recount(ctx context.Context) {
 	// Tasks adopted before the count are in it (Adopt comes after their
 	// commit): the count replaces them.
-	adopted := s.adopted.Load()
+	s.roomMu.Lock()
+	adopted := s.adopted
+	s.roomMu.Unlock()
 	n, err := s.Driver.Reader().TaskCountLockedBy(ctx, s.Instance())
 	if err == nil {
-		s.setInFlight(n)
-		s.adopted.Add(-adopted)
+		s.roomMu.Lock()
+		s.setInFlightLocked(n)
+		s.adopted -= adopted
+		s.roomMu.Unlock()
 	}
 }
 
@@ -373,14 +398,13 @@ func (s *Scheduler) tick(ctx context.Context, o tickOptions) (busy bool, err err
 	// The claims' room is set aside (take) like a started Submit's, and
 	// given back once setInFlight has counted what they took.
 	taken := 0
-	defer func() { s.reserved.Add(-int64(taken)) }()
-	s.setInFlight(s.inFlight) // MaxInFlight may have been set since Run began
-	if n := s.adopted.Load(); n != 0 {
-		// Count them as held before dropping them from adopted, so that
-		// Room never counts them as free in between.
-		s.setInFlight(s.inFlight + int(n))
-		s.adopted.Add(-n)
-	}
+	defer func() { s.give(taken) }()
+	// Count the adopted tasks as held (MaxInFlight may also have been set
+	// since Run began).
+	s.roomMu.Lock()
+	s.setInFlightLocked(s.inFlight + s.adopted)
+	s.adopted = 0
+	s.roomMu.Unlock()
 	limit := 4 * s.ClaimBatch
 	replies, retried := s.deferred, len(s.deferred)
 	s.deferred = nil
@@ -434,7 +458,7 @@ fill:
 		// The replies and the claim are read together (one round trip
 		// where the store can), so the claim asks for the room there is
 		// before this tick's replies free any.
-		s.reserved.Add(-int64(taken)) // a callback run again starts afresh
+		s.give(taken) // a callback run again starts afresh
 		taken = s.take(s.ClaimBatch, 0)
 		asked = taken
 		if len(all) == 0 && asked == 0 {
@@ -446,7 +470,7 @@ fill:
 			return err
 		}
 		// Hold on only to the room of the tasks the claim took.
-		s.reserved.Add(-int64(taken - claimed))
+		s.give(taken - claimed)
 		taken = claimed
 		// A reply whose task another transaction held locked waits for a
 		// later tick: in memory if it came from the inbox, back in the
@@ -468,7 +492,7 @@ fill:
 				if err != nil {
 					return err
 				}
-				s.reserved.Add(-int64(extra - more.Claimed))
+				s.give(extra - more.Claimed)
 				taken -= extra - more.Claimed
 				asked, claimed, released = asked+extra, claimed+more.Claimed, released+more.Released
 				again = again || more.More
