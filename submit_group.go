@@ -198,10 +198,8 @@ func (c *Client) submitInTx(ctx context.Context, subs []flow.Submission) (out []
 		if err != nil && (errors.Is(err, errInstanceLost) || errors.Is(err, store.ErrLeaseNotHeld)) {
 			// The process is losing its instance lease (its roles are about
 			// to stop): submit without starting, for the claims of whoever
-			// holds the lease next, or of other processes.
-			unreserve(rt, start.Reserved())
-			sched.Adopt(0, start.Room)
-			done = true
+			// holds the lease next, or of other processes. The deferred
+			// cleanup returns what this try reserved.
 			return c.submitInTxPlain(ctx, subs)
 		}
 		if err != nil {

@@ -161,19 +161,26 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 			return err
 		}
 	}
-	// Wake the agents in other processes for requests no runtime in this
-	// process took.
+	if err := notifyRequests(ctx, x, b.requests); err != nil {
+		return err
+	}
+	if b.claimable {
+		return x.Notify(ctx, store.TopicTasks)
+	}
+	return nil
+}
+
+// notifyRequests wakes the agents in other processes for the requests no
+// runtime in this process took.
+func notifyRequests(ctx context.Context, x store.Executor, reqs []*dt.AgentRequest) error {
 	seen := map[string]bool{}
-	for _, r := range b.requests {
+	for _, r := range reqs {
 		if r.ClaimedBy == "" && !seen[r.Agent] {
 			seen[r.Agent] = true
 			if err := x.Notify(ctx, store.TopicRequests(r.Agent)); err != nil {
 				return err
 			}
 		}
-	}
-	if b.claimable {
-		return x.Notify(ctx, store.TopicTasks)
 	}
 	return nil
 }
@@ -366,12 +373,8 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 	}
 	var sb *batch // the started tasks' requests and step_started events
 	if start != nil {
-		subs = startTasks(subs, start, &sb)
-		if sb != nil {
+		if subs, sb = startTasks(subs, fresh, freshIdx, start); sb != nil {
 			start.reserved = slices.Clone(sb.requests)
-			for k, i := range freshIdx {
-				fresh[k] = subs[i].Task
-			}
 			if start.Fence != nil {
 				if err := start.Fence(ctx, x, start.Now); err != nil {
 					return nil, err
@@ -435,16 +438,9 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		return nil, err
 	}
 	if sb != nil {
-		// Wake the agents of other processes for the requests no runtime
-		// here took, and the schedulers only for tasks left Pending.
-		seen := map[string]bool{}
-		for _, r := range sb.requests {
-			if r.ClaimedBy == "" && !seen[r.Agent] {
-				seen[r.Agent] = true
-				if err := x.Notify(ctx, store.TopicRequests(r.Agent)); err != nil {
-					return nil, err
-				}
-			}
+		// The schedulers are woken only for tasks left Pending.
+		if err := notifyRequests(ctx, x, sb.requests); err != nil {
+			return nil, err
 		}
 	}
 	if pending && len(steps) > 0 {
@@ -453,51 +449,42 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 	return out, nil
 }
 
-// startTasks starts up to start.Room of the submissions' tasks (see Start)
-// and returns the submissions with those tasks and steps replaced by
-// started copies: the caller's records are not changed, so a submission
-// retried after a rollback starts afresh. *sb receives the dispatches; it
-// stays nil if nothing was started.
-func startTasks(subs []Submission, start *Start, sb **batch) []Submission {
+// startTasks starts up to start.Room of the new tasks fresh (the first
+// submission of each ID, at freshIdx in subs; see Start). It replaces each
+// started task, in fresh and in a copy of subs it returns, by a started
+// copy with copies of its steps, so the caller's records are not changed
+// and a submission retried after a rollback starts afresh. The batch holds
+// the dispatches; it is nil if nothing was started.
+func startTasks(subs []Submission, fresh []*dt.Task, freshIdx []int, start *Start) ([]Submission, *batch) {
 	start.Now = start.Clock()
-	now := start.Now
-	var out []Submission
-	seen := map[string]bool{}
-	started := 0
-	for i, sub := range subs {
-		if started >= start.Room {
+	var sb *batch
+	for k, t := range fresh {
+		if start.Room <= 0 || (sb != nil && len(sb.requests) >= start.Room) {
 			break
 		}
-		if seen[sub.Task.ID] || !startable(sub.Task, sub.Steps, now) {
-			seen[sub.Task.ID] = true
+		i := freshIdx[k]
+		if !startable(t, subs[i].Steps, start.Now) {
 			continue
 		}
-		seen[sub.Task.ID] = true
-		if out == nil {
-			out = slices.Clone(subs)
+		if sb == nil {
+			sb, subs = newBatch(), slices.Clone(subs)
 		}
-		t := *sub.Task
-		steps := make([]*dt.Step, len(sub.Steps))
-		for j, s := range sub.Steps {
-			c := *s
-			steps[j] = &c
+		c := *t
+		c.ProcessState = dt.Processing
+		steps := make([]*dt.Step, len(subs[i].Steps))
+		for j, st := range subs[i].Steps {
+			cs := *st
+			steps[j] = &cs
 		}
-		if *sb == nil {
-			*sb = newBatch()
-		}
-		t.ProcessState = dt.Processing
-		dispatchStep(*sb, start.Machine.Instance, start.Machine.Reserve, &t, steps[0], nil, dt.KindDo, now)
+		dispatchStep(sb, start.Machine.Instance, start.Machine.Reserve, &c, steps[0], nil, dt.KindDo, start.Now)
 		// The request may go to an agent in memory while the caller holds
 		// the returned task: each gets its own input.
-		req := (*sb).requests[len((*sb).requests)-1]
+		req := sb.requests[len(sb.requests)-1]
 		req.Input = bytes.Clone(req.Input)
-		out[i] = Submission{Task: &t, Steps: steps}
-		started++
+		subs[i] = Submission{Task: &c, Steps: steps}
+		fresh[k] = &c
 	}
-	if out == nil {
-		return subs
-	}
-	return out
+	return subs, sb
 }
 
 // reserveOrdering gives each task with an OrderingKey its position within
