@@ -59,8 +59,8 @@ type Config struct {
 	// LeaseTTL is how long supervisor leadership lasts unrenewed. Default 10s.
 	LeaseTTL time.Duration
 	// Retention, when positive, makes the supervisor leader delete final
-	// tasks (and their steps and events) last updated longer ago than this.
-	// Default 0: keep everything.
+	// tasks (and their steps and events) last updated longer ago than this;
+	// an ordering key goes with its last task. Default 0: keep everything.
 	Retention time.Duration
 	// MaxInFlight caps the tasks one scheduler holds at once. Default 1024.
 	MaxInFlight int

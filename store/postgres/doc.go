@@ -101,6 +101,13 @@
 // SubmitTx several times in one transaction locks keys in call order, and
 // holds them until it commits.
 //
+// Retention (TaskDeleteFinished) deletes a key's row with the key's last
+// task (ordering_keys.task_count, which TaskInsertMany adds to). It picks
+// its tasks without locks, locks their keys in sorted order, and only then
+// locks and deletes the tasks: the order of a submit, which holds its keys
+// while it inserts, and may wait there for a task being deleted (an ID it
+// submits again). The other order deadlocks.
+//
 // # Batches
 //
 // Batch primitives are one statement per call whatever the batch size: the

@@ -340,8 +340,18 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 	if err != nil {
 		return nil, err
 	}
+	var keys []string
 	for i, t := range tasks {
 		inserted[i] = got[t.ID]
+		if inserted[i] && t.OrderingKey != "" {
+			keys = append(keys, t.OrderingKey)
+		}
+	}
+	if len(keys) > 0 {
+		distinct, ns := countKeys(keys, 1)
+		if err := e.later(ctx, "count ordering keys' tasks", e.d.q.orderingCount, []any{distinct, ns}, nil, nil); err != nil {
+			return nil, err
+		}
 	}
 	return inserted, nil
 }
@@ -467,8 +477,73 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 		return 0, err
 	}
 	e.sendTail()
-	n, err := e.exec(ctx, "retention", e.d.q.taskDeleteFinished, before, limit)
-	return int(n), err
+	var ids, keys []string
+	err := e.each(ctx, "retention", e.d.q.taskPickFinished, []any{before, limit}, func(r rows) error {
+		var (
+			id  string
+			key *string
+		)
+		if err := r.Scan(&id, &key); err != nil {
+			return err
+		}
+		ids = append(ids, id)
+		if key != nil {
+			keys = append(keys, *key)
+		}
+		return nil
+	})
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	if len(keys) > 0 {
+		// The keys first, in a submit's order: a submit holding a key may
+		// wait for one of these tasks (an ID it inserts again).
+		distinct, _ := countKeys(keys, 1)
+		if err := e.each(ctx, "retention: lock ordering keys", e.d.q.orderingLock, []any{distinct}, func(rows) error { return nil }); err != nil {
+			return 0, err
+		}
+	}
+	n := 0
+	keys = keys[:0]
+	err = e.each(ctx, "retention", e.d.q.taskDeleteFinished, []any{before, ids}, func(r rows) error {
+		var key *string
+		if err := r.Scan(&key); err != nil {
+			return err
+		}
+		n++
+		if key != nil {
+			keys = append(keys, *key)
+		}
+		return nil
+	})
+	if err != nil || len(keys) == 0 {
+		return n, err
+	}
+	distinct, ns := countKeys(keys, -1)
+	if err := e.later(ctx, "retention: count ordering keys' tasks", e.d.q.orderingCount, []any{distinct, ns}, nil, nil); err != nil {
+		return n, err
+	}
+	return n, e.later(ctx, "retention: prune ordering keys", e.d.q.orderingPrune, []any{distinct}, nil, nil)
+}
+
+// countKeys returns the distinct keys in byte order (as the "C" collation
+// of ordering_keys.key, the order keys are locked in) and, for each, sign
+// times how often it occurs.
+func countKeys(keys []string, sign int64) ([]string, []int64) {
+	counts := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		counts[k] += sign
+	}
+	distinct := make([]string, 0, len(counts))
+	for k := range counts {
+		distinct = append(distinct, k)
+	}
+	slices.Sort(distinct)
+	ns := make([]int64, len(distinct))
+	for i, k := range distinct {
+		ns[i] = counts[k]
+	}
+	return distinct, ns
 }
 
 func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
@@ -697,18 +772,10 @@ func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int
 	if err := e.write("reserve ordering positions"); err != nil {
 		return nil, err
 	}
-	counts := make(map[string]int64, len(keys))
-	for _, k := range keys {
-		counts[k]++
-	}
-	distinct := make([]string, 0, len(counts))
-	for k := range counts {
-		distinct = append(distinct, k)
-	}
-	slices.Sort(distinct) // byte order, as the "C" collation of the key column
-	ns := make([]int64, len(distinct))
+	distinct, ns := countKeys(keys, 1)
+	counts := make(map[string]int64, len(distinct))
 	for i, k := range distinct {
-		ns[i] = counts[k]
+		counts[k] = ns[i]
 	}
 	next := make(map[string]int64, len(distinct))
 	err := e.each(ctx, "reserve ordering positions", e.d.q.orderingReserve, []any{distinct, ns}, func(r rows) error {

@@ -49,16 +49,22 @@ const (
 
 	// tTaskDeleteFinished deletes a batch of old final tasks and everything
 	// that hangs off them, in one statement.
+	// Retention: tTaskPickFinished chooses the tasks, without locking
+	// them, so that their ordering keys can be locked first (as a submit
+	// locks them before it inserts); tTaskDeleteFinished then locks and
+	// deletes those of them still final and old enough.
+	tTaskPickFinished = `SELECT id, ordering_key FROM {s}.tasks
+ WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < $1
+ ORDER BY updated_at LIMIT $2`
 	tTaskDeleteFinished = `WITH pick AS MATERIALIZED (
    SELECT id FROM {s}.tasks
-   WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < $1
-   ORDER BY updated_at LIMIT $2
+   WHERE id = ANY($2::text[]) AND process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < $1
    FOR UPDATE SKIP LOCKED),
  ev AS (DELETE FROM {s}.events WHERE task_id IN (SELECT id FROM pick)),
  rq AS (DELETE FROM {s}.agent_requests WHERE task_id IN (SELECT id FROM pick)),
  rp AS (DELETE FROM {s}.agent_replies WHERE task_id IN (SELECT id FROM pick)),
  st AS (DELETE FROM {s}.steps WHERE task_id IN (SELECT id FROM pick))
- DELETE FROM {s}.tasks WHERE id IN (SELECT id FROM pick)`
+ DELETE FROM {s}.tasks WHERE id IN (SELECT id FROM pick) RETURNING ordering_key`
 
 	tTaskListLockedBy = `SELECT ` + taskCols + ` FROM {s}.tasks
  WHERE locked_by = $1 AND complete_by IS NOT NULL ORDER BY id LIMIT $2`
@@ -96,6 +102,14 @@ const (
  ORDER BY ord
  ON CONFLICT (key) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq
  RETURNING key, last_seq`
+
+	// tOrderingCount adds to (or, negative, takes from) the task counts of
+	// distinct keys; tOrderingPrune deletes the keys left without tasks;
+	// tOrderingLock locks keys in byte order, as tOrderingReserve does.
+	tOrderingCount = `UPDATE {s}.ordering_keys AS k SET task_count = k.task_count + u.n
+ FROM unnest($1::text[], $2::bigint[]) AS u(key, n) WHERE k.key = u.key`
+	tOrderingPrune = `DELETE FROM {s}.ordering_keys WHERE key = ANY($1::text[]) AND task_count <= 0`
+	tOrderingLock  = `SELECT key FROM {s}.ordering_keys WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`
 
 	tTaskUpdate = `UPDATE {s}.tasks AS t SET process_state = u.process_state, locked_by = u.locked_by,
    complete_by = u.complete_by, failure_count = u.failure_count, current_step = u.current_step,
@@ -341,7 +355,8 @@ var (
 type queries struct {
 	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
 	taskCountActive, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskGetManySkip, taskExisting, taskListLockedBy, taskListExpired, taskListExpiredLock,
-	taskInsert, taskUpdate, taskList, orderingReserve string
+	taskInsert, taskUpdate, taskList, taskPickFinished string
+	orderingReserve, orderingCount, orderingPrune, orderingLock string
 
 	stepList, stepListLock, stepInsert, stepUpdate string
 
@@ -378,6 +393,7 @@ func newQueries(quotedSchema string) *queries {
 		taskCountLockedBy:   r(tTaskCountLockedBy),
 		taskCountActive:     r(tTaskCountActive),
 		taskDeleteFinished:  r(tTaskDeleteFinished),
+		taskPickFinished:    r(tTaskPickFinished),
 		taskClaim:           r(tTaskClaim),
 		taskClaimLock:       r(tTaskClaimLock),
 		taskClaimLockSteps:  r(tTaskClaimLockSteps),
@@ -390,6 +406,9 @@ func newQueries(quotedSchema string) *queries {
 		taskUpdate:          r(tTaskUpdate),
 		taskList:            r(`SELECT ` + taskCols + ` FROM {s}.tasks`),
 		orderingReserve:     r(tOrderingReserve),
+		orderingCount:       r(tOrderingCount),
+		orderingPrune:       r(tOrderingPrune),
+		orderingLock:        r(tOrderingLock),
 
 		stepList:     r(tStepList),
 		stepListLock: r(tStepListLock),

@@ -156,8 +156,17 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 	if err != nil {
 		return nil, err
 	}
+	var keys []string
 	for i, t := range tasks {
 		inserted[i] = got[t.ID]
+		if inserted[i] && t.OrderingKey != "" {
+			keys = append(keys, t.OrderingKey)
+		}
+	}
+	if len(keys) > 0 {
+		if _, err := e.exec(ctx, qOrderingCount, jsonList(keys), 1); err != nil {
+			return nil, fmt.Errorf("sqlite: count ordering keys' tasks: %w", err)
+		}
 	}
 	return inserted, nil
 }
@@ -273,14 +282,20 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: retention: %w", err)
 	}
-	var ids []string
+	var ids, keys []string
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var (
+			id  string
+			key sql.NullString
+		)
+		if err := rows.Scan(&id, &key); err != nil {
 			rows.Close()
 			return 0, translate(err)
 		}
 		ids = append(ids, id)
+		if key.Valid {
+			keys = append(keys, key.String)
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil || len(ids) == 0 {
@@ -290,6 +305,16 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	for _, q := range []string{qDeleteEvents, qDeleteRequests, qDeleteReplies, qDeleteSteps, qDeleteTasks} {
 		if _, err := e.exec(ctx, q, list); err != nil {
 			return 0, fmt.Errorf("sqlite: retention: %w", err)
+		}
+	}
+	if len(keys) > 0 {
+		// A key whose last task went starts again at position 1.
+		list := jsonList(keys)
+		if _, err := e.exec(ctx, qOrderingCount, list, -1); err != nil {
+			return 0, fmt.Errorf("sqlite: retention: count ordering keys' tasks: %w", err)
+		}
+		if _, err := e.exec(ctx, qOrderingPrune, list); err != nil {
+			return 0, fmt.Errorf("sqlite: retention: prune ordering keys: %w", err)
 		}
 	}
 	return len(ids), nil

@@ -13,7 +13,7 @@ const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, pr
 const (
 	// qTaskPickFinished feeds retention: final tasks, oldest first, through
 	// the tasks_finished partial index.
-	qTaskPickFinished = `SELECT id FROM tasks INDEXED BY tasks_finished
+	qTaskPickFinished = `SELECT id, ordering_key FROM tasks INDEXED BY tasks_finished
  WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < ?
  ORDER BY updated_at LIMIT ?`
 	qDeleteEvents   = `DELETE FROM events WHERE task_id IN (SELECT value FROM json_each(?))`
@@ -21,6 +21,14 @@ const (
 	qDeleteReplies  = `DELETE FROM agent_replies WHERE task_id IN (SELECT value FROM json_each(?))`
 	qDeleteSteps    = `DELETE FROM steps WHERE task_id IN (SELECT value FROM json_each(?))`
 	qDeleteTasks    = `DELETE FROM tasks WHERE id IN (SELECT value FROM json_each(?))`
+
+	// qOrderingCount adds ?2 times the number of times each key occurs in
+	// the JSON list ?1 to its task count; qOrderingPrune deletes the keys
+	// of the list left without tasks.
+	qOrderingCount = `UPDATE ordering_keys
+ SET task_count = task_count + ?2 * (SELECT count(*) FROM json_each(?1) AS j WHERE j.value = ordering_keys.key)
+ WHERE key IN (SELECT value FROM json_each(?1))`
+	qOrderingPrune = `DELETE FROM ordering_keys WHERE key IN (SELECT value FROM json_each(?)) AND task_count <= 0`
 
 	// qTaskCountActive counts through the two partial indexes, so its cost
 	// follows the active tasks, not the table.

@@ -36,6 +36,7 @@ func orderingCases() []testCase {
 		{"ReleaseWhenPredecessorFinal", testOrderingRelease},
 		{"SupervisorRecoveryKeepsSuccessorWaiting", testOrderingRecovery},
 		{"RacingSubmittersFollowCommitOrder", testOrderingRacingSubmitters},
+		{"RetentionPrunesKeyWithItsLastTask", testOrderingKeyPruned},
 	}
 }
 
@@ -552,5 +553,69 @@ func raceSubmitters(t *testing.T, d store.Driver, id1, id2 string, want int64) {
 	}
 	if a, b := getTask(t, d, id1), getTask(t, d, id2); a.OrderingSeq >= b.OrderingSeq {
 		t.Fatalf("stored positions %s %d, %s %d: the later commit has the smaller position", id1, a.OrderingSeq, id2, b.OrderingSeq)
+	}
+}
+
+// testOrderingKeyPruned: retention deletes a key's row with the key's last
+// task, so the key starts again at position 1, and not before: a key with
+// a task left keeps counting. A submission whose ID existed reserved a
+// position but inserted nothing, and must not keep the key alive.
+func testOrderingKeyPruned(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := oneStepWF()
+	seqs := func(out []*dt.Task) string {
+		var s []string
+		for _, tk := range out {
+			s = append(s, fmt.Sprintf("%s=%d", tk.ID, tk.OrderingSeq))
+		}
+		return strings.Join(s, " ")
+	}
+	if got := seqs(e.submitAll(keyed(w, "p1", "k"), keyed(w, "p2", "k"), keyed(w, "q1", "other"))); got != "p1=1 p2=2 q1=1" {
+		t.Fatalf("first submit: %s", got)
+	}
+	e.submitAll(keyed(w, "p1", "k")) // exists: nothing inserted
+	// finish makes tasks final, last updated at base, and retention deletes
+	// up to limit of them with a cutoff after base.
+	finish := func(ids ...string) {
+		t.Helper()
+		inTx(t, d, func(ctx context.Context, x store.Executor) error {
+			ts, err := x.TaskGetMany(ctx, ids)
+			if err != nil {
+				return err
+			}
+			for _, tk := range ts {
+				tk.ProcessState, tk.UpdatedAt = dt.Processed, base
+			}
+			return x.TaskUpdateMany(ctx, ts)
+		})
+	}
+	retain := func(limit int) int {
+		t.Helper()
+		var n int
+		inTx(t, d, func(ctx context.Context, x store.Executor) error {
+			var err error
+			n, err = x.TaskDeleteFinished(ctx, at(time.Minute), limit)
+			return err
+		})
+		return n
+	}
+	finish("p1", "p2")
+	if n := retain(1); n != 1 {
+		t.Fatalf("retention deleted %d, want 1", n)
+	}
+	if got := seqs(e.submitAll(keyed(w, "p3", "k"))); got != "p3=4" {
+		t.Fatalf("with one task of k left: %s, want p3=4 (positions 1-3 taken)", got)
+	}
+	finish("p3")
+	if n := retain(10); n != 2 {
+		t.Fatalf("retention deleted %d, want 2", n)
+	}
+	if got := seqs(e.submitAll(keyed(w, "p4", "k"), keyed(w, "q2", "other"))); got != "p4=1 q2=2" {
+		t.Errorf("after k's last task went: %s, want p4=1 (k starts again) q2=2 (other keeps its task)", got)
+	}
+	// Ordered as before: p5 waits for p4, q2 for q1.
+	e.submitAll(keyed(w, "p5", "k"))
+	if got := e.claimIDs(at(2 * time.Minute)); strings.Join(got, ",") != "p4,q1" {
+		t.Errorf("claimed %v, want [p4 q1] (p5 waits for p4, q2 for q1)", got)
 	}
 }
