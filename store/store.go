@@ -58,10 +58,7 @@ type Driver interface {
 type Executor interface {
 	// TaskInsertMany inserts tasks whose ID is not taken yet; inserted[i]
 	// reports whether tasks[i] was inserted (false: the ID exists, nothing
-	// changed). IDs within one call must be distinct. Each inserted task
-	// with an OrderingKey counts in its key's row, which the transaction's
-	// OrderingSeqReserve made or locked (a key without a row counts
-	// nothing), so retention can tell when a key has no task left.
+	// changed). IDs within one call must be distinct.
 	TaskInsertMany(ctx context.Context, tasks []*drovertype.Task) (inserted []bool, err error)
 	TaskGet(ctx context.Context, id string) (*drovertype.Task, error)
 	TaskGetMany(ctx context.Context, ids []string) ([]*drovertype.Task, error)
@@ -103,10 +100,11 @@ type Executor interface {
 	// TaskDeleteFinished deletes up to limit final tasks (Processed, Error,
 	// Compensated, Cancelled) last updated before before, oldest first, with
 	// their steps, requests, replies and events. It returns how many.
-	// A key whose last task it deletes loses its ordering_keys row, so the
-	// key's next task starts again at position 1 (no task of the key is
-	// left to order against). On PostgreSQL it locks those keys before the
-	// tasks, as a submit does, so the two cannot deadlock.
+	// A key whose last task it deletes loses its ordering_keys row (the
+	// schema counts each key's tasks), so the key's next task starts again
+	// at position 1: no task of the key is left to order against. It never
+	// waits for a submit: on PostgreSQL it leaves the tasks of keys a
+	// submitting transaction holds for a later call.
 	TaskDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error)
 	// TaskUpdateMany writes the mutable fields of each task.
 	TaskUpdateMany(ctx context.Context, tasks []*drovertype.Task) error

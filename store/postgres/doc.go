@@ -102,11 +102,13 @@
 // holds them until it commits.
 //
 // Retention (TaskDeleteFinished) deletes a key's row with the key's last
-// task (ordering_keys.task_count, which TaskInsertMany adds to). It picks
-// its tasks without locks, locks their keys in sorted order, and only then
-// locks and deletes the tasks: the order of a submit, which holds its keys
-// while it inserts, and may wait there for a task being deleted (an ID it
-// submits again). The other order deadlocks.
+// task (ordering_keys.task_count, kept by triggers on tasks). It picks its
+// tasks without locks, locks their keys with SKIP LOCKED, and then locks
+// and deletes only the tasks whose keys it holds (or that have none), so
+// the triggers' updates of the keys never wait. It never waits for a
+// submit, which holds its keys until it commits and may itself wait for a
+// task being deleted (an ID it submits again); a key a submit holds keeps
+// its tasks until a later round.
 //
 // # Batches
 //

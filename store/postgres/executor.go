@@ -340,18 +340,8 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 	if err != nil {
 		return nil, err
 	}
-	var keys []string
 	for i, t := range tasks {
 		inserted[i] = got[t.ID]
-		if inserted[i] && t.OrderingKey != "" {
-			keys = append(keys, t.OrderingKey)
-		}
-	}
-	if len(keys) > 0 {
-		distinct, ns := countKeys(keys, 1)
-		if err := e.later(ctx, "count ordering keys' tasks", e.d.q.orderingCount, []any{distinct, ns}, nil, nil); err != nil {
-			return nil, err
-		}
 	}
 	return inserted, nil
 }
@@ -495,17 +485,28 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
+	// Lock the keys first, skipping those a submit holds (their tasks wait
+	// for a later round): retention never waits for a submit, which may
+	// be waiting for it (an ID it inserts again) or be an application's
+	// long transaction.
+	locked := []string{}
 	if len(keys) > 0 {
-		// The keys first, in a submit's order: a submit holding a key may
-		// wait for one of these tasks (an ID it inserts again).
-		distinct, _ := countKeys(keys, 1)
-		if err := e.each(ctx, "retention: lock ordering keys", e.d.q.orderingLock, []any{distinct}, func(rows) error { return nil }); err != nil {
+		distinct, _ := countKeys(keys)
+		err := e.each(ctx, "retention: lock ordering keys", e.d.q.orderingLock, []any{distinct}, func(r rows) error {
+			var k string
+			if err := r.Scan(&k); err != nil {
+				return err
+			}
+			locked = append(locked, k)
+			return nil
+		})
+		if err != nil {
 			return 0, err
 		}
 	}
 	n := 0
 	keys = keys[:0]
-	err = e.each(ctx, "retention", e.d.q.taskDeleteFinished, []any{before, ids}, func(r rows) error {
+	err = e.each(ctx, "retention", e.d.q.taskDeleteFinished, []any{before, ids, locked}, func(r rows) error {
 		var key *string
 		if err := r.Scan(&key); err != nil {
 			return err
@@ -519,20 +520,17 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	if err != nil || len(keys) == 0 {
 		return n, err
 	}
-	distinct, ns := countKeys(keys, -1)
-	if err := e.later(ctx, "retention: count ordering keys' tasks", e.d.q.orderingCount, []any{distinct, ns}, nil, nil); err != nil {
-		return n, err
-	}
+	distinct, _ := countKeys(keys)
 	return n, e.later(ctx, "retention: prune ordering keys", e.d.q.orderingPrune, []any{distinct}, nil, nil)
 }
 
 // countKeys returns the distinct keys in byte order (as the "C" collation
-// of ordering_keys.key, the order keys are locked in) and, for each, sign
-// times how often it occurs.
-func countKeys(keys []string, sign int64) ([]string, []int64) {
+// of ordering_keys.key, the order keys are locked in) and how often each
+// occurs.
+func countKeys(keys []string) ([]string, []int64) {
 	counts := make(map[string]int64, len(keys))
 	for _, k := range keys {
-		counts[k] += sign
+		counts[k]++
 	}
 	distinct := make([]string, 0, len(counts))
 	for k := range counts {
@@ -772,7 +770,7 @@ func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int
 	if err := e.write("reserve ordering positions"); err != nil {
 		return nil, err
 	}
-	distinct, ns := countKeys(keys, 1)
+	distinct, ns := countKeys(keys)
 	counts := make(map[string]int64, len(distinct))
 	for i, k := range distinct {
 		counts[k] = ns[i]

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,7 +43,9 @@ func TestOrderingKeyCountsOfUpgradedStore(t *testing.T) {
 	}
 	s := pgx.Identifier{d.Schema()}.Sanitize()
 	// Undo migration 10, with a key whose tasks are gone, and apply it again.
-	for _, q := range []string{`ALTER TABLE ` + s + `.ordering_keys DROP COLUMN task_count`,
+	for _, q := range []string{`DROP TRIGGER tasks_ordering_key_added ON ` + s + `.tasks`,
+		`DROP TRIGGER tasks_ordering_key_removed ON ` + s + `.tasks`, `DROP FUNCTION ` + s + `.ordering_key_count()`,
+		`ALTER TABLE ` + s + `.ordering_keys DROP COLUMN task_count`,
 		`INSERT INTO ` + s + `.ordering_keys (key, last_seq) VALUES ('gone', 7)`,
 		`DELETE FROM ` + s + `.drover_migrations WHERE version = 10`} {
 		if _, err := d.Pool().Exec(ctx, q); err != nil {
@@ -70,84 +73,105 @@ func TestOrderingKeyCountsOfUpgradedStore(t *testing.T) {
 	}
 }
 
-// Retention locks the ordering keys of the tasks it deletes before the
-// tasks, as a submit does. The other order deadlocks with a submit that
-// holds the key and inserts the ID of a task retention is deleting: the
-// insert waits for the deletion, the deletion's count for the key.
-func TestRetentionAndSubmitOfOneKeyDoNotDeadlock(t *testing.T) {
+// Retention never waits for a submit that holds an ordering key: it leaves
+// that key's tasks for a later round. Waiting would deadlock with a submit
+// that holds the key and inserts the ID of a task retention is deleting,
+// or with one transaction submitting two keys in the other order, and
+// would hold up every submit of the keys retention had already locked
+// for as long as the submitting transaction lasts.
+func TestRetentionSkipsTheKeysOfSubmits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := open(t)
 	old := time.Now().UTC().Add(-time.Hour).Truncate(time.Microsecond)
-	task := keyedTasks(old, "k")[0]
+	tasks := keyedTasks(old, "a", "b") // IDs a and b, keys a and b
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.OrderingSeqReserve(ctx, []string{"k"}); err != nil {
+		if _, err := x.OrderingSeqReserve(ctx, []string{"a", "b"}); err != nil {
 			return err
 		}
-		if _, err := x.TaskInsertMany(ctx, []*dt.Task{task}); err != nil {
+		if _, err := x.TaskInsertMany(ctx, tasks); err != nil {
 			return err
 		}
-		task.ProcessState = dt.Processed
-		return x.TaskUpdateMany(ctx, []*dt.Task{task})
+		for _, tk := range tasks {
+			tk.ProcessState = dt.Processed
+		}
+		return x.TaskUpdateMany(ctx, tasks)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	reserved, insert := make(chan struct{}), make(chan struct{})
+	retain := func() int {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var n int
+		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			var err error
+			n, err = x.TaskDeleteFinished(ctx, time.Now(), 10)
+			return err
+		}); err != nil {
+			t.Fatalf("retention: %v", err)
+		}
+		return n
+	}
+	submit := func(ctx context.Context, id, key string) (int64, error) {
+		tk := keyedTasks(old, key)[0]
+		tk.ID = id
+		var seq int64
+		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			seqs, err := x.OrderingSeqReserve(ctx, []string{key})
+			if err != nil {
+				return err
+			}
+			tk.OrderingSeq = seqs[0]
+			_, err = x.TaskInsertMany(ctx, []*dt.Task{tk})
+			seq = seqs[0]
+			return err
+		})
+		return seq, err
+	}
+	// A submit of key b holds it, then inserts task b again.
+	holding, insert := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(insert) }) }
+	defer release() // a failed check must not leave the submit open
 	submitted := make(chan error, 1)
 	go func() {
 		submitted <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if _, err := x.OrderingSeqReserve(ctx, []string{"k"}); err != nil {
+			if _, err := x.OrderingSeqReserve(ctx, []string{"b"}); err != nil {
 				return err
 			}
-			close(reserved)
+			close(holding)
 			<-insert
-			again := keyedTasks(old, "k")[0] // the same ID
-			_, err := x.TaskInsertMany(ctx, []*dt.Task{again})
+			_, err := x.TaskInsertMany(ctx, keyedTasks(old, "a", "b")[1:]) // ID b exists: nothing inserted
 			return err
 		})
 	}()
-	<-reserved
-	type result struct {
-		n   int
-		err error
+	<-holding
+	if n := retain(); n != 1 {
+		t.Errorf("retention with key b held deleted %d tasks, want 1 (task a)", n)
 	}
-	retained := make(chan result, 1)
-	go func() {
-		var r result
-		r.err = d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			var err error
-			r.n, err = x.TaskDeleteFinished(ctx, time.Now(), 10)
-			return err
-		})
-		retained <- r
-	}()
-	// Retention waits for the submit's key.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		n, err := lockWaits(ctx, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("retention never waited for the key the submit holds")
-		}
-		time.Sleep(time.Millisecond)
+	// Key a went with its last task; its next submit is not held up.
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if seq, err := submit(sctx, "a2", "a"); err != nil || seq != 1 {
+		t.Errorf("submit of key a while b is held = position %d, %v; want 1, nil", seq, err)
 	}
-	close(insert)
+	release()
 	if err := <-submitted; err != nil {
-		t.Errorf("submit: %v", err)
+		t.Fatalf("submit of key b: %v", err)
 	}
-	r := <-retained
-	if r.err != nil || r.n != 1 {
-		t.Errorf("retention = %d, %v; want 1 task deleted", r.n, r.err)
+	if n := retain(); n != 1 {
+		t.Errorf("retention after the submit deleted %d tasks, want 1 (task b)", n)
 	}
-	var keys int
-	if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{d.Schema()}.Sanitize()+`.ordering_keys`).Scan(&keys); err != nil {
+	var keys []string
+	rows, err := d.Pool().Query(ctx, `SELECT key || ':' || task_count FROM `+pgx.Identifier{d.Schema()}.Sanitize()+`.ordering_keys ORDER BY key`)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if keys != 0 {
-		t.Errorf("%d ordering keys left, want 0 (k's only task was deleted; the submit inserted nothing)", keys)
+	if keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || keys[0] != "a:1" {
+		t.Errorf("ordering keys left %v, want [a:1] (b went with its task)", keys)
 	}
 }

@@ -50,16 +50,21 @@ const (
 	// tTaskDeleteFinished deletes a batch of old final tasks and everything
 	// that hangs off them, in one statement.
 	// Retention: tTaskPickFinished chooses the tasks, without locking
-	// them, so that their ordering keys can be locked first (as a submit
-	// locks them before it inserts); tTaskDeleteFinished then locks and
-	// deletes those of them still final and old enough.
+	// them, so that their ordering keys can be locked first (tOrderingLock,
+	// skipping keys a submit holds); tTaskDeleteFinished then locks and
+	// deletes those of them still final and old enough whose key, if they
+	// have one, is locked ($3) or has no row. Deleting a keyed task
+	// updates its key's row (a trigger counts the key's tasks), which
+	// retention then never has to wait for.
 	tTaskPickFinished = `SELECT id, ordering_key FROM {s}.tasks
  WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < $1
  ORDER BY updated_at LIMIT $2`
 	tTaskDeleteFinished = `WITH pick AS MATERIALIZED (
-   SELECT id FROM {s}.tasks
+   SELECT id FROM {s}.tasks AS t
    WHERE id = ANY($2::text[]) AND process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < $1
-   FOR UPDATE SKIP LOCKED),
+     AND (ordering_key IS NULL OR ordering_key = ANY($3::text[])
+       OR NOT EXISTS (SELECT 1 FROM {s}.ordering_keys AS k WHERE k.key = t.ordering_key))
+   FOR UPDATE OF t SKIP LOCKED),
  ev AS (DELETE FROM {s}.events WHERE task_id IN (SELECT id FROM pick)),
  rq AS (DELETE FROM {s}.agent_requests WHERE task_id IN (SELECT id FROM pick)),
  rp AS (DELETE FROM {s}.agent_replies WHERE task_id IN (SELECT id FROM pick)),
@@ -103,13 +108,10 @@ const (
  ON CONFLICT (key) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq
  RETURNING key, last_seq`
 
-	// tOrderingCount adds to (or, negative, takes from) the task counts of
-	// distinct keys; tOrderingPrune deletes the keys left without tasks;
-	// tOrderingLock locks keys in byte order, as tOrderingReserve does.
-	tOrderingCount = `UPDATE {s}.ordering_keys AS k SET task_count = k.task_count + u.n
- FROM unnest($1::text[], $2::bigint[]) AS u(key, n) WHERE k.key = u.key`
+	// tOrderingLock locks the keys no submit holds; tOrderingPrune deletes
+	// the keys left without tasks.
+	tOrderingLock  = `SELECT key FROM {s}.ordering_keys WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE SKIP LOCKED`
 	tOrderingPrune = `DELETE FROM {s}.ordering_keys WHERE key = ANY($1::text[]) AND task_count <= 0`
-	tOrderingLock  = `SELECT key FROM {s}.ordering_keys WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`
 
 	tTaskUpdate = `UPDATE {s}.tasks AS t SET process_state = u.process_state, locked_by = u.locked_by,
    complete_by = u.complete_by, failure_count = u.failure_count, current_step = u.current_step,
@@ -406,7 +408,6 @@ func newQueries(quotedSchema string) *queries {
 		taskUpdate:          r(tTaskUpdate),
 		taskList:            r(`SELECT ` + taskCols + ` FROM {s}.tasks`),
 		orderingReserve:     r(tOrderingReserve),
-		orderingCount:       r(tOrderingCount),
 		orderingPrune:       r(tOrderingPrune),
 		orderingLock:        r(tOrderingLock),
 

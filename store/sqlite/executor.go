@@ -156,17 +156,8 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 	if err != nil {
 		return nil, err
 	}
-	var keys []string
 	for i, t := range tasks {
 		inserted[i] = got[t.ID]
-		if inserted[i] && t.OrderingKey != "" {
-			keys = append(keys, t.OrderingKey)
-		}
-	}
-	if len(keys) > 0 {
-		if _, err := e.exec(ctx, qOrderingCount, jsonList(keys), 1); err != nil {
-			return nil, fmt.Errorf("sqlite: count ordering keys' tasks: %w", err)
-		}
 	}
 	return inserted, nil
 }
@@ -309,11 +300,7 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	}
 	if len(keys) > 0 {
 		// A key whose last task went starts again at position 1.
-		list := jsonList(keys)
-		if _, err := e.exec(ctx, qOrderingCount, list, -1); err != nil {
-			return 0, fmt.Errorf("sqlite: retention: count ordering keys' tasks: %w", err)
-		}
-		if _, err := e.exec(ctx, qOrderingPrune, list); err != nil {
+		if _, err := e.exec(ctx, qOrderingPrune, jsonList(keys)); err != nil {
 			return 0, fmt.Errorf("sqlite: retention: prune ordering keys: %w", err)
 		}
 	}

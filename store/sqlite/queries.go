@@ -22,12 +22,8 @@ const (
 	qDeleteSteps    = `DELETE FROM steps WHERE task_id IN (SELECT value FROM json_each(?))`
 	qDeleteTasks    = `DELETE FROM tasks WHERE id IN (SELECT value FROM json_each(?))`
 
-	// qOrderingCount adds ?2 times the number of times each key occurs in
-	// the JSON list ?1 to its task count; qOrderingPrune deletes the keys
-	// of the list left without tasks.
-	qOrderingCount = `UPDATE ordering_keys
- SET task_count = task_count + ?2 * (SELECT count(*) FROM json_each(?1) AS j WHERE j.value = ordering_keys.key)
- WHERE key IN (SELECT value FROM json_each(?1))`
+	// qOrderingPrune deletes the keys of the JSON list left without tasks
+	// (triggers on tasks count them).
 	qOrderingPrune = `DELETE FROM ordering_keys WHERE key IN (SELECT value FROM json_each(?)) AND task_count <= 0`
 
 	// qTaskCountActive counts through the two partial indexes, so its cost
