@@ -136,10 +136,11 @@ is served).
 
 --listen ADDR serves the HTTP API (JSON, described at /openapi.json; see
 docs/server.md): tasks, alerts and session queues under /v1, /healthz and
-/readyz; remote agents poll /v1/agents/AGENT/poll. Callers send
-"Authorization: Bearer TOKEN"; tokens come from --tokens-file or
-$DROVER_API_TOKENS, one "TOKEN SCOPE[,SCOPE] [NAME]" per line (";" between
-entries in the variable), scopes submit, agent (remote agents) and operator;
+/readyz, Prometheus metrics at /metrics; remote agents poll
+/v1/agents/AGENT/poll. Callers send "Authorization: Bearer TOKEN"; tokens
+come from --tokens-file or $DROVER_API_TOKENS, one "TOKEN SCOPE[,SCOPE]
+[NAME]" per line (";" between entries in the variable), scopes submit,
+agent (remote agents), metrics (/metrics only) and operator;
 the history records a token's operator actions with the actor "http:NAME".
 --insecure-no-auth serves without tokens, on a loopback address only.
 --tls-cert/--tls-key serve HTTPS (and HTTP/2). On shutdown the API stops
@@ -293,8 +294,9 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 				return err
 			}
 			var api *apiServer
+			metricsReg := newMetrics(c)
 			if ln != nil {
-				if api, err = serveHTTP(ln, &hf, tokens, cert, c, d, log, c.InstanceID(), reg.RemoteInput); err != nil {
+				if api, err = serveHTTP(ln, &hf, tokens, cert, c, d, log, c.InstanceID(), reg.RemoteInput, metricsReg); err != nil {
 					sctx, cancel := context.WithTimeout(context.Background(), shutdown)
 					defer cancel()
 					_ = c.Stop(sctx)
@@ -306,12 +308,15 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 				stopWatch := watchWorkflows(ctx, reg, wfPoll)
 				defer stopWatch()
 			}
-			stopHooks, err := startWebhooks(ctx, c, hookSecret, wh.urls, log)
+			hooks, stopHooks, err := startWebhooks(ctx, c, hookSecret, wh.urls, log)
 			if err != nil {
 				sctx, cancel := context.WithTimeout(context.Background(), shutdown)
 				defer cancel()
 				_ = c.Stop(sctx)
 				return err
+			}
+			if hooks != nil {
+				metricsReg.MustRegister(hooks.Collector())
 			}
 			log.Info("server started", "instance", c.InstanceID(), "db", d.desc(), "roles", rolesString(r),
 				"schedulers", schedulers, "supervisor_interval", supInterval, "remote_url", remoteURL)

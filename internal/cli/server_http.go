@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover"
@@ -140,13 +141,14 @@ func listenHTTP(f *httpFlags) (net.Listener, error) {
 
 // serveHTTP starts serving the API on ln.
 func serveHTTP(ln net.Listener, f *httpFlags, tokens []httpapi.Token, cert *tls.Certificate, c *drover.Client, d *database, log *slog.Logger, instance string,
-	remoteInput func(context.Context, *drover.AgentRequest) ([]byte, error)) (*apiServer, error) {
+	remoteInput func(context.Context, *drover.AgentRequest) ([]byte, error), metrics prometheus.Gatherer) (*apiServer, error) {
 	q, err := convoy.New(convoy.Config{Store: d.Driver, InstanceID: instance, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	h, err := httpapi.New(c, q, httpapi.Options{Tokens: tokens, NoAuth: f.insecure, MaxBodyBytes: f.maxBodyBytes,
-		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, Heartbeat: f.heartbeat, RemoteInput: remoteInput, Logger: log})
+		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, Heartbeat: f.heartbeat, RemoteInput: remoteInput, Logger: log,
+		Metrics: metrics})
 	if err != nil {
 		return nil, err
 	}

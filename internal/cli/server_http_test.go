@@ -136,7 +136,8 @@ func TestServerHTTPEndToEnd(t *testing.T) {
 	bin := buildDroverBinary(t)
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("# test tokens\n"+e2eSubmitTok+" submit\n"+e2eOperatorTok+" operator\n"), 0o600); err != nil {
+	const metricsTok = "metrics-token-e2e-0123456789"
+	if err := os.WriteFile(tokens, []byte("# test tokens\n"+e2eSubmitTok+" submit\n"+e2eOperatorTok+" operator\n"+metricsTok+" metrics prometheus\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := startServerProc(t, bin, nil, "--db", "sqlite:"+filepath.Join(dir, "d.db"), "--listen", "127.0.0.1:0",
@@ -172,6 +173,23 @@ func TestServerHTTPEndToEnd(t *testing.T) {
 		if s.(map[string]any)["state"] != "Processed" {
 			t.Fatalf("step not Processed: %v", s)
 		}
+	}
+	// The scraper's token reads /metrics: the task's counters are there.
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+metricsTok)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"\ndrover_tasks_finished_total 1\n", "\ndrover_supervisor_leader 1\n", "\ngo_goroutines ", "\nprocess_cpu_seconds_total "} {
+		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Fatalf("GET /metrics: %d, no %q in:\n%s", resp.StatusCode, want, body)
+		}
+	}
+	if code, _ := call(t, c, "GET", base+"/v1/tasks/order-1", metricsTok, ""); code != 403 {
+		t.Fatalf("the metrics token read a task: %d", code)
 	}
 	if strings.Contains(p.stderr.String(), e2eSubmitTok) || strings.Contains(p.stderr.String(), e2eOperatorTok) {
 		t.Fatal("a token appears in the server's log")

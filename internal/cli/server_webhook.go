@@ -62,15 +62,15 @@ func (e *env) checkWebhookFlags(f *webhookFlags) ([]byte, error) {
 
 // startWebhooks runs the webhook dispatcher until the returned stop is
 // called; stop waits for deliveries in flight (within their timeout).
-// Without a secret it does nothing.
-func startWebhooks(ctx context.Context, c *drover.Client, secret []byte, urls []string, log *slog.Logger) (stop func(), err error) {
+// Without a secret it does nothing and returns no dispatcher.
+func startWebhooks(ctx context.Context, c *drover.Client, secret []byte, urls []string, log *slog.Logger) (d *webhook.Dispatcher, stop func(), err error) {
 	if secret == nil {
 		log.Info("webhooks off: tasks' callback URLs are kept and sent by a server run with a webhook secret")
-		return func() {}, nil
+		return nil, func() {}, nil
 	}
-	d, err := webhook.New(c.Store(), webhook.Options{Secret: secret, URLs: urls, Instance: c.InstanceID(), Logger: log})
+	d, err = webhook.New(c.Store(), webhook.Options{Secret: secret, URLs: urls, Instance: c.InstanceID(), Logger: log})
 	if err != nil {
-		return nil, fmt.Errorf("webhooks: %w", err)
+		return nil, nil, fmt.Errorf("webhooks: %w", err)
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -81,5 +81,5 @@ func startWebhooks(ctx context.Context, c *drover.Client, secret []byte, urls []
 		}
 	}()
 	log.Info("webhooks on", "urls", len(urls))
-	return func() { cancel(); <-done }, nil
+	return d, func() { cancel(); <-done }, nil
 }

@@ -25,6 +25,9 @@ const (
 	// ScopeAgent: remote agents — poll for requests and complete or fail
 	// them (operator may too). Nothing else.
 	ScopeAgent Scope = "agent"
+	// ScopeMetrics: read GET /metrics (for a Prometheus scraper; operator
+	// may too). Nothing else.
+	ScopeMetrics Scope = "metrics"
 )
 
 // MinTokenLen is the shortest token accepted, in bytes.
@@ -136,10 +139,10 @@ func parseTokenLines(lines []string, what string) ([]Token, error) {
 		}
 		for _, s := range strings.Split(f[1], ",") {
 			switch Scope(s) {
-			case ScopeSubmit, ScopeOperator, ScopeAgent:
+			case ScopeSubmit, ScopeOperator, ScopeAgent, ScopeMetrics:
 				t.Scopes = append(t.Scopes, Scope(s))
 			default:
-				return nil, fmt.Errorf("tokens %s %d: unknown scope %q (want submit, operator or agent)", what, i+1, s)
+				return nil, fmt.Errorf("tokens %s %d: unknown scope %q (want submit, operator, agent or metrics)", what, i+1, s)
 			}
 		}
 		out = append(out, t)

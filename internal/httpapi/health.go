@@ -46,3 +46,12 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	return nil
 }
+
+// serveMetrics serves Options.Metrics (Prometheus text format).
+func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request) error {
+	if h.metrics == nil {
+		return errorf(http.StatusNotFound, "not_found", "metrics are not served by this server")
+	}
+	h.metrics.ServeHTTP(w, r)
+	return nil
+}

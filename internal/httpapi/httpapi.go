@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 
 	"github.com/drover-run/drover"
@@ -80,6 +82,9 @@ type Options struct {
 	// task's input. An error fails that request permanently with its
 	// message. ctx carries the request timeout.
 	RemoteInput func(ctx context.Context, req *drover.AgentRequest) ([]byte, error)
+	// Metrics, when set, is served at GET /metrics in Prometheus's text
+	// format (scope metrics); without it that route answers 404.
+	Metrics prometheus.Gatherer
 }
 
 // Handler is the HTTP API. Create it with New.
@@ -100,6 +105,8 @@ type Handler struct {
 
 	pollsWaiting atomic.Int64 // remote-agent polls waiting for requests (agents.go)
 	agentWake    agentWaker   // wakes them on the store's notifications (agents.go)
+
+	metrics http.Handler // Options.Metrics served, or nil
 
 	streams     atomic.Int64 // open event streams
 	streamCtx   context.Context
@@ -160,10 +167,19 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 	h := &Handler{drover: d, convoy: q, opts: opts, log: opts.Logger, clock: opts.Clock,
 		mux: http.NewServeMux(), auth: auth, limiters: map[int]*rate.Limiter{}}
 	h.streamCtx, h.stopStreams = context.WithCancel(context.Background())
+	if opts.Metrics != nil {
+		// A metric that fails (a store read at scrape) is logged and left
+		// out; the others are still served.
+		h.metrics = promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{
+			ErrorHandling: promhttp.ContinueOnError,
+			ErrorLog:      slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+		})
+	}
 	h.routes = []route{
 		{"GET", "/healthz", "", h.healthz},
 		{"GET", "/readyz", "", h.readyz},
 		{"GET", "/openapi.json", "", h.openAPI},
+		{"GET", "/metrics", ScopeMetrics, h.serveMetrics},
 
 		{"POST", "/v1/tasks", ScopeSubmit, h.submitTask},
 		{"GET", "/v1/tasks", ScopeSubmit, h.listTasks},

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/drover-run/drover"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
@@ -494,6 +496,25 @@ func TestRetriesUntilDelivered(t *testing.T) {
 		}
 		if s := d.Stats(); s.Retried != 3 || s.Delivered != 1 || s.Attempts != 4 {
 			t.Errorf("Stats = %+v, want 3 retried, 1 delivered, 4 attempts", s)
+		}
+		// The same counters as Prometheus metrics.
+		want := `
+# HELP drover_webhook_attempts_total Webhook requests sent (or tried).
+# TYPE drover_webhook_attempts_total counter
+drover_webhook_attempts_total 4
+# HELP drover_webhook_delivered_total Webhook attempts answered with a 2xx status.
+# TYPE drover_webhook_delivered_total counter
+drover_webhook_delivered_total 1
+# HELP drover_webhook_in_flight Webhook requests in flight now.
+# TYPE drover_webhook_in_flight gauge
+drover_webhook_in_flight 0
+# HELP drover_webhook_retried_total Failed webhook attempts to be tried again.
+# TYPE drover_webhook_retried_total counter
+drover_webhook_retried_total 3
+`
+		if err := promtest.CollectAndCompare(d.Collector(), strings.NewReader(want), "drover_webhook_attempts_total",
+			"drover_webhook_delivered_total", "drover_webhook_in_flight", "drover_webhook_retried_total"); err != nil {
+			t.Error(err)
 		}
 	})
 }

@@ -1,0 +1,56 @@
+package httpapi
+
+import (
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/drover-run/drover/metrics"
+)
+
+const metricsTok = "metrics-token-0123456789"
+
+// GET /metrics serves Options.Metrics to tokens of scope metrics (or
+// operator), and answers 404 on a server without metrics.
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tokens := append(slices.Clone(testTokens), Token{Secret: metricsTok, Scopes: []Scope{ScopeMetrics}})
+	e := newEnv(t, testutilSQLite(t), Options{Metrics: reg, Tokens: tokens})
+	reg.MustRegister(metrics.NewCollector(e.d, metrics.Options{}))
+	e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","id":"m1","input":{}}`).must(t, 201)
+	for deadline := time.Now().Add(10 * time.Second); e.d.Stats().TasksFinished < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the task did not finish")
+		}
+	}
+	scrape := func(token string) string {
+		t.Helper()
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("GET /metrics: status %d: %s", rec.Code, rec.Body)
+		}
+		if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+			t.Errorf("Content-Type %q, want text/plain", ct)
+		}
+		return rec.Body.String()
+	}
+	body := scrape(metricsTok)
+	for _, line := range []string{"drover_tasks_finished_total 1", "drover_tasks_active 0", "drover_steps_dispatched_total 2"} {
+		if !strings.Contains(body, "\n"+line+"\n") {
+			t.Errorf("no line %q in:\n%s", line, body)
+		}
+	}
+	scrape(operatorTok)
+	e.do("GET", "/metrics", submitTok, "").mustError(t, 403, "forbidden")
+	e.do("GET", "/v1/tasks", metricsTok, "").mustError(t, 403, "forbidden")
+
+	e2 := newEnv(t, testutilSQLite(t), Options{})
+	e2.do("GET", "/metrics", operatorTok, "").mustError(t, 404, "not_found")
+}
