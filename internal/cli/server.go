@@ -296,7 +296,7 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 			var api *apiServer
 			metricsReg := newMetrics(c)
 			if ln != nil {
-				if api, err = serveHTTP(ln, &hf, tokens, cert, c, d, log, c.InstanceID(), reg.RemoteInput, metricsReg); err != nil {
+				if api, err = serveHTTP(ln, &hf, tokens, cert, c, d, log, c.InstanceID(), reg.RemoteInput, metricsReg, wh.allow); err != nil {
 					sctx, cancel := context.WithTimeout(context.Background(), shutdown)
 					defer cancel()
 					_ = c.Stop(sctx)
@@ -308,7 +308,7 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 				stopWatch := watchWorkflows(ctx, reg, wfPoll)
 				defer stopWatch()
 			}
-			hooks, stopHooks, err := startWebhooks(ctx, c, hookSecret, wh.urls, log)
+			hooks, stopHooks, err := startWebhooks(ctx, c, hookSecret, &wh, log)
 			if err != nil {
 				sctx, cancel := context.WithTimeout(context.Background(), shutdown)
 				defer cancel()

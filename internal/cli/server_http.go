@@ -17,6 +17,7 @@ import (
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/httpapi"
+	"github.com/drover-run/drover/internal/webhook"
 )
 
 // httpFlags are the flags of the server's HTTP API.
@@ -141,14 +142,14 @@ func listenHTTP(f *httpFlags) (net.Listener, error) {
 
 // serveHTTP starts serving the API on ln.
 func serveHTTP(ln net.Listener, f *httpFlags, tokens []httpapi.Token, cert *tls.Certificate, c *drover.Client, d *database, log *slog.Logger, instance string,
-	remoteInput func(context.Context, *drover.AgentRequest) ([]byte, error), metrics prometheus.Gatherer) (*apiServer, error) {
+	remoteInput func(context.Context, *drover.AgentRequest) ([]byte, error), metrics prometheus.Gatherer, callbacks *webhook.Allow) (*apiServer, error) {
 	q, err := convoy.New(convoy.Config{Store: d.Driver, InstanceID: instance, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	h, err := httpapi.New(c, q, httpapi.Options{Tokens: tokens, NoAuth: f.insecure, MaxBodyBytes: f.maxBodyBytes,
 		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, Heartbeat: f.heartbeat, RemoteInput: remoteInput, Logger: log,
-		Metrics: metrics})
+		Metrics: metrics, CallbackAllow: callbacks})
 	if err != nil {
 		return nil, err
 	}

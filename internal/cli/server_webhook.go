@@ -21,12 +21,15 @@ const EnvWebhookSecret = "DROVER_WEBHOOK_SECRET"
 type webhookFlags struct {
 	urls       []string
 	secretFile string
+	prefixes   []string
+	allow      *webhook.Allow // parsed from prefixes by checkWebhookFlags
 }
 
 func (f *webhookFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.urls, "webhook-url", nil, "send a signed webhook for every task that reaches a final state to this URL (repeatable); tasks' own callback URLs are sent too")
 	fl.StringVar(&f.secretFile, "webhook-secret-file", "", "file holding the webhook signing secret (at least 16 bytes; default: $"+EnvWebhookSecret+"); with a secret the server sends webhooks")
+	fl.StringArrayVar(&f.prefixes, "callback-url-prefix", nil, "allow tasks' callback URLs only under this prefix (repeatable; scheme, host and a path ending in \"/\", like https://hooks.example.com/): POST /v1/tasks refuses others with 400 and stored ones are not sent; default: any URL")
 }
 
 // checkWebhookFlags returns the signing secret (nil: webhooks off) after
@@ -54,6 +57,11 @@ func (e *env) checkWebhookFlags(f *webhookFlags) ([]byte, error) {
 			return nil, usagef("--webhook-url %q: %v", u, err)
 		}
 	}
+	allow, err := webhook.ParseAllow(f.prefixes)
+	if err != nil {
+		return nil, usagef("--callback-url-prefix: %v", err)
+	}
+	f.allow = allow
 	if len(f.urls) > 0 && secret == nil {
 		return nil, usagef("--webhook-url needs a signing secret: --webhook-secret-file FILE or $%s", EnvWebhookSecret)
 	}
@@ -63,12 +71,12 @@ func (e *env) checkWebhookFlags(f *webhookFlags) ([]byte, error) {
 // startWebhooks runs the webhook dispatcher until the returned stop is
 // called; stop waits for deliveries in flight (within their timeout).
 // Without a secret it does nothing and returns no dispatcher.
-func startWebhooks(ctx context.Context, c *drover.Client, secret []byte, urls []string, log *slog.Logger) (d *webhook.Dispatcher, stop func(), err error) {
+func startWebhooks(ctx context.Context, c *drover.Client, secret []byte, f *webhookFlags, log *slog.Logger) (d *webhook.Dispatcher, stop func(), err error) {
 	if secret == nil {
 		log.Info("webhooks off: tasks' callback URLs are kept and sent by a server run with a webhook secret")
 		return nil, func() {}, nil
 	}
-	d, err = webhook.New(c.Store(), webhook.Options{Secret: secret, URLs: urls, Instance: c.InstanceID(), Logger: log})
+	d, err = webhook.New(c.Store(), webhook.Options{Secret: secret, URLs: f.urls, AllowCallbacks: f.allow, Instance: c.InstanceID(), Logger: log})
 	if err != nil {
 		return nil, nil, fmt.Errorf("webhooks: %w", err)
 	}
@@ -80,6 +88,6 @@ func startWebhooks(ctx context.Context, c *drover.Client, secret []byte, urls []
 			log.Error("webhook dispatcher stopped", "err", err)
 		}
 	}()
-	log.Info("webhooks on", "urls", len(urls))
+	log.Info("webhooks on", "urls", len(f.urls), "callbacks_allowed", f.allow.String())
 	return d, func() { cancel(); <-done }, nil
 }

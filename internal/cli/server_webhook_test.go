@@ -25,6 +25,8 @@ func TestServerWebhookFlags(t *testing.T) {
 		{[]string{"--webhook-secret-file", empty}, ExitUsage, "is empty"},
 		{[]string{"--webhook-secret-file", filepath.Join(dir, "none")}, ExitFailure, "--webhook-secret-file"},
 		{[]string{"--webhook-secret-file", short, "--webhook-url", "ftp://x/y"}, ExitUsage, ""},
+		{[]string{"--callback-url-prefix", "https://hooks.example.com/hooks"}, ExitUsage, `--callback-url-prefix: callback URL prefix "https://hooks.example.com/hooks": the path must end with "/"`},
+		{[]string{"--callback-url-prefix", "hooks.example.com/"}, ExitUsage, "want an http or https URL"},
 	} {
 		r := run(t, "", append([]string{"--db", db, "server"}, c.args...)...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {

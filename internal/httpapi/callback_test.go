@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/webhook"
 	"github.com/drover-run/drover/store"
 )
 
@@ -108,5 +109,27 @@ func TestOpenAPIDocumentsTaskFields(t *testing.T) {
 				t.Errorf("openapi.json: schema %s has no property %q (field %s.%s)", schema, name, typ.Name(), typ.Field(i).Name)
 			}
 		}
+	}
+}
+
+// With Options.CallbackAllow, POST /v1/tasks refuses a callback_url
+// outside it (400, nothing stored) and takes one inside.
+func TestSubmitCallbackURLOutsideTheAllowList(t *testing.T) {
+	allow, err := webhook.ParseAllow([]string{"https://hooks.example.com/drover/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, testutilSQLite(t), Options{CallbackAllow: allow})
+	for _, cb := range []string{"http://169.254.169.254/latest/meta-data/", "https://hooks.example.com/admin",
+		"https://hooks.example.com/drover/../admin", "https://hooks.example.com.evil.net/drover/"} {
+		r := e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","id":"x","callback_url":"`+cb+`"}`).mustError(t, 400, "invalid_field")
+		if msg := r.errMsg(); !strings.Contains(msg, `"callback_url" is not allowed`) || !strings.Contains(msg, "https://hooks.example.com/drover/") {
+			t.Errorf("%s: message %q, want it to name the field and the allowed prefix", cb, msg)
+		}
+	}
+	e.do("GET", "/v1/tasks/x", submitTok, "").mustError(t, 404, "not_found")
+	r := e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","id":"y","callback_url":"https://hooks.example.com/drover/orders?t=1"}`).must(t, 201)
+	if r.str("callback_url") != "https://hooks.example.com/drover/orders?t=1" {
+		t.Errorf("submit response %s", r.body)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/webhook"
 )
 
 // Defaults of Options.
@@ -82,6 +83,9 @@ type Options struct {
 	// task's input. An error fails that request permanently with its
 	// message. ctx carries the request timeout.
 	RemoteInput func(ctx context.Context, req *drover.AgentRequest) ([]byte, error)
+	// CallbackAllow, when set, is where a submitted task's callback_url
+	// may point; others are refused with 400. Default: anywhere.
+	CallbackAllow *webhook.Allow
 	// Metrics, when set, is served at GET /metrics in Prometheus's text
 	// format (scope metrics); without it that route answers 404.
 	Metrics prometheus.Gatherer

@@ -219,6 +219,10 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if req.CallbackURL != "" && !h.opts.CallbackAllow.Allows(req.CallbackURL) {
+		return errorf(http.StatusBadRequest, "invalid_field",
+			"field \"callback_url\" is not allowed by this server: it must start with one of %s (with no \".\" or \"..\" path segments)", h.opts.CallbackAllow)
+	}
 	status := http.StatusCreated
 	if req.ID != "" {
 		// The same ID and input again returns the existing task: 200.

@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -113,6 +114,11 @@ type Options struct {
 	// Retention is how long delivered and failed deliveries are kept for
 	// operators; a negative value keeps them forever. Default 7 days.
 	Retention time.Duration
+	// AllowCallbacks, when set, is where tasks' callback URLs may point
+	// (the URLs above always may): a delivery to another one fails at
+	// once, without a request. The HTTP API refuses such URLs at submit;
+	// this catches those stored before the list was set or tightened.
+	AllowCallbacks *Allow
 }
 
 // Stats counts what a dispatcher did since it was made.
@@ -631,6 +637,9 @@ func (e *permanentError) Unwrap() error { return e.err }
 func (d *Dispatcher) post(ctx context.Context, w *dt.WebhookDelivery) (status int, err error) {
 	if err := CheckURL(w.URL); err != nil {
 		return 0, &permanentError{err}
+	}
+	if !slices.Contains(d.opts.URLs, w.URL) && !d.opts.AllowCallbacks.Allows(w.URL) {
+		return 0, &permanentError{fmt.Errorf("callback URL %s is not allowed (allowed: %s)", redact(w.URL), d.opts.AllowCallbacks)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
 	defer cancel()

@@ -519,6 +519,42 @@ drover_webhook_retried_total 3
 	})
 }
 
+// A stored callback URL outside AllowCallbacks is not sent: its delivery
+// fails at once. The global URLs are sent whatever the list says.
+func TestCallbackOutsideTheAllowListIsNotSent(t *testing.T) {
+	drv := testutil.SQLite(t)
+	rc := newReceiver(t)
+	c := startClient(t, drv)
+	submit(t, c, "echo", "ok-1", rc.url("/allowed/cb"))
+	submit(t, c, "echo", "no-1", rc.url("/elsewhere/cb"))
+	wait(t, c, "ok-1", drover.Processed)
+	wait(t, c, "no-1", drover.Processed)
+	opts := fastOptions(&logBuffer{}, rc.url("/global"))
+	allow, err := ParseAllow([]string{rc.url("/allowed/")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.AllowCallbacks = allow
+	d := newDispatcher(t, drv, opts)
+	stop := run(t, d)
+	waitFor(t, "every delivery to end", func() bool {
+		return len(deliveries(t, drv, store.WebhookDeliveryListParams{Status: dt.WebhookDelivered})) == 3 &&
+			len(deliveries(t, drv, store.WebhookDeliveryListParams{Status: dt.WebhookFailed})) == 1
+	})
+	stop()
+	paths := map[string]int{}
+	for _, h := range rc.all() {
+		paths[h.Path]++
+	}
+	if paths["/allowed/cb"] != 1 || paths["/global"] != 2 || paths["/elsewhere/cb"] != 0 {
+		t.Errorf("requests by path %v, want /allowed/cb once, /global twice, /elsewhere/cb never", paths)
+	}
+	failed := deliveries(t, drv, store.WebhookDeliveryListParams{Status: dt.WebhookFailed})[0]
+	if failed.TaskID != "no-1" || failed.LastStatus != 0 || !strings.Contains(failed.LastError, "is not allowed") {
+		t.Errorf("failed delivery: task %s status %d error %q", failed.TaskID, failed.LastStatus, failed.LastError)
+	}
+}
+
 // A receiver that always fails gets MaxAttempts requests; then the
 // delivery is failed, with the last error, and a warning is logged.
 func TestGivesUpAfterMaxAttempts(t *testing.T) {

@@ -1,0 +1,90 @@
+package webhook
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"strings"
+)
+
+// Allow is where tasks' callback URLs may point: a list of URL prefixes,
+// each a scheme, a host (with its port, if any) and a path ending in "/".
+// A callback URL is allowed when it has a prefix's scheme and host and its
+// path starts with the prefix's path, with no "." or ".." segments (which a
+// receiver could resolve to another path). A nil *Allow allows every URL.
+type Allow struct {
+	prefixes []*url.URL
+}
+
+// ParseAllow parses URL prefixes such as "https://hooks.example.com/" or
+// "http://10.0.0.7:8080/drover/". It names what is wrong with a bad one.
+// No prefixes: nil, allowing every URL.
+func ParseAllow(prefixes []string) (*Allow, error) {
+	if len(prefixes) == 0 {
+		return nil, nil
+	}
+	a := &Allow{}
+	for _, p := range prefixes {
+		u, err := url.Parse(p)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("callback URL prefix %q: %v", p, err)
+		case u.Scheme != "http" && u.Scheme != "https":
+			return nil, fmt.Errorf("callback URL prefix %q: want an http or https URL", p)
+		case u.Host == "" || u.Hostname() == "":
+			return nil, fmt.Errorf("callback URL prefix %q: no host", p)
+		case u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+			return nil, fmt.Errorf("callback URL prefix %q: only a scheme, a host and a path, like https://hooks.example.com/", p)
+		case u.Path == "":
+			u.Path, u.RawPath = "/", ""
+		case !strings.HasSuffix(u.Path, "/"):
+			return nil, fmt.Errorf("callback URL prefix %q: the path must end with \"/\" (so that /hooks does not allow /hooks-admin)", p)
+		case !clean(u.Path):
+			return nil, fmt.Errorf("callback URL prefix %q: the path has \".\" or \"..\" segments", p)
+		}
+		a.prefixes = append(a.prefixes, u)
+	}
+	return a, nil
+}
+
+// clean reports whether p has no "." or ".." segments and no empty ones.
+func clean(p string) bool {
+	return path.Clean(p) == strings.TrimSuffix(p, "/") || path.Clean(p) == p
+}
+
+// Allows reports whether the callback URL s is allowed.
+func (a *Allow) Allows(s string) bool {
+	if a == nil {
+		return true
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.User != nil {
+		return false
+	}
+	p := u.EscapedPath()
+	if p == "" {
+		p = "/"
+	}
+	// Both spellings: a receiver may decode %2e%2e before resolving.
+	if !clean(p) || (u.Path != "" && !clean(u.Path)) {
+		return false
+	}
+	for _, x := range a.prefixes {
+		if u.Scheme == x.Scheme && strings.EqualFold(u.Host, x.Host) && strings.HasPrefix(p, x.EscapedPath()) {
+			return true
+		}
+	}
+	return false
+}
+
+// String lists the prefixes, for messages.
+func (a *Allow) String() string {
+	if a == nil {
+		return "any URL"
+	}
+	s := make([]string, len(a.prefixes))
+	for i, u := range a.prefixes {
+		s[i] = u.String()
+	}
+	return strings.Join(s, ", ")
+}
