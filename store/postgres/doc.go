@@ -102,13 +102,12 @@
 // holds them until it commits.
 //
 // Retention (TaskDeleteFinished) deletes a key's row with the key's last
-// task (ordering_keys.task_count, kept by triggers on tasks). It picks its
-// tasks without locks, locks their keys with SKIP LOCKED, and then locks
-// and deletes only the tasks whose keys it holds (or that have none), so
-// the triggers' updates of the keys never wait. It never waits for a
-// submit, which holds its keys until it commits and may itself wait for a
-// task being deleted (an ID it submits again); a key a submit holds keeps
-// its tasks until a later round.
+// task (ordering_keys.task_count, kept by statement-level triggers on
+// tasks). Its pick locks each task's key with SKIP LOCKED and passes over
+// the tasks of keys another transaction holds, so it never waits for a
+// submit (which holds its keys until it commits and may itself wait for a
+// task being deleted, an ID it submits again), and a busy key does not
+// stall it. It prunes only the keys it holds.
 //
 // # Batches
 //

@@ -467,52 +467,37 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 		return 0, err
 	}
 	e.sendTail()
-	var ids, keys []string
+	var ids []string
+	locked := map[string]bool{} // the keys the pick locked
 	err := e.each(ctx, "retention", e.d.q.taskPickFinished, []any{before, limit}, func(r rows) error {
 		var (
-			id  string
-			key *string
+			id   string
+			key  *string
+			lock bool
 		)
-		if err := r.Scan(&id, &key); err != nil {
+		if err := r.Scan(&id, &key, &lock); err != nil {
 			return err
 		}
 		ids = append(ids, id)
-		if key != nil {
-			keys = append(keys, *key)
+		if key != nil && lock {
+			locked[*key] = true
 		}
 		return nil
 	})
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	// Lock the keys first, skipping those a submit holds (their tasks wait
-	// for a later round): retention never waits for a submit, which may
-	// be waiting for it (an ID it inserts again) or be an application's
-	// long transaction.
-	locked := []string{}
-	if len(keys) > 0 {
-		distinct, _ := countKeys(keys)
-		err := e.each(ctx, "retention: lock ordering keys", e.d.q.orderingLock, []any{distinct}, func(r rows) error {
-			var k string
-			if err := r.Scan(&k); err != nil {
-				return err
-			}
-			locked = append(locked, k)
-			return nil
-		})
-		if err != nil {
-			return 0, err
-		}
-	}
 	n := 0
-	keys = keys[:0]
-	err = e.each(ctx, "retention", e.d.q.taskDeleteFinished, []any{before, ids, locked}, func(r rows) error {
+	var keys []string
+	err = e.each(ctx, "retention", e.d.q.taskDeleteFinished, []any{before, ids}, func(r rows) error {
 		var key *string
 		if err := r.Scan(&key); err != nil {
 			return err
 		}
 		n++
-		if key != nil {
+		// Only keys this transaction holds are pruned: a key without a
+		// row when the pick looked may have one by now.
+		if key != nil && locked[*key] {
 			keys = append(keys, *key)
 		}
 		return nil

@@ -43,8 +43,9 @@ func TestOrderingKeyCountsOfUpgradedStore(t *testing.T) {
 	}
 	s := pgx.Identifier{d.Schema()}.Sanitize()
 	// Undo migration 10, with a key whose tasks are gone, and apply it again.
-	for _, q := range []string{`DROP TRIGGER tasks_ordering_key_added ON ` + s + `.tasks`,
-		`DROP TRIGGER tasks_ordering_key_removed ON ` + s + `.tasks`, `DROP FUNCTION ` + s + `.ordering_key_count()`,
+	for _, q := range []string{`DROP TRIGGER tasks_ordering_keys_added ON ` + s + `.tasks`,
+		`DROP TRIGGER tasks_ordering_keys_removed ON ` + s + `.tasks`,
+		`DROP FUNCTION ` + s + `.ordering_keys_added()`, `DROP FUNCTION ` + s + `.ordering_keys_removed()`,
 		`ALTER TABLE ` + s + `.ordering_keys DROP COLUMN task_count`,
 		`INSERT INTO ` + s + `.ordering_keys (key, last_seq) VALUES ('gone', 7)`,
 		`DELETE FROM ` + s + `.drover_migrations WHERE version = 10`} {
@@ -173,5 +174,68 @@ func TestRetentionSkipsTheKeysOfSubmits(t *testing.T) {
 	}
 	if len(keys) != 1 || keys[0] != "a:1" {
 		t.Errorf("ordering keys left %v, want [a:1] (b went with its task)", keys)
+	}
+}
+
+// Tasks of a key a submit holds are passed over, not waited for nor
+// counted against the batch: a busy key must not stall retention of
+// younger tasks.
+func TestRetentionPassesOverABusyKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := open(t)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	tasks := keyedTasks(now, "hot", "hot", "", "") // a, b: key hot; c, d: none
+	for i, tk := range tasks {
+		tk.ProcessState, tk.UpdatedAt = dt.Processed, now.Add(time.Duration(i-10)*time.Minute) // hot's are oldest
+	}
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		if _, err := x.OrderingSeqReserve(ctx, []string{"hot", "hot"}); err != nil {
+			return err
+		}
+		_, err := x.TaskInsertMany(ctx, tasks)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	holding, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	done := func() { once.Do(func() { close(release) }) }
+	defer done()
+	held := make(chan error, 1)
+	go func() {
+		held <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			if _, err := x.OrderingSeqReserve(ctx, []string{"hot"}); err != nil {
+				return err
+			}
+			close(holding)
+			<-release
+			return nil
+		})
+	}()
+	<-holding
+	retain := func() int {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var n int
+		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			var err error
+			n, err = x.TaskDeleteFinished(ctx, now, 2)
+			return err
+		}); err != nil {
+			t.Fatalf("retention: %v", err)
+		}
+		return n
+	}
+	if n := retain(); n != 2 {
+		t.Errorf("retention of 2 with key hot held deleted %d, want 2 (the tasks without a key)", n)
+	}
+	done()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if n := retain(); n != 2 {
+		t.Errorf("retention after the submit deleted %d, want 2 (hot's)", n)
 	}
 }

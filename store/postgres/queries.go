@@ -49,22 +49,25 @@ const (
 
 	// tTaskDeleteFinished deletes a batch of old final tasks and everything
 	// that hangs off them, in one statement.
-	// Retention: tTaskPickFinished chooses the tasks, without locking
-	// them, so that their ordering keys can be locked first (tOrderingLock,
-	// skipping keys a submit holds); tTaskDeleteFinished then locks and
-	// deletes those of them still final and old enough whose key, if they
-	// have one, is locked ($3) or has no row. Deleting a keyed task
-	// updates its key's row (a trigger counts the key's tasks), which
-	// retention then never has to wait for.
-	tTaskPickFinished = `SELECT id, ordering_key FROM {s}.tasks
- WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < $1
- ORDER BY updated_at LIMIT $2`
+	// Retention: tTaskPickFinished chooses the oldest final tasks whose
+	// ordering key, if they have one, it could lock (SKIP LOCKED: never
+	// waiting for a submit, which holds its keys until it commits and may
+	// itself wait for a task being deleted, an ID it submits again) or
+	// that has no row; the third column tells the keys it locked. Tasks of
+	// keys a submit holds are passed over, so a busy key does not stall
+	// retention. tTaskDeleteFinished then locks and deletes those of them
+	// still final and old enough. Deleting a keyed task updates its key's
+	// row (a trigger counts the key's tasks), which retention holds by then.
+	tTaskPickFinished = `SELECT t.id, t.ordering_key, k.key IS NOT NULL FROM {s}.tasks AS t
+ LEFT JOIN LATERAL (SELECT k.key FROM {s}.ordering_keys AS k WHERE k.key = t.ordering_key FOR UPDATE SKIP LOCKED) AS k ON true
+ WHERE t.process_state IN ('Processed','Error','Compensated','Cancelled') AND t.updated_at < $1
+   AND (t.ordering_key IS NULL OR k.key IS NOT NULL
+     OR NOT EXISTS (SELECT 1 FROM {s}.ordering_keys AS x WHERE x.key = t.ordering_key))
+ ORDER BY t.updated_at LIMIT $2`
 	tTaskDeleteFinished = `WITH pick AS MATERIALIZED (
-   SELECT id FROM {s}.tasks AS t
+   SELECT id FROM {s}.tasks
    WHERE id = ANY($2::text[]) AND process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < $1
-     AND (ordering_key IS NULL OR ordering_key = ANY($3::text[])
-       OR NOT EXISTS (SELECT 1 FROM {s}.ordering_keys AS k WHERE k.key = t.ordering_key))
-   FOR UPDATE OF t SKIP LOCKED),
+   FOR UPDATE SKIP LOCKED),
  ev AS (DELETE FROM {s}.events WHERE task_id IN (SELECT id FROM pick)),
  rq AS (DELETE FROM {s}.agent_requests WHERE task_id IN (SELECT id FROM pick)),
  rp AS (DELETE FROM {s}.agent_replies WHERE task_id IN (SELECT id FROM pick)),
@@ -108,9 +111,7 @@ const (
  ON CONFLICT (key) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq
  RETURNING key, last_seq`
 
-	// tOrderingLock locks the keys no submit holds; tOrderingPrune deletes
-	// the keys left without tasks.
-	tOrderingLock  = `SELECT key FROM {s}.ordering_keys WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE SKIP LOCKED`
+	// tOrderingPrune deletes the keys left without tasks.
 	tOrderingPrune = `DELETE FROM {s}.ordering_keys WHERE key = ANY($1::text[]) AND task_count <= 0`
 
 	tTaskUpdate = `UPDATE {s}.tasks AS t SET process_state = u.process_state, locked_by = u.locked_by,
@@ -409,7 +410,6 @@ func newQueries(quotedSchema string) *queries {
 		taskList:            r(`SELECT ` + taskCols + ` FROM {s}.tasks`),
 		orderingReserve:     r(tOrderingReserve),
 		orderingPrune:       r(tOrderingPrune),
-		orderingLock:        r(tOrderingLock),
 
 		stepList:     r(tStepList),
 		stepListLock: r(tStepListLock),

@@ -37,7 +37,7 @@ func TestOrderingKeyCountsOfUpgradedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Undo migration 10, with a key whose tasks are gone, and apply it again.
-	for _, q := range []string{`DROP TRIGGER tasks_ordering_key_added`, `DROP TRIGGER tasks_ordering_key_removed`,
+	for _, q := range []string{`DROP TRIGGER tasks_ordering_keys_added`, `DROP TRIGGER tasks_ordering_keys_removed`,
 		`ALTER TABLE ordering_keys DROP COLUMN task_count`,
 		`INSERT INTO ordering_keys (key, last_seq) VALUES ('gone', 7)`,
 		`DELETE FROM drover_migrations WHERE version = 10`} {

@@ -7,12 +7,12 @@
 -- resubmitted.
 ALTER TABLE ordering_keys ADD COLUMN task_count INTEGER NOT NULL DEFAULT 0;
 
-CREATE TRIGGER tasks_ordering_key_added AFTER INSERT ON tasks
+CREATE TRIGGER tasks_ordering_keys_added AFTER INSERT ON tasks
   FOR EACH ROW WHEN NEW.ordering_key IS NOT NULL
 BEGIN
   UPDATE ordering_keys SET task_count = task_count + 1 WHERE key = NEW.ordering_key;
 END;
-CREATE TRIGGER tasks_ordering_key_removed AFTER DELETE ON tasks
+CREATE TRIGGER tasks_ordering_keys_removed AFTER DELETE ON tasks
   FOR EACH ROW WHEN OLD.ordering_key IS NOT NULL
 BEGIN
   UPDATE ordering_keys SET task_count = task_count - 1 WHERE key = OLD.ordering_key;
