@@ -136,7 +136,8 @@ is served).
 
 --listen ADDR serves the HTTP API (JSON, described at /openapi.json; see
 docs/server.md): tasks, alerts and session queues under /v1, /healthz and
-/readyz, Prometheus metrics at /metrics; remote agents poll
+/readyz, Prometheus metrics at /metrics (also on their own, without
+tokens, with --metrics-listen); remote agents poll
 /v1/agents/AGENT/poll. Callers send "Authorization: Bearer TOKEN"; tokens
 come from --tokens-file or $DROVER_API_TOKENS, one "TOKEN SCOPE[,SCOPE]
 [NAME]" per line (";" between entries in the variable), scopes submit,
@@ -290,11 +291,20 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 				}
 				defer ln.Close()
 			}
+			metricsReg := newMetrics(c)
+			var metricsAddr string
+			if hf.metrics != "" {
+				ms, mln, err := serveMetrics(hf.metrics, metricsReg, log)
+				if err != nil {
+					return err
+				}
+				defer ms.Close()
+				metricsAddr = mln.Addr().String()
+			}
 			if err := e.startServer(ctx, log, d, c, leaseTTL); err != nil {
 				return err
 			}
 			var api *apiServer
-			metricsReg := newMetrics(c)
 			if ln != nil {
 				if api, err = serveHTTP(ln, &hf, tokens, cert, c, d, log, c.InstanceID(), reg.RemoteInput, metricsReg, wh.allow); err != nil {
 					sctx, cancel := context.WithTimeout(context.Background(), shutdown)
@@ -328,6 +338,9 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 			if api != nil {
 				ready += " listen=" + ln.Addr().String()
 				apiDone = api.done
+			}
+			if metricsAddr != "" {
+				ready += " metrics=" + metricsAddr
 			}
 			fmt.Fprintln(e.stderr, ready)
 

@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,6 +47,7 @@ func buildDroverBinary(t *testing.T) string {
 type serverProc struct {
 	cmd    *exec.Cmd
 	addr   string
+	ready  string // the ready line
 	stderr *syncBuffer
 	done   chan error
 }
@@ -93,7 +95,7 @@ func startServerProc(t *testing.T, bin string, env []string, args ...string) *se
 		if m == nil {
 			t.Fatalf("ready line without listen=: %q", line)
 		}
-		p.addr = m[1]
+		p.addr, p.ready = m[1], line
 	case err := <-p.done:
 		t.Fatalf("server exited before ready: %v\n%s", err, p.stderr.String())
 	case <-time.After(60 * time.Second):
@@ -140,8 +142,15 @@ func TestServerHTTPEndToEnd(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("# test tokens\n"+e2eSubmitTok+" submit\n"+e2eOperatorTok+" operator\n"+metricsTok+" metrics prometheus\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startServerProc(t, bin, nil, "--db", "sqlite:"+filepath.Join(dir, "d.db"), "--listen", "127.0.0.1:0",
-		"--tokens-file", tokens, "--step-timeout", "5s")
+	hooks := make(chan string, 10)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hooks <- r.Header.Get("Drover-Event-Type")
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer receiver.Close()
+	p := startServerProc(t, bin, []string{"DROVER_WEBHOOK_SECRET=e2e-webhook-secret-0123456789"},
+		"--db", "sqlite:"+filepath.Join(dir, "d.db"), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--tokens-file", tokens, "--step-timeout", "5s", "--webhook-url", receiver.URL+"/hook")
 	base := "http://" + p.addr
 	c := &http.Client{Timeout: 10 * time.Second}
 
@@ -190,6 +199,32 @@ func TestServerHTTPEndToEnd(t *testing.T) {
 	}
 	if code, _ := call(t, c, "GET", base+"/v1/tasks/order-1", metricsTok, ""); code != 403 {
 		t.Fatalf("the metrics token read a task: %d", code)
+	}
+	// --metrics-listen serves the same registry without a token, with the
+	// webhook dispatcher's counters once the webhook is delivered.
+	select {
+	case <-hooks:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no webhook\n%s", p.stderr.String())
+	}
+	m2 := regexp.MustCompile(` metrics=(\S+)`).FindStringSubmatch(p.ready)
+	if m2 == nil {
+		t.Fatalf("ready line without metrics=: %q", p.ready)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := c.Get("http://" + m2[1] + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 && strings.Contains(string(body), "\ndrover_webhook_delivered_total 1\n") &&
+			strings.Contains(string(body), "\ndrover_tasks_finished_total 1\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("--metrics-listen: %d\n%s", resp.StatusCode, body)
+		}
 	}
 	if strings.Contains(p.stderr.String(), e2eSubmitTok) || strings.Contains(p.stderr.String(), e2eOperatorTok) {
 		t.Fatal("a token appears in the server's log")

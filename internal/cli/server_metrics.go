@@ -1,8 +1,15 @@
 package cli
 
 import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/metrics"
@@ -15,4 +22,27 @@ func newMetrics(c *drover.Client) *prometheus.Registry {
 	reg.MustRegister(metrics.NewCollector(c, metrics.Options{}),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
+}
+
+// serveMetrics serves GET /metrics of reg on addr (--metrics-listen),
+// without tokens, for processes that run no HTTP API or keep it apart
+// from monitoring. It binds at once, so a taken port fails the start.
+func serveMetrics(addr string, reg prometheus.Gatherer, log *slog.Logger) (*http.Server, net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	go func() {
+		if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+			log.Error("metrics listener stopped", "err", err)
+		}
+	}()
+	return srv, ln, nil
 }
