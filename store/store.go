@@ -141,10 +141,12 @@ type Executor interface {
 	RequestClaim(ctx context.Context, p RequestClaimParams) ([]*drovertype.AgentRequest, error)
 	// RequestDeleteByStep deletes every request of the given steps.
 	RequestDeleteByStep(ctx context.Context, refs []StepRef) error
-	// StepMessagesExist reports, for each of the given steps, whether any
-	// request or reply of it is stored (exists[i] for refs[i]): whether a
-	// message of it is still on its way between scheduler and agent.
-	StepMessagesExist(ctx context.Context, refs []StepRef) (exists []bool, err error)
+	// StepMessagesExist reports, for each of the given step attempts,
+	// whether a request or reply of that attempt and kind is stored
+	// (exists[i] for attempts[i]): whether a message of it is still on its
+	// way between scheduler and agent. Another attempt's (a late reply of
+	// an earlier one) does not count.
+	StepMessagesExist(ctx context.Context, attempts []StepAttempt) (exists []bool, err error)
 	// RequestRelease frees the requests claimed by an agent instance, so they
 	// are handed out again (used when that instance restarts).
 	RequestRelease(ctx context.Context, claimedBy string) (int, error)
@@ -292,6 +294,15 @@ type LeaseParams struct {
 type StepRef struct {
 	TaskID string
 	Index  int
+}
+
+// StepAttempt names one attempt of a step, in one direction: doing it or
+// compensating it.
+type StepAttempt struct {
+	TaskID  string
+	Index   int
+	Attempt int
+	Kind    drovertype.RequestKind
 }
 
 // ClaimThenListSteps is TaskClaimWithSteps as its two calls, TaskClaim then

@@ -739,7 +739,8 @@ func dispatchStep(b *batch, instance string, reserve func(agent string) (string,
 }
 
 // Restore stores a request again for each step the instance has in flight
-// with no request or reply stored: steps handed in memory to an agent
+// with no request or reply of its current attempt stored (a late reply of
+// an earlier attempt does not count): steps handed in memory to an agent
 // runtime of a process that stopped or died before the reply was applied
 // (dt.AgentRequest.InProcess). A step whose reply waits in the reply queue
 // (a remote agent answered while the scheduler was down) is left to it.
@@ -763,8 +764,8 @@ func (m *Machine) Restore(ctx context.Context, x store.Executor, now time.Time, 
 	}
 	ls := group(tasks, steps)
 	var (
-		refs []store.StepRef
-		reqs []*dt.AgentRequest
+		attempts []store.StepAttempt
+		reqs     []*dt.AgentRequest
 	)
 	for _, t := range tasks {
 		l := ls[t.ID]
@@ -783,13 +784,13 @@ func (m *Machine) Restore(ctx context.Context, x store.Executor, now time.Time, 
 		if s.CompleteBy == nil || !now.Before(*s.CompleteBy) {
 			continue
 		}
-		refs = append(refs, store.StepRef{TaskID: t.ID, Index: s.Index})
+		attempts = append(attempts, store.StepAttempt{TaskID: t.ID, Index: s.Index, Attempt: s.Attempt, Kind: kind})
 		reqs = append(reqs, &dt.AgentRequest{
 			Agent: agent, TaskID: t.ID, Workflow: t.Workflow, StepIndex: s.Index, StepName: s.Name, Attempt: s.Attempt,
 			Kind: kind, IdempotencyKey: key, CompleteBy: *s.CompleteBy, Scheduler: m.Instance, CreatedAt: now,
 		})
 	}
-	exists, err := x.StepMessagesExist(ctx, refs)
+	exists, err := x.StepMessagesExist(ctx, attempts)
 	if err != nil {
 		return nil, err
 	}

@@ -229,11 +229,11 @@ func TestClientRestartWithSameInstanceIDResumes(t *testing.T) {
 	waitFor(t, "three hung calls", func() bool { return hung.Load() == 3 })
 	// The calls came by the fast path, which stores no request rows: only
 	// the second life's restore brings them back.
-	refs := make([]store.StepRef, len(ids))
+	attempts := make([]store.StepAttempt, len(ids))
 	for i, id := range ids {
-		refs[i] = store.StepRef{TaskID: id}
+		attempts[i] = store.StepAttempt{TaskID: id, Attempt: 1, Kind: dt.KindDo}
 	}
-	if stored, err := d.Reader().StepMessagesExist(ctx, refs); err != nil || slices.Contains(stored, true) {
+	if stored, err := d.Reader().StepMessagesExist(ctx, attempts); err != nil || slices.Contains(stored, true) {
 		t.Fatalf("request rows of the in-process calls: %v, %v; want none", stored, err)
 	}
 	stopCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -379,14 +379,16 @@ func TestFailingTickWakesAnother(t *testing.T) {
 
 // Restore stores a request again only for in-flight steps with nothing on
 // its way: a step whose reply already waits in the reply queue (a remote
-// agent answered while the scheduler was down) must not be run again.
+// agent answered while the scheduler was down) must not be run again. A
+// reply of an earlier attempt (late) does not count: that step's current
+// attempt is restored.
 func TestRestoreSkipsStepsWithAWaitingReply(t *testing.T) {
 	t.Parallel()
 	d := openStore(t)
 	ctx := context.Background()
-	ids := seed(t, d, 2, 1, 30*time.Second)
+	ids := seed(t, d, 3, 1, 30*time.Second)
 	now := time.Now().UTC()
-	// First life: both steps dispatched by the fast path, so no rows.
+	// First life: the steps dispatched by the fast path, so no rows.
 	first := &flow.Machine{Instance: "sched-A", Reserve: func(string) (string, bool) { return "rt-A", true }}
 	var reqs []*dt.AgentRequest
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
@@ -396,13 +398,20 @@ func TestRestoreSkipsStepsWithAWaitingReply(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(reqs) != 2 || !reqs[0].InProcess || !reqs[1].InProcess {
-		t.Fatalf("dispatched %+v, want two in-process requests", reqs)
+	if len(reqs) != 3 || !reqs[0].InProcess || !reqs[1].InProcess || !reqs[2].InProcess {
+		t.Fatalf("dispatched %+v, want three in-process requests", reqs)
 	}
-	// The reply to the first task's step waits in the store.
+	byTask := map[string]*dt.AgentRequest{}
+	for _, r := range reqs {
+		byTask[r.TaskID] = r
+	}
+	// The reply to the first task's step waits in the store; the third
+	// task's step has only a late reply of an earlier attempt.
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.ReplyInsertMany(ctx, []*dt.AgentReply{{TaskID: ids[0], Attempt: reqs[0].Attempt, Kind: dt.KindDo,
-			Output: []byte(`1`), CreatedAt: now}})
+		return x.ReplyInsertMany(ctx, []*dt.AgentReply{
+			{TaskID: ids[0], Attempt: byTask[ids[0]].Attempt, Kind: dt.KindDo, Output: []byte(`1`), CreatedAt: now},
+			{TaskID: ids[2], Attempt: byTask[ids[2]].Attempt - 1, Kind: dt.KindDo, Output: []byte(`1`), CreatedAt: now},
+		})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -415,13 +424,24 @@ func TestRestoreSkipsStepsWithAWaitingReply(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(restored) != 1 || restored[0].TaskID != ids[1] || restored[0].Attempt != reqs[1].Attempt ||
-		restored[0].IdempotencyKey != reqs[1].IdempotencyKey || restored[0].InProcess {
-		t.Fatalf("restored %+v, want only %s's request, same attempt and key, stored", restored, ids[1])
+	got := map[string]bool{}
+	for _, r := range restored {
+		want := byTask[r.TaskID]
+		if r.Attempt != want.Attempt || r.IdempotencyKey != want.IdempotencyKey || r.InProcess {
+			t.Errorf("restored %+v, want the same attempt and key as %+v, stored", r, want)
+		}
+		got[r.TaskID] = true
 	}
-	stored, err := d.Reader().StepMessagesExist(ctx, []store.StepRef{{TaskID: ids[0]}, {TaskID: ids[1]}})
-	if err != nil || !slices.Equal(stored, []bool{true, true}) {
-		t.Fatalf("messages stored: %v, %v; want a reply for %s and a request for %s", stored, err, ids[0], ids[1])
+	if len(restored) != 2 || !got[ids[1]] || !got[ids[2]] {
+		t.Fatalf("restored %+v, want %s's and %s's requests", restored, ids[1], ids[2])
+	}
+	var attempts []store.StepAttempt
+	for _, id := range ids {
+		attempts = append(attempts, store.StepAttempt{TaskID: id, Attempt: byTask[id].Attempt, Kind: dt.KindDo})
+	}
+	stored, err := d.Reader().StepMessagesExist(ctx, attempts)
+	if err != nil || !slices.Equal(stored, []bool{true, true, true}) {
+		t.Fatalf("messages stored: %v, %v; want a reply for %s and requests for the others", stored, err, ids[0])
 	}
 }
 
@@ -473,7 +493,7 @@ func TestSchedulersWaitForLocalAgents(t *testing.T) {
 	t.Cleanup(func() { c.Stop(context.Background()) })
 	t.Cleanup(func() { close(gate) })
 	waitFor(t, "the agent to be called", func() bool { return called.Load() == 1 })
-	stored, err := d.Reader().StepMessagesExist(ctx, []store.StepRef{{TaskID: task.ID}})
+	stored, err := d.Reader().StepMessagesExist(ctx, []store.StepAttempt{{TaskID: task.ID, Attempt: 1, Kind: dt.KindDo}})
 	if err != nil || stored[0] {
 		t.Fatalf("request row stored: %v, %v; want the fast path (no row)", stored, err)
 	}

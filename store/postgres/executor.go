@@ -991,17 +991,18 @@ func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef
 	return e.later(ctx, "delete requests", e.d.q.requestDeleteByStep, []any{taskIDs, index}, nil, nil)
 }
 
-func (e *executor) StepMessagesExist(ctx context.Context, refs []store.StepRef) ([]bool, error) {
-	exists := make([]bool, len(refs))
-	if len(refs) == 0 {
+func (e *executor) StepMessagesExist(ctx context.Context, attempts []store.StepAttempt) ([]bool, error) {
+	exists := make([]bool, len(attempts))
+	if len(attempts) == 0 {
 		return exists, nil
 	}
-	taskIDs, index := make([]string, len(refs)), make([]int32, len(refs))
-	for i, r := range refs {
-		taskIDs[i], index[i] = r.TaskID, int32(r.Index)
+	n := len(attempts)
+	taskIDs, index, attempt, kind := make([]string, n), make([]int32, n), make([]int32, n), make([]string, n)
+	for i, a := range attempts {
+		taskIDs[i], index[i], attempt[i], kind[i] = a.TaskID, int32(a.Index), int32(a.Attempt), string(a.Kind)
 	}
 	var found []int64
-	if err := e.each(ctx, "find step messages", e.d.q.stepMessagesExist, []any{taskIDs, index}, scanIDs(&found)); err != nil {
+	if err := e.each(ctx, "find step messages", e.d.q.stepMessagesExist, []any{taskIDs, index, attempt, kind}, scanIDs(&found)); err != nil {
 		return nil, err
 	}
 	for _, i := range found {

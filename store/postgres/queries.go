@@ -177,9 +177,12 @@ const (
  USING unnest($1::text[], $2::int[]) AS u(task_id, step_index)
  WHERE r.task_id = u.task_id AND r.step_index = u.step_index`
 
-	tStepMessagesExist = `SELECT u.i - 1 FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS u(task_id, step_index, i)
- WHERE EXISTS (SELECT 1 FROM {s}.agent_requests AS r WHERE r.task_id = u.task_id AND r.step_index = u.step_index)
-    OR EXISTS (SELECT 1 FROM {s}.agent_replies AS r WHERE r.task_id = u.task_id AND r.step_index = u.step_index)`
+	tStepMessagesExist = `SELECT u.i - 1 FROM unnest($1::text[], $2::int[], $3::int[], $4::text[])
+   WITH ORDINALITY AS u(task_id, step_index, attempt, kind, i)
+ WHERE EXISTS (SELECT 1 FROM {s}.agent_requests AS r WHERE r.task_id = u.task_id AND r.step_index = u.step_index
+     AND r.attempt = u.attempt AND r.kind = u.kind)
+    OR EXISTS (SELECT 1 FROM {s}.agent_replies AS r WHERE r.task_id = u.task_id AND r.step_index = u.step_index
+     AND r.attempt = u.attempt AND r.kind = u.kind)`
 
 	tRequestRelease = `UPDATE {s}.agent_requests SET claimed_by = NULL WHERE claimed_by = $1`
 

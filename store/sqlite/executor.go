@@ -555,14 +555,14 @@ func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef
 	}
 	return e.execRows(ctx, "delete requests", mRequestDeleteByStep, rows, nil)
 }
-func (e *executor) StepMessagesExist(ctx context.Context, refs []store.StepRef) ([]bool, error) {
-	exists := make([]bool, len(refs))
-	if len(refs) == 0 {
+func (e *executor) StepMessagesExist(ctx context.Context, attempts []store.StepAttempt) ([]bool, error) {
+	exists := make([]bool, len(attempts))
+	if len(attempts) == 0 {
 		return exists, nil
 	}
-	ids := make([]string, len(refs))
-	for i, r := range refs {
-		ids[i] = r.TaskID
+	ids := make([]string, len(attempts))
+	for i, a := range attempts {
+		ids[i] = a.TaskID
 	}
 	list, err := json.Marshal(ids)
 	if err != nil {
@@ -572,26 +572,30 @@ func (e *executor) StepMessagesExist(ctx context.Context, refs []store.StepRef) 
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: find step messages: %w", err)
 	}
-	replied := map[store.StepRef]bool{}
+	replied := map[store.StepAttempt]bool{}
 	for rows.Next() {
-		var r store.StepRef
-		if err := rows.Scan(&r.TaskID, &r.Index); err != nil {
+		var (
+			a    store.StepAttempt
+			kind string
+		)
+		if err := rows.Scan(&a.TaskID, &a.Index, &a.Attempt, &kind); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("sqlite: find step messages: %w", translate(err))
 		}
-		replied[r] = true
+		a.Kind = dt.RequestKind(kind)
+		replied[a] = true
 	}
 	err = rows.Err()
 	rows.Close()
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: find step messages: %w", translate(err))
 	}
-	for i, r := range refs {
-		if replied[r] {
+	for i, a := range attempts {
+		if replied[a] {
 			exists[i] = true
 			continue
 		}
-		rows, err := e.query(ctx, qStepRequestExists, r.TaskID, r.Index)
+		rows, err := e.query(ctx, qStepRequestExists, a.TaskID, a.Index, a.Attempt, string(a.Kind))
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: find step messages: %w", err)
 		}

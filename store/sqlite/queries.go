@@ -80,10 +80,10 @@ const (
  LEFT JOIN steps p ON p.task_id = r.task_id AND p.step_index = r.step_index - 1
  WHERE r.id IN (SELECT value FROM json_each(?))`
 
-	qStepRequestExists = `SELECT EXISTS (SELECT 1 FROM agent_requests WHERE task_id = ? AND step_index = ?)`
+	qStepRequestExists = `SELECT EXISTS (SELECT 1 FROM agent_requests WHERE task_id = ? AND step_index = ? AND attempt = ? AND kind = ?)`
 	// qStepRepliesOf: agent_replies has no index but its queue's order, so
 	// the replies of many tasks are found in one scan, not one per step.
-	qStepRepliesOf = `SELECT task_id, step_index FROM agent_replies WHERE task_id IN (SELECT value FROM json_each(?))`
+	qStepRepliesOf = `SELECT task_id, step_index, attempt, kind FROM agent_replies WHERE task_id IN (SELECT value FROM json_each(?))`
 
 	qRequestRelease = `UPDATE agent_requests SET claimed_by = NULL WHERE claimed_by = ?`
 

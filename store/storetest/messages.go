@@ -152,12 +152,20 @@ func testStepMessagesExist(t *testing.T, d store.Driver) {
 		return x.ReplyInsertMany(ctx, []*dt.AgentReply{{TaskID: "u", StepIndex: 0, Attempt: 1, Kind: dt.KindDo, CreatedAt: base}})
 	})
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		got, err := x.StepMessagesExist(ctx, []store.StepRef{{TaskID: "t", Index: 1}, {TaskID: "t", Index: 0},
-			{TaskID: "missing", Index: 0}, {TaskID: "t", Index: 2}, {TaskID: "t", Index: 0}, {TaskID: "u", Index: 0}, {TaskID: "u", Index: 1}})
+		do := func(task string, step, attempt int) store.StepAttempt {
+			return store.StepAttempt{TaskID: task, Index: step, Attempt: attempt, Kind: dt.KindDo}
+		}
+		undo := do("t", 0, 1)
+		undo.Kind = dt.KindCompensate
+		got, err := x.StepMessagesExist(ctx, []store.StepAttempt{do("t", 1, 1), do("t", 0, 1),
+			do("missing", 0, 1), do("t", 2, 1), do("t", 0, 1), do("u", 0, 1), do("u", 1, 1),
+			// Another attempt's or kind's messages do not count: a late
+			// reply of attempt 1 says nothing of attempt 2.
+			do("t", 0, 2), undo, do("u", 0, 2)})
 		if err != nil {
 			return err
 		}
-		if want := []bool{false, true, false, true, true, true, false}; !slices.Equal(got, want) {
+		if want := []bool{false, true, false, true, true, true, false, false, false, false}; !slices.Equal(got, want) {
 			t.Errorf("StepMessagesExist = %v, want %v", got, want)
 		}
 		none, err := x.StepMessagesExist(ctx, nil)
