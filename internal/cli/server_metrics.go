@@ -24,6 +24,13 @@ func newMetrics(c *drover.Client) *prometheus.Registry {
 	return reg
 }
 
+// maxScrapes and scrapeTimeout bound --metrics-listen: more concurrent
+// scrapes get 503, a slower one 503 after the timeout.
+const (
+	maxScrapes    = 2
+	scrapeTimeout = 10 * time.Second
+)
+
 // serveMetrics serves GET /metrics of reg on addr (--metrics-listen),
 // without tokens, for processes that run no HTTP API or keep it apart
 // from monitoring. It binds at once, so a taken port fails the start.
@@ -33,9 +40,13 @@ func serveMetrics(addr string, reg prometheus.Gatherer, log *slog.Logger) (*http
 		return nil, nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
+	// No tokens here: a bound on concurrent scrapes keeps a caller who
+	// can reach the address from loading the store (each scrape reads it).
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorHandling: promhttp.ContinueOnError,
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandling:       promhttp.ContinueOnError,
+		ErrorLog:            slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		MaxRequestsInFlight: maxScrapes,
+		Timeout:             scrapeTimeout,
 	}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}

@@ -175,8 +175,9 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 		// A metric that fails (a store read at scrape) is logged and left
 		// out; the others are still served.
 		h.metrics = promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{
-			ErrorHandling: promhttp.ContinueOnError,
-			ErrorLog:      slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+			ErrorHandling:       promhttp.ContinueOnError,
+			ErrorLog:            slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+			MaxRequestsInFlight: 2, // more get 503: each scrape reads the store
 		})
 	}
 	h.routes = []route{

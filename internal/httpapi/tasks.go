@@ -221,7 +221,7 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.CallbackURL != "" && !h.opts.CallbackAllow.Allows(req.CallbackURL) {
 		return errorf(http.StatusBadRequest, "invalid_field",
-			"field \"callback_url\" is not allowed by this server: it must start with one of %s (with no \".\" or \"..\" path segments)", h.opts.CallbackAllow)
+			"field \"callback_url\" is not allowed by this server: it must start with one of %s (with no \".\" or \"..\" path segments, \"\\\\\", \";\" or \"%%25\")", h.opts.CallbackAllow)
 	}
 	status := http.StatusCreated
 	if req.ID != "" {

@@ -10,8 +10,9 @@ import (
 // Allow is where tasks' callback URLs may point: a list of URL prefixes,
 // each a scheme, a host (with its port, if any) and a path ending in "/".
 // A callback URL is allowed when it has a prefix's scheme and host and its
-// path starts with the prefix's path, with no "." or ".." segments (which a
-// receiver could resolve to another path). A nil *Allow allows every URL.
+// path starts with the prefix's path, with no "." or ".." segments, "\",
+// ";" or "%25" (ways a receiver could resolve it to another path), also
+// percent-encoded. A nil *Allow allows every URL.
 type Allow struct {
 	prefixes []*url.URL
 }
@@ -67,6 +68,12 @@ func (a *Allow) Allows(s string) bool {
 	}
 	// Both spellings: a receiver may decode %2e%2e before resolving.
 	if !clean(p) || (u.Path != "" && !clean(u.Path)) {
+		return false
+	}
+	// Other ways out of a path that some receivers take: "\" as a
+	// separator, ";" parameters ("..;/" on Tomcat) and a second decoding
+	// ("%252e").
+	if strings.ContainsAny(u.Path, "\\;") || strings.Contains(p, "%25") {
 		return false
 	}
 	for _, x := range a.prefixes {

@@ -54,6 +54,12 @@ func TestAllowMatchesSchemeHostAndPath(t *testing.T) {
 		"https://hooks.example.com/other/drover/":      false,
 		"https://hooks.example.com/drover/%2F..%2Fx":   false, // decoded: /drover//../x
 		"not a url at all %":                           false,
+		"https://hooks.example.com/drover/..%5cadmin":  false,
+		"https://hooks.example.com/drover/..\\admin":   false,
+		"https://hooks.example.com/drover/..;/admin":   false,
+		"https://hooks.example.com/drover/a%3b/b":      false,
+		"https://hooks.example.com/drover/%252e%252e/": false,
+		"https://hooks.example.com/drover/a%20b":       true,
 		"https://hooks.example.com/drover/ok/../../..": false,
 	} {
 		if got := a.Allows(u); got != want {

@@ -468,28 +468,49 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	}
 	e.sendTail()
 	var ids []string
-	locked := map[string]bool{} // the keys the pick locked
-	err := e.each(ctx, "retention", e.d.q.taskPickFinished, []any{before, limit}, func(r rows) error {
-		var (
-			id   string
-			key  *string
-			lock bool
-		)
-		if err := r.Scan(&id, &key, &lock); err != nil {
-			return err
+	locked := map[string]bool{} // the keys the picks locked
+	busy := []string{}          // keys another transaction holds
+	// A few passes, each without the busy keys found so far, so that the
+	// tasks of keys being submitted do not fill the batch.
+	for pass := 0; pass < retentionPasses && len(ids) < limit; pass++ {
+		want, rowsN, found := limit-len(ids), 0, 0
+		err := e.each(ctx, "retention", e.d.q.taskPickFinished, []any{before, want, busy}, func(r rows) error {
+			var (
+				id           string
+				key          *string
+				lock, isBusy bool
+			)
+			if err := r.Scan(&id, &key, &lock, &isBusy); err != nil {
+				return err
+			}
+			rowsN++
+			switch {
+			case isBusy:
+				if !slices.Contains(busy, *key) {
+					busy = append(busy, *key)
+					found++
+				}
+			default:
+				ids = append(ids, id)
+				if key != nil && lock {
+					locked[*key] = true
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
 		}
-		ids = append(ids, id)
-		if key != nil && lock {
-			locked[*key] = true
+		if rowsN < want || found == 0 {
+			break // no more candidates, or none passed over
 		}
-		return nil
-	})
-	if err != nil || len(ids) == 0 {
-		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, nil
 	}
 	n := 0
 	var keys []string
-	err = e.each(ctx, "retention", e.d.q.taskDeleteFinished, []any{before, ids}, func(r rows) error {
+	err := e.each(ctx, "retention", e.d.q.taskDeleteFinished, []any{before, ids}, func(r rows) error {
 		var key *string
 		if err := r.Scan(&key); err != nil {
 			return err
@@ -508,6 +529,9 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	distinct, _ := countKeys(keys)
 	return n, e.later(ctx, "retention: prune ordering keys", e.d.q.orderingPrune, []any{distinct}, nil, nil)
 }
+
+// retentionPasses caps the picks of one TaskDeleteFinished.
+const retentionPasses = 4
 
 // countKeys returns the distinct keys in byte order (as the "C" collation
 // of ordering_keys.key, the order keys are locked in) and how often each

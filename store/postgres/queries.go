@@ -49,21 +49,30 @@ const (
 
 	// tTaskDeleteFinished deletes a batch of old final tasks and everything
 	// that hangs off them, in one statement.
-	// Retention: tTaskPickFinished chooses the oldest final tasks whose
-	// ordering key, if they have one, it could lock (SKIP LOCKED: never
-	// waiting for a submit, which holds its keys until it commits and may
-	// itself wait for a task being deleted, an ID it submits again) or
-	// that has no row; the third column tells the keys it locked. Tasks of
-	// keys a submit holds are passed over, so a busy key does not stall
-	// retention. tTaskDeleteFinished then locks and deletes those of them
-	// still final and old enough. Deleting a keyed task updates its key's
-	// row (a trigger counts the key's tasks), which retention holds by then.
-	tTaskPickFinished = `SELECT t.id, t.ordering_key, k.key IS NOT NULL FROM {s}.tasks AS t
- LEFT JOIN LATERAL (SELECT k.key FROM {s}.ordering_keys AS k WHERE k.key = t.ordering_key FOR UPDATE SKIP LOCKED) AS k ON true
- WHERE t.process_state IN ('Processed','Error','Compensated','Cancelled') AND t.updated_at < $1
-   AND (t.ordering_key IS NULL OR k.key IS NOT NULL
-     OR NOT EXISTS (SELECT 1 FROM {s}.ordering_keys AS x WHERE x.key = t.ordering_key))
- ORDER BY t.updated_at LIMIT $2`
+	// Retention: tTaskPickFinished takes the oldest final tasks (without
+	// those of the keys in $3, found busy by an earlier pass), at most $2,
+	// in a MATERIALIZED CTE, so that however it is planned it locks at
+	// most $2 keys: then each one's ordering key, with SKIP LOCKED. It
+	// never waits for a submit, which holds its keys until it commits and
+	// may itself wait for a task being deleted (an ID it submits again).
+	// Per task: whether it locked the key, and whether the key is busy
+	// (another transaction holds it): TaskDeleteFinished passes over busy
+	// keys' tasks and picks again without them, so a busy key does not
+	// stall retention. A key with no row locks nothing; its task is
+	// deleted and the key not pruned. tTaskDeleteFinished then locks and
+	// deletes the picked tasks still final and old enough. Deleting a
+	// keyed task updates its key's row (a trigger counts the key's tasks),
+	// which retention holds by then.
+	tTaskPickFinished = `WITH c AS MATERIALIZED (
+   SELECT id, ordering_key, updated_at FROM {s}.tasks
+   WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < $1
+     AND (ordering_key IS NULL OR ordering_key <> ALL($3::text[]))
+   ORDER BY updated_at LIMIT $2)
+ SELECT c.id, c.ordering_key, k.key IS NOT NULL,
+   c.ordering_key IS NOT NULL AND k.key IS NULL
+     AND EXISTS (SELECT 1 FROM {s}.ordering_keys AS x WHERE x.key = c.ordering_key)
+ FROM c LEFT JOIN LATERAL (SELECT k.key FROM {s}.ordering_keys AS k WHERE k.key = c.ordering_key FOR UPDATE SKIP LOCKED) AS k ON true
+ ORDER BY c.updated_at`
 	tTaskDeleteFinished = `WITH pick AS MATERIALIZED (
    SELECT id FROM {s}.tasks
    WHERE id = ANY($2::text[]) AND process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < $1
