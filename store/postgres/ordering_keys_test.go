@@ -177,20 +177,20 @@ func TestRetentionSkipsTheKeysOfSubmits(t *testing.T) {
 	}
 }
 
-// Tasks of a key a submit holds are passed over, not waited for nor
-// counted against the batch: a busy key must not stall retention of
-// younger tasks.
+// Tasks of keys a submit holds are passed over, not waited for nor
+// counted against the batch: busy keys must not stall retention of
+// younger tasks (here two busy keys fill the first two picks).
 func TestRetentionPassesOverABusyKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := open(t)
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	tasks := keyedTasks(now, "hot", "hot", "", "") // a, b: key hot; c, d: none
+	tasks := keyedTasks(now, "hot", "hot", "warm", "warm", "", "") // e, f: no key
 	for i, tk := range tasks {
-		tk.ProcessState, tk.UpdatedAt = dt.Processed, now.Add(time.Duration(i-10)*time.Minute) // hot's are oldest
+		tk.ProcessState, tk.UpdatedAt = dt.Processed, now.Add(time.Duration(i-10)*time.Minute) // keyed ones oldest
 	}
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.OrderingSeqReserve(ctx, []string{"hot", "hot"}); err != nil {
+		if _, err := x.OrderingSeqReserve(ctx, []string{"hot", "hot", "warm", "warm"}); err != nil {
 			return err
 		}
 		_, err := x.TaskInsertMany(ctx, tasks)
@@ -205,7 +205,7 @@ func TestRetentionPassesOverABusyKey(t *testing.T) {
 	held := make(chan error, 1)
 	go func() {
 		held <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if _, err := x.OrderingSeqReserve(ctx, []string{"hot"}); err != nil {
+			if _, err := x.OrderingSeqReserve(ctx, []string{"hot", "warm"}); err != nil {
 				return err
 			}
 			close(holding)
@@ -229,7 +229,7 @@ func TestRetentionPassesOverABusyKey(t *testing.T) {
 		return n
 	}
 	if n := retain(); n != 2 {
-		t.Errorf("retention of 2 with key hot held deleted %d, want 2 (the tasks without a key)", n)
+		t.Errorf("retention of 2 with keys hot and warm held deleted %d, want 2 (the tasks without a key, found in a third pass)", n)
 	}
 	done()
 	if err := <-held; err != nil {
@@ -237,5 +237,8 @@ func TestRetentionPassesOverABusyKey(t *testing.T) {
 	}
 	if n := retain(); n != 2 {
 		t.Errorf("retention after the submit deleted %d, want 2 (hot's)", n)
+	}
+	if n := retain(); n != 2 {
+		t.Errorf("retention after the submit deleted %d, want 2 (warm's)", n)
 	}
 }
