@@ -10,6 +10,7 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
+	"github.com/drover-run/drover/store/postgres"
 )
 
 // keyedTasks are Pending tasks with the given ordering keys ("" for none),
@@ -22,6 +23,23 @@ func keyedTasks(now time.Time, keys ...string) []*dt.Task {
 			AvailableAt: now, CreatedAt: now, UpdatedAt: now})
 	}
 	return tasks
+}
+
+// retainOnce runs one retention call (TaskDeleteFinished) and returns how
+// many tasks it deleted; it fails the test if the call waits 10 s.
+func retainOnce(t *testing.T, d *postgres.Driver, before time.Time, limit int) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		var err error
+		n, err = x.TaskDeleteFinished(ctx, before, limit)
+		return err
+	}); err != nil {
+		t.Fatalf("retention: %v", err)
+	}
+	return n
 }
 
 // Migration 10 counts each ordering key's existing tasks and deletes the
@@ -100,20 +118,7 @@ func TestRetentionSkipsTheKeysOfSubmits(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	retain := func() int {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		var n int
-		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			var err error
-			n, err = x.TaskDeleteFinished(ctx, time.Now(), 10)
-			return err
-		}); err != nil {
-			t.Fatalf("retention: %v", err)
-		}
-		return n
-	}
+	retain := func() int { t.Helper(); return retainOnce(t, d, time.Now(), 10) }
 	submit := func(ctx context.Context, id, key string) (int64, error) {
 		tk := keyedTasks(old, key)[0]
 		tk.ID = id
@@ -214,20 +219,7 @@ func TestRetentionPassesOverABusyKey(t *testing.T) {
 		})
 	}()
 	<-holding
-	retain := func() int {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		var n int
-		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			var err error
-			n, err = x.TaskDeleteFinished(ctx, now, 2)
-			return err
-		}); err != nil {
-			t.Fatalf("retention: %v", err)
-		}
-		return n
-	}
+	retain := func() int { t.Helper(); return retainOnce(t, d, now, 2) }
 	if n := retain(); n != 2 {
 		t.Errorf("retention of 2 with keys hot and warm held deleted %d, want 2 (the tasks without a key, found in a third pass)", n)
 	}
