@@ -371,7 +371,7 @@ type queries struct {
 	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
 	taskCountActive, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskGetManySkip, taskExisting, taskListLockedBy, taskListExpired, taskListExpiredLock,
 	taskInsert, taskUpdate, taskList, taskPickFinished string
-	orderingReserve, orderingCount, orderingPrune, orderingLock string
+	orderingReserve, orderingPrune string
 
 	stepList, stepListLock, stepInsert, stepUpdate string
 
