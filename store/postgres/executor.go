@@ -17,6 +17,7 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
+	"github.com/drover-run/drover/store/internal/ordering"
 )
 
 // rows is what the executor needs of a result set; pgx.Rows has it, and
@@ -526,32 +527,12 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	if err != nil || len(keys) == 0 {
 		return n, err
 	}
-	distinct, _ := countKeys(keys)
+	distinct, _ := ordering.Count(keys)
 	return n, e.later(ctx, "retention: prune ordering keys", e.d.q.orderingPrune, []any{distinct}, nil, nil)
 }
 
 // retentionPasses caps the picks of one TaskDeleteFinished.
 const retentionPasses = 4
-
-// countKeys returns the distinct keys in byte order (as the "C" collation
-// of ordering_keys.key, the order keys are locked in) and how often each
-// occurs.
-func countKeys(keys []string) ([]string, []int64) {
-	counts := make(map[string]int64, len(keys))
-	for _, k := range keys {
-		counts[k]++
-	}
-	distinct := make([]string, 0, len(counts))
-	for k := range counts {
-		distinct = append(distinct, k)
-	}
-	slices.Sort(distinct)
-	ns := make([]int64, len(distinct))
-	for i, k := range distinct {
-		ns[i] = counts[k]
-	}
-	return distinct, ns
-}
 
 func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
 	if err := e.write("claim tasks"); err != nil {
@@ -779,36 +760,31 @@ func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int
 	if err := e.write("reserve ordering positions"); err != nil {
 		return nil, err
 	}
-	distinct, ns := countKeys(keys)
-	counts := make(map[string]int64, len(distinct))
+	distinct, counts := ordering.Count(keys)
+	ns := make([]int64, len(distinct))
 	for i, k := range distinct {
-		counts[k] = ns[i]
+		ns[i] = counts[k]
 	}
-	next := make(map[string]int64, len(distinct))
+	last := make(map[string]int64, len(distinct))
 	err := e.each(ctx, "reserve ordering positions", e.d.q.orderingReserve, []any{distinct, ns}, func(r rows) error {
 		var (
-			k    string
-			last int64
+			k string
+			n int64
 		)
-		if err := r.Scan(&k, &last); err != nil {
+		if err := r.Scan(&k, &n); err != nil {
 			return err
 		}
-		next[k] = last - counts[k] + 1
+		last[k] = n
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]int64, len(keys))
-	for i, k := range keys {
-		seq, ok := next[k]
-		if !ok {
-			return nil, fmt.Errorf("postgres: reserve ordering positions: no position returned for key %q", k)
-		}
-		out[i] = seq
-		next[k] = seq + 1
+	seqs, err := ordering.Assign(keys, counts, last)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: reserve ordering positions: %w", err)
 	}
-	return out, nil
+	return seqs, nil
 }
 
 // ---- steps ----

@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
+	"github.com/drover-run/drover/store/internal/ordering"
 )
 
 // executor runs the primitives on a write transaction (tx), or on the read
@@ -356,7 +356,7 @@ func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int
 	if e.tx == nil {
 		return nil, errors.New("sqlite: reserve ordering positions: write outside a transaction")
 	}
-	distinct, counts := countKeys(keys)
+	distinct, counts := ordering.Count(keys)
 	rows := make([][]any, len(distinct))
 	for i, k := range distinct {
 		rows[i] = []any{k, counts[k]}
@@ -376,40 +376,11 @@ func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int
 	if err != nil {
 		return nil, err
 	}
-	return assignSeqs(keys, counts, last)
-}
-
-// countKeys returns the distinct keys, sorted, and how often each occurs.
-func countKeys(keys []string) ([]string, map[string]int64) {
-	counts := make(map[string]int64, len(keys))
-	for _, k := range keys {
-		counts[k]++
+	seqs, err := ordering.Assign(keys, counts, last)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: reserve ordering positions: %w", err)
 	}
-	distinct := make([]string, 0, len(counts))
-	for k := range counts {
-		distinct = append(distinct, k)
-	}
-	slices.Sort(distinct)
-	return distinct, counts
-}
-
-// assignSeqs hands each key's reserved positions, which end at last[key],
-// to its entries in input order.
-func assignSeqs(keys []string, counts map[string]int64, last map[string]int64) ([]int64, error) {
-	next := make(map[string]int64, len(counts))
-	for k, n := range counts {
-		l, ok := last[k]
-		if !ok {
-			return nil, fmt.Errorf("sqlite: reserve ordering positions: no position returned for key %q", k)
-		}
-		next[k] = l - n + 1
-	}
-	out := make([]int64, len(keys))
-	for i, k := range keys {
-		out[i] = next[k]
-		next[k]++
-	}
-	return out, nil
+	return seqs, nil
 }
 
 func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.Step) error {
