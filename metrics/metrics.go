@@ -25,6 +25,7 @@ type Options struct {
 type Collector struct {
 	client  *drover.Client
 	timeout time.Duration
+	stats   prometheus.Collector // the counters
 }
 
 // NewCollector returns a Collector of c.
@@ -32,44 +33,36 @@ func NewCollector(c *drover.Client, opts Options) *Collector {
 	if opts.StoreTimeout <= 0 {
 		opts.StoreTimeout = DefaultStoreTimeout
 	}
-	return &Collector{client: c, timeout: opts.StoreTimeout}
+	return &Collector{client: c, timeout: opts.StoreTimeout, stats: NewStatsCollector(c.Stats, counters...)}
 }
 
-// counter is one field of drover.Stats as a Prometheus counter.
-type counter struct {
-	desc  *prometheus.Desc
-	value func(drover.Stats) int64
-}
-
-func newCounter(name, help string, value func(drover.Stats) int64) counter {
-	return counter{prometheus.NewDesc(name, help, nil, nil), value}
+// counters are drover.Stats as Prometheus counters.
+var counters = []Field[drover.Stats]{
+	{Name: "drover_steps_dispatched_total", Help: "Steps this process's schedulers dispatched (attempts sent to agents), by claims and eager starts.", Type: prometheus.CounterValue,
+		Value: func(s drover.Stats) int64 { return s.Dispatched }},
+	{Name: "drover_tasks_eager_started_total", Help: "Tasks a Submit in this process started in its own transaction (of drover_steps_dispatched_total).", Type: prometheus.CounterValue,
+		Value: func(s drover.Stats) int64 { return s.EagerStarts }},
+	{Name: "drover_replies_applied_total", Help: "Agent replies this process's schedulers applied.", Type: prometheus.CounterValue,
+		Value: func(s drover.Stats) int64 { return s.RepliesApplied }},
+	{Name: "drover_replies_late_total", Help: "Agent replies discarded as stale: attempt superseded, deadline passed or task no longer held.", Type: prometheus.CounterValue,
+		Value: func(s drover.Stats) int64 { return s.LateReplies }},
+	{Name: "drover_supervisor_recoveries_total", Help: "Steps this process's supervisor recovered after their CompleteBy passed.", Type: prometheus.CounterValue,
+		Value: func(s drover.Stats) int64 { return s.Recoveries }},
+	{Name: "drover_alerts_total", Help: "Operator alerts this process raised.", Type: prometheus.CounterValue,
+		Value: func(s drover.Stats) int64 { return s.Alerts }},
+	{Name: "drover_tasks_finished_total", Help: "Tasks this process brought to Processed, Compensated or Error.", Type: prometheus.CounterValue,
+		Value: func(s drover.Stats) int64 { return s.TasksFinished }},
+	{Name: "drover_agent_calls_total", Help: "Calls of agent functions in this process, retries included.", Type: prometheus.CounterValue,
+		Value: func(s drover.Stats) int64 { return s.AgentCalls }},
+	{Name: "drover_agent_retries_total", Help: "Agent calls retried after a transient error.", Type: prometheus.CounterValue,
+		Value: func(s drover.Stats) int64 { return s.AgentRetries }},
+	{Name: "drover_agent_calls_abandoned_total", Help: "Agent calls stopped at their step's deadline, without a reply.", Type: prometheus.CounterValue,
+		Value: func(s drover.Stats) int64 { return s.Abandoned }},
+	{Name: "drover_agent_breaker_refused_total", Help: "Agent calls refused by an open circuit breaker.", Type: prometheus.CounterValue,
+		Value: func(s drover.Stats) int64 { return s.BreakerRefused }},
 }
 
 var (
-	counters = []counter{
-		newCounter("drover_steps_dispatched_total", "Steps this process's schedulers dispatched (attempts sent to agents), by claims and eager starts.",
-			func(s drover.Stats) int64 { return s.Dispatched }),
-		newCounter("drover_tasks_eager_started_total", "Tasks a Submit in this process started in its own transaction (of drover_steps_dispatched_total).",
-			func(s drover.Stats) int64 { return s.EagerStarts }),
-		newCounter("drover_replies_applied_total", "Agent replies this process's schedulers applied.",
-			func(s drover.Stats) int64 { return s.RepliesApplied }),
-		newCounter("drover_replies_late_total", "Agent replies discarded as stale: attempt superseded, deadline passed or task no longer held.",
-			func(s drover.Stats) int64 { return s.LateReplies }),
-		newCounter("drover_supervisor_recoveries_total", "Steps this process's supervisor recovered after their CompleteBy passed.",
-			func(s drover.Stats) int64 { return s.Recoveries }),
-		newCounter("drover_alerts_total", "Operator alerts this process raised.",
-			func(s drover.Stats) int64 { return s.Alerts }),
-		newCounter("drover_tasks_finished_total", "Tasks this process brought to Processed, Compensated or Error.",
-			func(s drover.Stats) int64 { return s.TasksFinished }),
-		newCounter("drover_agent_calls_total", "Calls of agent functions in this process, retries included.",
-			func(s drover.Stats) int64 { return s.AgentCalls }),
-		newCounter("drover_agent_retries_total", "Agent calls retried after a transient error.",
-			func(s drover.Stats) int64 { return s.AgentRetries }),
-		newCounter("drover_agent_calls_abandoned_total", "Agent calls stopped at their step's deadline, without a reply.",
-			func(s drover.Stats) int64 { return s.Abandoned }),
-		newCounter("drover_agent_breaker_refused_total", "Agent calls refused by an open circuit breaker.",
-			func(s drover.Stats) int64 { return s.BreakerRefused }),
-	}
 	leaderDesc = prometheus.NewDesc("drover_supervisor_leader",
 		"1 if this process's supervisor is the elected leader, else 0.", nil, nil)
 	termDesc = prometheus.NewDesc("drover_supervisor_term",
@@ -80,9 +73,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, k := range counters {
-		ch <- k.desc
-	}
+	c.stats.Describe(ch)
 	ch <- leaderDesc
 	ch <- termDesc
 	ch <- activeDesc
@@ -92,10 +83,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // drover_tasks_active as an error, which the handler serves alongside the
 // other metrics (promhttp.ContinueOnError) or fails the scrape with.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.client.Stats()
-	for _, k := range counters {
-		ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.value(s)))
-	}
+	c.stats.Collect(ch)
 	term := c.client.SupervisorTerm()
 	leader := 0.0
 	if term > 0 {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/metrics"
@@ -24,12 +23,8 @@ func newMetrics(c *drover.Client) *prometheus.Registry {
 	return reg
 }
 
-// maxScrapes and scrapeTimeout bound --metrics-listen: more concurrent
-// scrapes get 503, a slower one 503 after the timeout.
-const (
-	maxScrapes    = 2
-	scrapeTimeout = 10 * time.Second
-)
+// scrapeTimeout bounds a scrape of --metrics-listen (503 after it).
+const scrapeTimeout = 10 * time.Second
 
 // serveMetrics serves GET /metrics of reg on addr (--metrics-listen),
 // without tokens, for processes that run no HTTP API or keep it apart
@@ -40,14 +35,9 @@ func serveMetrics(addr string, reg prometheus.Gatherer, log *slog.Logger) (*http
 		return nil, nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	// No tokens here: a bound on concurrent scrapes keeps a caller who
-	// can reach the address from loading the store (each scrape reads it).
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorHandling:       promhttp.ContinueOnError,
-		ErrorLog:            slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		MaxRequestsInFlight: maxScrapes,
-		Timeout:             scrapeTimeout,
-	}))
+	// No tokens here: metrics.Handler's bound on concurrent scrapes keeps
+	// a caller who can reach the address from loading the store.
+	mux.Handle("GET /metrics", metrics.Handler(reg, log, scrapeTimeout))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	go func() {

@@ -14,13 +14,13 @@ import (
 	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/webhook"
+	"github.com/drover-run/drover/metrics"
 )
 
 // Defaults of Options.
@@ -172,13 +172,7 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 		mux: http.NewServeMux(), auth: auth, limiters: map[int]*rate.Limiter{}}
 	h.streamCtx, h.stopStreams = context.WithCancel(context.Background())
 	if opts.Metrics != nil {
-		// A metric that fails (a store read at scrape) is logged and left
-		// out; the others are still served.
-		h.metrics = promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{
-			ErrorHandling:       promhttp.ContinueOnError,
-			ErrorLog:            slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
-			MaxRequestsInFlight: 2, // more get 503: each scrape reads the store
-		})
+		h.metrics = metrics.Handler(opts.Metrics, opts.Logger, 0) // the request timeout bounds it
 	}
 	h.routes = []route{
 		{"GET", "/healthz", "", h.healthz},
