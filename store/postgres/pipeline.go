@@ -82,6 +82,11 @@ func (p *pipe) laterTail(what, sql string, args []any, fn func(pgx.BatchResults)
 	p.queue(&p.tail, what, sql, args, fn)
 }
 
+// setLocalPlanSettings is the statement after BEGIN in drover's own
+// transactions (see begin): one statement for the three settings.
+const setLocalPlanSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
+ set_config('max_parallel_workers_per_gather', '0', true)`
+
 // begin queues BEGIN if the pipe owns the transaction and has not begun it.
 //
 // drover's own transactions also turn sequential scans off. Every statement
@@ -90,13 +95,15 @@ func (p *pipe) laterTail(what, sql string, args []any, fn func(pgx.BatchResults)
 // yet) makes the planner guess, and it guesses a whole-table scan for
 // lookups such as "the steps of these tasks", which grows with every task
 // ever run. With the setting off the planner takes the index whenever there
-// is one; a statement without one still runs. The caller's transactions
-// (InExternalTx) are left as they are.
+// is one; a statement without one still runs. They also run without JIT
+// compilation and parallel workers (SessionSettings), which the same
+// guesses bring on, also on a pool the caller made (New). The caller's
+// transactions (InExternalTx) are left as they are.
 func (p *pipe) begin() {
 	if p.own && !p.begun {
 		p.begun = true
 		p.queued.Queue("BEGIN").Fn = execFn("begin")
-		p.queued.Queue("SET LOCAL enable_seqscan = off").Fn = execFn("begin")
+		p.queued.Queue(setLocalPlanSettings).Fn = execFn("begin")
 	}
 }
 

@@ -679,36 +679,54 @@ func TestEventListInWritingTransaction(t *testing.T) {
 	}
 }
 
-// drover's own transactions run with sequential scans off, so tables
-// without planner statistics are still read through their indexes; a
-// caller's transaction keeps its own setting.
-func TestOwnTransactionsAvoidSequentialScans(t *testing.T) {
+// drover's own transactions run with sequential scans, JIT and parallel
+// workers off, so tables without planner statistics are still read
+// through their indexes, without compiling or starting workers for a
+// look-up, also on a pool the caller made with PostgreSQL's defaults; a
+// caller's transaction keeps its own settings.
+func TestOwnTransactionsPlanSettings(t *testing.T) {
 	t.Parallel()
-	d := open(t)
 	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	d, err := postgres.New(pool, postgres.Options{Schema: freshSchema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
 	show := func(x store.Executor) string {
 		tx, err := postgres.TxOf(x)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var v string
-		if err := tx.QueryRow(ctx, `SHOW enable_seqscan`).Scan(&v); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT current_setting('enable_seqscan') || ' ' || current_setting('jit') || ' '
+ || current_setting('max_parallel_workers_per_gather')`).Scan(&v); err != nil {
 			t.Fatal(err)
 		}
 		return v
 	}
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if v := show(x); v != "off" {
-			t.Errorf("enable_seqscan in InTx = %q, want off", v)
+		if v := show(x); v != "off off 0" {
+			t.Errorf("enable_seqscan, jit, max_parallel_workers_per_gather in InTx = %q, want off off 0", v)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	tx := callersTx(t)
+	if _, err := tx.Exec(ctx, `SELECT set_config('enable_seqscan', 'on', true), set_config('jit', 'on', true),
+ set_config('max_parallel_workers_per_gather', '3', true)`); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
-		if v := show(x); v != "on" {
-			t.Errorf("enable_seqscan in the caller's transaction = %q, want it left on", v)
+		if v := show(x); v != "on on 3" {
+			t.Errorf("settings in the caller's transaction = %q, want its own on on 3", v)
 		}
 		return nil
 	}); err != nil {
