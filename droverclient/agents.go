@@ -116,7 +116,9 @@ func (c *Client) Complete(ctx context.Context, req *Request, output json.RawMess
 // Fail fails req with the message msg. permanent: the step fails for good
 // and the task's failure policy applies (Error, or compensation);
 // otherwise the request is handed back and delivered again, to any agent,
-// before its deadline. ErrStale when the token no longer holds.
+// before its deadline, once the server's redelivery delay has passed (it
+// doubles with each transient failure of the request). ErrStale when the
+// token no longer holds.
 func (c *Client) Fail(ctx context.Context, req *Request, msg string, permanent bool) error {
 	u, err := requestPath(c, req, "fail")
 	if err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/drover-run/drover/drovertype"
@@ -43,9 +44,32 @@ type RemoteAgentExecutor interface {
 	// transactions only.
 	RequestComplete(ctx context.Context, id int64, claimedBy string, now time.Time) (*drovertype.AgentRequest, error)
 	// RequestReleaseOne gives request id back (unclaimed) so any agent can
-	// claim it again before its CompleteBy, if it is claimed by claimedBy
-	// and now is before its CompleteBy, and returns it (without payload).
-	// Otherwise it changes nothing and returns ErrStale, or ErrNotFound
-	// when no request has that id. Write transactions only.
-	RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time) (*drovertype.AgentRequest, error)
+	// claim it again once the redelivery delay after has passed (counting
+	// this release), if it is claimed by claimedBy and now is before its
+	// CompleteBy, and returns it (without payload). RequestClaim and
+	// RequestAvailable pass it over until then; a delay that reaches past
+	// CompleteBy leaves the step to the supervisor. Otherwise it changes
+	// nothing and returns ErrStale, or ErrNotFound when no request has
+	// that id. Write transactions only.
+	RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time, after Redelivery) (*drovertype.AgentRequest, error)
+}
+
+// Redelivery is how long a request given back with RequestReleaseOne waits
+// before it can be claimed again: First after its first release, doubling
+// with each release after that, at most Max. The zero value: at once.
+// Without it, an agent that fails fast would claim and give back the same
+// request in a tight loop until its CompleteBy.
+type Redelivery struct {
+	First, Max time.Duration
+}
+
+// Validate reports a negative First, or a Max below First.
+func (r Redelivery) Validate() error {
+	switch {
+	case r.First < 0:
+		return fmt.Errorf("redelivery delay %s is negative", r.First)
+	case r.Max < r.First:
+		return fmt.Errorf("redelivery max delay %s is below the first delay %s", r.Max, r.First)
+	}
+	return nil
 }

@@ -22,7 +22,8 @@ The business logic is handle() below: it "charges" the amount of the task
 input and returns a receipt. A negative amount is refused for good
 (PermanentError: the task's failure policy applies, e.g. compensation);
 any other exception is reported as transient, and the server hands the
-request out again before its deadline.
+request out again before its deadline, after a delay that doubles with
+each such failure.
 """
 
 import argparse

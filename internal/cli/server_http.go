@@ -18,6 +18,7 @@ import (
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/httpapi"
 	"github.com/drover-run/drover/internal/webhook"
+	"github.com/drover-run/drover/store"
 )
 
 // httpFlags are the flags of the server's HTTP API.
@@ -33,6 +34,7 @@ type httpFlags struct {
 	maxStreams   int
 	heartbeat    time.Duration
 	metrics      string // --metrics-listen
+	redelivery   store.Redelivery
 }
 
 func (f *httpFlags) register(cmd *cobra.Command) {
@@ -48,6 +50,8 @@ func (f *httpFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.burst, "rate-burst", httpapi.DefaultBurst, "HTTP requests a token may send at once above --rate-limit")
 	fl.IntVar(&f.maxStreams, "max-streams", httpapi.DefaultMaxStreams, "event streams (SSE) served at once; more get 503 with Retry-After")
 	fl.DurationVar(&f.heartbeat, "stream-heartbeat", httpapi.DefaultHeartbeat, "interval of the keep-alive comments on idle event streams")
+	fl.DurationVar(&f.redelivery.First, "agent-redelivery-delay", httpapi.DefaultRedeliveryFirst, "how long a request a remote agent failed transiently waits before it is delivered again; doubles with each transient failure of the request (0: at once)")
+	fl.DurationVar(&f.redelivery.Max, "agent-redelivery-max-delay", httpapi.DefaultRedeliveryMax, "longest wait of --agent-redelivery-delay as it doubles")
 }
 
 // apiServer is the HTTP API of a running server.
@@ -63,7 +67,8 @@ type apiServer struct {
 // before anything starts. It returns nil tokens with --insecure-no-auth.
 func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags) ([]httpapi.Token, *tls.Certificate, error) {
 	if f.listen == "" {
-		for _, name := range []string{"tokens-file", "tls-cert", "tls-key", "insecure-no-auth", "max-body-bytes", "rate-limit", "rate-burst", "max-streams", "stream-heartbeat"} {
+		for _, name := range []string{"tokens-file", "tls-cert", "tls-key", "insecure-no-auth", "max-body-bytes", "rate-limit", "rate-burst", "max-streams", "stream-heartbeat",
+			"agent-redelivery-delay", "agent-redelivery-max-delay"} {
 			if cmd.Flags().Changed(name) {
 				return nil, nil, usagef("--%s needs --listen", name)
 			}
@@ -84,6 +89,9 @@ func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags) ([]httpapi.Token,
 	}
 	if f.heartbeat < 100*time.Millisecond {
 		return nil, nil, usagef("--stream-heartbeat must be at least 100ms, got %s", f.heartbeat)
+	}
+	if err := f.redelivery.Validate(); err != nil {
+		return nil, nil, usagef("--agent-redelivery-delay, --agent-redelivery-max-delay: %v", err)
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return nil, nil, usagef("--tls-cert and --tls-key go together")
@@ -151,7 +159,7 @@ func serveHTTP(ln net.Listener, f *httpFlags, tokens []httpapi.Token, cert *tls.
 	}
 	h, err := httpapi.New(c, q, httpapi.Options{Tokens: tokens, NoAuth: f.insecure, MaxBodyBytes: f.maxBodyBytes,
 		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, Heartbeat: f.heartbeat, RemoteInput: remoteInput, Logger: log,
-		Metrics: metrics, CallbackAllow: callbacks})
+		Metrics: metrics, CallbackAllow: callbacks, Redelivery: f.apiRedelivery()})
 	if err != nil {
 		return nil, err
 	}
@@ -203,4 +211,13 @@ func (s *apiServer) shutdown(ctx context.Context) error {
 		s.srv.Close()
 	}
 	return err
+}
+
+// apiRedelivery is httpapi.Options.Redelivery for the flags: there, a
+// zero value means the default and a negative First means at once.
+func (f *httpFlags) apiRedelivery() store.Redelivery {
+	if f.redelivery.First == 0 {
+		return store.Redelivery{First: -1}
+	}
+	return f.redelivery
 }

@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/drover-run/drover/store"
 )
 
 const (
@@ -311,6 +313,10 @@ func TestServerHTTPFlags(t *testing.T) {
 		{[]string{"--max-streams", "5"}, ExitUsage, "--max-streams needs --listen"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-streams", "0"}, ExitUsage, "--max-streams must be positive"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--stream-heartbeat", "1ms"}, ExitUsage, "--stream-heartbeat must be at least"},
+		{[]string{"--agent-redelivery-delay", "2s"}, ExitUsage, "--agent-redelivery-delay needs --listen"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--agent-redelivery-delay", "-1s"}, ExitUsage, "redelivery delay -1s is negative"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--agent-redelivery-delay", "2s", "--agent-redelivery-max-delay", "1s"}, ExitUsage,
+			"redelivery max delay 1s is below the first delay 2s"},
 	} {
 		r := run(t, "", append([]string{"--db", db, "server"}, c.args...)...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
@@ -359,5 +365,19 @@ func TestServerHTTPInProcess(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no exit after cancel")
+	}
+}
+
+// --agent-redelivery-delay 0 means at once, which httpapi.Options spells
+// with a negative First (its zero value is the default).
+func TestAPIRedelivery(t *testing.T) {
+	for _, c := range []struct{ in, want store.Redelivery }{
+		{store.Redelivery{First: 0, Max: 30 * time.Second}, store.Redelivery{First: -1}},
+		{store.Redelivery{First: time.Second, Max: 30 * time.Second}, store.Redelivery{First: time.Second, Max: 30 * time.Second}},
+	} {
+		f := httpFlags{redelivery: c.in}
+		if got := f.apiRedelivery(); got != c.want {
+			t.Errorf("apiRedelivery(%+v) = %+v, want %+v", c.in, got, c.want)
+		}
 	}
 }

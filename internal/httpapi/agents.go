@@ -43,6 +43,11 @@ const (
 	maxAgentError = 4096
 	// claimPrefix marks the claims of remote agents in agent_requests.claimed_by.
 	claimPrefix = "remote:"
+	// DefaultRedeliveryFirst and DefaultRedeliveryMax are
+	// Options.Redelivery's default: a request given back waits 1s before
+	// it is delivered again, then 2s, 4s … at most 30s.
+	DefaultRedeliveryFirst = time.Second
+	DefaultRedeliveryMax   = 30 * time.Second
 	// listenPollInterval is the poll interval of waiting polls while the
 	// store's notifications (PostgreSQL LISTEN/NOTIFY) wake them.
 	listenPollInterval = time.Second
@@ -320,7 +325,7 @@ func (h *Handler) claimRemote(base context.Context, agent, claimedBy, nonce stri
 				// for a later poll rather than failing the step.
 				h.log.Warn("remote agent input not available yet; the request is given back", "agent", agent, "task", q.TaskID, "step", q.StepIndex, "err", err)
 				if err := h.drover.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
-					_, err := x.RequestReleaseOne(ctx, q.ID, claimedBy, h.clock.Now())
+					_, err := x.RequestReleaseOne(ctx, q.ID, claimedBy, h.clock.Now(), h.opts.Redelivery)
 					return err
 				}); err != nil && !errors.Is(err, store.ErrStale) && !errors.Is(err, store.ErrNotFound) {
 					return nil, err
@@ -426,7 +431,8 @@ func (h *Handler) completeRequest(w http.ResponseWriter, r *http.Request) error 
 // failRequest serves POST /v1/agents/requests/{id}/fail: a permanent
 // failure is the step's reply (the task's failure policy applies); a
 // transient one gives the request back so that it is delivered again, to
-// any agent, before its deadline.
+// any agent, before its deadline, after the redelivery delay
+// (Options.Redelivery), which grows with each transient failure.
 func (h *Handler) failRequest(w http.ResponseWriter, r *http.Request) error {
 	id, body, err := agentRequestBody(r)
 	if err != nil {
@@ -444,7 +450,7 @@ func (h *Handler) failRequest(w http.ResponseWriter, r *http.Request) error {
 		err = h.replyTx(r.Context(), id, claimedBy, nil, req.Error, true)
 	} else {
 		err = h.drover.Store().InTx(r.Context(), func(ctx context.Context, x store.Executor) error {
-			q, err := x.RequestReleaseOne(ctx, id, claimedBy, h.clock.Now())
+			q, err := x.RequestReleaseOne(ctx, id, claimedBy, h.clock.Now(), h.opts.Redelivery)
 			if err != nil {
 				return err
 			}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
 )
@@ -194,23 +195,62 @@ func TestRemoteAgentLateCompletion(t *testing.T) {
 	})
 }
 
-// A transient failure gives the request back: another poll gets it (same
+// A transient failure gives the request back: after the redelivery delay
+// (1s, then 2s: the default doubles it) another poll gets it (same
 // attempt, new token) before the deadline; the first token is stale.
 func TestRemoteAgentTransientFail(t *testing.T) {
 	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
-		e, _ := newAgentEnv(t, open(t), Options{})
+		e, clk := newAgentEnv(t, open(t), Options{})
 		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"remote","id":"tr"}`).must(t, 201)
 		first := e.pollOne("worker")
 		e.do("POST", failPath(first.ID), agentTok, tokenBody(first.Token, `"error":"service busy","permanent":false`)).must(t, 200)
+		if got := e.poll("worker", `{"wait_ms":0}`); len(got) != 0 {
+			t.Fatalf("poll right after a transient failure got %+v; want nothing before the redelivery delay", got)
+		}
+		clk.Advance(DefaultRedeliveryFirst)
 		second := e.pollOne("worker")
 		if second.ID != first.ID || second.Attempt != first.Attempt || second.Token == first.Token {
 			t.Fatalf("redelivered: %+v, first %+v", second, first)
 		}
 		e.do("POST", completePath(first.ID), agentTok, tokenBody(first.Token, `"output":1`)).mustError(t, 409, "stale_token")
-		e.do("POST", completePath(second.ID), agentTok, tokenBody(second.Token, `"output":2`)).must(t, 200)
+		e.do("POST", failPath(second.ID), agentTok, tokenBody(second.Token, `"error":"still busy","permanent":false`)).must(t, 200)
+		clk.Advance(DefaultRedeliveryFirst)
+		if got := e.poll("worker", `{"wait_ms":0}`); len(got) != 0 {
+			t.Fatalf("poll 1s after a second transient failure got %+v; want nothing before 2s", got)
+		}
+		clk.Advance(DefaultRedeliveryFirst)
+		third := e.pollOne("worker")
+		e.do("POST", completePath(third.ID), agentTok, tokenBody(third.Token, `"output":2`)).must(t, 200)
 		r := e.waitState("tr", "Processed")
 		if r.json["output"] != float64(2) {
 			t.Fatalf("task: %s", r.body)
+		}
+	})
+}
+
+// Options.Redelivery: a negative First redelivers at once; a Max below
+// First is refused.
+func TestRemoteAgentRedeliveryOptions(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		drv := open(t)
+		e, _ := newAgentEnv(t, drv, Options{Redelivery: store.Redelivery{First: -1}})
+		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"remote","id":"now"}`).must(t, 201)
+		first := e.pollOne("worker")
+		e.do("POST", failPath(first.ID), agentTok, tokenBody(first.Token, `"error":"busy","permanent":false`)).must(t, 200)
+		if got := e.poll("worker", `{"wait_ms":0}`); len(got) != 1 || got[0].ID != first.ID {
+			t.Fatalf("poll right after a transient failure with First < 0 got %+v; want request %d", got, first.ID)
+		}
+		c, err := drover.New(drover.Config{Store: drv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := convoy.New(convoy.Config{Store: drv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = New(c, q, Options{NoAuth: true, Redelivery: store.Redelivery{First: 2 * time.Second, Max: time.Second}})
+		if err == nil || !strings.Contains(err.Error(), "max delay 1s is below the first delay 2s") {
+			t.Fatalf("New with Max below First: %v", err)
 		}
 	})
 }

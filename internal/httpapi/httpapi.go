@@ -21,6 +21,7 @@ import (
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/webhook"
 	"github.com/drover-run/drover/metrics"
+	"github.com/drover-run/drover/store"
 )
 
 // Defaults of Options.
@@ -78,6 +79,12 @@ type Options struct {
 	// AgentPollInterval is how often a waiting remote-agent poll looks for
 	// new requests. Default DefaultAgentPollInterval.
 	AgentPollInterval time.Duration
+	// Redelivery is how long a request a remote agent failed transiently
+	// (or whose RemoteInput failed transiently) waits before it is
+	// delivered again; the delay doubles with each such failure of the
+	// request. Default DefaultRedeliveryFirst doubling to
+	// DefaultRedeliveryMax; a negative First delivers it again at once.
+	Redelivery store.Redelivery
 	// RemoteInput, when set, computes the "input" handed to a remote agent
 	// (the declarative workflows' input mapping); by default it is the
 	// task's input. An error fails that request permanently with its
@@ -163,6 +170,16 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 	}
 	if opts.MaxStreams <= 0 {
 		opts.MaxStreams = DefaultMaxStreams
+	}
+	switch {
+	case opts.Redelivery == store.Redelivery{}:
+		opts.Redelivery = store.Redelivery{First: DefaultRedeliveryFirst, Max: DefaultRedeliveryMax}
+	case opts.Redelivery.First < 0:
+		opts.Redelivery = store.Redelivery{}
+	default:
+		if err := opts.Redelivery.Validate(); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
 	}
 	auth, err := newAuthenticator(opts.Tokens)
 	if err != nil {

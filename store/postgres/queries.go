@@ -167,7 +167,7 @@ const (
 	// of the step before.
 	tRequestClaim = `WITH c AS MATERIALIZED (
    SELECT id FROM {s}.agent_requests
-   WHERE agent = $2 AND claimed_by IS NULL AND complete_by > $3
+   WHERE agent = $2 AND claimed_by IS NULL AND complete_by > $3 AND (available_at IS NULL OR available_at <= $3)
    ORDER BY id LIMIT $4
    FOR UPDATE SKIP LOCKED),
  u AS (

@@ -28,7 +28,7 @@ const (
  WHERE r.id = $1`
 
 	tRemoteAvailable = `SELECT EXISTS (SELECT 1 FROM {s}.agent_requests
- WHERE agent = $1 AND claimed_by IS NULL AND complete_by > $2)`
+ WHERE agent = $1 AND claimed_by IS NULL AND complete_by > $2 AND (available_at IS NULL OR available_at <= $2))`
 
 	// The claim holds while the row is claimed by the caller, before its
 	// CompleteBy, and its step still runs the request's attempt. Two
@@ -40,7 +40,11 @@ const (
 	tRemoteComplete = `DELETE FROM {s}.agent_requests AS r WHERE ` + remoteClaimHolds + `
  RETURNING ` + remoteReqCols
 
-	tRemoteRelease = `UPDATE {s}.agent_requests AS r SET claimed_by = NULL WHERE ` + remoteClaimHolds + `
+	// The delay ($4 after the first release, doubling, at most $5; in
+	// microseconds) counts this release: releases is read before the update.
+	tRemoteRelease = `UPDATE {s}.agent_requests AS r SET claimed_by = NULL, releases = r.releases + 1,
+ available_at = $3 + make_interval(secs => LEAST($5::bigint, $4::bigint * (1::bigint << LEAST(r.releases, 20))) / 1e6)
+ WHERE ` + remoteClaimHolds + `
  RETURNING ` + remoteReqCols
 
 	tRemoteExists = `SELECT EXISTS (SELECT 1 FROM {s}.agent_requests WHERE id = $1)`
@@ -123,18 +127,19 @@ func (e *executor) RequestComplete(ctx context.Context, id int64, claimedBy stri
 	return e.remoteFenced(ctx, "complete request", e.d.remoteQ().complete, id, claimedBy, now)
 }
 
-func (e *executor) RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time) (*dt.AgentRequest, error) {
-	return e.remoteFenced(ctx, "release request", e.d.remoteQ().release, id, claimedBy, now)
+func (e *executor) RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time, after store.Redelivery) (*dt.AgentRequest, error) {
+	return e.remoteFenced(ctx, "release request", e.d.remoteQ().release, id, claimedBy, now, after.First.Microseconds(), after.Max.Microseconds())
 }
 
 // remoteFenced runs a statement that changes request id only while the
 // caller's claim holds, and tells a stale claim from a missing request.
-func (e *executor) remoteFenced(ctx context.Context, what, query string, id int64, claimedBy string, now time.Time) (*dt.AgentRequest, error) {
+// extra are the statement's parameters after the first three.
+func (e *executor) remoteFenced(ctx context.Context, what, query string, id int64, claimedBy string, now time.Time, extra ...any) (*dt.AgentRequest, error) {
 	if err := e.write(what); err != nil {
 		return nil, err
 	}
 	var out *dt.AgentRequest
-	if err := e.each(ctx, what, query, []any{id, claimedBy, now}, func(rs rows) error {
+	if err := e.each(ctx, what, query, append([]any{id, claimedBy, now}, extra...), func(rs rows) error {
 		r, err := scanRemoteRequest(rs)
 		out = r
 		return err

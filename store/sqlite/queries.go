@@ -67,7 +67,8 @@ const (
  ORDER BY task_id, step_index`
 
 	qRequestClaim = `UPDATE agent_requests SET claimed_by = ?1
- WHERE id IN (SELECT id FROM agent_requests WHERE agent = ?2 AND claimed_by IS NULL AND complete_by > ?3 ORDER BY id LIMIT ?4)
+ WHERE id IN (SELECT id FROM agent_requests WHERE agent = ?2 AND claimed_by IS NULL AND complete_by > ?3
+   AND (available_at IS NULL OR available_at <= ?3) ORDER BY id LIMIT ?4)
  RETURNING id, agent, task_id, step_index, attempt, kind, idempotency_key, complete_by, scheduler, created_at`
 
 	// qRequestPayload joins the message body into claimed requests: the

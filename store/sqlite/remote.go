@@ -28,7 +28,7 @@ const (
  WHERE r.id = ?`
 
 	qRemoteAvailable = `SELECT EXISTS (SELECT 1 FROM agent_requests
- WHERE agent = ? AND claimed_by IS NULL AND complete_by > ?)`
+ WHERE agent = ?1 AND claimed_by IS NULL AND complete_by > ?2 AND (available_at IS NULL OR available_at <= ?2))`
 
 	// The claim holds while the row is claimed by the caller, before its
 	// CompleteBy, and its step still runs the request's attempt.
@@ -38,7 +38,11 @@ const (
 	qRemoteComplete = `DELETE FROM agent_requests AS r WHERE ` + remoteClaimHolds + `
  RETURNING ` + remoteRetCols
 
-	qRemoteRelease = `UPDATE agent_requests AS r SET claimed_by = NULL WHERE ` + remoteClaimHolds + `
+	// The delay (?4 after the first release, doubling, at most ?5; in
+	// microseconds) counts this release: releases is read before the update.
+	qRemoteRelease = `UPDATE agent_requests AS r SET claimed_by = NULL, releases = r.releases + 1,
+ available_at = ?3 + min(?5, ?4 * (1 << min(r.releases, 20)))
+ WHERE ` + remoteClaimHolds + `
  RETURNING ` + remoteRetCols
 
 	qRemoteExists = `SELECT 1 FROM agent_requests WHERE id = ?`
@@ -111,17 +115,18 @@ func (e *executor) RequestComplete(ctx context.Context, id int64, claimedBy stri
 	return e.remoteFenced(ctx, "complete request", qRemoteComplete, id, claimedBy, now)
 }
 
-func (e *executor) RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time) (*dt.AgentRequest, error) {
-	return e.remoteFenced(ctx, "release request", qRemoteRelease, id, claimedBy, now)
+func (e *executor) RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time, after store.Redelivery) (*dt.AgentRequest, error) {
+	return e.remoteFenced(ctx, "release request", qRemoteRelease, id, claimedBy, now, after.First.Microseconds(), after.Max.Microseconds())
 }
 
 // remoteFenced runs a statement that changes request id only while the
 // caller's claim holds, and tells a stale claim from a missing request.
-func (e *executor) remoteFenced(ctx context.Context, what, query string, id int64, claimedBy string, now time.Time) (*dt.AgentRequest, error) {
+// extra are the statement's parameters after the first three.
+func (e *executor) remoteFenced(ctx context.Context, what, query string, id int64, claimedBy string, now time.Time, extra ...any) (*dt.AgentRequest, error) {
 	if e.tx == nil {
 		return nil, fmt.Errorf("sqlite: %s: %w", what, errors.New("write outside a transaction"))
 	}
-	rows, err := e.query(ctx, query, id, claimedBy, us(now))
+	rows, err := e.query(ctx, query, append([]any{id, claimedBy, us(now)}, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %s: %w", what, err)
 	}

@@ -20,6 +20,7 @@ func remoteCases() []testCase {
 		{"Complete", testRemoteComplete},
 		{"CompleteSupersededAttempt", testRemoteCompleteSuperseded},
 		{"ReleaseOne", testRemoteReleaseOne},
+		{"ReleaseOneRedeliveryDelay", testRemoteRedeliveryDelay},
 	}
 }
 
@@ -205,7 +206,7 @@ func testRemoteCompleteSuperseded(t *testing.T, d store.Driver) {
 	})
 	wantErrIs(t, err, store.ErrStale, "RequestComplete of a superseded attempt")
 	err = remoteTx(d, func(ctx context.Context, x store.Executor) error {
-		_, err := x.RequestReleaseOne(ctx, r0.ID, "remote:n", base)
+		_, err := x.RequestReleaseOne(ctx, r0.ID, "remote:n", base, store.Redelivery{})
 		return err
 	})
 	wantErrIs(t, err, store.ErrStale, "RequestReleaseOne of a superseded attempt")
@@ -222,7 +223,7 @@ func testRemoteReleaseOne(t *testing.T, d store.Driver) {
 		var out *dt.AgentRequest
 		err := remoteTx(d, func(ctx context.Context, x store.Executor) error {
 			var err error
-			out, err = x.RequestReleaseOne(ctx, id, claimedBy, now)
+			out, err = x.RequestReleaseOne(ctx, id, claimedBy, now, store.Redelivery{})
 			return err
 		})
 		return out, err
@@ -254,5 +255,72 @@ func testRemoteReleaseOne(t *testing.T, d store.Driver) {
 	wantErrIs(t, err, store.ErrStale, "RequestComplete with the claim given up")
 	if g, err := d.Reader().RequestGet(context.Background(), r1.ID); err != nil || g.ClaimedBy != "remote:n1" {
 		t.Errorf("the other request = %+v, %v; want it still claimed by remote:n1", g, err)
+	}
+}
+
+// A request given back with a redelivery delay is passed over by claims
+// and RequestAvailable until the delay has passed; the delay doubles with
+// each release, up to its Max, and one reaching past CompleteBy leaves
+// the request unclaimable.
+func testRemoteRedeliveryDelay(t *testing.T, d store.Driver) {
+	setupRemote(t, d)
+	exp := at(time.Minute)
+	r0 := newRequest("t", 0, "a", exp)
+	insertRequests(t, d, r0)
+	after := store.Redelivery{First: 2 * time.Second, Max: 5 * time.Second}
+	available := func(now time.Time) bool {
+		t.Helper()
+		ok, err := d.Reader().RequestAvailable(context.Background(), "a", now)
+		if err != nil {
+			t.Fatalf("RequestAvailable: %v", err)
+		}
+		return ok
+	}
+	claimAt := func(claimedBy string, now time.Time) []*dt.AgentRequest {
+		t.Helper()
+		return claimRequests(t, d, store.RequestClaimParams{Agent: "a", ClaimedBy: claimedBy, Now: now, Limit: 10})
+	}
+	release := func(claimedBy string, now time.Time) {
+		t.Helper()
+		err := remoteTx(d, func(ctx context.Context, x store.Executor) error {
+			_, err := x.RequestReleaseOne(ctx, r0.ID, claimedBy, now, after)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("RequestReleaseOne by %s: %v", claimedBy, err)
+		}
+	}
+
+	now := base
+	for i, delay := range []time.Duration{2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second} {
+		claimedBy := fmt.Sprintf("remote:n%d", i)
+		if got := claimAt(claimedBy, now); len(got) != 1 || got[0].ID != r0.ID {
+			t.Fatalf("release %d: claim at %s = %v, want request %d", i, now.Sub(base), reqKeys(got), r0.ID)
+		}
+		release(claimedBy, now)
+		due := now.Add(delay)
+		if available(due.Add(-time.Microsecond)) {
+			t.Fatalf("release %d: RequestAvailable %s after it = true; want false until %s", i, delay-time.Microsecond, delay)
+		}
+		if got := claimAt("remote:early", due.Add(-time.Microsecond)); len(got) != 0 {
+			t.Fatalf("release %d: claim %s after it = %v; want nothing until %s", i, delay-time.Microsecond, reqKeys(got), delay)
+		}
+		if !available(due) {
+			t.Fatalf("release %d: RequestAvailable %s after it = false", i, delay)
+		}
+		now = due
+	}
+
+	// A delay past CompleteBy: the request is never claimable again.
+	if got := claimAt("remote:last", now); len(got) != 1 {
+		t.Fatalf("last claim = %v", reqKeys(got))
+	}
+	after = store.Redelivery{First: 2 * time.Minute, Max: 2 * time.Minute}
+	release("remote:last", now)
+	if available(exp.Add(-time.Microsecond)) {
+		t.Error("RequestAvailable before CompleteBy with the delay past it = true")
+	}
+	if got := claimAt("remote:late", exp.Add(-time.Microsecond)); len(got) != 0 {
+		t.Errorf("claim before CompleteBy with the delay past it = %v, want nothing", reqKeys(got))
 	}
 }
