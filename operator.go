@@ -2,6 +2,7 @@ package drover
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
@@ -11,15 +12,16 @@ import (
 
 // Task returns a task with all its steps.
 func (c *Client) Task(ctx context.Context, id string) (*Task, error) {
-	r := c.store.Reader()
-	t, err := r.TaskGet(ctx, id)
+	// One snapshot: read apart, a step could be newer than its task (a
+	// task Processing whose last step is already Processed).
+	tasks, steps, err := c.store.Reader().TaskGetManyWithSteps(ctx, []string{id})
 	if err != nil {
 		return nil, err
 	}
-	steps, err := r.StepListByTasks(ctx, []string{id})
-	if err != nil {
-		return nil, err
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("task %q: %w", id, store.ErrNotFound)
 	}
+	t := tasks[0]
 	for _, s := range steps {
 		t.Steps = append(t.Steps, *s)
 	}

@@ -64,7 +64,9 @@ type Executor interface {
 	TaskGetMany(ctx context.Context, ids []string) ([]*drovertype.Task, error)
 	// TaskGetManyWithSteps is TaskGetMany and StepListByTasks of the same
 	// IDs in one call (inside a transaction both lock their rows, the tasks
-	// first), so that a driver can fetch both in one round trip.
+	// first), so that a driver can fetch both in one round trip. On the
+	// Reader both reads see one snapshot of the database: the steps are
+	// those of the tasks as returned, never of a later state.
 	TaskGetManyWithSteps(ctx context.Context, ids []string) ([]*drovertype.Task, []*drovertype.Step, error)
 	TaskList(ctx context.Context, p TaskListParams) ([]*drovertype.Task, error)
 	TaskCountByState(ctx context.Context) (map[drovertype.ProcessState]int, error)

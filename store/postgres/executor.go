@@ -829,15 +829,21 @@ func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt
 }
 
 // TaskGetManyWithSteps implements store.Executor: in a transaction both
-// reads go out in one pipeline, one round trip.
-func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) ([]*dt.Task, []*dt.Step, error) {
+// reads go out in one pipeline, one round trip. On the Reader they run in a
+// read-only REPEATABLE READ transaction of their own, so that the steps are
+// those of the tasks as read (two round trips).
+func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) (tasks []*dt.Task, steps []*dt.Step, err error) {
 	if len(ids) == 0 {
 		return nil, nil, nil
 	}
-	var (
-		tasks []*dt.Task
-		steps []*dt.Step
-	)
+	if !e.tx && e.p == nil {
+		err = e.d.inSnapshotTx(ctx, func(p *pipe) error {
+			var err error
+			tasks, steps, err = (&executor{d: e.d, p: p}).TaskGetManyWithSteps(ctx, ids)
+			return err
+		})
+		return tasks, steps, err
+	}
 	if err := e.later(ctx, "get tasks", e.pick(e.d.q.taskGetMany, e.d.q.taskGetManyLock), []any{ids}, scanTask(&tasks), nil); err != nil {
 		return nil, nil, err
 	}

@@ -32,6 +32,9 @@ type batchSender interface {
 type pipe struct {
 	c   batchSender
 	own bool // pipe owns the transaction: it sends BEGIN, COMMIT, ROLLBACK
+	// snapshot: the owned transaction is read-only at REPEATABLE READ, so
+	// that all its reads see one snapshot (see Driver.inSnapshotTx).
+	snapshot bool
 	// channel is the schema's LISTEN/NOTIFY channel.
 	channel string
 	begun   bool // BEGIN has been queued
@@ -102,7 +105,11 @@ const setLocalPlanSettings = `SELECT set_config('enable_seqscan', 'off', true), 
 func (p *pipe) begin() {
 	if p.own && !p.begun {
 		p.begun = true
-		p.queued.Queue("BEGIN").Fn = execFn("begin")
+		begin := "BEGIN"
+		if p.snapshot {
+			begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+		}
+		p.queued.Queue(begin).Fn = execFn("begin")
 		p.queued.Queue(setLocalPlanSettings).Fn = execFn("begin")
 	}
 }
@@ -251,12 +258,24 @@ func (p *pipe) rollback(ctx context.Context) error {
 
 // inPipelineTx runs fn in a transaction on a connection of the pool, with
 // writes pipelined (see pipe).
-func (d *Driver) inPipelineTx(ctx context.Context, fn func(*pipe) error) (err error) {
+func (d *Driver) inPipelineTx(ctx context.Context, fn func(*pipe) error) error {
+	return d.runPipelineTx(ctx, false, fn)
+}
+
+// inSnapshotTx runs fn in a read-only REPEATABLE READ transaction: its
+// reads all see the database as of the first one, where each statement of
+// a READ COMMITTED transaction (and each read through Reader) sees the
+// commits made before it started.
+func (d *Driver) inSnapshotTx(ctx context.Context, fn func(*pipe) error) error {
+	return d.runPipelineTx(ctx, true, fn)
+}
+
+func (d *Driver) runPipelineTx(ctx context.Context, snapshot bool, fn func(*pipe) error) (err error) {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres: begin: %w", translate(err))
 	}
-	p := &pipe{c: conn, own: true, channel: d.channel}
+	p := &pipe{c: conn, own: true, snapshot: snapshot, channel: d.channel}
 	committed := false
 	defer func() {
 		if !committed {

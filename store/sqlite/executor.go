@@ -767,13 +767,23 @@ func (e *executor) LeaseRelease(ctx context.Context, name, holder string, term i
 func (e *executor) Notify(context.Context, string) error { return nil }
 
 // TaskGetManyWithSteps implements store.Executor: on SQLite a round trip
-// costs nothing, so it is the two reads.
-func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) ([]*dt.Task, []*dt.Step, error) {
-	tasks, err := e.TaskGetMany(ctx, ids)
+// costs nothing, so it is the two reads. On the Reader they run in a read
+// transaction of their own (deferred: its snapshot is taken by the first
+// read), so that the steps are those of the tasks as read.
+func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) (tasks []*dt.Task, steps []*dt.Step, err error) {
+	if e.tx == nil {
+		tx, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sqlite: begin read: %w", translate(err))
+		}
+		defer func() { _ = tx.Rollback() }() // read-only: nothing to commit
+		return (&executor{d: e.d, tx: tx, db: e.db}).TaskGetManyWithSteps(ctx, ids)
+	}
+	tasks, err = e.TaskGetMany(ctx, ids)
 	if err != nil {
 		return nil, nil, err
 	}
-	steps, err := e.StepListByTasks(ctx, ids)
+	steps, err = e.StepListByTasks(ctx, ids)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ func taskCases() []testCase {
 		{"GetNotFound", testTaskGetNotFound},
 		{"GetMany", testTaskGetMany},
 		{"GetManyWithSteps", testTaskGetManyWithSteps},
+		{"GetManyWithStepsOneSnapshot", testTaskGetManyWithStepsOneSnapshot},
 		{"List", testTaskList},
 		{"CountByState", testTaskCountByState},
 		{"ClaimClaimable", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, plainClaim) }},
@@ -836,4 +838,63 @@ func testTaskUpdateMany(t *testing.T, d store.Driver) {
 		t.Errorf("TaskUpdateMany changed immutable fields: %+v", got)
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.TaskUpdateMany(ctx, nil) })
+}
+
+// On the Reader, TaskGetManyWithSteps reads tasks and steps as of one
+// moment: while a writer keeps moving a task and its step on together
+// (same FailureCount, one transaction each time), every read finds them
+// equal. Read apart, a commit between the two reads shows a step newer
+// than its task.
+func testTaskGetManyWithStepsOneSnapshot(t *testing.T, d store.Driver) {
+	task := newTask("snap")
+	task.StepCount = 1
+	insertTasks(t, d, task)
+	insertSteps(t, d, newStep("snap", 0))
+
+	const minReads, minWrites = 300, 50
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var writes atomic.Int64
+	writerDone := make(chan error, 1)
+	go func() {
+		for ctx.Err() == nil {
+			err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+				tasks, steps, err := x.TaskGetManyWithSteps(ctx, []string{"snap"})
+				if err != nil || len(tasks) != 1 || len(steps) != 1 {
+					return fmt.Errorf("writer read: %d tasks, %d steps, %v", len(tasks), len(steps), err)
+				}
+				tasks[0].FailureCount++
+				steps[0].FailureCount = tasks[0].FailureCount
+				if err := x.StepUpdateMany(ctx, steps); err != nil {
+					return err
+				}
+				return x.TaskUpdateMany(ctx, tasks)
+			})
+			if err != nil && ctx.Err() == nil {
+				writerDone <- err
+				return
+			}
+			writes.Add(1)
+		}
+		writerDone <- nil
+	}()
+	reads := 0
+	for reads < minReads || writes.Load() < minWrites {
+		tasks, steps, err := d.Reader().TaskGetManyWithSteps(context.Background(), []string{"snap"})
+		if err != nil || len(tasks) != 1 || len(steps) != 1 {
+			t.Fatalf("read %d: %d tasks, %d steps, %v", reads, len(tasks), len(steps), err)
+		}
+		if tasks[0].FailureCount != steps[0].FailureCount {
+			t.Fatalf("read %d (after %d writes): task FailureCount %d, its step's %d; want one snapshot",
+				reads, writes.Load(), tasks[0].FailureCount, steps[0].FailureCount)
+		}
+		reads++
+		if reads > 200*minReads {
+			t.Fatalf("the writer made %d writes in %d reads", writes.Load(), reads)
+		}
+	}
+	cancel()
+	if err := <-writerDone; err != nil {
+		t.Fatal(err)
+	}
 }
