@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/drover-run/drover/drovertype"
@@ -61,6 +62,16 @@ type RemoteAgentExecutor interface {
 // request in a tight loop until its CompleteBy.
 type Redelivery struct {
 	First, Max time.Duration
+}
+
+// Doublings is how many times First doubles before it reaches Max: the
+// drivers stop doubling there, so the delay never overflows.
+func (r Redelivery) Doublings() int {
+	first, max := r.First.Microseconds(), r.Max.Microseconds()
+	if first <= 0 || max <= first {
+		return 0
+	}
+	return bits.Len64(uint64(max / first))
 }
 
 // Validate reports a negative First, or a Max below First.

@@ -134,11 +134,6 @@ def run_one(client, req):
         # Past CompleteBy the server refuses the result and retries the step.
         log("request %d: deadline passed; sending nothing" % req["id"])
         return
-    if outcome[0] == "fail" and not outcome[2]:
-        # Transient: pause a little before handing it back, so a failing
-        # service is not hammered by immediate redeliveries.
-        left = (deadline - datetime.now(timezone.utc)).total_seconds()
-        time.sleep(max(0.0, min(1.0, left / 4)))
     try:
         if outcome[0] == "complete":
             client.complete(req, outcome[1])

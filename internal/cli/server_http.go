@@ -51,7 +51,7 @@ func (f *httpFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.maxStreams, "max-streams", httpapi.DefaultMaxStreams, "event streams (SSE) served at once; more get 503 with Retry-After")
 	fl.DurationVar(&f.heartbeat, "stream-heartbeat", httpapi.DefaultHeartbeat, "interval of the keep-alive comments on idle event streams")
 	fl.DurationVar(&f.redelivery.First, "agent-redelivery-delay", httpapi.DefaultRedeliveryFirst, "how long a request a remote agent failed transiently waits before it is delivered again; doubles with each transient failure of the request (0: at once)")
-	fl.DurationVar(&f.redelivery.Max, "agent-redelivery-max-delay", httpapi.DefaultRedeliveryMax, "longest wait of --agent-redelivery-delay as it doubles")
+	fl.DurationVar(&f.redelivery.Max, "agent-redelivery-max-delay", httpapi.DefaultRedeliveryMax, "longest wait of --agent-redelivery-delay as it doubles (unset: 30s, or --agent-redelivery-delay if longer)")
 }
 
 // apiServer is the HTTP API of a running server.
@@ -89,6 +89,9 @@ func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags) ([]httpapi.Token,
 	}
 	if f.heartbeat < 100*time.Millisecond {
 		return nil, nil, usagef("--stream-heartbeat must be at least 100ms, got %s", f.heartbeat)
+	}
+	if !cmd.Flags().Changed("agent-redelivery-max-delay") && f.redelivery.First > f.redelivery.Max {
+		f.redelivery.Max = f.redelivery.First // a first delay above the default max: no doubling
 	}
 	if err := f.redelivery.Validate(); err != nil {
 		return nil, nil, usagef("--agent-redelivery-delay, --agent-redelivery-max-delay: %v", err)

@@ -314,6 +314,8 @@ func TestServerHTTPFlags(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-streams", "0"}, ExitUsage, "--max-streams must be positive"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--stream-heartbeat", "1ms"}, ExitUsage, "--stream-heartbeat must be at least"},
 		{[]string{"--agent-redelivery-delay", "2s"}, ExitUsage, "--agent-redelivery-delay needs --listen"},
+		// Above the default max without --agent-redelivery-max-delay: accepted (the bad port fails later).
+		{[]string{"--listen", "127.0.0.1:99999", "--insecure-no-auth", "--agent-redelivery-delay", "1m"}, ExitFailure, "--listen"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--agent-redelivery-delay", "-1s"}, ExitUsage, "redelivery delay -1s is negative"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--agent-redelivery-delay", "2s", "--agent-redelivery-max-delay", "1s"}, ExitUsage,
 			"redelivery max delay 1s is below the first delay 2s"},

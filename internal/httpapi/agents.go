@@ -451,7 +451,9 @@ func (h *Handler) failRequest(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		err = h.drover.Store().InTx(r.Context(), func(ctx context.Context, x store.Executor) error {
 			q, err := x.RequestReleaseOne(ctx, id, claimedBy, h.clock.Now(), h.opts.Redelivery)
-			if err != nil {
+			if err != nil || h.opts.Redelivery.First > 0 {
+				// Delayed: waking the polls now would find nothing; they
+				// find it at a re-check after the delay.
 				return err
 			}
 			return x.Notify(ctx, store.TopicRequests(q.Agent))

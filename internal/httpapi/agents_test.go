@@ -220,6 +220,9 @@ func TestRemoteAgentTransientFail(t *testing.T) {
 		}
 		clk.Advance(DefaultRedeliveryFirst)
 		third := e.pollOne("worker")
+		if third.ID != first.ID || third.Attempt != first.Attempt {
+			t.Fatalf("second redelivery: %+v, first %+v (want the same request and attempt, before the deadline)", third, first)
+		}
 		e.do("POST", completePath(third.ID), agentTok, tokenBody(third.Token, `"output":2`)).must(t, 200)
 		r := e.waitState("tr", "Processed")
 		if r.json["output"] != float64(2) {

@@ -30,7 +30,8 @@
 //
 // # Locking
 //
-// Transactions run at READ COMMITTED. Inside [Driver.InTx] (and InExternalTx)
+// Transactions run at READ COMMITTED (the Reader's TaskGetManyWithSteps
+// runs in a read-only REPEATABLE READ one, for one snapshot). Inside [Driver.InTx] (and InExternalTx)
 // the reads the engine bases a decision on — TaskGet, TaskGetMany,
 // TaskGetManyWithSteps, TaskListExpired, StepListByTasks and LeaseGet —
 // lock the rows they return
@@ -208,11 +209,11 @@
 // tasks", whose cost grows with every task ever run. With the setting off
 // the planner uses an index whenever one applies. The same guesses, rows
 // estimated by the ten thousand, brought JIT compilation and parallel
-// workers to half-millisecond look-ups, 30–60 ms each; the pool Open makes
-// turns both off for the whole session (SessionSettings). Transactions of the caller
-// (InExternalTx) and reads through Reader keep the session's setting,
-// except the Reader's count and list of one scheduler's held tasks, which
-// run often and so run in a short transaction of their own.
+// workers to half-millisecond look-ups, 30–60 ms each. Transactions of the
+// caller (InExternalTx) and reads through Reader keep the session's
+// settings, except the Reader's count and list of one scheduler's held
+// tasks, which run often, and its read of tasks with their steps, which
+// must see one snapshot: each runs in a short transaction of its own.
 //
 // # Time and errors
 //

@@ -83,11 +83,6 @@ func Open(ctx context.Context, url string, opts Options) (*Driver, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "drover"
 	}
-	for k, v := range SessionSettings() {
-		if _, ok := cfg.ConnConfig.RuntimeParams[k]; !ok {
-			cfg.ConnConfig.RuntimeParams[k] = v
-		}
-	}
 	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		RegisterArrayEncoders(c.TypeMap())
 		return nil
@@ -105,26 +100,11 @@ func Open(ctx context.Context, url string, opts Options) (*Driver, error) {
 	return d, nil
 }
 
-// SessionSettings are the server settings Open starts its connections
-// with, unless the connection string sets them: no JIT compilation and no
-// parallel workers. drover's statements are short index look-ups, but
-// when a table's statistics are missing or stale (after a burst of
-// inserts, before autovacuum's ANALYZE; always, with autovacuum off) the
-// planner estimates their rows by the ten thousand and then compiles them
-// or starts two workers for them, 30–60 ms for a statement that takes
-// 0.5 ms: a burn-down of 20,000 tasks over 340,000 unanalyzed ones took
-// 3.4 s with PostgreSQL's defaults and 0.9 s with these. A pool passed to
-// New should set them in its RuntimeParams too.
-func SessionSettings() map[string]string {
-	return map[string]string{"jit": "off", "max_parallel_workers_per_gather": "0"}
-}
-
 // New returns a driver on a pool the caller made and keeps owning: Close
 // leaves it open. The pool may use any search_path; drover qualifies every
 // name with its schema. Calling RegisterArrayEncoders from the pool's
-// AfterConnect makes drover's batch statements cheaper to encode, and
-// SessionSettings in its RuntimeParams keeps them fast on tables without
-// statistics, as on the pool Open makes.
+// AfterConnect makes drover's batch statements cheaper to encode, as on the
+// pool Open makes.
 func New(pool *pgxpool.Pool, opts Options) (*Driver, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: nil pool")
@@ -236,7 +216,9 @@ func (d *Driver) InExternalTx(ctx context.Context, tx any, fn func(context.Conte
 }
 
 // Reader implements store.Driver. Its reads run on the pool, each in its own
-// implicit transaction, and lock nothing; it refuses writes.
+// implicit transaction (TaskGetManyWithSteps, TaskCountLockedBy and
+// TaskListLockedBy in a short transaction of their own), and lock nothing;
+// it refuses writes.
 func (d *Driver) Reader() store.Executor { return &executor{d: d, q: pgxQuerier{d.pool}} }
 
 // translate maps PostgreSQL errors to the store's sentinels, keeping the

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,41 +144,6 @@ func TestOpenOptions(t *testing.T) {
 	}
 	if _, err := postgres.New(nil, postgres.Options{}); err == nil {
 		t.Error("New(nil pool) succeeded")
-	}
-}
-
-// Open's connections run without JIT and parallel workers
-// (SessionSettings), unless the connection string says otherwise.
-func TestOpenSessionSettings(t *testing.T) {
-	t.Parallel()
-	url := testURL(t)
-	ctx := context.Background()
-	show := func(d *postgres.Driver) (jit, workers string) {
-		t.Helper()
-		if err := d.Pool().QueryRow(ctx, "SELECT current_setting('jit'), current_setting('max_parallel_workers_per_gather')").Scan(&jit, &workers); err != nil {
-			t.Fatal(err)
-		}
-		return jit, workers
-	}
-	d, err := postgres.Open(ctx, url, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if jit, workers := show(d); jit != "off" || workers != "0" {
-		t.Errorf("jit %s, max_parallel_workers_per_gather %s; want off, 0", jit, workers)
-	}
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	d2, err := postgres.Open(ctx, url+sep+"max_parallel_workers_per_gather=1", postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d2.Close()
-	if jit, workers := show(d2); jit != "off" || workers != "1" {
-		t.Errorf("with max_parallel_workers_per_gather=1 in the URL: jit %s, workers %s; want off, 1", jit, workers)
 	}
 }
 

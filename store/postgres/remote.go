@@ -42,8 +42,9 @@ const (
 
 	// The delay ($4 after the first release, doubling, at most $5; in
 	// microseconds) counts this release: releases is read before the update.
+	// $6 caps the doubling where it has passed $5, so it cannot overflow.
 	tRemoteRelease = `UPDATE {s}.agent_requests AS r SET claimed_by = NULL, releases = r.releases + 1,
- available_at = $3 + make_interval(secs => LEAST($5::bigint, $4::bigint * (1::bigint << LEAST(r.releases, 20))) / 1e6)
+ available_at = $3 + LEAST($5::bigint, $4::bigint * (1::bigint << LEAST(r.releases, $6::int))) * interval '1 microsecond'
  WHERE ` + remoteClaimHolds + `
  RETURNING ` + remoteReqCols
 
@@ -128,7 +129,8 @@ func (e *executor) RequestComplete(ctx context.Context, id int64, claimedBy stri
 }
 
 func (e *executor) RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time, after store.Redelivery) (*dt.AgentRequest, error) {
-	return e.remoteFenced(ctx, "release request", e.d.remoteQ().release, id, claimedBy, now, after.First.Microseconds(), after.Max.Microseconds())
+	return e.remoteFenced(ctx, "release request", e.d.remoteQ().release, id, claimedBy, now,
+		after.First.Microseconds(), after.Max.Microseconds(), after.Doublings())
 }
 
 // remoteFenced runs a statement that changes request id only while the

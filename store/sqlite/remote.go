@@ -40,8 +40,9 @@ const (
 
 	// The delay (?4 after the first release, doubling, at most ?5; in
 	// microseconds) counts this release: releases is read before the update.
+	// ?6 caps the doubling where it has passed ?5, so it cannot overflow.
 	qRemoteRelease = `UPDATE agent_requests AS r SET claimed_by = NULL, releases = r.releases + 1,
- available_at = ?3 + min(?5, ?4 * (1 << min(r.releases, 20)))
+ available_at = ?3 + min(?5, ?4 * (1 << min(r.releases, ?6)))
  WHERE ` + remoteClaimHolds + `
  RETURNING ` + remoteRetCols
 
@@ -116,7 +117,8 @@ func (e *executor) RequestComplete(ctx context.Context, id int64, claimedBy stri
 }
 
 func (e *executor) RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time, after store.Redelivery) (*dt.AgentRequest, error) {
-	return e.remoteFenced(ctx, "release request", qRemoteRelease, id, claimedBy, now, after.First.Microseconds(), after.Max.Microseconds())
+	return e.remoteFenced(ctx, "release request", qRemoteRelease, id, claimedBy, now,
+		after.First.Microseconds(), after.Max.Microseconds(), after.Doublings())
 }
 
 // remoteFenced runs a statement that changes request id only while the

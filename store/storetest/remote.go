@@ -323,4 +323,33 @@ func testRemoteRedeliveryDelay(t *testing.T, d store.Driver) {
 	if got := claimAt("remote:late", exp.Add(-time.Microsecond)); len(got) != 0 {
 		t.Errorf("claim before CompleteBy with the delay past it = %v, want nothing", reqKeys(got))
 	}
+
+	// Doubling runs on until Max however far it is from First (here 32
+	// doublings: 1µs to about 71 minutes, held at 1 hour). (The request
+	// above is out of the way: its delay reaches past its CompleteBy.)
+	r1 := newRequest("t", 1, "a", at(240*time.Hour))
+	insertRequests(t, d, r1)
+	long := store.Redelivery{First: time.Microsecond, Max: time.Hour}
+	t1 := now
+	for i := 0; i < 35; i++ {
+		got := claimRequests(t, d, store.RequestClaimParams{Agent: "a", ClaimedBy: fmt.Sprintf("remote:l%d", i), Now: t1, Limit: 1})
+		if len(got) != 1 || got[0].ID != r1.ID {
+			t.Fatalf("long back-off, release %d: claim at %s = %v, want request %d", i, t1.Sub(base), reqKeys(got), r1.ID)
+		}
+		err := remoteTx(d, func(ctx context.Context, x store.Executor) error {
+			_, err := x.RequestReleaseOne(ctx, r1.ID, fmt.Sprintf("remote:l%d", i), t1, long)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("long back-off, release %d: %v", i, err)
+		}
+		want := min(time.Hour, time.Microsecond<<i)
+		if available(t1.Add(want - time.Microsecond)) {
+			t.Fatalf("long back-off, release %d: available before %s", i, want)
+		}
+		t1 = t1.Add(want)
+		if !available(t1) {
+			t.Fatalf("long back-off, release %d: not available after %s", i, want)
+		}
+	}
 }
