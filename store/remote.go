@@ -64,14 +64,18 @@ type Redelivery struct {
 	First, Max time.Duration
 }
 
-// Doublings is how many times First doubles before it reaches Max: the
+// MaxRedelivery caps Redelivery.Max: a request waits at most a day
+// between deliveries.
+const MaxRedelivery = 24 * time.Hour
+
+// Doublings is how many times First doubles until it reaches Max: the
 // drivers stop doubling there, so the delay never overflows.
 func (r Redelivery) Doublings() int {
 	first, max := r.First.Microseconds(), r.Max.Microseconds()
 	if first <= 0 || max <= first {
 		return 0
 	}
-	return bits.Len64(uint64(max / first))
+	return bits.Len64(uint64((max - 1) / first))
 }
 
 // Validate reports a negative First, or a Max below First.
@@ -79,6 +83,10 @@ func (r Redelivery) Validate() error {
 	switch {
 	case r.First < 0:
 		return fmt.Errorf("redelivery delay %s is negative", r.First)
+	case r.First > 0 && r.First < time.Microsecond:
+		return fmt.Errorf("redelivery delay %s is below 1µs, the store's resolution", r.First)
+	case r.Max > MaxRedelivery:
+		return fmt.Errorf("redelivery max delay %s is above %s", r.Max, MaxRedelivery)
 	case r.Max < r.First:
 		return fmt.Errorf("redelivery max delay %s is below the first delay %s", r.Max, r.First)
 	}

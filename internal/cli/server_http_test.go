@@ -316,6 +316,8 @@ func TestServerHTTPFlags(t *testing.T) {
 		{[]string{"--agent-redelivery-delay", "2s"}, ExitUsage, "--agent-redelivery-delay needs --listen"},
 		// Above the default max without --agent-redelivery-max-delay: accepted (the bad port fails later).
 		{[]string{"--listen", "127.0.0.1:99999", "--insecure-no-auth", "--agent-redelivery-delay", "1m"}, ExitFailure, "--listen"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--agent-redelivery-delay", "1m", "--agent-redelivery-max-delay", "30s"}, ExitUsage,
+			"redelivery max delay 30s is below the first delay 1m0s"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--agent-redelivery-delay", "-1s"}, ExitUsage, "redelivery delay -1s is negative"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--agent-redelivery-delay", "2s", "--agent-redelivery-max-delay", "1s"}, ExitUsage,
 			"redelivery max delay 1s is below the first delay 2s"},

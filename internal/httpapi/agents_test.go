@@ -718,9 +718,10 @@ func TestAgentWakerRouting(t *testing.T) {
 
 // On PostgreSQL a waiting poll is woken by the notification of the
 // dispatch (LISTEN/NOTIFY), not by polling: with a poll interval of an
-// hour it still returns as soon as the task's request is dispatched.
+// hour it still returns as soon as the task's request is dispatched, and,
+// with no redelivery delay, as soon as a transient failure gives it back.
 func TestRemoteAgentNotifyWakesPoll(t *testing.T) {
-	e, _ := newAgentEnv(t, testutil.Postgres(t), Options{AgentPollInterval: time.Hour})
+	e, _ := newAgentEnv(t, testutil.Postgres(t), Options{AgentPollInterval: time.Hour, Redelivery: store.Redelivery{First: -1}})
 	// Make sure the handler's listener is up: notify a probe topic until a
 	// subscriber of it is woken.
 	probe, unsubscribe := e.h.agentWake.subscribe(e.h, "probe")
@@ -744,29 +745,45 @@ func TestRemoteAgentNotifyWakesPoll(t *testing.T) {
 			}
 		}
 	}
-	done := make(chan []polled, 1)
-	go func() {
-		rec := httptest.NewRecorder()
-		req := newReq("POST", "/v1/agents/worker/poll", `{"wait_ms":60000}`)
-		req.Header.Set("Authorization", "Bearer "+agentTok)
-		e.h.ServeHTTP(rec, req)
-		var out struct {
-			Requests []polled `json:"requests"`
+	waitingPoll := func() chan []polled {
+		done := make(chan []polled, 1)
+		go func() {
+			rec := httptest.NewRecorder()
+			req := newReq("POST", "/v1/agents/worker/poll", `{"wait_ms":60000}`)
+			req.Header.Set("Authorization", "Bearer "+agentTok)
+			e.h.ServeHTTP(rec, req)
+			var out struct {
+				Requests []polled `json:"requests"`
+			}
+			_ = json.Unmarshal(rec.Body.Bytes(), &out)
+			done <- out.Requests
+		}()
+		for !pollWaiting(e.h) {
+			time.Sleep(5 * time.Millisecond)
 		}
-		_ = json.Unmarshal(rec.Body.Bytes(), &out)
-		done <- out.Requests
-	}()
-	for !pollWaiting(e.h) {
-		time.Sleep(5 * time.Millisecond)
+		return done
 	}
+	done := waitingPoll()
 	e.do("POST", "/v1/tasks", submitTok, `{"workflow":"remote","id":"nt"}`).must(t, 201)
+	var first polled
 	select {
 	case got := <-done:
 		if len(got) != 1 || got[0].TaskID != "nt" {
 			t.Fatalf("woken poll got %+v", got)
 		}
+		first = got[0]
 	case <-time.After(15 * time.Second):
 		t.Fatal("the waiting poll was not woken by the dispatch's notification within 15s")
+	}
+	done = waitingPoll()
+	e.do("POST", failPath(first.ID), agentTok, tokenBody(first.Token, `"error":"busy","permanent":false`)).must(t, 200)
+	select {
+	case got := <-done:
+		if len(got) != 1 || got[0].ID != first.ID {
+			t.Fatalf("poll woken by the transient failure got %+v, want request %d", got, first.ID)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiting poll was not woken by the transient failure's notification within 15s")
 	}
 }
 
