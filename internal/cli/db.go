@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -200,7 +199,7 @@ func (e *env) openStore(ctx context.Context, o openOpts) (*database, error) {
 func (e *env) connect(ctx context.Context, t dbTarget, o openOpts) (*database, error) {
 	if t.postgres {
 		d := &database{t: t, name: redactURL(t.url)}
-		drv, err := postgres.Open(ctx, e.pgURL(t, o.lockTimeout), postgres.Options{Schema: t.schema})
+		drv, err := postgres.Open(ctx, t.url, postgres.Options{Schema: t.schema, LockTimeout: e.pgLockTimeout(t, o.lockTimeout)})
 		if err != nil {
 			return nil, d.storeErr(err)
 		}
@@ -228,23 +227,18 @@ func (e *env) connect(ctx context.Context, t dbTarget, o openOpts) (*database, e
 	return d, nil
 }
 
-// pgURL is t.url with the CLI's session settings added unless the URL sets
-// them: lock_timeout from --lock-timeout.
-func (e *env) pgURL(t dbTarget, lockTimeout bool) string {
-	if !lockTimeout {
-		return t.url
+// pgLockTimeout is postgres.Options.LockTimeout for a command that wants
+// one: --lock-timeout, unless the URL sets lock_timeout itself. It is set
+// inside drover's transactions rather than as a connection parameter,
+// which PgBouncer refuses.
+func (e *env) pgLockTimeout(t dbTarget, want bool) time.Duration {
+	if !want {
+		return 0
 	}
-	u, err := url.Parse(t.url)
-	if err != nil {
-		return t.url
+	if u, err := url.Parse(t.url); err == nil && u.Query().Has("lock_timeout") {
+		return 0
 	}
-	q := u.Query()
-	if q.Has("lock_timeout") {
-		return t.url
-	}
-	q.Set("lock_timeout", strconv.FormatInt(e.lockTimeout.Milliseconds(), 10))
-	u.RawQuery = q.Encode()
-	return u.String()
+	return e.lockTimeout
 }
 
 // ready migrates the store if asked, then checks that its schema is exactly

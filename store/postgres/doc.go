@@ -200,8 +200,8 @@
 //
 // # Plans
 //
-// drover's own transactions run with enable_seqscan, jit and
-// max_parallel_workers_per_gather off (set_config(…, true), the same as
+// drover's own transactions run with enable_seqscan and jit off and
+// max_parallel_workers_per_gather 0 (set_config(…, true), the same as
 // SET LOCAL). Every statement they run is built around an index, but
 // without planner statistics (a new schema, a server with autovacuum off,
 // or before autovacuum's first ANALYZE of a table) the planner guesses, and

@@ -13,3 +13,6 @@ func SetEventWait(d *Driver, max time.Duration, waiting func()) {
 // behind another's wait for event writers. Call it while none of d's
 // readers runs.
 func SetEventJoined(d *Driver, joined func()) { d.eventJoined = joined }
+
+// MigrateLockKey is the advisory lock key d's migrators take.
+func MigrateLockKey(d *Driver) int64 { return d.migrateLockKey }

@@ -35,6 +35,9 @@ type pipe struct {
 	// snapshot: the owned transaction is read-only at REPEATABLE READ, so
 	// that all its reads see one snapshot (see Driver.inSnapshotTx).
 	snapshot bool
+	// lockTimeout is set as the owned transaction's lock_timeout (ms) when
+	// not empty (Options.LockTimeout).
+	lockTimeout string
 	// channel is the schema's LISTEN/NOTIFY channel.
 	channel string
 	begun   bool // BEGIN has been queued
@@ -112,7 +115,11 @@ func (p *pipe) begin() {
 			begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 		}
 		p.queued.Queue(begin).Fn = execFn("begin")
-		p.queued.Queue(setLocalPlanSettings).Fn = execFn("begin")
+		if p.lockTimeout != "" {
+			p.queued.Queue(setLocalPlanSettings+`, set_config('lock_timeout', $1, true)`, p.lockTimeout).Fn = execFn("begin")
+		} else {
+			p.queued.Queue(setLocalPlanSettings).Fn = execFn("begin")
+		}
 	}
 }
 
@@ -277,7 +284,7 @@ func (d *Driver) runPipelineTx(ctx context.Context, snapshot bool, fn func(*pipe
 	if err != nil {
 		return fmt.Errorf("postgres: begin: %w", translate(err))
 	}
-	p := &pipe{c: conn, own: true, snapshot: snapshot, channel: d.channel}
+	p := &pipe{c: conn, own: true, snapshot: snapshot, channel: d.channel, lockTimeout: d.lockTimeout}
 	committed := false
 	defer func() {
 		if !committed {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -731,6 +733,108 @@ func TestOwnTransactionsPlanSettings(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The plan settings and Options.LockTimeout are local to drover's
+// transactions: the session (here the pool's only connection) keeps its
+// own, so a transaction pooler's shared server connections are not
+// changed. A lock held longer than LockTimeout fails the transaction,
+// and a migration, with store.ErrLocked.
+func TestLockTimeoutAndSettingsStayInTheTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := postgres.New(pool, postgres.Options{LockTimeout: -time.Second}); err == nil || !strings.Contains(err.Error(), "lock timeout -1s is negative") {
+		t.Fatalf("New with a negative LockTimeout: %v", err)
+	}
+	schema := freshSchema(t)
+	d, err := postgres.New(pool, postgres.Options{Schema: schema, LockTimeout: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	session := func() string {
+		t.Helper()
+		var v string
+		if err := pool.QueryRow(ctx, `SELECT current_setting('lock_timeout') || ' ' || current_setting('jit') || ' '
+ || current_setting('enable_seqscan') || ' ' || current_setting('max_parallel_workers_per_gather')`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := session()
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		tx, err := postgres.TxOf(x)
+		if err != nil {
+			return err
+		}
+		var v string
+		if err := tx.QueryRow(ctx, `SHOW lock_timeout`).Scan(&v); err != nil {
+			return err
+		}
+		if v != "150ms" {
+			t.Errorf("lock_timeout in InTx = %q, want 150ms", v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if after := session(); after != before {
+		t.Errorf("session settings after InTx = %q, want them unchanged: %q", after, before)
+	}
+
+	// Another session holds a task's row: a transaction that locks it gives
+	// up after the timeout.
+	insert(t, d, task("held", time.Now()))
+	other, err := pgx.Connect(ctx, testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close(context.Background()) })
+	otx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := otx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema, "tasks"}.Sanitize()+` WHERE id = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	bounded, cancel := context.WithTimeout(ctx, 10*time.Second) // without the timeout, the wait would not end
+	defer cancel()
+	err = d.InTx(bounded, func(ctx context.Context, x store.Executor) error {
+		_, err := x.TaskGet(ctx, "held")
+		return err
+	})
+	if !errors.Is(err, store.ErrLocked) || time.Since(start) > 10*time.Second {
+		t.Errorf("InTx on a row held elsewhere: %v after %s; want ErrLocked after about 150ms", err, time.Since(start))
+	}
+	if err := otx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another migrator holds the schema's migration lock.
+	otx, err = other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otx.Rollback(context.Background())
+	if _, err := otx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+strconv.FormatInt(postgres.MigrateLockKey(d), 10)+`)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(bounded); !errors.Is(err, store.ErrLocked) {
+		t.Errorf("Migrate while another migrator holds the lock: %v, want ErrLocked", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"reflect"
 	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,12 @@ type Options struct {
 	// Migrate, so drover can share a database with the application. It must
 	// match [a-z_][a-z0-9_]* (at most 63 bytes). Default "drover".
 	Schema string
+	// LockTimeout, when positive, bounds how long drover's own
+	// transactions and migrations wait for a lock another session holds
+	// (lock_timeout, set inside each transaction, so the session's setting
+	// and a transaction pooler are left alone); past it the call fails
+	// with store.ErrLocked. Zero: the session's setting (by default, wait).
+	LockTimeout time.Duration
 }
 
 // Driver is a store.Driver on one schema of a PostgreSQL database. Any number
@@ -42,7 +49,9 @@ type Driver struct {
 	channel  string // LISTEN/NOTIFY channel of the schema
 	ownsPool bool
 	schema   string
-	q        *queries
+	// lockTimeout is Options.LockTimeout in milliseconds, "" for none.
+	lockTimeout string
+	q           *queries
 
 	eventLockKey   int64 // advisory lock marking event writers of this schema (shared)
 	migrateLockKey int64 // advisory lock serializing migrators of this schema
@@ -122,13 +131,21 @@ func normalize(opts *Options) error {
 	if !schemaName.MatchString(opts.Schema) || len(opts.Schema) > 63 {
 		return fmt.Errorf("postgres: schema name %q: want [a-z_][a-z0-9_]*, at most 63 bytes", opts.Schema)
 	}
+	if opts.LockTimeout < 0 {
+		return fmt.Errorf("postgres: lock timeout %s is negative", opts.LockTimeout)
+	}
 	return nil
 }
 
 func newDriver(pool *pgxpool.Pool, opts Options) *Driver {
+	var lockTimeout string
+	if opts.LockTimeout > 0 {
+		lockTimeout = strconv.FormatInt(max(1, opts.LockTimeout.Milliseconds()), 10) // lock_timeout's unit: ms
+	}
 	return &Driver{
 		pool:           pool,
 		schema:         opts.Schema,
+		lockTimeout:    lockTimeout,
 		q:              newQueries(pgx.Identifier{opts.Schema}.Sanitize()),
 		channel:        "drover_" + opts.Schema,
 		eventLockKey:   lockKey("drover.events", opts.Schema),
@@ -271,6 +288,11 @@ func (d *Driver) migrateTx(ctx context.Context, fn func(tx pgx.Tx) error) (err e
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
+	if d.lockTimeout != "" {
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, d.lockTimeout); err != nil {
+			return translate(err)
+		}
+	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, d.migrateLockKey); err != nil {
 		return translate(err)
 	}
