@@ -126,6 +126,13 @@ type Executor interface {
 	// ordering_keys, locked in sorted key order; SQLite: the write lock.)
 	// Reserve and insert in the same transaction.
 	OrderingSeqReserve(ctx context.Context, keys []string) ([]int64, error)
+	// OrderingKeysPrune deletes the ordering_keys rows of keys that no
+	// task has (a key may repeat; unknown keys are ignored), so that their
+	// next task starts again at position 1. Call it in the transaction
+	// that reserved them, after inserting: a submit whose task existed
+	// already would otherwise leave a new key's row behind for good, as no
+	// task of it is ever deleted.
+	OrderingKeysPrune(ctx context.Context, keys []string) error
 
 	StepInsertMany(ctx context.Context, steps []*drovertype.Step) error
 	// StepListByTasks returns the steps of the given tasks ordered by task

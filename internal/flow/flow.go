@@ -389,10 +389,14 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 	var (
 		steps   []*dt.Step
 		events  []*dt.Event
-		pending bool // a new task was left Pending, for a claim
+		pending bool     // a new task was left Pending, for a claim
+		unused  []string // keys reserved for tasks that existed already
 	)
 	for k, t := range fresh {
 		i := freshIdx[k]
+		if !inserted[k] && t.OrderingKey != "" {
+			unused = append(unused, t.OrderingKey)
+		}
 		if inserted[k] {
 			out[i] = t
 			pending = pending || t.ProcessState == dt.Pending
@@ -414,6 +418,11 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 			return nil, fmt.Errorf("task %q: %w", t.ID, ErrTaskConflict)
 		}
 		out[i] = cur
+	}
+	// A key reserved only for tasks that existed already (the stored task
+	// has another key, or none) has no task: its row would stay for good.
+	if err := x.OrderingKeysPrune(ctx, unused); err != nil {
+		return nil, err
 	}
 	for i, s := range subs {
 		if out[i] == nil {

@@ -531,6 +531,18 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	return n, e.later(ctx, "retention: prune ordering keys", e.d.q.orderingPrune, []any{distinct}, nil, nil)
 }
 
+// OrderingKeysPrune implements store.Executor.
+func (e *executor) OrderingKeysPrune(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := e.write("prune ordering keys"); err != nil {
+		return err
+	}
+	distinct, _ := ordering.Count(keys)
+	return e.later(ctx, "prune ordering keys", e.d.q.orderingPrune, []any{distinct}, nil, nil)
+}
+
 // retentionPasses caps the picks of one TaskDeleteFinished.
 const retentionPasses = 4
 

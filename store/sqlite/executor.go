@@ -307,6 +307,17 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	return len(ids), nil
 }
 
+// OrderingKeysPrune implements store.Executor.
+func (e *executor) OrderingKeysPrune(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if _, err := e.exec(ctx, qOrderingPrune, jsonList(keys)); err != nil {
+		return fmt.Errorf("sqlite: prune ordering keys: %w", err)
+	}
+	return nil
+}
+
 func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
 	afterAt, afterID := int64(math.MinInt64), ""
 	if p.After != nil {

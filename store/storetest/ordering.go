@@ -37,6 +37,7 @@ func orderingCases() []testCase {
 		{"SupervisorRecoveryKeepsSuccessorWaiting", testOrderingRecovery},
 		{"RacingSubmittersFollowCommitOrder", testOrderingRacingSubmitters},
 		{"RetentionPrunesKeyWithItsLastTask", testOrderingKeyPruned},
+		{"SubmitOfAnExistingTaskLeavesNoNewKey", testOrderingExistingTaskNewKey},
 	}
 }
 
@@ -617,5 +618,41 @@ func testOrderingKeyPruned(t *testing.T, d store.Driver) {
 	e.submitAll(keyed(w, "p5", "k"))
 	if got := e.claimIDs(at(2 * time.Minute)); strings.Join(got, ",") != "p4,q1" {
 		t.Errorf("claimed %v, want [p4 q1] (p5 waits for p4, q2 for q1)", got)
+	}
+}
+
+// A submission whose task exists already, with a key the stored task does
+// not have, leaves no row for that key (no task of it would ever be
+// deleted to prune it): the key's first real task gets position 1. A key
+// that an inserted task of the same call also uses keeps its row.
+func testOrderingExistingTaskNewKey(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := oneStepWF()
+	e.submitAll(keyed(w, "a1", "k"))
+	// a1 exists (with key k): "fresh" is reserved position 1, then unused.
+	out := e.submitAll(keyed(w, "a1", "fresh"), keyed(w, "b1", "shared"), keyed(w, "a1", "shared"))
+	if out[0].OrderingKey != "k" || out[1].OrderingSeq != 1 {
+		t.Fatalf("submit: a1 key %q, b1 position %d; want k, 1", out[0].OrderingKey, out[1].OrderingSeq)
+	}
+	var seqs []int64
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		seqs, err = x.OrderingSeqReserve(ctx, []string{"fresh", "shared", "k"})
+		return err
+	})
+	if fmt.Sprint(seqs) != "[1 2 2]" {
+		t.Errorf("next positions of fresh, shared, k = %v, want [1 2 2] (fresh's row gone; shared and k kept)", seqs)
+	}
+	// Pruning a key that has tasks, or no row, changes nothing.
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		if err := x.OrderingKeysPrune(ctx, []string{"k", "k", "nope"}); err != nil {
+			return err
+		}
+		var err error
+		seqs, err = x.OrderingSeqReserve(ctx, []string{"k"})
+		return err
+	})
+	if fmt.Sprint(seqs) != "[3]" {
+		t.Errorf("k after a prune of keys with tasks = %v, want [3] (the row kept: 2 was reserved above)", seqs)
 	}
 }
