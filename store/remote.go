@@ -78,7 +78,8 @@ func (r Redelivery) Doublings() int {
 	return bits.Len64(uint64((max - 1) / first))
 }
 
-// Validate reports a negative First, or a Max below First.
+// Validate reports a negative First, a First below the store's resolution
+// of 1µs (other than 0), a Max above MaxRedelivery, or a Max below First.
 func (r Redelivery) Validate() error {
 	switch {
 	case r.First < 0:

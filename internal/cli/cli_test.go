@@ -1221,5 +1221,24 @@ func TestPostgresLockTimeout(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A lock on the whole table (a migration's, say) bounds reads and
+	// writes alike, also before pgx has prepared their statements.
+	tx, err = conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+pgx.Identifier{schema, "tasks"}.Sanitize()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]string{{"status", "held"}, {"list"}, {"cancel", "held"}} {
+		start = time.Now()
+		wantFailure(t, run(t, "", append(append(cmd, "--lock-timeout", "200ms"), db...)...), 1, "--lock-timeout")
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%v waited %s", cmd, d)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 	mustRun(t, append([]string{"cancel", "held", "--lock-timeout", "200ms"}, db...)...)
 }

@@ -93,6 +93,9 @@ func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags) ([]httpapi.Token,
 	if !cmd.Flags().Changed("agent-redelivery-max-delay") && f.redelivery.First > f.redelivery.Max {
 		f.redelivery.Max = f.redelivery.First // a first delay above the default max: no doubling
 	}
+	if f.redelivery.First > store.MaxRedelivery {
+		return nil, nil, usagef("--agent-redelivery-delay %s is above %s", f.redelivery.First, store.MaxRedelivery)
+	}
 	if err := f.redelivery.Validate(); err != nil {
 		return nil, nil, usagef("--agent-redelivery-delay, --agent-redelivery-max-delay: %v", err)
 	}

@@ -314,6 +314,7 @@ func TestServerHTTPFlags(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-streams", "0"}, ExitUsage, "--max-streams must be positive"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--stream-heartbeat", "1ms"}, ExitUsage, "--stream-heartbeat must be at least"},
 		{[]string{"--agent-redelivery-delay", "2s"}, ExitUsage, "--agent-redelivery-delay needs --listen"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--agent-redelivery-delay", "25h"}, ExitUsage, "--agent-redelivery-delay 25h0m0s is above 24h0m0s"},
 		// Above the default max without --agent-redelivery-max-delay: accepted (the bad port fails later).
 		{[]string{"--listen", "127.0.0.1:99999", "--insecure-no-auth", "--agent-redelivery-delay", "1m"}, ExitFailure, "--listen"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--agent-redelivery-delay", "1m", "--agent-redelivery-max-delay", "30s"}, ExitUsage,

@@ -84,6 +84,8 @@ type Options struct {
 	// delivered again; the delay doubles with each such failure of the
 	// request. Default DefaultRedeliveryFirst doubling to
 	// DefaultRedeliveryMax; a negative First delivers it again at once.
+	// Otherwise store.Redelivery.Validate applies (First at least 1µs,
+	// Max at most a day).
 	Redelivery store.Redelivery
 	// RemoteInput, when set, computes the "input" handed to a remote agent
 	// (the declarative workflows' input mapping); by default it is the

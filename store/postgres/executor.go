@@ -125,6 +125,13 @@ func (e *executor) each(ctx context.Context, what, query string, args []any, sca
 	if e.p != nil {
 		return e.p.run(ctx, what, query, args, scan)
 	}
+	if !e.tx && e.d.lockTimeout != "" {
+		// A Reader read with Options.LockTimeout: in a short transaction
+		// that sets it, like drover's own.
+		return e.d.inPipelineTx(ctx, func(p *pipe) error {
+			return (&executor{d: e.d, p: p}).each(ctx, what, query, args, scan)
+		})
+	}
 	r, err := e.q.query(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("postgres: %s: %w", what, translate(err))

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -36,8 +37,13 @@ type pipe struct {
 	// that all its reads see one snapshot (see Driver.inSnapshotTx).
 	snapshot bool
 	// lockTimeout is set as the owned transaction's lock_timeout (ms) when
-	// not empty (Options.LockTimeout).
+	// not empty (Options.LockTimeout). BEGIN and the settings then go out
+	// as a pipeline of their own (preamble) before the first statements:
+	// pgx prepares a batch's statements before it runs any of them, and
+	// preparing takes the tables' locks, so a lock held on a whole table
+	// would otherwise be waited for before lock_timeout was set.
 	lockTimeout string
+	preamble    pgx.Batch
 	// channel is the schema's LISTEN/NOTIFY channel.
 	channel string
 	begun   bool // BEGIN has been queued
@@ -114,12 +120,13 @@ func (p *pipe) begin() {
 		if p.snapshot {
 			begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 		}
-		p.queued.Queue(begin).Fn = execFn("begin")
 		if p.lockTimeout != "" {
-			p.queued.Queue(setLocalPlanSettings+`, set_config('lock_timeout', $1, true)`, p.lockTimeout).Fn = execFn("begin")
-		} else {
-			p.queued.Queue(setLocalPlanSettings).Fn = execFn("begin")
+			p.preamble.Queue(begin).Fn = execFn("begin")
+			p.preamble.Queue(setLocalPlanSettings+`, set_config('lock_timeout', $1, true)`, p.lockTimeout).Fn = execFn("begin")
+			return
 		}
+		p.queued.Queue(begin).Fn = execFn("begin")
+		p.queued.Queue(setLocalPlanSettings).Fn = execFn("begin")
 	}
 }
 
@@ -158,6 +165,14 @@ func execFn(what string) func(pgx.BatchResults) error {
 }
 
 func (p *pipe) flush(ctx context.Context) error {
+	if p.preamble.Len() > 0 {
+		b := p.preamble
+		p.preamble = pgx.Batch{}
+		p.open = true
+		if err := p.c.SendBatch(ctx, &b).Close(); err != nil {
+			return batchErr(err)
+		}
+	}
 	if p.queued.Len() == 0 {
 		return nil
 	}
@@ -165,7 +180,17 @@ func (p *pipe) flush(ctx context.Context) error {
 	p.queued = pgx.Batch{}
 	p.open = p.begun
 	p.unchecked = false
-	return p.c.SendBatch(ctx, &b).Close()
+	return batchErr(p.c.SendBatch(ctx, &b).Close())
+}
+
+// batchErr translates an error of a pipeline that no statement's callback
+// translated: one from pgx's step that prepares the statements before it
+// sends them (a lock_timeout or a missing table there).
+func batchErr(err error) error {
+	if err == nil || errors.Is(err, store.ErrLocked) || errors.Is(err, store.ErrNotMigrated) || errors.Is(err, store.ErrConflict) {
+		return err
+	}
+	return translate(err)
 }
 
 // execNow queues a statement, sends the pipeline and returns the
@@ -255,7 +280,7 @@ func (p *pipe) queueNotes() {
 
 // rollback ends the transaction if one was begun, dropping what is queued.
 func (p *pipe) rollback(ctx context.Context) error {
-	p.queued, p.tail, p.notes = pgx.Batch{}, pgx.Batch{}, nil
+	p.queued, p.tail, p.preamble, p.notes = pgx.Batch{}, pgx.Batch{}, pgx.Batch{}, nil
 	if !p.open {
 		p.begun = false
 		return nil

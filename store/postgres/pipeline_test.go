@@ -824,6 +824,47 @@ func TestLockTimeoutAndSettingsStayInTheTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Another session holds the whole table (as a migration's ALTER TABLE
+	// would): a fresh pool, whose statements pgx has yet to prepare
+	// (preparing takes the table's lock too), gives up after the timeout,
+	// in a transaction, in a read through Reader and in SchemaVersion.
+	otx, err = other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := otx.Exec(ctx, `LOCK TABLE `+pgx.Identifier{schema, "tasks"}.Sanitize()+`, `+
+		pgx.Identifier{schema, "drover_migrations"}.Sanitize()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := pgxpool.New(ctx, testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fresh.Close)
+	fd, err := postgres.New(fresh, postgres.Options{Schema: schema, LockTimeout: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = fd.InTx(bounded, func(ctx context.Context, x store.Executor) error {
+		_, err := x.TaskGet(ctx, "held")
+		return err
+	})
+	if !errors.Is(err, store.ErrLocked) {
+		t.Errorf("InTx on a table locked elsewhere: %v, want ErrLocked", err)
+	}
+	if _, err := fd.Reader().TaskGet(bounded, "held"); !errors.Is(err, store.ErrLocked) {
+		t.Errorf("Reader().TaskGet on a table locked elsewhere: %v, want ErrLocked", err)
+	}
+	if _, _, err := fd.SchemaVersion(bounded); !errors.Is(err, store.ErrLocked) {
+		t.Errorf("SchemaVersion with its table locked elsewhere: %v, want ErrLocked", err)
+	}
+	if err := otx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fd.Reader().TaskGet(ctx, "held"); err != nil {
+		t.Errorf("Reader().TaskGet once the lock is gone: %v", err)
+	}
+
 	// Another migrator holds the schema's migration lock.
 	otx, err = other.Begin(ctx)
 	if err != nil {

@@ -35,10 +35,15 @@ type Options struct {
 	// match [a-z_][a-z0-9_]* (at most 63 bytes). Default "drover".
 	Schema string
 	// LockTimeout, when positive, bounds how long drover's own
-	// transactions and migrations wait for a lock another session holds
-	// (lock_timeout, set inside each transaction, so the session's setting
-	// and a transaction pooler are left alone); past it the call fails
-	// with store.ErrLocked. Zero: the session's setting (by default, wait).
+	// transactions, its migrations and the reads of Reader and
+	// SchemaVersion wait for a lock another session holds (lock_timeout,
+	// set inside each transaction, so the session's setting and a
+	// transaction pooler are left alone; reads then run in a short
+	// transaction, and BEGIN with the settings goes out in a round trip
+	// of its own, before pgx prepares the statements, which takes table
+	// locks too). Past it the call fails with store.ErrLocked. Zero: the
+	// session's setting (by default, wait). For short-lived callers such
+	// as a CLI: it costs every transaction a round trip.
 	LockTimeout time.Duration
 }
 
@@ -371,16 +376,35 @@ func (d *Driver) SchemaVersion(ctx context.Context) (applied, latest int, err er
 		return 0, 0, err
 	}
 	latest = ms[len(ms)-1].Version
-	var exists bool
-	table := pgx.Identifier{d.schema, "drover_migrations"}.Sanitize()
-	if err := d.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil {
-		return 0, latest, fmt.Errorf("postgres: schema version: %w", translate(err))
-	}
-	if !exists {
-		return 0, latest, nil
-	}
-	if err := d.pool.QueryRow(ctx, d.q.migrationMax).Scan(&applied); err != nil {
+	err = d.bounded(ctx, func(c Tx) error {
+		var exists bool
+		table := pgx.Identifier{d.schema, "drover_migrations"}.Sanitize()
+		if err := c.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil || !exists {
+			return err
+		}
+		return c.QueryRow(ctx, d.q.migrationMax).Scan(&applied)
+	})
+	if err != nil {
 		return 0, latest, fmt.Errorf("postgres: schema version: %w", translate(err))
 	}
 	return applied, latest, nil
+}
+
+// bounded runs reads outside drover's transactions: on the pool, or, with
+// Options.LockTimeout, in a short transaction that sets it first, so that
+// they too wait at most that long for a lock (one held on a whole table,
+// say by a migration).
+func (d *Driver) bounded(ctx context.Context, fn func(c Tx) error) (err error) {
+	if d.lockTimeout == "" {
+		return fn(d.pool)
+	}
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // reads only: nothing to commit
+	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, d.lockTimeout); err != nil {
+		return err
+	}
+	return fn(tx)
 }
