@@ -689,18 +689,7 @@ func TestEventListInWritingTransaction(t *testing.T) {
 func TestOwnTransactionsPlanSettings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	d, err := postgres.New(pool, postgres.Options{Schema: freshSchema(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	d, _, _ := tracedDriver(t) // a pool made with pgx's defaults, as a caller's
 	show := func(x store.Executor) string {
 		tx, err := postgres.TxOf(x)
 		if err != nil {
