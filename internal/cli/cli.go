@@ -223,7 +223,7 @@ refuse --server; --db and --server exclude each other.`,
 	pf.StringVar(&e.dbURL, "db", DefaultDatabaseURL, "database URL: sqlite:PATH, sqlite://PATH, file:PATH or PATH, or postgres://USER@HOST:PORT/DB (env "+EnvDatabaseURL+")")
 	pf.StringVar(&e.schema, "schema", DefaultSchema, "PostgreSQL schema holding drover's tables; ignored for SQLite (env "+EnvSchema+")")
 	pf.BoolVar(&e.jsonOut, "json", false, "print machine-readable JSON on stdout")
-	pf.DurationVar(&e.lockTimeout, "lock-timeout", 10*time.Second, "how long to wait for a lock held by another process (SQLite: the database file; PostgreSQL: lock_timeout, set inside each transaction and read of the commands other than server, demo and bench)")
+	pf.DurationVar(&e.lockTimeout, "lock-timeout", 10*time.Second, "how long to wait for a lock held by another process (SQLite: the database file; PostgreSQL: lock_timeout, set inside each of drover's transactions and reads, for every command but server, demo and bench, unless the URL sets lock_timeout)")
 	pf.StringVar(&e.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	pf.StringVar(&e.serverURL, "server", "", "run the command against a drover server's HTTP API (http://HOST:PORT or https://…) instead of the database; for the commands that read or change tasks, alerts and queues (env "+EnvServer+")")
 	pf.StringVar(&e.token, "token", "", "bearer token for --server (env "+EnvToken+"); prefer --token-file, as arguments are visible to other users")

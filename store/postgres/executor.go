@@ -127,12 +127,15 @@ func (e *executor) each(ctx context.Context, what, query string, args []any, sca
 	}
 	if !e.tx && e.d.lockTimeout != "" {
 		// A Reader read with Options.LockTimeout: in a short transaction
-		// that sets it, like drover's own.
-		return e.d.inPipelineTx(ctx, func(p *pipe) error {
-			return (&executor{d: e.d, p: p}).each(ctx, what, query, args, scan)
-		})
+		// that sets it (and only it: the session's plan settings stay).
+		return e.d.bounded(ctx, func(c Tx) error { return each(ctx, pgxQuerier{c}, what, query, args, scan) })
 	}
-	r, err := e.q.query(ctx, query, args...)
+	return each(ctx, e.q, what, query, args, scan)
+}
+
+// each runs query on q and hands every row to scan.
+func each(ctx context.Context, q querier, what, query string, args []any, scan func(rows) error) error {
+	r, err := q.query(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("postgres: %s: %w", what, translate(err))
 	}

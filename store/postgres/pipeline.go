@@ -190,7 +190,11 @@ func batchErr(err error) error {
 	if err == nil || errors.Is(err, store.ErrLocked) || errors.Is(err, store.ErrNotMigrated) || errors.Is(err, store.ErrConflict) {
 		return err
 	}
-	return translate(err)
+	var pre pgx.ErrPreprocessingBatch
+	if !errors.As(err, &pre) {
+		return err // a statement's callback made it, with its own context
+	}
+	return fmt.Errorf("postgres: %w", translate(err))
 }
 
 // execNow queues a statement, sends the pipeline and returns the

@@ -43,7 +43,8 @@ type Options struct {
 	// of its own, before pgx prepares the statements, which takes table
 	// locks too). Past it the call fails with store.ErrLocked. Zero: the
 	// session's setting (by default, wait). For short-lived callers such
-	// as a CLI: it costs every transaction a round trip.
+	// as a CLI: it costs every transaction a round trip, and a read
+	// outside one three (BEGIN, the setting, the read, ROLLBACK).
 	LockTimeout time.Duration
 }
 
@@ -239,8 +240,9 @@ func (d *Driver) InExternalTx(ctx context.Context, tx any, fn func(context.Conte
 
 // Reader implements store.Driver. Its reads run on the pool, each in its own
 // implicit transaction (TaskGetManyWithSteps, TaskCountLockedBy and
-// TaskListLockedBy in a short transaction of their own), and lock nothing;
-// it refuses writes.
+// TaskListLockedBy in a short transaction of their own, and every read, with
+// Options.LockTimeout, in one that sets lock_timeout), and lock nothing; it
+// refuses writes.
 func (d *Driver) Reader() store.Executor { return &executor{d: d, q: pgxQuerier{d.pool}} }
 
 // translate maps PostgreSQL errors to the store's sentinels, keeping the

@@ -628,11 +628,13 @@ func testOrderingKeyPruned(t *testing.T, d store.Driver) {
 func testOrderingExistingTaskNewKey(t *testing.T, d store.Driver) {
 	e := newEnv(t, d)
 	w := oneStepWF()
-	e.submitAll(keyed(w, "a1", "k"))
-	// a1 exists (with key k): "fresh" is reserved position 1, then unused.
-	out := e.submitAll(keyed(w, "a1", "fresh"), keyed(w, "b1", "shared"), keyed(w, "a1", "shared"))
-	if out[0].OrderingKey != "k" || out[1].OrderingSeq != 1 {
-		t.Fatalf("submit: a1 key %q, b1 position %d; want k, 1", out[0].OrderingKey, out[1].OrderingSeq)
+	e.submitAll(keyed(w, "a1", "k"), keyed(w, "c1", "k2"))
+	// a1 and c1 exist (with keys k and k2): "fresh" is reserved position 1
+	// for a1, then unused; "shared" positions 1 and 2 for b1 (inserted)
+	// and c1 (not), so its row stays, with a gap at 2.
+	out := e.submitAll(keyed(w, "a1", "fresh"), keyed(w, "b1", "shared"), keyed(w, "c1", "shared"))
+	if out[0].OrderingKey != "k" || out[1].OrderingSeq != 1 || out[2].OrderingKey != "k2" {
+		t.Fatalf("submit: a1 key %q, b1 position %d, c1 key %q; want k, 1, k2", out[0].OrderingKey, out[1].OrderingSeq, out[2].OrderingKey)
 	}
 	var seqs []int64
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
@@ -640,8 +642,8 @@ func testOrderingExistingTaskNewKey(t *testing.T, d store.Driver) {
 		seqs, err = x.OrderingSeqReserve(ctx, []string{"fresh", "shared", "k"})
 		return err
 	})
-	if fmt.Sprint(seqs) != "[1 2 2]" {
-		t.Errorf("next positions of fresh, shared, k = %v, want [1 2 2] (fresh's row gone; shared and k kept)", seqs)
+	if fmt.Sprint(seqs) != "[1 3 2]" {
+		t.Errorf("next positions of fresh, shared, k = %v, want [1 3 2] (fresh's row gone; shared and k kept)", seqs)
 	}
 	// Pruning a key that has tasks, or no row, changes nothing.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
