@@ -373,7 +373,9 @@ func (c *Client) Start(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = l.Listen(runCtx, c.wakeFor)
+			if err := l.Listen(runCtx, c.wakeFor); err != nil {
+				c.log.Warn("not listening for other processes' notifications; roles find their work by polling", "err", err)
+			}
 		}()
 	}
 	// Keep the instance lease; if it is lost, stop acting at once.

@@ -253,7 +253,9 @@ func (h *hub) subscribe(queue string) *waiter {
 		h.stop, h.done = cancel, done
 		go func() {
 			defer close(done)
-			_ = h.listener.Listen(ctx, h.onTopic)
+			if err := h.listener.Listen(ctx, h.onTopic); err != nil {
+				h.log.Warn("session consumers not woken by notifications; they poll", "err", err)
+			}
 		}()
 	}
 	return w
