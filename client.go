@@ -373,9 +373,7 @@ func (c *Client) Start(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := l.Listen(runCtx, c.wakeFor); err != nil {
-				c.log.Warn("not listening for other processes' notifications; roles find their work by polling", "err", err)
-			}
+			_ = l.Listen(runCtx, c.wakeFor)
 		}()
 	}
 	// Keep the instance lease; if it is lost, stop acting at once.

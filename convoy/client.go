@@ -253,9 +253,7 @@ func (h *hub) subscribe(queue string) *waiter {
 		h.stop, h.done = cancel, done
 		go func() {
 			defer close(done)
-			if err := h.listener.Listen(ctx, h.onTopic); err != nil {
-				h.log.Warn("session consumers not woken by notifications; they poll", "err", err)
-			}
+			_ = h.listener.Listen(ctx, h.onTopic)
 		}()
 	}
 	return w

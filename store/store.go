@@ -204,16 +204,10 @@ type Executor interface {
 // other processes Notify, so roles wake at once instead of at their next
 // poll. It blocks until ctx ends, reconnecting on errors; after a
 // reconnect it calls wake(TopicAll), since notifications may have been
-// missed meanwhile. It returns ErrNotificationsLost, early, if it finds
-// that notifications do not reach it: callers then rely on polling alone.
+// missed meanwhile.
 type Listener interface {
 	Listen(ctx context.Context, wake func(topic string)) error
 }
-
-// ErrNotificationsLost: a Listener found that notifications do not reach
-// it (PostgreSQL behind a transaction-mode pooler such as PgBouncer, which
-// runs LISTEN on a server connection it then lends to other clients).
-var ErrNotificationsLost = errors.New("notifications do not arrive (a transaction-mode connection pooler between drover and the database?); relying on polling")
 
 // Notification topics.
 const (

@@ -491,12 +491,7 @@ func (a *agentWaker) subscribe(h *Handler, agent string) (<-chan struct{}, func(
 		a.started = true
 		if l, ok := h.drover.Store().(store.Listener); ok {
 			a.up.Store(true)
-			go func() {
-				if err := l.Listen(h.streamCtx, a.wake); err != nil {
-					h.log.Warn("remote-agent polls not woken by notifications; they re-check every poll interval", "err", err)
-				}
-				a.up.Store(false) // deaf or stopped: polls re-check at their own interval
-			}()
+			go func() { _ = l.Listen(h.streamCtx, a.wake) }()
 		}
 	}
 	if a.waiters == nil {

@@ -819,25 +819,3 @@ func TestRemotePollErrorReleasesClaim(t *testing.T) {
 		t.Fatalf("polled %+v, want t-1's request again", got)
 	}
 }
-
-// deafStore is a store whose listener finds that notifications do not
-// reach it, as PostgreSQL's does behind a transaction-mode pooler.
-type deafStore struct{ store.Driver }
-
-func (deafStore) Listen(context.Context, func(string)) error { return store.ErrNotificationsLost }
-
-// When the listener gives up (its notifications are lost), waiting polls
-// no longer count on it: they go back to re-checking at their own
-// interval, not once a second.
-func TestRemoteAgentPollsWhenNotificationsAreLost(t *testing.T) {
-	e, _ := newAgentEnv(t, deafStore{testutilSQLite(t)}, Options{})
-	_, unsubscribe := e.h.agentWake.subscribe(e.h, "probe") // starts the listener
-	defer unsubscribe()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.h.agentWake.listening() {
-		if time.Now().After(deadline) {
-			t.Fatal("the waker still counts on a listener that gave up")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}

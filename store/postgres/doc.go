@@ -198,12 +198,6 @@
 // interval. In a caller's transaction (InExternalTx) they are part of that
 // transaction.
 //
-// Listen proves, after each LISTEN, that notifications reach it: it
-// notifies its own channel through the pool and waits for it. Behind a
-// transaction-mode pooler (PgBouncer) they do not, since the LISTEN ran on
-// a server connection lent to other clients afterwards; Listen then
-// returns store.ErrNotificationsLost and the roles rely on polling.
-//
 // # Plans
 //
 // drover's own transactions run with enable_seqscan and jit off and

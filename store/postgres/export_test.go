@@ -16,10 +16,3 @@ func SetEventJoined(d *Driver, joined func()) { d.eventJoined = joined }
 
 // MigrateLockKey is the advisory lock key d's migrators take.
 func MigrateLockKey(d *Driver) int64 { return d.migrateLockKey }
-
-// SetListenProbe sets how long d's listener waits for its probe, and
-// whether the probe goes to another channel, as if lost in a pooler. Call
-// it before Listen.
-func SetListenProbe(d *Driver, wait time.Duration, lost bool) {
-	d.listenProbeWait, d.listenProbeLost = wait, lost
-}

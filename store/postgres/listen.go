@@ -2,10 +2,7 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,9 +30,6 @@ func (d *Driver) Listen(ctx context.Context, wake func(topic string)) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, store.ErrNotificationsLost) {
-			return err
-		}
 		_ = err // the roles poll meanwhile; a listener has no caller to tell
 		select {
 		case <-ctx.Done():
@@ -59,50 +53,11 @@ func (d *Driver) listenOnce(ctx context.Context, wake func(string), listening fu
 		return fmt.Errorf("postgres: listen: %w", err)
 	}
 	listening()
-	if err := d.probeListen(ctx, conn, wake); err != nil {
-		return err
-	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return fmt.Errorf("postgres: listen: %w", err)
 		}
-		if !strings.HasPrefix(n.Payload, probePrefix) {
-			wake(n.Payload)
-		}
-	}
-}
-
-// probePrefix starts the payload of a listener's probe (probeListen),
-// which is no topic: listeners do not pass it on.
-const probePrefix = "probe:"
-
-// probeListen proves that notifications reach conn, which has just run
-// LISTEN: it notifies the channel through the pool, as Notify does, and
-// waits up to d.listenProbeWait for any notification (real ones are
-// passed to wake). A transaction-mode pooler (PgBouncer) runs the LISTEN on
-// a server connection it then lends to other clients, so nothing arrives:
-// then it returns store.ErrNotificationsLost, and the roles poll.
-func (d *Driver) probeListen(ctx context.Context, conn *pgx.Conn, wake func(string)) error {
-	channel := d.channel
-	if d.listenProbeLost { // tests: a probe that never arrives
-		channel += "_elsewhere"
-	}
-	if _, err := d.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, probePrefix+strconv.FormatInt(time.Now().UnixNano(), 36)); err != nil {
-		return fmt.Errorf("postgres: listen: probe: %w", err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, d.listenProbeWait)
-	defer cancel()
-	n, err := conn.WaitForNotification(wctx)
-	switch {
-	case err == nil:
-		if !strings.HasPrefix(n.Payload, probePrefix) {
-			wake(n.Payload)
-		}
-		return nil
-	case ctx.Err() == nil && wctx.Err() != nil:
-		return fmt.Errorf("postgres: listen: no notification within %s of the probe: %w", d.listenProbeWait, store.ErrNotificationsLost)
-	default:
-		return fmt.Errorf("postgres: listen: %w", err)
+		wake(n.Payload)
 	}
 }

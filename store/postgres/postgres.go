@@ -57,11 +57,7 @@ type Driver struct {
 	schema   string
 	// lockTimeout is Options.LockTimeout in milliseconds, "" for none.
 	lockTimeout string
-	// listenProbeWait bounds the wait for the listener's probe
-	// (probeListen); listenProbeLost, for tests, sends it elsewhere.
-	listenProbeWait time.Duration
-	listenProbeLost bool
-	q               *queries
+	q           *queries
 
 	eventLockKey   int64 // advisory lock marking event writers of this schema (shared)
 	migrateLockKey int64 // advisory lock serializing migrators of this schema
@@ -153,16 +149,15 @@ func newDriver(pool *pgxpool.Pool, opts Options) *Driver {
 		lockTimeout = strconv.FormatInt(max(1, opts.LockTimeout.Milliseconds()), 10) // lock_timeout's unit: ms
 	}
 	return &Driver{
-		pool:            pool,
-		schema:          opts.Schema,
-		lockTimeout:     lockTimeout,
-		q:               newQueries(pgx.Identifier{opts.Schema}.Sanitize()),
-		channel:         "drover_" + opts.Schema,
-		eventLockKey:    lockKey("drover.events", opts.Schema),
-		eventWaitMax:    time.Second,
-		listenProbeWait: 10 * time.Second,
-		eventProving:    make(chan struct{}, 1),
-		migrateLockKey:  lockKey("drover.migrate", opts.Schema),
+		pool:           pool,
+		schema:         opts.Schema,
+		lockTimeout:    lockTimeout,
+		q:              newQueries(pgx.Identifier{opts.Schema}.Sanitize()),
+		channel:        "drover_" + opts.Schema,
+		eventLockKey:   lockKey("drover.events", opts.Schema),
+		eventWaitMax:   time.Second,
+		eventProving:   make(chan struct{}, 1),
+		migrateLockKey: lockKey("drover.migrate", opts.Schema),
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -914,52 +913,6 @@ func cycleUntilDone(ctx context.Context, d *postgres.Driver, m *flow.Machine, ba
 			return nil
 		}
 		pending = next
-	}
-}
-
-// A listener whose notifications do not arrive (as behind a
-// transaction-mode pooler; here its probe goes to another channel) gives
-// up with store.ErrNotificationsLost instead of listening in vain; one
-// whose probe arrives keeps listening, and never passes a probe on.
-func TestListenDetectsLostNotifications(t *testing.T) {
-	t.Parallel()
-	d := open(t)
-	postgres.SetListenProbe(d, 300*time.Millisecond, true)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var topics []string
-	err := d.Listen(ctx, func(topic string) { topics = append(topics, topic) })
-	if !errors.Is(err, store.ErrNotificationsLost) || ctx.Err() != nil {
-		t.Fatalf("Listen with its probe lost = %v (ctx %v), want ErrNotificationsLost at once", err, ctx.Err())
-	}
-
-	d2 := open(t)
-	postgres.SetListenProbe(d2, 5*time.Second, false)
-	lctx, lcancel := context.WithCancel(context.Background())
-	got := make(chan string, 16)
-	done := make(chan error, 1)
-	go func() { done <- d2.Listen(lctx, func(topic string) { got <- topic }) }()
-	deadline := time.After(10 * time.Second)
-	for ready := false; !ready; {
-		if err := d2.InTx(lctx, func(ctx context.Context, x store.Executor) error { return x.Notify(ctx, "ping") }); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case topic := <-got:
-			if strings.HasPrefix(topic, "probe:") {
-				t.Fatalf("the listener passed its probe on: %q", topic)
-			}
-			ready = topic == "ping"
-		case err := <-done:
-			t.Fatalf("Listen with its probe arriving returned %v", err)
-		case <-time.After(50 * time.Millisecond):
-		case <-deadline:
-			t.Fatal("no notification reached the listener")
-		}
-	}
-	lcancel()
-	if err := <-done; err != nil {
-		t.Errorf("Listen after its context ended = %v, want nil", err)
 	}
 }
 
