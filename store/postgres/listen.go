@@ -58,6 +58,9 @@ func (d *Driver) listenOnce(ctx context.Context, wake func(string), listening fu
 		if err != nil {
 			return fmt.Errorf("postgres: listen: %w", err)
 		}
+		if n.Channel != d.channel {
+			continue // queued on the connection before it was ours (a pooler's server connection)
+		}
 		wake(n.Payload)
 	}
 }

@@ -44,7 +44,7 @@ type Options struct {
 	// locks too). Past it the call fails with store.ErrLocked. Zero: the
 	// session's setting (by default, wait). For short-lived callers such
 	// as a CLI: it costs every transaction a round trip, and a read
-	// outside one three (BEGIN, the setting, the read, ROLLBACK).
+	// outside one three more (BEGIN, the setting and ROLLBACK around it).
 	LockTimeout time.Duration
 }
 
@@ -402,11 +402,11 @@ func (d *Driver) bounded(ctx context.Context, fn func(c Tx) error) (err error) {
 	}
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("postgres: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // reads only: nothing to commit
 	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, d.lockTimeout); err != nil {
-		return err
+		return fmt.Errorf("postgres: set lock_timeout: %w", err)
 	}
 	return fn(tx)
 }
