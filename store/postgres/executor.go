@@ -534,11 +534,10 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 		}
 		return nil
 	})
-	if err != nil || len(keys) == 0 {
+	if err != nil {
 		return n, err
 	}
-	distinct, _ := ordering.Count(keys)
-	return n, e.later(ctx, "retention: prune ordering keys", e.d.q.orderingPrune, []any{distinct}, nil, nil)
+	return n, e.OrderingKeysPrune(ctx, keys)
 }
 
 // OrderingKeysPrune implements store.Executor.

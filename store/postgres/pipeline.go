@@ -99,6 +99,10 @@ func (p *pipe) laterTail(what, sql string, args []any, fn func(pgx.BatchResults)
 const setLocalPlanSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
  set_config('max_parallel_workers_per_gather', '0', true)`
 
+// setLocalLockTimeout sets Options.LockTimeout ($1, in ms) for the
+// transaction; after setLocalPlanSettings it is one more column.
+const setLocalLockTimeout = `set_config('lock_timeout', $1, true)`
+
 // begin queues BEGIN if the pipe owns the transaction and has not begun it.
 //
 // drover's own transactions also turn sequential scans off. Every statement
@@ -122,7 +126,7 @@ func (p *pipe) begin() {
 		}
 		if p.lockTimeout != "" {
 			p.preamble.Queue(begin).Fn = execFn("begin")
-			p.preamble.Queue(setLocalPlanSettings+`, set_config('lock_timeout', $1, true)`, p.lockTimeout).Fn = execFn("begin")
+			p.preamble.Queue(setLocalPlanSettings+", "+setLocalLockTimeout, p.lockTimeout).Fn = execFn("begin")
 			return
 		}
 		p.queued.Queue(begin).Fn = execFn("begin")
@@ -187,12 +191,9 @@ func (p *pipe) flush(ctx context.Context) error {
 // translated: one from pgx's step that prepares the statements before it
 // sends them (a lock_timeout or a missing table there).
 func batchErr(err error) error {
-	if err == nil || errors.Is(err, store.ErrLocked) || errors.Is(err, store.ErrNotMigrated) || errors.Is(err, store.ErrConflict) {
-		return err
-	}
 	var pre pgx.ErrPreprocessingBatch
 	if !errors.As(err, &pre) {
-		return err // a statement's callback made it, with its own context
+		return err // nil, or a statement's callback made it, with its own context
 	}
 	return fmt.Errorf("postgres: %w", translate(err))
 }

@@ -296,7 +296,7 @@ func (d *Driver) migrateTx(ctx context.Context, fn func(tx pgx.Tx) error) (err e
 		}
 	}()
 	if d.lockTimeout != "" {
-		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, d.lockTimeout); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT "+setLocalLockTimeout, d.lockTimeout); err != nil {
 			return translate(err)
 		}
 	}
@@ -405,7 +405,7 @@ func (d *Driver) bounded(ctx context.Context, fn func(c Tx) error) (err error) {
 		return fmt.Errorf("postgres: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // reads only: nothing to commit
-	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, d.lockTimeout); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT "+setLocalLockTimeout, d.lockTimeout); err != nil {
 		return fmt.Errorf("postgres: set lock_timeout: %w", err)
 	}
 	return fn(tx)

@@ -298,11 +298,9 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 			return 0, fmt.Errorf("sqlite: retention: %w", err)
 		}
 	}
-	if len(keys) > 0 {
-		// A key whose last task went starts again at position 1.
-		if _, err := e.exec(ctx, qOrderingPrune, jsonList(keys)); err != nil {
-			return 0, fmt.Errorf("sqlite: retention: prune ordering keys: %w", err)
-		}
+	// A key whose last task went starts again at position 1.
+	if err := e.OrderingKeysPrune(ctx, keys); err != nil {
+		return 0, err
 	}
 	return len(ids), nil
 }
