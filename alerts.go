@@ -84,6 +84,9 @@ func (c *Client) Alerts(ctx context.Context, q AlertQuery) (alerts []Alert, next
 // with ErrAlertNotFound.
 func (c *Client) AckAlert(ctx context.Context, id int64, actor string) (Alert, error) {
 	var a Alert
+	if err := dt.CheckText(ErrInvalidInput, "actor", actor, 0); err != nil {
+		return a, err
+	}
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: id - 1, Limit: 1, Lookup: true})
 		if err != nil {

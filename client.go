@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,7 +47,8 @@ type Config struct {
 	// Agents this process runs (with the Agent role).
 	Agents []Agent
 	// ExternalAgents are agents that run in other processes; steps may name
-	// them without a local registration.
+	// them without a local registration. A name in both Agents and
+	// ExternalAgents is an error: one agent name has one provider.
 	ExternalAgents []string
 	// Roles to run on Start. Zero value: all roles. A client that only
 	// submits and reads never calls Start and needs no roles or agents.
@@ -110,6 +112,9 @@ type Client struct {
 	workflows map[string]Workflow
 	// knownAgents are the registered and external agents.
 	knownAgents map[string]bool
+	// localAgents are the agents of Config.Agents, which run in this
+	// process; no external agent may take one of their names.
+	localAgents map[string]bool
 
 	mu         sync.Mutex
 	started    bool
@@ -188,6 +193,7 @@ func New(cfg Config) (*Client, error) {
 
 	agents := map[string]bool{}
 	c.knownAgents = agents
+	c.localAgents = map[string]bool{}
 	for _, a := range cfg.Agents {
 		if !validName(a.Name) {
 			return nil, fmt.Errorf("%w: agent name %q must be 1-%d printable characters without spaces or \"/\"", ErrInvalidConfig, a.Name, maxNameLen)
@@ -199,11 +205,17 @@ func New(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("%w: agent %q registered twice", ErrInvalidConfig, a.Name)
 		}
 		agents[a.Name] = true
-	}
-	for _, name := range cfg.ExternalAgents {
-		agents[name] = true
+		c.localAgents[a.Name] = true
 	}
 	var errs []error
+	for _, name := range slices.Compact(slices.Sorted(slices.Values(cfg.ExternalAgents))) {
+		// A name with two providers would be served by whichever happens
+		// to take its requests: refuse it rather than choose silently.
+		if c.localAgents[name] {
+			errs = append(errs, agentTwiceError(name, "Config.ExternalAgents"))
+		}
+		agents[name] = true
+	}
 	for _, w := range cfg.Workflows {
 		if err := w.Validate(); err != nil {
 			errs = append(errs, err)
@@ -219,6 +231,12 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// agentTwiceError reports an agent name that Config.Agents registers and
+// that where also declares as running in another process.
+func agentTwiceError(name, where string) error {
+	return fmt.Errorf("%w: agent %q has two providers: Config.Agents runs it in this process and %s declares it as running in another process (a remote agent); rename one of them", ErrInvalidConfig, name, where)
 }
 
 // checkAgents fails when a step names an agent that is neither registered
@@ -472,6 +490,9 @@ type Stats struct {
 	RepliesApplied int64 `json:"replies_applied"`
 	LateReplies    int64 `json:"late_replies"`
 	Recoveries     int64 `json:"supervisor_recoveries"`
+	// Waits counts the extended waits this process's supervisor started
+	// (WaitPolicy).
+	Waits          int64 `json:"supervisor_waits"`
 	Alerts         int64 `json:"alerts"`
 	TasksFinished  int64 `json:"tasks_finished"` // brought to Processed, Compensated or Error by this process
 	AgentCalls     int64 `json:"agent_calls"`
@@ -485,6 +506,7 @@ func (c *Client) Stats() Stats {
 	s := Stats{
 		Dispatched: c.counters.Dispatched.Load(), RepliesApplied: c.counters.RepliesApplied.Load(),
 		LateReplies: c.counters.LateReplies.Load(), Recoveries: c.counters.Recoveries.Load(), Alerts: c.counters.Alerts.Load(),
+		Waits:         c.counters.Waits.Load(),
 		TasksFinished: c.counters.Finished.Load(), EagerStarts: c.counters.Started.Load(),
 	}
 	c.mu.Lock()

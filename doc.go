@@ -15,8 +15,10 @@
 //   - the Agent runtime calls agent functions with retries, a circuit breaker
 //     and a hard deadline, passing a stable idempotency key on every try;
 //   - the Supervisor, elected through a lease, finds steps whose CompleteBy
-//     passed, increments FailureCount and retries them, or marks the task Error
-//     with an operator alert, or has it compensated, per the workflow's policy.
+//     passed, increments FailureCount and retries them; past the threshold it
+//     waits an extended period and retries them (Workflow.Wait), or marks the
+//     task Error with an operator alert, or has it compensated, per the
+//     workflow's (or the step's) policy.
 //
 // Every state change is one transaction in the state store (package store; the
 // default driver is store/sqlite), so a crash at any point loses nothing that

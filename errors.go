@@ -52,6 +52,10 @@ func (e *permanentError) Unwrap() error { return e.err }
 // Permanent marks an agent's error as non-transient: the agent stops retrying,
 // the step fails at once and an operator alert is raised. Unmarked errors are
 // transient and retried until the step's CompleteBy.
+//
+// A permanent error says the call did not take effect: the step is not
+// compensated (a step that timed out is, since its call may have). Return
+// one only when the remote service refused the call or it was never made.
 func Permanent(err error) error {
 	if err == nil {
 		return nil

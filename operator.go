@@ -2,6 +2,7 @@ package drover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,6 +13,9 @@ import (
 
 // Task returns a task with all its steps.
 func (c *Client) Task(ctx context.Context, id string) (*Task, error) {
+	if err := checkTaskID(id); err != nil {
+		return nil, err
+	}
 	// One snapshot: read apart, a step could be newer than its task (a
 	// task Processing whose last step is already Processed).
 	tasks, steps, err := c.store.Reader().TaskGetManyWithSteps(ctx, []string{id})
@@ -46,6 +50,16 @@ func (c *Client) Tasks(ctx context.Context, p ListParams) ([]*Task, error) {
 			return nil, &stateError{s}
 		}
 	}
+	if p.Workflow != "" {
+		if err := dt.CheckName(ErrInvalidInput, "workflow", p.Workflow); err != nil {
+			return nil, err
+		}
+	}
+	if p.AfterID != "" {
+		if err := checkTaskID(p.AfterID); err != nil {
+			return nil, err
+		}
+	}
 	return c.store.Reader().TaskList(ctx, store.TaskListParams{States: p.States, Workflow: p.Workflow, AfterID: p.AfterID, Limit: p.Limit})
 }
 
@@ -77,7 +91,7 @@ type ResubmitOptions struct {
 }
 
 // Resubmit puts an Error or Cancelled task back to work after an operator
-// fixed the cause (SAS-8). Idempotency keys stay the same, so a remote service
+// fixed the cause. Idempotency keys stay the same, so a remote service
 // that already applied a step recognises the retry.
 //
 // A Compensated task (its completed steps were undone) runs again from its
@@ -86,6 +100,9 @@ type ResubmitOptions struct {
 // and would otherwise answer the redo from their idempotency stores without
 // doing it. Such a task cannot start from a later step.
 func (c *Client) Resubmit(ctx context.Context, id string, opts *ResubmitOptions) (*Task, error) {
+	if err := checkTaskID(id); err != nil {
+		return nil, err
+	}
 	from, actor := -1, "operator"
 	if opts != nil {
 		if opts.FromStep != nil {
@@ -96,6 +113,9 @@ func (c *Client) Resubmit(ctx context.Context, id string, opts *ResubmitOptions)
 		}
 		if opts.Actor != "" {
 			actor = opts.Actor
+		}
+		if err := dt.CheckText(ErrInvalidInput, "actor", actor, 0); err != nil {
+			return nil, err
 		}
 	}
 	var t *Task
@@ -111,6 +131,9 @@ func (c *Client) Resubmit(ctx context.Context, id string, opts *ResubmitOptions)
 	return t, nil
 }
 
+// MaxReasonBytes caps the reason of Cancel.
+const MaxReasonBytes = 1000
+
 // Cancel moves a non-final task to Cancelled. A call in flight is not
 // interrupted, but its reply is discarded. The history records the actor
 // "operator"; CancelAs names another.
@@ -119,8 +142,19 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) (*Task, error) {
 }
 
 // CancelAs is Cancel with the actor recorded in the history (who cancelled
-// the task: an operator's name, a token's).
+// the task: an operator's name, a token's). The reason must be valid UTF-8
+// without NUL characters, at most MaxReasonBytes; another fails with
+// ErrInvalidInput.
 func (c *Client) CancelAs(ctx context.Context, id, reason, actor string) (*Task, error) {
+	if err := checkTaskID(id); err != nil {
+		return nil, err
+	}
+	if err := dt.CheckText(ErrInvalidInput, "reason", reason, MaxReasonBytes); err != nil {
+		return nil, err
+	}
+	if err := dt.CheckText(ErrInvalidInput, "actor", actor, 0); err != nil {
+		return nil, err
+	}
 	if actor == "" {
 		actor = "operator"
 	}
@@ -150,6 +184,11 @@ type EventQuery struct {
 
 // Events reads the durable event history in ID order.
 func (c *Client) Events(ctx context.Context, q EventQuery) ([]*Event, error) {
+	if q.TaskID != "" {
+		if err := checkTaskID(q.TaskID); err != nil {
+			return nil, err
+		}
+	}
 	if q.Limit <= 0 {
 		q.Limit = 1000
 	}
@@ -165,20 +204,44 @@ type Subscription struct {
 	AfterID int64
 	// PollInterval is how often the history is read. Default 50ms.
 	PollInterval time.Duration
+	// UntilFinal, with TaskID, ends the subscription once the task is
+	// final (Processed, Error, Compensated or Cancelled) and every event
+	// recorded up to then was delivered, or once the task is gone. Without
+	// it a subscription lasts until ctx ends: it also sees what happens to
+	// a final task later (an alert's acknowledgement, a resubmission).
+	UntilFinal bool
 }
 
 // Subscribe streams events from the durable history, in order, until ctx
-// ends; then the channel closes. Delivery is at-least-once per subscription:
-// keep the last ID you handled and pass it as AfterID when you resubscribe.
+// ends (or, with UntilFinal, the task is final); then the channel closes.
+// Delivery is at-least-once per subscription: keep the last ID you handled
+// and pass it as AfterID when you resubscribe.
 func (c *Client) Subscribe(ctx context.Context, s Subscription) <-chan *Event {
 	if s.PollInterval <= 0 {
 		s.PollInterval = 50 * time.Millisecond
 	}
+	untilFinal := s.UntilFinal && s.TaskID != ""
 	ch := make(chan *Event, 64)
 	go func() {
 		defer close(ch)
 		after := s.AfterID
 		for {
+			// The state is read before the events: once it is final, this
+			// read of the history has every event up to it.
+			final := false
+			if untilFinal {
+				t, err := c.store.Reader().TaskGet(ctx, s.TaskID)
+				switch {
+				case errors.Is(err, store.ErrNotFound):
+					final = true // deleted (retention): nothing more comes
+				case err != nil:
+					if ctx.Err() == nil {
+						c.log.Warn("subscribe: read the task", "task", s.TaskID, "err", err)
+					}
+				default:
+					final = t.ProcessState.Final()
+				}
+			}
 			evs, err := c.Events(ctx, EventQuery{TaskID: s.TaskID, AlertsOnly: s.AlertsOnly, AfterID: after, Limit: 1000})
 			if err != nil && ctx.Err() == nil {
 				c.log.Warn("subscribe: read events", "err", err)
@@ -193,6 +256,9 @@ func (c *Client) Subscribe(ctx context.Context, s Subscription) <-chan *Event {
 			}
 			if len(evs) == 1000 {
 				continue
+			}
+			if final && err == nil {
+				return
 			}
 			select {
 			case <-ctx.Done():

@@ -22,8 +22,13 @@ import (
 // SubmitOptions are optional settings of a submission.
 type SubmitOptions struct {
 	// ID is the caller's task ID, for idempotent submission: submitting the
-	// same ID with the same workflow and input returns the existing task;
-	// with a different one it fails with ErrTaskConflict. Default: a
+	// same ID with the same workflow, input, OrderingKey, CallbackURL and
+	// CallbackEvents returns the existing task (inputs are compared as JSON values: key
+	// order and spacing do not matter); with any of them different it
+	// fails with ErrTaskConflict, saying which. 1 to
+	// drovertype.MaxNameBytes (200) bytes of valid UTF-8, printable,
+	// without spaces or "/", not starting with "-"; another fails with
+	// ErrInvalidTaskID (a *drovertype.FieldError saying why). Default: a
 	// generated, time-ordered UUID.
 	ID string
 	// OrderingKey, when set, runs the task only after every task submitted
@@ -42,6 +47,13 @@ type SubmitOptions struct {
 	// the task reaches a final state: an absolute http or https URL of at
 	// most MaxCallbackURLBytes. Default "": none.
 	CallbackURL string
+	// CallbackEvents chooses the task's events CallbackURL is sent: "final"
+	// (it reached a final state), "alerts" (every operator alert of the
+	// task: a permanent failure, a failure that starts compensation, an
+	// extended wait, an Error), or event types (processed, compensated,
+	// error, cancelled, step_failed, step_waiting). Default (empty):
+	// final. Only with CallbackURL.
+	CallbackEvents []string
 }
 
 // MaxOrderingKeyBytes caps the length of SubmitOptions.OrderingKey.
@@ -113,21 +125,26 @@ func ValidateCallbackURL(s string) error {
 	return nil
 }
 
+// ValidateCallbackEvents checks SubmitOptions.CallbackEvents as Submit does
+// and returns them as a set; an error wraps ErrInvalidInput.
+func ValidateCallbackEvents(callbackURL string, events []string) (WebhookEventSet, error) {
+	set, err := dt.ParseWebhookEvents(events)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CallbackEvents: %v", ErrInvalidInput, err)
+	}
+	if len(events) > 0 && callbackURL == "" {
+		return nil, fmt.Errorf("%w: CallbackEvents without a CallbackURL", ErrInvalidInput)
+	}
+	return set, nil
+}
+
 // validateOrderingKey checks a non-empty ordering key.
 func validateOrderingKey(k string) error {
-	if len(k) > MaxOrderingKeyBytes {
-		return fmt.Errorf("%w: OrderingKey is %d bytes, the limit is %d", ErrInvalidInput, len(k), MaxOrderingKeyBytes)
-	}
-	if !utf8.ValidString(k) {
-		return fmt.Errorf("%w: OrderingKey %q is not valid UTF-8", ErrInvalidInput, k)
-	}
-	for _, r := range k {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: OrderingKey %q contains the control character %U", ErrInvalidInput, k, r)
-		}
-	}
-	return nil
+	return dt.CheckKey(ErrInvalidInput, "OrderingKey", k, MaxOrderingKeyBytes)
 }
+
+// checkTaskID checks the ID of a task to look up or change.
+func checkTaskID(id string) error { return dt.CheckName(ErrInvalidTaskID, "task ID", id) }
 
 // SubmitParams is one task of SubmitMany.
 type SubmitParams struct {
@@ -168,9 +185,9 @@ func (c *Client) SubmitMany(ctx context.Context, params []SubmitParams) ([]*Task
 }
 
 // SubmitTx records a task inside the caller's own transaction, so the
-// application's business row and the task commit together or not at all
-// (SAS-14). For SQLite, tx is a *sql.Tx on the same database file; the
-// caller commits. Schedulers in this process are woken at once; others find
+// application's business row and the task commit together or not at all.
+// For SQLite, tx is a *sql.Tx on the same database file; the caller
+// commits. Schedulers in this process are woken at once; others find
 // the task at their next poll after the commit.
 //
 // With an OrderingKey, the key stays locked until the caller's transaction
@@ -218,6 +235,11 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 	if !json.Valid(input) {
 		return nil, fmt.Errorf("%w: not a JSON document", ErrInvalidInput)
 	}
+	if w.ValidateInput != nil {
+		if err := w.ValidateInput(input); err != nil {
+			return nil, fmt.Errorf("%w for workflow %q: %w", ErrInvalidInput, w.Name, err)
+		}
+	}
 	id := p.Options.ID
 	if id == "" {
 		u, err := uuid.NewV7()
@@ -225,8 +247,8 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 			return nil, err
 		}
 		id = u.String()
-	} else if !validName(id) {
-		return nil, fmt.Errorf("%w %q: must be 1-%d printable characters without spaces or \"/\"", ErrInvalidTaskID, id, maxNameLen)
+	} else if err := dt.CheckNewTaskID(ErrInvalidTaskID, "task ID", id); err != nil {
+		return nil, err
 	}
 	if p.Options.OrderingKey != "" {
 		if err := validateOrderingKey(p.Options.OrderingKey); err != nil {
@@ -236,20 +258,25 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 	if err := ValidateCallbackURL(p.Options.CallbackURL); err != nil {
 		return nil, err
 	}
+	events, err := ValidateCallbackEvents(p.Options.CallbackURL, p.Options.CallbackEvents)
+	if err != nil {
+		return nil, err
+	}
 	// The store keeps microseconds; truncate so the returned task equals
 	// the stored one.
 	now := c.clock.Now().Truncate(time.Microsecond)
 	t := &dt.Task{
 		ID: id, Workflow: w.Name, Input: input, InputHash: flow.InputHash(w.Name, input),
 		ProcessState: dt.Pending, StepCount: len(w.Steps), OrderingKey: p.Options.OrderingKey,
-		FailureThreshold: w.FailureThreshold, OnFailure: w.OnFailure, RetryDelay: w.RetryDelay,
-		WorkflowVersion: w.Version, CallbackURL: p.Options.CallbackURL,
+		FailureThreshold: w.FailureThreshold, OnFailure: w.OnFailure, RetryDelay: w.RetryDelay, Wait: w.Wait,
+		WorkflowVersion: w.Version, CallbackURL: p.Options.CallbackURL, CallbackEvents: events,
 		AvailableAt: now, CreatedAt: now, UpdatedAt: now,
 	}
 	steps := make([]*dt.Step, len(w.Steps))
 	for i, s := range w.Steps {
 		steps[i] = &dt.Step{
 			TaskID: id, Index: i, Name: s.Name, Agent: s.Agent, Timeout: s.Timeout, Compensation: s.Compensation,
+			OnFailure: s.OnFailure, Wait: s.Wait, // never changed after registration: shared safely
 			ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, i, s.Name), UpdatedAt: now,
 		}
 	}

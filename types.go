@@ -17,12 +17,19 @@ type (
 	ProcessState = dt.ProcessState
 	// FailurePolicy says what happens when a step fails for good.
 	FailurePolicy = dt.FailurePolicy
+	// WaitPolicy makes the supervisor wait an extended period and try a
+	// step again once its FailureCount reaches the threshold, before the
+	// failure policy applies (Workflow.Wait, Step.Wait).
+	WaitPolicy = dt.WaitPolicy
 	// AgentRequest is what an agent receives: input, idempotency key, CompleteBy.
 	AgentRequest = dt.AgentRequest
 	// Event is one entry of a task's durable history.
 	Event = dt.Event
 	// EventType names an event.
 	EventType = dt.EventType
+	// WebhookEventSet is what a webhook subscription receives (final
+	// states, alerts, event types).
+	WebhookEventSet = dt.WebhookEventSet
 )
 
 // The process states.
@@ -44,6 +51,8 @@ const (
 	EventStepFailed      = dt.EventStepFailed
 	EventStepTimedOut    = dt.EventStepTimedOut
 	EventStepRetry       = dt.EventStepRetry
+	EventStepWaiting     = dt.EventStepWaiting
+	EventSessionBlocked  = dt.EventSessionBlocked
 	EventReplyDiscarded  = dt.EventReplyDiscarded
 	EventCompensating    = dt.EventCompensating
 	EventStepCompensated = dt.EventStepCompensated

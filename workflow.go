@@ -6,7 +6,8 @@ import (
 	"slices"
 	"sort"
 	"time"
-	"unicode"
+
+	dt "github.com/drover-run/drover/drovertype"
 )
 
 // Workflow is an ordered pipeline of steps and the policy for when one fails.
@@ -20,12 +21,27 @@ type Workflow struct {
 	// FailureThreshold is the FailureCount at which the supervisor stops
 	// retrying a timed-out step and applies OnFailure. Default 3.
 	FailureThreshold int
-	// OnFailure applies when a step fails for good (threshold reached or a
-	// permanent error): PolicyError (default) or PolicyCompensate.
+	// OnFailure applies when a step fails for good (threshold reached, and
+	// any extended waits of Wait over, or a permanent error): PolicyError
+	// (default) or PolicyCompensate. A step may set its own.
 	OnFailure FailurePolicy
 	// RetryDelay is how long a recovered step waits before it is claimed
 	// again, doubled on each further failure. Default 0.
 	RetryDelay time.Duration
+	// ValidateInput, when set, checks a task's input before it is stored,
+	// whichever way it is submitted (Submit, SubmitMany, SubmitTx, and so
+	// the HTTP API and the CLI): an error refuses the submission, wrapped
+	// with ErrInvalidInput (errors.Is finds both). input is a valid JSON
+	// document ("null" when none was given). It must not change input, and
+	// should be quick: it runs on the submitting goroutine. Default: any
+	// JSON document.
+	ValidateInput func(input []byte) error
+	// Wait, with MaxWaits set, makes a step that reached FailureThreshold
+	// wait an extended period and try again, up to MaxWaits times, before
+	// OnFailure applies; each wait raises a step_waiting alert. Defaults
+	// (with MaxWaits set): Delay 5m, Multiplier 2, MaxDelay 1h. A step may
+	// set its own. Default: off.
+	Wait WaitPolicy
 }
 
 // Step is one step of a workflow.
@@ -35,28 +51,74 @@ type Step struct {
 	// Timeout is the step's time budget: CompleteBy is dispatch time plus
 	// Timeout. Default 30s.
 	Timeout time.Duration
-	// Compensation names the agent that undoes this step; optional.
+	// OnFailure, when set, overrides the workflow's OnFailure for this
+	// step's failures.
+	OnFailure FailurePolicy
+	// Wait, when not nil, overrides the workflow's Wait for this step
+	// (&WaitPolicy{} turns waiting off for it).
+	Wait *WaitPolicy
+	// Compensation names the agent that undoes this step; optional. With
+	// PolicyCompensate it runs for the step if the step completed or timed
+	// out past the threshold (its call may have taken effect), not if its
+	// agent failed it with a Permanent error (it did not take effect).
 	Compensation string
 }
 
 const (
 	defaultStepTimeout      = 30 * time.Second
 	defaultFailureThreshold = 3
-	maxNameLen              = 200
+	maxNameLen              = dt.MaxNameBytes
 )
 
-func validName(s string) bool {
-	if s == "" || len(s) > maxNameLen {
-		return false
+// Defaults of a WaitPolicy with MaxWaits set.
+const (
+	DefaultWaitDelay      = 5 * time.Minute
+	DefaultWaitMultiplier = 2.0
+	DefaultWaitMaxDelay   = time.Hour
+)
+
+// waitProblems lists what is wrong with a wait policy; field prefixes the
+// names (e.g. "Wait" or "step 1 (charge): Wait").
+func waitProblems(field string, w WaitPolicy) []string {
+	var p []string
+	if w.MaxWaits < 0 {
+		p = append(p, fmt.Sprintf("%s.MaxWaits %d is negative", field, w.MaxWaits))
 	}
-	for _, r := range s {
-		// "/" separates the parts of an idempotency key.
-		if unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '/' {
-			return false
-		}
+	if w.Delay < 0 {
+		p = append(p, fmt.Sprintf("%s.Delay %s is negative", field, w.Delay))
 	}
-	return true
+	if w.MaxDelay < 0 {
+		p = append(p, fmt.Sprintf("%s.MaxDelay %s is negative", field, w.MaxDelay))
+	}
+	if w.Multiplier != 0 && !(w.Multiplier >= 1 && w.Multiplier <= 1000) {
+		p = append(p, fmt.Sprintf("%s.Multiplier %g must be between 1 and 1000 (0: the default, 2)", field, w.Multiplier))
+	}
+	if d := withWaitDefaults(w); d.MaxDelay < d.Delay {
+		p = append(p, fmt.Sprintf("%s.MaxDelay %s is less than Delay %s", field, d.MaxDelay, d.Delay))
+	}
+	return p
 }
+
+// withWaitDefaults fills in the defaults of a policy that waits.
+func withWaitDefaults(w WaitPolicy) WaitPolicy {
+	if w.MaxWaits <= 0 {
+		return WaitPolicy{}
+	}
+	if w.Delay == 0 {
+		w.Delay = DefaultWaitDelay
+	}
+	if w.Multiplier == 0 {
+		w.Multiplier = DefaultWaitMultiplier
+	}
+	if w.MaxDelay == 0 {
+		w.MaxDelay = max(DefaultWaitMaxDelay, w.Delay)
+	}
+	return w
+}
+
+// validName is the rule of names (drovertype.NameProblem): "/" separates
+// the parts of an idempotency key.
+func validName(s string) bool { return dt.NameProblem(s) == "" }
 
 // Validate reports every problem with the definition as a *ValidationError.
 func (w Workflow) Validate() error {
@@ -79,6 +141,7 @@ func (w Workflow) Validate() error {
 	if w.RetryDelay < 0 {
 		p = append(p, fmt.Sprintf("RetryDelay %s is negative", w.RetryDelay))
 	}
+	p = append(p, waitProblems("Wait", w.Wait)...)
 	seen := map[string]bool{}
 	for i, s := range w.Steps {
 		if !validName(s.Name) {
@@ -96,6 +159,12 @@ func (w Workflow) Validate() error {
 		if s.Compensation != "" && !validName(s.Compensation) {
 			p = append(p, fmt.Sprintf("step %d (%s): compensation agent %q must be printable characters without spaces or \"/\"", i, s.Name, s.Compensation))
 		}
+		if s.OnFailure != "" && !s.OnFailure.Valid() {
+			p = append(p, fmt.Sprintf("step %d (%s): OnFailure %q must be %q or %q", i, s.Name, s.OnFailure, PolicyError, PolicyCompensate))
+		}
+		if s.Wait != nil {
+			p = append(p, waitProblems(fmt.Sprintf("step %d (%s): Wait", i, s.Name), *s.Wait)...)
+		}
 	}
 	if len(p) > 0 {
 		return &ValidationError{Workflow: w.Name, Problems: p}
@@ -110,11 +179,16 @@ func (w Workflow) withDefaults() Workflow {
 	if w.OnFailure == "" {
 		w.OnFailure = PolicyError
 	}
+	w.Wait = withWaitDefaults(w.Wait)
 	steps := make([]Step, len(w.Steps))
 	copy(steps, w.Steps)
 	for i := range steps {
 		if steps[i].Timeout == 0 {
 			steps[i].Timeout = defaultStepTimeout
+		}
+		if steps[i].Wait != nil {
+			d := withWaitDefaults(*steps[i].Wait)
+			steps[i].Wait = &d
 		}
 	}
 	w.Steps = steps
@@ -128,7 +202,8 @@ func (w Workflow) withDefaults() Workflow {
 // compensation agent registered in Config.Agents, listed in
 // Config.ExternalAgents or in externalAgents — and registers all of them
 // or, on any problem, none (the error lists every problem).
-// externalAgents are added to the agents known to run in other processes.
+// externalAgents are added to the agents known to run in other processes;
+// none may be an agent of Config.Agents, which runs in this process.
 //
 // Submissions that start after AddWorkflows returns use the new
 // definitions. Tasks submitted before keep theirs: their steps (agents,
@@ -136,9 +211,12 @@ func (w Workflow) withDefaults() Workflow {
 // records the version they started with.
 func (c *Client) AddWorkflows(ws []Workflow, externalAgents []string) error {
 	var errs []error
-	for _, a := range externalAgents {
+	for _, a := range slices.Compact(slices.Sorted(slices.Values(externalAgents))) {
 		if !validName(a) {
 			errs = append(errs, fmt.Errorf("%w: external agent name %q must be 1-%d printable characters without spaces or \"/\"", ErrInvalidConfig, a, maxNameLen))
+		}
+		if c.localAgents[a] {
+			errs = append(errs, agentTwiceError(a, "AddWorkflows' external agents"))
 		}
 	}
 	seen := map[string]bool{}
@@ -179,6 +257,15 @@ func (c *Client) AddWorkflows(ws []Workflow, externalAgents []string) error {
 	return nil
 }
 
+// IsExternalAgent reports whether name is an agent declared to run in
+// another process (Config.ExternalAgents, or AddWorkflows' externalAgents)
+// and not in this one (Config.Agents).
+func (c *Client) IsExternalAgent(name string) bool {
+	c.wfMu.RLock()
+	defer c.wfMu.RUnlock()
+	return c.knownAgents[name] && !c.localAgents[name]
+}
+
 // Workflows returns the registered workflows, sorted by name, with their
 // defaults filled in.
 func (c *Client) Workflows() []Workflow {
@@ -186,6 +273,12 @@ func (c *Client) Workflows() []Workflow {
 	out := make([]Workflow, 0, len(c.workflows))
 	for _, w := range c.workflows {
 		w.Steps = slices.Clone(w.Steps)
+		for i, s := range w.Steps {
+			if s.Wait != nil {
+				d := *s.Wait
+				w.Steps[i].Wait = &d
+			}
+		}
 		out = append(out, w)
 	}
 	c.wfMu.RUnlock()

@@ -218,6 +218,10 @@ func TestAddWorkflowsAllOrNone(t *testing.T) {
 		{"external covers one agent only", []drover.Workflow{ghost}, []string{"ghost"}, drover.ErrUnknownAgent, []string{"spook"}},
 		{"name twice", []drover.Workflow{good, good}, nil, drover.ErrInvalidWorkflow, []string{`"new" given twice`}},
 		{"bad external agent name", []drover.Workflow{good}, []string{"a b"}, drover.ErrInvalidConfig, []string{`"a b"`}},
+		// "A" runs in this process: a remote agent of that name would be a
+		// second provider, so the new workflow is refused, not served by
+		// whichever takes the request.
+		{"external agent is a local one", []drover.Workflow{good}, []string{"A"}, drover.ErrInvalidConfig, []string{`agent "A" has two providers`, "Config.Agents", "AddWorkflows' external agents"}},
 	} {
 		err := c.AddWorkflows(tc.ws, tc.externals)
 		if !errors.Is(err, tc.is) {

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
@@ -51,11 +49,11 @@ const (
 	// DefaultMaxBodyBytes is the default cap on a message body (1 MiB).
 	DefaultMaxBodyBytes = 1 << 20
 	// MaxQueueNameLen is the longest queue name, in bytes.
-	MaxQueueNameLen = 200
+	MaxQueueNameLen = dt.MaxNameBytes
 	// MaxSessionIDLen is the longest session ID, in bytes.
-	MaxSessionIDLen = 256
+	MaxSessionIDLen = dt.MaxKeyBytes
 	// MaxMessageIDLen is the longest message ID, in bytes.
-	MaxMessageIDLen = 256
+	MaxMessageIDLen = dt.MaxKeyBytes
 )
 
 // policyTTL is how long a queue's policy is cached. SetQueuePolicy clears
@@ -163,19 +161,9 @@ func (c *Client) forgetPolicy(queue string) {
 
 // ---- names ----
 
-// validQueueName: 1-MaxQueueNameLen printable characters, no spaces, no "/"
-// (a session's event subject is "session:<queue>/<session ID>").
-func validQueueName(s string) bool {
-	if s == "" || len(s) > MaxQueueNameLen || !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '/' {
-			return false
-		}
-	}
-	return true
-}
+// validQueueName: the rule of names (drovertype.NameProblem): no "/", as a
+// session's event subject is "session:<queue>/<session ID>".
+func validQueueName(s string) bool { return dt.NameProblem(s) == "" }
 
 func checkQueue(queue string) error {
 	if !validQueueName(queue) {
@@ -184,19 +172,16 @@ func checkQueue(queue string) error {
 	return nil
 }
 
-// idProblem says what is wrong with a session or message ID, or "".
-func idProblem(s string, maxLen int) string {
-	switch {
-	case s == "":
-		return "is empty"
-	case len(s) > maxLen:
-		return fmt.Sprintf("is %d bytes, the limit is %d", len(s), maxLen)
-	case !utf8.ValidString(s):
-		return "is not valid UTF-8"
-	case strings.IndexFunc(s, unicode.IsControl) >= 0:
-		return "contains control characters"
-	}
-	return ""
+// idProblem says what is wrong with a session or message ID, or "" (the
+// rule of keys, drovertype.KeyProblem).
+func idProblem(s string, maxLen int) string { return dt.KeyProblem(s, maxLen) }
+
+// MaxReasonBytes caps a dead-letter reason given to DeadLetter or
+// LeaseDeadLetter.
+const MaxReasonBytes = 4096
+
+func checkReason(reason string) error {
+	return dt.CheckText(ErrInvalidReason, "reason", reason, MaxReasonBytes)
 }
 
 func checkSession(id string) error {

@@ -1,6 +1,6 @@
-// Package convoy implements session queues: the Sequential Convoy pattern
-// (SC-1 … SC-6), with the semantics of Azure Service Bus sessions, on
-// drover's state store (SQLite or PostgreSQL). See docs/convoy-design.md.
+// Package convoy implements session queues: the Sequential Convoy pattern,
+// with the semantics of Azure Service Bus sessions, on drover's state store
+// (SQLite or PostgreSQL). See docs/convoy-design.md.
 //
 // # Concepts
 //
@@ -10,10 +10,10 @@
 // prefetched, before n is settled. Different sessions are processed in
 // parallel by competing consumers in any number of processes. Queues and
 // sessions are created by their first publish; an idle session is a row in
-// the store and nothing else (SC-5).
+// the store and nothing else.
 //
 // Every message gets a per-session sequence number, 1, 2, 3 … without gaps,
-// in commit order (SC-3). A message may carry a message ID (de-duplicated
+// in commit order. A message may carry a message ID (de-duplicated
 // within the queue's dedupe window), an end-of-sequence flag (the session is
 // closed for publishing; once the message is settled the session has ended)
 // and a not-before time.
@@ -69,7 +69,7 @@
 // [LedgerProcessor] consumes a queue of ledger messages, each holding many
 // transactions for interleaved orders, and publishes each transaction to a
 // target queue with session ID = its order ID, in ledger order, in the same
-// transaction that completes the ledger message (SC-4).
+// transaction that completes the ledger message.
 //
 // # Getting started
 //
@@ -81,7 +81,7 @@
 //	p.Start(ctx)
 //	defer p.Stop(ctx)
 //
-// # Where FIFO limits scale (SC-6)
+// # Where FIFO limits scale
 //
 // A session is processed by one consumer at a time, one message at a time:
 // a session's throughput is bounded by one handler's latency plus a store

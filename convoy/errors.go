@@ -19,6 +19,9 @@ var (
 	// ErrInvalidMessage: a message to publish is not valid (the error names
 	// the field).
 	ErrInvalidMessage = errors.New("invalid message")
+	// ErrInvalidReason: a dead-letter reason is too long (MaxReasonBytes),
+	// not valid UTF-8 or contains a NUL character.
+	ErrInvalidReason = errors.New("invalid reason")
 	// ErrInvalidPolicy: a queue policy is not valid.
 	ErrInvalidPolicy = errors.New("invalid queue policy")
 	// ErrNotFound: the queue, session or dead letter does not exist.

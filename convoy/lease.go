@@ -118,6 +118,9 @@ func (c *Client) AcceptLease(ctx context.Context, queue, sessionID, holder strin
 
 func (c *Client) acceptLease(ctx context.Context, queue, sessionID, holder string) (*Lease, error) {
 	now := c.now()
+	if ok, err := c.mayAccept(ctx, queue, sessionID, now); !ok {
+		return nil, err
+	}
 	var (
 		s   *dt.Session
 		pol dt.Queue
@@ -275,6 +278,9 @@ func (c *Client) LeaseAbandon(ctx context.Context, ref LockRef, seq int64, delay
 // as SessionReceiver.DeadLetter does (under the block policy the session
 // halts and an operator alert is recorded).
 func (c *Client) LeaseDeadLetter(ctx context.Context, ref LockRef, seq int64, reason string) error {
+	if err := checkReason(reason); err != nil {
+		return err
+	}
 	if reason == "" {
 		reason = "dead-lettered by the consumer"
 	}

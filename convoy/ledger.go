@@ -44,13 +44,15 @@ type LedgerOptions struct {
 	// ledger's transactions were published and before the ledger message
 	// is completed (to record the ledger in application tables, say). An
 	// error rolls everything back; the ledger message is delivered again.
+	// The ledgers of one round are all published first, in one call, then
+	// AfterPublish runs for each in turn, with the ledger's own results.
 	AfterPublish func(ctx context.Context, x store.Executor, l *Ledger, published []Published) error
 	// Processor tunes the processor of the ledger queue.
 	Processor ProcessorOptions
 }
 
-// LedgerProcessor is the ledger processor of the Sequential Convoy pattern
-// (SC-4): it consumes a ledger queue, walks each ledger one transaction at a
+// LedgerProcessor is the ledger processor of the Sequential Convoy
+// pattern: it consumes a ledger queue, walks each ledger one transaction at a
 // time and publishes every transaction to the target queue with its order ID
 // as the session ID, in ledger order, in the same store transaction that
 // completes the ledger message (a Processor with a HandlerTx). A crash at any
@@ -59,6 +61,13 @@ type LedgerOptions struct {
 // As a second line of defence every transaction is published with message ID
 // "<ledger ID>/<transaction ID>", so the same ledger published twice within
 // the target queue's dedupe window yields each transaction once.
+//
+// The ledgers a round receives are published together, in ledger-queue
+// order, in one call: on PostgreSQL that locks (or creates) every order
+// session of the round in one pass in key order, so processors sharing
+// order sessions never deadlock each other. Each ledger's transactions get
+// the sequence numbers they would get if the ledgers were published one
+// after the other.
 //
 // A malformed ledger (undecodable, no ledger ID, a transaction without ID or
 // order ID, a duplicate transaction ID, an invalid order ID or body) is
@@ -92,19 +101,17 @@ func NewLedgerProcessor(c *Client, o LedgerOptions) (*LedgerProcessor, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.htxRound = lp.handleRound
 	lp.Processor = p
 	return lp, nil
 }
 
 // handle publishes one ledger's transactions inside the round's transaction.
+// It serves when handleRound cannot tell which ledger failed.
 func (lp *LedgerProcessor) handle(ctx context.Context, x store.Executor, m *ReceivedMessage) error {
-	l, err := lp.o.Decode(m.Body)
+	l, msgs, err := lp.parse(m)
 	if err != nil {
-		return DeadLetterError(fmt.Errorf("malformed ledger: %w", err))
-	}
-	msgs, err := lp.messages(l)
-	if err != nil {
-		return DeadLetterError(fmt.Errorf("malformed ledger %q: %w", l.ID, err))
+		return err
 	}
 	var pub []Published
 	if len(msgs) > 0 {
@@ -120,6 +127,74 @@ func (lp *LedgerProcessor) handle(ctx context.Context, x store.Executor, m *Rece
 		return lp.o.AfterPublish(ctx, x, l, pub)
 	}
 	return nil
+}
+
+// handleRound publishes the ledgers of a round in ONE call, in round order,
+// then runs AfterPublish for each. One call locks (or creates) all their
+// order sessions in one pass in key order: published ledger by ledger, two
+// rounds sharing orders could each hold one the other waits for, a
+// deadlock. Ledger i's messages get the same results as if published on
+// their own after ledgers 0..i-1. When the call finds a closed session and
+// more than one ledger published, errOneByOne redoes the round ledger by
+// ledger, which dead-letters the one at fault.
+func (lp *LedgerProcessor) handleRound(ctx context.Context, x store.Executor, ms []*ReceivedMessage) (int, error) {
+	ledgers := make([]*Ledger, len(ms))
+	ends := make([]int, len(ms)) // ledger i's messages end at all[ends[i]]
+	var (
+		all     []Message
+		senders int // ledgers with messages
+		last    int
+	)
+	for i, m := range ms {
+		l, msgs, err := lp.parse(m)
+		if err != nil {
+			return i, err
+		}
+		if len(msgs) > 0 {
+			senders, last = senders+1, i
+		}
+		ledgers[i], all, ends[i] = l, append(all, msgs...), len(all)+len(msgs)
+	}
+	var pub []Published
+	if len(all) > 0 {
+		var err error
+		pub, err = lp.c.PublishWith(ctx, x, lp.o.TargetQueue, all...)
+		switch {
+		case errors.Is(err, ErrSessionClosed) && senders == 1:
+			return last, DeadLetterError(fmt.Errorf("ledger %q: %w", ledgers[last].ID, err))
+		case errors.Is(err, ErrSessionClosed):
+			return -1, errOneByOne
+		case err != nil:
+			return -1, fmt.Errorf("publish %d ledgers: %w", len(ms), err)
+		}
+	}
+	if lp.o.AfterPublish != nil {
+		start := 0
+		for i, l := range ledgers {
+			var p []Published // nil for a ledger without transactions, as in handle
+			if ends[i] > start {
+				p = pub[start:ends[i]:ends[i]]
+			}
+			if err := lp.o.AfterPublish(ctx, x, l, p); err != nil {
+				return i, err
+			}
+			start = ends[i]
+		}
+	}
+	return 0, nil
+}
+
+// parse decodes and validates a ledger message; errors dead-letter it.
+func (lp *LedgerProcessor) parse(m *ReceivedMessage) (*Ledger, []Message, error) {
+	l, err := lp.o.Decode(m.Body)
+	if err != nil {
+		return nil, nil, DeadLetterError(fmt.Errorf("malformed ledger: %w", err))
+	}
+	msgs, err := lp.messages(l)
+	if err != nil {
+		return nil, nil, DeadLetterError(fmt.Errorf("malformed ledger %q: %w", l.ID, err))
+	}
+	return l, msgs, nil
 }
 
 // messages validates a ledger and builds its messages, in ledger order.

@@ -77,7 +77,7 @@ const (
 	// EventSessionBlocked (an operator alert): a message was dead-lettered
 	// under the block policy; the session halts until the dead letter is
 	// resubmitted or discarded.
-	EventSessionBlocked dt.EventType = "session_blocked"
+	EventSessionBlocked = dt.EventSessionBlocked
 	// EventMessageDeadLettered: a message was dead-lettered under the skip
 	// policy; the session goes on and the dead letter is the gap.
 	EventMessageDeadLettered dt.EventType = "message_dead_lettered"

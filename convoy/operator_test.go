@@ -52,6 +52,13 @@ func TestQueuePolicies(t *testing.T) {
 		if len(qs) != 2 || qs[0].Name != "a-first" || qs[1].Name != "q" || qs[1].MaxDeliveryCount != 3 {
 			t.Fatalf("queues %+v", qs)
 		}
+		// A page at a time.
+		if qs := must[[]*convoy.Queue](t)(c.QueuesAfter(ctx, "", 1)); len(qs) != 1 || qs[0].Name != "a-first" {
+			t.Fatalf("first page %+v", qs)
+		}
+		if qs := must[[]*convoy.Queue](t)(c.QueuesAfter(ctx, "a-first", 0)); len(qs) != 1 || qs[0].Name != "q" {
+			t.Fatalf("page after a-first %+v", qs)
+		}
 	})
 }
 

@@ -82,9 +82,19 @@ func (c *Client) QueuePolicy(ctx context.Context, name string) (QueuePolicy, err
 	return policyOf(q), nil
 }
 
-// Queues returns every queue with its policy, in name order.
+// Queues returns every queue with its policy, in name order. QueuesAfter
+// reads them a page at a time.
 func (c *Client) Queues(ctx context.Context) ([]*Queue, error) {
-	return c.store.Reader().QueueList(ctx)
+	return c.store.Reader().QueueList(ctx, store.QueueListParams{})
+}
+
+// QueuesAfter lists the queues with their policies in name order, after
+// the name after ("" from the start), at most limit (default 100).
+func (c *Client) QueuesAfter(ctx context.Context, after string, limit int) ([]*Queue, error) {
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	return c.store.Reader().QueueList(ctx, store.QueueListParams{AfterName: after, Limit: limit})
 }
 
 func policyOf(q *dt.Queue) QueuePolicy {

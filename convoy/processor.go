@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/fault"
 	"github.com/drover-run/drover/store"
 )
 
@@ -82,7 +83,7 @@ type ProcessorStats struct {
 }
 
 // Processor consumes a session queue with many sessions at once: the fast,
-// batched consumer (SC-1, SC-2).
+// batched consumer.
 //
 // One pump goroutine drives it. Each round is ONE store transaction that, in
 // this order: renews the locks of the held sessions when a third of the lock
@@ -154,6 +155,11 @@ type Processor struct {
 	// hookRound, when set (tests), runs before every round's transaction;
 	// an error fails the round as a store error would.
 	hookRound func() error
+	// htxRound, when set, handles all the messages of a round's HandlerTx
+	// calls at once (the ledger processor: one publish per round); see
+	// callAllTx. oneByOne makes the next round call htx instead.
+	htxRound func(ctx context.Context, x store.Executor, ms []*ReceivedMessage) (int, error)
+	oneByOne bool
 }
 
 // session is a session the processor holds.
@@ -187,6 +193,11 @@ type txFailure struct {
 
 // errRetryRound: a HandlerTx failed and its round was rolled back; redo it.
 var errRetryRound = errors.New("handler failed; round rolled back")
+
+// errOneByOne: a round handler (htxRound) failed in a way it cannot pin on
+// one message; the round is rolled back and redone calling the HandlerTx on
+// one message after the other.
+var errOneByOne = errors.New("round handler failed; redo the round one message at a time")
 
 // NewProcessor returns a processor of queue calling h for every message.
 // Start runs it.
@@ -357,6 +368,9 @@ func (p *Processor) pump(ctx context.Context, w *waiter, stopping <-chan struct{
 		if errors.Is(err, store.ErrConflict) && conflicts < 3 {
 			conflicts++ // the database broke a deadlock: redo the round at once
 			continue
+		}
+		if errors.Is(err, store.ErrBadData) && p.unstorableReasons(err) {
+			continue // redo the round with reasons that can be stored
 		}
 		conflicts = 0
 		if err != nil {
@@ -656,7 +670,38 @@ func (p *Processor) settleFor(r result, now time.Time) store.MessageSettle {
 	return st
 }
 
-// reason is an error's text, capped for the dead-letter record.
+// unstorableReason is the dead-letter reason of a message whose handler's
+// reason the store refused.
+type unstorableReason struct{ cause string }
+
+func (e *unstorableReason) Error() string {
+	return "the dead-letter reason could not be stored: " + e.cause
+}
+
+// unstorableReasons handles a round the store refused for a value
+// (cause wraps store.ErrBadData): the only text of a round's settles is
+// the dead-letter reasons of the handlers, so it replaces each with one
+// naming cause, the messages are still dead-lettered as the handlers
+// asked, and the round is redone. It reports whether it replaced any; if
+// not (or they were replaced already), the round fails as for any error.
+func (p *Processor) unstorableReasons(cause error) bool {
+	changed := false
+	for i, r := range p.carry {
+		var u *unstorableReason
+		if IsDeadLetter(r.err) && !errors.As(r.err, &u) {
+			p.carry[i].err = DeadLetterError(&unstorableReason{cause: dt.Storable(cause.Error())})
+			changed = true
+		}
+	}
+	if changed {
+		p.c.log.Warn("convoy: the store refused a dead-letter reason; recording those of the round as unstorable",
+			"queue", p.queue, "err", cause)
+	}
+	return changed
+}
+
+// reason is an error's text, capped for the dead-letter record and made
+// storable (drovertype.Storable): a handler's error may hold any bytes.
 func reason(err error) string {
 	s := err.Error()
 	if s == "" {
@@ -664,12 +709,14 @@ func reason(err error) string {
 	}
 	const maxLen = 2000
 	if len(s) > maxLen {
-		s = s[:maxLen]
-		for !utf8.ValidString(s) {
-			s = s[:len(s)-1]
+		// Cut at a rune's start, so the cut itself leaves no broken UTF-8.
+		n := maxLen
+		for n > maxLen-utf8.UTFMax && !utf8.RuneStart(s[n]) {
+			n--
 		}
+		s = s[:n]
 	}
-	return s
+	return dt.Storable(s)
 }
 
 // backoff is the delay before a message abandoned after its deliveries-th
@@ -755,6 +802,13 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 			st.ReceiveNext = next[it.s]
 			settles[i].st = st
 			batch, idx = append(batch, st), append(idx, i)
+		}
+		if len(batch) > 0 && fault.Armed() {
+			for _, st := range batch {
+				if err := fault.Text(st.Reason); err != nil {
+					return err
+				}
+			}
 		}
 		if len(batch) > 0 {
 			msgs, errs, err := x.MessageSettleReceiveMany(ctx, batch, now)
@@ -885,30 +939,43 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 	// 6. Transactional handlers, in the round's transaction.
 	if p.htx != nil && len(o.received) > 0 {
 		batch := make([]store.MessageSettle, 0, len(o.received))
+		var (
+			calls []*ReceivedMessage
+			of    []*session
+		)
 		for _, s := range o.received {
 			m := o.recv[s]
 			rm := newReceived(m, s.ref.Token, s.state)
-			st := store.MessageSettle{Ref: s.ref, Seq: m.Seq}
 			if f, ok := p.failed[s.ref.SessionID]; ok && f.seq == m.Seq {
-				st = p.settleFor(result{s: s, m: rm, err: f.err}, now)
+				st := p.settleFor(result{s: s, m: rm, err: f.err}, now)
 				if st.Action == store.SettleDeadLetter {
 					st.Block = o.block
 					events = append(events, deadLetterEvent(p.queue, m.SessionID, m.Seq, m.DeliveryCount, st.Reason, st.Block, p.c.cfg.InstanceID, now))
 				}
-			} else {
-				if err := p.callTx(ctx, x, rm); err != nil {
-					if ctx.Err() != nil {
-						return ctx.Err()
-					}
-					if errors.Is(err, store.ErrConflict) {
-						return err // the database's doing, not the handler's: redo the round
-					}
-					p.failed[s.ref.SessionID] = txFailure{seq: m.Seq, err: err}
-					return errRetryRound
-				}
-				st.Action, st.SetState, st.State = store.SettleComplete, rm.setState, rm.newState
+				o.txSettles[s] = st
+				batch = append(batch, st)
+				continue
 			}
-			o.txSettles[s] = st
+			calls, of = append(calls, rm), append(of, s)
+		}
+		if i, err := p.callAllTx(ctx, x, calls); err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case errors.Is(err, store.ErrConflict):
+				return err // the database's doing, not the handler's: redo the round
+			case errors.Is(err, errOneByOne):
+				p.oneByOne = true
+				return errRetryRound
+			case i < 0:
+				return err // not one message's doing: a failed round
+			}
+			p.failed[of[i].ref.SessionID] = txFailure{seq: calls[i].Seq, err: err}
+			return errRetryRound
+		}
+		for i, rm := range calls {
+			st := store.MessageSettle{Ref: of[i].ref, Seq: rm.Seq, Action: store.SettleComplete, SetState: rm.setState, State: rm.newState}
+			o.txSettles[of[i]] = st
 			batch = append(batch, st)
 		}
 		errs, err := x.MessageSettleMany(ctx, batch, now)
@@ -1059,6 +1126,33 @@ func (p *Processor) call(ctx context.Context, m *ReceivedMessage) (err error) {
 		}
 	}()
 	return p.h(ctx, m)
+}
+
+// callAllTx runs the transactional handler on each message, in order, or
+// the round handler (htxRound) on them all at once. It stops at the first
+// failure: i is the index of the message that failed, or negative for a
+// failure of no message in particular.
+func (p *Processor) callAllTx(ctx context.Context, x store.Executor, ms []*ReceivedMessage) (i int, err error) {
+	if len(ms) == 0 {
+		return 0, nil
+	}
+	if p.htxRound == nil || p.oneByOne {
+		p.oneByOne = false
+		for i, m := range ms {
+			if err := p.callTx(ctx, x, m); err != nil {
+				return i, err
+			}
+		}
+		return 0, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			// Redo the round one message at a time: that names the one.
+			p.c.log.Error("convoy: round handler panicked", "queue", p.queue, "panic", r, "stack", string(debug.Stack()))
+			i, err = -1, errOneByOne
+		}
+	}()
+	return p.htxRound(ctx, x, ms)
 }
 
 func (p *Processor) callTx(ctx context.Context, x store.Executor, m *ReceivedMessage) (err error) {

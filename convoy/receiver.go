@@ -115,10 +115,28 @@ func (c *Client) waitQueue(ctx context.Context, queue string, deadline <-chan ti
 	}
 }
 
+// mayAccept reports whether an accept is worth its write transaction: a
+// named one always is; one of the next available session only when a
+// cheap read finds one, so that waiting consumers polling an idle queue
+// take no write lock.
+func (c *Client) mayAccept(ctx context.Context, queue, sessionID string, now time.Time) (bool, error) {
+	if sessionID != "" {
+		return true, nil
+	}
+	ok, err := c.store.Reader().SessionAvailable(ctx, queue, now)
+	if err != nil {
+		return false, err
+	}
+	return ok, nil
+}
+
 // accept locks a session (the named one, or the next available one) and
 // returns its receiver; nil, nil when no session is available.
 func (c *Client) accept(ctx context.Context, queue, sessionID string) (*SessionReceiver, error) {
 	now := c.now()
+	if ok, err := c.mayAccept(ctx, queue, sessionID, now); !ok {
+		return nil, err
+	}
 	var (
 		s   *dt.Session
 		pol dt.Queue
@@ -355,10 +373,14 @@ func (r *SessionReceiver) Abandon(ctx context.Context, m *ReceivedMessage, delay
 	return r.settle(ctx, "abandon", m, s)
 }
 
-// DeadLetter moves m to the dead-letter list with reason. Under the queue's
+// DeadLetter moves m to the dead-letter list with reason (at most
+// MaxReasonBytes of UTF-8 without NUL characters, else ErrInvalidReason). Under the queue's
 // block policy the session halts (an operator alert is recorded) until the
 // dead letter is resubmitted or discarded; under skip the session goes on.
 func (r *SessionReceiver) DeadLetter(ctx context.Context, m *ReceivedMessage, reason string) error {
+	if err := checkReason(reason); err != nil {
+		return err
+	}
 	if reason == "" {
 		reason = "dead-lettered by the consumer"
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/drover-run/drover/store"
 )
 
-// SC-5: sessions appear at run time without configuration; idle sessions
+// Sessions appear at run time without configuration; idle sessions
 // cost no goroutine; 100,000 sessions with pending messages are processed
 // by a processor holding at most MaxSessions of them at a time. (20,000
 // under the race detector, which slows everything tenfold; -short: 5,000.)

@@ -9,10 +9,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	dt "github.com/drover-run/drover/drovertype"
 )
 
 // ErrStale matches (errors.Is) the server's 409 stale_token: the token of
@@ -58,7 +59,11 @@ const maxPollWait = 60 * time.Second
 // Poll claims up to max (1-100) requests for agent, waiting up to wait
 // (at most 60s; 0: do not wait) for one to arrive. It returns an empty
 // slice when the wait ended with none. Each request must then be completed
-// or failed with its token before its CompleteBy.
+// or failed with its token before its CompleteBy. The token must be bound
+// to agent (scope agent:AGENT, or operator): ErrForbidden otherwise;
+// ErrNotFound when the server has no remote agent of that name (it is
+// built in, runs in the server, or no workflow names it). A server with
+// too many waiting calls answers ErrRateLimited or ErrUnavailable.
 func (c *Client) Poll(ctx context.Context, agent string, max int, wait time.Duration) ([]*Request, error) {
 	if agent == "" {
 		return nil, errors.New("droverclient: the agent name is empty")
@@ -127,13 +132,15 @@ func (c *Client) Fail(ctx context.Context, req *Request, msg string, permanent b
 	if msg == "" {
 		msg = "failed"
 	}
-	// The server takes at most 4096 bytes of UTF-8.
-	msg = strings.ToValidUTF8(msg, "?")
+	// The server takes at most 4096 bytes of UTF-8 without NUL
+	// characters: an agent's error may quote anything.
+	msg = dt.Storable(msg)
 	if len(msg) > 4096 {
-		msg = msg[:4096]
-		for !utf8.ValidString(msg) {
-			msg = msg[:len(msg)-1]
+		n := 4096
+		for !utf8.RuneStart(msg[n]) {
+			n--
 		}
+		msg = msg[:n]
 	}
 	body := struct {
 		Token     string `json:"token"`

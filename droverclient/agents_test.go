@@ -104,12 +104,15 @@ func submit(t *testing.T, c *droverclient.Client, workflow, id, input string) {
 	}
 }
 
+// drivers opens a fresh store of each driver.
+var drivers = map[string]func(t *testing.T) store.Driver{
+	"sqlite":   func(t *testing.T) store.Driver { return testutil.SQLite(t) },
+	"postgres": func(t *testing.T) store.Driver { return testutil.Postgres(t) },
+}
+
 // Poll, Complete and Fail against a real server, on both drivers.
 func TestAgentPollCompleteFail(t *testing.T) {
-	for name, open := range map[string]func(t *testing.T) store.Driver{
-		"sqlite":   func(t *testing.T) store.Driver { return testutil.SQLite(t) },
-		"postgres": func(t *testing.T) store.Driver { return testutil.Postgres(t) },
-	} {
+	for name, open := range drivers {
 		t.Run(name, func(t *testing.T) {
 			e := newAgentEnv(t, open(t))
 			sub, ag := e.client(t, submitTok), e.client(t, agentTok)
@@ -284,5 +287,30 @@ func TestRunAgentForbidden(t *testing.T) {
 	}, droverclient.AgentOptions{})
 	if !errors.Is(err, droverclient.ErrForbidden) {
 		t.Fatalf("RunAgent with a submit token: %v, want ErrForbidden", err)
+	}
+}
+
+// A remote agent's error text with a NUL character and invalid UTF-8 is
+// sent storable and marked (the server refuses NUL characters), and the
+// task fails with it, on both drivers.
+func TestAgentFailHostileText(t *testing.T) {
+	for name, open := range drivers {
+		t.Run(name, func(t *testing.T) {
+			e := newAgentEnv(t, open(t))
+			sub, ag := e.client(t, submitTok), e.client(t, agentTok)
+			ctx := context.Background()
+			submit(t, sub, "remote", "h-1", `{}`)
+			reqs, err := ag.Poll(ctx, "worker", 1, 20*time.Second)
+			if err != nil || len(reqs) != 1 {
+				t.Fatalf("Poll = %v, %v", reqs, err)
+			}
+			if err := ag.Fail(ctx, reqs[0], "bad \x00 input \xff", true); err != nil {
+				t.Fatalf("Fail: %v", err)
+			}
+			tk := waitTask(t, sub, "h-1", "Error")
+			if !strings.HasPrefix(tk.LastError, "bad \uFFFD input \uFFFD [drover replaced") {
+				t.Errorf("LastError %q, want the text made storable and marked", tk.LastError)
+			}
+		})
 	}
 }

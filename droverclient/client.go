@@ -32,9 +32,15 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = 
 // "http://127.0.0.1:8080") that authenticates with the bearer token
 // (empty for a server run with --insecure-no-auth).
 func New(baseURL, token string, opts ...Option) (*Client, error) {
+	if !strings.Contains(baseURL, "://") {
+		// "127.0.0.1:8080" or "localhost:8080": url.Parse's complaint
+		// about it ("first path segment in URL cannot contain colon")
+		// does not say what is missing.
+		return nil, fmt.Errorf("droverclient: server URL %q has no scheme: want http://HOST:PORT or https://HOST:PORT, such as %q", baseURL, "http://"+baseURL)
+	}
 	u, err := url.Parse(baseURL)
 	if err != nil {
-		return nil, fmt.Errorf("droverclient: server URL %q: %w", baseURL, err)
+		return nil, fmt.Errorf("droverclient: server URL %q: want http://HOST:PORT or https://HOST:PORT (%v)", baseURL, errors.Unwrap(err))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("droverclient: server URL %q: want http://HOST:PORT or https://HOST:PORT", baseURL)

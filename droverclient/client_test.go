@@ -218,7 +218,13 @@ func TestSubmitGetList(t *testing.T) {
 		t.Fatalf("Processed or Cancelled: %v next %q", ids, page.NextAfter)
 	}
 	_, err = c.Tasks(ctx, droverclient.ListParams{States: []string{"Bogus"}})
-	wantAPIError(t, err, 400, "invalid_request", droverclient.ErrInvalid)
+	wantAPIError(t, err, 400, "invalid_parameter", droverclient.ErrInvalid)
+	// A bad query parameter is named in the error the client returns.
+	_, err = c.Tasks(ctx, droverclient.ListParams{Limit: 5000})
+	wantAPIError(t, err, 400, "invalid_parameter", droverclient.ErrInvalid)
+	if !strings.Contains(err.Error(), `query parameter "limit"`) {
+		t.Fatalf("error %q does not name the parameter", err)
+	}
 }
 
 func contains(xs []string, s string) bool {

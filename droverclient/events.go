@@ -170,6 +170,11 @@ type FollowOptions struct {
 	// connection that died without closing — and reconnects. Default
 	// DefaultStallTimeout.
 	StallTimeout time.Duration
+	// KeepFollowing, with TaskID, keeps following the task after it is
+	// final (an alert's acknowledgement, a resubmission): the server does
+	// not end the stream then. Without it FollowEvents returns nil once
+	// the task is final and its events were given to fn.
+	KeepFollowing bool
 }
 
 // DefaultStallTimeout is FollowOptions.StallTimeout when not set: three
@@ -178,8 +183,8 @@ const DefaultStallTimeout = 45 * time.Second
 
 // Follow calls fn with every event of task taskID ("" for every task) after
 // lastEventID, first the recorded ones then new ones as they are recorded,
-// until ctx ends or fn returns an error (which Follow returns). See
-// FollowEvents.
+// until ctx ends, fn returns an error (which Follow returns) or the task
+// is final (nil). See FollowEvents.
 func (c *Client) Follow(ctx context.Context, taskID string, lastEventID int64, fn func(*Event) error) error {
 	return c.FollowEvents(ctx, FollowOptions{TaskID: taskID, After: lastEventID}, fn)
 }
@@ -190,7 +195,9 @@ func (c *Client) Follow(ctx context.Context, taskID string, lastEventID int64, f
 // Last-Event-ID set to the last event given to fn, so nothing is missed.
 // A server busy or shutting down (429, 503) is retried too; other error
 // answers (401, 403, 404, 400) and a failure of the very first connection
-// are returned at once. It returns ctx.Err() when ctx ends.
+// are returned at once. It returns ctx.Err() when ctx ends, and nil when
+// the server ends a task's stream because the task is final (unless
+// KeepFollowing).
 //
 // The client's http.Client must not have a Timeout: it would cut the
 // stream (the server sends a keep-alive comment every 15s).
@@ -210,7 +217,7 @@ func (c *Client) FollowEvents(ctx context.Context, o FollowOptions, fn func(*Eve
 	for {
 		var fnErr error
 		delivered := false
-		resp, err := c.openStream(ctx, o.TaskID, o.AlertsOnly, last)
+		resp, err := c.openStream(ctx, o.TaskID, o.AlertsOnly, o.KeepFollowing, last)
 		if err == nil {
 			connected = true
 			body := newWatchdog(resp.Body, o.StallTimeout)
@@ -223,9 +230,12 @@ func (c *Client) FollowEvents(ctx context.Context, o FollowOptions, fn func(*Eve
 				return nil
 			})
 			body.Close()
-			if body.stalled.Load() {
+			switch {
+			case errors.Is(err, errStreamEnded):
+				// The server's end event: not a dropped stream.
+			case body.stalled.Load():
 				err = fmt.Errorf("droverclient: nothing arrived on the event stream for %s", o.StallTimeout)
-			} else if err == nil {
+			case err == nil:
 				err = io.ErrUnexpectedEOF
 			}
 		}
@@ -234,6 +244,8 @@ func (c *Client) FollowEvents(ctx context.Context, o FollowOptions, fn func(*Eve
 			return fnErr
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case errors.Is(err, errStreamEnded):
+			return nil // the task is final
 		}
 		var ae *APIError
 		var be *badEventError
@@ -301,12 +313,20 @@ func (w *watchdog) Close() error {
 	return w.ReadCloser.Close()
 }
 
+// errStreamEnded is how the server says a task's stream is over: the task
+// is final and every event up to it was sent (the "end" event, or 204 to a
+// request for a final task's events after the last one).
+var errStreamEnded = errors.New("droverclient: the task is final: end of its event stream")
+
 // openStream opens an event stream after event ID after; an error answer
 // is an *APIError.
-func (c *Client) openStream(ctx context.Context, taskID string, alerts bool, after int64) (*http.Response, error) {
+func (c *Client) openStream(ctx context.Context, taskID string, alerts, keepFollowing bool, after int64) (*http.Response, error) {
 	q := url.Values{}
 	if alerts {
 		q.Set("alerts", "true")
+	}
+	if keepFollowing && taskID != "" {
+		q.Set("follow", "true")
 	}
 	u := c.url(q, "/v1/events")
 	if taskID != "" {
@@ -324,6 +344,10 @@ func (c *Client) openStream(ctx context.Context, taskID string, alerts bool, aft
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("droverclient: GET %s: %w", req.URL.Path, err)
+	}
+	if resp.StatusCode == http.StatusNoContent && taskID != "" {
+		resp.Body.Close()
+		return nil, errStreamEnded
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
@@ -364,16 +388,20 @@ const maxEventBytes = 4 << 20
 
 // readStream parses a text/event-stream and calls fn with each event whose
 // ID is greater than after (and than the one before). It returns fn's
-// error, a read error, or nil at the end of the stream.
+// error, a read error, errStreamEnded after the server's "end" event, or
+// nil at the end of the stream.
 func readStream(r io.Reader, after int64, fn func(*Event) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxEventBytes)
 	var data strings.Builder
-	var id string
+	var id, typ string
 	last := after
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" { // end of one event
+			if typ == "end" {
+				return errStreamEnded
+			}
 			if data.Len() > 0 {
 				var e Event
 				if err := json.Unmarshal([]byte(data.String()), &e); err != nil {
@@ -387,7 +415,7 @@ func readStream(r io.Reader, after int64, fn func(*Event) error) error {
 				}
 			}
 			data.Reset()
-			id = ""
+			id, typ = "", ""
 			continue
 		}
 		if strings.HasPrefix(line, ":") { // comment: connected, ping
@@ -403,6 +431,8 @@ func readStream(r io.Reader, after int64, fn func(*Event) error) error {
 			data.WriteString(value)
 		case "id":
 			id = value
+		case "event":
+			typ = value
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -267,14 +267,23 @@ func TestEventsBadServer(t *testing.T) {
 // Follow reads a task's events until the final one; the stream is cut
 // after two events and Follow resumes with Last-Event-ID, missing none and
 // repeating none.
-func TestFollowResumes(t *testing.T) {
+// echoTask starts the API, submits an echo task id and returns the env, a
+// client with the submit token and a context ending with the test (30s
+// at most).
+func echoTask(t *testing.T, id string) (*env, *droverclient.Client, context.Context) {
+	t.Helper()
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	c := e.client(t, submitTok)
-	if _, _, err := c.SubmitTask(ctx, droverclient.SubmitRequest{Workflow: "echo", ID: "f-1"}); err != nil {
+	if _, _, err := c.SubmitTask(ctx, droverclient.SubmitRequest{Workflow: "echo", ID: id}); err != nil {
 		t.Fatal(err)
 	}
+	return e, c, ctx
+}
+
+func TestFollowResumes(t *testing.T) {
+	e, c, ctx := echoTask(t, "f-1")
 	waitFor(t, "f-1 Processed", func() bool {
 		tk, err := c.Task(ctx, "f-1")
 		return err == nil && tk.Final()
@@ -404,5 +413,51 @@ func TestFollowDropsStalledStream(t *testing.T) {
 		})
 	if !errors.Is(err, done) || calls.Load() != 2 || len(reasons) != 1 || !strings.Contains(reasons[0], "nothing arrived") {
 		t.Fatalf("err %v, calls %d, reasons %q", err, calls.Load(), reasons)
+	}
+}
+
+// Following a task ends by itself once the task is final and every event
+// was given to fn (the server's end event); KeepFollowing goes on.
+func TestFollowEndsWhenTaskIsFinal(t *testing.T) {
+	_, c, ctx := echoTask(t, "f-1")
+	var got []droverclient.Event
+	err := c.FollowEvents(ctx, droverclient.FollowOptions{TaskID: "f-1"}, func(ev *droverclient.Event) error {
+		got = append(got, *ev)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("FollowEvents of a task: %v, want nil once it is final", err)
+	}
+	want, err := c.Events(ctx, droverclient.EventParams{TaskID: "f-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) || len(got) < 4 || got[len(got)-1].State != droverclient.StateProcessed {
+		t.Fatalf("followed %d events (last %+v), history has %d", len(got), got[len(got)-1], len(want))
+	}
+	// Resuming after the last event of the final task: nothing, nil.
+	calls := 0
+	if err := c.Follow(ctx, "f-1", want[len(want)-1].ID, func(*droverclient.Event) error { calls++; return nil }); err != nil || calls != 0 {
+		t.Fatalf("Follow after the last event: %d events, %v", calls, err)
+	}
+	// KeepFollowing: still following after the final event, until ctx ends.
+	short, cancelShort := context.WithCancel(ctx)
+	var seen atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		done <- c.FollowEvents(short, droverclient.FollowOptions{TaskID: "f-1", KeepFollowing: true}, func(ev *droverclient.Event) error {
+			seen.Add(1)
+			return nil
+		})
+	}()
+	waitFor(t, "every event", func() bool { return seen.Load() == int64(len(want)) })
+	select {
+	case err := <-done:
+		t.Fatalf("KeepFollowing returned %v after the final event", err)
+	case <-time.After(300 * time.Millisecond): // 30 of the server's polls
+	}
+	cancelShort()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("KeepFollowing ended with %v, want context.Canceled", err)
 	}
 }

@@ -105,15 +105,52 @@ func (c *Client) Publish(ctx context.Context, queue string, msgs ...PublishMessa
 	return out.Published, nil
 }
 
-// Queues lists the queues and their policies.
-func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
-	var out struct {
-		Queues []Queue `json:"queues"`
-	}
-	if _, err := c.do(ctx, http.MethodGet, c.url(nil, "/v1/queues"), nil, &out); err != nil {
+// QueuePage is one page of the queues, in name order.
+type QueuePage struct {
+	Queues []Queue `json:"queues"`
+	// NextAfter is the after of the next page; "" on the last page.
+	NextAfter string `json:"next_after"`
+}
+
+// QueuesPage lists the queues and their policies whose name sorts after
+// after, at most limit (0: the server's default, 100).
+func (c *Client) QueuesPage(ctx context.Context, after string, limit int) (*QueuePage, error) {
+	var page QueuePage
+	if _, err := c.do(ctx, http.MethodGet, c.url(pageQuery(after, limit), "/v1/queues"), nil, &page); err != nil {
 		return nil, err
 	}
-	return out.Queues, nil
+	if page.Queues == nil {
+		page.Queues = []Queue{}
+	}
+	return &page, nil
+}
+
+// Queues lists every queue and its policy, reading page after page.
+func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
+	out := []Queue{}
+	for after := ""; ; {
+		page, err := c.QueuesPage(ctx, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.Queues...)
+		if page.NextAfter == "" {
+			return out, nil
+		}
+		after = page.NextAfter
+	}
+}
+
+// pageQuery is the query of a keyset page: after and limit, when given.
+func pageQuery(after string, limit int) url.Values {
+	q := url.Values{}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	return q
 }
 
 // SessionPage is one page of a queue's sessions, in ID order.
@@ -126,15 +163,8 @@ type SessionPage struct {
 // Sessions lists the sessions of queue whose ID sorts after after, at most
 // limit (0: the server's default, 100). An unknown queue: ErrNotFound.
 func (c *Client) Sessions(ctx context.Context, queue, after string, limit int) (*SessionPage, error) {
-	q := url.Values{}
-	if after != "" {
-		q.Set("after", after)
-	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
 	var page SessionPage
-	if _, err := c.do(ctx, http.MethodGet, c.url(q, "/v1/queues", seg(queue), "sessions"), nil, &page); err != nil {
+	if _, err := c.do(ctx, http.MethodGet, c.url(pageQuery(after, limit), "/v1/queues", seg(queue), "sessions"), nil, &page); err != nil {
 		return nil, err
 	}
 	return &page, nil
@@ -195,10 +225,9 @@ func (c *Client) DeadLetters(ctx context.Context, queue string, p DeadLetterPara
 	if p.Session != "" {
 		q.Set("session", p.Session)
 	}
-	if p.After != nil {
-		if p.After.AfterSession != "" {
-			q.Set("after_session", p.After.AfterSession)
-		}
+	if p.After != nil && p.After.AfterSession != "" {
+		// The server refuses after_seq without after_session.
+		q.Set("after_session", p.After.AfterSession)
 		q.Set("after_seq", strconv.FormatInt(p.After.AfterSeq, 10))
 	}
 	if p.Limit > 0 {

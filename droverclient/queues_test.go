@@ -3,10 +3,12 @@ package droverclient_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/store"
 )
 
 func TestQueues(t *testing.T) {
@@ -129,4 +131,40 @@ func TestQueues(t *testing.T) {
 	if err != nil || len(pk.Messages) != 1 || pk.Messages[0].Seq != 2 {
 		t.Fatalf("peek after discard: %+v %v", pk, err)
 	}
+}
+
+// The server lists queues a page at a time; Queues reads every page.
+func TestQueuesPages(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sub := e.client(t, submitTok)
+	// 1002 queues in one transaction: more than one page of Queues.
+	msgs := make([]store.PublishMessage, 1002)
+	for i := range msgs {
+		msgs[i] = store.PublishMessage{Queue: fmt.Sprintf("q%04d", i), SessionID: "s", Body: []byte("1")}
+	}
+	if err := e.d.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		_, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: msgs, Now: time.Now()})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := sub.QueuesPage(ctx, "", 2)
+	if err != nil || len(page.Queues) != 2 || page.Queues[1].Name != "q0001" || page.NextAfter != "q0001" {
+		t.Fatalf("first page: %+v %v", page, err)
+	}
+	page, err = sub.QueuesPage(ctx, "q0999", 0)
+	if err != nil || len(page.Queues) != 2 || page.Queues[0].Name != "q1000" || page.NextAfter != "" {
+		t.Fatalf("last page: %+v %v", page, err)
+	}
+	page, err = sub.QueuesPage(ctx, "", 0)
+	if err != nil || len(page.Queues) != 100 || page.NextAfter != "q0099" {
+		t.Fatalf("default page: %d queues, next %q, %v", len(page.Queues), page.NextAfter, err)
+	}
+	qs, err := sub.Queues(ctx)
+	if err != nil || len(qs) != 1002 || qs[1001].Name != "q1001" {
+		t.Fatalf("queues: %d %v", len(qs), err)
+	}
+	_, err = sub.QueuesPage(ctx, "a/b", 0)
+	wantAPIError(t, err, 400, "invalid_parameter", droverclient.ErrInvalid)
 }

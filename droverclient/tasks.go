@@ -44,14 +44,19 @@ type Task struct {
 	OrderingSeq     int64           `json:"ordering_seq"`
 	// CallbackURL receives a signed webhook when the task is final ("" for
 	// none, or a server that does not report it).
-	CallbackURL      string     `json:"callback_url,omitempty"`
-	FailureThreshold int        `json:"failure_threshold"`
-	OnFailure        string     `json:"on_failure"`
-	RetryDelayMS     int64      `json:"retry_delay_ms"`
-	AvailableAt      time.Time  `json:"available_at"`
-	CreatedAt        time.Time  `json:"created_at"`
-	UpdatedAt        time.Time  `json:"updated_at"`
-	Steps            []TaskStep `json:"steps,omitempty"`
+	CallbackURL string `json:"callback_url,omitempty"`
+	// CallbackEvents are what CallbackURL receives ("final", "alerts",
+	// event types); nil: final states.
+	CallbackEvents   []string `json:"callback_events,omitempty"`
+	FailureThreshold int      `json:"failure_threshold"`
+	OnFailure        string   `json:"on_failure"`
+	RetryDelayMS     int64    `json:"retry_delay_ms"`
+	// Wait is the task's extended-wait policy; nil when it does not wait.
+	Wait        *WaitPolicy `json:"wait,omitempty"`
+	AvailableAt time.Time   `json:"available_at"`
+	CreatedAt   time.Time   `json:"created_at"`
+	UpdatedAt   time.Time   `json:"updated_at"`
+	Steps       []TaskStep  `json:"steps,omitempty"`
 }
 
 // Final reports whether the task is in a final state (Processed, Error,
@@ -83,6 +88,20 @@ type TaskStep struct {
 	StartedAt         *time.Time      `json:"started_at"`
 	FinishedAt        *time.Time      `json:"finished_at"`
 	UpdatedAt         time.Time       `json:"updated_at"`
+	// OnFailure and Wait are the step's own policy; "" and nil: the task's.
+	OnFailure string      `json:"on_failure,omitempty"`
+	Wait      *WaitPolicy `json:"wait,omitempty"`
+}
+
+// WaitPolicy is how the supervisor waits before it tries again a step that
+// reached the failure threshold: up to MaxWaits waits, the first DelayMS
+// long, each next one Multiplier times longer, at most MaxDelayMS; then the
+// failure policy applies. Each wait is a step_waiting alert.
+type WaitPolicy struct {
+	MaxWaits   int     `json:"max_waits"`
+	DelayMS    int64   `json:"delay_ms"`
+	Multiplier float64 `json:"multiplier"`
+	MaxDelayMS int64   `json:"max_delay_ms"`
 }
 
 // SubmitRequest is a task to submit (POST /v1/tasks).
@@ -100,6 +119,9 @@ type SubmitRequest struct {
 	OrderingKey string `json:"ordering_key,omitempty"`
 	// CallbackURL receives a signed webhook when the task is final.
 	CallbackURL string `json:"callback_url,omitempty"`
+	// CallbackEvents chooses what CallbackURL receives: "final" (the
+	// default), "alerts" (every operator alert of the task), event types.
+	CallbackEvents []string `json:"callback_events,omitempty"`
 }
 
 // errEmptyID is returned for calls naming no task, before any request.

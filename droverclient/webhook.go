@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -22,67 +23,98 @@ const (
 	WebhookEventTypeHeader = "Drover-Event-Type"
 	// WebhookAttemptHeader carries the attempt number, 1 for the first.
 	WebhookAttemptHeader = "Drover-Delivery-Attempt"
-	// WebhookSignatureHeader carries "t=<unix seconds>,v1=<hex HMAC-SHA256>".
+	// WebhookSignatureHeader carries "t=<unix seconds>,v2=<hex HMAC-SHA256>"
+	// (SignWebhook).
 	WebhookSignatureHeader = "Drover-Signature"
 )
 
 // MinWebhookSecretBytes is the shortest secret a Dispatcher accepts.
 const MinWebhookSecretBytes = 16
 
-// DefaultWebhookTolerance is the signature age Verify accepts when given a
-// tolerance of 0.
+// DefaultWebhookTolerance is the signature age VerifyWebhook accepts when
+// given a tolerance of 0.
 const DefaultWebhookTolerance = 5 * time.Minute
 
-// Errors of Verify; test them with errors.Is.
+// Errors of VerifyWebhook; test them with errors.Is.
 var (
-	// ErrWebhookNoSignature: the header is empty or has no v1 signature.
+	// ErrWebhookNoSignature: the header is empty or has no v2 signature.
 	ErrWebhookNoSignature = errors.New("droverclient: webhook: no signature")
-	// ErrWebhookBadSignature: no v1 signature matches the body and secret.
+	// ErrWebhookBadSignature: no v2 signature matches the key, the event ID,
+	// the timestamp and the body (or the event ID header is missing).
 	ErrWebhookBadSignature = errors.New("droverclient: webhook: signature does not match")
 	// ErrWebhookTimestamp: the header's timestamp is missing, malformed or
 	// further from now than the tolerance (a replayed request).
 	ErrWebhookTimestamp = errors.New("droverclient: webhook: signature timestamp out of tolerance")
 )
 
-// webhookSignature is hex(HMAC-SHA256(secret, "<t>.<body>")).
-func webhookSignature(secret []byte, t int64, body []byte) string {
+// WebhookKey returns the key that signs the webhooks sent to url:
+// HMAC-SHA256(secret, url), with url exactly as drover was given it (the
+// task's callback URL, or a --webhook-url without its #events= part). Each
+// destination has its own key, so a request one receiver got does not
+// verify at another; and an operator can give a receiver its key instead
+// of the server's secret.
+func WebhookKey(secret []byte, url string) []byte {
 	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(url))
+	return m.Sum(nil)
+}
+
+// webhookSignature is hex(HMAC-SHA256(key, "<event id>.<t>.<body>")).
+func webhookSignature(key []byte, eventID string, t int64, body []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(eventID))
+	m.Write([]byte{'.'})
 	m.Write([]byte(strconv.FormatInt(t, 10)))
 	m.Write([]byte{'.'})
 	m.Write(body)
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// SignWebhook returns the Drover-Signature header value for body sent at t:
-// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<unix seconds>.<body>")>".
-// The timestamp is signed with the body, so a captured request cannot be
-// replayed later with a new timestamp.
-func SignWebhook(secret, body []byte, t time.Time) string {
+// SignWebhook returns the Drover-Signature header value of the webhook of
+// event eventID with body, sent to url at t:
+//
+//	t=<unix seconds>,v2=<hex HMAC-SHA256(WebhookKey(secret, url), "<event id>.<unix seconds>.<body>")>
+//
+// The destination (through the key), the event ID (the Drover-Event-Id
+// header) and the timestamp are signed with the body: a captured request
+// cannot be sent to another receiver, under another event ID, or later.
+func SignWebhook(secret []byte, url, eventID string, body []byte, t time.Time) string {
 	ts := t.Unix()
-	return "t=" + strconv.FormatInt(ts, 10) + ",v1=" + webhookSignature(secret, ts, body)
+	return "t=" + strconv.FormatInt(ts, 10) + ",v2=" + webhookSignature(WebhookKey(secret, url), eventID, ts, body)
 }
 
-// VerifyWebhook checks a Drover-Signature header against the raw request body (the
-// bytes as received, before any JSON decoding) and the shared secret. It
-// fails with ErrWebhookTimestamp when the header's timestamp is more than
-// tolerance away from now (DefaultWebhookTolerance when tolerance is 0), with
-// ErrWebhookBadSignature when no v1 value matches, and with ErrWebhookNoSignature when
-// there is none. Several v1 values (a sender signing with an old and a new
-// secret during a rotation) are accepted if any matches. The comparison
-// takes constant time.
-func VerifyWebhook(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
+// VerifyWebhook checks a webhook request received at url (the URL drover
+// sends it to, exactly as drover was given it): its Drover-Signature and
+// Drover-Event-Id headers in h, the raw request body (the bytes as
+// received, before any JSON decoding) and the server's secret. It is
+// VerifyWebhookKey with WebhookKey(secret, url).
+func VerifyWebhook(secret []byte, url string, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
+	if len(secret) == 0 {
+		return errors.New("droverclient: webhook: verify: empty secret")
+	}
+	return VerifyWebhookKey(WebhookKey(secret, url), h, body, now, tolerance)
+}
+
+// VerifyWebhookKey checks a webhook request with the receiver's key
+// (WebhookKey). It fails with ErrWebhookTimestamp when the header's
+// timestamp is more than tolerance away from now (DefaultWebhookTolerance
+// when tolerance is 0), with ErrWebhookBadSignature when no v2 value
+// matches, and with ErrWebhookNoSignature when there is none. Several v2
+// values (a sender signing with an old and a new secret during a rotation)
+// are accepted if any matches. The comparison takes constant time.
+func VerifyWebhookKey(key []byte, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
 	if tolerance == 0 {
 		tolerance = DefaultWebhookTolerance
 	}
-	if len(secret) == 0 {
-		return errors.New("droverclient: webhook: verify: empty secret")
+	if len(key) == 0 {
+		return errors.New("droverclient: webhook: verify: empty key")
 	}
 	var (
 		ts     int64
 		haveTS bool
 		sigs   []string
 	)
-	for _, part := range strings.Split(header, ",") {
+	for _, part := range strings.Split(h.Get(WebhookSignatureHeader), ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok {
 			continue
@@ -94,7 +126,7 @@ func VerifyWebhook(secret []byte, header string, body []byte, now time.Time, tol
 				return fmt.Errorf("%w: t=%q is not an integer", ErrWebhookTimestamp, v)
 			}
 			ts, haveTS = n, true
-		case "v1":
+		case "v2":
 			sigs = append(sigs, v)
 		}
 	}
@@ -108,7 +140,11 @@ func VerifyWebhook(secret []byte, header string, body []byte, now time.Time, tol
 		return fmt.Errorf("%w: signed at %s, %s from now (tolerance %s)", ErrWebhookTimestamp,
 			time.Unix(ts, 0).UTC().Format(time.RFC3339), age.Round(time.Second), tolerance)
 	}
-	want := []byte(webhookSignature(secret, ts, body))
+	id := h.Get(WebhookEventIDHeader)
+	if id == "" {
+		return fmt.Errorf("%w: no %s header", ErrWebhookBadSignature, WebhookEventIDHeader)
+	}
+	want := []byte(webhookSignature(key, id, ts, body))
 	for _, s := range sigs {
 		if hmac.Equal([]byte(s), want) {
 			return nil

@@ -1,6 +1,9 @@
 package drovertype
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // ProcessState is the state of a task or a step, named as in the Scheduler Agent
 // Supervisor pattern.
@@ -51,12 +54,52 @@ type FailurePolicy string
 const (
 	// PolicyError marks the task Error and raises an operator alert.
 	PolicyError FailurePolicy = "error"
-	// PolicyCompensate undoes the completed steps with their compensations.
+	// PolicyCompensate undoes, last first, the steps that completed and a
+	// step that timed out past the threshold (its call may have taken
+	// effect), with their compensations. A step that failed with a
+	// permanent error is not undone: it did not take effect.
 	PolicyCompensate FailurePolicy = "compensate"
 )
 
 // Valid reports whether p is a known policy.
 func (p FailurePolicy) Valid() bool { return p == PolicyError || p == PolicyCompensate }
+
+// WaitPolicy is the supervisor's third answer to a step that keeps timing
+// out, besides Error and compensation: once the step's FailureCount reaches
+// the threshold, wait an extended period, in the expectation that the fault
+// is resolved meanwhile, and try the step again. Each wait is recorded as a
+// step_waiting alert with the time of the next attempt. After MaxWaits waits
+// (each followed by one more attempt) the failure policy applies. It applies
+// to a step's compensation too, whose failure ends the task in Error.
+// A permanent error is not waited on: the agent said it will not succeed.
+type WaitPolicy struct {
+	// MaxWaits caps the extended waits of one step (of its forward run,
+	// and again of its compensation); 0 turns waiting off.
+	MaxWaits int
+	// Delay is the first wait.
+	Delay time.Duration
+	// Multiplier grows each further wait: wait n is Delay·Multiplier^(n-1).
+	Multiplier float64
+	// MaxDelay caps one wait.
+	MaxDelay time.Duration
+}
+
+// On reports whether the policy waits at all.
+func (p WaitPolicy) On() bool { return p.MaxWaits > 0 }
+
+// Wait returns the length of wait n (1 for the first): Delay grown by
+// Multiplier n-1 times (a Multiplier below 1 counts as 1), at most MaxDelay
+// when MaxDelay is set.
+func (p WaitPolicy) Wait(n int) time.Duration {
+	d := float64(p.Delay) * math.Pow(max(p.Multiplier, 1), float64(max(n-1, 0)))
+	switch {
+	case p.MaxDelay > 0 && d > float64(p.MaxDelay):
+		return p.MaxDelay
+	case d >= math.MaxInt64:
+		return math.MaxInt64
+	}
+	return time.Duration(d)
+}
 
 // RequestKind tells an agent whether to do a step or undo it.
 type RequestKind string
@@ -95,15 +138,20 @@ type Task struct {
 	// A declarative workflow reloaded while the task runs does not change
 	// it, so the task keeps the version it started with.
 	WorkflowVersion int
-	// CallbackURL, when set, receives a signed webhook when the task
-	// reaches a final state. "" means none.
-	CallbackURL string
+	// CallbackURL, when set, receives a signed webhook for each of the
+	// task's events CallbackEvents selects (empty: when the task reaches a
+	// final state). "" means none.
+	CallbackURL    string
+	CallbackEvents WebhookEventSet
 
 	// Policy copied from the workflow at submit, so the supervisor needs no
 	// workflow code and a running task keeps the version it started with.
+	// A step may override OnFailure and Wait (Step.OnFailure, Step.Wait);
+	// PolicyOf gives the policy that applies to a step.
 	FailureThreshold int
 	OnFailure        FailurePolicy
 	RetryDelay       time.Duration
+	Wait             WaitPolicy
 
 	AvailableAt time.Time // not claimed before this (supervisor back-off)
 	CreatedAt   time.Time
@@ -120,6 +168,10 @@ type Step struct {
 	Agent        string
 	Timeout      time.Duration // time budget: CompleteBy = dispatch time + Timeout
 	Compensation string        // agent that undoes this step; "" when none
+	// OnFailure and Wait override the task's policy for this step; "" and
+	// nil: the task's (Task.PolicyOf).
+	OnFailure FailurePolicy
+	Wait      *WaitPolicy
 
 	ProcessState      ProcessState
 	CompensationState ProcessState // "" until the step is being undone
@@ -133,6 +185,19 @@ type Step struct {
 	StartedAt         *time.Time
 	FinishedAt        *time.Time
 	UpdatedAt         time.Time
+}
+
+// PolicyOf returns the failure policy and the wait policy that apply to
+// step s of t: the step's own where it sets them, else the task's.
+func (t *Task) PolicyOf(s *Step) (FailurePolicy, WaitPolicy) {
+	policy, wait := t.OnFailure, t.Wait
+	if s.OnFailure != "" {
+		policy = s.OnFailure
+	}
+	if s.Wait != nil {
+		wait = *s.Wait
+	}
+	return policy, wait
 }
 
 // AgentRequest is the message the Scheduler sends an agent: through the
@@ -190,12 +255,19 @@ type EventType string
 
 // Event types recorded in the history.
 const (
-	EventSubmitted       EventType = "submitted"
-	EventStepStarted     EventType = "step_started"
-	EventStepProcessed   EventType = "step_processed"
-	EventStepFailed      EventType = "step_failed"
-	EventStepTimedOut    EventType = "step_timed_out"
-	EventStepRetry       EventType = "step_retry"
+	EventSubmitted     EventType = "submitted"
+	EventStepStarted   EventType = "step_started"
+	EventStepProcessed EventType = "step_processed"
+	EventStepFailed    EventType = "step_failed"
+	EventStepTimedOut  EventType = "step_timed_out"
+	EventStepRetry     EventType = "step_retry"
+	// EventStepWaiting (an alert): the step reached the failure threshold
+	// and waits an extended period (WaitPolicy) before it is tried again;
+	// the message gives the time of the next attempt.
+	EventStepWaiting EventType = "step_waiting"
+	// EventSessionBlocked (an alert of a session queue, under the subject
+	// SessionSubject): a message was dead-lettered under the block policy.
+	EventSessionBlocked  EventType = "session_blocked"
 	EventReplyDiscarded  EventType = "reply_discarded"
 	EventCompensating    EventType = "compensating"
 	EventStepCompensated EventType = "step_compensated"

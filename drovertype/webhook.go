@@ -1,6 +1,11 @@
 package drovertype
 
-import "time"
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
 
 // WebhookStatus is where a webhook delivery stands.
 type WebhookStatus string
@@ -22,28 +27,129 @@ func (s WebhookStatus) Valid() bool {
 	return s == WebhookPending || s == WebhookDelivered || s == WebhookFailed
 }
 
-// WebhookEvents are the event types that trigger webhooks: the task reached a
-// final state.
+// WebhookEvents are the event types of a task reaching a final state: what a
+// webhook subscription receives by default (the selector "final").
 var WebhookEvents = []EventType{EventProcessed, EventCompensated, EventError, EventCancelled}
 
-// IsWebhookEvent reports whether events of type t are sent to webhooks.
-func IsWebhookEvent(t EventType) bool {
-	for _, w := range WebhookEvents {
-		if w == t {
-			return true
+// IsWebhookEvent reports whether t is the type of a final-state event.
+func IsWebhookEvent(t EventType) bool { return slices.Contains(WebhookEvents, t) }
+
+// Selectors of a WebhookEventSet besides event types.
+const (
+	// WebhookSelectFinal selects the final-state events (WebhookEvents).
+	WebhookSelectFinal = "final"
+	// WebhookSelectAlerts selects every operator alert: an event with
+	// Alert set, of a task or of a session.
+	WebhookSelectAlerts = "alerts"
+)
+
+// WebhookAlertEvents are the event types a webhook subscription may name
+// besides the final-state ones: the alert kinds.
+var WebhookAlertEvents = []EventType{EventStepFailed, EventStepWaiting, EventSessionBlocked}
+
+// WebhookEventSet is what a webhook subscription receives: selectors, each
+// "final", "alerts" or an event type of WebhookEvents or WebhookAlertEvents,
+// sorted and without repeats (ParseWebhookEvents). Empty means final.
+type WebhookEventSet []string
+
+// ParseWebhookEvents checks selectors and returns them as a set. Empty
+// input (or only "final") gives the empty set: final states.
+func ParseWebhookEvents(selectors []string) (WebhookEventSet, error) {
+	var out WebhookEventSet
+	for _, s := range selectors {
+		switch {
+		case s == WebhookSelectFinal || s == WebhookSelectAlerts ||
+			IsWebhookEvent(EventType(s)) || slices.Contains(WebhookAlertEvents, EventType(s)):
+		case s == "":
+			return nil, fmt.Errorf("an empty event selector")
+		default:
+			return nil, fmt.Errorf("unknown event selector %q: want %s, %s or an event type (%s)", s,
+				WebhookSelectFinal, WebhookSelectAlerts, strings.Join(webhookTypes(), ", "))
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	if len(out) == 1 && out[0] == WebhookSelectFinal {
+		return nil, nil
+	}
+	return out, nil
+}
+
+func webhookTypes() []string {
+	var out []string
+	for _, t := range append(slices.Clone(WebhookEvents), WebhookAlertEvents...) {
+		out = append(out, string(t))
+	}
+	return out
+}
+
+// SplitWebhookEvents parses a comma-separated list of selectors (the
+// stored and command-line form).
+func SplitWebhookEvents(list string) (WebhookEventSet, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	parts := strings.Split(list, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return ParseWebhookEvents(parts)
+}
+
+// String is the comma-separated form of the set; "" for final states.
+func (s WebhookEventSet) String() string { return strings.Join(s, ",") }
+
+// Matches reports whether the set selects event e.
+func (s WebhookEventSet) Matches(e *Event) bool {
+	if len(s) == 0 {
+		return IsWebhookEvent(e.Type)
+	}
+	for _, sel := range s {
+		switch sel {
+		case WebhookSelectFinal:
+			if IsWebhookEvent(e.Type) {
+				return true
+			}
+		case WebhookSelectAlerts:
+			if e.Alert {
+				return true
+			}
+		default:
+			if EventType(sel) == e.Type {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-// WebhookDelivery is one webhook to send: one final-state event of a task
-// to one URL (SAS-15). (EventID, URL) is unique, so an event is queued at
-// most once per URL whatever the number of processes enqueuing.
+// Union returns the events either set selects.
+func (s WebhookEventSet) Union(o WebhookEventSet) WebhookEventSet {
+	a, b := s, o
+	if len(a) == 0 {
+		a = WebhookEventSet{WebhookSelectFinal}
+	}
+	if len(b) == 0 {
+		b = WebhookEventSet{WebhookSelectFinal}
+	}
+	u, _ := ParseWebhookEvents(append(slices.Clone(a), b...))
+	return u
+}
+
+// WebhookCandidate reports whether some WebhookEventSet could select e: it
+// is a final-state event or an alert (every selector picks one of those).
+func WebhookCandidate(e *Event) bool { return e.Alert || IsWebhookEvent(e.Type) }
+
+// WebhookDelivery is one webhook to send: one event (a task's final state,
+// or an alert) to one URL. (EventID, URL) is unique, so an event is queued
+// at most once per URL whatever the number of processes enqueuing.
 type WebhookDelivery struct {
 	ID        int64
 	EventID   int64 // the event of the history it reports; Drover-Event-Id
 	URL       string
-	TaskID    string
+	TaskID    string // the event's subject: a task ID, or "session:<queue>/<session>"
 	EventType EventType
 	Payload   []byte // the JSON body, built once at enqueue: every attempt sends the same bytes
 

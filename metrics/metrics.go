@@ -48,6 +48,8 @@ var counters = []Field[drover.Stats]{
 		Value: func(s drover.Stats) int64 { return s.LateReplies }},
 	{Name: "drover_supervisor_recoveries_total", Help: "Steps this process's supervisor recovered after their CompleteBy passed.", Type: prometheus.CounterValue,
 		Value: func(s drover.Stats) int64 { return s.Recoveries }},
+	{Name: "drover_supervisor_waits_total", Help: "Extended waits this process's supervisor started for steps past their failure threshold (WaitPolicy).", Type: prometheus.CounterValue,
+		Value: func(s drover.Stats) int64 { return s.Waits }},
 	{Name: "drover_alerts_total", Help: "Operator alerts this process raised.", Type: prometheus.CounterValue,
 		Value: func(s drover.Stats) int64 { return s.Alerts }},
 	{Name: "drover_tasks_finished_total", Help: "Tasks this process brought to Processed, Compensated or Error.", Type: prometheus.CounterValue,

@@ -40,17 +40,18 @@ var (
 // transaction ends; publishing to a session therefore waits for another
 // transaction publishing to (or settling in) the same session to end. That
 // wait is what makes sequence numbers follow commit order. One call locks its
-// sessions in key order, so calls never deadlock each other; a transaction
-// making several calls over different sets of sessions can (PostgreSQL then
-// aborts one transaction with an error wrapping ErrConflict, to be retried).
+// sessions, existing and new alike, in key order, so calls never deadlock
+// each other; a transaction making several calls over different sets of
+// sessions can (PostgreSQL then aborts one transaction with an error wrapping
+// ErrConflict, to be retried).
 type QueueExecutor interface {
 	// QueuePut creates the queue or replaces its policy. CreatedAt is kept
 	// when the queue exists.
 	QueuePut(ctx context.Context, q *drovertype.Queue) error
 	// QueueGet returns the queue, or ErrNotFound. It locks nothing.
 	QueueGet(ctx context.Context, name string) (*drovertype.Queue, error)
-	// QueueList returns every queue in name order.
-	QueueList(ctx context.Context) ([]*drovertype.Queue, error)
+	// QueueList returns the queues in name order (keyset pagination).
+	QueueList(ctx context.Context, p QueueListParams) ([]*drovertype.Queue, error)
 
 	// MessagePublishMany stores messages, creating missing queues (default
 	// policy) and sessions. results[i] is the outcome of p.Messages[i]:
@@ -60,10 +61,10 @@ type QueueExecutor interface {
 	// result is Duplicate with the original's Seq. If any other message
 	// targets a closed session, or follows an end-of-sequence message of its
 	// session in the call, the whole call fails with ErrSessionClosed and
-	// writes nothing. (Except in one race on PostgreSQL: a session created
-	// and closed by another transaction after this call looked; the error
-	// then comes after other sessions were written, and the transaction must
-	// be rolled back, as after any error.)
+	// writes nothing. (Except in one race on PostgreSQL: a session closed
+	// by another transaction after this call looked; the error then comes
+	// after other sessions were written, and the transaction must be rolled
+	// back, as after any error.)
 	MessagePublishMany(ctx context.Context, p PublishParams) (results []PublishResult, err error)
 
 	// SessionAccept locks sessions of p.Queue to p.Holder: the named one
@@ -88,6 +89,10 @@ type QueueExecutor interface {
 	// The ReadyAt that SessionAccept, SessionGet and SessionList return is
 	// always the head's exact available time.
 	SessionAccept(ctx context.Context, p SessionAcceptParams) ([]*drovertype.Session, error)
+	// SessionAvailable reports whether SessionAccept of the next available
+	// sessions of queue would take one at now: a cheap read (it takes no
+	// write lock), for waiting accepts to call before SessionAccept.
+	SessionAvailable(ctx context.Context, queue string, now time.Time) (bool, error)
 	// SessionRenew extends each held lock to until.
 	SessionRenew(ctx context.Context, refs []SessionRef, now, until time.Time) (errs []error, err error)
 	// SessionRelease frees each held session (its token stays, so the ref
@@ -232,6 +237,12 @@ type MessageSettle struct {
 	// ReceiveNext (MessageSettleReceiveMany only): once the settle applied,
 	// receive the session's head.
 	ReceiveNext bool
+}
+
+// QueueListParams are the arguments of QueueList.
+type QueueListParams struct {
+	AfterName string // keyset pagination: queues whose name sorts after AfterName
+	Limit     int    // 0: no limit
 }
 
 // SessionListParams filter SessionList. Limit 0 means no limit.

@@ -29,6 +29,15 @@ var (
 	// work itself is not at fault: roll back and run the transaction again.
 	// The driver's own error stays in the chain (errors.As).
 	ErrConflict = errors.New("transaction conflicted with another; retry it")
+	// ErrBadData: the database refused a value the transaction wrote
+	// (PostgreSQL: a data exception, SQLSTATE class 22, such as a NUL
+	// character or invalid UTF-8 in text; a value too large for the
+	// database). Nothing of the transaction committed, and running it
+	// again fails the same way: the fault is in the data of some item of
+	// it, so a caller that wrote many items in one transaction writes them
+	// apart to find the one at fault and commit the rest. The driver's
+	// own error stays in the chain (errors.As).
+	ErrBadData = errors.New("the database refused a value")
 	// ErrLeaseNotHeld: LeaseCheck found the lease missing, expired, or held
 	// by someone else.
 	ErrLeaseNotHeld = errors.New("lease not held")

@@ -2,16 +2,17 @@ package store
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/drover-run/drover/drovertype"
 )
 
-// WebhookExecutor holds the primitives of webhook delivery (SAS-15): the
+// WebhookExecutor holds the primitives of webhook delivery: the
 // durable cursor over the event history and the delivery queue.
 //
 // Enqueueing is one transaction: WebhookCursorLock, EventList after the
-// cursor, WebhookDeliveryInsertMany for the final-state events found,
+// cursor, WebhookDeliveryInsertMany for the events found that subscriptions select,
 // WebhookCursorSet past the events scanned. The cursor lock makes
 // concurrent enqueuers (any number of processes) take turns, and the
 // (EventID, URL) uniqueness of deliveries makes a repeated scan harmless.
@@ -52,7 +53,7 @@ type WebhookExecutor interface {
 	// claim (ClaimedBy and Attempts equal the result's), so the result of
 	// an attempt whose claim expired and was taken over changes nothing;
 	// applied[i] reports whether rs[i] did. An applied result clears
-	// ClaimedBy.
+	// ClaimedBy; a Postponed one also takes back the claim's attempt.
 	WebhookDeliveryFinishMany(ctx context.Context, rs []WebhookResult) (applied []bool, err error)
 	// WebhookDeliveryRelease makes the pending deliveries claimed by
 	// claimedBy due at now and unclaimed, for a dispatcher restarting with
@@ -88,6 +89,11 @@ type WebhookResult struct {
 	LastError     string
 	LastStatus    int
 	Now           time.Time
+	// Postponed says the attempt was not made (the dispatcher had its
+	// limit of requests in flight to the destination's host): Attempts
+	// goes back down by one, so waiting for a slot costs no attempt.
+	// Status must be WebhookPending.
+	Postponed bool
 }
 
 // WebhookDeliveryListParams filters WebhookDeliveryList. Zero values mean
@@ -98,4 +104,13 @@ type WebhookDeliveryListParams struct {
 	Status  drovertype.WebhookStatus
 	AfterID int64 // keyset pagination: deliveries with ID > AfterID
 	Limit   int
+}
+
+// CallbackEvents reads a task's stored callback_events column (the
+// comma-separated form of drovertype.WebhookEventSet); "" is the empty set.
+func CallbackEvents(s string) drovertype.WebhookEventSet {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }

@@ -10,7 +10,7 @@ and completes or fails it with the request's token:
 
 Configuration (environment):
     DROVER_URL    server URL, default http://127.0.0.1:8080
-    DROVER_TOKEN  bearer token with the "agent" (or "operator") scope
+    DROVER_TOKEN  bearer token with the scope "agent:<DROVER_AGENT>" (or "operator")
     DROVER_AGENT  agent name the workflow steps use, default "payments"
 
 Flags:

@@ -1,6 +1,6 @@
 // Command submit_tx shows SubmitTx: the application's own business row and
 // the drover task are written in one transaction, so both exist or neither
-// does (SAS-14).
+// does.
 //
 //	go run ./examples/submit_tx
 package main
@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -15,9 +16,34 @@ import (
 	"path/filepath"
 
 	"github.com/drover-run/drover"
-	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/store/sqlite"
 )
+
+// orders is the workflow of the orders placed here, as drover server --demo
+// runs it: reserve stock, charge the card, ship the parcel. This process
+// only submits: the agents the steps name run in another process (a
+// drover server with --demo), so they are declared external and the
+// client is never started.
+var orders = drover.Workflow{
+	Name: "orders",
+	Steps: []drover.Step{
+		{Name: "reserve", Agent: "inventory", Compensation: "inventory-release"},
+		{Name: "charge", Agent: "payments", Compensation: "payments-refund"},
+		{Name: "ship", Agent: "shipping"},
+	},
+	OnFailure: drover.PolicyCompensate,
+}
+
+var externalAgents = []string{"inventory", "inventory-release", "payments", "payments-refund", "shipping"}
+
+// orderInput is the orders workflow's task input.
+func orderInput(orderID string, amount int64) []byte {
+	b, _ := json.Marshal(struct {
+		OrderID string `json:"order_id"`
+		Amount  int64  `json:"amount"`
+	}{orderID, amount}) // cannot fail
+	return b
+}
 
 func main() {
 	if err := run(context.Background()); err != nil {
@@ -39,12 +65,10 @@ func run(ctx context.Context) error {
 	}
 	defer drv.Close()
 
-	// This process only submits: the orders agents run in a drover server,
-	// so they are declared external and the client is never started.
 	client, err := drover.New(drover.Config{
 		Store:          drv,
-		Workflows:      []drover.Workflow{orders.Workflow(orders.Options{})},
-		ExternalAgents: orders.AgentNames(),
+		Workflows:      []drover.Workflow{orders},
+		ExternalAgents: externalAgents,
 	})
 	if err != nil {
 		return err
@@ -73,7 +97,7 @@ func run(ctx context.Context) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, amount) VALUES (?, ?)`, orderID, amount); err != nil {
 			return err
 		}
-		if _, err := client.SubmitTx(ctx, tx, orders.WorkflowName, orders.Input(orderID, amount), &drover.SubmitOptions{ID: "order-" + orderID}); err != nil {
+		if _, err := client.SubmitTx(ctx, tx, orders.Name, orderInput(orderID, amount), &drover.SubmitOptions{ID: "order-" + orderID}); err != nil {
 			return err
 		}
 		if !commit {

@@ -1,6 +1,6 @@
 // Command submit_tx_postgres shows SubmitTx on PostgreSQL: the application's
 // own business row and the drover task are written in one transaction of the
-// application's own pgx pool, so both exist or neither does (SAS-14).
+// application's own pgx pool, so both exist or neither does.
 //
 // The application keeps its table (orders) in the public schema; drover
 // keeps its tables in the schema drover_example of the same database. It
@@ -18,6 +18,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,9 +29,34 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/drover-run/drover"
-	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/store/postgres"
 )
+
+// orders is the workflow of the orders placed here, as drover server --demo
+// runs it: reserve stock, charge the card, ship the parcel. This process
+// only submits: the agents the steps name run in a drover server (drover
+// server --demo --db … --schema drover_example), so they are declared
+// external and the client is never started.
+var orders = drover.Workflow{
+	Name: "orders",
+	Steps: []drover.Step{
+		{Name: "reserve", Agent: "inventory", Compensation: "inventory-release"},
+		{Name: "charge", Agent: "payments", Compensation: "payments-refund"},
+		{Name: "ship", Agent: "shipping"},
+	},
+	OnFailure: drover.PolicyCompensate,
+}
+
+var externalAgents = []string{"inventory", "inventory-release", "payments", "payments-refund", "shipping"}
+
+// orderInput is the orders workflow's task input.
+func orderInput(orderID string, amount int64) []byte {
+	b, _ := json.Marshal(struct {
+		OrderID string `json:"order_id"`
+		Amount  int64  `json:"amount"`
+	}{orderID, amount}) // cannot fail
+	return b
+}
 
 func main() {
 	dbURL := flag.String("db", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL connection URL")
@@ -55,13 +81,10 @@ func run(ctx context.Context, dbURL string) error {
 	}
 	defer drv.Close()
 
-	// This process only submits: the orders agents run in a drover server
-	// (drover server --db … --schema drover_example), so they are declared
-	// external and the client is never started.
 	client, err := drover.New(drover.Config{
 		Store:          drv,
-		Workflows:      []drover.Workflow{orders.Workflow(orders.Options{})},
-		ExternalAgents: orders.AgentNames(),
+		Workflows:      []drover.Workflow{orders},
+		ExternalAgents: externalAgents,
 	})
 	if err != nil {
 		return err
@@ -94,7 +117,7 @@ func run(ctx context.Context, dbURL string) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO public.orders (id, amount) VALUES ($1, $2)`, orderID, amount); err != nil {
 			return err
 		}
-		if _, err := client.SubmitTx(ctx, tx, orders.WorkflowName, orders.Input(orderID, amount), &drover.SubmitOptions{ID: "order-" + orderID}); err != nil {
+		if _, err := client.SubmitTx(ctx, tx, orders.Name, orderInput(orderID, amount), &drover.SubmitOptions{ID: "order-" + orderID}); err != nil {
 			return err
 		}
 		if !commit {
@@ -116,7 +139,7 @@ func run(ctx context.Context, dbURL string) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO public.orders (id, amount) VALUES ($1, $2)`, orderID, amount); err != nil {
 			return err
 		}
-		if _, err := client.SubmitTx(ctx, tx, orders.WorkflowName, orders.Input(orderID, amount), &drover.SubmitOptions{ID: "order-" + orderID}); err != nil {
+		if _, err := client.SubmitTx(ctx, tx, orders.Name, orderInput(orderID, amount), &drover.SubmitOptions{ID: "order-" + orderID}); err != nil {
 			return err
 		}
 		if !commit {
@@ -159,6 +182,6 @@ func run(ctx context.Context, dbURL string) error {
 		fmt.Printf("%s: business row %s, task %s\n", id, row, task)
 	}
 	fmt.Printf("%s (pgx.Tx) and %s (*sql.Tx) were committed: both exist. %s and %s were rolled back: neither exists.\n", o1, o3, o2, o4)
-	fmt.Println("The tasks wait in schema drover_example for a server: drover server --db <url> --schema drover_example")
+	fmt.Println("The tasks wait in schema drover_example for a server: drover server --demo --db <url> --schema drover_example")
 	return nil
 }

@@ -3,7 +3,7 @@
 // deadline (the request's CompleteBy), and sends replies back to the Scheduler.
 //
 // Once CompleteBy passes the runtime abandons the call and sends nothing, not
-// even an error (SAS-7): the Supervisor recovers the step instead.
+// even an error: the Supervisor recovers the step instead.
 package agentrt
 
 import (
@@ -20,6 +20,8 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/fault"
+	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/store"
 )
 
@@ -415,7 +417,7 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 	}()
 	left := r.CompleteBy.Sub(rt.Clock.Now())
 	if left <= 0 {
-		// SAS-7: never start a call after CompleteBy.
+		// Never start a call after CompleteBy.
 		rt.Stats.Abandoned.Add(1)
 		return
 	}
@@ -424,7 +426,7 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 	defer cancel()
 	out, err := rt.call(callCtx, a, r, slot)
 	if callCtx.Err() != nil || !rt.Clock.Now().Before(r.CompleteBy) {
-		// SAS-7: past CompleteBy the agent sends nothing back.
+		// Past CompleteBy the agent sends nothing back.
 		rt.Stats.Abandoned.Add(1)
 		return
 	}
@@ -432,7 +434,9 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 		CreatedAt: rt.Clock.Now(), Scheduler: r.Scheduler, InProcess: r.InProcess}
 	if err != nil {
 		reply.Failed = true
-		reply.Error = err.Error()
+		// An agent's error may quote anything (a remote service's answer):
+		// make it storable here, the same for every driver.
+		reply.Error = dt.Storable(err.Error())
 		rt.Stats.Permanent.Add(1)
 	}
 	rt.Stats.Replies.Add(1)
@@ -528,6 +532,13 @@ func (rt *Runtime) invoke(ctx context.Context, a *agent, r *dt.AgentRequest, slo
 
 // insertReplies queues replies in the store and wakes their schedulers.
 func insertReplies(ctx context.Context, x store.Executor, batch []*dt.AgentReply) error {
+	if fault.Armed() {
+		for _, r := range batch {
+			if err := fault.Text(r.Error); err != nil {
+				return err
+			}
+		}
+	}
 	if err := x.ReplyInsertMany(ctx, batch); err != nil {
 		return err
 	}
@@ -561,11 +572,51 @@ func (rt *Runtime) flushReplies() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return insertReplies(ctx, x, batch)
-	}); err != nil {
+	if _, err := rt.storeReplies(ctx, batch); err != nil {
 		rt.Log.Warn("write agent replies at shutdown; their steps will be redone", "count", len(batch), "err", err)
 	}
+}
+
+// storeReplies queues replies in the store in one transaction. If the
+// store refuses a value of one of them (store.ErrBadData), it stores them
+// in halves down to the one at fault, which it stores as a failure of its
+// step (flow.Unstorable), or drops if even that is refused (the
+// supervisor recovers its step after CompleteBy): one bad reply never
+// holds back the others. On another error, done says how many replies at
+// the batch's start are stored (or dropped) all the same.
+func (rt *Runtime) storeReplies(ctx context.Context, batch []*dt.AgentReply) (done int, err error) {
+	err = rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return insertReplies(ctx, x, batch)
+	})
+	if err == nil {
+		return len(batch), nil
+	}
+	if !errors.Is(err, store.ErrBadData) || ctx.Err() != nil {
+		return 0, err
+	}
+	if len(batch) > 1 {
+		h := len(batch) / 2
+		n, err := rt.storeReplies(ctx, batch[:h])
+		if err != nil {
+			return n, err
+		}
+		n, err = rt.storeReplies(ctx, batch[h:])
+		return h + n, err
+	}
+	f := flow.Unstorable(batch[0], err)
+	ferr := rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return insertReplies(ctx, x, []*dt.AgentReply{f})
+	})
+	if ferr == nil {
+		rt.Log.Warn("agent reply could not be stored; stored as a failure of its step", "task", f.TaskID, "step", f.StepIndex, "err", err)
+		return 1, nil
+	}
+	if errors.Is(ferr, store.ErrBadData) {
+		rt.Log.Error("agent reply could not be stored, nor its failure; the supervisor recovers its step after CompleteBy",
+			"task", f.TaskID, "step", f.StepIndex, "err", err, "failure_err", ferr)
+		return 1, nil
+	}
+	return 0, ferr
 }
 
 // writeReplies batches replies for schedulers in other processes into the
@@ -593,10 +644,9 @@ func (rt *Runtime) writeReplies(ctx context.Context) {
 			// Its own deadline, not ctx: ctx ends at shutdown, when the
 			// batch in hand must still be written.
 			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := rt.Driver.InTx(wctx, func(ctx context.Context, x store.Executor) error {
-				return insertReplies(ctx, x, batch)
-			})
+			n, err := rt.storeReplies(wctx, batch)
 			cancel()
+			batch = batch[n:]
 			if err == nil {
 				break
 			}

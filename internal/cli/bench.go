@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -108,6 +109,9 @@ with R submits back to back, takes longer than D, and reports an achieved
 rate below R. Each Submit starts its task in its own transaction when a
 scheduler has room (eager start, reported as eager_start);
 --no-eager-start leaves every task Pending for a scheduler's claim.
+
+Progress goes to stderr every half second (not with --json): tasks
+inserted, then finished (throughput), or submitted and final (latency).
 
 The database is a fresh temporary SQLite file, deleted afterwards, unless --db
 is given explicitly (the DROVER_DATABASE_URL variable is not used here).
@@ -275,6 +279,16 @@ func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *database, c 
 		return drv.storeErr(err)
 	}
 	start := time.Now()
+	var inserted atomic.Int64
+	running := atomic.Bool{}
+	stopProgress := e.progress("bench", start, func() string {
+		if !running.Load() {
+			return fmt.Sprintf("inserted %d/%d", inserted.Load(), f.tasks)
+		}
+		st := c.Stats()
+		return fmt.Sprintf("final %d/%d  dispatched=%d", st.TasksFinished, f.tasks, st.Dispatched)
+	})
+	defer stopProgress()
 	const chunk = 1000
 	for i := 0; i < f.tasks; i += chunk {
 		n := min(chunk, f.tasks-i)
@@ -285,8 +299,10 @@ func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *database, c 
 		if _, err := c.SubmitMany(ctx, ps); err != nil {
 			return drv.storeErr(fmt.Errorf("submit: %w", err))
 		}
+		inserted.Add(int64(n))
 	}
-	inserted := time.Now()
+	insertEnd := time.Now()
+	running.Store(true)
 
 	if err := c.Start(ctx); err != nil {
 		return drv.storeErr(err)
@@ -313,6 +329,7 @@ func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *database, c 
 		}
 	}
 	end := time.Now()
+	stopProgress()
 	counts, err := c.Counts(ctx)
 	if err != nil {
 		return drv.storeErr(err)
@@ -322,8 +339,8 @@ func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *database, c 
 	}
 
 	round := func(x float64) float64 { return math.Round(x*1000) / 1000 }
-	run := end.Sub(inserted).Seconds()
-	ins := inserted.Sub(start).Seconds()
+	run := end.Sub(insertEnd).Seconds()
+	ins := insertEnd.Sub(start).Seconds()
 	r := BenchResult{
 		Mode:  "throughput",
 		Tasks: f.tasks, Steps: f.steps, Schedulers: f.schedulers, Driver: drv.driverName(), Synchronous: f.synchronous,

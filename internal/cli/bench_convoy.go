@@ -81,7 +81,9 @@ must be 0). Afterwards the store is checked: no message may be left pending
 (lost must be 0).
 
 msgs_per_sec is the consume burn-down rate; publish_msgs_per_sec the
-publishing before it; end_to_end_msgs_per_sec both together.
+publishing before it; end_to_end_msgs_per_sec both together. Progress goes
+to stderr every half second (not with --json): messages published, then
+consumed.
 
 --handler go (the default) runs each message's handler on its own goroutine
 (convoy.NewProcessor); --handler tx runs it inside the processor's store
@@ -228,6 +230,15 @@ func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *
 	}
 
 	start := time.Now()
+	var pubCount, consumed atomic.Int64
+	var consuming atomic.Bool
+	stopProgress := e.progress("bench convoy", start, func() string {
+		if !consuming.Load() {
+			return fmt.Sprintf("published %d/%d", pubCount.Load(), f.messages)
+		}
+		return fmt.Sprintf("consumed %d/%d", consumed.Load(), f.messages)
+	})
+	defer stopProgress()
 	msgs := make([]convoy.Message, 0, f.batch)
 	for i := 0; i < f.messages; i += f.batch {
 		msgs = msgs[:0]
@@ -237,15 +248,17 @@ func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *
 		if _, err := pub.Publish(ctx, benchQueue, msgs...); err != nil {
 			return drv.storeErr(fmt.Errorf("publish: %w", err))
 		}
+		pubCount.Add(int64(len(msgs)))
 	}
 	published := time.Now()
+	consuming.Store(true)
 
 	// The handler checks each session's order: its messages must arrive
 	// with seq 1, 2, 3 … exactly once. One session is never handled by two
 	// handlers at once, so per-session slots need no lock beyond atomics.
 	nSess := min(f.sessions, f.messages)
 	last := make([]atomic.Int64, nSess)
-	var consumed, violations atomic.Int64
+	var violations atomic.Int64
 	check := func(m *convoy.ReceivedMessage) {
 		i, err := strconv.Atoi(m.SessionID[len(prefix):])
 		if err != nil || i < 0 || i >= nSess {
@@ -326,6 +339,7 @@ func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *
 		return fmt.Errorf("bench timed out after %s (--timeout): %d of %d messages consumed", f.timeout, consumed.Load(), f.messages)
 	}
 	end := time.Now()
+	stopProgress()
 	stopAll()
 	pprof.StopCPUProfile()
 

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -183,12 +184,12 @@ server's HTTP API instead of the database, with the bearer token of --token,
 --token-file or $` + EnvToken + `, and print the same output. The other commands
 refuse --server; --db and --server exclude each other.`,
 		Example: `  drover migrate --db sqlite:./drover.db
-  drover server &
+  drover server --demo &
   drover submit orders '{"order_id":"o-1","amount":1234}' --id order-o-1
   drover status order-o-1 --events
   drover demo orders --orders 200 --transient-rate 0.2 --hang-rate 0.05
   export DROVER_DATABASE_URL='postgres://drover:secret@db.internal:5432/app?sslmode=require'
-  drover migrate --schema drover && drover server --schema drover
+  drover migrate --schema drover && drover server --schema drover --workflows ./workflows
   drover status order-o-1 --server http://127.0.0.1:8080 --token-file ~/.drover-token`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -279,9 +280,42 @@ func (e *env) logger(floor slog.Level) *slog.Logger {
 	l, _ := parseLevel(e.logLevel)
 	opts := &slog.HandlerOptions{Level: max(l, floor)}
 	if e.jsonOut {
+		opts.ReplaceAttr = durationStrings
 		return slog.New(slog.NewJSONHandler(e.stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(e.stderr, opts))
+}
+
+// durationStrings writes durations in JSON logs as the text logs and the
+// flags spell them ("1.5s"), not as integer nanoseconds.
+func durationStrings(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}
+
+// logFields is a struct as a log group of its fields, named as in its JSON
+// (stats.dispatched=12 in text logs, "stats":{"dispatched":12} in JSON).
+func logFields(v any) slog.Value {
+	rv := reflect.ValueOf(v)
+	rt := rv.Type()
+	attrs := make([]slog.Attr, 0, rt.NumField())
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		attrs = append(attrs, slog.Any(name, rv.Field(i).Interface()))
+	}
+	return slog.GroupValue(attrs...)
 }
 
 // clientConfig is the base client configuration of the CLI: it knows the

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/mattn/go-sqlite3"
 
+	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store/sqlite"
 )
 
@@ -282,8 +285,17 @@ func TestSubmitWithOrderingKey(t *testing.T) {
 		}
 	}
 	wantFailure(t, run(t, "", "submit", "orders", order1, "--ordering-key", "", "--db", db), 2, "--ordering-key must not be empty")
-	wantFailure(t, run(t, "", "submit", "orders", order1, "--ordering-key", "a\nb", "--db", db), 1, "OrderingKey")
-	wantFailure(t, run(t, "", "submit", "orders", order1, "--ordering-key", strings.Repeat("k", 257), "--db", db), 1, "the limit is 256")
+	wantFailure(t, run(t, "", "submit", "orders", order1, "--ordering-key", "a\nb", "--db", db), 2, `--ordering-key: ordering key "a\nb": contains the control character`)
+	wantFailure(t, run(t, "", "submit", "orders", order1, "--ordering-key", strings.Repeat("k", 257), "--db", db), 2, "the limit is 256")
+	// The same ID again: the same input in another key order and spacing
+	// is the same submission; another ordering key is a conflict.
+	if out := mustRun(t, "submit", "orders", `{ "amount": 5, "order_id": "o-1" }`, "--id", "k-2", "--ordering-key", "customer 42", "--db", db); out != "k-2\n" {
+		t.Errorf("the same submission in other bytes: %q", out)
+	}
+	wantFailure(t, run(t, "", "submit", "orders", `{"order_id":"o-1","amount":5}`, "--id", "k-2", "--ordering-key", "customer 7", "--db", db), 1,
+		`it differs in the ordering key: "customer 42" is stored, this submission has "customer 7"`)
+	wantFailure(t, run(t, "", "submit", "orders", `{"order_id":"o-1","amount":5}`, "--id", "k-2", "--db", db), 1,
+		`it differs in the ordering key: "customer 42" is stored, this submission has none`)
 }
 
 func TestEventsFollow(t *testing.T) {
@@ -308,6 +320,19 @@ func TestEventsFollow(t *testing.T) {
 		}
 	case <-time.After(guard):
 		t.Fatal("events --follow did not stop")
+	}
+	// With --task it ends by itself once the task is final.
+	mustRun(t, "submit", "orders", order1, "--id", "f-2", "--db", db)
+	done2 := make(chan result, 1)
+	go func() { done2 <- run(t, "", "events", "--follow", "--task", "f-2", "--json", "--db", db) }()
+	mustRun(t, "cancel", "f-2", "--db", db)
+	select {
+	case r := <-done2:
+		if r.code != 0 || !strings.Contains(r.stdout, `"type":"submitted"`) || !strings.Contains(lastLine(r.stdout), `"type":"cancelled"`) {
+			t.Fatalf("events --follow --task: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+	case <-time.After(guard):
+		t.Fatal("events --follow --task did not end when the task was final")
 	}
 }
 
@@ -347,7 +372,7 @@ func TestBadInput(t *testing.T) {
 		{"oversized input", "", []string{"submit", "orders", huge, "--db", db}, 1, "too large"},
 		{"oversized stdin", huge, []string{"submit", "orders", "-", "--db", db}, 1, "too large"},
 		{"over --max-input-bytes", "", []string{"submit", "orders", order1, "--max-input-bytes", "10", "--db", db}, 1, "too large"},
-		{"bad task ID", "", []string{"submit", "orders", order1, "--id", "has space", "--db", db}, 1, "invalid task ID"},
+		{"bad task ID", "", []string{"submit", "orders", order1, "--id", "has space", "--db", db}, 2, `--id: task ID "has space": contains a space`},
 		{"missing db", "", []string{"submit", "orders", order1, "--db", "sqlite:" + missing}, 1, "does not exist"},
 		{"missing db status", "", []string{"status", "x", "--db", missing}, 1, "does not exist"},
 		{"missing db list", "", []string{"list", "--db", "file:" + missing}, 1, "does not exist"},
@@ -514,6 +539,9 @@ func TestDemoOrders(t *testing.T) {
 	if !strings.Contains(r.stderr, "demo: submitted 60 orders") {
 		t.Errorf("no progress on stderr: %q", r.stderr)
 	}
+	if regexp.MustCompile(`demo: +\d+\.\ds  final`).MatchString(r.stderr) {
+		t.Errorf("progress lines with --json: %q", r.stderr)
+	}
 }
 
 func TestDemoKeepsExplicitDB(t *testing.T) {
@@ -525,6 +553,26 @@ func TestDemoKeepsExplicitDB(t *testing.T) {
 	}
 	if n := taskCount(t, path); n != 5 {
 		t.Fatalf("%d tasks in the demo database, want 5", n)
+	}
+}
+
+// A bench that runs a while prints its progress on stderr every half
+// second, as the demo does; with --json none (stdout is the result).
+func TestBenchProgress(t *testing.T) {
+	t.Parallel()
+	// Latency mode is paced: 1.3s of submissions, so at least two lines.
+	args := []string{"bench", "--rate", "40", "--duration", "1300ms", "--synchronous", "normal"}
+	r := run(t, "", args...)
+	if r.code != 0 {
+		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	lines := regexp.MustCompile(`(?m)^bench: +\d+\.\ds  submitted \d+/52  final \d+$`).FindAllString(r.stderr, -1)
+	if len(lines) < 2 {
+		t.Fatalf("%d progress lines on stderr, want 2 or more:\n%s", len(lines), r.stderr)
+	}
+	r = run(t, "", append(args, "--json")...)
+	if r.code != 0 || strings.Contains(r.stderr, "bench:") || strings.Count(r.stdout, "\n") != 1 {
+		t.Fatalf("bench --json: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 }
 
@@ -547,6 +595,45 @@ func TestBench(t *testing.T) {
 	}
 }
 
+// With --json the server's logs are JSON objects whose durations are
+// strings ("30s") and whose final stats are fields, not a Go struct dump.
+func TestServerJSONLogs(t *testing.T) {
+	t.Parallel()
+	db, _ := migratedDB(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errb := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- MainIO(ctx, []string{"server", "--db", db, "--poll-interval", "20ms", "--shutdown-timeout", "1m30s",
+			"--json", "--log-level", "info"}, strings.NewReader(""), io.Discard, errb)
+	}()
+	waitFor(t, "the server started", func() bool { return strings.Contains(errb.String(), `"msg":"server started"`) })
+	stopServer(t, cancel, done, errb)
+	logs := map[string]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(errb.String()), "\n") {
+		if strings.HasPrefix(line, ReadyPrefix) {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("not a JSON log line: %q", line)
+		}
+		msg, _ := m["msg"].(string)
+		logs[msg] = m
+	}
+	if got := logs["shutting down: waiting for calls in flight"]["timeout"]; got != "1m30s" {
+		t.Errorf("shutdown timeout logged as %#v, want \"1m30s\"", got)
+	}
+	stats, ok := logs["server stopped"]["stats"].(map[string]any)
+	if !ok {
+		t.Fatalf("server stopped: stats %#v, want an object", logs["server stopped"]["stats"])
+	}
+	if _, ok := stats["dispatched"].(float64); !ok || len(stats) < 5 {
+		t.Errorf("stats fields %v", stats)
+	}
+}
+
 func TestServer(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "server.db")
@@ -556,7 +643,7 @@ func TestServer(t *testing.T) {
 	errb := &syncBuffer{}
 	done := make(chan int, 1)
 	go func() {
-		done <- MainIO(ctx, []string{"server", "--db", db, "--instance-id", "srv-1", "--supervisor-interval", "100ms",
+		done <- MainIO(ctx, []string{"server", "--demo", "--db", db, "--instance-id", "srv-1", "--supervisor-interval", "100ms",
 			"--poll-interval", "20ms", "--synchronous", "normal", "--log-level", "warn"}, strings.NewReader(""), io.Discard, errb)
 	}()
 	waitFor(t, "the ready line", func() bool {
@@ -583,11 +670,18 @@ func TestServer(t *testing.T) {
 		}
 	}
 
+	stopServer(t, cancel, done, errb)
+}
+
+// stopServer ends a "drover server" run by MainIO (cancel its context) and
+// waits for it to exit 0 (its code arrives on done).
+func stopServer(t *testing.T, cancel context.CancelFunc, done <-chan int, stderr *syncBuffer) {
+	t.Helper()
 	cancel()
 	select {
 	case code := <-done:
 		if code != 0 {
-			t.Fatalf("server exit %d: %s", code, errb.String())
+			t.Fatalf("server exit %d: %s", code, stderr.String())
 		}
 	case <-time.After(guard):
 		t.Fatal("server did not stop")
@@ -606,7 +700,7 @@ func TestServerSplitRoles(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if code := MainIO(ctx, []string{"server", "--db", db, "--instance-id", id, "--roles", roles, "--poll-interval", "20ms",
+			if code := MainIO(ctx, []string{"server", "--demo", "--db", db, "--instance-id", id, "--roles", roles, "--poll-interval", "20ms",
 				"--supervisor-interval", "100ms", "--log-level", "error"}, strings.NewReader(""), io.Discard, b); code != 0 {
 				t.Errorf("server %s exit %d: %s", id, code, b.String())
 			}
@@ -628,22 +722,7 @@ func TestServerSplitRoles(t *testing.T) {
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testutil.Buffer
 
 // waitFor polls cond until it holds, failing the test after guard.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -993,9 +1072,17 @@ func TestPostgresServerWaitsAndReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := freePort(t)
-	proxied := fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", cfg.User, port, cfg.Database)
+	// The server's URL names the proxy, with the user, password (from the
+	// URL, PGPASSWORD or a passfile) and database of the real one.
+	user := url.User(cfg.User)
 	if cfg.Password != "" {
-		t.Skip("the proxy test builds its own URL; it needs a server without a password")
+		user = url.UserPassword(cfg.User, cfg.Password)
+	}
+	pu := &url.URL{Scheme: "postgres", User: user, Host: fmt.Sprintf("127.0.0.1:%d", port),
+		Path: "/" + cfg.Database, RawQuery: "sslmode=disable"}
+	proxied := pu.String()
+	if pc, err := pgx.ParseConfig(proxied); err != nil || pc.User != cfg.User || pc.Password != cfg.Password || pc.Database != cfg.Database {
+		t.Fatalf("proxied URL %s does not carry the test server's credentials and database (%v)", pu.Redacted(), err)
 	}
 	proxy := &tcpProxy{t: t, target: net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port))}
 
@@ -1004,7 +1091,7 @@ func TestPostgresServerWaitsAndReconnects(t *testing.T) {
 	errb := &syncBuffer{}
 	done := make(chan int, 1)
 	go func() {
-		done <- MainIO(ctx, []string{"server", "--db", proxied, "--schema", schema, "--instance-id", "pg-1",
+		done <- MainIO(ctx, []string{"server", "--demo", "--db", proxied, "--schema", schema, "--instance-id", "pg-1",
 			"--supervisor-interval", "100ms", "--poll-interval", "20ms", "--log-level", "warn"}, strings.NewReader(""), io.Discard, errb)
 	}()
 	waitFor(t, "two retries", func() bool { return strings.Count(errb.String(), "waiting for the database") >= 2 })

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -79,38 +80,42 @@ migrated they fail and say to run "drover migrate".`,
 }
 
 // submitClient opens the store and a client that can submit workflow: the
-// built-in orders, or the latest stored version of a declarative workflow.
+// latest stored version of a declarative workflow or, when no declarative
+// workflow has that name, the orders demo's workflow (whose input it checks).
 func (e *env) submitClient(ctx context.Context, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, *database, error) {
 	drv, err := e.openStore(ctx, openOpts{lockTimeout: true})
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := clientConfig(drv.Driver, maxInput, stepTimeout)
-	if workflow != orders.WorkflowName {
-		reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv.Driver, Logger: e.logger(slog.LevelWarn), Reserved: []string{orders.WorkflowName}})
-		if err == nil {
-			err = reg.LoadStored(ctx)
-		}
-		if err != nil {
-			drv.Close()
-			return nil, nil, drv.storeErr(err)
-		}
-		known := []string{orders.WorkflowName}
+	fail := func(err error) (*drover.Client, *database, error) {
+		drv.Close()
+		return nil, nil, err
+	}
+	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv.Driver, Logger: e.logger(slog.LevelWarn)})
+	if err == nil {
+		err = reg.LoadStored(ctx)
+	}
+	if err != nil {
+		return fail(drv.storeErr(err))
+	}
+	var cfg drover.Config
+	switch _, declared := reg.Current(workflow); {
+	case declared:
+		cfg = drover.Config{Store: drv.Driver, MaxInputBytes: maxInput, Workflows: reg.Workflows(),
+			ExternalAgents: append(reg.ExternalAgents(), workflowdef.HTTPAgentName)}
+	case workflow == orders.WorkflowName:
+		cfg = clientConfig(drv.Driver, maxInput, stepTimeout)
+	default:
+		var known []string
 		for _, w := range reg.Workflows() {
 			known = append(known, w.Name)
 		}
-		if !contains(known, workflow) {
-			drv.Close()
-			return nil, nil, fmt.Errorf("%w %q (this database knows: %s)", drover.ErrUnknownWorkflow, workflow, strings.Join(known, ", "))
-		}
-		cfg.Workflows = append(cfg.Workflows, reg.Workflows()...)
-		cfg.ExternalAgents = append(cfg.ExternalAgents, reg.ExternalAgents()...)
-		cfg.ExternalAgents = append(cfg.ExternalAgents, workflowdef.HTTPAgentName)
+		known = append(known, orders.WorkflowName+" (the demo's, run by \"drover server --demo\")")
+		return fail(fmt.Errorf("%w %q (this database knows: %s)", drover.ErrUnknownWorkflow, workflow, strings.Join(known, ", ")))
 	}
 	c, err := drover.New(cfg)
 	if err != nil {
-		drv.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	return c, drv, nil
 }
@@ -120,6 +125,7 @@ func (e *env) submitCmd() *cobra.Command {
 		id          string
 		orderingKey string
 		callbackURL string
+		callbackEvs []string
 		maxInput    int
 		stepTimeout time.Duration
 	)
@@ -131,8 +137,12 @@ ID. A running "drover server" picks it up. INPUT-JSON is the task input, one
 JSON document; "-" reads it from standard input; without it the input is null.
 
 With --id the submission is idempotent: submitting the same ID with the same
-workflow and input again returns the existing task; with a different input it
-fails. Without --id a time-ordered UUID is generated.
+workflow, input (compared as JSON: key order and spacing do not matter),
+--ordering-key, --callback-url and --callback-events again returns the
+existing task; with any of them different it fails, saying which. Without
+--id a time-ordered UUID is generated. A task ID is 1-200 bytes of valid
+UTF-8, printable, without spaces or "/", and does not start with "-"; --id ""
+is refused.
 
 With --ordering-key the task starts only after every task submitted earlier
 with the same key is final (Processed, Error, Compensated or Cancelled):
@@ -140,15 +150,20 @@ tasks sharing a key run one at a time, in submission order; tasks with
 different keys, or none, run in parallel. "drover status" shows the key and
 the task's position in it.
 
-Workflows: orders, whose input is {"order_id":"o-1","amount":1234} (both
-fields required, no others), and the declarative workflows a server loaded
-into the database ("drover server --workflows DIR"), with the highest
-stored version of each. After a file was reverted to earlier content the
-servers use that earlier version again; submit with --server to get exactly
-what the server runs.
+Workflows: the declarative workflows a server loaded into the database
+("drover server --workflows DIR"), with the highest stored version of each,
+and orders, the demo's workflow, which only a "drover server --demo" runs;
+its input is {"order_id":"o-1","amount":1234} (both fields required, no
+others). A declarative workflow named orders is submitted as declared.
+After a file was reverted to earlier content the servers use that earlier
+version again; submit with --server to get exactly what the server runs.
 
 With --callback-url the server POSTs a signed webhook (HMAC-SHA256) to the
-URL when the task reaches a final state.
+URL when the task reaches a final state; --callback-events chooses other
+events too: final, alerts (every operator alert of the task: a permanent
+failure, a failure that starts compensation, an extended wait, an Error),
+or event types (processed, compensated, error, cancelled, step_failed,
+step_waiting).
 
 The database (on PostgreSQL, the schema --schema) must exist and be migrated
 ("drover migrate"). With --server the task is submitted to a running server
@@ -167,12 +182,27 @@ instead, which knows its own workflows (also declarative ones).`,
 			if stepTimeout <= 0 {
 				return usagef("--step-timeout must be positive, got %s", stepTimeout)
 			}
-			if cmd.Flags().Changed("ordering-key") && orderingKey == "" {
-				return usagef("--ordering-key must not be empty")
+			if cmd.Flags().Changed("id") {
+				if err := checkNewTaskID(id); err != nil {
+					return err
+				}
+			}
+			if cmd.Flags().Changed("ordering-key") {
+				if err := checkOrderingKey(orderingKey); err != nil {
+					return err
+				}
 			}
 			if cmd.Flags().Changed("callback-url") {
 				if err := drover.ValidateCallbackURL(callbackURL); err != nil || callbackURL == "" {
 					return usagef("--callback-url %q: want an absolute http:// or https:// URL (%v)", callbackURL, err)
+				}
+			}
+			if cmd.Flags().Changed("callback-events") {
+				if _, err := drover.ValidateCallbackEvents(callbackURL, callbackEvs); err != nil || len(callbackEvs) == 0 {
+					if err == nil {
+						err = errors.New("no events given")
+					}
+					return usagef("--callback-events: %v", err)
 				}
 			}
 			if e.remote != nil && cmd.Flags().Changed("step-timeout") {
@@ -201,22 +231,18 @@ instead, which knows its own workflows (also declarative ones).`,
 					return fmt.Errorf("%w: not a JSON document: %s", drover.ErrInvalidInput, jsonProblem(input))
 				}
 				return e.remoteSubmit(ctx, droverclient.SubmitRequest{Workflow: workflow, Input: input, ID: id,
-					OrderingKey: orderingKey, CallbackURL: callbackURL})
+					OrderingKey: orderingKey, CallbackURL: callbackURL, CallbackEvents: callbackEvs})
 			}
 			if len(input) > 0 && !jsonValid(input) {
 				return fmt.Errorf("%w: not a JSON document: %s", drover.ErrInvalidInput, jsonProblem(input))
-			}
-			if workflow == orders.WorkflowName {
-				if _, err := orders.ParseOrder(input); err != nil {
-					return fmt.Errorf("%w: %w", drover.ErrInvalidInput, err)
-				}
 			}
 			c, drv, err := e.submitClient(ctx, workflow, maxInput, stepTimeout)
 			if err != nil {
 				return err
 			}
 			defer drv.Close()
-			t, err := c.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id, OrderingKey: orderingKey, CallbackURL: callbackURL})
+			t, err := c.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id, OrderingKey: orderingKey,
+				CallbackURL: callbackURL, CallbackEvents: callbackEvs})
 			if err != nil {
 				return drv.storeErr(err)
 			}
@@ -231,9 +257,10 @@ instead, which knows its own workflows (also declarative ones).`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&id, "id", "", "task ID, for idempotent submission (default: a generated UUID)")
-	cmd.Flags().StringVar(&orderingKey, "ordering-key", "", "run after every earlier task with this key is final (at most 256 bytes)")
+	cmd.Flags().StringVar(&id, "id", "", "task ID, for idempotent submission: 1-200 bytes of UTF-8, printable, no spaces or \"/\", not starting with \"-\" (default: a generated UUID)")
+	cmd.Flags().StringVar(&orderingKey, "ordering-key", "", "run after every earlier task with this key is final (at most 256 bytes of UTF-8, no control characters)")
 	cmd.Flags().StringVar(&callbackURL, "callback-url", "", "send a signed webhook to this http(s) URL when the task is final")
+	cmd.Flags().StringSliceVar(&callbackEvs, "callback-events", nil, "what --callback-url receives, comma-separated: final (default), alerts, or event types")
 	cmd.Flags().IntVar(&maxInput, "max-input-bytes", drover.DefaultMaxInputBytes, "largest input accepted, in bytes")
 	cmd.Flags().DurationVar(&stepTimeout, "step-timeout", orders.DefaultStepTimeout, "time budget of each step of the task (recorded with it)")
 	return cmd
@@ -257,13 +284,21 @@ func (e *env) statusCmd() *cobra.Command {
 LockedBy (the instance holding it), CompleteBy (its deadline), FailureCount,
 the attempt number (the fencing token), the idempotency key passed to the
 remote service on every try, and the last error. --events adds the task's
-event history (state changes, retries, supervisor recoveries, alerts).`,
+event history (state changes, retries, supervisor recoveries, extended
+waits, alerts). A task waiting for a retry back-off or an extended wait
+shows "Pending until <time>".
+
+New task IDs cannot start with "-"; one stored by an older drover is given
+after "--": drover status -- -old-id.`,
 		Example: `  drover status order-o-1
   drover status order-o-1 --events
   drover status order-o-1 --json | jq .steps`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if err := checkTaskIDArg("", args[0]); err != nil {
+				return err
+			}
 			if e.remote != nil {
 				return e.remoteStatus(ctx, args[0], withEvents)
 			}
@@ -359,6 +394,11 @@ the JSON output) as --after to get the next page.`,
 			if limit <= 0 {
 				return usagef("--limit must be positive, got %d", limit)
 			}
+			if cmd.Flags().Changed("after") {
+				if err := checkTaskIDArg("--after", after); err != nil {
+					return err
+				}
+			}
 			var ts []*drover.Task
 			next := ""
 			if e.remote != nil {
@@ -398,9 +438,10 @@ the JSON output) as --after to get the next page.`,
 				return writeJSON(e.stdout, out)
 			}
 			tw := newTable(e.stdout)
+			now := time.Now()
 			row(tw, "ID", "WORKFLOW", "STATE", "STEP", "ORDERING", "LOCKED_BY", "COMPLETE_BY", "FAILURES", "UPDATED", "LAST_ERROR")
 			for _, t := range ts {
-				row(tw, t.ID, t.Workflow, string(t.ProcessState), fmt.Sprintf("%d/%d", t.CurrentStep, t.StepCount), ordering(t, 40),
+				row(tw, t.ID, t.Workflow, stateText(t, now), stepOf(t), ordering(t, 40),
 					dash(t.LockedBy), fmtTime(t.CompleteBy), fmt.Sprint(t.FailureCount), fmtTime(&t.UpdatedAt), dash(clip(t.LastError, 60)))
 			}
 			if err := tw.Flush(); err != nil {
@@ -428,13 +469,17 @@ func (e *env) resubmitCmd() *cobra.Command {
 failure, put the task (Error or Cancelled) back to Pending so a scheduler runs
 it again from the failed step, or from --from-step N (0-based). A task whose
 compensation failed resumes compensating. Steps keep their idempotency keys,
-so a remote service that already applied a step recognises the retry.`,
+so a remote service that already applied a step recognises the retry.
+A task ID starting with "-" is given after "--": drover resubmit -- -old-id.`,
 		Example: `  drover list --state Error
   drover resubmit order-o-7
   drover resubmit order-o-7 --from-step 0 --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if err := checkTaskIDArg("", args[0]); err != nil {
+				return err
+			}
 			var opts drover.ResubmitOptions
 			if cmd.Flags().Changed("from-step") {
 				if fromStep < 0 {
@@ -469,11 +514,19 @@ func (e *env) cancelCmd() *cobra.Command {
 		Short: "Cancel a task that is not final",
 		Long: `cancel moves a task that is not final to Cancelled. A call already in flight
 is not interrupted, but its reply is discarded. Completed steps are not
-compensated. A cancelled task can be resubmitted.`,
+compensated. A cancelled task can be resubmitted. The reason is at most 1000
+bytes of UTF-8. A task ID starting with "-" is given after "--": drover
+cancel --reason why -- -old-id.`,
 		Example: `  drover cancel order-o-7 --reason "customer withdrew"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if err := checkTaskIDArg("", args[0]); err != nil {
+				return err
+			}
+			if err := checkReason(reason); err != nil {
+				return err
+			}
 			if e.remote != nil {
 				t, err := e.remote.Cancel(ctx, args[0], reason)
 				return e.printRemoteChanged(t, err, "cancelled")
@@ -524,6 +577,8 @@ one task's events, --alerts only alerts, --after ID those after an event ID.
 
 --follow keeps printing new events as they are recorded until interrupted;
 resume later without missing any by passing the last ID seen as --after.
+With --task it ends by itself once the task is final (Processed, Error,
+Compensated or Cancelled) and its events are printed.
 With --json every event is one JSON object per line.
 
 With --server the events come from the server's event stream (Server-Sent
@@ -541,6 +596,11 @@ last event printed, so none is missed or printed twice.`,
 			if limit <= 0 {
 				return usagef("--limit must be positive, got %d", limit)
 			}
+			if cmd.Flags().Changed("task") {
+				if err := checkTaskIDArg("--task", taskID); err != nil {
+					return err
+				}
+			}
 			if e.remote != nil {
 				return e.remoteEvents(ctx, droverclient.EventParams{TaskID: taskID, AlertsOnly: alerts, After: after, Limit: limit}, follow)
 			}
@@ -550,12 +610,12 @@ last event printed, so none is missed or printed twice.`,
 			}
 			defer drv.Close()
 			if follow {
-				for ev := range c.Subscribe(ctx, drover.Subscription{TaskID: taskID, AlertsOnly: alerts, AfterID: after}) {
+				for ev := range c.Subscribe(ctx, drover.Subscription{TaskID: taskID, AlertsOnly: alerts, AfterID: after, UntilFinal: true}) {
 					if err := e.printFollowed(ev); err != nil {
 						return err
 					}
 				}
-				return nil // interrupted: a normal end of --follow
+				return nil // interrupted, or the task is final: a normal end of --follow
 			}
 			evs, err := c.Events(ctx, drover.EventQuery{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: limit})
 			if err != nil {
@@ -568,7 +628,7 @@ last event printed, so none is missed or printed twice.`,
 	f.StringVar(&taskID, "task", "", "only this task's events")
 	f.BoolVar(&alerts, "alerts", false, "only alerts")
 	f.Int64Var(&after, "after", 0, "only events with an ID greater than this")
-	f.BoolVar(&follow, "follow", false, "keep printing new events until interrupted")
+	f.BoolVar(&follow, "follow", false, "keep printing new events until interrupted (with --task: until the task is final)")
 	f.IntVar(&limit, "limit", 1000, "at most this many events (without --follow)")
 	return cmd
 }

@@ -93,7 +93,7 @@ drover roles in this process (two schedulers, the agents, a supervisor), submits
 Processed, Compensated (a step failed for good and the completed ones were
 undone) or Error (an operator alert was raised).
 
-Progress goes to stderr every half second. The summary says how many calls
+Progress goes to stderr every half second (not with --json). The summary says how many calls
 the service saw, how many the idempotency keys made harmless
 (deduplicated_calls) and how many effects were applied twice
 (duplicate_effects, which must be 0), how often the supervisor recovered a
@@ -278,12 +278,12 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *dbTarget) (err
 		if final >= f.orders {
 			break
 		}
-		if time.Since(lastReport) >= 500*time.Millisecond {
+		if time.Since(lastReport) >= progressEvery {
 			lastReport = time.Now()
 			st := svc.Stats()
-			fmt.Fprintf(e.stderr, "demo: %5.1fs  final %d/%d  processed=%d error=%d compensated=%d in-flight=%d  calls=%d dedup=%d recoveries=%d\n",
-				time.Since(start).Seconds(), final, f.orders, counts[drover.Processed], counts[drover.Error], counts[drover.Compensated],
-				f.orders-final, st.Calls, st.DeduplicatedCalls, c.Stats().Recoveries)
+			e.progressLine("demo", start, fmt.Sprintf("final %d/%d  processed=%d error=%d compensated=%d in-flight=%d  calls=%d dedup=%d recoveries=%d",
+				final, f.orders, counts[drover.Processed], counts[drover.Error], counts[drover.Compensated],
+				f.orders-final, st.Calls, st.DeduplicatedCalls, c.Stats().Recoveries))
 		}
 		select {
 		case <-ctx.Done():

@@ -134,6 +134,11 @@ func (e *env) runLatency(ctx context.Context, f benchFlags, drv *database, c *dr
 		errOnce   sync.Once
 		firstErr  error
 	)
+	stopProgress := e.progress("bench", start, func() string {
+		final, _ := tr.progress()
+		return fmt.Sprintf("submitted %d/%d  final %d", submitted.Load(), planned, final)
+	})
+	defer stopProgress()
 	sctx, stopSubmit := context.WithCancel(ctx)
 	defer stopSubmit()
 	fail := func(err error) {
@@ -222,6 +227,7 @@ func (e *env) runLatency(ctx context.Context, f benchFlags, drv *database, c *dr
 		case <-tr.changed:
 		}
 	}
+	stopProgress()
 	stopSub()
 	subDone.Wait()
 

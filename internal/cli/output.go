@@ -24,11 +24,14 @@ type TaskJSON struct {
 	Input            json.RawMessage `json:"input"`
 	Output           json.RawMessage `json:"output"`
 	CallbackURL      string          `json:"callback_url,omitempty"`
+	CallbackEvents   []string        `json:"callback_events,omitempty"` // absent: final states
 	LockedBy         *string         `json:"locked_by"`
 	CompleteBy       *time.Time      `json:"complete_by"`
 	FailureCount     int             `json:"failure_count"`
 	FailureThreshold int             `json:"failure_threshold"`
 	OnFailure        string          `json:"on_failure"`
+	Wait             *WaitJSON       `json:"wait,omitempty"` // absent: the task does not wait
+	AvailableAt      time.Time       `json:"available_at"`   // not claimed before (a back-off or an extended wait)
 	CurrentStep      int             `json:"current_step"`
 	StepCount        int             `json:"step_count"`
 	OrderingKey      *string         `json:"ordering_key"`
@@ -58,6 +61,20 @@ type StepJSON struct {
 	LastError         string          `json:"last_error,omitempty"`
 	StartedAt         *time.Time      `json:"started_at"`
 	FinishedAt        *time.Time      `json:"finished_at"`
+	OnFailure         string          `json:"on_failure,omitempty"` // the step's own policy; absent: the task's
+	Wait              *WaitJSON       `json:"wait,omitempty"`
+}
+
+// WaitJSON is a wait policy as printed with --json.
+type WaitJSON struct {
+	MaxWaits        int     `json:"max_waits"`
+	DelaySeconds    float64 `json:"delay_seconds"`
+	Multiplier      float64 `json:"multiplier"`
+	MaxDelaySeconds float64 `json:"max_delay_seconds"`
+}
+
+func waitJSON(w drover.WaitPolicy) *WaitJSON {
+	return &WaitJSON{MaxWaits: w.MaxWaits, DelaySeconds: w.Delay.Seconds(), Multiplier: w.Multiplier, MaxDelaySeconds: w.MaxDelay.Seconds()}
 }
 
 // EventJSON is an event as printed with --json.
@@ -102,6 +119,10 @@ func taskJSON(t *drover.Task) TaskJSON {
 		FailureThreshold: t.FailureThreshold, OnFailure: string(t.OnFailure), CurrentStep: t.CurrentStep,
 		StepCount: t.StepCount, LastError: t.LastError, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 		OrderingKey: nullable(t.OrderingKey), WorkflowVersion: t.WorkflowVersion, CallbackURL: t.CallbackURL,
+		AvailableAt: t.AvailableAt, CallbackEvents: t.CallbackEvents,
+	}
+	if t.Wait.On() {
+		j.Wait = waitJSON(t.Wait)
 	}
 	if t.OrderingKey != "" {
 		seq := t.OrderingSeq
@@ -114,10 +135,44 @@ func taskJSON(t *drover.Task) TaskJSON {
 			CompensationState: string(s.CompensationState), LockedBy: nullable(s.LockedBy), CompleteBy: s.CompleteBy,
 			FailureCount: s.FailureCount, Attempt: s.Attempt, IdempotencyKey: s.IdempotencyKey,
 			TimeoutSeconds: s.Timeout.Seconds(), Output: rawJSON(s.Output), LastError: s.LastError,
-			StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
+			StartedAt: s.StartedAt, FinishedAt: s.FinishedAt, OnFailure: string(s.OnFailure),
 		})
+		if s.Wait != nil {
+			j.Steps[len(j.Steps)-1].Wait = waitJSON(*s.Wait)
+		}
 	}
 	return j
+}
+
+// waitText describes a wait policy for people: "up to 3 waits of 5m0s, ×2, at most 1h0m0s".
+func waitText(w drover.WaitPolicy) string {
+	if !w.On() {
+		return "no extended waits"
+	}
+	return fmt.Sprintf("up to %d extended waits of %s, ×%g, at most %s", w.MaxWaits, w.Delay, w.Multiplier, w.MaxDelay)
+}
+
+// stateText is a task's state, with the time before which it is not
+// claimed when that is later than now (a retry back-off or an extended
+// wait): "Pending until 2030-01-01T10:00:00.000Z".
+func stateText(t *drover.Task, now time.Time) string {
+	if (t.ProcessState == drover.Pending || t.ProcessState == drover.Compensating) && t.LockedBy == "" && t.AvailableAt.After(now) {
+		return string(t.ProcessState) + " until " + fmtTime(&t.AvailableAt)
+	}
+	return string(t.ProcessState)
+}
+
+// waiting says which extended wait step s of t is in, or "" if none:
+// its FailureCount is past the threshold and the task is not claimed
+// before a time still to come.
+func waiting(t *drover.Task, s *drover.TaskStep, now time.Time) string {
+	_, w := t.PolicyOf(s)
+	n := s.FailureCount - t.FailureThreshold + 1
+	if !w.On() || n < 1 || n > w.MaxWaits || t.LockedBy != "" || !t.AvailableAt.After(now) ||
+		(s.ProcessState != drover.Pending && s.CompensationState != drover.Pending) {
+		return ""
+	}
+	return fmt.Sprintf("step %d (%s), extended wait %d of %d (see State)", s.Index, s.Name, n, w.MaxWaits)
 }
 
 func eventJSON(e *drover.Event) EventJSON {
@@ -177,7 +232,7 @@ func row(tw io.Writer, cols ...string) {
 	fmt.Fprintln(tw, strings.Join(cols, "\t"))
 }
 
-func printTask(w io.Writer, t *drover.Task, events []*drover.Event) error {
+func printTask(w io.Writer, t *drover.Task, events []*drover.Event, now time.Time) error {
 	tw := newTable(w)
 	row(tw, "Task:", t.ID)
 	if t.WorkflowVersion > 0 {
@@ -185,11 +240,16 @@ func printTask(w io.Writer, t *drover.Task, events []*drover.Event) error {
 	} else {
 		row(tw, "Workflow:", t.Workflow)
 	}
-	row(tw, "State:", string(t.ProcessState))
+	row(tw, "State:", stateText(t, now))
+	if 0 <= t.CurrentStep && t.CurrentStep < len(t.Steps) {
+		if s := waiting(t, &t.Steps[t.CurrentStep], now); s != "" {
+			row(tw, "Waiting:", s)
+		}
+	}
 	row(tw, "LockedBy:", dash(t.LockedBy))
 	row(tw, "CompleteBy:", fmtTime(t.CompleteBy))
-	row(tw, "FailureCount:", fmt.Sprintf("%d (threshold %d, on failure: %s)", t.FailureCount, t.FailureThreshold, t.OnFailure))
-	row(tw, "Current step:", fmt.Sprintf("%d of %d", t.CurrentStep, t.StepCount))
+	row(tw, "FailureCount:", fmt.Sprintf("%d (threshold %d, then %s; on failure: %s)", t.FailureCount, t.FailureThreshold, waitText(t.Wait), t.OnFailure))
+	row(tw, "Current step:", currentStep(t))
 	if t.OrderingKey != "" {
 		row(tw, "Ordering key:", ordering(t, 300))
 	}
@@ -201,7 +261,11 @@ func printTask(w io.Writer, t *drover.Task, events []*drover.Event) error {
 		row(tw, "Last error:", clip(t.LastError, 300))
 	}
 	if t.CallbackURL != "" {
-		row(tw, "Callback URL:", clip(t.CallbackURL, 300))
+		events := "final"
+		if len(t.CallbackEvents) > 0 {
+			events = t.CallbackEvents.String()
+		}
+		row(tw, "Callback URL:", clip(t.CallbackURL, 300)+" (events: "+events+")")
 	}
 	row(tw, "Created:", fmtTime(&t.CreatedAt))
 	row(tw, "Updated:", fmtTime(&t.UpdatedAt))
@@ -210,7 +274,8 @@ func printTask(w io.Writer, t *drover.Task, events []*drover.Event) error {
 	}
 	fmt.Fprintln(w)
 	tw = newTable(w)
-	row(tw, "STEP", "NAME", "AGENT", "STATE", "COMPENSATION", "LOCKED_BY", "COMPLETE_BY", "FAILURES", "ATTEMPT", "IDEMPOTENCY_KEY", "LAST_ERROR")
+	row(tw, "INDEX", "NAME", "AGENT", "STATE", "COMPENSATION", "LOCKED_BY", "COMPLETE_BY", "FAILURES", "ATTEMPT", "IDEMPOTENCY_KEY", "LAST_ERROR")
+	var own []string // steps with their own failure policy
 	for i := range t.Steps {
 		s := &t.Steps[i]
 		comp := "-"
@@ -222,15 +287,38 @@ func printTask(w io.Writer, t *drover.Task, events []*drover.Event) error {
 		}
 		row(tw, strconv.Itoa(s.Index), s.Name, s.Agent, string(s.ProcessState), comp, dash(s.LockedBy), fmtTime(s.CompleteBy),
 			strconv.Itoa(s.FailureCount), strconv.Itoa(s.Attempt), s.IdempotencyKey, dash(clip(s.LastError, 80)))
+		if s.OnFailure != "" || s.Wait != nil {
+			policy, wait := t.PolicyOf(s)
+			own = append(own, fmt.Sprintf("step %d (%s) has its own failure policy: %s; on failure: %s", s.Index, s.Name, waitText(wait), policy))
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, line := range own {
+		fmt.Fprintln(w, line)
 	}
 	if events != nil {
 		fmt.Fprintln(w)
 		return printEvents(w, events, false)
 	}
 	return nil
+}
+
+// stepOf shows which step a task is at as a position and a count, both
+// counted from 1 ("3/3" for the last of three); CurrentStep is the step's
+// 0-based index.
+func stepOf(t *drover.Task) string {
+	return fmt.Sprintf("%d/%d", t.CurrentStep+1, t.StepCount)
+}
+
+// currentStep is stepOf for "drover status": "3 of 3 (ship, index 2)".
+func currentStep(t *drover.Task) string {
+	s := fmt.Sprintf("%d of %d", t.CurrentStep+1, t.StepCount)
+	if t.CurrentStep >= 0 && t.CurrentStep < len(t.Steps) {
+		s += fmt.Sprintf(" (%s, index %d)", t.Steps[t.CurrentStep].Name, t.CurrentStep)
+	}
+	return s
 }
 
 // ordering shows a task's ordering key and its position in it, the key

@@ -135,42 +135,6 @@ func bodyText(b []byte, n int) string {
 
 // ---- flag checks (before anything is opened: bad input changes nothing) ----
 
-func checkQueueFlag(flag, q string) error {
-	ok := q != "" && len(q) <= convoy.MaxQueueNameLen && utf8.ValidString(q)
-	for _, r := range q {
-		if unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '/' {
-			ok = false
-		}
-	}
-	if !ok {
-		if q == "" {
-			return usagef("%s is required: the queue name", flag)
-		}
-		return usagef("%s %q: a queue name is 1-%d printable characters without spaces or \"/\"", flag, q, convoy.MaxQueueNameLen)
-	}
-	return nil
-}
-
-func checkIDFlag(flag, what, s string, maxLen int) error {
-	switch {
-	case s == "" && flag == "--message-id":
-		return usagef("%s is empty: give a message ID, or leave the flag out", flag)
-	case s == "":
-		return usagef("%s is required: the %s", flag, what)
-	case len(s) > maxLen:
-		return usagef("%s: the %s is %d bytes, the limit is %d", flag, what, len(s), maxLen)
-	case !utf8.ValidString(s):
-		return usagef("%s: the %s is not valid UTF-8", flag, what)
-	case strings.IndexFunc(s, unicode.IsControl) >= 0:
-		return usagef("%s %q: the %s contains control characters", flag, s, what)
-	}
-	return nil
-}
-
-func checkSessionFlag(s string) error {
-	return checkIDFlag("--session", "session ID", s, convoy.MaxSessionIDLen)
-}
-
 // parseNotBefore reads --not-before: an RFC 3339 time, or a duration from now.
 func parseNotBefore(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {

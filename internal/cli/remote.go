@@ -147,12 +147,21 @@ func remoteTask(t *droverclient.Task) *drover.Task {
 		ID: t.ID, Workflow: t.Workflow, Input: input, ProcessState: dt.ProcessState(t.State), LockedBy: t.LockedBy,
 		CompleteBy: t.CompleteBy, FailureCount: t.FailureCount, CurrentStep: t.CurrentStep, StepCount: t.StepCount,
 		OrderingKey: t.OrderingKey, OrderingSeq: t.OrderingSeq, Output: nullJSON(t.Output), LastError: t.LastError,
-		WorkflowVersion: t.WorkflowVersion, CallbackURL: t.CallbackURL, FailureThreshold: t.FailureThreshold,
+		WorkflowVersion: t.WorkflowVersion, CallbackURL: t.CallbackURL, CallbackEvents: t.CallbackEvents, FailureThreshold: t.FailureThreshold,
 		OnFailure: dt.FailurePolicy(t.OnFailure), RetryDelay: time.Duration(t.RetryDelayMS) * time.Millisecond,
 		AvailableAt: t.AvailableAt, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}
+	if t.Wait != nil {
+		out.Wait = remoteWait(t.Wait)
+	}
 	for _, s := range t.Steps {
+		var wait *dt.WaitPolicy
+		if s.Wait != nil {
+			w := remoteWait(s.Wait)
+			wait = &w
+		}
 		out.Steps = append(out.Steps, dt.Step{
+			OnFailure: dt.FailurePolicy(s.OnFailure), Wait: wait,
 			TaskID: t.ID, Index: s.Index, Name: s.Name, Agent: s.Agent, Timeout: time.Duration(s.TimeoutMS) * time.Millisecond,
 			Compensation: s.Compensation, ProcessState: dt.ProcessState(s.State), CompensationState: dt.ProcessState(s.CompensationState),
 			LockedBy: s.LockedBy, CompleteBy: s.CompleteBy, FailureCount: s.FailureCount, Attempt: s.Attempt,
@@ -161,6 +170,11 @@ func remoteTask(t *droverclient.Task) *drover.Task {
 		})
 	}
 	return out
+}
+
+func remoteWait(w *droverclient.WaitPolicy) dt.WaitPolicy {
+	return dt.WaitPolicy{MaxWaits: w.MaxWaits, Delay: time.Duration(w.DelayMS) * time.Millisecond,
+		Multiplier: w.Multiplier, MaxDelay: time.Duration(w.MaxDelayMS) * time.Millisecond}
 }
 
 func remoteEvent(ev *droverclient.Event) *drover.Event {
@@ -254,7 +268,7 @@ func (e *env) printStatus(t *drover.Task, events []*drover.Event) error {
 		}
 		return writeJSON(e.stdout, j)
 	}
-	return printTask(e.stdout, t, events)
+	return printTask(e.stdout, t, events, time.Now())
 }
 
 // printRemoteChanged prints the answer of a resubmit or cancel as
@@ -281,7 +295,7 @@ func (e *env) remoteEvents(ctx context.Context, p droverclient.EventParams, foll
 		if ctx.Err() != nil {
 			return nil // interrupted: a normal end of --follow
 		}
-		return e.remoteErr(err)
+		return e.remoteErr(err) // nil when the task is final
 	}
 	var evs []*drover.Event
 	if p.AlertsOnly && p.TaskID == "" {

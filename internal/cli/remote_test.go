@@ -145,27 +145,39 @@ func dropKeys(t *testing.T, s string, keys []string) string {
 func TestRemoteTasks(t *testing.T) {
 	e := newRemoteEnv(t)
 
-	// Submit an orders task with every option; the database has it.
+	// Submit an orders task with every option; the database has it. The
+	// answer shows the task as read after the submit: the server's
+	// scheduler may have claimed it already (no agent runs its steps).
 	out := e.srv(t, "submit", "orders", `{"order_id":"o-1","amount":5}`, "--id", "order-1", "--ordering-key", "cust-1",
-		"--callback-url", "http://127.0.0.1:9/hook", "--json")
+		"--callback-url", "https://hooks.example.com/hook", "--json")
 	var tj TaskJSON
 	if err := json.Unmarshal([]byte(out), &tj); err != nil {
 		t.Fatalf("submit --json: %q: %v", out, err)
 	}
-	if tj.ID != "order-1" || tj.OrderingKey == nil || *tj.OrderingKey != "cust-1" || tj.CallbackURL != "http://127.0.0.1:9/hook" || len(tj.Steps) != 3 || tj.State != "Pending" {
+	if tj.ID != "order-1" || tj.OrderingKey == nil || *tj.OrderingKey != "cust-1" || tj.CallbackURL != "https://hooks.example.com/hook" || len(tj.Steps) != 3 || (tj.State != "Pending" && tj.State != "Processing") {
 		t.Fatalf("submitted: %s", out)
 	}
-	if local := e.local(t, "status", "order-1", "--json"); !strings.Contains(local, `"callback_url":"http://127.0.0.1:9/hook"`) || !strings.Contains(local, `"ordering_key":"cust-1"`) {
+	if local := e.local(t, "status", "order-1", "--json"); !strings.Contains(local, `"callback_url":"https://hooks.example.com/hook"`) || !strings.Contains(local, `"ordering_key":"cust-1"`) {
 		t.Fatalf("the database's task: %s", local)
 	}
 	// Idempotent: the same ID and input again prints the same ID.
 	if out := e.srv(t, "submit", "orders", `{"order_id":"o-1","amount":5}`, "--id", "order-1", "--ordering-key", "cust-1",
-		"--callback-url", "http://127.0.0.1:9/hook"); out != "order-1\n" {
+		"--callback-url", "https://hooks.example.com/hook"); out != "order-1\n" {
 		t.Fatalf("idempotent submit: %q", out)
 	}
 	// Another input: the server's 409.
 	r := run(t, "", "submit", "orders", `{"order_id":"o-1","amount":6}`, "--id", "order-1", "--server", e.url, "--token", remoteSubmitTok)
 	wantFailure(t, r, 1, "server: 409 conflict:")
+	// The server checks an order's input as the CLI on the database does:
+	// refused, not accepted to end Compensated.
+	for _, in := range []string{`{"x":1}`, `{"order_id":"o-2","amount":1,"x":2}`, `{"order_id":"o-2"}`} {
+		r = run(t, "", "submit", "orders", in, "--id", "order-bad", "--server", e.url, "--token", remoteSubmitTok)
+		wantFailure(t, r, 1, "server: 400 invalid_request: invalid input for workflow \"orders\": invalid order")
+		rl := run(t, "", "submit", "orders", in, "--id", "order-bad", "--db", e.db)
+		wantFailure(t, rl, 1, "invalid input for workflow \"orders\": invalid order")
+	}
+	r = run(t, "", "status", "order-bad", "--server", e.url, "--token", remoteSubmitTok)
+	wantFailure(t, r, 1, "server: 404 not_found")
 
 	// A workflow the server knows and the CLI does not; input from stdin.
 	r = run(t, `{"x":1}`, "submit", "echo", "-", "--id", "echo-1", "--server", e.url, "--token", remoteSubmitTok)
@@ -173,6 +185,14 @@ func TestRemoteTasks(t *testing.T) {
 		t.Fatalf("submit echo: %+v", r)
 	}
 	waitFor(t, "echo-1 Processed", func() bool { return e.taskState(t, "echo-1") == "Processed" })
+	// The step a task is at counts from 1, as the count does: a Processed
+	// task of two steps is at 2 of 2 (index 1), not "1 of 2".
+	if out := e.local(t, "status", "echo-1"); !strings.Contains(out, "Current step:  2 of 2 (b, index 1)\n") || !strings.Contains(out, "\nINDEX ") {
+		t.Fatalf("status of a Processed task:\n%s", out)
+	}
+	if out := e.local(t, "list", "--workflow", "echo"); !strings.Contains(out, " Processed  2/2 ") {
+		t.Fatalf("list of a Processed task:\n%s", out)
+	}
 
 	// status, list and events print the same both ways (text and JSON);
 	// the API's events do not carry the leader term.
@@ -249,6 +269,14 @@ func TestRemoteEventsFollow(t *testing.T) {
 	}
 	if g := dropKeys(t, stdout.String(), []string{"term"}); g != strings.Join(want, "\n") {
 		t.Fatalf("followed:\n%s\nhistory:\n%s", g, strings.Join(want, "\n"))
+	}
+	// With --task it ends by itself (exit 0) once the task is final, its
+	// events printed as --db prints them.
+	e.srv(t, "submit", "echo", `3`, "--id", "f-3")
+	out := e.srv(t, "events", "--follow", "--task", "f-3", "--json")
+	waitFor(t, "f-3 Processed", func() bool { return e.taskState(t, "f-3") == "Processed" })
+	if want := e.local(t, "events", "--task", "f-3", "--json"); dropKeys(t, out, []string{"term"}) != dropKeys(t, want, []string{"term"}) {
+		t.Fatalf("events --follow --task:\n%s\nhistory:\n%s", out, want)
 	}
 }
 
@@ -429,6 +457,17 @@ func TestRemoteUsage(t *testing.T) {
 	wantFailure(t, r, 2, "--token and --token-file go with --server")
 	r = run(t, "", "list", "--server", "ftp://x")
 	wantFailure(t, r, 2, "--server")
+	// Without a scheme: say that one is needed, not Go's parse error.
+	for _, u := range []string{"127.0.0.1:8080", "localhost:8080", "example.com"} {
+		r = run(t, "", "list", "--server", u)
+		wantFailure(t, r, 2, `--server: server URL "`+u+`" has no scheme: want http://HOST:PORT or https://HOST:PORT, such as "http://`+u+`"`)
+		if strings.Contains(r.stderr, "first path segment") {
+			t.Errorf("--server %s: %q", u, r.stderr)
+		}
+	}
+	// A parameter the server refuses: its message, naming the parameter.
+	r = run(t, "", "list", "--limit", "5000", "--server", e.url, "--token", remoteSubmitTok)
+	wantFailure(t, r, 1, `server: 400 invalid_parameter: query parameter "limit"`)
 	r = run(t, "", "submit", "echo", "--server", e.url, "--step-timeout", "1s")
 	wantFailure(t, r, 2, "--step-timeout")
 	r = run(t, "", "submit", "echo", "--callback-url", "not a url", "--db", e.db)

@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -16,6 +18,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/egress"
+	"github.com/drover-run/drover/internal/httpagent"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/remotesim"
 	"github.com/drover-run/drover/internal/workflowdef"
@@ -83,6 +87,7 @@ func (e *env) serverCmd() *cobra.Command {
 		leaseTTL     time.Duration
 		schedulers   int
 		noEagerStart bool
+		demo         bool
 		remoteURL    string
 		stepTimeout  time.Duration
 		retryDelay   time.Duration
@@ -92,8 +97,10 @@ func (e *env) serverCmd() *cobra.Command {
 		shutdown     time.Duration
 		wfDir        string
 		wfPoll       time.Duration
+		egressAllow  []string
 		hf           httpFlags
 		wh           webhookFlags
+		allowPerms   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -118,14 +125,20 @@ agents call the remote service, and supervisors recover steps whose deadline
 passed (only the elected one acts). On PostgreSQL the processes may run on
 any number of hosts.
 
-The server runs the "orders" workflow. Its agents call the remote service at
---remote-url; without it the server starts an embedded simulated service on
-127.0.0.1 with no faults and logs its URL.
+The server runs the workflows declared with --workflows (and the HTTP steps
+of every version stored in the database). --demo adds the "orders" demo of
+"drover demo orders": its workflow, its agents (inventory, payments,
+shipping, inventory-release, payments-refund), which call the remote service
+at --remote-url or, without it, an embedded simulated service on 127.0.0.1
+with no faults whose URL is logged. Nothing of the demo runs without
+--demo. An agent name with two providers (the built-in HTTP agent, the
+demo's agents, a remote agent a workflow names) fails the start with an
+error naming both.
 
 A task's step time budgets are recorded with the task when it is submitted,
 so every process agrees on them: set them with "drover submit --step-timeout".
-The server's --step-timeout only sets the budget in the workflow definition it
-registers, which tasks submitted elsewhere do not use.
+The server's --step-timeout only sets the budget in the demo's workflow
+definition it registers, which tasks submitted elsewhere do not use.
 
 Logs go to stderr (--log-level; as JSON objects with --json). When the
 server is running it prints one line on stderr:
@@ -141,14 +154,27 @@ tokens, with --metrics-listen); remote agents poll
 /v1/agents/AGENT/poll. Callers send "Authorization: Bearer TOKEN"; tokens
 come from --tokens-file or $DROVER_API_TOKENS, one "TOKEN SCOPE[,SCOPE]
 [NAME]" per line (";" between entries in the variable), scopes submit,
-agent (remote agents), metrics (/metrics only) and operator;
+agent:AGENT (the remote agent AGENT: poll, complete and fail its requests;
+repeat it for several), metrics (/metrics only) and operator; the plain
+scope agent (every remote agent) still works and is warned about at start;
 the history records a token's operator actions with the actor "http:NAME".
---insecure-no-auth serves without tokens, on a loopback address only.
---tls-cert/--tls-key serve HTTPS (and HTTP/2). On shutdown the API stops
-accepting requests and /readyz answers 503 first; requests in flight finish.
+Only agents that a workflow declares remote are handed to remote agents,
+never the built-in http agent or agents running in a server. Waiting calls
+(agent polls, session accepts and receives with a wait) and event streams
+are capped per token and per server (--max-waiting, --max-streams and their
+-per-token forms); unknown tokens are rate-limited per client address.
+The tokens file (and --webhook-secret-file) must not be open to group or
+others: the server refuses to start until it is chmod 600, unless
+--allow-insecure-permissions (then it warns).
+--insecure-no-auth serves without tokens, on a loopback address only, and
+answers only requests for a loopback Host from their own Origin; every
+write needs Content-Type: application/json.
+--tls-cert/--tls-key serve HTTPS (and HTTP/2; TLS 1.2 with AEAD cipher
+suites only, or 1.3). On shutdown the API stops accepting requests and
+/readyz answers 503 first; requests in flight finish.
 
 --workflows DIR loads declarative workflows, one per file (*.yaml, *.yml or
-*.json; see docs/workflows.md), next to "orders". Every file is checked
+*.json; see docs/workflows.md). Every file is checked
 first: any problem in any file fails the start, and each problem is printed
 as FILE:LINE: FIELD: MESSAGE. Each file's content is stored as a version of
 its workflow (the same content keeps its version), and one line is logged
@@ -161,20 +187,43 @@ version they were submitted with, across reloads and restarts. A server
 with the agent role runs the HTTP steps of every stored version, with or
 without --workflows.
 
+Every outbound call (HTTP steps and webhooks) goes through an egress
+policy: loopback, private (RFC 1918, fc00::/7), link-local (169.254.0.0/16,
+with cloud metadata services, fe80::/10), unspecified, multicast and the
+other special-purpose addresses are refused, checked on the URL and on
+every address a name resolves to when connecting; a refused call fails at
+once with "egress denied: ..." naming the host, the address and why.
+--egress-allow RULE (repeatable) opens a destination: a host name (every
+address it resolves to), host:port, an IP address, [IPv6]:port or a CIDR
+prefix, for example --egress-allow 127.0.0.1 for services on this host.
+A workflow file may list its own hosts (egress: {allow: [...]},
+docs/workflows.md). HTTP_PROXY and HTTPS_PROXY are not used. A workflow
+whose URL names a refused host fails the start (or its reload).
+
 --webhook-secret-file FILE (or $DROVER_WEBHOOK_SECRET) turns on webhooks
 (docs/webhooks.md): when a task reaches a final state (Processed,
 Compensated, Error, Cancelled) the server POSTs a JSON event, signed with
-HMAC-SHA256 in the Drover-Signature header, to the task's callback URL and to
+HMAC-SHA256 in the Drover-Signature header with a key of each
+destination's (receivers verify with the URL they are called at), to the
+task's callback URL and to
 every --webhook-url; it retries with back-off and sends the same
 Drover-Event-Id on every attempt, so receivers de-duplicate on it.
-Deliveries are durable: any server with the secret sends the ones due.`,
-		Example: `  drover server --db sqlite:./drover.db
+Deliveries are durable: any server with the secret sends the ones due.
+A --webhook-url ending in #events=LIST receives the events LIST chooses
+instead: final, alerts (every operator alert: a permanent step failure, a
+failure that starts compensation, an extended wait, a task in Error, a
+blocked session), or event types, for example
+--webhook-url 'https://ops.example.com/hook#events=alerts' (the #… part is
+not sent).`,
+		Example: `  drover server --db sqlite:./drover.db --workflows ./workflows
   drover server --db 'postgres://drover@db:5432/app?sslmode=disable' --schema drover
   drover server --roles scheduler,supervisor --instance-id sched-1 --schedulers 4
-  drover server --roles agent --remote-url http://127.0.0.1:8080 --instance-id agents-1
+  drover server --demo
+  drover server --demo --roles agent --remote-url http://127.0.0.1:9000 --instance-id agents-1
   drover server --listen 127.0.0.1:8080 --tokens-file /etc/drover/tokens
   drover server --listen :8443 --tokens-file tokens --tls-cert cert.pem --tls-key key.pem
-  drover server --listen 127.0.0.1:8080 --tokens-file tokens --workflows ./workflows`,
+  drover server --listen 127.0.0.1:8080 --tokens-file tokens --workflows ./workflows
+  drover server --listen 127.0.0.1:8080 --tokens-file tokens --workflows ./workflows --egress-allow 127.0.0.1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -209,18 +258,35 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 			if cmd.Flags().Changed("workflows-poll") && wfDir == "" {
 				return usagef("--workflows-poll needs --workflows DIR")
 			}
-			tokens, cert, err := e.checkHTTPFlags(cmd, &hf)
+			if !demo {
+				for _, name := range []string{"remote-url", "step-timeout", "retry-delay"} {
+					if cmd.Flags().Changed(name) {
+						return usagef("--%s needs --demo: it configures the orders demo", name)
+					}
+				}
+			}
+			tokens, cert, err := e.checkHTTPFlags(cmd, &hf, allowPerms)
 			if err != nil {
 				return err
 			}
-			hookSecret, err := e.checkWebhookFlags(&wh)
+			egressRules, err := egress.ParseRules(egressAllow)
+			if err != nil {
+				return usagef("--egress-allow: %v", err)
+			}
+			outbound := egress.New(egress.Options{Allow: egressRules})
+			hookSecret, err := e.checkWebhookFlags(&wh, outbound, allowPerms)
 			if err != nil {
 				return err
 			}
 			log := e.logger(slog.LevelDebug)
+			// With --demo its workflow's name is taken.
+			var reserved []string
+			if demo {
+				reserved = []string{orders.WorkflowName}
+			}
 			if wfDir != "" {
 				// Fail on an invalid file before touching the database.
-				if _, err := workflowdef.Load(wfDir, orders.WorkflowName); err != nil {
+				if _, err := workflowdef.Load(wfDir, outbound, reserved...); err != nil {
 					return workflowsError(e.stderr, wfDir, err)
 				}
 			}
@@ -237,7 +303,8 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 			// The registry of declarative workflows. Without --workflows it
 			// still runs the HTTP steps of versions stored by other servers.
 			// reg.RemoteInput maps the input of remote agents' requests.
-			reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: d.Driver, Logger: log, Reserved: []string{orders.WorkflowName}})
+			reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: d.Driver, Logger: log, Reserved: reserved,
+				HTTP: httpagent.Options{Egress: outbound}})
 			if err != nil {
 				return err
 			}
@@ -246,31 +313,22 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 					return err
 				}
 			}
+			if err := checkAgentProviders(demo, reg); err != nil {
+				return err
+			}
 
-			opts := orders.Options{StepTimeout: stepTimeout, RetryDelay: retryDelay}
 			cfg := drover.Config{
 				Store: d.Driver, InstanceID: instanceID, Roles: r,
-				Workflows:  []drover.Workflow{orders.Workflow(opts)},
 				Schedulers: schedulers, SupervisorInterval: supInterval, LeaseTTL: leaseTTL,
 				PollInterval: pollInterval, MaxInputBytes: maxInput, Logger: log, NoEagerStart: noEagerStart,
 			}
-			stopRemote := func() {}
-			if r.Agent {
-				if remoteURL == "" {
-					svc := remotesim.New(remotesim.Config{Seed: time.Now().UnixNano()})
-					url, stop, err := svc.Serve(context.WithoutCancel(ctx), "127.0.0.1:0")
-					if err != nil {
-						return fmt.Errorf("start the embedded remote service: %w", err)
-					}
-					stopRemote = stop
-					remoteURL = url
-					log.Info("embedded remote service started (no faults)", "url", url)
+			if demo {
+				stopRemote, err := addDemo(ctx, log, &cfg, &remoteURL, orders.Options{StepTimeout: stepTimeout, RetryDelay: retryDelay})
+				if err != nil {
+					return err
 				}
-				cfg.Agents = orders.Agents(remoteURL, opts)
-			} else {
-				cfg.ExternalAgents = orders.AgentNames()
+				defer stopRemote()
 			}
-			defer stopRemote()
 			cfg.Workflows = append(cfg.Workflows, reg.Workflows()...)
 			cfg.ExternalAgents = append(cfg.ExternalAgents, reg.ExternalAgents()...)
 			if r.Agent {
@@ -283,7 +341,11 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 			if err != nil {
 				return err
 			}
-			reg.Attach(c)
+			if demo {
+				reg.Attach(demoGuard{c})
+			} else {
+				reg.Attach(c)
+			}
 			var ln net.Listener
 			if hf.listen != "" {
 				if ln, err = listenHTTP(&hf); err != nil {
@@ -306,7 +368,7 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 			}
 			var api *apiServer
 			if ln != nil {
-				if api, err = serveHTTP(ln, &hf, tokens, cert, c, d, log, c.InstanceID(), reg.RemoteInput, metricsReg, wh.allow); err != nil {
+				if api, err = serveHTTP(ln, &hf, tokens, cert, c, d, log, c.InstanceID(), reg.RemoteInput, remoteAgent(demo, reg), metricsReg, wh.allow); err != nil {
 					sctx, cancel := context.WithTimeout(context.Background(), shutdown)
 					defer cancel()
 					_ = c.Stop(sctx)
@@ -328,8 +390,13 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 			if hooks != nil {
 				metricsReg.MustRegister(hooks.Collector())
 			}
-			log.Info("server started", "instance", c.InstanceID(), "db", d.desc(), "roles", rolesString(r),
-				"schedulers", schedulers, "supervisor_interval", supInterval, "remote_url", remoteURL)
+			started := []any{"instance", c.InstanceID(), "db", d.desc(), "roles", rolesString(r),
+				"schedulers", schedulers, "supervisor_interval", supInterval, "workflows", len(c.Workflows()),
+				"egress_opened", outbound.Opened()}
+			if demo {
+				started = append(started, "demo", true, "remote_url", remoteURL)
+			}
+			log.Info("server started", started...)
 			ready := fmt.Sprintf("%sinstance=%s db=%s roles=%s", ReadyPrefix, c.InstanceID(), d.name, rolesString(r))
 			if t.postgres {
 				ready += " schema=" + t.schema
@@ -364,7 +431,7 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 			if err := c.Stop(sctx); err != nil {
 				return fmt.Errorf("shutdown did not finish within --shutdown-timeout %s: %w", shutdown, err)
 			}
-			log.Info("server stopped", "stats", fmt.Sprintf("%+v", c.Stats()))
+			log.Info("server stopped", "stats", logFields(c.Stats()))
 			if apiErr != nil {
 				return fmt.Errorf("HTTP API: %w", apiErr)
 			}
@@ -378,18 +445,114 @@ Deliveries are durable: any server with the secret sends the ones due.`,
 	f.DurationVar(&leaseTTL, "lease-ttl", 10*time.Second, "how long supervisor leadership lasts unrenewed")
 	f.IntVar(&schedulers, "schedulers", 0, "scheduler instances in this process (0: the store's default, 1 on SQLite, 2 on PostgreSQL)")
 	f.BoolVar(&noEagerStart, "no-eager-start", false, "leave every submitted task Pending for a claim, instead of starting it in the submitting transaction when a scheduler of this process has room")
-	f.StringVar(&remoteURL, "remote-url", "", "base URL of the remote service the orders agents call (default: start an embedded simulated one)")
-	f.DurationVar(&stepTimeout, "step-timeout", orders.DefaultStepTimeout, "time budget of each orders step in the registered workflow")
-	f.DurationVar(&retryDelay, "retry-delay", 0, "wait before a recovered step is claimed again, doubled on each failure")
+	f.BoolVar(&demo, "demo", false, "also run the orders demo: its workflow, its agents and, without --remote-url, an embedded simulated remote service")
+	f.StringVar(&remoteURL, "remote-url", "", "with --demo: base URL of the remote service the demo's agents call (default: start an embedded simulated one)")
+	f.DurationVar(&stepTimeout, "step-timeout", orders.DefaultStepTimeout, "with --demo: time budget of each step of the demo's workflow as registered here")
+	f.DurationVar(&retryDelay, "retry-delay", 0, "with --demo: wait before a recovered step of the demo's workflow is claimed again, doubled on each failure")
 	f.StringVar(&synchronous, "synchronous", "full", "SQLite synchronous mode: full (survives power loss) or normal (faster; survives a crash); SQLite only")
 	f.IntVar(&maxInput, "max-input-bytes", drover.DefaultMaxInputBytes, "largest task input accepted, in bytes")
 	f.DurationVar(&pollInterval, "poll-interval", 100*time.Millisecond, "how often to look for work from other processes")
 	f.DurationVar(&shutdown, "shutdown-timeout", 30*time.Second, "how long to wait for calls in flight on shutdown")
 	f.StringVar(&wfDir, "workflows", "", "directory of declarative workflow files (*.yaml, *.yml, *.json) to load; reloaded on SIGHUP and on change")
 	f.DurationVar(&wfPoll, "workflows-poll", 2*time.Second, "how often to check --workflows for changed files (0: only on SIGHUP)")
+	f.BoolVar(&allowPerms, allowInsecurePermsFlag, false, "start although --tokens-file or --webhook-secret-file is open to group or others (a warning is printed); by default that refuses to start: chmod 600 the file")
+	f.StringArrayVar(&egressAllow, "egress-allow", nil, "open a destination of HTTP steps and webhooks that is refused by default (loopback, private, link-local and other special-purpose addresses): a host name, host:port, an IP address, [IPv6]:port or a CIDR prefix (repeatable), such as --egress-allow 127.0.0.1 or --egress-allow 10.0.0.0/8")
 	hf.register(cmd)
 	wh.register(cmd)
 	return cmd
+}
+
+// demoProvider names the orders demo's agents in messages.
+const demoProvider = "the orders demo (--demo)"
+
+// addDemo registers the orders demo in cfg: its workflow and, with the
+// agent role, its agents, which call *remoteURL or an embedded simulated
+// service it starts (its URL is then stored in *remoteURL); without the
+// agent role the agents are declared as running elsewhere. The returned
+// function stops the embedded service.
+func addDemo(ctx context.Context, log *slog.Logger, cfg *drover.Config, remoteURL *string, opts orders.Options) (func(), error) {
+	cfg.Workflows = append(cfg.Workflows, orders.Workflow(opts))
+	if !cfg.Roles.Agent {
+		cfg.ExternalAgents = append(cfg.ExternalAgents, orders.AgentNames()...)
+		return func() {}, nil
+	}
+	stop := func() {}
+	if *remoteURL == "" {
+		svc := remotesim.New(remotesim.Config{Seed: time.Now().UnixNano()})
+		url, stopSvc, err := svc.Serve(context.WithoutCancel(ctx), "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("start the demo's embedded remote service: %w", err)
+		}
+		stop, *remoteURL = stopSvc, url
+		log.Info("embedded remote service of the demo started (no faults)", "url", url)
+	}
+	cfg.Agents = append(cfg.Agents, orders.Agents(*remoteURL, opts)...)
+	return stop, nil
+}
+
+// checkAgentProviders fails when an agent name has two providers among the
+// built-in HTTP agent, the demo's agents (with demo) and the remote agents
+// the registry's workflows name: the scheduler would hand its requests to
+// whichever runs here, silently. The error names the agent and both.
+func checkAgentProviders(demo bool, reg *workflowdef.Registry) error {
+	type provider struct{ kind, what string }
+	by := map[string]provider{workflowdef.HTTPAgentName: {"builtin", "the built-in HTTP agent"}}
+	var errs []error
+	add := func(name string, p provider) {
+		if prev, ok := by[name]; ok && prev.kind != p.kind {
+			errs = append(errs, fmt.Errorf("%w: agent %q has two providers: %s and %s; one agent name must have one provider: rename the workflow's agent", drover.ErrInvalidConfig, name, prev.what, p.what))
+			return
+		}
+		by[name] = p
+	}
+	if demo {
+		for _, name := range orders.AgentNames() {
+			add(name, provider{"demo", demoProvider})
+		}
+	}
+	remote := reg.RemoteAgentSources()
+	names := make([]string, 0, len(remote))
+	for name := range remote {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		add(name, provider{"remote", "the remote agent named by " + remote[name]})
+	}
+	return errors.Join(errs...)
+}
+
+// remoteAgent reports whether remote agents may serve an agent over the
+// API: one a workflow declares remote, never the built-in http agent nor
+// the demo's (which run in a server with the agent role).
+func remoteAgent(demo bool, reg *workflowdef.Registry) func(string) bool {
+	return func(agent string) bool {
+		if agent == workflowdef.HTTPAgentName || (demo && slices.Contains(orders.AgentNames(), agent)) {
+			return false
+		}
+		return reg.IsRemoteAgent(agent)
+	}
+}
+
+// demoGuard is the client the registry of a --demo server registers
+// reloaded workflows with: a new version naming one of the demo's agents as
+// a remote agent is refused (the registry keeps the previous one), as
+// checkAgentProviders refuses it at start.
+type demoGuard struct{ *drover.Client }
+
+// AddWorkflows refuses external agents named like the demo's, then
+// registers ws.
+func (g demoGuard) AddWorkflows(ws []drover.Workflow, externalAgents []string) error {
+	var errs []error
+	for _, a := range externalAgents {
+		if slices.Contains(orders.AgentNames(), a) {
+			errs = append(errs, fmt.Errorf("%w: agent %q has two providers: %s and a remote agent of the reloaded workflows; rename the workflow's agent", drover.ErrInvalidConfig, a, demoProvider))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return g.Client.AddWorkflows(ws, externalAgents)
 }
 
 // workflowsError reports a failure to load the --workflows directory. Every

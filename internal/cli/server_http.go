@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +33,11 @@ type httpFlags struct {
 	rate         float64
 	burst        int
 	maxStreams   int
+	maxStreamsTk int // --max-streams-per-token
+	maxWaiting   int
+	maxWaitingTk int // --max-waiting-per-token
 	heartbeat    time.Duration
+	queueCreate  string
 	metrics      string // --metrics-listen
 	redelivery   store.Redelivery
 }
@@ -41,7 +46,7 @@ func (f *httpFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "", "serve the HTTP API on this address (host:port; :0 picks a port, shown in the ready line); default: no HTTP API")
 	fl.StringVar(&f.metrics, "metrics-listen", "", "also serve Prometheus metrics (GET /metrics, no token) on this address, with or without --listen; bind an address only your monitoring reaches")
-	fl.StringVar(&f.tokensFile, "tokens-file", "", "file of API bearer tokens, one \"TOKEN SCOPE[,SCOPE] [NAME]\" per line (scopes: submit, agent, metrics, operator; NAME is recorded as the actor of its operator actions); default: $"+httpapi.EnvTokens+" (entries separated by \";\")")
+	fl.StringVar(&f.tokensFile, "tokens-file", "", "file of API bearer tokens, one \"TOKEN SCOPE[,SCOPE] [NAME]\" per line (scopes: submit, agent:AGENT, metrics, operator; NAME is recorded as the actor of its operator actions); default: $"+httpapi.EnvTokens+" (entries separated by \";\")")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve the HTTP API over TLS (and HTTP/2) with this PEM certificate file (needs --tls-key)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve the HTTP API without tokens; allowed on a loopback address only")
@@ -49,6 +54,10 @@ func (f *httpFlags) register(cmd *cobra.Command) {
 	fl.Float64Var(&f.rate, "rate-limit", httpapi.DefaultRate, "HTTP requests per second allowed per token (sustained; negative: no limit)")
 	fl.IntVar(&f.burst, "rate-burst", httpapi.DefaultBurst, "HTTP requests a token may send at once above --rate-limit")
 	fl.IntVar(&f.maxStreams, "max-streams", httpapi.DefaultMaxStreams, "event streams (SSE) served at once; more get 503 with Retry-After")
+	fl.IntVar(&f.maxStreamsTk, "max-streams-per-token", httpapi.DefaultMaxStreamsPerToken, "event streams one token may hold open; more get 429 with Retry-After")
+	fl.IntVar(&f.maxWaiting, "max-waiting", httpapi.DefaultMaxWaiting, "waiting calls served at once (remote agents' polls, session accepts and receives with a wait); more get 503 with Retry-After")
+	fl.IntVar(&f.maxWaitingTk, "max-waiting-per-token", httpapi.DefaultMaxWaitingPerToken, "waiting calls one token may hold; more get 429 with Retry-After")
+	fl.StringVar(&f.queueCreate, "queue-create", string(httpapi.QueueCreateSubmit), "who may create a session queue by publishing to it over the API: submit (any token that may publish) or operator (operator tokens only; others publish to existing queues, 403 otherwise)")
 	fl.DurationVar(&f.heartbeat, "stream-heartbeat", httpapi.DefaultHeartbeat, "interval of the keep-alive comments on idle event streams")
 	fl.DurationVar(&f.redelivery.First, "agent-redelivery-delay", httpapi.DefaultRedeliveryFirst, "how long a request a remote agent failed transiently waits before it is delivered again; doubles with each transient failure of the request (0: at once)")
 	fl.DurationVar(&f.redelivery.Max, "agent-redelivery-max-delay", httpapi.DefaultRedeliveryMax, "longest wait of --agent-redelivery-delay as it doubles (unset: 30s, or --agent-redelivery-delay if longer)")
@@ -65,10 +74,10 @@ type apiServer struct {
 
 // checkHTTPFlags validates the flags and loads tokens and the certificate,
 // before anything starts. It returns nil tokens with --insecure-no-auth.
-func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags) ([]httpapi.Token, *tls.Certificate, error) {
+func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags, allowPerms bool) ([]httpapi.Token, *tls.Certificate, error) {
 	if f.listen == "" {
 		for _, name := range []string{"tokens-file", "tls-cert", "tls-key", "insecure-no-auth", "max-body-bytes", "rate-limit", "rate-burst", "max-streams", "stream-heartbeat",
-			"agent-redelivery-delay", "agent-redelivery-max-delay"} {
+			"agent-redelivery-delay", "agent-redelivery-max-delay", "max-streams-per-token", "max-waiting", "max-waiting-per-token", "queue-create"} {
 			if cmd.Flags().Changed(name) {
 				return nil, nil, usagef("--%s needs --listen", name)
 			}
@@ -84,8 +93,15 @@ func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags) ([]httpapi.Token,
 	if f.rate == 0 {
 		return nil, nil, usagef("--rate-limit must not be 0 (negative: no limit)")
 	}
-	if f.maxStreams <= 0 {
-		return nil, nil, usagef("--max-streams must be positive, got %d", f.maxStreams)
+	for name, n := range map[string]int{"--max-streams": f.maxStreams, "--max-streams-per-token": f.maxStreamsTk, "--max-waiting": f.maxWaiting, "--max-waiting-per-token": f.maxWaitingTk} {
+		if n <= 0 {
+			return nil, nil, usagef("%s must be positive, got %d", name, n)
+		}
+	}
+	switch httpapi.QueueCreate(f.queueCreate) {
+	case httpapi.QueueCreateSubmit, httpapi.QueueCreateOperator:
+	default:
+		return nil, nil, usagef("--queue-create %q: want submit or operator", f.queueCreate)
 	}
 	if f.heartbeat < 100*time.Millisecond {
 		return nil, nil, usagef("--stream-heartbeat must be at least 100ms, got %s", f.heartbeat)
@@ -123,6 +139,10 @@ func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags) ([]httpapi.Token,
 		if oerr != nil {
 			return nil, nil, fmt.Errorf("--tokens-file: %w", oerr)
 		}
+		if err := e.checkSecretFile(fh, "--tokens-file", f.tokensFile, allowPerms); err != nil {
+			fh.Close()
+			return nil, nil, err
+		}
 		tokens, err = httpapi.ParseTokens(fh)
 		fh.Close()
 		if err != nil {
@@ -137,6 +157,33 @@ func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags) ([]httpapi.Token,
 		return nil, nil, usagef("--listen needs API tokens: --tokens-file FILE or $%s (or --insecure-no-auth on a loopback address)", httpapi.EnvTokens)
 	}
 	return tokens, cert, nil
+}
+
+// allowInsecurePermsFlag accepts secret files other users may read.
+const allowInsecurePermsFlag = "allow-insecure-permissions"
+
+// checkSecretFile refuses a file of secrets (opened as fh) that the
+// group or others may read or write: every user of the machine could use
+// its tokens. With allow it only warns, on stderr. Not on Windows, whose
+// permissions are not mode bits.
+func (e *env) checkSecretFile(fh *os.File, flag, path string, allow bool) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	fi, err := fh.Stat()
+	if err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	mode := fi.Mode().Perm()
+	if mode&0o077 == 0 {
+		return nil
+	}
+	if allow {
+		fmt.Fprintf(e.stderr, "drover: WARNING: %s %s is open to group or others (mode %04o); accepted because of --%s: chmod 600 it\n", flag, path, mode, allowInsecurePermsFlag)
+		return nil
+	}
+	return fmt.Errorf("%s %s is open to group or others (mode %04o): other users of this machine could read its secrets; run chmod 600 %s (or pass --%s to accept it)",
+		flag, path, mode, path, allowInsecurePermsFlag)
 }
 
 // listenHTTP binds the API's address (before the roles start, so a taken
@@ -158,13 +205,14 @@ func listenHTTP(f *httpFlags) (net.Listener, error) {
 
 // serveHTTP starts serving the API on ln.
 func serveHTTP(ln net.Listener, f *httpFlags, tokens []httpapi.Token, cert *tls.Certificate, c *drover.Client, d *database, log *slog.Logger, instance string,
-	remoteInput func(context.Context, *drover.AgentRequest) ([]byte, error), metrics prometheus.Gatherer, callbacks *webhook.Allow) (*apiServer, error) {
+	remoteInput func(context.Context, *drover.AgentRequest) ([]byte, error), remoteAgent func(string) bool, metrics prometheus.Gatherer, callbacks *webhook.Allow) (*apiServer, error) {
 	q, err := convoy.New(convoy.Config{Store: d.Driver, InstanceID: instance, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	h, err := httpapi.New(c, q, httpapi.Options{Tokens: tokens, NoAuth: f.insecure, MaxBodyBytes: f.maxBodyBytes,
-		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, Heartbeat: f.heartbeat, RemoteInput: remoteInput, Logger: log,
+		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, MaxStreamsPerToken: f.maxStreamsTk, MaxWaiting: f.maxWaiting, MaxWaitingPerToken: f.maxWaitingTk,
+		Heartbeat: f.heartbeat, RemoteInput: remoteInput, RemoteAgent: remoteAgent, QueueCreate: httpapi.QueueCreate(f.queueCreate), Logger: log,
 		Metrics: metrics, CallbackAllow: callbacks, Redelivery: f.apiRedelivery()})
 	if err != nil {
 		return nil, err
@@ -183,7 +231,7 @@ func serveHTTP(ln net.Listener, f *httpFlags, tokens []httpapi.Token, cert *tls.
 	// deadline (shutdown's SetDraining ends them too).
 	s.srv.RegisterOnShutdown(h.CloseStreams)
 	if cert != nil {
-		s.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
+		s.srv.TLSConfig = serverTLS(cert)
 	}
 	go func() {
 		var err error
@@ -198,6 +246,24 @@ func serveHTTP(ln net.Listener, f *httpFlags, tokens []httpapi.Token, cert *tls.
 		s.done <- err
 	}()
 	return s, nil
+}
+
+// serverTLS is the API's TLS configuration: TLS 1.2 or later, and on 1.2
+// only AEAD cipher suites with forward secrecy (TLS 1.3 has no others).
+// The CBC suites Go also offers by default are left out.
+func serverTLS(cert *tls.Certificate) *tls.Config {
+	return &tls.Config{
+		Certificates: []tls.Certificate{*cert},
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: []uint16{
+			tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+			tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+			tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+			tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+			tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+			tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+		},
+	}
 }
 
 // url is the API's base URL.

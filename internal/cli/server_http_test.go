@@ -151,8 +151,8 @@ func TestServerHTTPEndToEnd(t *testing.T) {
 	}))
 	defer receiver.Close()
 	p := startServerProc(t, bin, []string{"DROVER_WEBHOOK_SECRET=e2e-webhook-secret-0123456789"},
-		"--db", "sqlite:"+filepath.Join(dir, "d.db"), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--tokens-file", tokens, "--step-timeout", "5s", "--webhook-url", receiver.URL+"/hook")
+		"--db", "sqlite:"+filepath.Join(dir, "d.db"), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--egress-allow", "127.0.0.1",
+		"--tokens-file", tokens, "--demo", "--step-timeout", "5s", "--webhook-url", receiver.URL+"/hook")
 	base := "http://" + p.addr
 	c := &http.Client{Timeout: 10 * time.Second}
 
@@ -312,6 +312,12 @@ func TestServerHTTPFlags(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:99999", "--insecure-no-auth"}, ExitFailure, "--listen"},
 		{[]string{"--max-streams", "5"}, ExitUsage, "--max-streams needs --listen"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-streams", "0"}, ExitUsage, "--max-streams must be positive"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-streams-per-token", "0"}, ExitUsage, "--max-streams-per-token must be positive"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-waiting", "-1"}, ExitUsage, "--max-waiting must be positive"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-waiting-per-token", "0"}, ExitUsage, "--max-waiting-per-token must be positive"},
+		{[]string{"--max-waiting", "5"}, ExitUsage, "--max-waiting needs --listen"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--queue-create", "admin"}, ExitUsage, `--queue-create "admin": want submit or operator`},
+		{[]string{"--queue-create", "operator"}, ExitUsage, "--queue-create needs --listen"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--stream-heartbeat", "1ms"}, ExitUsage, "--stream-heartbeat must be at least"},
 		{[]string{"--agent-redelivery-delay", "2s"}, ExitUsage, "--agent-redelivery-delay needs --listen"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--agent-redelivery-delay", "25h"}, ExitUsage, "--agent-redelivery-delay 25h0m0s is above 24h0m0s"},

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/url"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/webhook"
 )
 
@@ -22,25 +25,28 @@ type webhookFlags struct {
 	urls       []string
 	secretFile string
 	prefixes   []string
-	allow      *webhook.Allow // parsed from prefixes by checkWebhookFlags
+	allow      *webhook.Allow         // parsed from prefixes by checkWebhookFlags, with the egress policy
+	subs       []webhook.Subscription // parsed from urls by checkWebhookFlags
+	egress     *egress.Policy         // the server's, set by checkWebhookFlags
 }
 
 func (f *webhookFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringArrayVar(&f.urls, "webhook-url", nil, "send a signed webhook for every task that reaches a final state to this URL (repeatable); tasks' own callback URLs are sent too")
+	fl.StringArrayVar(&f.urls, "webhook-url", nil, "send a signed webhook for every task that reaches a final state to this URL (repeatable); URL#events=LIST chooses the events instead: final, alerts, or event types (such as https://ops.example.com/hook#events=final,alerts); tasks' own callback URLs are sent too")
 	fl.StringVar(&f.secretFile, "webhook-secret-file", "", "file holding the webhook signing secret (at least 16 bytes; default: $"+EnvWebhookSecret+"); with a secret the server sends webhooks")
-	fl.StringArrayVar(&f.prefixes, "callback-url-prefix", nil, "allow tasks' callback URLs only under this prefix (repeatable; scheme, host and a path ending in \"/\", like https://hooks.example.com/): POST /v1/tasks refuses others with 400 and stored ones are not sent; default: any URL")
+	fl.StringArrayVar(&f.prefixes, "callback-url-prefix", nil, "allow tasks' callback URLs only under this prefix (repeatable; scheme, host and a path ending in \"/\", like https://hooks.example.com/): POST /v1/tasks refuses others with 400 and stored ones are not sent; default: any URL the egress policy allows (see --egress-allow)")
 }
 
 // checkWebhookFlags returns the signing secret (nil: webhooks off) after
-// checking the flags. The secret is never printed.
-func (e *env) checkWebhookFlags(f *webhookFlags) ([]byte, error) {
+// checking the flags; a --webhook-url the egress policy refuses is a usage
+// error. The secret is never printed.
+func (e *env) checkWebhookFlags(f *webhookFlags, outbound *egress.Policy, allowPerms bool) ([]byte, error) {
 	var secret []byte
 	switch {
 	case f.secretFile != "":
-		b, err := os.ReadFile(f.secretFile)
+		b, err := e.readSecretFile("--webhook-secret-file", f.secretFile, allowPerms)
 		if err != nil {
-			return nil, fmt.Errorf("--webhook-secret-file: %w", err)
+			return nil, err
 		}
 		secret = bytes.TrimSpace(b)
 		if len(secret) == 0 {
@@ -52,20 +58,47 @@ func (e *env) checkWebhookFlags(f *webhookFlags) ([]byte, error) {
 	if secret != nil && len(secret) < webhook.MinSecretBytes {
 		return nil, usagef("the webhook secret is %d bytes; it must be at least %d", len(secret), webhook.MinSecretBytes)
 	}
+	f.subs = nil
 	for _, u := range f.urls {
-		if err := webhook.CheckURL(u); err != nil {
+		s, err := webhook.ParseSubscription(u)
+		if err != nil {
 			return nil, usagef("--webhook-url %q: %v", u, err)
 		}
+		f.subs = append(f.subs, s)
 	}
 	allow, err := webhook.ParseAllow(f.prefixes)
 	if err != nil {
 		return nil, usagef("--callback-url-prefix: %v", err)
 	}
-	f.allow = allow
+	f.allow, f.egress = allow.WithEgress(outbound), outbound
 	if len(f.urls) > 0 && secret == nil {
 		return nil, usagef("--webhook-url needs a signing secret: --webhook-secret-file FILE or $%s", EnvWebhookSecret)
 	}
+	for i, sub := range f.subs {
+		if pu, err := url.Parse(sub.URL); err == nil {
+			if err := outbound.CheckURL(pu); err != nil {
+				return nil, usagef("--webhook-url %q: %v; open it with --egress-allow", f.urls[i], err)
+			}
+		}
+	}
 	return secret, nil
+}
+
+// readSecretFile reads a file of secrets after checkSecretFile.
+func (e *env) readSecretFile(flag, path string, allowPerms bool) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	defer fh.Close()
+	if err := e.checkSecretFile(fh, flag, path, allowPerms); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(fh)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return b, nil
 }
 
 // startWebhooks runs the webhook dispatcher until the returned stop is
@@ -76,7 +109,8 @@ func startWebhooks(ctx context.Context, c *drover.Client, secret []byte, f *webh
 		log.Info("webhooks off: tasks' callback URLs are kept and sent by a server run with a webhook secret")
 		return nil, func() {}, nil
 	}
-	d, err = webhook.New(c.Store(), webhook.Options{Secret: secret, URLs: f.urls, AllowCallbacks: f.allow, Instance: c.InstanceID(), Logger: log})
+	d, err = webhook.New(c.Store(), webhook.Options{Secret: secret, Subscriptions: f.subs, AllowCallbacks: f.allow, Egress: f.egress,
+		Instance: c.InstanceID(), Logger: log})
 	if err != nil {
 		return nil, nil, fmt.Errorf("webhooks: %w", err)
 	}

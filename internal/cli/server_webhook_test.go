@@ -1,10 +1,21 @@
 package cli
 
 import (
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/drover-run/drover/droverclient"
 )
 
 func TestServerWebhookFlags(t *testing.T) {
@@ -40,5 +51,108 @@ func TestServerWebhookFlags(t *testing.T) {
 	r := run(t, "", "--db", db, "server", "--webhook-url", "ftp://example.com/hook")
 	if r.code != ExitUsage || !strings.Contains(r.stderr, `--webhook-url "ftp://example.com/hook"`) {
 		t.Errorf("bad URL with a secret from the environment: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestServerWebhookURLEvents(t *testing.T) {
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "d.db")
+	t.Setenv(EnvWebhookSecret, "0123456789abcdef-secret")
+	for _, c := range []struct{ url, want string }{
+		{"http://127.0.0.1:1/h#evnts=alerts", `the part after # must be events=LIST`},
+		{"http://127.0.0.1:1/h#events=alerts,retries", `unknown event selector "retries"`},
+		{"http://127.0.0.1:1/h#events=", `events= lists no events`},
+	} {
+		r := run(t, "", "--db", db, "server", "--webhook-url", c.url)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, `--webhook-url "`+c.url+`"`) || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("--webhook-url %s: exit %d, stderr %q; want a usage error containing %q", c.url, r.code, r.stderr, c.want)
+		}
+	}
+}
+
+// TestServerWebhookAlertsEndToEnd runs the real binary on each store: a
+// --webhook-url choosing alerts gets the task's alerts, a plain one its
+// final state, and the task's callback URL the events the submit chose,
+// all signed.
+func TestServerWebhookAlertsEndToEnd(t *testing.T) {
+	bin := buildDroverBinary(t)
+	const secret = "e2e-webhook-secret-0123456789"
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			dir := t.TempDir()
+			var (
+				mu   sync.Mutex
+				hits = map[string][]string{} // path → event types, signature verified
+				bad  []string
+			)
+			recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/pay" {
+					http.Error(w, `{"error":"card declined"}`, http.StatusUnprocessableEntity) // a permanent failure
+					return
+				}
+				body, _ := io.ReadAll(r.Body)
+				mu.Lock()
+				defer mu.Unlock()
+				if err := droverclient.VerifyWebhook([]byte(secret), "http://"+r.Host+r.URL.RequestURI(), r.Header, body, time.Now(), 0); err != nil {
+					bad = append(bad, r.URL.Path+": "+err.Error())
+				}
+				hits[r.URL.Path] = append(hits[r.URL.Path], r.Header.Get("Drover-Event-Type"))
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			defer recv.Close()
+			wf := filepath.Join(dir, "workflows")
+			if err := os.MkdirAll(wf, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(wf, "charge.yaml"), []byte("name: charge\nsteps:\n  - name: pay\n    http: {method: POST, url: \""+recv.URL+"/pay\"}\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tokens := filepath.Join(dir, "tokens")
+			if err := os.WriteFile(tokens, []byte(e2eSubmitTok+" submit\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			dbArgs := []string{"--db", "sqlite:" + filepath.Join(dir, "d.db")}
+			if driver == "postgres" {
+				url, schema := pgSchema(t)
+				dbArgs = []string{"--db", url, "--schema", schema}
+			}
+			p := startServerProc(t, bin, []string{EnvWebhookSecret + "=" + secret}, append(dbArgs,
+				"--listen", "127.0.0.1:0", "--tokens-file", tokens, "--workflows", wf, "--egress-allow", "127.0.0.1",
+				"--webhook-url", recv.URL+"/final", "--webhook-url", recv.URL+"/alerts#events=alerts")...)
+			defer func() {
+				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+				<-p.done
+			}()
+			c := &http.Client{Timeout: 10 * time.Second}
+			code, m := call(t, c, "POST", "http://"+p.addr+"/v1/tasks", e2eSubmitTok,
+				`{"workflow":"charge","id":"c-1","callback_url":"`+recv.URL+`/cb","callback_events":["step_failed"]}`)
+			if code != 201 || fmt.Sprint(m["callback_events"]) != "[step_failed]" {
+				t.Fatalf("submit: %d %v", code, m)
+			}
+			want := map[string]string{"/final": "error", "/alerts": "error step_failed", "/cb": "step_failed"}
+			got := func() map[string]string {
+				mu.Lock()
+				defer mu.Unlock()
+				out := map[string]string{}
+				for path, types := range hits {
+					s := slices.Clone(types)
+					slices.Sort(s)
+					out[path] = strings.Join(s, " ")
+				}
+				return out
+			}
+			deadline := time.Now().Add(60 * time.Second)
+			for !maps.Equal(got(), want) {
+				if time.Now().After(deadline) {
+					t.Fatalf("webhooks received %v, want %v\n%s", got(), want, p.stderr.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(bad) > 0 {
+				t.Errorf("signatures that do not verify: %v", bad)
+			}
+		})
 	}
 }

@@ -23,7 +23,7 @@ func TestServerWorkflowsInvalid(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := map[string]string{
-		"good.yaml": "name: good\nsteps: [{name: s, http: {method: GET, url: \"http://127.0.0.1:1/\"}}]\n",
+		"good.yaml": "name: good\nsteps: [{name: s, http: {method: GET, url: \"http://svc.example:1/\"}}]\n",
 		"trip.yaml": "name: trip\nsteps:\n  - name: reserve\n    timeout: 10x\n    http: {method: POST, url: \"http://h/${input.id}\"}\n  - name: charge\n    agnet: payments\n",
 		"dup.json":  `{"name": "good", "steps": [{"name": "s", "agent": "a"}]}`,
 		"mine.yml":  "name: orders\nsteps: [{name: s, agent: a}]\n",
@@ -34,7 +34,8 @@ func TestServerWorkflowsInvalid(t *testing.T) {
 		}
 	}
 	dbPath := filepath.Join(dir, "d.db")
-	r := run(t, "", "--db", "sqlite:"+dbPath, "server", "--workflows", wf)
+	// With --demo the demo's workflow name "orders" is taken.
+	r := run(t, "", "--db", "sqlite:"+dbPath, "server", "--demo", "--workflows", wf)
 	if r.code != ExitFailure {
 		t.Errorf("exit %d, want %d", r.code, ExitFailure)
 	}
@@ -115,7 +116,7 @@ func TestServerWorkflowsReload(t *testing.T) {
 		}
 	}
 	write(version("v1"))
-	proc := startServerProc(t, bin, nil, "--db", "sqlite:"+filepath.Join(dir, "d.db"), "--listen", "127.0.0.1:0",
+	proc := startServerProc(t, bin, nil, "--db", "sqlite:"+filepath.Join(dir, "d.db"), "--listen", "127.0.0.1:0", "--egress-allow", "127.0.0.1",
 		"--insecure-no-auth", "--workflows", wf, "--workflows-poll", "0", "--poll-interval", "20ms")
 	base := "http://" + proc.addr
 	c := &http.Client{Timeout: 10 * time.Second}

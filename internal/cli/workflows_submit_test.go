@@ -19,29 +19,9 @@ func TestSubmitStoredDeclarativeWorkflow(t *testing.T) {
 	wf := func(u string) string {
 		return "name: ship\nsteps:\n  - name: call\n    http: {method: POST, url: \"" + u + "\"}\n"
 	}
-	if err := os.WriteFile(filepath.Join(dir, "ship.yaml"), []byte(wf("http://127.0.0.1:1/v1")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d, err := sqlite.Open(t.Context(), path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: d})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.LoadDir(t.Context(), dir); err != nil {
-		t.Fatal(err)
-	}
+	storeWorkflow(t, path, dir, "ship.yaml", wf("http://ship.example/v1"))
 	// A second version, as a reload would store it.
-	if err := os.WriteFile(filepath.Join(dir, "ship.yaml"), []byte(wf("http://127.0.0.1:1/v2")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	reg2, _ := workflowdef.NewRegistry(workflowdef.Options{Store: d})
-	if err := reg2.LoadDir(t.Context(), dir); err != nil {
-		t.Fatal(err)
-	}
-	d.Close()
+	storeWorkflow(t, path, dir, "ship.yaml", wf("http://ship.example/v2"))
 
 	out := mustRun(t, "submit", "ship", `{"n":1}`, "--id", "s-1", "--db", url, "--json")
 	var tk struct {
@@ -59,7 +39,44 @@ func TestSubmitStoredDeclarativeWorkflow(t *testing.T) {
 		t.Fatalf("submitted %+v, want s-1 of ship version 2 with one http step", tk)
 	}
 	r := run(t, "", "submit", "nope", `{}`, "--db", url)
-	if r.code != 1 || !strings.Contains(r.stderr, `unknown workflow "nope" (this database knows: orders, ship)`) {
+	if r.code != 1 || !strings.Contains(r.stderr, `unknown workflow "nope" (this database knows: ship, orders (the demo's, run by "drover server --demo"))`) {
 		t.Fatalf("unknown workflow: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// A declarative workflow's required_input is checked at submission: an
+// input without the fields is refused, not stored to fail in its step.
+func TestSubmitDeclarativeRequiredInput(t *testing.T) {
+	url, path := migratedDB(t)
+	dir := t.TempDir()
+	storeWorkflow(t, path, dir, "ship.yaml",
+		"name: ship\nrequired_input: [order_id]\nsteps:\n  - name: call\n    http: {method: POST, url: \"http://ship.example/${input.order_id}\"}\n")
+	r := run(t, "", "submit", "ship", `{"n":1}`, "--id", "s-1", "--db", url)
+	wantFailure(t, r, 1, `invalid input for workflow "ship": missing order_id (required_input: order_id)`)
+	if out := mustRun(t, "submit", "ship", `{"order_id":"o-1"}`, "--id", "s-2", "--db", url); out != "s-2\n" {
+		t.Fatalf("submit: %q", out)
+	}
+	r = run(t, "", "status", "s-1", "--db", url)
+	wantFailure(t, r, 1, "not found")
+}
+
+// storeWorkflow writes a workflow file into dir and loads the directory
+// into the SQLite database at path, as a server's start or reload does.
+func storeWorkflow(t *testing.T, path, dir, file, src string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.LoadDir(t.Context(), dir); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -110,10 +110,15 @@ func TestConvoySurvivesKills(t *testing.T) {
 		return logf.Write(p)
 	})
 
+	type worker struct {
+		cmd *exec.Cmd
+		id  string // its instance ID: the holder of the sessions it accepts
+	}
 	var nextID int
-	start := func() *exec.Cmd {
+	start := func() worker {
 		nextID++
-		cmd := exec.Command(bin, "--db", url, "--schema", schema, "--id", fmt.Sprintf("w%d", nextID), "--sessions", "16")
+		id := fmt.Sprintf("w%d", nextID)
+		cmd := exec.Command(bin, "--db", url, "--schema", schema, "--id", id, "--sessions", "16")
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -137,13 +142,13 @@ func TestConvoySurvivesKills(t *testing.T) {
 		case <-time.After(60 * time.Second):
 			t.Fatal("convoyworker did not start within 60s")
 		}
-		return cmd
+		return worker{cmd, id}
 	}
-	workers := []*exec.Cmd{start(), start(), start()}
+	workers := []worker{start(), start(), start()}
 	t.Cleanup(func() {
 		for _, w := range workers {
-			_ = w.Process.Kill()
-			_ = w.Wait()
+			_ = w.cmd.Process.Kill()
+			_ = w.cmd.Wait()
 		}
 	})
 
@@ -175,8 +180,7 @@ func TestConvoySurvivesKills(t *testing.T) {
 	}
 
 	// Chaos: kill a random worker every 100–400 ms and start a new one.
-	pending := func() int {
-		n := 0
+	sessions := func(each func(s *convoy.Session)) {
 		for _, q := range []string{cwLedgers, cwOrders} {
 			after := ""
 			for {
@@ -185,7 +189,7 @@ func TestConvoySurvivesKills(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, s := range ss {
-					n += s.Pending
+					each(s)
 				}
 				if len(ss) < 1000 {
 					break
@@ -193,20 +197,41 @@ func TestConvoySurvivesKills(t *testing.T) {
 				after = ss[len(ss)-1].ID
 			}
 		}
+	}
+	pending := func() int {
+		n := 0
+		sessions(func(s *convoy.Session) { n += s.Pending })
 		return n
 	}
-	killed := 0
+	// held counts the sessions (ledger or order) a worker holds under an
+	// unexpired lock.
+	held := func(id string) int {
+		n, now := 0, time.Now()
+		sessions(func(s *convoy.Session) {
+			if s.LockHolder == id && s.LockedUntil != nil && s.LockedUntil.After(now) {
+				n++
+			}
+		})
+		return n
+	}
+	killed, killedBusy := 0, 0
 	for killed < kills && pending() > 0 {
 		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
 		i := rng.IntN(len(workers))
-		_ = workers[i].Process.Kill()
-		_ = workers[i].Wait()
+		if held(workers[i].id) > 0 {
+			killedBusy++
+		}
+		_ = workers[i].cmd.Process.Kill()
+		_ = workers[i].cmd.Wait()
 		killed++
 		workers[i] = start()
 	}
-	t.Logf("%d kills; %d messages pending after the last", killed, pending())
+	t.Logf("%d kills (%d of a worker holding sessions); %d messages pending after the last", killed, killedBusy, pending())
 	if killed < 3 {
 		t.Fatalf("only %d kills landed before the work ran out; make the work bigger", killed)
+	}
+	if killedBusy < (killed+1)/2 {
+		t.Fatalf("only %d of %d kills hit a worker holding sessions; the test is not exercising crashes", killedBusy, killed)
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for pending() > 0 {

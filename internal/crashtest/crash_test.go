@@ -45,7 +45,7 @@ type server struct {
 
 func startServer(t *testing.T, bin, db, remote, instance string, logw io.Writer) *server {
 	t.Helper()
-	cmd := exec.Command(bin, "server",
+	cmd := exec.Command(bin, "server", "--demo",
 		"--db", "sqlite:"+db,
 		"--remote-url", remote,
 		"--instance-id", instance,
@@ -91,7 +91,7 @@ func (s *server) kill() {
 	<-s.done
 }
 
-// TestServerSurvivesSIGKILL is the crash test: every task ends final
+// TestServerSurvivesSIGKILL is the crash test: every task ends final
 // and the remote service sees no duplicate effect, however often the server
 // dies mid-flight.
 func TestServerSurvivesSIGKILL(t *testing.T) {

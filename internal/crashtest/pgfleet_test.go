@@ -78,7 +78,7 @@ func (f *pgFleet) start(slot int, id string) *pgProc {
 	// in its ready line), so that the test submits through it too: a Submit
 	// in a process with schedulers starts its task in the submitting
 	// transaction (eager start), and these processes get killed.
-	cmd := exec.Command(f.bin, "server",
+	cmd := exec.Command(f.bin, "server", "--demo",
 		"--listen", "127.0.0.1:0", "--insecure-no-auth",
 		"--db", f.url,
 		"--schema", f.schema,

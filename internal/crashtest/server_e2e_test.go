@@ -102,7 +102,7 @@ func startE2EServer(t *testing.T, bin string, args []string, logw io.Writer) *e2
 	return s
 }
 
-// TestServerModeEndToEnd is issue 5's end-to-end test: the real binary with
+// TestServerModeEndToEnd is server mode's end-to-end test: the real binary with
 // a workflow directory, two local HTTP services (one flaky, one of them
 // declining large amounts), a remote agent, a webhook receiver; tasks
 // submitted with the Go client and with curl, events followed over SSE, the
@@ -139,7 +139,8 @@ func TestServerModeEndToEnd(t *testing.T) {
 		body, _ := io.ReadAll(r.Body)
 		hookMu.Lock()
 		defer hookMu.Unlock()
-		if err := droverclient.VerifyWebhook([]byte(e2eWebhookSecret), r.Header.Get(droverclient.WebhookSignatureHeader), body, time.Now(), 0); err != nil {
+		// The URL it is called at: the --webhook-url, exactly.
+		if err := droverclient.VerifyWebhook([]byte(e2eWebhookSecret), "http://"+r.Host+r.URL.RequestURI(), r.Header, body, time.Now(), 0); err != nil {
 			badHooks++
 			w.WriteHeader(http.StatusUnauthorized)
 			return
@@ -161,7 +162,7 @@ func TestServerModeEndToEnd(t *testing.T) {
 	wf := strings.NewReplacer("INVENTORY", invURL, "PAYMENTS", payURL).Replace(e2eWorkflow)
 	must(t, os.WriteFile(filepath.Join(wfDir, "order.yaml"), []byte(wf), 0o644))
 	tokens := filepath.Join(dir, "tokens")
-	must(t, os.WriteFile(tokens, []byte(e2eSubmitToken+" submit\n"+e2eOperatorToken+" operator\n"+e2eAgentToken+" agent\n"), 0o600))
+	must(t, os.WriteFile(tokens, []byte(e2eSubmitToken+" submit\n"+e2eOperatorToken+" operator\n"+e2eAgentToken+" agent:notifier\n"), 0o600))
 	secret := filepath.Join(dir, "webhook-secret")
 	must(t, os.WriteFile(secret, []byte(e2eWebhookSecret+"\n"), 0o600))
 
@@ -172,7 +173,7 @@ func TestServerModeEndToEnd(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	args := []string{"server", "--db", "sqlite:" + filepath.Join(dir, "drover.db"), "--instance-id", "e2e",
 		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--tokens-file", tokens, "--workflows", wfDir,
-		"--webhook-url", receiver.URL, "--webhook-secret-file", secret,
+		"--webhook-url", receiver.URL + "/hooks", "--webhook-secret-file", secret, "--egress-allow", "127.0.0.1",
 		"--supervisor-interval", "100ms", "--lease-ttl", "1s", "--shutdown-timeout", "10s"}
 	logw := &lockedWriter{w: &strings.Builder{}}
 	t.Cleanup(func() {

@@ -6,12 +6,16 @@
 //
 //	Scheduler:  Claim → Advance (dispatch the next step or finish the task)
 //	            ApplyReplies (fenced by attempt and CompleteBy) → Advance
-//	Supervisor: Recover expired tasks (retry, Error + alert, or compensate)
+//	Supervisor: Recover expired tasks (retry; past the threshold, an extended
+//	            wait and retry, Error + alert, or compensate)
 //	Operator:   Submit, Cancel, Resubmit
 //
 // Forward: a task runs its steps in index order; each dispatch increments the
 // step's attempt (the fencing token) and sends a request message (stored,
 // or handed in memory to an agent runtime of the same process). Backward:
-// a Compensating task runs the compensations of its Processed steps from the
-// highest index down, then ends Compensated.
+// a Compensating task runs, from the highest index down, the compensations
+// of its steps that completed and of a step that timed out past its
+// threshold (no reply came, so its call may have taken effect), then ends
+// Compensated. A step that failed with a permanent error is not undone:
+// its agent answered that the call did not take effect.
 package flow

@@ -14,13 +14,16 @@ import (
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/fault"
 	"github.com/drover-run/drover/store"
 )
 
 // Errors the state machine returns.
 var (
-	// ErrTaskConflict: a task with this ID exists with a different workflow or input.
-	ErrTaskConflict = errors.New("task ID already used with a different workflow or input")
+	// ErrTaskConflict: a task with this ID exists from another submission:
+	// a different workflow, input (as a JSON value), ordering key or
+	// callback URL.
+	ErrTaskConflict = errors.New("task ID already used by a different submission")
 	// ErrNotResubmittable: only Error, Cancelled and Compensated tasks can
 	// be resubmitted.
 	ErrNotResubmittable = errors.New("task is not in Error or Cancelled, nor Compensated")
@@ -40,6 +43,7 @@ type Counters struct {
 	RepliesApplied atomic.Int64
 	LateReplies    atomic.Int64 // replies discarded by the fence
 	Recoveries     atomic.Int64 // steps the supervisor reset for another try
+	Waits          atomic.Int64 // extended waits the supervisor started (WaitPolicy)
 	Alerts         atomic.Int64
 	Finished       atomic.Int64 // tasks this process brought to Processed, Compensated or Error
 	Started        atomic.Int64 // of Dispatched, tasks started at submission (Start)
@@ -47,7 +51,7 @@ type Counters struct {
 
 // tally is what one transaction would add to the Counters.
 type tally struct {
-	dispatched, applied, late, recoveries, alerts, finished int64
+	dispatched, applied, late, recoveries, waits, alerts, finished int64
 }
 
 func (c *Counters) add(t tally) {
@@ -58,6 +62,7 @@ func (c *Counters) add(t tally) {
 	c.RepliesApplied.Add(t.applied)
 	c.LateReplies.Add(t.late)
 	c.Recoveries.Add(t.recoveries)
+	c.Waits.Add(t.waits)
 	c.Alerts.Add(t.alerts)
 	c.Finished.Add(t.finished)
 }
@@ -126,6 +131,11 @@ func (b *batch) drop(id string, start *Start) {
 }
 
 func (b *batch) flush(ctx context.Context, x store.Executor) error {
+	if fault.Armed() {
+		if err := b.fault(); err != nil {
+			return err
+		}
+	}
 	// A task with an ordering key that became final lets the next task of
 	// its key be claimed: wake the schedulers. (A dirty task that is final
 	// became final in this transaction: nothing writes a final task
@@ -168,6 +178,21 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 		return x.Notify(ctx, store.TopicTasks)
 	}
 	return nil
+}
+
+// fault checks the batch's texts at the fault-injection point (tests).
+func (b *batch) fault() error {
+	var texts []string
+	for _, t := range b.tasks {
+		texts = append(texts, t.LastError)
+	}
+	for _, s := range b.steps {
+		texts = append(texts, s.LastError)
+	}
+	for _, e := range b.events {
+		texts = append(texts, e.Message)
+	}
+	return fault.Text(texts...)
 }
 
 // notifyRequests wakes the agents in other processes for the requests no
@@ -292,9 +317,10 @@ type Submission struct {
 }
 
 // Submit inserts tasks and their steps. A task whose ID already exists with
-// the same workflow and input is not inserted again: its stored record is
-// returned in its place. With a different workflow or input the whole call
-// fails with ErrTaskConflict. The result holds the stored task of each
+// the same workflow, input (compared as JSON values), ordering key and
+// callback URL is not inserted again: its stored record is returned in its
+// place. With any of them different the whole call fails with
+// ErrTaskConflict, saying which. The result holds the stored task of each
 // submission.
 func Submit(ctx context.Context, x store.Executor, subs []Submission) ([]*dt.Task, error) {
 	return SubmitAndStart(ctx, x, subs, nil)
@@ -356,8 +382,8 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 	var freshIdx []int
 	for i, s := range subs {
 		if j, dup := first[s.Task.ID]; dup {
-			if subs[j].Task.InputHash != s.Task.InputHash || subs[j].Task.Workflow != s.Task.Workflow {
-				return nil, fmt.Errorf("task %q: %w", s.Task.ID, ErrTaskConflict)
+			if diff := conflict(subs[j].Task, s.Task); diff != "" {
+				return nil, conflictError(s.Task.ID, strings.Replace(diff, "is stored", "is submitted first in this call", 1))
 			}
 			continue
 		}
@@ -414,13 +440,15 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		if err != nil {
 			return nil, err
 		}
-		if cur.InputHash != t.InputHash || cur.Workflow != t.Workflow {
-			return nil, fmt.Errorf("task %q: %w", t.ID, ErrTaskConflict)
+		if diff := conflict(cur, t); diff != "" {
+			return nil, conflictError(t.ID, diff)
 		}
 		out[i] = cur
 	}
-	// A key reserved only for tasks that existed already (the stored task
-	// has another key, or none) has no task: its row would stay for good.
+	// A key reserved only for tasks that existed already has a position
+	// no task uses; its row is pruned should no task have the key (the
+	// stored task has the same key, or conflict refused the call, so one
+	// normally does: the prune is a guard against a row kept for good).
 	if err := x.OrderingKeysPrune(ctx, unused); err != nil {
 		return nil, err
 	}
@@ -914,6 +942,21 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 	return TickResult{Requests: b.requests, Claimed: len(cl), Released: b.released, More: b.claimable || again, Deferred: deferred}, err
 }
 
+// UnstorablePrefix starts the error of a step whose reply the store
+// refused: a value of it (its error text, say) could not be stored.
+const UnstorablePrefix = "the reply could not be stored: "
+
+// Unstorable returns r as a failure for the reason cause, an error of the
+// store refusing a value of r (store.ErrBadData): applied, it fails r's
+// step for good, so the task follows its failure policy, and its error
+// names the cause instead of the value that could not be stored.
+func Unstorable(r *dt.AgentReply, cause error) *dt.AgentReply {
+	f := *r
+	f.Failed, f.Output = true, nil
+	f.Error = UnstorablePrefix + dt.Storable(cause.Error())
+	return &f
+}
+
 // replyTaskIDs lists the tasks replies are for, each once.
 func replyTaskIDs(replies []*dt.AgentReply) []string {
 	seen := map[string]bool{}
@@ -1029,12 +1072,12 @@ func (m *Machine) alert(b *batch, t *dt.Task, step int, typ dt.EventType, msg st
 	return e
 }
 
-// failTask applies the workflow's policy to a task whose current step failed
-// for good, while the instance holds it.
+// failTask applies the failure policy of the task's current step, which
+// failed for good, while the instance holds it.
 func (m *Machine) failTask(b *batch, l *loaded, reason string, now time.Time) {
 	t := l.task
 	t.LastError = reason
-	if t.OnFailure == dt.PolicyCompensate {
+	if policy, _ := t.PolicyOf(l.steps[t.CurrentStep]); policy == dt.PolicyCompensate {
 		t.ProcessState = dt.Compensating
 		b.event(ev(t, -1, dt.EventCompensating, m.Instance, now))
 		m.advance(b, l, now)
@@ -1080,7 +1123,9 @@ func (sv *Supervisor) CheckLeader(ctx context.Context, x store.Executor, now tim
 
 // Sweep finds held tasks whose CompleteBy passed and recovers them: below the
 // threshold the step goes back to Pending (after the workflow's back-off);
-// at it, the workflow's policy applies. Every action is fenced by the lease.
+// at it, the step waits an extended period and is tried again while its
+// WaitPolicy allows, and then its failure policy applies. Every action is
+// fenced by the lease.
 func (sv *Supervisor) Sweep(ctx context.Context, x store.Executor, now time.Time, limit int) (int, error) {
 	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
@@ -1164,26 +1209,47 @@ func (sv *Supervisor) recover(b *batch, l *loaded, now time.Time) {
 	e.Attempt = s.Attempt
 	e.Message = fmt.Sprintf("CompleteBy passed; FailureCount %d of %d", s.FailureCount, t.FailureThreshold)
 
-	if s.FailureCount < t.FailureThreshold {
+	retry := func() {
 		if compensating {
 			s.CompensationState = dt.Pending
 		} else {
 			s.ProcessState = dt.Pending
 			t.ProcessState = dt.Pending
 		}
+	}
+	if s.FailureCount < t.FailureThreshold {
+		retry()
 		t.AvailableAt = now.Add(backoff(t.RetryDelay, s.FailureCount))
 		sv.pending.recoveries++
 		sv.event(b, t, s.Index, dt.EventStepRetry, now).Attempt = s.Attempt
 		return
 	}
-	reason := fmt.Sprintf("step %d (%s) timed out %d times", s.Index, s.Name, s.FailureCount)
-	s.LastError = reason
-	alert := func(typ dt.EventType, step int, msg string) {
+	alert := func(typ dt.EventType, step int, msg string) *dt.Event {
 		e := sv.event(b, t, step, typ, now)
 		e.Alert = true
 		e.Message = msg
 		sv.pending.alerts++
+		return e
 	}
+	policy, wait := t.PolicyOf(s)
+	// Each wait is followed by one attempt, whose timeout counts: the
+	// waits so far are the failures past the threshold.
+	waits := s.FailureCount - t.FailureThreshold
+	if waits < wait.MaxWaits {
+		retry()
+		next := now.Add(wait.Wait(waits + 1))
+		t.AvailableAt = next
+		s.LastError = fmt.Sprintf("step %d (%s) timed out %d times; extended wait %d of %d, next attempt at %s",
+			s.Index, s.Name, s.FailureCount, waits+1, wait.MaxWaits, next.UTC().Format(time.RFC3339Nano))
+		sv.pending.waits++
+		alert(dt.EventStepWaiting, s.Index, s.LastError).Attempt = s.Attempt
+		return
+	}
+	reason := fmt.Sprintf("step %d (%s) timed out %d times", s.Index, s.Name, s.FailureCount)
+	if waits > 0 {
+		reason += fmt.Sprintf(" (after %d extended waits)", waits)
+	}
+	s.LastError = reason
 	if compensating {
 		s.CompensationState = dt.Error
 		t.ProcessState = dt.Error
@@ -1194,11 +1260,14 @@ func (sv *Supervisor) recover(b *batch, l *loaded, now time.Time) {
 	}
 	s.ProcessState = dt.Error
 	t.LastError = reason
-	if t.OnFailure == dt.PolicyCompensate {
+	if policy == dt.PolicyCompensate {
 		if s.Compensation != "" {
 			// It timed out: it may have taken effect. Undo it too; the
-			// compensation is idempotent like every agent call.
+			// compensation is idempotent like every agent call. Like
+			// every compensation it counts its own failures (the
+			// forward run's are in LastError and the history).
 			s.CompensationState = dt.Pending
+			s.FailureCount = 0
 		}
 		t.ProcessState = dt.Compensating
 		alert(dt.EventStepFailed, s.Index, reason+"; compensating")

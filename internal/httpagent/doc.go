@@ -28,7 +28,15 @@
 //     and any wait (back-off, a concurrency slot).
 //   - Each host (scheme, host and port) has its own circuit breaker, counting
 //     only transient failures, and its own limit of calls in flight; calls
-//     over the limit wait for a slot or the end of their context.
+//     over the limit wait for a slot or the end of their context. At most
+//     Options.MaxHosts hosts are kept: the least recently called one that
+//     no call holds is forgotten first.
+//   - Every call goes through an egress policy (internal/egress): the URL
+//     is checked before anything is sent and every address connected to
+//     is checked at connect time, after DNS. A refused call is a permanent
+//     failure whose message starts with "egress denied: " and names the
+//     host, the address and why; it reaches nothing. Each policy has its
+//     own connection pool, and no proxy is used.
 //
 // The step output is always JSON: a 2xx body that is valid JSON is returned
 // as is, an empty body becomes null, anything else becomes a JSON string.

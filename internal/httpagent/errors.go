@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	dt "github.com/drover-run/drover/drovertype"
 )
 
 // ErrBreakerOpen is the failure of a try refused by the host's open (or
@@ -100,7 +102,8 @@ func redact(u *url.URL) string {
 }
 
 // excerpt is the start of b as text: at most bodyExcerpt bytes, cut on a
-// UTF-8 boundary, invalid bytes replaced, surrounding space trimmed.
+// UTF-8 boundary, surrounding space trimmed, NUL characters and invalid
+// bytes replaced with a note saying so.
 func excerpt(b []byte) string {
 	if len(b) > bodyExcerpt {
 		n := bodyExcerpt
@@ -109,5 +112,5 @@ func excerpt(b []byte) string {
 		}
 		b = b[:n]
 	}
-	return strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
+	return dt.Storable(strings.TrimSpace(string(b)))
 }

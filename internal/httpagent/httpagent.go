@@ -22,6 +22,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/egress"
 )
 
 // drainLimit is how much of an unread body is read before closing it, so
@@ -30,13 +31,19 @@ const drainLimit = 64 << 10
 
 // Options configures a Caller. Zero fields take the documented defaults.
 type Options struct {
-	// Client makes the requests. The default has dial, TLS handshake and
-	// idle timeouts but no overall Timeout: the context's deadline (the
-	// step's CompleteBy) bounds each call. It follows no redirects.
-	Client *http.Client
+	// Egress is where calls may connect (egress.Policy): checked on each
+	// request's URL before it is sent and on every address connected to.
+	// Default: the default policy, which refuses loopback, private,
+	// link-local and other special-purpose addresses. A Request may
+	// bring its own (a workflow's hosts).
+	Egress *egress.Policy
 	// MaxConcurrentPerHost bounds the calls in flight to one host (default
 	// 16); further calls wait for a slot or the end of their context.
 	MaxConcurrentPerHost int
+	// MaxHosts bounds the hosts whose breaker and call slots are kept
+	// (default 1024); past it the least recently called host that no call
+	// holds is forgotten.
+	MaxHosts int
 	// Breaker configures the circuit breaker of each host.
 	Breaker BreakerPolicy
 	// MaxResponseBytes bounds a success body (default 1 MiB); a larger one
@@ -65,21 +72,23 @@ type Request struct {
 	Retry RetryPolicy
 	// Status overrides the classification of status codes.
 	Status StatusPolicy
+	// Egress, when set, replaces Options.Egress for this call.
+	Egress *egress.Policy
 }
 
 // Caller makes the HTTP agent's calls. It is safe for concurrent use; the
 // breakers and concurrency limits of a Caller are per host and shared by all
 // its calls, so a process should use one Caller.
 type Caller struct {
-	client   *http.Client
+	egress   *egress.Policy
 	maxConc  int
 	breaker  BreakerPolicy
 	maxBytes int64
 	log      *slog.Logger
 	now      func() time.Time // replaced by tests
 
-	mu    sync.Mutex
-	hosts map[string]*host // by hostKey; never pruned (hosts come from workflow definitions)
+	hosts   *hostTable
+	clients clientCache
 
 	// waiting counts calls waiting for a concurrency slot (tests watch it).
 	waiting atomic.Int64
@@ -90,18 +99,21 @@ type host struct {
 	key   string
 	cb    *gobreaker.CircuitBreaker[[]byte]
 	slots chan struct{}
+	refs  int // calls holding it (hostTable)
 }
 
 // New returns a Caller with opts, defaults filled in.
 func New(opts Options) *Caller {
 	c := &Caller{
-		client:   opts.Client,
+		egress:   opts.Egress,
 		maxConc:  opts.MaxConcurrentPerHost,
 		breaker:  opts.Breaker,
 		maxBytes: opts.MaxResponseBytes,
 		log:      opts.Logger,
 		now:      time.Now,
-		hosts:    map[string]*host{},
+	}
+	if c.egress == nil {
+		c.egress = egress.New(egress.Options{})
 	}
 	if c.maxConc <= 0 {
 		c.maxConc = DefaultMaxConcurrentPerHost
@@ -118,29 +130,81 @@ func New(opts Options) *Caller {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
-	if c.client == nil {
-		c.client = defaultClient(c.maxConc)
+	maxHosts := opts.MaxHosts
+	if maxHosts <= 0 {
+		maxHosts = DefaultMaxHosts
 	}
+	c.hosts = newHostTable(maxHosts, c.newHost)
 	return c
 }
 
-// defaultClient bounds connecting, not calling: a slow but healthy service is
+// Egress returns the Caller's egress policy (Options.Egress).
+func (c *Caller) Egress() *egress.Policy { return c.egress }
+
+// CloseIdleConnections closes the idle connections of every policy's pool.
+func (c *Caller) CloseIdleConnections() { c.clients.closeIdle() }
+
+// maxClients bounds the connection pools kept, one per egress policy in
+// use (the server's, and each workflow's that lists its hosts).
+const maxClients = 64
+
+// clientCache holds one *http.Client per egress policy (Policy.Key), so a
+// connection dialed under one policy never serves a call of another.
+type clientCache struct {
+	mu    sync.Mutex
+	byKey map[string]*pooled
+	tick  uint64
+}
+
+type pooled struct {
+	client *http.Client
+	used   uint64
+}
+
+// clientFor returns the client of policy p, made on first use with c's
+// pool sizes.
+func (c *Caller) clientFor(p *egress.Policy) *http.Client {
+	cc := &c.clients
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.tick++
+	if e, ok := cc.byKey[p.Key()]; ok {
+		e.used = cc.tick
+		return e.client
+	}
+	if cc.byKey == nil {
+		cc.byKey = map[string]*pooled{}
+	}
+	if len(cc.byKey) >= maxClients {
+		oldest := ""
+		for k, e := range cc.byKey {
+			if oldest == "" || e.used < cc.byKey[oldest].used {
+				oldest = k
+			}
+		}
+		cc.byKey[oldest].client.CloseIdleConnections()
+		delete(cc.byKey, oldest)
+	}
+	e := &pooled{client: newClient(p, c.maxConc), used: cc.tick}
+	cc.byKey[p.Key()] = e
+	return e.client
+}
+
+func (cc *clientCache) closeIdle() {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	for _, e := range cc.byKey {
+		e.client.CloseIdleConnections()
+	}
+}
+
+// newClient bounds connecting, not calling: a slow but healthy service is
 // cut by the step's deadline alone.
-func defaultClient(perHost int) *http.Client {
+func newClient(p *egress.Policy, perHost int) *http.Client {
+	tr := p.Transport(10 * time.Second)
+	tr.MaxIdleConnsPerHost = perHost
 	return &http.Client{
-		Transport: &http.Transport{
-			Proxy: http.ProxyFromEnvironment,
-			DialContext: (&net.Dialer{
-				Timeout:   10 * time.Second,
-				KeepAlive: 30 * time.Second,
-			}).DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          256,
-			MaxIdleConnsPerHost:   perHost,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   10 * time.Second,
-			ExpectContinueTimeout: time.Second,
-		},
+		Transport: tr,
 		// A redirect is an answer to classify, not to follow: following it
 		// would resend the body and the Idempotency-Key elsewhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -161,10 +225,8 @@ func (c *Caller) BreakerState(hostport string) string {
 	} else {
 		keys = []string{"http://" + hostport, "https://" + hostport}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, k := range keys {
-		if h := c.hosts[k]; h != nil {
+		if h := c.hosts.get(k); h != nil {
 			return h.cb.State().String()
 		}
 	}
@@ -183,13 +245,8 @@ func hostKey(u *url.URL) string {
 	return strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
-// host returns the breaker and slots of key, creating them on first use.
-func (c *Caller) host(key string) *host {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if h := c.hosts[key]; h != nil {
-		return h
-	}
+// newHost makes the breaker and slots of key.
+func (c *Caller) newHost(key string) *host {
 	failures := c.breaker.Failures
 	h := &host{key: key, slots: make(chan struct{}, c.maxConc)}
 	h.cb = gobreaker.NewCircuitBreaker[[]byte](gobreaker.Settings{
@@ -207,12 +264,12 @@ func (c *Caller) host(key string) *host {
 			c.log.Warn("http agent circuit breaker changed", "host", name, "from", from.String(), "to", to.String())
 		},
 	})
-	c.hosts[key] = h
 	return h
 }
 
 // call is a validated Request.
 type call struct {
+	client  *http.Client
 	method  string
 	url     string // as given, for the request
 	safeURL string // for errors and logs
@@ -245,6 +302,14 @@ func (c *Caller) prepare(r *Request) (*call, error) {
 	if u.Hostname() == "" {
 		return nil, fmt.Errorf("httpagent: URL %s has no host", cl.safeURL)
 	}
+	pol := r.Egress
+	if pol == nil {
+		pol = c.egress
+	}
+	if err := pol.CheckURL(u); err != nil {
+		return nil, fmt.Errorf("%w (%s %s)", err, cl.method, cl.safeURL)
+	}
+	cl.client = c.clientFor(pol)
 	if err := ValidateStatusPolicy(r.Status); err != nil {
 		return nil, fmt.Errorf("httpagent: %s %s: %w", cl.method, cl.safeURL, err)
 	}
@@ -273,7 +338,8 @@ func (c *Caller) Do(ctx context.Context, r *Request) ([]byte, error) {
 	if err != nil {
 		return nil, drover.Permanent(err)
 	}
-	h := c.host(cl.host)
+	h := c.hosts.acquire(cl.host)
+	defer c.hosts.release(h)
 	b := &backoff.ExponentialBackOff{
 		InitialInterval:     r.Retry.InitialInterval,
 		MaxInterval:         r.Retry.MaxInterval,
@@ -391,11 +457,17 @@ func (c *Caller) send(ctx context.Context, cl *call) ([]byte, error) {
 		return nil, failed(permanent, fmt.Errorf("%s %s: %w", cl.method, cl.safeURL, stripURLError(err)))
 	}
 	req.Header = cl.header.Clone()
-	res, err := c.client.Do(req)
+	res, err := cl.client.Do(req)
 	if err != nil {
 		err = stripURLError(err)
 		if ctx.Err() != nil {
 			return nil, failed(cut, fmt.Errorf("%s %s: %w", cl.method, cl.safeURL, ctx.Err()))
+		}
+		// Refused at connect (the name resolved to a refused address):
+		// no retry makes it allowed.
+		var denied *egress.DeniedError
+		if errors.As(err, &denied) {
+			return nil, failed(permanent, fmt.Errorf("%w (%s %s)", denied, cl.method, cl.safeURL))
 		}
 		// A certificate that does not verify needs an operator, not a retry.
 		var cv *tls.CertificateVerificationError

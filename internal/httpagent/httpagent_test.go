@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/egress/egresstest"
 	"github.com/drover-run/drover/internal/remotesim"
 )
 
@@ -89,8 +90,11 @@ func newCaller(t *testing.T, opts Options) *Caller {
 	if opts.Logger == nil {
 		opts.Logger = quiet
 	}
+	if opts.Egress == nil {
+		opts.Egress = egresstest.Open(t, "127.0.0.1") // where the test servers listen
+	}
 	c := New(opts)
-	t.Cleanup(c.client.CloseIdleConnections)
+	t.Cleanup(c.CloseIdleConnections)
 	return c
 }
 
@@ -776,11 +780,16 @@ func TestValidateStatusPolicy(t *testing.T) {
 func TestHostKey(t *testing.T) {
 	t.Parallel()
 	c := newCaller(t, Options{Breaker: BreakerPolicy{Failures: 1, OpenFor: time.Hour}})
-	h := c.host(hostKey(mustParse(t, "HTTPS://Example.COM/x")))
-	if h != c.host(hostKey(mustParse(t, "https://example.com:443/y?z=1"))) {
+	host := func(u string) *host {
+		h := c.hosts.acquire(hostKey(mustParse(t, u)))
+		c.hosts.release(h)
+		return h
+	}
+	h := host("HTTPS://Example.COM/x")
+	if h != host("https://example.com:443/y?z=1") {
 		t.Fatal("same host, different keys")
 	}
-	if h == c.host(hostKey(mustParse(t, "http://example.com/"))) {
+	if h == host("http://example.com/") {
 		t.Fatal("http and https share a key")
 	}
 	if _, err := h.cb.Execute(func() ([]byte, error) { return nil, failed(transient, errors.New("x")) }); err == nil {

@@ -12,6 +12,7 @@ import (
 // Defaults of Options, BreakerPolicy and RetryPolicy fields left zero.
 const (
 	DefaultMaxConcurrentPerHost = 16
+	DefaultMaxHosts             = 1024
 	DefaultMaxResponseBytes     = 1 << 20
 	DefaultBreakerFailures      = 5
 	DefaultBreakerOpenFor       = 5 * time.Second

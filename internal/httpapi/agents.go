@@ -14,14 +14,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/drover-run/drover"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
 )
 
-// Remote agents (issue 5 §5): an agent process in any language long-polls
+// Remote agents: an agent process in any language long-polls
 // POST /v1/agents/{agent}/poll for requests, then completes or fails each
 // with the token it came with. The token names the request and the claim
 // the poll made on it (ClaimedBy "remote:<nonce>"); the store acts on it
@@ -153,8 +152,8 @@ func DecodeFail(body []byte) (*FailRequest, error) {
 	if req.Error == "" {
 		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"error\" is required: say what went wrong")
 	}
-	if len(req.Error) > maxAgentError || !utf8.ValidString(req.Error) {
-		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"error\": want at most %d bytes of UTF-8", maxAgentError)
+	if err := checkText("error", req.Error, maxAgentError); err != nil {
+		return nil, err
 	}
 	return &req, nil
 }
@@ -195,6 +194,28 @@ func parseRequestID(s string) (int64, error) {
 	return n, nil
 }
 
+// mayServe refuses an agent that is not a remote one (the built-in http
+// agent, an agent running in the server, one no workflow names) and one
+// the caller's token is not bound to.
+func (h *Handler) mayServe(r *http.Request, agent string) error {
+	if p := principalOf(r); p != nil && p.token != nil && !p.token.serves(agent) {
+		return errorf(http.StatusForbidden, "forbidden", "this token may not serve the agent %q (it serves %s)", agent, servedAgents(p.token))
+	}
+	if !h.opts.RemoteAgent(agent) {
+		return errorf(http.StatusNotFound, "not_found",
+			"agent %q is not a remote agent of this server: only agents that workflows declare as running elsewhere are handed to remote agents, never built-in ones or those running in the server", agent)
+	}
+	return nil
+}
+
+// servedAgents lists the agents a token is bound to, for messages.
+func servedAgents(t *Token) string {
+	if len(t.Agents) == 0 {
+		return "no agent"
+	}
+	return "only " + strings.Join(t.Agents, ", ")
+}
+
 // staleToken is the answer to a token whose claim no longer holds.
 func staleToken(id int64) *apiError {
 	return errorf(http.StatusConflict, "stale_token",
@@ -228,9 +249,19 @@ func (h *Handler) pollAgent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := h.mayServe(r, agent); err != nil {
+		return err
+	}
 	if h.streamCtx.Err() != nil {
 		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
 		return errorf(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down")
+	}
+	if wait > 0 {
+		release, err := h.hold(w, r, holdWaiting)
+		if err != nil {
+			return err
+		}
+		defer release()
 	}
 	nonce, err := newNonce()
 	if err != nil {
@@ -240,10 +271,7 @@ func (h *Handler) pollAgent(w http.ResponseWriter, r *http.Request) error {
 
 	// The wait outlives Options.RequestTimeout (each store call keeps
 	// it), and ends early when the client goes away or the server drains.
-	base, _ := r.Context().Value(untimedKey{}).(context.Context)
-	if base == nil {
-		base = r.Context()
-	}
+	base := untimedContext(r)
 	waitCtx, cancel := context.WithTimeout(base, wait)
 	defer cancel()
 	stop := context.AfterFunc(h.streamCtx, cancel)
@@ -335,7 +363,7 @@ func (h *Handler) claimRemote(base context.Context, agent, claimedBy, nonce stri
 			if err != nil {
 				// The step cannot run with this input: fail it for good.
 				h.log.Warn("remote agent input failed; failing the request permanently", "agent", agent, "task", q.TaskID, "step", q.StepIndex, "err", err)
-				if err := h.replyTx(ctx, q.ID, claimedBy, nil, "input: "+err.Error(), true); err != nil && !errors.Is(err, store.ErrStale) && !errors.Is(err, store.ErrNotFound) {
+				if err := h.replyTx(ctx, q.ID, claimedBy, nil, "input: "+err.Error(), true, nil); err != nil && !errors.Is(err, store.ErrStale) && !errors.Is(err, store.ErrNotFound) {
 					return nil, err
 				}
 				continue
@@ -377,13 +405,19 @@ func (h *Handler) releaseClaim(agent, claimedBy string) {
 }
 
 // replyTx completes request id under the claim and queues its reply for
-// the scheduler that holds the task, in one transaction.
-func (h *Handler) replyTx(ctx context.Context, id int64, claimedBy string, output []byte, failure string, failed bool) error {
+// the scheduler that holds the task, in one transaction. check, when not
+// nil, may refuse the request (its error rolls everything back).
+func (h *Handler) replyTx(ctx context.Context, id int64, claimedBy string, output []byte, failure string, failed bool, check func(*dt.AgentRequest) error) error {
 	return h.drover.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		now := h.clock.Now()
 		q, err := x.RequestComplete(ctx, id, claimedBy, now)
 		if err != nil {
 			return err
+		}
+		if check != nil {
+			if err := check(q); err != nil {
+				return err
+			}
 		}
 		reply := &dt.AgentReply{TaskID: q.TaskID, StepIndex: q.StepIndex, Attempt: q.Attempt, Kind: q.Kind,
 			Output: output, Failed: failed, Error: failure, CreatedAt: now, Scheduler: q.Scheduler}
@@ -400,11 +434,18 @@ func agentRequestBody(r *http.Request) (int64, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
+	if err := noQuery(r); err != nil {
 		return 0, nil, err
 	}
 	body, err := readBody(r)
 	return id, body, err
+}
+
+// requestCheck returns the check of a completion or failure: the
+// request's agent must be one the caller may serve, checked in the
+// transaction that acts on it.
+func (h *Handler) requestCheck(r *http.Request) func(*dt.AgentRequest) error {
+	return func(q *dt.AgentRequest) error { return h.mayServe(r, q.Agent) }
 }
 
 // completeRequest serves POST /v1/agents/requests/{id}/complete.
@@ -421,7 +462,7 @@ func (h *Handler) completeRequest(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	if err := h.replyTx(r.Context(), id, claimedBy, req.Output, "", false); err != nil {
+	if err := h.replyTx(r.Context(), id, claimedBy, req.Output, "", false, h.requestCheck(r)); err != nil {
 		return staleOr(err, id)
 	}
 	writeJSON(w, http.StatusOK, acceptedJSON{Accepted: true})
@@ -446,11 +487,15 @@ func (h *Handler) failRequest(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	check := h.requestCheck(r)
 	if req.Permanent {
-		err = h.replyTx(r.Context(), id, claimedBy, nil, req.Error, true)
+		err = h.replyTx(r.Context(), id, claimedBy, nil, req.Error, true, check)
 	} else {
 		err = h.drover.Store().InTx(r.Context(), func(ctx context.Context, x store.Executor) error {
 			q, err := x.RequestReleaseOne(ctx, id, claimedBy, h.clock.Now(), h.opts.Redelivery)
+			if err == nil {
+				err = check(q)
+			}
 			if err != nil || h.opts.Redelivery.First > 0 {
 				// Delayed: waking the polls now would find nothing; they
 				// find it at a re-check after the delay.

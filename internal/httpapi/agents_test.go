@@ -25,12 +25,28 @@ const agentTok = "agent-token-0123456789"
 
 // offsetClock is the real clock plus an offset the test moves forward: the
 // engine and the API share it, so a test can make a deadline pass at once.
-type offsetClock struct{ off atomic.Int64 }
+// Frozen, it no longer follows the real clock: only Advance moves it, so a
+// test whose steps must stay within a deadline does not depend on how fast
+// the machine runs it.
+type offsetClock struct {
+	off    atomic.Int64
+	frozen atomic.Pointer[time.Time] // the real time it was frozen at
+}
 
 func (c *offsetClock) Now() time.Time {
-	return time.Now().UTC().Add(time.Duration(c.off.Load()))
+	base := time.Now().UTC()
+	if f := c.frozen.Load(); f != nil {
+		base = *f
+	}
+	return base.Add(time.Duration(c.off.Load()))
 }
 func (c *offsetClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
+
+// Freeze stops the clock at its current reading.
+func (c *offsetClock) Freeze() {
+	now := time.Now().UTC()
+	c.frozen.Store(&now)
+}
 
 // remoteStepTimeout is the budget of the remote steps whose deadline the
 // tests make pass (by moving the clock, not by waiting).
@@ -38,7 +54,8 @@ const remoteStepTimeout = 4 * time.Second
 
 // newAgentEnv builds a started client whose workflows call the external
 // agent "worker" (which only remote agents serve) and a handler accepting
-// submit, operator and agent tokens. Workflows:
+// submit, operator and agent tokens (opts.Tokens, default testTokens, and
+// agentTok). Workflows:
 //   - "remote": one step (a) on worker, budget remoteStepTimeout;
 //   - "remote-two": a on the local echo agent, then b on worker;
 //   - "remote-comp": a on echo with compensation "undo", then b on worker;
@@ -60,7 +77,10 @@ func newAgentEnv(t *testing.T, drv store.Driver, opts Options) (*testEnv, *offse
 		},
 		ExternalAgents: []string{"worker"},
 	}
-	opts.Tokens = append(append([]Token(nil), testTokens...), Token{Secret: agentTok, Scopes: []Scope{ScopeAgent}})
+	if opts.Tokens == nil {
+		opts.Tokens = testTokens
+	}
+	opts.Tokens = append(append([]Token(nil), opts.Tokens...), Token{Secret: agentTok, Scopes: []Scope{ScopeAgent}})
 	opts.Clock = clk
 	return startEnv(t, cfg, opts), clk
 }
@@ -197,10 +217,16 @@ func TestRemoteAgentLateCompletion(t *testing.T) {
 
 // A transient failure gives the request back: after the redelivery delay
 // (1s, then 2s: the default doubles it) another poll gets it (same
-// attempt, new token) before the deadline; the first token is stale.
+// attempt, new token) before the deadline; the first token is stale. The
+// clock is frozen: the 3s of delays it is moved through must be all the
+// time that passes within the step's 4s budget (following the real clock,
+// a loaded machine spending a second between the polls made the deadline
+// pass, and the third poll got the supervisor's attempt 2). The rate limit
+// is off: its tokens would not refill.
 func TestRemoteAgentTransientFail(t *testing.T) {
 	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
-		e, clk := newAgentEnv(t, open(t), Options{})
+		e, clk := newAgentEnv(t, open(t), Options{Rate: -1})
+		clk.Freeze()
 		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"remote","id":"tr"}`).must(t, 201)
 		first := e.pollOne("worker")
 		e.do("POST", failPath(first.ID), agentTok, tokenBody(first.Token, `"error":"service busy","permanent":false`)).must(t, 200)
@@ -316,6 +342,7 @@ func TestRemoteAgentLongPoll(t *testing.T) {
 			start := time.Now()
 			req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+path, strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+agentTok)
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				return result{status: -1, body: err.Error()}
@@ -336,7 +363,7 @@ func TestRemoteAgentLongPoll(t *testing.T) {
 		}
 
 		// Draining ends a waiting poll with an empty list; new polls get 503.
-		go func() { done <- post(context.Background(), "/v1/agents/other/poll", `{"wait_ms":60000}`) }()
+		go func() { done <- post(context.Background(), "/v1/agents/worker/poll", `{"wait_ms":60000}`) }()
 		deadline := time.Now().Add(10 * time.Second)
 		for e.h.streamCtx.Err() == nil && time.Now().Before(deadline) {
 			// The poll must be waiting before the drain for this to test

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/drover-run/drover"
@@ -48,25 +47,21 @@ func withAck(a drover.Alert) alertJSON {
 }
 
 func (h *Handler) listAlerts(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	if err := checkQuery(q, []string{"after", "limit", "unacknowledged"}); err != nil {
+	q, err := queryParams(r, []string{"after", "limit", "unacknowledged"})
+	if err != nil {
 		return err
 	}
 	limit, err := parseLimit(q, 100)
 	if err != nil {
 		return err
 	}
-	var after int64
-	if s := q.Get("after"); s != "" {
-		if after, err = parseSeq("query parameter \"after\"", s, 0); err != nil {
-			return err
-		}
+	after, err := paramInt(q, "after", 0, 0)
+	if err != nil {
+		return err
 	}
-	unacked := false
-	if s := q.Get("unacknowledged"); s != "" {
-		if unacked, err = strconv.ParseBool(s); err != nil {
-			return badRequest("query parameter \"unacknowledged\": want true or false, got %q", s)
-		}
+	unacked, err := paramBool(q, "unacknowledged")
+	if err != nil {
+		return err
 	}
 	alerts, next, err := h.drover.Alerts(r.Context(), drover.AlertQuery{AfterID: after, Limit: limit, Unacknowledged: unacked})
 	if err != nil {
@@ -88,7 +83,7 @@ func (h *Handler) ackAlert(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
+	if err := noQuery(r); err != nil {
 		return err
 	}
 	body, err := readBody(r)

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
 )
 
@@ -264,7 +266,8 @@ func TestHealth(t *testing.T) {
 		e.do("GET", "/readyz", "", "").mustError(t, 503, "not_ready")
 		e.do("GET", "/healthz", "", "").must(t, 200)
 
-		e2 := newEnv(t, drv, Options{ReadyTimeout: time.Second})
+		var logs testutil.Buffer
+		e2 := newEnv(t, drv, Options{ReadyTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		e2.do("GET", "/readyz", "", "").must(t, 200)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -273,9 +276,14 @@ func TestHealth(t *testing.T) {
 		if err := drv.Close(); err != nil {
 			t.Fatal(err)
 		}
+		// The anonymous caller learns which check failed, not the store's
+		// error: that is in the log.
 		r = e2.do("GET", "/readyz", "", "").mustError(t, 503, "not_ready")
-		if !strings.Contains(r.errMsg(), "store") {
+		if r.errMsg() != "the store is not reachable (the reason is in the server's log)" {
 			t.Fatalf("reason: %s", r.body)
+		}
+		if !strings.Contains(logs.String(), "readiness: store read failed") || !strings.Contains(logs.String(), "closed") {
+			t.Fatalf("the store's error is not logged:\n%s", logs.String())
 		}
 		e2.do("GET", "/healthz", "", "").must(t, 200)
 	})
@@ -338,6 +346,66 @@ func TestNoAuth(t *testing.T) {
 	}
 }
 
+// Without auth, a browser page cannot drive the server: a Host that is
+// not a loopback name or address (DNS rebinding) and a cross-origin
+// Origin are refused, and nothing changes.
+func TestNoAuthBrowserDefences(t *testing.T) {
+	e := newEnv(t, testutilSQLite(t), Options{NoAuth: true})
+	send := func(method, target, host, origin, body string) *response {
+		req := newReq(method, target, body)
+		req.Host = host
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		return e.serve(req)
+	}
+	before := e.snapshot()
+	for _, host := range []string{"evil.example", "evil.example:8080", "127.0.0.1.nip.io:8080", "localhost.evil.example", "10.0.0.1:8080", "[2001:db8::1]:8080", ""} {
+		for _, c := range []struct{ method, target, body string }{
+			{"POST", "/v1/tasks", `{"workflow":"echo"}`},
+			{"GET", "/v1/tasks", ""},
+			{"POST", "/v1/queues/q/messages", `{"session_id":"s","body":1}`},
+		} {
+			r := send(c.method, c.target, host, "", c.body).mustError(t, 403, "forbidden")
+			if !strings.Contains(r.errMsg(), "not a loopback name or address") {
+				t.Fatalf("Host %q: %s", host, r.errMsg())
+			}
+		}
+	}
+	for _, c := range []struct{ host, origin string }{
+		{"127.0.0.1:8080", "http://evil.example"},
+		{"127.0.0.1:8080", "http://localhost:8080"},
+		{"127.0.0.1:8080", "http://127.0.0.1:9999"},
+		{"127.0.0.1:8080", "null"},
+		{"localhost:8080", "file://"},
+	} {
+		r := send("POST", "/v1/tasks", c.host, c.origin, `{"workflow":"echo"}`).mustError(t, 403, "forbidden")
+		if !strings.Contains(r.errMsg(), "cross-origin request refused") {
+			t.Fatalf("Origin %q: %s", c.origin, r.errMsg())
+		}
+	}
+	if e.snapshot() != before {
+		t.Fatal("a refused request changed the store")
+	}
+	for _, c := range []struct{ host, origin string }{
+		{"127.0.0.1:8080", ""},
+		{"127.0.0.1:8080", "http://127.0.0.1:8080"},
+		{"localhost:8080", "http://localhost:8080"},
+		{"LOCALHOST", ""},
+		{"[::1]:8080", "http://[::1]:8080"},
+		{"127.0.0.2:8080", ""},
+	} {
+		send("POST", "/v1/tasks", c.host, c.origin, `{"workflow":"echo"}`).must(t, 201)
+	}
+	// With auth the Host is the proxy's business: any is served.
+	a := newEnv(t, testutilSQLite(t), Options{})
+	req := newReq("GET", "/v1/tasks", "")
+	req.Host = "drover.example.com"
+	req.Header.Set("Origin", "https://console.example.com")
+	req.Header.Set("Authorization", "Bearer "+submitTok)
+	a.serve(req).must(t, 200)
+}
+
 func TestRateLimit(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	e := newEnv(t, testutilSQLite(t), Options{Rate: 1, Burst: 2, Clock: clk})
@@ -366,6 +434,7 @@ func TestHTTP2OverTLS(t *testing.T) {
 	srv := newTLSServer(t, e.h)
 	req, _ := http.NewRequest("POST", srv.URL+"/v1/tasks", strings.NewReader(`{"workflow":"echo","id":"h2"}`))
 	req.Header.Set("Authorization", "Bearer "+submitTok)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)

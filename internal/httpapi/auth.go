@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode"
+
+	dt "github.com/drover-run/drover/drovertype"
 )
 
 // Scope is a permission a token carries.
@@ -23,12 +26,16 @@ const (
 	// and dead-letter actions.
 	ScopeOperator Scope = "operator"
 	// ScopeAgent: remote agents — poll for requests and complete or fail
-	// them (operator may too). Nothing else.
+	// them (operator may too), for the agents Token.Agents names (in a
+	// tokens file: the scopes "agent:NAME"). Nothing else.
 	ScopeAgent Scope = "agent"
 	// ScopeMetrics: read GET /metrics (for a Prometheus scraper; operator
 	// may too). Nothing else.
 	ScopeMetrics Scope = "metrics"
 )
+
+// scopes are every scope a token may carry.
+var scopes = []Scope{ScopeSubmit, ScopeOperator, ScopeAgent, ScopeMetrics}
 
 // MinTokenLen is the shortest token accepted, in bytes.
 const MinTokenLen = 16
@@ -37,10 +44,22 @@ const MinTokenLen = 16
 // tokens file separated by ";".
 const EnvTokens = "DROVER_API_TOKENS"
 
-// Token is one accepted bearer token and its scopes.
+// agentScopePrefix starts a scope binding a token to one remote agent,
+// "agent:NAME".
+const agentScopePrefix = "agent:"
+
+// Token is one accepted bearer token: its scopes and, for remote agents,
+// the agents it serves.
 type Token struct {
 	Secret string
 	Scopes []Scope
+	// Agents are the remote agents a token with ScopeAgent may serve:
+	// poll for their requests, complete and fail them (in a tokens file,
+	// the scopes "agent:NAME"). Without Agents an agent token serves every
+	// remote agent (the plain "agent" scope: New logs a warning, since a
+	// leaked token then serves any agent's requests). No token ever serves
+	// an agent that runs in the server (Options.RemoteAgent).
+	Agents []string
 	// Name identifies the token's holder in the history: operator actions
 	// made with it are recorded with the actor "http:<Name>". Default: the
 	// first 8 hex digits of the token's SHA-256, "token-1a2b3c4d" (never the
@@ -83,9 +102,30 @@ func (t Token) has(s Scope) bool {
 	return false
 }
 
-// ParseTokens reads tokens, one "TOKEN SCOPE[,SCOPE]" per line; blank lines
-// and lines starting with # are ignored. Errors name the line, never the
-// token.
+// serves reports whether the token may serve the remote agent: an operator
+// token or an agent token bound to it (or bound to none).
+func (t Token) serves(agent string) bool {
+	if slices.Contains(t.Scopes, ScopeOperator) {
+		return true
+	}
+	return slices.Contains(t.Scopes, ScopeAgent) && (len(t.Agents) == 0 || slices.Contains(t.Agents, agent))
+}
+
+// unboundAgent reports whether the token has the agent scope without
+// naming its agents.
+func (t Token) unboundAgent() bool {
+	return slices.Contains(t.Scopes, ScopeAgent) && len(t.Agents) == 0
+}
+
+// String describes the token for logs and messages: its actor, never
+// the secret.
+func (t Token) String() string { return strings.TrimPrefix(t.actorName(), "http:") }
+
+// ParseTokens reads tokens, one "TOKEN SCOPE[,SCOPE] [NAME]" per line;
+// blank lines and lines starting with # are ignored. A scope is submit,
+// operator, metrics, agent:AGENT (binds the token to the remote agent
+// AGENT; repeat it for several) or agent (every remote agent; deprecated).
+// Errors name the line, never the token.
 func ParseTokens(r io.Reader) ([]Token, error) {
 	var lines []string
 	sc := bufio.NewScanner(r)
@@ -137,13 +177,28 @@ func parseTokenLines(lines []string, what string) ([]Token, error) {
 			}
 			t.Name = f[2]
 		}
+		plainAgent := false
 		for _, s := range strings.Split(f[1], ",") {
-			switch Scope(s) {
-			case ScopeSubmit, ScopeOperator, ScopeAgent, ScopeMetrics:
-				t.Scopes = append(t.Scopes, Scope(s))
+			switch sc := Scope(s); {
+			case sc == ScopeSubmit, sc == ScopeOperator, sc == ScopeMetrics:
+				t.Scopes = append(t.Scopes, sc)
+			case sc == ScopeAgent:
+				plainAgent = true
+			case strings.HasPrefix(s, agentScopePrefix):
+				name := strings.TrimPrefix(s, agentScopePrefix)
+				if p := dt.NameProblem(name); p != "" {
+					return nil, fmt.Errorf("tokens %s %d: scope %q: the agent name %s", what, i+1, s, p)
+				}
+				t.Agents = append(t.Agents, name)
 			default:
-				return nil, fmt.Errorf("tokens %s %d: unknown scope %q (want submit, operator, agent or metrics)", what, i+1, s)
+				return nil, fmt.Errorf("tokens %s %d: unknown scope %q (want submit, operator, metrics, agent:AGENT or agent)", what, i+1, s)
 			}
+		}
+		if plainAgent && len(t.Agents) > 0 {
+			return nil, fmt.Errorf("tokens %s %d: the scopes agent (every remote agent) and agent:AGENT exclude each other", what, i+1)
+		}
+		if plainAgent || len(t.Agents) > 0 {
+			t.Scopes = append(t.Scopes, ScopeAgent)
 		}
 		out = append(out, t)
 	}
@@ -167,6 +222,19 @@ func newAuthenticator(tokens []Token) (*authenticator, error) {
 		if err := checkTokenName(t.Name); err != nil {
 			return nil, fmt.Errorf("httpapi: token %d: %w", i+1, err)
 		}
+		for _, sc := range t.Scopes {
+			if !slices.Contains(scopes, sc) {
+				return nil, fmt.Errorf("httpapi: token %d: unknown scope %q", i+1, sc)
+			}
+		}
+		if len(t.Agents) > 0 && !slices.Contains(t.Scopes, ScopeAgent) {
+			return nil, fmt.Errorf("httpapi: token %d names agents but lacks the agent scope", i+1)
+		}
+		for _, name := range t.Agents {
+			if p := dt.NameProblem(name); p != "" {
+				return nil, fmt.Errorf("httpapi: token %d: agent name %q %s", i+1, name, p)
+			}
+		}
 		a.hashes = append(a.hashes, sha256.Sum256([]byte(t.Secret)))
 	}
 	return a, nil
@@ -186,40 +254,48 @@ func (a *authenticator) find(secret string) int {
 }
 
 // authorize checks the bearer token and that it grants scope (any token
-// when scope is ""). It returns the token's index (-1 without auth) or
-// writes 401/403 and returns false.
-func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, scope Scope) (int, bool) {
+// when scope is ""). It returns the caller's principal or writes 401, 403
+// or, for an address that sent too many unknown tokens, 429, and returns
+// nil.
+func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, scope Scope) *principal {
 	if h.opts.NoAuth {
-		return -1, true
+		return &principal{caller: h.callers[len(h.callers)-1]}
 	}
 	v := r.Header.Get("Authorization")
 	scheme, secret, ok := strings.Cut(v, " ")
 	if v == "" || !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="drover"`)
 		h.writeError(w, r, errorf(http.StatusUnauthorized, "unauthorized", "missing bearer token: send \"Authorization: Bearer <token>\""))
-		return 0, false
+		return nil
+	}
+	addr, now := clientAddr(r), h.clock.Now()
+	if d := h.authFail.limited(addr, now); d > 0 {
+		// Guessing tokens: the token is not even looked at.
+		w.Header().Set("Retry-After", retryAfter(d))
+		h.writeError(w, r, errorf(http.StatusTooManyRequests, "rate_limited", "too many unknown tokens from this address; retry in %ss", retryAfter(d)))
+		return nil
 	}
 	i := h.auth.find(strings.TrimSpace(secret))
 	if i < 0 {
+		h.authFail.failed(addr, now)
+		h.log.Info("http: unknown bearer token", "client", addr, "method", r.Method, "path", r.URL.Path)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="drover", error="invalid_token"`)
 		h.writeError(w, r, errorf(http.StatusUnauthorized, "unauthorized", "unknown bearer token"))
-		return 0, false
+		return nil
 	}
-	if scope != "" && !h.auth.tokens[i].has(scope) {
+	tok := &h.auth.tokens[i]
+	if scope != "" && !tok.has(scope) {
 		h.writeError(w, r, errorf(http.StatusForbidden, "forbidden", "this token lacks the %q scope this endpoint needs", scope))
-		return 0, false
+		return nil
 	}
-	return i, true
+	return &principal{token: tok, caller: h.callers[i]}
 }
-
-// actorKey carries the actor of a request (the token's) in its context.
-type actorKey struct{}
 
 // actor is who made the request, as recorded in the history: "http:<token
 // name>", or Options.Actor without authentication.
 func (h *Handler) actor(r *http.Request) string {
-	if a, ok := r.Context().Value(actorKey{}).(string); ok {
-		return a
+	if p := principalOf(r); p != nil && p.token != nil {
+		return p.token.actorName()
 	}
 	return h.opts.Actor
 }

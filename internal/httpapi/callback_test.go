@@ -133,3 +133,32 @@ func TestSubmitCallbackURLOutsideTheAllowList(t *testing.T) {
 		t.Errorf("submit response %s", r.body)
 	}
 }
+
+// TestSubmitCallbackEvents: POST /v1/tasks takes callback_events, the events
+// the callback URL receives; the task shows them. A bad one is a 400
+// invalid_field naming it, and nothing is stored.
+func TestSubmitCallbackEvents(t *testing.T) {
+	e := newEnv(t, testutilSQLite(t), Options{})
+	r := e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","id":"ev-1","callback_url":"https://h.example/cb","callback_events":["step_waiting","alerts","final","alerts"]}`).must(t, 201)
+	if got := fmt.Sprint(r.json["callback_events"]); got != "[alerts final step_waiting]" {
+		t.Errorf("callback_events = %s, want [alerts final step_waiting]: %s", got, r.body)
+	}
+	if r = e.waitState("ev-1", "Processed"); fmt.Sprint(r.json["callback_events"]) != "[alerts final step_waiting]" {
+		t.Errorf("GET: %s", r.body)
+	}
+	before := e.snapshot()
+	for _, tc := range []struct{ body, says string }{
+		{`{"workflow":"echo","callback_url":"https://h.example/cb","callback_events":["alerts","retries"]}`, `unknown event selector "retries"`},
+		{`{"workflow":"echo","callback_url":"https://h.example/cb","callback_events":[""]}`, "empty"},
+		{`{"workflow":"echo","callback_events":["alerts"]}`, `needs a "callback_url"`},
+		{`{"workflow":"echo","callback_url":"https://h.example/cb","callback_events":"alerts"}`, "want"},
+	} {
+		r := e.do("POST", "/v1/tasks", submitTok, tc.body)
+		if r.status != 400 || r.errCode() != "invalid_field" || !strings.Contains(r.errMsg(), "callback_events") || !strings.Contains(r.errMsg(), tc.says) {
+			t.Errorf("body %s: %d %s; want 400 invalid_field naming callback_events and saying %q", tc.body, r.status, r.body, tc.says)
+		}
+	}
+	if after := e.snapshot(); after != before {
+		t.Fatal("a refused submission changed the store")
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"reflect"
 	"strings"
@@ -77,7 +76,7 @@ func (h *Handler) classify(err error) *apiError {
 		return errorf(http.StatusRequestEntityTooLarge, "input_too_large", "%s", err)
 	case errors.Is(err, drover.ErrUnknownWorkflow), errors.Is(err, drover.ErrInvalidInput), errors.Is(err, drover.ErrInvalidTaskID),
 		errors.Is(err, drover.ErrNoSuchStep), errors.Is(err, convoy.ErrInvalidQueue), errors.Is(err, convoy.ErrInvalidSession),
-		errors.Is(err, convoy.ErrInvalidMessage):
+		errors.Is(err, convoy.ErrInvalidMessage), errors.Is(err, convoy.ErrInvalidReason):
 		return errorf(http.StatusBadRequest, "invalid_request", "%s", err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, store.ErrLocked), errors.Is(err, store.ErrConflict):
 		return errorf(http.StatusServiceUnavailable, "unavailable", "the store did not answer in time; retry")
@@ -96,15 +95,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// readBody reads the request body (already capped by the handler). It
-// refuses a Content-Type other than JSON.
+// readBody reads the request body (already capped, its Content-Type
+// checked by the handler's wrap).
 func readBody(r *http.Request) ([]byte, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type %q is not application/json", ct)
-		}
-	}
 	return io.ReadAll(r.Body)
 }
 

@@ -15,11 +15,15 @@
 //
 // Security: every /v1 route needs an "Authorization: Bearer <token>" header
 // naming a configured token (compared in constant time; never logged). A token
-// has the scope submit (submit tasks, read tasks, alerts and queues, publish)
-// and/or operator (everything, including resubmit, cancel, acknowledge and
-// dead-letter actions). Without a token: 401; with too small a scope: 403.
-// Requests are limited per token (429 with Retry-After) and in body size
-// (413). JSON bodies are decoded strictly: unknown or wrongly-cased fields,
+// has the scope submit (submit tasks, read tasks, alerts and queues, publish),
+// operator (everything, including resubmit, cancel, acknowledge and
+// dead-letter actions), metrics (GET /metrics) and/or agent, bound to the
+// remote agents it serves (Token.Agents). Only remote agents
+// (Options.RemoteAgent) are handed to pollers. Without a token: 401; with
+// too small a scope, or for another agent: 403. Unknown tokens are limited
+// per client address, requests per token (429 with Retry-After), waiting
+// calls and event streams per token (429) and per server (503), and body
+// size (413). JSON bodies are decoded strictly: unknown or wrongly-cased fields,
 // wrong types, malformed JSON and trailing data are 400 errors naming the
 // problem. Every error is a JSON body {"error": {"code": ..., "message": ...}}.
 //

@@ -90,29 +90,33 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, taskID string) 
 	// The answer depends on Accept: a cache must not mix the two.
 	w.Header().Add("Vary", "Accept")
 	list := wantsJSON(r.Header.Values("Accept"))
-	q := r.URL.Query()
-	known := []string{"after", "alerts"}
-	if list {
-		known = append(known, "limit")
-	} else if q.Has("limit") {
-		return badRequest("query parameter \"limit\" applies only to the JSON list (Accept: application/json), not to the event stream")
+	known := []string{"after", "alerts", "limit"}
+	if taskID != "" {
+		known = append(known, "follow")
 	}
-	if err := checkQuery(q, known); err != nil {
+	q, err := queryParams(r, known)
+	if err != nil {
+		return err
+	}
+	if !list && q.Has("limit") {
+		return paramError("limit", "applies only to the JSON list (Accept: application/json), not to the event stream")
+	}
+	if list && q.Has("follow") {
+		return paramError("follow", "applies only to the event stream, not to the JSON list (Accept: application/json)")
+	}
+	follow, err := paramBool(q, "follow")
+	if err != nil {
 		return err
 	}
 	limit := 0
 	if list {
-		var err error
 		if limit, err = parseLimit(q, defaultEventListLimit); err != nil {
 			return err
 		}
 	}
-	var after int64
-	var err error
-	if s := q.Get("after"); s != "" {
-		if after, err = parseSeq("query parameter \"after\"", s, 0); err != nil {
-			return err
-		}
+	after, err := paramInt(q, "after", 0, 0)
+	if err != nil {
+		return err
 	}
 	if vs := r.Header.Values("Last-Event-ID"); len(vs) > 0 {
 		// The header of a reconnecting client wins over the URL's "after".
@@ -123,24 +127,43 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, taskID string) 
 			return err
 		}
 	}
-	alerts := false
-	if s := q.Get("alerts"); s != "" {
-		if alerts, err = strconv.ParseBool(s); err != nil {
-			return badRequest("query parameter \"alerts\": want true or false, got %q", s)
-		}
+	alerts, err := paramBool(q, "alerts")
+	if err != nil {
+		return err
 	}
 	if taskID != "" {
-		if _, err := h.drover.Store().Reader().TaskGet(r.Context(), taskID); err != nil {
+		t, err := h.drover.Store().Reader().TaskGet(r.Context(), taskID)
+		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return errorf(http.StatusNotFound, "not_found", "task %q not found", taskID)
 			}
 			return err
 		}
+		if !list && !follow && t.ProcessState.Final() {
+			// A client that has every event of a final task (an
+			// EventSource reconnecting after the end event) gets 204,
+			// which tells it not to reconnect again.
+			evs, err := h.drover.Store().Reader().EventList(r.Context(), store.EventListParams{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: 1})
+			if err != nil {
+				return err
+			}
+			if len(evs) == 0 {
+				w.WriteHeader(http.StatusNoContent)
+				return nil
+			}
+		}
 	}
 	if list {
 		return h.listEvents(w, r, store.EventListParams{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: limit})
 	}
-	return h.streamEvents(w, r, taskID, alerts, after)
+	return h.streamEvents(w, r, taskID, alerts, after, taskID != "" && !follow)
+}
+
+// endJSON is the data of a task stream's last event, "end": the task is
+// final and every event up to it was sent.
+type endJSON struct {
+	Subject string `json:"subject"`
+	State   string `json:"state"`
 }
 
 // defaultEventListLimit is the page size of the JSON list without "limit".
@@ -225,27 +248,19 @@ func acceptQ(accept []string, typ, sub string) (q float64, spec int) {
 
 // streamEvents answers with a text/event-stream of the history's events
 // after event ID after, then of new events as they are recorded, until
-// the client goes away or the streams are closed. Errors before the
-// stream starts are JSON errors.
-func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID string, alerts bool, after int64) error {
-	if h.streamCtx.Err() != nil {
-		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
-		return errorf(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down")
+// the client goes away or the streams are closed, or, with untilFinal,
+// the task is final: then an "end" event closes the stream. Errors before
+// the stream starts are JSON errors.
+func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID string, alerts bool, after int64, untilFinal bool) error {
+	release, err := h.hold(w, r, holdStream)
+	if err != nil {
+		return err
 	}
-	if n := h.streams.Add(1); n > int64(h.opts.MaxStreams) {
-		h.streams.Add(-1)
-		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
-		return errorf(http.StatusServiceUnavailable, "too_many_streams", "too many open event streams (limit %d); retry later", h.opts.MaxStreams)
-	}
-	defer h.streams.Add(-1)
+	defer release()
 
 	// The stream lives as long as the request (without the request
 	// timeout) and until CloseStreams.
-	base, _ := r.Context().Value(untimedKey{}).(context.Context)
-	if base == nil {
-		base = r.Context()
-	}
-	ctx, cancel := context.WithCancel(base)
+	ctx, cancel := context.WithCancel(untimedContext(r))
 	defer cancel()
 	stop := context.AfterFunc(h.streamCtx, cancel)
 	defer stop()
@@ -268,7 +283,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID st
 		return nil
 	}
 	events := h.drover.Subscribe(ctx, drover.Subscription{TaskID: taskID, AlertsOnly: alerts, AfterID: after,
-		PollInterval: h.opts.EventPollInterval})
+		PollInterval: h.opts.EventPollInterval, UntilFinal: untilFinal})
 	tick := time.NewTicker(h.opts.Heartbeat)
 	defer tick.Stop()
 	last := after
@@ -278,6 +293,9 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID st
 			return nil
 		case e, ok := <-events:
 			if !ok {
+				if untilFinal && ctx.Err() == nil {
+					h.writeEnd(ctx, write, taskID)
+				}
 				return nil
 			}
 			if e.ID <= last {
@@ -297,4 +315,18 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID st
 			}
 		}
 	}
+}
+
+// writeEnd sends the "end" event of a task stream whose task is final. It
+// has no id: a client resuming with the last event's ID gets 204.
+func (h *Handler) writeEnd(ctx context.Context, write func([]byte) bool, taskID string) {
+	end := endJSON{Subject: taskID}
+	if t, err := h.drover.Store().Reader().TaskGet(ctx, taskID); err == nil {
+		end.State = string(t.ProcessState)
+	}
+	data, err := json.Marshal(end)
+	if err != nil {
+		return
+	}
+	write(fmt.Appendf(nil, "event: end\ndata: %s\n\n", data))
 }

@@ -269,22 +269,23 @@ func TestEventListErrors(t *testing.T) {
 		status                 int
 		code                   string
 	}{
-		{"/v1/events?limit=0", "application/json", "", 400, "invalid_request"},
-		{"/v1/events?limit=1001", "application/json", "", 400, "invalid_request"},
-		{"/v1/events?limit=x", "application/json", "", 400, "invalid_request"},
-		{"/v1/events?limit=-5", "application/json", "", 400, "invalid_request"},
-		{"/v1/events?after=x", "application/json", "", 400, "invalid_request"},
-		{"/v1/events?after=-1", "application/json", "", 400, "invalid_request"},
+		{"/v1/events?limit=0", "application/json", "", 400, "invalid_parameter"},
+		{"/v1/events?limit=1001", "application/json", "", 400, "invalid_parameter"},
+		{"/v1/events?limit=x", "application/json", "", 400, "invalid_parameter"},
+		{"/v1/events?limit=-5", "application/json", "", 400, "invalid_parameter"},
+		{"/v1/events?after=x", "application/json", "", 400, "invalid_parameter"},
+		{"/v1/events?after=-1", "application/json", "", 400, "invalid_parameter"},
 		{"/v1/events", "application/json", "abc", 400, "invalid_request"},
-		{"/v1/events?alerts=maybe", "application/json", "", 400, "invalid_request"},
+		{"/v1/events?alerts=maybe", "application/json", "", 400, "invalid_parameter"},
 		{"/v1/events?task=x", "application/json", "", 400, "unknown_parameter"},
 		{"/v1/events?format=json", "application/json", "", 400, "unknown_parameter"},
+		{"/v1/tasks/x/events?follow=true", "application/json", "", 400, "invalid_parameter"},
 		{"/v1/tasks/nope/events", "application/json", "", 404, "not_found"},
-		{"/v1/tasks/nope/events?limit=0", "application/json", "", 400, "invalid_request"},
-		{"/v1/tasks/x/events?limit=1001", "application/json", "", 400, "invalid_request"},
+		{"/v1/tasks/nope/events?limit=0", "application/json", "", 400, "invalid_parameter"},
+		{"/v1/tasks/x/events?limit=1001", "application/json", "", 400, "invalid_parameter"},
 		// "limit" has no meaning on a stream: refused, not ignored.
-		{"/v1/events?limit=10", "", "", 400, "invalid_request"},
-		{"/v1/tasks/x/events?limit=10", "text/event-stream", "", 400, "invalid_request"},
+		{"/v1/events?limit=10", "", "", 400, "invalid_parameter"},
+		{"/v1/tasks/x/events?limit=10", "text/event-stream", "", 400, "invalid_parameter"},
 	} {
 		req := newReq("GET", c.target, "")
 		req.Header.Set("Authorization", "Bearer "+submitTok)

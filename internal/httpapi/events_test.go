@@ -253,13 +253,69 @@ func TestEventStream(t *testing.T) {
 				t.Fatalf("resumed: %v, want %v", ids(fs), want)
 			}
 		}
-		// The first task's stream got nothing of t2.
+		// The first task's stream got nothing of t2: after t1's final
+		// event only its end.
 		select {
 		case f := <-one.frames:
-			if f.comment == "" {
+			if f.comment == "" && f.event != "end" {
 				t.Fatalf("task stream got another task's event: %+v", f)
 			}
 		default:
+		}
+	})
+}
+
+// A task's stream ends once the task is final: its last events, then an
+// "end" event, then the server closes it; a client that comes back with
+// the last event's ID gets 204 (an EventSource then stops reconnecting).
+// follow=true keeps the stream open after the end.
+func TestTaskStreamEndsWhenFinal(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		e := newEnv(t, open(t), Options{EventPollInterval: 10 * time.Millisecond})
+		srv := httptest.NewServer(e.h)
+		t.Cleanup(srv.Close)
+		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"external","id":"x"}`).must(t, 201)
+		s := openStream(t, srv, "/v1/tasks/x/events", submitTok, "")
+		kept := openStream(t, srv, "/v1/tasks/x/events?follow=true", submitTok, "")
+		if f := s.next(); f.event != "submitted" {
+			t.Fatalf("first event %+v", f)
+		}
+		e.do("POST", "/v1/tasks/x/cancel", operatorTok, `{"reason":"test"}`).must(t, 200)
+		got := s.until(func(f sseFrame) bool { return f.event == "end" })
+		end := got[len(got)-1]
+		if end.id != 0 || end.data["subject"] != "x" || end.data["state"] != "Cancelled" {
+			t.Fatalf("end frame %+v", end)
+		}
+		events := got[:len(got)-1]
+		history := e.eventIDs(drover.EventQuery{TaskID: "x"})
+		if want := history[1:]; !slices.Equal(ids(events), want) {
+			t.Fatalf("before the end: %v, want the rest of the history %v", ids(events), want)
+		}
+		select {
+		case <-s.done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the stream stayed open after its end event")
+		}
+		last := strconv.FormatInt(history[len(history)-1], 10)
+		// Resuming at the last event: 204, nothing to wait for.
+		if _, r := tryStream(t, srv, "/v1/tasks/x/events", submitTok, last); r == nil || r.status != http.StatusNoContent {
+			t.Fatalf("resume after the last event of a final task: %+v, want 204", r)
+		}
+		// Resuming earlier: the rest, then the end.
+		re := openStream(t, srv, "/v1/tasks/x/events", submitTok, strconv.FormatInt(history[0], 10))
+		rest := re.until(func(f sseFrame) bool { return f.event == "end" })
+		if !slices.Equal(ids(rest[:len(rest)-1]), history[1:]) {
+			t.Fatalf("resumed: %v, want %v", ids(rest), history[1:])
+		}
+		// follow=true: the stream goes on after the task is final, and
+		// sees it resubmitted.
+		kept.until(func(f sseFrame) bool { return f.event == "cancelled" })
+		e.do("POST", "/v1/tasks/x/resubmit", operatorTok, ``).must(t, 200)
+		if f := kept.next(); f.event != "resubmitted" {
+			t.Fatalf("after the resubmission: %+v", f)
+		}
+		if _, r := tryStream(t, srv, "/v1/tasks/x/events?follow=true", submitTok, last); r != nil {
+			t.Fatalf("follow=true on a final task: %d, want the stream", r.status)
 		}
 	})
 }
@@ -294,16 +350,18 @@ func TestEventStreamErrors(t *testing.T) {
 		status         int
 		code           string
 	}{
-		{"/v1/events?after=x", "", 400, "invalid_request"},
-		{"/v1/events?after=-1", "", 400, "invalid_request"},
-		{"/v1/events?after=1.5", "", 400, "invalid_request"},
+		{"/v1/events?after=x", "", 400, "invalid_parameter"},
+		{"/v1/events?after=-1", "", 400, "invalid_parameter"},
+		{"/v1/events?after=1.5", "", 400, "invalid_parameter"},
 		{"/v1/events", "abc", 400, "invalid_request"},
 		{"/v1/events", "-3", 400, "invalid_request"},
 		{"/v1/events?after=1", "x", 400, "invalid_request"},
-		{"/v1/events?alerts=maybe", "", 400, "invalid_request"},
+		{"/v1/events?alerts=maybe", "", 400, "invalid_parameter"},
 		{"/v1/events?task=x", "", 400, ""},
 		{"/v1/tasks/nope/events", "", 404, "not_found"},
 		{"/v1/tasks/nope/events", "abc", 400, "invalid_request"},
+		{"/v1/events?follow=true", "", 400, "unknown_parameter"},
+		{"/v1/tasks/nope/events?follow=maybe", "", 400, "invalid_parameter"},
 	} {
 		req := newReq("GET", c.target, "")
 		req.Header.Set("Authorization", "Bearer "+submitTok)

@@ -13,20 +13,30 @@ var openAPIDoc []byte
 func OpenAPI() []byte { return append([]byte(nil), openAPIDoc...) }
 
 func (h *Handler) openAPI(w http.ResponseWriter, r *http.Request) error {
+	if err := noQuery(r); err != nil {
+		return err
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(openAPIDoc)
 	return nil
 }
 
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) error {
+	if err := noQuery(r); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	return nil
 }
 
 // readyz answers 200 when the store answers a cheap read (its schema
-// version) within ReadyTimeout and the schema is current; 503 with the
-// reason otherwise, and once the server is shutting down.
+// version) within ReadyTimeout and the schema is current; 503 otherwise,
+// and once the server is shutting down. Callers need no token, so the
+// answer says only which check failed; the store's error is logged.
 func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) error {
+	if err := noQuery(r); err != nil {
+		return err
+	}
 	if h.draining.Load() {
 		return errorf(http.StatusServiceUnavailable, "not_ready", "shutting down")
 	}
@@ -38,10 +48,11 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) error {
 		if ctx.Err() != nil {
 			return errorf(http.StatusServiceUnavailable, "not_ready", "the store did not answer within %s", h.opts.ReadyTimeout)
 		}
-		return errorf(http.StatusServiceUnavailable, "not_ready", "the store is not reachable: %s", err)
+		return errorf(http.StatusServiceUnavailable, "not_ready", "the store is not reachable (the reason is in the server's log)")
 	}
 	if applied != latest {
-		return errorf(http.StatusServiceUnavailable, "not_ready", "the store schema is at version %d, this drover needs %d", applied, latest)
+		h.log.Warn("readiness: the store schema is not current", "applied", applied, "needed", latest)
+		return errorf(http.StatusServiceUnavailable, "not_ready", "the store schema is not current (details in the server's log)")
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	return nil
@@ -51,6 +62,9 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) error {
 func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request) error {
 	if h.metrics == nil {
 		return errorf(http.StatusNotFound, "not_found", "metrics are not served by this server")
+	}
+	if err := noQuery(r); err != nil {
+		return err
 	}
 	h.metrics.ServeHTTP(w, r)
 	return nil

@@ -108,6 +108,9 @@ func startEnv(t *testing.T, cfg drover.Config, opts Options) *testEnv {
 	if opts.Rate == 0 {
 		opts.Rate = -1
 	}
+	if opts.AuthFailRate == 0 {
+		opts.AuthFailRate = -1
+	}
 	h, err := New(d, q, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -152,10 +155,11 @@ func (e *testEnv) do(method, target, token, body string) *response {
 		rd = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, target, rd)
+	req.Host = testHost
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	if body != "" {
+	if method != "GET" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	rec := httptest.NewRecorder()
@@ -273,11 +277,16 @@ func newReq(method, target, body string) *http.Request {
 		rd = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, target, rd)
-	if body != "" {
+	req.Host = testHost
+	if method != "GET" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	return req
 }
+
+// testHost is the Host of the tests' requests: a loopback one, as a
+// server without auth requires.
+const testHost = "127.0.0.1:8080"
 
 func (e *testEnv) serve(req *http.Request) *response {
 	e.t.Helper()

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"path"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode"
@@ -57,6 +56,13 @@ type Options struct {
 	// Rate turns the limit off.
 	Rate  float64
 	Burst int
+	// AuthFailRate is the sustained unknown tokens per second allowed per
+	// client address and AuthFailBurst the bucket size; an address over
+	// it gets 429 with Retry-After before its token is looked at. Defaults
+	// DefaultAuthFailRate and DefaultAuthFailBurst; a negative
+	// AuthFailRate turns the limit off.
+	AuthFailRate  float64
+	AuthFailBurst int
 	// RequestTimeout bounds the store work of one request. Default 30s.
 	RequestTimeout time.Duration
 	// ReadyTimeout bounds the readiness probe's store read. Default 2s.
@@ -73,6 +79,27 @@ type Options struct {
 	// MaxStreams caps the event streams served at once; more get 503 with
 	// Retry-After. Default DefaultMaxStreams.
 	MaxStreams int
+	// MaxStreamsPerToken caps the event streams one token holds open; more
+	// get 429 with Retry-After. Default DefaultMaxStreamsPerToken. Without
+	// auth every caller counts as one token.
+	MaxStreamsPerToken int
+	// MaxWaiting caps the waiting calls served at once: remote agents'
+	// polls, and session accepts and receives with a wait_ms above 0. More
+	// get 503 with Retry-After. Default DefaultMaxWaiting.
+	MaxWaiting int
+	// MaxWaitingPerToken caps the waiting calls of one token; more get 429
+	// with Retry-After. Default DefaultMaxWaitingPerToken.
+	MaxWaitingPerToken int
+	// RemoteAgent reports whether an agent runs in another process and is
+	// served by remote agents over this API. Polls, completions and
+	// failures for any other agent (the built-in http agent, agents that
+	// run in the server) are refused. Default: the agents the drover
+	// client declares external (drover.Client.IsExternalAgent).
+	RemoteAgent func(agent string) bool
+	// QueueCreate is who may create a queue by publishing to one that does
+	// not exist: QueueCreateSubmit (default: every token that may publish)
+	// or QueueCreateOperator (operator tokens only; others get 403).
+	QueueCreate QueueCreate
 	// EventPollInterval is how often an event stream reads the history.
 	// Default: drover.Subscription's default (50ms).
 	EventPollInterval time.Duration
@@ -92,8 +119,10 @@ type Options struct {
 	// task's input. An error fails that request permanently with its
 	// message. ctx carries the request timeout.
 	RemoteInput func(ctx context.Context, req *drover.AgentRequest) ([]byte, error)
-	// CallbackAllow, when set, is where a submitted task's callback_url
-	// may point; others are refused with 400. Default: anywhere.
+	// CallbackAllow is where a submitted task's callback_url may point
+	// (URL prefixes and an egress policy); others are refused with 400.
+	// Default (nil): any URL whose host the default egress policy does not
+	// refuse on sight (a loopback, private or link-local address...).
 	CallbackAllow *webhook.Allow
 	// Metrics, when set, is served at GET /metrics in Prometheus's text
 	// format (scope metrics); without it that route answers 404.
@@ -111,8 +140,10 @@ type Handler struct {
 	auth   *authenticator
 	routes []route
 
-	limMu    sync.Mutex
-	limiters map[int]*rate.Limiter // by token index; -1 without auth
+	callers  []*caller    // per token, by index; the last one: every caller without auth
+	authFail addrLimiter  // failed authentications per client address
+	waiting  atomic.Int64 // waiting calls being served (limits.go)
+	streams  atomic.Int64 // open event streams
 
 	draining atomic.Bool
 
@@ -121,7 +152,6 @@ type Handler struct {
 
 	metrics http.Handler // Options.Metrics served, or nil
 
-	streams     atomic.Int64 // open event streams
 	streamCtx   context.Context
 	stopStreams context.CancelFunc
 }
@@ -152,6 +182,12 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 	if opts.Burst <= 0 {
 		opts.Burst = DefaultBurst
 	}
+	if opts.AuthFailRate == 0 {
+		opts.AuthFailRate = DefaultAuthFailRate
+	}
+	if opts.AuthFailBurst <= 0 {
+		opts.AuthFailBurst = DefaultAuthFailBurst
+	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = DefaultRequestTimeout
 	}
@@ -173,6 +209,25 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 	if opts.MaxStreams <= 0 {
 		opts.MaxStreams = DefaultMaxStreams
 	}
+	if opts.MaxStreamsPerToken <= 0 {
+		opts.MaxStreamsPerToken = DefaultMaxStreamsPerToken
+	}
+	if opts.MaxWaiting <= 0 {
+		opts.MaxWaiting = DefaultMaxWaiting
+	}
+	if opts.MaxWaitingPerToken <= 0 {
+		opts.MaxWaitingPerToken = DefaultMaxWaitingPerToken
+	}
+	if opts.RemoteAgent == nil {
+		opts.RemoteAgent = d.IsExternalAgent
+	}
+	switch opts.QueueCreate {
+	case "":
+		opts.QueueCreate = QueueCreateSubmit
+	case QueueCreateSubmit, QueueCreateOperator:
+	default:
+		return nil, fmt.Errorf("httpapi: QueueCreate %q: want %q or %q", opts.QueueCreate, QueueCreateSubmit, QueueCreateOperator)
+	}
 	switch {
 	case opts.Redelivery == store.Redelivery{}:
 		opts.Redelivery = store.Redelivery{First: DefaultRedeliveryFirst, Max: DefaultRedeliveryMax}
@@ -188,7 +243,20 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{drover: d, convoy: q, opts: opts, log: opts.Logger, clock: opts.Clock,
-		mux: http.NewServeMux(), auth: auth, limiters: map[int]*rate.Limiter{}}
+		mux: http.NewServeMux(), auth: auth, authFail: addrLimiter{rate: opts.AuthFailRate, burst: opts.AuthFailBurst}}
+	for range len(opts.Tokens) + 1 {
+		c := &caller{}
+		if opts.Rate > 0 {
+			c.limiter = rate.NewLimiter(rate.Limit(opts.Rate), opts.Burst)
+		}
+		h.callers = append(h.callers, c)
+	}
+	for _, t := range opts.Tokens {
+		if t.unboundAgent() && !t.has(ScopeOperator) {
+			h.log.Warn("a token has the plain agent scope: it may serve every remote agent; bind it to the agents it serves with agent:NAME scopes",
+				"token", t.String())
+		}
+	}
 	h.streamCtx, h.stopStreams = context.WithCancel(context.Background())
 	if opts.Metrics != nil {
 		h.metrics = metrics.Handler(opts.Metrics, opts.Logger, 0) // the request timeout bounds it
@@ -252,6 +320,10 @@ func (h *Handler) SetDraining() {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
+	if err := h.checkBrowser(r); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
 	if err := checkPath(r); err != nil {
 		h.writeError(w, r, err)
 		return
@@ -287,7 +359,7 @@ func checkPath(r *http.Request) error {
 func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, "/v1") {
 		// Unauthenticated callers learn nothing about which paths exist.
-		if _, ok := h.authorize(w, r, ""); !ok {
+		if h.authorize(w, r, "") == nil {
 			return
 		}
 	}
@@ -326,8 +398,9 @@ func matchPattern(pattern, p string) bool {
 	return true
 }
 
-// wrap adds authentication, authorization, the rate limit, the body limit
-// and the request timeout around a route, and writes its error.
+// wrap adds authentication, authorization, the rate limit, the JSON
+// Content-Type of writes, the body limit and the request timeout around a
+// route, and writes its error.
 func (h *Handler) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -342,16 +415,18 @@ func (h *Handler) wrap(rt route) http.Handler {
 			h.log.Debug("http request", "method", r.Method, "route", rt.pattern, "status", sw.status, "duration", time.Since(start))
 		}()
 		if rt.scope != "" {
-			tok, ok := h.authorize(sw, r, rt.scope)
-			if !ok {
+			p := h.authorize(sw, r, rt.scope)
+			if p == nil {
 				return
 			}
-			if !h.allow(sw, r, tok) {
+			if !h.allow(sw, r, p.caller) {
 				return
 			}
-			if tok >= 0 {
-				r = r.WithContext(context.WithValue(r.Context(), actorKey{}, h.auth.tokens[tok].actorName()))
-			}
+			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		}
+		if err := checkContentType(r); err != nil {
+			h.writeError(sw, r, err)
+			return
 		}
 		if r.ContentLength > h.opts.MaxBodyBytes {
 			h.writeError(sw, r, tooLarge(h.opts.MaxBodyBytes))
@@ -366,28 +441,20 @@ func (h *Handler) wrap(rt route) http.Handler {
 	})
 }
 
-// allow applies the rate limit of the caller's token (index tok).
-func (h *Handler) allow(w http.ResponseWriter, r *http.Request, tok int) bool {
-	if h.opts.Rate < 0 {
+// allow applies the rate limit of the caller's token.
+func (h *Handler) allow(w http.ResponseWriter, r *http.Request, c *caller) bool {
+	if c.limiter == nil {
 		return true
 	}
-	h.limMu.Lock()
-	l, ok := h.limiters[tok]
-	if !ok {
-		l = rate.NewLimiter(rate.Limit(h.opts.Rate), h.opts.Burst)
-		h.limiters[tok] = l
-	}
-	h.limMu.Unlock()
 	now := h.clock.Now()
-	res := l.ReserveN(now, 1)
+	res := c.limiter.ReserveN(now, 1)
 	d := res.DelayFrom(now)
 	if res.OK() && d == 0 {
 		return true
 	}
 	res.CancelAt(now)
-	secs := max(1, int((d+time.Second-1)/time.Second))
-	w.Header().Set("Retry-After", fmt.Sprint(secs))
-	h.writeError(w, r, errorf(http.StatusTooManyRequests, "rate_limited", "too many requests for this token; retry in %ds", secs))
+	w.Header().Set("Retry-After", retryAfter(d))
+	h.writeError(w, r, errorf(http.StatusTooManyRequests, "rate_limited", "too many requests for this token; retry in %ss", retryAfter(d)))
 	return false
 }
 

@@ -13,7 +13,7 @@ func namedPath(r *http.Request, key, what string) (string, error) {
 	if err := checkName(what, v); err != nil {
 		return "", err
 	}
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
+	if err := noQuery(r); err != nil {
 		return "", err
 	}
 	return v, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -162,6 +163,9 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 			msgs[i].NotBefore = *m.NotBefore
 		}
 	}
+	if err := h.mayCreateQueue(r, queue); err != nil {
+		return err
+	}
 	pub, err := h.convoy.Publish(r.Context(), queue, msgs...)
 	if err != nil {
 		return err
@@ -180,22 +184,70 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// listQueues serves GET /v1/queues: a page of queues in name order.
 func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request) error {
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
+	q, err := queryParams(r, []string{"after", "limit"})
+	if err != nil {
 		return err
 	}
-	qs, err := h.convoy.Queues(r.Context())
+	limit, err := parseLimit(q, 100)
+	if err != nil {
+		return err
+	}
+	after := q.Get("after")
+	if after != "" {
+		if err := checkName("queue name", after); err != nil {
+			return paramCheck("after", err)
+		}
+	}
+	qs, err := h.convoy.QueuesAfter(r.Context(), after, limit)
 	if err != nil {
 		return err
 	}
 	out := struct {
-		Queues []queueJSON `json:"queues"`
+		Queues    []queueJSON `json:"queues"`
+		NextAfter string      `json:"next_after"`
 	}{Queues: []queueJSON{}}
 	for _, q := range qs {
-		out.Queues = append(out.Queues, queueJSON{Name: q.Name, MaxDeliveryCount: q.MaxDeliveryCount, PoisonPolicy: string(q.PoisonPolicy),
-			DedupeWindowMS: q.DedupeWindow.Milliseconds(), LockDurationMS: q.LockDuration.Milliseconds(), CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt})
+		out.Queues = append(out.Queues, toQueueJSON(q))
+	}
+	if len(qs) == limit {
+		out.NextAfter = qs[len(qs)-1].Name
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// QueueCreate says who may create a queue by publishing to it
+// (Options.QueueCreate).
+type QueueCreate string
+
+// Values of QueueCreate.
+const (
+	// QueueCreateSubmit: every token that may publish (the default).
+	QueueCreateSubmit QueueCreate = "submit"
+	// QueueCreateOperator: operator tokens only; others may publish to
+	// existing queues. An operator creates one with PUT .../policy.
+	QueueCreateOperator QueueCreate = "operator"
+)
+
+// mayCreateQueue refuses a publish that would create a queue when only
+// operators may create them and the caller is not one. Queues are never
+// deleted, so a queue seen here still exists when the publish commits.
+func (h *Handler) mayCreateQueue(r *http.Request, queue string) error {
+	if h.opts.QueueCreate != QueueCreateOperator {
+		return nil
+	}
+	if p := principalOf(r); p == nil || p.token == nil || p.token.has(ScopeOperator) {
+		return nil
+	}
+	if _, err := h.drover.Store().Reader().QueueGet(r.Context(), queue); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return errorf(http.StatusForbidden, "forbidden",
+				"queue %q does not exist, and on this server only operator tokens create queues: an operator creates it (PUT /v1/queues/%s/policy)", queue, url.PathEscape(queue))
+		}
+		return err
+	}
 	return nil
 }
 
@@ -215,8 +267,8 @@ func (h *Handler) queueExists(r *http.Request, queue string) error {
 
 func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) error {
 	queue := r.PathValue("queue")
-	q := r.URL.Query()
-	if err := checkQuery(q, []string{"after", "limit"}); err != nil {
+	q, err := queryParams(r, []string{"after", "limit"})
+	if err != nil {
 		return err
 	}
 	limit, err := parseLimit(q, 100)
@@ -226,7 +278,7 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) error {
 	after := q.Get("after")
 	if after != "" {
 		if err := checkSession(after); err != nil {
-			return err
+			return paramCheck("after", err)
 		}
 	}
 	if err := h.queueExists(r, queue); err != nil {
@@ -265,19 +317,17 @@ func (h *Handler) peek(w http.ResponseWriter, r *http.Request) error {
 	if err := checkSession(session); err != nil {
 		return err
 	}
-	q := r.URL.Query()
-	if err := checkQuery(q, []string{"from_seq", "limit"}); err != nil {
+	q, err := queryParams(r, []string{"from_seq", "limit"})
+	if err != nil {
 		return err
 	}
 	limit, err := parseLimit(q, 100)
 	if err != nil {
 		return err
 	}
-	var from int64
-	if s := q.Get("from_seq"); s != "" {
-		if from, err = parseSeq("query parameter \"from_seq\"", s, 0); err != nil {
-			return err
-		}
+	from, err := paramInt(q, "from_seq", 0, 0)
+	if err != nil {
+		return err
 	}
 	if err := h.queueExists(r, queue); err != nil {
 		return err
@@ -308,8 +358,8 @@ func (h *Handler) peek(w http.ResponseWriter, r *http.Request) error {
 
 func (h *Handler) listDeadLetters(w http.ResponseWriter, r *http.Request) error {
 	queue := r.PathValue("queue")
-	q := r.URL.Query()
-	if err := checkQuery(q, []string{"session", "after_session", "after_seq", "limit"}); err != nil {
+	q, err := queryParams(r, []string{"session", "after_session", "after_seq", "limit"})
+	if err != nil {
 		return err
 	}
 	limit, err := parseLimit(q, 100)
@@ -318,18 +368,20 @@ func (h *Handler) listDeadLetters(w http.ResponseWriter, r *http.Request) error 
 	}
 	session := q.Get("session")
 	var cur convoy.DeadLetterCursor
-	for name, v := range map[string]string{"session": session, "after_session": q.Get("after_session")} {
-		if v != "" {
+	for _, name := range []string{"session", "after_session"} {
+		if v := q.Get(name); v != "" {
 			if err := checkSession(v); err != nil {
-				return badRequest("query parameter %q: %s", name, err)
+				return paramCheck(name, err)
 			}
 		}
 	}
 	cur.SessionID = q.Get("after_session")
-	if s := q.Get("after_seq"); s != "" {
-		if cur.Seq, err = parseSeq("query parameter \"after_seq\"", s, 0); err != nil {
-			return err
-		}
+	if cur.Seq, err = paramInt(q, "after_seq", 0, 0); err != nil {
+		return err
+	}
+	if q.Get("after_seq") != "" && cur.SessionID == "" {
+		// The cursor is a pair: a sequence number alone says nothing.
+		return paramError("after_seq", "goes with \"after_session\" (the cursor is the next object's after_session and after_seq)")
 	}
 	if err := h.queueExists(r, queue); err != nil {
 		return err
@@ -377,7 +429,7 @@ func (h *Handler) resolveDeadLetter(w http.ResponseWriter, r *http.Request, acti
 	if err != nil {
 		return err
 	}
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
+	if err := noQuery(r); err != nil {
 		return err
 	}
 	body, err := readBody(r)
@@ -450,7 +502,7 @@ const maxDurationMS = int64(time.Duration(1<<63-1) / time.Millisecond)
 // getPolicy serves GET /v1/queues/{queue}/policy.
 func (h *Handler) getPolicy(w http.ResponseWriter, r *http.Request) error {
 	queue := r.PathValue("queue")
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
+	if err := noQuery(r); err != nil {
 		return err
 	}
 	if err := h.queueExists(r, queue); err != nil {

@@ -32,8 +32,6 @@ const (
 	MaxConsumeWait = 60 * time.Second
 	// MaxAbandonDelay caps delay_ms of an abandon.
 	MaxAbandonDelay = 24 * time.Hour
-	// maxDeadReason caps the reason of a dead-letter, in bytes.
-	maxDeadReason = 4096
 	// remoteHolderPrefix marks the session locks of remote consumers.
 	remoteHolderPrefix = "remote:"
 )
@@ -224,8 +222,8 @@ func DecodeSettle(body []byte) (*Settle, error) {
 		if s.Outcome != OutcomeDeadLetter {
 			return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"reason\" goes with outcome dead_letter only")
 		}
-		if len(*req.Reason) > maxDeadReason {
-			return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"reason\" is longer than %d bytes", maxDeadReason)
+		if err := checkText("reason", *req.Reason, convoy.MaxReasonBytes); err != nil {
+			return nil, err
 		}
 		s.Reason = *req.Reason
 	}
@@ -272,25 +270,30 @@ func sessionPath(r *http.Request) (string, string, error) {
 	if err := checkSession(session); err != nil {
 		return "", "", err
 	}
-	return queue, session, checkQuery(r.URL.Query(), nil)
+	return queue, session, noQuery(r)
 }
 
 // waitContext returns the context of a waiting call: it outlives
 // Options.RequestTimeout by wait, ends when the client goes away or the
 // server drains, and the response's write deadline is moved to match.
+// A call with a wait takes one of the waiting slots (Options.MaxWaiting,
+// MaxWaitingPerToken) until it ends.
 func (h *Handler) waitContext(w http.ResponseWriter, r *http.Request, wait time.Duration) (context.Context, context.CancelFunc, error) {
 	if h.streamCtx.Err() != nil {
 		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
 		return nil, nil, errorf(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down")
 	}
-	base, _ := r.Context().Value(untimedKey{}).(context.Context)
-	if base == nil {
-		base = r.Context()
+	release := func() {}
+	if wait > 0 {
+		var err error
+		if release, err = h.hold(w, r, holdWaiting); err != nil {
+			return nil, nil, err
+		}
 	}
-	ctx, cancel := context.WithTimeout(base, wait+h.opts.RequestTimeout)
+	ctx, cancel := context.WithTimeout(untimedContext(r), wait+h.opts.RequestTimeout)
 	stop := context.AfterFunc(h.streamCtx, cancel)
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + h.opts.RequestTimeout))
-	return ctx, func() { stop(); cancel() }, nil
+	return ctx, func() { stop(); cancel(); release() }, nil
 }
 
 // acceptSession serves POST /v1/queues/{queue}/sessions:accept.

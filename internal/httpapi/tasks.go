@@ -8,82 +8,39 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/drover-run/drover"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
 )
 
-// Limits of names in paths and queries (as the libraries enforce them).
-const (
-	maxNameLen    = 200 // task IDs, workflows, queues
-	maxSessionLen = 256
-)
-
-// checkName validates a task ID, workflow or queue name: 1-200 printable
-// characters without spaces or "/".
+// checkName validates a task ID, workflow or queue name by drover's rule
+// of names (drovertype.NameProblem): the error names what it is.
 func checkName(what, s string) error {
-	if s == "" || len(s) > maxNameLen || !utf8.ValidString(s) {
-		return badRequest("%s must be 1-%d bytes of UTF-8", what, maxNameLen)
-	}
-	for _, r := range s {
-		if unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '/' {
-			return badRequest("%s %q must be printable characters without spaces or \"/\"", what, s)
-		}
-	}
-	return nil
+	return fieldProblem(what, s, dt.NameProblem(s))
 }
 
-// checkSession validates a session ID: 1-256 bytes of UTF-8 without control
-// characters ("/" is allowed; send it as %2F in a path).
+// checkSession validates a session ID by drover's rule of keys
+// (drovertype.KeyProblem; "/" is allowed: send it as %2F in a path).
 func checkSession(s string) error {
-	if s == "" || len(s) > maxSessionLen || !utf8.ValidString(s) {
-		return badRequest("session ID must be 1-%d bytes of UTF-8", maxSessionLen)
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return badRequest("session ID contains the control character %U", r)
-		}
+	return fieldProblem("session ID", s, dt.KeyProblem(s, dt.MaxKeyBytes))
+}
+
+// checkText validates a free text of the request body (a reason, an
+// error): at most max bytes of UTF-8 without NUL characters.
+func checkText(field, s string, max int) error {
+	if p := dt.TextProblem(s, max); p != "" {
+		return errorf(http.StatusBadRequest, "invalid_field", "%s", &dt.FieldError{Field: "field " + strconv.Quote(field), Value: s, Problem: p})
 	}
 	return nil
 }
 
-// parseLimit reads the limit query parameter (default def, at most
-// maxListLimit).
-func parseLimit(q url.Values, def int) (int, error) {
-	s := q.Get("limit")
-	if s == "" {
-		return def, nil
+// fieldProblem is a 400 for a value with the problem p, if any.
+func fieldProblem(what, s, p string) error {
+	if p == "" {
+		return nil
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > maxListLimit {
-		return 0, badRequest("query parameter \"limit\": want an integer from 1 to %d, got %q", maxListLimit, s)
-	}
-	return n, nil
-}
-
-// checkQuery refuses query parameters the endpoint does not know, and
-// repeated ones except those in multi.
-func checkQuery(q url.Values, known []string, multi ...string) error {
-	for k, v := range q {
-		ok := false
-		for _, n := range known {
-			ok = ok || n == k
-		}
-		if !ok {
-			return errorf(http.StatusBadRequest, "unknown_parameter", "unknown query parameter %q (known: %s)", k, strings.Join(known, ", "))
-		}
-		isMulti := false
-		for _, n := range multi {
-			isMulti = isMulti || n == k
-		}
-		if len(v) > 1 && !isMulti {
-			return badRequest("query parameter %q is given %d times", k, len(v))
-		}
-	}
-	return nil
+	return badRequest("%s", &dt.FieldError{Field: what, Value: s, Problem: p})
 }
 
 // jsonOrString returns b as raw JSON when it is a JSON document, else as a
@@ -116,13 +73,27 @@ type taskJSON struct {
 	OrderingKey      string          `json:"ordering_key"`
 	OrderingSeq      int64           `json:"ordering_seq"`
 	CallbackURL      string          `json:"callback_url,omitempty"`
+	CallbackEvents   []string        `json:"callback_events,omitempty"` // absent: final states
 	FailureThreshold int             `json:"failure_threshold"`
 	OnFailure        string          `json:"on_failure"`
 	RetryDelayMS     int64           `json:"retry_delay_ms"`
+	Wait             *waitJSON       `json:"wait,omitempty"` // absent: the task does not wait
 	AvailableAt      time.Time       `json:"available_at"`
 	CreatedAt        time.Time       `json:"created_at"`
 	UpdatedAt        time.Time       `json:"updated_at"`
 	Steps            []stepJSON      `json:"steps,omitempty"`
+}
+
+// waitJSON is a WaitPolicy in responses.
+type waitJSON struct {
+	MaxWaits   int     `json:"max_waits"`
+	DelayMS    int64   `json:"delay_ms"`
+	Multiplier float64 `json:"multiplier"`
+	MaxDelayMS int64   `json:"max_delay_ms"`
+}
+
+func toWaitJSON(w drover.WaitPolicy) *waitJSON {
+	return &waitJSON{MaxWaits: w.MaxWaits, DelayMS: w.Delay.Milliseconds(), Multiplier: w.Multiplier, MaxDelayMS: w.MaxDelay.Milliseconds()}
 }
 
 type stepJSON struct {
@@ -143,6 +114,9 @@ type stepJSON struct {
 	StartedAt         *time.Time      `json:"started_at"`
 	FinishedAt        *time.Time      `json:"finished_at"`
 	UpdatedAt         time.Time       `json:"updated_at"`
+	// The step's own policy; absent: the task's.
+	OnFailure string    `json:"on_failure,omitempty"`
+	Wait      *waitJSON `json:"wait,omitempty"`
 }
 
 func toTaskJSON(t *drover.Task) taskJSON {
@@ -151,12 +125,20 @@ func toTaskJSON(t *drover.Task) taskJSON {
 		Output: jsonOrString(t.Output), LastError: t.LastError, LockedBy: t.LockedBy, CompleteBy: t.CompleteBy,
 		FailureCount: t.FailureCount, CurrentStep: t.CurrentStep, StepCount: t.StepCount,
 		OrderingKey: t.OrderingKey, OrderingSeq: t.OrderingSeq, FailureThreshold: t.FailureThreshold,
-		WorkflowVersion: t.WorkflowVersion, CallbackURL: t.CallbackURL,
+		WorkflowVersion: t.WorkflowVersion, CallbackURL: t.CallbackURL, CallbackEvents: t.CallbackEvents,
 		OnFailure: string(t.OnFailure), RetryDelayMS: t.RetryDelay.Milliseconds(),
 		AvailableAt: t.AvailableAt, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}
+	if t.Wait.On() {
+		out.Wait = toWaitJSON(t.Wait)
+	}
 	for _, s := range t.Steps {
+		var wait *waitJSON
+		if s.Wait != nil {
+			wait = toWaitJSON(*s.Wait)
+		}
 		out.Steps = append(out.Steps, stepJSON{
+			OnFailure: string(s.OnFailure), Wait: wait,
 			Index: s.Index, Name: s.Name, Agent: s.Agent, Compensation: s.Compensation, TimeoutMS: s.Timeout.Milliseconds(),
 			State: string(s.ProcessState), CompensationState: string(s.CompensationState), LockedBy: s.LockedBy,
 			CompleteBy: s.CompleteBy, FailureCount: s.FailureCount, Attempt: s.Attempt, IdempotencyKey: s.IdempotencyKey,
@@ -175,6 +157,9 @@ type SubmitRequest struct {
 	OrderingKey string          `json:"ordering_key,omitempty"`
 	// CallbackURL receives a signed webhook when the task is final.
 	CallbackURL string `json:"callback_url,omitempty"`
+	// CallbackEvents chooses what CallbackURL receives: "final", "alerts",
+	// event types. Absent: final.
+	CallbackEvents []string `json:"callback_events,omitempty"`
 }
 
 // DecodeSubmit decodes and checks the body of POST /v1/tasks.
@@ -190,7 +175,12 @@ func DecodeSubmit(body []byte) (*SubmitRequest, error) {
 		return nil, err
 	}
 	if req.ID != "" {
-		if err := checkName("id", req.ID); err != nil {
+		if err := fieldProblem("field \"id\"", req.ID, dt.NewTaskIDProblem(req.ID)); err != nil {
+			return nil, err
+		}
+	}
+	if req.OrderingKey != "" {
+		if err := fieldProblem("field \"ordering_key\"", req.OrderingKey, dt.KeyProblem(req.OrderingKey, drover.MaxOrderingKeyBytes)); err != nil {
 			return nil, err
 		}
 	}
@@ -201,6 +191,12 @@ func DecodeSubmit(body []byte) (*SubmitRequest, error) {
 		}
 		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"callback_url\": %s", err)
 	}
+	if _, err := dt.ParseWebhookEvents(req.CallbackEvents); err != nil {
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"callback_events\": %v", err)
+	}
+	if len(req.CallbackEvents) > 0 && req.CallbackURL == "" {
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"callback_events\" needs a \"callback_url\"")
+	}
 	if len(req.Input) == 0 {
 		req.Input = json.RawMessage("null")
 	}
@@ -208,7 +204,7 @@ func DecodeSubmit(body []byte) (*SubmitRequest, error) {
 }
 
 func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
-	if err := checkQuery(r.URL.Query(), nil); err != nil {
+	if err := noQuery(r); err != nil {
 		return err
 	}
 	body, err := readBody(r)
@@ -219,9 +215,10 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if req.CallbackURL != "" && !h.opts.CallbackAllow.Allows(req.CallbackURL) {
-		return errorf(http.StatusBadRequest, "invalid_field",
-			"field \"callback_url\" is not allowed by this server: it must start with one of %s (with no \".\" or \"..\" path segments, \"\\\\\", \";\" or \"%%25\")", h.opts.CallbackAllow)
+	if req.CallbackURL != "" {
+		if err := h.opts.CallbackAllow.Check(req.CallbackURL); err != nil {
+			return errorf(http.StatusBadRequest, "invalid_field", "field \"callback_url\" %v", err)
+		}
 	}
 	status := http.StatusCreated
 	if req.ID != "" {
@@ -232,7 +229,8 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	t, err := h.drover.Submit(r.Context(), req.Workflow, req.Input, &drover.SubmitOptions{ID: req.ID, OrderingKey: req.OrderingKey, CallbackURL: req.CallbackURL})
+	t, err := h.drover.Submit(r.Context(), req.Workflow, req.Input, &drover.SubmitOptions{ID: req.ID, OrderingKey: req.OrderingKey,
+		CallbackURL: req.CallbackURL, CallbackEvents: req.CallbackEvents})
 	if err != nil {
 		return err
 	}
@@ -268,8 +266,8 @@ type taskListJSON struct {
 }
 
 func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	if err := checkQuery(q, []string{"state", "workflow", "after", "limit"}, "state"); err != nil {
+	q, err := queryParams(r, []string{"state", "workflow", "after", "limit"}, "state")
+	if err != nil {
 		return err
 	}
 	limit, err := parseLimit(q, 100)
@@ -281,19 +279,19 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 		for _, s := range strings.Split(v, ",") {
 			st := dt.ProcessState(strings.TrimSpace(s))
 			if !st.Valid() {
-				return badRequest("query parameter \"state\": unknown state %q (want Pending, Processing, Processed, Error, Compensating, Compensated or Cancelled)", s)
+				return paramError("state", "unknown state %q (want Pending, Processing, Processed, Error, Compensating, Compensated or Cancelled)", s)
 			}
 			p.States = append(p.States, st)
 		}
 	}
 	if p.Workflow != "" {
-		if err := checkName("query parameter \"workflow\"", p.Workflow); err != nil {
-			return err
+		if err := checkName("workflow", p.Workflow); err != nil {
+			return paramCheck("workflow", err)
 		}
 	}
 	if p.AfterID != "" {
-		if err := checkName("query parameter \"after\"", p.AfterID); err != nil {
-			return err
+		if err := checkName("task ID", p.AfterID); err != nil {
+			return paramCheck("after", err)
 		}
 	}
 	ts, err := h.drover.Tasks(r.Context(), p)
@@ -344,9 +342,6 @@ type CancelRequest struct {
 	Reason string `json:"reason"`
 }
 
-// maxReasonLen caps a cancel reason.
-const maxReasonLen = 1000
-
 func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
 	id, body, err := namedBody(r, "id", "task ID")
 	if err != nil {
@@ -356,8 +351,8 @@ func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(body, &req, false); err != nil {
 		return err
 	}
-	if len(req.Reason) > maxReasonLen {
-		return errorf(http.StatusBadRequest, "invalid_field", "field \"reason\" is longer than %d bytes", maxReasonLen)
+	if err := checkText("reason", req.Reason, drover.MaxReasonBytes); err != nil {
+		return err
 	}
 	if _, err := h.drover.CancelAs(r.Context(), id, req.Reason, h.actor(r)); err != nil {
 		return err

@@ -11,7 +11,8 @@
 // once it is done the task is Processed.
 //
 // The task input is one JSON object, {"order_id":"o-1","amount":1234}; both
-// fields are required and no other field is allowed.
+// fields are required and no other field is allowed. The workflow's
+// ValidateInput refuses other inputs at submission (ErrInvalidInput).
 package orders
 
 import (
@@ -109,6 +110,12 @@ func Workflow(opts Options) drover.Workflow {
 		FailureThreshold: threshold,
 		OnFailure:        drover.PolicyCompensate,
 		RetryDelay:       opts.RetryDelay,
+		// An order that cannot be parsed would fail in its first agent
+		// and be compensated: refuse it at submission instead.
+		ValidateInput: func(input []byte) error {
+			_, err := ParseOrder(input)
+			return err
+		},
 	}
 }
 

@@ -2,7 +2,8 @@ package scheduler_test
 
 import (
 	"context"
-	"sync/atomic"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,28 +86,54 @@ func TestReplyForLockedTaskIsDeferredNotLost(t *testing.T) {
 	}
 }
 
-// While another transaction keeps a held task locked, the scheduler retries
-// its deferred reply less and less often instead of every millisecond, and
-// applies it once the lock is gone.
+// While another transaction keeps a held task locked, the scheduler keeps
+// retrying its deferred reply, less and less often (the wait doubles from
+// 1ms) instead of every millisecond, and applies it once the lock is gone.
 func TestDeferredReplyRetriesBackOff(t *testing.T) {
 	ctx := context.Background()
 	d, s, reqs := dispatchedOnPostgres(t, 1)
 	r := reqs[0]
-	release := testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error { _, err := x.TaskGet(ctx, r.TaskID); return err })
-	var txs atomic.Int64
-	s.Fence = func(context.Context, store.Executor, time.Time) error { txs.Add(1); return nil }
+	// No poll timer in the way: only the back-off paces the retries.
+	s.PollInterval = time.Minute
+	var (
+		mu  sync.Mutex
+		txs []time.Time // the start of every transaction of the scheduler's
+	)
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(txs) }
+	s.Fence = func(context.Context, store.Executor, time.Time) error {
+		mu.Lock()
+		txs = append(txs, time.Now())
+		mu.Unlock()
+		return nil
+	}
 	stop := runFn(t, s.Run)
 	defer stop()
+	// Restore (which locks the held tasks, so would wait for the lock
+	// below) is done once the first tick has begun.
+	waitFor(t, "Restore and a first tick", func() bool { return count() >= 2 })
+	release := testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error { _, err := x.TaskGet(ctx, r.TaskID); return err })
+	from := count()
 	if !s.Deliver(reply(r)) {
 		t.Fatal("Deliver refused")
 	}
-	time.Sleep(500 * time.Millisecond) // the lock is held this long: count the retries
-	if n := txs.Load(); n > 30 {
-		t.Errorf("%d transactions in 500ms while the task stayed locked; want the retries to back off", n)
+	// It keeps retrying: a stalled scheduler fails here.
+	const retries = 8
+	waitFor(t, fmt.Sprintf("%d transactions while the task stays locked", retries), func() bool { return count() >= from+retries })
+	mu.Lock()
+	got := append([]time.Time(nil), txs[from:from+retries]...)
+	mu.Unlock()
+	// Transaction k (from 0: the one that first deferred the reply) starts
+	// at least 2^(k-1) ms after the one before: timers never fire early,
+	// so these bounds hold however slow the machine.
+	for k := 1; k < retries; k++ {
+		if gap, least := got[k].Sub(got[k-1]), time.Millisecond<<(k-1); gap < least {
+			t.Errorf("transaction %d started %s after the one before, want at least %s: the retries do not back off", k, gap, least)
+		}
 	}
 	if err := release(); err != nil {
 		t.Fatal(err)
 	}
+	s.Wake() // the back-off is long by now
 	waitFor(t, "the deferred reply applied", func() bool {
 		tk, err := d.Reader().TaskGet(ctx, r.TaskID)
 		return err == nil && tk.ProcessState == dt.Processed

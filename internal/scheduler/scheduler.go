@@ -10,6 +10,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -392,19 +393,19 @@ type tickOptions struct {
 	pollStore bool // also take replies from the store's reply queue
 	redeliver bool // on rollback, put inbox replies back
 	applyOnly bool // apply replies, claim nothing (shutdown)
+	// storeLimit caps the replies taken from the store's queue (0: the
+	// tick's limit).
+	storeLimit int
+	// fail: apply every reply as a failure for this reason (its own
+	// output or error could not be stored).
+	fail error
 }
 
+// tick gathers the replies waiting for this scheduler and runs a tick on
+// them. If the store refuses a value the tick writes (store.ErrBadData),
+// the work is redone in parts (isolate), so that one bad reply does not
+// hold back the others.
 func (s *Scheduler) tick(ctx context.Context, o tickOptions) (busy bool, err error) {
-	// The claims' room is set aside (take) like a started Submit's, and
-	// given back once setInFlight has counted what they took.
-	taken := 0
-	defer func() { s.give(taken) }()
-	// Count the adopted tasks as held (MaxInFlight may also have been set
-	// since Run began).
-	s.roomMu.Lock()
-	s.setInFlightLocked(s.inFlight + s.adopted)
-	s.adopted = 0
-	s.roomMu.Unlock()
 	limit := 4 * s.ClaimBatch
 	replies, retried := s.deferred, len(s.deferred)
 	s.deferred = nil
@@ -421,6 +422,56 @@ fill:
 			break fill
 		}
 	}
+	res, err := s.run(ctx, replies, retried, o)
+	if err != nil && errors.Is(err, store.ErrBadData) && ctx.Err() == nil {
+		return s.isolate(ctx, replies, o, err)
+	}
+	if err != nil {
+		if o.redeliver {
+			s.redeliver(replies)
+		}
+		return false, err
+	}
+	return res.busy, nil
+}
+
+// redeliver hands the replies of a transaction that rolled back back to
+// the inbox, so a later tick applies them (they are fenced, so order is
+// harmless). Replies that do not fit are dropped: the supervisor recovers
+// their steps, and the agent's idempotency key makes the redo safe.
+func (s *Scheduler) redeliver(replies []*dt.AgentReply) {
+	for _, r := range replies {
+		if !s.Deliver(r) {
+			break
+		}
+	}
+}
+
+// runResult is what one tick transaction did.
+type runResult struct {
+	busy      bool // more work is probably waiting
+	fromStore int  // replies taken from the store's queue
+}
+
+// run runs one tick transaction: it applies replies (and, with pollStore,
+// those in the store's reply queue), then claims new tasks (unless
+// applyOnly).
+func (s *Scheduler) run(ctx context.Context, replies []*dt.AgentReply, retried int, o tickOptions) (runResult, error) {
+	// The claims' room is set aside (take) like a started Submit's, and
+	// given back once setInFlight has counted what they took.
+	taken := 0
+	defer func() { s.give(taken) }()
+	// Count the adopted tasks as held (MaxInFlight may also have been set
+	// since Run began).
+	s.roomMu.Lock()
+	s.setInFlightLocked(s.inFlight + s.adopted)
+	s.adopted = 0
+	s.roomMu.Unlock()
+	limit := 4 * s.ClaimBatch
+	storeLimit := limit
+	if o.storeLimit > 0 {
+		storeLimit = o.storeLimit
+	}
 	var (
 		dispatched []*dt.AgentRequest
 		released   int
@@ -431,7 +482,7 @@ fill:
 		deferred   []*dt.AgentReply // replies for tasks locked elsewhere
 		putBack    int              // of those, taken from the store and put back
 	)
-	err = s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+	err := s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		// Read the clock once the write lock is held: waiting for it must
 		// not make a stale reply look on time, nor start a step late.
 		now := s.Clock.Now()
@@ -443,12 +494,15 @@ fill:
 		}
 		all := replies
 		if o.pollStore {
-			more, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: s.Instance(), Limit: limit})
+			more, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: s.Instance(), Limit: storeLimit})
 			if err != nil {
 				return err
 			}
 			fromStore = len(more)
 			all = append(all[:len(replies):len(replies)], more...)
+		}
+		if o.fail != nil {
+			all = failed(all, o.fail)
 		}
 		if o.applyOnly {
 			reqs, rel, err := s.Machine.ApplyReplies(ctx, x, now, all)
@@ -505,18 +559,8 @@ fill:
 		if s.OnRollback != nil && len(dispatched) > 0 {
 			s.OnRollback(dispatched)
 		}
-		// The transaction rolled back: hand the inbox replies back so a
-		// later tick applies them (they are fenced, so order is harmless).
-		// Replies that do not fit are dropped: the supervisor recovers their
-		// steps, and the agent's idempotency key makes the redo safe.
-		if o.redeliver {
-			for _, r := range replies {
-				if !s.Deliver(r) {
-					break
-				}
-			}
-		}
-		return false, err
+		// The caller hands the replies back (tick) or splits them (isolate).
+		return runResult{fromStore: fromStore}, err // how many the rolled-back try took
 	}
 	s.Machine.Commit()
 	s.deferLater(replies[:retried], deferred, putBack)
@@ -527,8 +571,132 @@ fill:
 	if asked > 0 && claimed == asked && s.WakeMore != nil {
 		s.WakeMore()
 	}
-	busy = (asked > 0 && claimed == asked) || again || len(s.inbox) > 0 || fromStore-putBack == limit
-	return busy, nil
+	busy := (asked > 0 && claimed == asked) || again || len(s.inbox) > 0 || fromStore-putBack == storeLimit
+	return runResult{busy: busy, fromStore: fromStore}, nil
+}
+
+// isolate redoes the work of a tick whose transaction the store refused
+// because of a value of one of its items (cause wraps store.ErrBadData):
+// the claim alone, then the replies of the store's queue one per
+// transaction, then the inbox replies in halves until the one at fault is
+// alone. Every other reply commits; the one at fault is applied as a
+// failure of its step (flow.Unstorable), so its task follows its failure
+// policy. This costs transactions only when a tick
+// failed this way.
+func (s *Scheduler) isolate(ctx context.Context, replies []*dt.AgentReply, o tickOptions, cause error) (busy bool, err error) {
+	s.Log.Warn("scheduler: the store refused a value of a tick; applying its replies apart", "instance", s.Instance(), "replies", len(replies), "err", cause)
+	if !o.applyOnly {
+		res, err := s.run(ctx, nil, 0, tickOptions{})
+		if err != nil {
+			// The claim itself: nothing to split (a claim's tasks hold
+			// only what was stored already). Back off as for any failure.
+			s.redeliver(replies)
+			return false, err
+		}
+		busy = res.busy
+	}
+	if o.pollStore {
+		if err := s.applyStoredApart(ctx, cause); err != nil {
+			s.redeliver(replies)
+			return false, err
+		}
+	}
+	if err := s.applyApart(ctx, replies); err != nil {
+		return false, err
+	}
+	return busy || len(s.inbox) > 0, nil
+}
+
+// applyStoredApart applies the replies of the store's queue (as many as
+// a tick takes) in chunks that halve while the store refuses a value of
+// theirs; the reply at fault, alone, is applied as a failure, or dropped
+// if even that is refused (it would come back every tick).
+func (s *Scheduler) applyStoredApart(ctx context.Context, cause error) error {
+	limit := 4 * s.ClaimBatch
+	k := max(1, limit/2)
+	for done := 0; done < limit; {
+		o := tickOptions{applyOnly: true, pollStore: true, storeLimit: k}
+		res, err := s.run(ctx, nil, 0, o)
+		if errors.Is(err, store.ErrBadData) && res.fromStore > 1 {
+			k = min(k, res.fromStore) / 2
+			continue
+		}
+		if errors.Is(err, store.ErrBadData) {
+			o.fail = err
+			res, err = s.run(ctx, nil, 0, o)
+			s.logFailed(err, cause)
+			if errors.Is(err, store.ErrBadData) {
+				err = s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+					rs, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: s.Instance(), Limit: 1})
+					res.fromStore = len(rs)
+					return err
+				})
+			}
+			k = max(1, limit/2)
+		}
+		if err != nil {
+			return err
+		}
+		if res.fromStore == 0 {
+			return nil
+		}
+		done += res.fromStore
+	}
+	return nil
+}
+
+// applyApart applies replies, halving them while the store refuses a value
+// of theirs, down to the reply at fault, which is then applied as a
+// failure. On another error it hands the replies not applied back to the
+// inbox and returns the error.
+func (s *Scheduler) applyApart(ctx context.Context, replies []*dt.AgentReply) error {
+	if len(replies) == 0 {
+		return nil
+	}
+	_, err := s.run(ctx, replies, 0, tickOptions{applyOnly: true})
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, store.ErrBadData) || ctx.Err() != nil:
+		s.redeliver(replies)
+		return err
+	case len(replies) == 1:
+		_, ferr := s.run(ctx, replies, 0, tickOptions{applyOnly: true, fail: err})
+		s.logFailed(ferr, err)
+		if ferr != nil && !errors.Is(ferr, store.ErrBadData) {
+			s.redeliver(replies)
+			return ferr
+		}
+		return nil
+	}
+	h := len(replies) / 2
+	if err := s.applyApart(ctx, replies[:h]); err != nil {
+		s.redeliver(replies[h:])
+		return err
+	}
+	return s.applyApart(ctx, replies[h:])
+}
+
+// logFailed logs a reply applied as a failure because the store refused
+// a value of it (err nil), or dropped because even that failed: the
+// supervisor then recovers its step after CompleteBy.
+func (s *Scheduler) logFailed(err, cause error) {
+	if err == nil {
+		s.Log.Warn("scheduler: a reply could not be stored; its step failed", "instance", s.Instance(), "err", cause)
+		return
+	}
+	s.Log.Error("scheduler: a reply could not be stored, nor its failure; the supervisor recovers its step after CompleteBy",
+		"instance", s.Instance(), "err", cause, "failure_err", err)
+}
+
+// failed returns replies as failures: a value of theirs could not be
+// stored, for the reason cause.
+func failed(replies []*dt.AgentReply, cause error) []*dt.AgentReply {
+	out := make([]*dt.AgentReply, len(replies))
+	for i, r := range replies {
+		out[i] = flow.Unstorable(r, cause)
+	}
+	return out
 }
 
 // splitDeferred splits a tick's deferred replies (in the order of the

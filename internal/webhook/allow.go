@@ -5,16 +5,32 @@ import (
 	"net/url"
 	"path"
 	"strings"
+
+	"github.com/drover-run/drover/internal/egress"
 )
 
-// Allow is where tasks' callback URLs may point: a list of URL prefixes,
-// each a scheme, a host (with its port, if any) and a path ending in "/".
-// A callback URL is allowed when it has a prefix's scheme and host and its
-// path starts with the prefix's path, with no "." or ".." segments, "\",
-// ";" or "%25" (ways a receiver could resolve it to another path), also
-// percent-encoded. A nil *Allow allows every URL.
+// Allow is where tasks' callback URLs may point: optionally a list of URL
+// prefixes, each a scheme, a host (with its port, if any) and a path
+// ending in "/", and an egress policy. A callback URL is allowed when it
+// has a prefix's scheme and host and its path starts with the prefix's
+// path, with no "." or ".." segments, "\", ";" or "%25" (ways a receiver
+// could resolve it to another path), also percent-encoded; and when the
+// policy does not refuse its host on sight (egress.Policy.CheckURL: a
+// loopback, private or link-local address, a localhost name...). A nil
+// *Allow allows every URL the default egress policy does.
 type Allow struct {
-	prefixes []*url.URL
+	prefixes []*url.URL     // nil: any
+	egress   *egress.Policy // nil: the default policy
+}
+
+// WithEgress returns a copy of a (nil: no prefixes) checking hosts with
+// policy p.
+func (a *Allow) WithEgress(p *egress.Policy) *Allow {
+	c := &Allow{egress: p}
+	if a != nil {
+		c.prefixes = a.prefixes
+	}
+	return c
 }
 
 // ParseAllow parses URL prefixes such as "https://hooks.example.com/" or
@@ -53,9 +69,33 @@ func clean(p string) bool {
 	return path.Clean(p) == strings.TrimSuffix(p, "/") || path.Clean(p) == p
 }
 
-// Allows reports whether the callback URL s is allowed.
-func (a *Allow) Allows(s string) bool {
-	if a == nil {
+// Check returns why the callback URL s is not allowed, phrased to follow
+// the URL's name ("is not allowed by this server: ..."), or nil.
+func (a *Allow) Check(s string) error {
+	if !a.prefixAllows(s) {
+		return fmt.Errorf("is not allowed by this server: it must start with one of %s (with no \".\" or \"..\" path segments, \"\\\", \";\" or \"%%25\")", a)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("is not a URL: %w", err)
+	}
+	var p *egress.Policy
+	if a != nil {
+		p = a.egress
+	}
+	if err := p.CheckURL(u); err != nil {
+		return fmt.Errorf("is refused: %w", err)
+	}
+	return nil
+}
+
+// Allows reports whether the callback URL s is allowed (Check).
+func (a *Allow) Allows(s string) bool { return a.Check(s) == nil }
+
+// prefixAllows reports whether s is under one of the prefixes (any URL
+// when there are none).
+func (a *Allow) prefixAllows(s string) bool {
+	if a == nil || a.prefixes == nil {
 		return true
 	}
 	u, err := url.Parse(s)
@@ -86,7 +126,7 @@ func (a *Allow) Allows(s string) bool {
 
 // String lists the prefixes, for messages.
 func (a *Allow) String() string {
-	if a == nil {
+	if a == nil || a.prefixes == nil {
 		return "any URL"
 	}
 	s := make([]string, len(a.prefixes))

@@ -3,6 +3,8 @@ package webhook
 import (
 	"strings"
 	"testing"
+
+	"github.com/drover-run/drover/internal/egress/egresstest"
 )
 
 func TestParseAllowRejectsWhatCannotBeAPrefix(t *testing.T) {
@@ -32,6 +34,7 @@ func TestAllowMatchesSchemeHostAndPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	a = a.WithEgress(egresstest.Open(t, "10.0.0.7"))
 	for u, want := range map[string]bool{
 		"https://hooks.example.com/drover/":            true,
 		"https://hooks.example.com/drover/orders?x=1":  true,
@@ -65,5 +68,34 @@ func TestAllowMatchesSchemeHostAndPath(t *testing.T) {
 		if got := a.Allows(u); got != want {
 			t.Errorf("Allows(%q) = %v, want %v", u, got, want)
 		}
+	}
+}
+
+// TestAllowChecksTheEgressPolicy: without prefixes, a callback URL is
+// still refused when its host is a refused literal address or a localhost
+// name, with the reason; a policy that opens it lets it through.
+func TestAllowChecksTheEgressPolicy(t *testing.T) {
+	var none *Allow
+	for u, want := range map[string]string{
+		"http://127.0.0.1:9/cb":                     "is refused: egress denied: 127.0.0.1:9 is a loopback address",
+		"http://169.254.169.254/latest/meta-data/":  "is refused: egress denied: 169.254.169.254:80 is a link-local address (the cloud metadata service)",
+		"http://localhost:8080/cb":                  "is refused: egress denied: localhost:8080 resolves to 127.0.0.1",
+		"http://[::ffff:10.0.0.1]/cb":               "is refused: egress denied: [::ffff:10.0.0.1]:80 is a private address (10.0.0.1)",
+		"http://2130706433/cb":                      "is refused: egress denied: 2130706433:80: not a standard IP address",
+		"https://hooks.example.com/x":               "",
+		"https://hooks.example.com.evil.example/x/": "",
+	} {
+		err := none.Check(u)
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("Check(%s) = %v, want %q", u, err, want)
+		}
+	}
+	open := none.WithEgress(egresstest.Open(t, "127.0.0.1"))
+	if err := open.Check("http://127.0.0.1:9/cb"); err != nil || open.String() != "any URL" {
+		t.Errorf("with 127.0.0.1 open: Check = %v, String %q", err, open.String())
+	}
+	a, _ := ParseAllow([]string{"https://hooks.example.com/drover/"})
+	if err := a.WithEgress(nil).Check("https://other.example/"); err == nil || !strings.Contains(err.Error(), "is not allowed by this server: it must start with one of https://hooks.example.com/drover/") {
+		t.Errorf("Check outside the prefixes = %v", err)
 	}
 }

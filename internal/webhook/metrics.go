@@ -27,6 +27,8 @@ var statsFields = []metrics.Field[Stats]{
 		Value: func(s Stats) int64 { return s.Failed }},
 	{Name: "drover_webhook_stale_total", Help: "Webhook results not recorded: the claim had expired and was taken over.", Type: prometheus.CounterValue,
 		Value: func(s Stats) int64 { return s.Stale }},
+	{Name: "drover_webhook_postponed_total", Help: "Claimed webhook deliveries put back without an attempt: their host had its maximum of requests in flight.", Type: prometheus.CounterValue,
+		Value: func(s Stats) int64 { return s.Postponed }},
 	{Name: "drover_webhook_in_flight", Help: "Webhook requests in flight now.", Type: prometheus.GaugeValue,
 		Value: func(s Stats) int64 { return s.InFlight }},
 }

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/drover-run/drover/droverclient"
@@ -20,7 +21,7 @@ const (
 	HeaderEventType = droverclient.WebhookEventTypeHeader
 	// HeaderAttempt carries the attempt number, 1 for the first.
 	HeaderAttempt = droverclient.WebhookAttemptHeader
-	// HeaderSignature carries "t=<unix seconds>,v1=<hex HMAC-SHA256>".
+	// HeaderSignature carries "t=<unix seconds>,v2=<hex HMAC-SHA256>".
 	HeaderSignature = droverclient.WebhookSignatureHeader
 )
 
@@ -38,10 +39,13 @@ var (
 	ErrTimestamp    = droverclient.ErrWebhookTimestamp
 )
 
-// Sign returns the Drover-Signature header value for body sent at t.
-func Sign(secret, body []byte, t time.Time) string { return droverclient.SignWebhook(secret, body, t) }
+// Sign returns the Drover-Signature header value of event eventID's body
+// sent to url at t; see droverclient.SignWebhook.
+func Sign(secret []byte, url, eventID string, body []byte, t time.Time) string {
+	return droverclient.SignWebhook(secret, url, eventID, body, t)
+}
 
-// Verify checks a Drover-Signature header; see droverclient.VerifyWebhook.
-func Verify(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
-	return droverclient.VerifyWebhook(secret, header, body, now, tolerance)
+// Verify checks a request received at url; see droverclient.VerifyWebhook.
+func Verify(secret []byte, url string, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
+	return droverclient.VerifyWebhook(secret, url, h, body, now, tolerance)
 }

@@ -1,11 +1,19 @@
 // Package webhook sends signed webhooks when tasks reach a final state
-// (SAS-15): Processed, Compensated, Error or Cancelled.
+// (Processed, Compensated, Error or Cancelled) and, for subscriptions that
+// choose them, on operator alerts (a permanent step failure, a failure that
+// starts compensation, an extended wait, a blocked session).
 //
-// A Dispatcher turns the final-state events of the durable history into
-// durable deliveries (one per event and URL: the task's callback URL and
-// every globally configured URL), POSTs each as JSON signed with
-// HMAC-SHA256, and retries failures with exponential back-off and jitter
-// until a 2xx answer, MaxAttempts or MaxAge. Any number of dispatchers, in
+// A Dispatcher turns the events of the durable history that subscriptions
+// select (dt.WebhookEventSet: final states by default) into durable
+// deliveries (one per event and URL: the task's callback URL and every
+// globally configured URL), POSTs each as JSON signed with
+// HMAC-SHA256 (with a key of the destination's, over the event ID, the
+// time and the body, so a request one receiver got does not verify at
+// another), and retries failures with exponential back-off and jitter
+// until a 2xx answer, MaxAttempts or MaxAge. Every request goes through
+// an egress policy (loopback, private, link-local... destinations fail at
+// once unless opened), at most MaxPerHost at a time to one host, with a
+// short ConnectTimeout. Any number of dispatchers, in
 // any number of processes sharing a store, cooperate: the enqueue cursor is
 // locked by one at a time and deliveries are claimed (PostgreSQL: SKIP
 // LOCKED) with a lease, so no (event, URL) is queued twice or sent by two
@@ -32,25 +40,30 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/egress"
+	"github.com/drover-run/drover/internal/fault"
 	"github.com/drover-run/drover/store"
 )
 
 // Defaults of Options.
 const (
-	DefaultPollInterval = time.Second
-	DefaultConcurrency  = 8
-	DefaultMaxAttempts  = 12
-	DefaultMaxAge       = 24 * time.Hour
-	DefaultBackoffBase  = time.Second
-	DefaultBackoffMax   = 10 * time.Minute
-	DefaultTimeout      = 10 * time.Second
-	DefaultBatch        = 500
-	DefaultRetention    = 7 * 24 * time.Hour
+	DefaultPollInterval   = time.Second
+	DefaultConcurrency    = 8
+	DefaultMaxAttempts    = 12
+	DefaultMaxAge         = 24 * time.Hour
+	DefaultBackoffBase    = time.Second
+	DefaultBackoffMax     = 10 * time.Minute
+	DefaultTimeout        = 10 * time.Second
+	DefaultConnectTimeout = 3 * time.Second
+	DefaultMaxPerHost     = 4
+	DefaultBatch          = 500
+	DefaultRetention      = 7 * 24 * time.Hour
 )
 
 // MaxURLBytes caps the length of a webhook URL.
@@ -74,6 +87,11 @@ type Options struct {
 	// each task's own callback URL (SubmitOptions.CallbackURL). Absolute
 	// http or https URLs.
 	URLs []string
+	// Subscriptions are URLs that receive the events they choose, of every
+	// task and session: final states, alerts, event types. A URL given
+	// more than once (here or in URLs) receives what any of them chooses,
+	// once per event.
+	Subscriptions []Subscription
 	// Instance names this dispatcher in the claims it makes. It must be
 	// unique among the dispatchers running on a store (the process's
 	// instance ID is): on start a dispatcher releases the claims left by an
@@ -85,21 +103,28 @@ type Options struct {
 	Clock clock.Clock
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
-	// HTTPClient sends the requests. Default: a client with its own
-	// transport that does not follow redirects (a 3xx answer is a failed
-	// attempt). Its Timeout, if any, applies on top of Timeout.
-	HTTPClient *http.Client
+	// Egress is where deliveries may connect (egress.Policy): checked on
+	// each URL before sending and on every address connected to. A
+	// refused delivery fails at once, its error starting with "egress
+	// denied: ". Default: the default policy, which refuses loopback,
+	// private, link-local and other special-purpose addresses.
+	Egress *egress.Policy
 	// PollInterval is how often the history is scanned for new final
 	// states and due retries are claimed. Default 1s.
 	PollInterval time.Duration
 	// Concurrency caps the requests in flight. Default 8.
 	Concurrency int
+	// MaxPerHost caps the requests in flight to one host, so a slow
+	// receiver cannot hold every slot; a delivery claimed while its host
+	// is at the cap is put back, due a PollInterval later, without
+	// counting an attempt. Default 4.
+	MaxPerHost int
 	// MaxAttempts is the number of attempts before a delivery is marked
 	// failed. Default 12.
 	MaxAttempts int
 	// MaxAge is how long after it was queued a delivery is retried; an
-	// attempt failing later marks it failed. Final-state events older than
-	// this when the dispatcher finds them are not queued at all (a store
+	// attempt failing later marks it failed. Events older than this when
+	// the dispatcher finds them are not queued at all (a store
 	// whose webhooks were off for long). Default 24h.
 	MaxAge time.Duration
 	// BackoffBase is the delay after the first failed attempt; it doubles
@@ -109,6 +134,9 @@ type Options struct {
 	BackoffBase, BackoffMax time.Duration
 	// Timeout bounds one request, answer included. Default 10s.
 	Timeout time.Duration
+	// ConnectTimeout bounds connecting to the receiver, within Timeout, so
+	// an address that drops packets frees its slot early. Default 3s.
+	ConnectTimeout time.Duration
 	// Batch caps the events scanned per enqueue transaction. Default 500.
 	Batch int
 	// Retention is how long delivered and failed deliveries are kept for
@@ -124,11 +152,12 @@ type Options struct {
 // Stats counts what a dispatcher did since it was made.
 type Stats struct {
 	Enqueued  int64 // deliveries this dispatcher queued
-	TooOld    int64 // final-state events older than MaxAge when found: not queued
+	TooOld    int64 // events older than MaxAge when found (final states and alerts): not queued
 	Attempts  int64 // requests sent (or tried)
 	Delivered int64 // attempts answered with a 2xx status
 	Retried   int64 // failed attempts to be tried again
-	Failed    int64 // deliveries given up (MaxAttempts or MaxAge reached, or an unusable URL)
+	Failed    int64 // deliveries given up (MaxAttempts or MaxAge reached, or an unusable or refused URL)
+	Postponed int64 // claimed deliveries put back, their host at MaxPerHost
 	Stale     int64 // results not recorded: the claim had expired and was taken over
 	InFlight  int64 // requests in flight now
 }
@@ -150,7 +179,7 @@ type Dispatcher struct {
 	seen      atomic.Int64
 	seenKnown atomic.Bool
 
-	enqueued, tooOld, attempts, delivered, retried, failed, stale, inFlight atomic.Int64
+	enqueued, tooOld, attempts, delivered, retried, failed, stale, inFlight, postponed atomic.Int64
 }
 
 // New validates opts and returns a Dispatcher on d. It does not touch the
@@ -162,31 +191,48 @@ func New(d store.Driver, opts Options) (*Dispatcher, error) {
 	if len(opts.Secret) < MinSecretBytes {
 		return nil, fmt.Errorf("webhook: Secret is %d bytes, want at least %d", len(opts.Secret), MinSecretBytes)
 	}
-	seen := map[string]bool{}
-	urls := make([]string, 0, len(opts.URLs))
+	// One subscription per URL, in the order first given, with the union
+	// of the events chosen.
+	var subs []Subscription
+	at := map[string]int{}
+	add := func(s Subscription) {
+		if i, ok := at[s.URL]; ok {
+			subs[i].Events = subs[i].Events.Union(s.Events)
+			return
+		}
+		at[s.URL] = len(subs)
+		subs = append(subs, s)
+	}
 	for i, u := range opts.URLs {
 		if err := CheckURL(u); err != nil {
 			return nil, fmt.Errorf("webhook: URLs[%d]: %w", i, err)
 		}
-		if !seen[u] {
-			seen[u] = true
-			urls = append(urls, u)
-		}
+		add(Subscription{URL: u})
 	}
-	opts.URLs = urls
+	for i, s := range opts.Subscriptions {
+		if err := CheckURL(s.URL); err != nil {
+			return nil, fmt.Errorf("webhook: Subscriptions[%d]: %w", i, err)
+		}
+		events, err := dt.ParseWebhookEvents(s.Events)
+		if err != nil {
+			return nil, fmt.Errorf("webhook: Subscriptions[%d] (%s): %w", i, redact(s.URL), err)
+		}
+		add(Subscription{URL: s.URL, Events: events})
+	}
+	opts.Subscriptions, opts.URLs = subs, nil
 	opts.Secret = bytes.Clone(opts.Secret)
 	for _, c := range []struct {
 		name string
 		v    time.Duration
 	}{{"PollInterval", opts.PollInterval}, {"MaxAge", opts.MaxAge}, {"BackoffBase", opts.BackoffBase},
-		{"BackoffMax", opts.BackoffMax}, {"Timeout", opts.Timeout}} {
+		{"BackoffMax", opts.BackoffMax}, {"Timeout", opts.Timeout}, {"ConnectTimeout", opts.ConnectTimeout}} {
 		if c.v < 0 {
 			return nil, fmt.Errorf("webhook: %s %s is negative", c.name, c.v)
 		}
 	}
-	if opts.Concurrency < 0 || opts.MaxAttempts < 0 || opts.Batch < 0 {
-		return nil, fmt.Errorf("webhook: Concurrency (%d), MaxAttempts (%d) and Batch (%d) must not be negative",
-			opts.Concurrency, opts.MaxAttempts, opts.Batch)
+	if opts.Concurrency < 0 || opts.MaxAttempts < 0 || opts.Batch < 0 || opts.MaxPerHost < 0 {
+		return nil, fmt.Errorf("webhook: Concurrency (%d), MaxPerHost (%d), MaxAttempts (%d) and Batch (%d) must not be negative",
+			opts.Concurrency, opts.MaxPerHost, opts.MaxAttempts, opts.Batch)
 	}
 	def := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {
@@ -198,12 +244,16 @@ func New(d store.Driver, opts Options) (*Dispatcher, error) {
 	def(&opts.BackoffBase, DefaultBackoffBase)
 	def(&opts.BackoffMax, DefaultBackoffMax)
 	def(&opts.Timeout, DefaultTimeout)
+	def(&opts.ConnectTimeout, DefaultConnectTimeout)
 	def(&opts.Retention, DefaultRetention)
 	if opts.BackoffMax < opts.BackoffBase {
 		return nil, fmt.Errorf("webhook: BackoffMax %s is below BackoffBase %s", opts.BackoffMax, opts.BackoffBase)
 	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.MaxPerHost == 0 {
+		opts.MaxPerHost = DefaultMaxPerHost
 	}
 	if opts.MaxAttempts == 0 {
 		opts.MaxAttempts = DefaultMaxAttempts
@@ -223,14 +273,12 @@ func New(d store.Driver, opts Options) (*Dispatcher, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	client := opts.HTTPClient
-	if client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = opts.Concurrency
-		client = &http.Client{
-			Transport:     tr,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+	tr := opts.Egress.Transport(min(opts.ConnectTimeout, opts.Timeout))
+	tr.MaxIdleConnsPerHost = opts.MaxPerHost
+	client := &http.Client{
+		Transport: tr,
+		// A 3xx answer is a failed attempt, not a new destination.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return &Dispatcher{
 		store: d, opts: opts, log: opts.Logger.With("instance", opts.Instance), clock: opts.Clock, client: client,
@@ -238,6 +286,42 @@ func New(d store.Driver, opts Options) (*Dispatcher, error) {
 		// the result; only a dead process lets it expire.
 		lease: opts.Timeout + 30*time.Second,
 	}, nil
+}
+
+// Subscription is a URL and the events it receives.
+type Subscription struct {
+	URL string
+	// Events selects the events: "final", "alerts", event types
+	// (dt.ParseWebhookEvents). Empty: final states.
+	Events dt.WebhookEventSet
+}
+
+// ParseSubscription parses the command-line form of a subscription: a URL,
+// optionally followed by "#events=" and comma-separated selectors, such as
+// "https://ops.example.com/hook#events=final,alerts". The fragment only
+// carries the choice: it is not part of the URL called.
+func ParseSubscription(s string) (Subscription, error) {
+	u, frag, hasFrag := strings.Cut(s, "#")
+	if err := CheckURL(u); err != nil {
+		return Subscription{}, err
+	}
+	sub := Subscription{URL: u}
+	if !hasFrag {
+		return sub, nil
+	}
+	list, ok := strings.CutPrefix(frag, "events=")
+	if !ok {
+		return Subscription{}, fmt.Errorf("URL %q: the part after # must be events=LIST (such as events=final,alerts), not %q", redact(u), frag)
+	}
+	events, err := dt.SplitWebhookEvents(list)
+	if err != nil {
+		return Subscription{}, fmt.Errorf("URL %q: events: %w", redact(u), err)
+	}
+	if list == "" {
+		return Subscription{}, fmt.Errorf("URL %q: events= lists no events", redact(u))
+	}
+	sub.Events = events
+	return sub, nil
 }
 
 // CheckURL reports whether s can be a webhook URL: an absolute http or https
@@ -277,7 +361,7 @@ func (d *Dispatcher) Stats() Stats {
 	return Stats{
 		Enqueued: d.enqueued.Load(), TooOld: d.tooOld.Load(), Attempts: d.attempts.Load(),
 		Delivered: d.delivered.Load(), Retried: d.retried.Load(), Failed: d.failed.Load(),
-		Stale: d.stale.Load(), InFlight: d.inFlight.Load(),
+		Stale: d.stale.Load(), InFlight: d.inFlight.Load(), Postponed: d.postponed.Load(),
 	}
 }
 
@@ -290,11 +374,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return errors.New("webhook: Dispatcher.Run is already running")
 	}
 	defer d.running.Store(false)
-	d.log.Info("webhook dispatcher started", "urls", len(d.opts.URLs), "concurrency", d.opts.Concurrency)
+	d.log.Info("webhook dispatcher started", "urls", len(d.opts.Subscriptions), "concurrency", d.opts.Concurrency)
 
 	// Requests outlive ctx: a stop lets them finish within Timeout.
 	sendCtx := context.WithoutCancel(ctx)
-	results := make(chan store.WebhookResult, d.opts.Concurrency)
+	type sent struct {
+		res  store.WebhookResult
+		host string
+	}
+	results := make(chan sent, d.opts.Concurrency)
+	perHost := map[string]int{} // requests in flight by host
 	ticker := time.NewTicker(d.opts.PollInterval)
 	defer ticker.Stop()
 	var (
@@ -321,26 +410,30 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			// its outcome unknown (results recorded twice, claims held
 			// until their lease ends).
 			rctx, cancel := context.WithTimeout(sendCtx, roundTimeout)
-			claimed, ok := d.round(rctx, pending, d.opts.Concurrency-inflight)
+			claimed, left := d.round(rctx, pending, d.opts.Concurrency-inflight)
 			cancel()
-			if ok {
-				pending = pending[:0]
-			}
+			pending = append(pending[:0], left...)
 			for _, w := range claimed {
+				host := hostOf(w.URL)
+				if perHost[host] >= d.opts.MaxPerHost {
+					pending = append(pending, d.postpone(w))
+					continue
+				}
+				perHost[host]++
 				inflight++
 				d.inFlight.Add(1)
-				go func() { results <- d.send(sendCtx, w) }()
+				go func() { results <- sent{d.send(sendCtx, w), host} }()
 			}
 		}
 		select {
 		case <-ctx.Done():
 			for ; inflight > 0; inflight-- {
-				pending = append(pending, <-results)
+				pending = append(pending, (<-results).res)
 				d.inFlight.Add(-1)
 			}
 			if len(pending) > 0 {
 				fctx, cancel := context.WithTimeout(sendCtx, roundTimeout)
-				if _, ok := d.round(fctx, pending, 0); !ok {
+				if _, left := d.round(fctx, pending, 0); len(left) > 0 {
 					d.log.Warn("webhook results not recorded at stop; their deliveries are sent again when the claims expire", "results", len(pending))
 				}
 				cancel()
@@ -352,7 +445,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case r := <-results:
 			inflight--
 			d.inFlight.Add(-1)
-			pending = append(pending, r)
+			if perHost[r.host]--; perHost[r.host] == 0 {
+				delete(perHost, r.host)
+			}
+			pending = append(pending, r.res)
 		}
 	}
 }
@@ -379,14 +475,59 @@ func (d *Dispatcher) release(ctx context.Context) bool {
 }
 
 // round records results and claims up to free due deliveries in one
-// transaction. ok reports whether the transaction committed (the results
-// are then recorded or stale).
-func (d *Dispatcher) round(ctx context.Context, results []store.WebhookResult, free int) (claimed []*dt.WebhookDelivery, ok bool) {
+// transaction. left are the results not recorded (the transaction failed):
+// nil when they are recorded or stale. If the store refuses a value of
+// one result (store.ErrBadData), the results are recorded one per
+// transaction, so that one does not hold back the others; the refused one
+// is recorded with an error saying so, or left to its claim's expiry (it
+// is then sent again) if even that is refused.
+func (d *Dispatcher) round(ctx context.Context, results []store.WebhookResult, free int) (claimed []*dt.WebhookDelivery, left []store.WebhookResult) {
+	claimed, err := d.roundTx(ctx, results, free)
+	if err == nil {
+		return claimed, nil
+	}
+	if !errors.Is(err, store.ErrBadData) || len(results) == 0 || ctx.Err() != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("webhook: record results and claim deliveries", "results", len(results), "err", err)
+		}
+		return nil, results
+	}
+	d.log.Warn("webhook: the store refused a value of the results; recording them apart", "results", len(results), "err", err)
+	for i, r := range results {
+		_, err := d.roundTx(ctx, results[i:i+1], 0)
+		if errors.Is(err, store.ErrBadData) {
+			r.LastError = "the result could not be stored: " + dt.Storable(err.Error())
+			if _, err = d.roundTx(ctx, []store.WebhookResult{r}, 0); errors.Is(err, store.ErrBadData) {
+				d.log.Error("webhook: a result could not be stored, nor its failure; the delivery is sent again when its claim expires",
+					"delivery", r.ID, "err", err)
+				err = nil
+			}
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("webhook: record results", "results", len(results)-i, "err", err)
+			}
+			return nil, results[i:]
+		}
+	}
+	claimed, _ = d.round(ctx, nil, free)
+	return claimed, nil
+}
+
+// roundTx is one transaction of round.
+func (d *Dispatcher) roundTx(ctx context.Context, results []store.WebhookResult, free int) (claimed []*dt.WebhookDelivery, err error) {
 	if len(results) == 0 && free <= 0 {
-		return nil, true
+		return nil, nil
 	}
 	var applied []bool
-	err := d.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+	err = d.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		if fault.Armed() {
+			for _, r := range results {
+				if err := fault.Text(r.LastError); err != nil {
+					return err
+				}
+			}
+		}
 		var err error
 		if applied, err = x.WebhookDeliveryFinishMany(ctx, results); err != nil {
 			return err
@@ -398,10 +539,7 @@ func (d *Dispatcher) round(ctx context.Context, results []store.WebhookResult, f
 		return err
 	})
 	if err != nil {
-		if ctx.Err() == nil {
-			d.log.Warn("webhook: record results and claim deliveries", "results", len(results), "err", err)
-		}
-		return nil, false
+		return nil, err
 	}
 	for i, a := range applied {
 		r := results[i]
@@ -411,20 +549,21 @@ func (d *Dispatcher) round(ctx context.Context, results []store.WebhookResult, f
 				"delivery", r.ID, "attempt", r.Attempt)
 			continue
 		}
-		switch r.Status {
-		case dt.WebhookDelivered:
+		switch {
+		case r.Postponed:
+		case r.Status == dt.WebhookDelivered:
 			d.delivered.Add(1)
-		case dt.WebhookFailed:
+		case r.Status == dt.WebhookFailed:
 			d.failed.Add(1)
 		default:
 			d.retried.Add(1)
 		}
 	}
-	return claimed, true
+	return claimed, nil
 }
 
-// enqueueAll queues the deliveries of every final-state event not yet
-// scanned, a batch per transaction.
+// enqueueAll queues the deliveries of every event not yet scanned that a
+// subscription selects, a batch per transaction.
 func (d *Dispatcher) enqueueAll(ctx context.Context) {
 	for ctx.Err() == nil {
 		more, err := d.enqueue(ctx)
@@ -473,26 +612,28 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 		}
 		more = len(evs) == d.opts.Batch
 		var (
-			final []*dt.Event
-			ids   []string
-			idSet = map[string]bool{}
+			picked []*dt.Event
+			ids    []string
+			idSet  = map[string]bool{}
 		)
 		for _, ev := range evs {
-			if !dt.IsWebhookEvent(ev.Type) {
+			// Every selector picks final states or alerts: nothing else
+			// can be sent, and needs no task read.
+			if !dt.WebhookCandidate(ev) {
 				continue
 			}
 			if now.Sub(ev.CreatedAt) > d.opts.MaxAge {
 				tooOld++
 				continue
 			}
-			final = append(final, ev)
-			if !idSet[ev.TaskID] {
+			picked = append(picked, ev)
+			if _, session := SessionOf(ev.TaskID); !session && !idSet[ev.TaskID] {
 				idSet[ev.TaskID] = true
 				ids = append(ids, ev.TaskID)
 			}
 		}
 		var ds []*dt.WebhookDelivery
-		if len(final) > 0 {
+		if len(picked) > 0 {
 			// The tasks are read without locks: their events are committed,
 			// so they are too, and nothing here decides their state.
 			tasks, err := d.store.Reader().TaskGetMany(ctx, ids)
@@ -503,15 +644,12 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 			for _, t := range tasks {
 				byID[t.ID] = t
 			}
-			for _, ev := range final {
+			for _, ev := range picked {
 				t := byID[ev.TaskID]
-				if t == nil {
+				if _, session := SessionOf(ev.TaskID); !session && t == nil {
 					continue // deleted by retention since
 				}
-				urls := d.opts.URLs
-				if t.CallbackURL != "" && !contains(urls, t.CallbackURL) {
-					urls = append([]string{t.CallbackURL}, urls...)
-				}
+				urls := d.urlsFor(ev, t)
 				if len(urls) == 0 {
 					continue
 				}
@@ -521,7 +659,7 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 				}
 				for _, u := range urls {
 					ds = append(ds, &dt.WebhookDelivery{
-						EventID: ev.ID, URL: u, TaskID: t.ID, EventType: ev.Type, Payload: body,
+						EventID: ev.ID, URL: u, TaskID: ev.TaskID, EventType: ev.Type, Payload: body,
 						NextAttemptAt: now, CreatedAt: now, UpdatedAt: now,
 					})
 				}
@@ -549,18 +687,30 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 	d.enqueued.Add(queued)
 	if tooOld > 0 {
 		d.tooOld.Add(tooOld)
-		d.log.Info("webhook: final-state events older than MaxAge not queued", "events", tooOld, "max_age", d.opts.MaxAge)
+		d.log.Info("webhook: events older than MaxAge not queued", "events", tooOld, "max_age", d.opts.MaxAge)
 	}
 	return more, nil
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
+// urlsFor returns the URLs event ev goes to: the callback URL of its task
+// t (nil for a session's event) if the task's CallbackEvents select it,
+// then each subscription selecting it; each URL once.
+func (d *Dispatcher) urlsFor(ev *dt.Event, t *dt.Task) []string {
+	var urls []string
+	if t != nil && t.CallbackURL != "" && t.CallbackEvents.Matches(ev) {
+		urls = append(urls, t.CallbackURL)
+	}
+	for _, s := range d.opts.Subscriptions {
+		if s.Events.Matches(ev) && !slices.Contains(urls, s.URL) {
+			urls = append(urls, s.URL)
 		}
 	}
-	return false
+	return urls
+}
+
+// subscribed reports whether u is the URL of a configured subscription.
+func (d *Dispatcher) subscribed(u string) bool {
+	return slices.ContainsFunc(d.opts.Subscriptions, func(s Subscription) bool { return s.URL == u })
 }
 
 // prune deletes delivered and failed deliveries older than Retention.
@@ -594,6 +744,25 @@ func (d *Dispatcher) backoff(n int) time.Duration {
 	delay = min(delay, d.opts.BackoffMax)
 	half := delay / 2
 	return half + time.Duration(mrand.Int64N(int64(delay-half)+1))
+}
+
+// hostOf is the host a URL calls, as MaxPerHost counts them.
+func hostOf(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(u.Hostname())
+}
+
+// postpone is the result of a claimed delivery not sent now (its host has
+// MaxPerHost requests in flight): due again a poll later, its attempt
+// given back, its last error kept.
+func (d *Dispatcher) postpone(w *dt.WebhookDelivery) store.WebhookResult {
+	d.postponed.Add(1)
+	now := d.clock.Now()
+	return store.WebhookResult{ID: w.ID, ClaimedBy: d.opts.Instance, Attempt: w.Attempts, Status: dt.WebhookPending,
+		Postponed: true, NextAttemptAt: now.Add(d.opts.PollInterval), LastError: w.LastError, LastStatus: w.LastStatus, Now: now}
 }
 
 // send makes one attempt of w and returns its result.
@@ -638,8 +807,13 @@ func (d *Dispatcher) post(ctx context.Context, w *dt.WebhookDelivery) (status in
 	if err := CheckURL(w.URL); err != nil {
 		return 0, &permanentError{err}
 	}
-	if !slices.Contains(d.opts.URLs, w.URL) && !d.opts.AllowCallbacks.Allows(w.URL) {
+	if !d.subscribed(w.URL) && !d.opts.AllowCallbacks.prefixAllows(w.URL) {
 		return 0, &permanentError{fmt.Errorf("callback URL %s is not allowed (allowed: %s)", redact(w.URL), d.opts.AllowCallbacks)}
+	}
+	if u, err := url.Parse(w.URL); err == nil {
+		if err := d.opts.Egress.CheckURL(u); err != nil {
+			return 0, &permanentError{fmt.Errorf("%w (POST %s)", err, redact(w.URL))}
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
 	defer cancel()
@@ -652,11 +826,22 @@ func (d *Dispatcher) post(ctx context.Context, w *dt.WebhookDelivery) (status in
 	req.Header.Set(HeaderEventID, strconv.FormatInt(w.EventID, 10))
 	req.Header.Set(HeaderEventType, string(w.EventType))
 	req.Header.Set(HeaderAttempt, strconv.Itoa(w.Attempts))
-	req.Header.Set(HeaderSignature, Sign(d.opts.Secret, w.Payload, d.clock.Now()))
+	req.Header.Set(HeaderSignature, Sign(d.opts.Secret, w.URL, strconv.FormatInt(w.EventID, 10), w.Payload, d.clock.Now()))
 	resp, err := d.client.Do(req)
 	if err != nil {
-		var ne net.Error
+		// Refused at connect: the name resolved to a refused address.
+		var denied *egress.DeniedError
+		if errors.As(err, &denied) {
+			return 0, &permanentError{fmt.Errorf("%w (POST %s)", denied, redact(w.URL))}
+		}
+		var (
+			ne net.Error
+			oe *net.OpError
+		)
 		if errors.As(err, &ne) && ne.Timeout() {
+			if errors.As(err, &oe) && oe.Op == "dial" && ctx.Err() == nil {
+				return 0, fmt.Errorf("no connection within %s", min(d.opts.ConnectTimeout, d.opts.Timeout))
+			}
 			return 0, fmt.Errorf("no answer within %s", d.opts.Timeout)
 		}
 		// *url.Error names the URL without its password; keep only the cause.
@@ -675,7 +860,8 @@ func (d *Dispatcher) post(ctx context.Context, w *dt.WebhookDelivery) (status in
 	}
 	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
 	if s := bytes.TrimSpace(snippet); len(s) > 0 {
-		msg += ": " + string(bytes.ToValidUTF8(s, []byte("?")))
+		// The receiver's answer may hold any bytes (drovertype.Storable).
+		msg += ": " + dt.Storable(string(s))
 	}
 	return resp.StatusCode, errors.New(msg)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/drover-run/drover"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/egress/egresstest"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
 	"github.com/drover-run/drover/store/postgres"
@@ -53,6 +54,13 @@ type hit struct {
 	Body                                                      []byte
 	At                                                        time.Time
 	Status                                                    int
+	URL                                                       string // the URL called
+	Header                                                    http.Header
+}
+
+// verify checks the hit's signature as a receiver at its URL does.
+func (h hit) verify(secret string) error {
+	return Verify([]byte(secret), h.URL, h.Header, h.Body, time.Now(), 0)
 }
 
 func (h hit) key() string { return h.Path + " " + h.EventID }
@@ -89,7 +97,7 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	h := hit{Path: r.URL.Path, EventID: r.Header.Get(HeaderEventID), EventType: r.Header.Get(HeaderEventType),
 		Attempt: r.Header.Get(HeaderAttempt), Signature: r.Header.Get(HeaderSignature),
-		ContentType: r.Header.Get("Content-Type"), Body: body, At: time.Now()}
+		ContentType: r.Header.Get("Content-Type"), Body: body, At: time.Now(), URL: rc.srv.URL + r.RequestURI, Header: r.Header.Clone()}
 	if r.Method != http.MethodPost {
 		h.Path = r.Method + " " + h.Path
 	}
@@ -147,16 +155,24 @@ func (rc *receiver) okCount() map[string]int {
 // nowhere, so the test cancels it).
 func startClient(t *testing.T, drv store.Driver) *drover.Client {
 	t.Helper()
+	return startWorkflows(t, drv, 50*time.Millisecond,
+		drover.Workflow{Name: "echo", Steps: []drover.Step{{Name: "a", Agent: "echo"}}},
+		drover.Workflow{Name: "fail", Steps: []drover.Step{{Name: "a", Agent: "fail"}}},
+		drover.Workflow{Name: "comp", OnFailure: drover.PolicyCompensate, Steps: []drover.Step{
+			{Name: "a", Agent: "echo", Compensation: "echo"}, {Name: "b", Agent: "fail"}}},
+		drover.Workflow{Name: "external", Steps: []drover.Step{{Name: "a", Agent: "remote"}}},
+	)
+}
+
+// startWorkflows starts a client running workflows with the agents echo
+// (returns its input), fail (fails permanently) and remote (runs nowhere),
+// its supervisor every sweep.
+func startWorkflows(t *testing.T, drv store.Driver, sweep time.Duration, workflows ...drover.Workflow) *drover.Client {
+	t.Helper()
 	echo := func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) { return r.Input, nil }
 	c, err := drover.New(drover.Config{
-		Store: drv, PollInterval: 10 * time.Millisecond, SupervisorInterval: 50 * time.Millisecond,
-		Workflows: []drover.Workflow{
-			{Name: "echo", Steps: []drover.Step{{Name: "a", Agent: "echo"}}},
-			{Name: "fail", Steps: []drover.Step{{Name: "a", Agent: "fail"}}},
-			{Name: "comp", OnFailure: drover.PolicyCompensate, Steps: []drover.Step{
-				{Name: "a", Agent: "echo", Compensation: "echo"}, {Name: "b", Agent: "fail"}}},
-			{Name: "external", Steps: []drover.Step{{Name: "a", Agent: "remote"}}},
-		},
+		Store: drv, PollInterval: 10 * time.Millisecond, SupervisorInterval: sweep,
+		Workflows: workflows,
 		Agents: []drover.Agent{
 			{Name: "echo", Func: echo},
 			{Name: "fail", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
@@ -231,6 +247,9 @@ func fastOptions(logs *logBuffer, urls ...string) Options {
 
 func newDispatcher(t *testing.T, drv store.Driver, opts Options) *Dispatcher {
 	t.Helper()
+	if opts.Egress == nil {
+		opts.Egress = egresstest.Open(t, "127.0.0.1") // where the test receivers listen
+	}
 	d, err := New(drv, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -323,6 +342,10 @@ func TestNewValidatesOptions(t *testing.T) {
 		{"negative timeout", func(o *Options) { o.Timeout = -time.Second }, "Timeout"},
 		{"negative attempts", func(o *Options) { o.MaxAttempts = -1 }, "MaxAttempts"},
 		{"max below base", func(o *Options) { o.BackoffBase, o.BackoffMax = time.Minute, time.Second }, "BackoffMax"},
+		{"subscription URL", func(o *Options) { o.Subscriptions = []Subscription{{URL: "ftp://x.example/"}} }, "Subscriptions[0]"},
+		{"subscription events", func(o *Options) {
+			o.Subscriptions = []Subscription{{URL: "https://x.example/", Events: dt.WebhookEventSet{"alerts", "step_retry"}}}
+		}, `Subscriptions[0] (https://x.example/): unknown event selector "step_retry"`},
 	}
 	for _, c := range cases {
 		o := good
@@ -339,7 +362,7 @@ func TestNewValidatesOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d.opts.URLs) != 1 || d.opts.Timeout != DefaultTimeout || d.opts.MaxAttempts != DefaultMaxAttempts || d.Instance() == "" {
+	if len(d.opts.Subscriptions) != 1 || d.opts.Timeout != DefaultTimeout || d.opts.MaxAttempts != DefaultMaxAttempts || d.Instance() == "" {
 		t.Errorf("defaults not applied: %+v", d.opts)
 	}
 }
@@ -400,10 +423,10 @@ func TestFinalStatesDelivered(t *testing.T) {
 			if ev == nil {
 				continue
 			}
-			if err := Verify([]byte(testSecret), h.Signature, h.Body, time.Now(), 0); err != nil {
+			if err := h.verify(testSecret); err != nil {
 				t.Errorf("%s: signature %q does not verify: %v", h.key(), h.Signature, err)
 			}
-			if err := Verify([]byte("another-secret-0123456"), h.Signature, h.Body, time.Now(), 0); !errors.Is(err, ErrBadSignature) {
+			if err := h.verify("another-secret-0123456"); !errors.Is(err, ErrBadSignature) {
 				t.Errorf("%s: verifies with another secret: %v", h.key(), err)
 			}
 			if h.ContentType != "application/json" || h.Attempt != "1" || h.EventID != strconv.FormatInt(ev.ID, 10) || h.EventType != string(ev.Type) {
@@ -486,7 +509,7 @@ func TestRetriesUntilDelivered(t *testing.T) {
 			if h.EventID != hits[0].EventID || h.Attempt != strconv.Itoa(i+1) || !bytes.Equal(h.Body, hits[0].Body) {
 				t.Errorf("request %d: event %s attempt %s; want event %s attempt %d and the same body", i, h.EventID, h.Attempt, hits[0].EventID, i+1)
 			}
-			if err := Verify([]byte(testSecret), h.Signature, h.Body, time.Now(), 0); err != nil {
+			if err := h.verify(testSecret); err != nil {
 				t.Errorf("request %d: %v", i, err)
 			}
 		}
@@ -829,23 +852,74 @@ func TestTwoDispatchersShareOneSchema(t *testing.T) {
 	}
 }
 
-// Old delivered deliveries are pruned after Retention; pending ones stay.
+// Finished deliveries are pruned once last updated more than Retention ago;
+// younger ones stay, and so do pending ones however old.
 func TestPrunesOldDeliveries(t *testing.T) {
-	drv := testutil.SQLite(t)
-	rc := newReceiver(t)
-	c := startClient(t, drv)
-	submit(t, c, "echo", "p-1", rc.url("/cb"))
-	wait(t, c, "p-1", drover.Processed)
-	fake := clock.NewFake(time.Now())
-	opts := fastOptions(&logBuffer{})
-	opts.Clock = fake
-	opts.Retention = time.Hour
-	d := newDispatcher(t, drv, opts)
-	stop := run(t, d)
-	waitFor(t, "the delivery", func() bool {
-		return len(deliveries(t, drv, store.WebhookDeliveryListParams{Status: dt.WebhookDelivered})) == 1
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		drv := open(t)
+		rc := newReceiver(t)
+		rc.respond = func(h hit, _ int) int {
+			if h.Path == "/pending" {
+				return http.StatusServiceUnavailable
+			}
+			return http.StatusOK
+		}
+		c := startClient(t, drv)
+		submit(t, c, "echo", "old", rc.url("/ok"))
+		submit(t, c, "echo", "pending", rc.url("/pending"))
+		wait(t, c, "old", drover.Processed)
+		wait(t, c, "pending", drover.Processed)
+		fake := clock.NewFake(time.Now())
+		opts := fastOptions(&logBuffer{})
+		opts.Clock = fake
+		opts.Retention = time.Hour
+		opts.BackoffBase, opts.BackoffMax = 10*time.Hour, 10*time.Hour // the pending one is not tried again
+		d := newDispatcher(t, drv, opts)
+		stop := run(t, d)
+		defer stop()
+		byTask := func() map[string]*dt.WebhookDelivery {
+			m := map[string]*dt.WebhookDelivery{}
+			for _, w := range deliveries(t, drv, store.WebhookDeliveryListParams{}) {
+				m[w.TaskID] = w
+			}
+			return m
+		}
+		show := func(w *dt.WebhookDelivery) string {
+			if w == nil {
+				return "missing"
+			}
+			return brief(w)
+		}
+		settled := func(m map[string]*dt.WebhookDelivery, id string, want dt.WebhookStatus) bool {
+			w := m[id]
+			return w != nil && w.Status() == want && w.ClaimedBy == ""
+		}
+		waitFor(t, "one delivery delivered, one failed once", func() bool {
+			m := byTask()
+			return settled(m, "old", dt.WebhookDelivered) && settled(m, "pending", dt.WebhookPending) && m["pending"].Attempts == 1
+		})
+		// 50 minutes on (a prune runs: nothing is old enough), a task ends
+		// and its delivery is delivered.
+		fake.Advance(50 * time.Minute)
+		submit(t, c, "echo", "young", rc.url("/ok"))
+		wait(t, c, "young", drover.Processed)
+		waitFor(t, "the young delivery", func() bool { return settled(byTask(), "young", dt.WebhookDelivered) })
+		// That delivery was sent after the prune the advance triggered
+		// (each scan prunes before it sends), which had to leave the first
+		// one, 50 minutes old.
+		if m := byTask(); !settled(m, "old", dt.WebhookDelivered) {
+			t.Fatalf("the delivery delivered 50 minutes ago is gone or changed (Retention 1h): %s", show(m["old"]))
+		}
+		// 21 minutes more: the first delivery is 71 minutes old, the young
+		// one 21, the pending one (last updated at the start) 71.
+		fake.Advance(pruneEvery + 11*time.Minute)
+		waitFor(t, "the old delivery to be pruned", func() bool { return byTask()["old"] == nil })
+		m := byTask()
+		if !settled(m, "young", dt.WebhookDelivered) {
+			t.Errorf("the delivery delivered 21 minutes ago is gone or changed (Retention 1h): %s", show(m["young"]))
+		}
+		if w := m["pending"]; !settled(m, "pending", dt.WebhookPending) || w.Attempts != 1 {
+			t.Errorf("the pending delivery, last updated 71 minutes ago, is gone or changed: %s", show(w))
+		}
 	})
-	fake.Advance(pruneEvery + opts.Retention + time.Second)
-	waitFor(t, "the delivery to be pruned", func() bool { return len(deliveries(t, drv, store.WebhookDeliveryListParams{})) == 0 })
-	stop()
 }

@@ -70,6 +70,28 @@ func (t *strTmpl) literal() (string, bool) {
 	return b.String(), true
 }
 
+// origin returns the scheme and authority ("https://api.example.com:8443")
+// a URL template writes literally, and whether it does: the text up to the
+// first "/", "?" or "#" after "://" holds no expression.
+func (t *strTmpl) origin() (string, bool) {
+	if t.parts[0].x != nil {
+		return "", false
+	}
+	s := t.parts[0].lit
+	i := strings.Index(s, "://")
+	if i < 0 {
+		return "", false
+	}
+	j := strings.IndexAny(s[i+3:], "/?#")
+	if j < 0 {
+		if len(t.parts) > 1 {
+			return "", false // an expression continues the host or port
+		}
+		return s, true
+	}
+	return s[:i+3+j], true
+}
+
 func (t *strTmpl) exprs() []*expr {
 	var out []*expr
 	for _, p := range t.parts {
@@ -421,9 +443,12 @@ func marshal(v any) ([]byte, error) {
 }
 
 // renderText renders the template as text. With escape, expressions are
-// escaped for a URL: path-escaped before the first literal "?", query-escaped
-// after it. A template that is exactly one expression is never escaped (it
-// may be a whole URL).
+// escaped for a URL: before the first literal "?", every byte but the
+// unreserved ones (letters, digits, "-", ".", "_", "~") is percent-encoded,
+// so a value cannot add a "/", "@", ":" or "?" (another path, host or
+// port), and a value "." or ".." is refused; after it, values are
+// query-escaped. A template that is exactly one expression is never
+// escaped (it is a whole URL, checked by the egress policy).
 func (t *strTmpl) renderText(env *evalEnv, escape bool) (string, error) {
 	if x := t.whole(); x != nil {
 		v, err := env.eval(x)
@@ -451,12 +476,32 @@ func (t *strTmpl) renderText(env *evalEnv, escape bool) (string, error) {
 		case !escape:
 		case inQuery:
 			s = url.QueryEscape(s)
+		case s == "." || s == "..":
+			return "", &evalError{env.taskID, p.x, fmt.Sprintf("the value %q would be a %q segment of the URL's path", s, s)}
 		default:
-			s = url.PathEscape(s)
+			s = escapeUnreserved(s)
 		}
 		b.WriteString(s)
 	}
 	return b.String(), nil
+}
+
+// escapeUnreserved percent-encodes every byte of s but the unreserved
+// characters of RFC 3986.
+func escapeUnreserved(s string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
 }
 
 // valueTmpl is a JSON value with expressions in its strings.

@@ -9,6 +9,7 @@ import (
 )
 
 const renderSrc = `name: w
+egress: {allow: [svc.example, cb.example]}
 steps:
   - name: reserve
     agent: x

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/drover-run/drover/internal/egress"
 )
 
 // IsWorkflowFile reports whether a directory entry's name is loaded as a
@@ -71,7 +73,11 @@ func readDir(dir string) ([]sourceFile, error) {
 // now), or else by the first in name order; the others are invalid, as are
 // files taking a reserved name. It returns the valid definitions and the
 // problems of the invalid files, by path.
-func parseFiles(files []sourceFile, reserved []string, holders map[string]string) ([]*Definition, map[string][]Problem) {
+//
+// With a server policy, a URL whose literal host the policy (with the
+// file's egress.allow) refuses makes the file invalid too: such a call
+// could never be made.
+func parseFiles(files []sourceFile, reserved []string, holders map[string]string, server *egress.Policy) ([]*Definition, map[string][]Problem) {
 	bad := map[string][]Problem{}
 	var defs []*Definition
 	for _, f := range files {
@@ -80,6 +86,9 @@ func parseFiles(files []sourceFile, reserved []string, holders map[string]string
 			continue
 		}
 		d, probs := parse(f.path, f.src)
+		if len(probs) == 0 && server != nil {
+			probs = refusedURLs(d, server)
+		}
 		if len(probs) > 0 {
 			sortProblems(probs)
 			bad[f.path] = probs
@@ -120,13 +129,15 @@ func parseFiles(files []sourceFile, reserved []string, holders map[string]string
 // Load reads and validates every workflow file (*.yaml, *.yml, *.json) of
 // dir. It returns the definitions, in file name order, only when every file
 // is valid; otherwise an *Error with the problems of every invalid file.
-// reserved names workflows defined in code, which no file may take.
-func Load(dir string, reserved ...string) ([]*Definition, error) {
+// With a server policy, literal URL hosts it refuses are problems too
+// (see parseFiles). reserved names workflows defined in code, which no
+// file may take.
+func Load(dir string, server *egress.Policy, reserved ...string) ([]*Definition, error) {
 	files, err := readDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	defs, bad := parseFiles(files, reserved, nil)
+	defs, bad := parseFiles(files, reserved, nil, server)
 	if len(bad) > 0 {
 		var all []Problem
 		for _, ps := range bad {
@@ -136,4 +147,23 @@ func Load(dir string, reserved ...string) ([]*Definition, error) {
 		return nil, &Error{Problems: all}
 	}
 	return defs, nil
+}
+
+// refusedURLs reports every HTTP call of d whose literal host the server's
+// policy, with d's egress.allow, refuses.
+func refusedURLs(d *Definition, server *egress.Policy) []Problem {
+	pol := d.EgressPolicy(server)
+	var probs []Problem
+	for _, s := range d.Steps {
+		for _, a := range []*Action{&s.Do, s.Compensate} {
+			if a == nil || a.HTTP == nil || a.HTTP.origin == nil {
+				continue
+			}
+			if err := pol.CheckURL(a.HTTP.origin); err != nil {
+				probs = append(probs, Problem{File: d.File, Line: a.HTTP.urlLine, Field: a.HTTP.urlField,
+					Msg: err.Error() + " (drover server --egress-allow, or egress.allow in this file)"})
+			}
+		}
+	}
+	return probs
 }

@@ -2,6 +2,7 @@ package workflowdef
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -12,14 +13,17 @@ import (
 	"math/big"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
-	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/drover-run/drover"
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/httpagent"
 )
 
@@ -32,7 +36,7 @@ const MaxFileBytes = 1 << 20
 // DefaultStepTimeout is a step's time budget when the file gives none.
 const DefaultStepTimeout = 30 * time.Second
 
-const maxNameLen = 200
+const maxNameLen = dt.MaxNameBytes
 
 // Definition is one validated workflow file.
 type Definition struct {
@@ -46,15 +50,48 @@ type Definition struct {
 	FailureThreshold int // 0: drover's default (3)
 	OnFailure        drover.FailurePolicy
 	RetryDelay       time.Duration
-	Steps            []*Step
+	Wait             drover.WaitPolicy // MaxWaits 0: off
+	// RequiredInput are the fields a task's input, a JSON object, must
+	// have (not null): other inputs are refused at submission.
+	RequiredInput []string
+	// Egress lists the hosts the workflow's HTTP steps may reach (the
+	// file's egress.allow); nil when the file declares none. Declared, it
+	// also opens them when they are refused by default (a private or
+	// loopback address), and it is required for a URL whose host comes
+	// from data.
+	Egress []egress.Rule
+	Steps  []*Step
 
 	nameLine int
+
+	egressMu   sync.Mutex
+	egressBase *egress.Policy // the policy egressPol was made from
+	egressPol  *egress.Policy
+}
+
+// EgressPolicy returns the policy the definition's calls go through: server
+// restricted to (and opening) Egress, or server itself when the file
+// declares no egress.
+func (d *Definition) EgressPolicy(server *egress.Policy) *egress.Policy {
+	if d.Egress == nil {
+		return server
+	}
+	d.egressMu.Lock()
+	defer d.egressMu.Unlock()
+	if d.egressPol == nil || d.egressBase != server {
+		d.egressBase = server
+		d.egressPol = server.Restrict(d.Egress, fmt.Sprintf("workflow %q's egress.allow", d.Name))
+	}
+	return d.egressPol
 }
 
 // Step is one step of a definition.
 type Step struct {
 	Name    string
 	Timeout time.Duration
+	// OnFailure and Wait override the workflow's; "" and nil: its own.
+	OnFailure drover.FailurePolicy
+	Wait      *drover.WaitPolicy
 	// Do is what the step does; Compensate, when not nil, undoes it.
 	Do         Action
 	Compensate *Action
@@ -87,7 +124,13 @@ type HTTPCall struct {
 	Method string
 	Status httpagent.StatusPolicy
 
-	url      *strTmpl
+	url *strTmpl
+	// origin is the scheme and host (with port) the URL template writes
+	// literally; nil when data chooses them (the workflow's egress.allow
+	// then lists what it may be).
+	origin   *url.URL
+	urlLine  int
+	urlField string
 	headers  []header
 	body     *valueTmpl
 	bodyText *strTmpl
@@ -103,16 +146,42 @@ type header struct {
 func (d *Definition) Workflow() drover.Workflow {
 	w := drover.Workflow{
 		Name: d.Name, Version: d.Version, FailureThreshold: d.FailureThreshold,
-		OnFailure: d.OnFailure, RetryDelay: d.RetryDelay,
+		OnFailure: d.OnFailure, RetryDelay: d.RetryDelay, Wait: d.Wait,
+	}
+	if req := slices.Clone(d.RequiredInput); len(req) > 0 {
+		w.ValidateInput = func(input []byte) error { return checkRequiredInput(input, req) }
 	}
 	for _, s := range d.Steps {
-		st := drover.Step{Name: s.Name, Agent: s.Do.AgentName(), Timeout: s.Timeout}
+		st := drover.Step{Name: s.Name, Agent: s.Do.AgentName(), Timeout: s.Timeout, OnFailure: s.OnFailure}
+		if s.Wait != nil {
+			w := *s.Wait
+			st.Wait = &w
+		}
 		if s.Compensate != nil {
 			st.Compensation = s.Compensate.AgentName()
 		}
 		w.Steps = append(w.Steps, st)
 	}
 	return w
+}
+
+// checkRequiredInput checks that input is a JSON object with every field
+// of required, not null.
+func checkRequiredInput(input []byte, required []string) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(input, &obj); err != nil || obj == nil {
+		return fmt.Errorf("want a JSON object with the fields %s (required_input)", strings.Join(required, ", "))
+	}
+	var missing []string
+	for _, k := range required {
+		if v, ok := obj[k]; !ok || string(v) == "null" {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %s (required_input: %s)", strings.Join(missing, ", "), strings.Join(required, ", "))
+	}
+	return nil
 }
 
 // ExternalAgents lists the remote agents the definition names.
@@ -150,6 +219,9 @@ func Parse(file string, src []byte) (*Definition, error) {
 type parser struct {
 	file  string
 	probs []Problem
+	// egress is the workflow's egress.allow, as a policy restricted to it;
+	// nil when the file declares none.
+	egress *egress.Policy
 	// suggested holds the fields an unknown key was probably meant as,
 	// so a typo of a required key is reported once.
 	suggested map[string]bool
@@ -398,18 +470,9 @@ func (p *parser) duration(n *yaml.Node, field string, positive bool) (time.Durat
 	return d, true
 }
 
-// validName is drover's rule for workflow, step and agent names.
-func validName(s string) bool {
-	if s == "" || len(s) > maxNameLen {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '/' {
-			return false
-		}
-	}
-	return true
-}
+// validName is drover's rule for workflow, step and agent names
+// (drovertype.NameProblem).
+func validName(s string) bool { return dt.NameProblem(s) == "" }
 
 func (p *parser) name(n *yaml.Node, field string) (string, bool) {
 	s, ok := p.str(n, field)
@@ -542,7 +605,7 @@ func (p *parser) value(n *yaml.Node, field string, sc refScope) (*valueTmpl, boo
 }
 
 func (p *parser) workflow(n *yaml.Node, d *Definition) {
-	f, ok := p.fields(n, "", "name", "description", "failure_threshold", "on_failure", "retry_delay", "steps")
+	f, ok := p.fields(n, "", "name", "description", "failure_threshold", "on_failure", "retry_delay", "wait", "required_input", "egress", "steps")
 	if !ok {
 		return
 	}
@@ -559,16 +622,34 @@ func (p *parser) workflow(n *yaml.Node, d *Definition) {
 		d.FailureThreshold, _ = p.integer(e.val, "failure_threshold", 1)
 	}
 	if e, ok := f["on_failure"]; ok {
-		if s, ok := p.str(e.val, "on_failure"); ok {
-			if pol := drover.FailurePolicy(s); pol.Valid() {
-				d.OnFailure = pol
-			} else {
-				p.add(e.val, "on_failure", "%q must be error or compensate", s)
-			}
-		}
+		d.OnFailure, _ = p.policy(e.val, "on_failure")
 	}
 	if e, ok := f["retry_delay"]; ok {
 		d.RetryDelay, _ = p.duration(e.val, "retry_delay", false)
+	}
+	if e, ok := f["wait"]; ok {
+		d.Wait, _ = p.wait(e.val, "wait")
+	}
+	if e, ok := f["required_input"]; ok && p.kind(e.val, "required_input", yaml.SequenceNode) {
+		for i, kn := range e.val.Content {
+			field := fmt.Sprintf("required_input[%d]", i)
+			k, ok := p.str(kn, field)
+			switch {
+			case !ok:
+			case k == "":
+				p.add(kn, field, "the field name is empty")
+			case slices.Contains(d.RequiredInput, k):
+				p.add(kn, field, "%q is listed twice", k)
+			default:
+				d.RequiredInput = append(d.RequiredInput, k)
+			}
+		}
+	}
+	if e, ok := f["egress"]; ok {
+		d.Egress = p.egressAllow(e.val)
+		if d.Egress != nil {
+			p.egress = egress.New(egress.Options{}).Restrict(d.Egress, "egress.allow")
+		}
 	}
 	e, ok := f["steps"]
 	if !ok {
@@ -607,6 +688,47 @@ func (p *parser) workflow(n *yaml.Node, d *Definition) {
 			d.Steps = append(d.Steps, s)
 		}
 	}
+}
+
+// egressAllow reads egress: {allow: [RULE, ...]}; nil when it has problems.
+func (p *parser) egressAllow(n *yaml.Node) []egress.Rule {
+	f, ok := p.fields(n, "egress", "allow")
+	if !ok {
+		return nil
+	}
+	e, ok := f["allow"]
+	if !ok {
+		p.add(n, "egress.allow", "required: the hosts the workflow's HTTP steps may reach, such as [api.example.com, \"10.0.0.0/8\"]")
+		return nil
+	}
+	if !p.kind(e.val, "egress.allow", yaml.SequenceNode) {
+		return nil
+	}
+	if len(e.val.Content) == 0 {
+		p.add(e.val, "egress.allow", "the list is empty: name at least one host")
+		return nil
+	}
+	rules := []egress.Rule{}
+	good := true
+	for i, rn := range e.val.Content {
+		field := fmt.Sprintf("egress.allow[%d]", i)
+		s, ok := p.str(rn, field)
+		if !ok {
+			good = false
+			continue
+		}
+		r, err := egress.ParseRule(s)
+		if err != nil {
+			p.add(rn, field, "%v", err)
+			good = false
+			continue
+		}
+		rules = append(rules, r)
+	}
+	if !good {
+		return nil
+	}
+	return rules
 }
 
 // refScope says which step outputs an expression may use.
@@ -652,12 +774,24 @@ func (p *parser) checkRefs(n *yaml.Node, field string, xs []*expr, sc refScope) 
 }
 
 func (p *parser) step(n *yaml.Node, field string, index int, names []string) *Step {
-	f, ok := p.fields(n, field, "name", "timeout", "http", "agent", "input", "retry", "compensate")
+	f, ok := p.fields(n, field, "name", "timeout", "http", "agent", "input", "retry", "compensate", "on_failure", "wait")
 	if !ok {
 		return nil
 	}
 	s := &Step{Timeout: DefaultStepTimeout}
 	good := true
+	if e, ok := f["on_failure"]; ok {
+		if s.OnFailure, ok = p.policy(e.val, field+".on_failure"); !ok {
+			good = false
+		}
+	}
+	if e, ok := f["wait"]; ok {
+		w, ok := p.wait(e.val, field+".wait")
+		if !ok {
+			good = false
+		}
+		s.Wait = &w
+	}
 	if e, ok := f["name"]; ok {
 		if s.Name, ok = p.name(e.val, field+".name"); !ok {
 			good = false
@@ -762,6 +896,75 @@ func (p *parser) action(n *yaml.Node, f map[string]kv, field string, sc refScope
 	return a
 }
 
+// policy reads a failure policy: error or compensate.
+func (p *parser) policy(n *yaml.Node, field string) (drover.FailurePolicy, bool) {
+	s, ok := p.str(n, field)
+	if !ok {
+		return "", false
+	}
+	if pol := drover.FailurePolicy(s); pol.Valid() {
+		return pol, true
+	}
+	p.add(n, field, "%q must be error or compensate", s)
+	return "", false
+}
+
+// wait reads a wait policy (the supervisor's extended waits); drover's
+// defaults fill what it leaves out.
+func (p *parser) wait(n *yaml.Node, field string) (drover.WaitPolicy, bool) {
+	var w drover.WaitPolicy
+	f, ok := p.fields(n, field, "max_waits", "delay", "multiplier", "max_delay")
+	if !ok {
+		return w, false
+	}
+	good := true
+	if e, ok := f["max_waits"]; ok {
+		if w.MaxWaits, ok = p.integer(e.val, field+".max_waits", 0); !ok {
+			good = false
+		}
+	} else {
+		p.add(n, field+".max_waits", "required: how many extended waits a step may have (0: none)")
+		good = false
+	}
+	if e, ok := f["delay"]; ok {
+		if w.Delay, ok = p.duration(e.val, field+".delay", true); !ok {
+			good = false
+		}
+	}
+	if e, ok := f["multiplier"]; ok {
+		if w.Multiplier, ok = p.number(e.val, field+".multiplier", 1, 1000); !ok {
+			good = false
+		}
+	}
+	if e, ok := f["max_delay"]; ok {
+		if w.MaxDelay, ok = p.duration(e.val, field+".max_delay", true); !ok {
+			good = false
+		}
+	}
+	if delay := cmp.Or(w.Delay, drover.DefaultWaitDelay); good && w.MaxDelay > 0 && w.MaxDelay < delay {
+		p.add(f["max_delay"].val, field+".max_delay", "%s is less than delay %s", w.MaxDelay, delay)
+		good = false
+	}
+	return w, good
+}
+
+// number reads a number between lo and hi.
+func (p *parser) number(n *yaml.Node, field string, lo, hi float64) (float64, bool) {
+	if !p.kind(n, field, yaml.ScalarNode) {
+		return 0, false
+	}
+	var v float64
+	if (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") || n.Decode(&v) != nil || math.IsNaN(v) {
+		p.add(n, field, "want a number, got %s", kindName(n))
+		return 0, false
+	}
+	if v < lo || v > hi {
+		p.add(n, field, "%s must be between %g and %g", n.Value, lo, hi)
+		return 0, false
+	}
+	return v, true
+}
+
 func (p *parser) retry(n *yaml.Node, field string) (httpagent.RetryPolicy, bool) {
 	var r httpagent.RetryPolicy
 	f, ok := p.fields(n, field, "initial_interval", "max_interval", "max_tries")
@@ -852,10 +1055,10 @@ func (p *parser) httpCall(n *yaml.Node, field string, sc refScope) *HTTPCall {
 		switch {
 		case !ok:
 			good = false
-		case !p.checkURL(e.val, field+".url", t) || !p.checkRefs(e.val, field+".url", t.exprs(), sc):
+		case !p.checkURL(e.val, field+".url", t, h) || !p.checkRefs(e.val, field+".url", t.exprs(), sc):
 			good = false
 		default:
-			h.url = t
+			h.url, h.urlLine, h.urlField = t, e.val.Line, field+".url"
 		}
 	} else {
 		p.add(n, field+".url", "required: the URL to call")
@@ -948,30 +1151,78 @@ func (p *parser) httpCall(n *yaml.Node, field string, sc refScope) *HTTPCall {
 }
 
 // checkURL checks what can be known of a URL before run time: its literal
-// start must be an absolute http or https URL.
-func (p *parser) checkURL(n *yaml.Node, field string, t *strTmpl) bool {
-	if t.whole() != nil {
-		return true // the whole URL comes from data: checked at run time
-	}
+// start must be an absolute http or https URL; a URL whose scheme or host
+// comes from data needs the workflow's egress.allow; a literal host must
+// be in it when there is one; and the path may not have "." or ".."
+// segments. It sets h.origin.
+func (p *parser) checkURL(n *yaml.Node, field string, t *strTmpl, h *HTTPCall) bool {
 	prefix := ""
 	if t.parts[0].x == nil {
 		prefix = t.parts[0].lit
 	}
 	lower := strings.ToLower(prefix)
-	if !strings.HasPrefix(lower, "http://") && !strings.HasPrefix(lower, "https://") {
+	whole := t.whole() != nil
+	if !whole && !strings.HasPrefix(lower, "http://") && !strings.HasPrefix(lower, "https://") {
 		p.add(n, field, "%q must be an absolute http:// or https:// URL", n.Value)
 		return false
 	}
-	if s, lit := t.literal(); lit {
-		u, err := url.Parse(s)
-		if err != nil || u.Host == "" {
-			msg := "has no host"
-			if err != nil {
-				msg = err.Error()
+	origin, literal := t.origin()
+	if !literal {
+		if p.egress == nil {
+			what := "the host"
+			if whole {
+				what = "the whole URL"
 			}
-			p.add(n, field, "%q is not a valid URL: %s", s, msg)
+			p.add(n, field, "%q: %s comes from the task's data, so the workflow must list the hosts it may reach: add egress: {allow: [HOST, ...]} (see docs/workflows.md)", n.Value, what)
+			return false
+		}
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || u.Hostname() == "" {
+		msg := "has no host"
+		if err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			msg = err.Error()
+		}
+		p.add(n, field, "%q is not a valid URL: %s", n.Value, msg)
+		return false
+	}
+	if p.egress != nil {
+		if err := p.egress.CheckURL(u); err != nil {
+			p.add(n, field, "%v", err)
 			return false
 		}
 	}
+	// The path as written, each expression standing for a plain segment.
+	var b strings.Builder
+	for _, pt := range t.parts {
+		if pt.x != nil {
+			b.WriteString("x")
+		} else {
+			b.WriteString(pt.lit)
+		}
+	}
+	if full, err := url.Parse(b.String()); err == nil && dotSegments(full) {
+		p.add(n, field, "%q: the path has \".\" or \"..\" segments", n.Value)
+		return false
+	}
+	h.origin = u
 	return true
+}
+
+// dotSegments reports whether u's path has a "." or ".." segment, as
+// written or once percent-decoded.
+func dotSegments(u *url.URL) bool {
+	for _, p := range []string{u.EscapedPath(), u.Path} {
+		for _, seg := range strings.Split(p, "/") {
+			if seg == "." || seg == ".." {
+				return true
+			}
+		}
+	}
+	return false
 }

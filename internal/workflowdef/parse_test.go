@@ -23,13 +23,35 @@ func TestParseExample(t *testing.T) {
 	}
 	want := drover.Workflow{
 		Name: "trip", FailureThreshold: 3, OnFailure: drover.PolicyCompensate, RetryDelay: time.Second,
+		Wait: drover.WaitPolicy{MaxWaits: 3, Delay: 10 * time.Minute, MaxDelay: time.Hour},
 		Steps: []drover.Step{
 			{Name: "reserve", Agent: "http", Timeout: 10 * time.Second, Compensation: "http"},
 			{Name: "charge", Agent: "payments", Timeout: 30 * time.Second, Compensation: "refunds"},
 		},
 	}
-	if got := d.Workflow(); !reflect.DeepEqual(got, want) {
+	got := d.Workflow()
+	validate := got.ValidateInput
+	got.ValidateInput = nil // a func: checked below
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Workflow() =\n%+v\nwant\n%+v", got, want)
+	}
+	// required_input: the input must be an object with those fields.
+	if validate == nil {
+		t.Fatal("no ValidateInput with required_input")
+	}
+	if err := validate([]byte(`{"order_id":"o-1","customer":"ann","seats":2,"amount":42,"note":"x"}`)); err != nil {
+		t.Errorf("a complete input refused: %v", err)
+	}
+	for in, msg := range map[string]string{
+		`{"order_id":"o-1","customer":"ann"}`:                         "missing seats, amount",
+		`{"order_id":"o-1","customer":"ann","seats":null,"amount":1}`: "missing seats",
+		`null`:       "want a JSON object with the fields order_id, customer, seats, amount",
+		`[1]`:        "want a JSON object",
+		`"order_id"`: "want a JSON object",
+	} {
+		if err := validate([]byte(in)); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("input %s: %v, want an error containing %q", in, err, msg)
+		}
 	}
 	if got := d.ExternalAgents(); !reflect.DeepEqual(got, []string{"payments", "refunds"}) {
 		t.Errorf("ExternalAgents() = %v", got)
@@ -50,6 +72,45 @@ func TestParseExample(t *testing.T) {
 	}
 	if d.Steps[0].Do.HTTP.Method != "POST" || d.Steps[0].Compensate.HTTP.Method != "DELETE" {
 		t.Errorf("methods = %s, %s", d.Steps[0].Do.HTTP.Method, d.Steps[0].Compensate.HTTP.Method)
+	}
+}
+
+// TestParseWaitPolicy: the workflow's wait policy, with drover's defaults
+// for what it leaves out, and a step's own failure policy and wait.
+func TestParseWaitPolicy(t *testing.T) {
+	src := `name: w
+on_failure: error
+wait: {max_waits: 3, delay: 10m, multiplier: 1.5, max_delay: 2h}
+steps:
+  - name: a
+    agent: x
+  - name: b
+    agent: y
+    on_failure: compensate
+    wait: {max_waits: 1}
+  - name: c
+    agent: z
+    wait: {max_waits: 0}
+`
+	d, err := Parse("w.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := d.Workflow()
+	if want := (drover.WaitPolicy{MaxWaits: 3, Delay: 10 * time.Minute, Multiplier: 1.5, MaxDelay: 2 * time.Hour}); w.Wait != want {
+		t.Errorf("workflow wait = %+v, want %+v", w.Wait, want)
+	}
+	if s := w.Steps[0]; s.OnFailure != "" || s.Wait != nil {
+		t.Errorf("step a: %q %+v, want the workflow's policy", s.OnFailure, s.Wait)
+	}
+	if s := w.Steps[1]; s.OnFailure != drover.PolicyCompensate || s.Wait == nil || *s.Wait != (drover.WaitPolicy{MaxWaits: 1}) {
+		t.Errorf("step b: %q %+v", s.OnFailure, s.Wait)
+	}
+	if s := w.Steps[2]; s.Wait == nil || s.Wait.On() {
+		t.Errorf("step c: wait %+v, want off", s.Wait)
+	}
+	if err := w.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
 	}
 }
 
@@ -109,7 +170,7 @@ func TestParseProblems(t *testing.T) {
 			`w.yaml:2: step: unknown key (did you mean "steps"?)`,
 		}},
 		{"typo in step", oneStep("    agent: a\n    timout: 10s\n"), []string{`w.yaml:5: steps[0].timout: unknown key (did you mean "timeout"?)`}},
-		{"far-off key", oneStep("    agent: a\n    color: red\n"), []string{`w.yaml:5: steps[0].color: unknown key (want one of name, timeout, http, agent, input, retry, compensate)`}},
+		{"far-off key", oneStep("    agent: a\n    color: red\n"), []string{`w.yaml:5: steps[0].color: unknown key (want one of name, timeout, http, agent, input, retry, compensate, on_failure, wait)`}},
 		{"repeated key", oneStep("    agent: a\n    agent: b\n"), []string{`w.yaml:5: steps[0].agent: repeated key`}},
 		{"bad duration", oneStep("    agent: a\n    timeout: 10x\n"), []string{`w.yaml:5: steps[0].timeout: "10x" is not a duration (such as 500ms, 10s, 1m)`}},
 		{"duration without unit", oneStep("    agent: a\n    timeout: 10\n"), []string{`w.yaml:5: steps[0].timeout: 10 is not a duration: give a unit, such as 10s`}},
@@ -118,7 +179,34 @@ func TestParseProblems(t *testing.T) {
 		{"threshold type", "name: w\nfailure_threshold: three\nsteps: [{name: s, agent: a}]\n", []string{`w.yaml:2: failure_threshold: want an integer, got "three"`}},
 		{"threshold zero", "name: w\nfailure_threshold: 0\nsteps: [{name: s, agent: a}]\n", []string{`w.yaml:2: failure_threshold: 0 is less than 1`}},
 		{"policy", "name: w\non_failure: retry\nsteps: [{name: s, agent: a}]\n", []string{`w.yaml:2: on_failure: "retry" must be error or compensate`}},
+		{"required_input not a list", "name: w\nrequired_input: a\nsteps: [{name: s, agent: a}]\n", []string{`w.yaml:2: required_input: want a list, got "a"`}},
+		{"required_input items", "name: w\nrequired_input: [a, '', a, {b: 1}]\nsteps: [{name: s, agent: a}]\n", []string{
+			`w.yaml:2: required_input[1]: the field name is empty`,
+			`w.yaml:2: required_input[2]: "a" is listed twice`,
+			`w.yaml:2: required_input[3]: want a string, got a mapping`,
+		}},
 		{"steps not a list", "name: w\nsteps: {a: 1}\n", []string{`w.yaml:2: steps: want a list, got a mapping`}},
+		{"step policy", oneStep("    agent: a\n    on_failure: wait\n"), []string{`w.yaml:5: steps[0].on_failure: "wait" must be error or compensate`}},
+		{"wait without max_waits", "name: w\nwait: {delay: 1h}\nsteps: [{name: s, agent: a}]\n", []string{
+			`w.yaml:2: wait.max_waits: required: how many extended waits a step may have (0: none)`,
+		}},
+		{"wait fields", "name: w\nwait:\n  max_waits: -1\n  delay: 0s\n  multiplier: 0.5\n  max_delay: soon\n  forever: true\nsteps: [{name: s, agent: a}]\n", []string{
+			`w.yaml:3: wait.max_waits: -1 is less than 0`,
+			`w.yaml:4: wait.delay: "0s" must be positive`,
+			`w.yaml:5: wait.multiplier: 0.5 must be between 1 and 1000`,
+			`w.yaml:6: wait.max_delay: "soon" is not a duration (such as 500ms, 10s, 1m)`,
+			`w.yaml:7: wait.forever: unknown key (want one of max_waits, delay, multiplier, max_delay)`,
+		}},
+		{"wait multiplier type", "name: w\nwait: {max_waits: 2, multiplier: x2}\nsteps: [{name: s, agent: a}]\n", []string{
+			`w.yaml:2: wait.multiplier: want a number, got "x2"`,
+		}},
+		{"step wait delays", oneStep("    agent: a\n    wait:\n      max_waits: 2\n      delay: 2h\n      max_delay: 1h\n"), []string{
+			`w.yaml:8: steps[0].wait.max_delay: 1h0m0s is less than delay 2h0m0s`,
+		}},
+		{"step wait max_delay below the default delay", oneStep("    agent: a\n    wait: {max_waits: 1, max_delay: 1m}\n"), []string{
+			`w.yaml:5: steps[0].wait.max_delay: 1m0s is less than delay 5m0s`,
+		}},
+		{"wait not a mapping", "name: w\nwait: 3\nsteps: [{name: s, agent: a}]\n", []string{`w.yaml:2: wait: want a mapping, got "3"`}},
 		{"neither http nor agent", oneStep("    timeout: 1s\n"), []string{`w.yaml:3: steps[0]: needs http (call a URL) or agent (a remote agent)`}},
 		{"both http and agent", oneStep("    agent: a\n    http: {method: GET, url: \"http://h/\"}\n"), []string{`w.yaml:4: steps[0]: has both http and agent; give one`}},
 		{"missing step name", "name: w\nsteps:\n  - agent: a\n", []string{`w.yaml:3: steps[0].name: required: every step needs a name`}},
@@ -228,7 +316,7 @@ steps:
     input: {prev: "${steps.a.output}", first: "${steps.a.output.items[0]}", odd: "${input[\"a.b\"]}", lit: "$${not}"}
     compensate: {agent: y, input: {own: "${step.output}", b: "${steps.b.output.id}", a: "${steps.a.output}"}}
 `,
-		"url from data":                   "name: w\nsteps: [{name: a, http: {method: GET, url: \"${input.callback}\"}}]\n",
+		"url from data":                   "name: w\negress: {allow: [hooks.example.com, \"*.partner.example\"]}\nsteps: [{name: a, http: {method: GET, url: \"${input.callback}\"}}]\n",
 		"http compensation of agent step": "name: w\nsteps: [{name: a, agent: x, compensate: {http: {method: DELETE, url: \"http://h/${step.output.id}\"}, retry: {max_tries: 2}}}]\n",
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -300,7 +388,7 @@ func TestLoad(t *testing.T) {
 			"README.md":    "not a workflow",
 			".hidden.yaml": "not: [valid",
 		})
-		defs, err := Load(dir)
+		defs, err := Load(dir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +407,7 @@ func TestLoad(t *testing.T) {
 			"c.yaml": strings.Replace(good, "%s", "orders", 1),
 			"d.yaml": "name: d\nsteps: [{name: s, agent: a, timeout: 1y}]\n",
 		})
-		defs, err := Load(dir, "orders")
+		defs, err := Load(dir, nil, "orders")
 		if defs != nil {
 			t.Errorf("Load returned definitions with an invalid file: %v", defs)
 		}
@@ -330,7 +418,7 @@ func TestLoad(t *testing.T) {
 		})
 	})
 	t.Run("missing directory", func(t *testing.T) {
-		if _, err := Load(filepath.Join(t.TempDir(), "nope")); err == nil || !os.IsNotExist(errors.Unwrap(err)) {
+		if _, err := Load(filepath.Join(t.TempDir(), "nope"), nil); err == nil || !os.IsNotExist(errors.Unwrap(err)) {
 			t.Errorf("err = %v, want a not-exist error", err)
 		}
 	})

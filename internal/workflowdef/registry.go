@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -183,7 +185,7 @@ func (r *Registry) LoadDir(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	defs, bad := parseFiles(files, r.opts.Reserved, nil)
+	defs, bad := parseFiles(files, r.opts.Reserved, nil, r.caller.Egress())
 	if len(bad) > 0 {
 		var all []Problem
 		for _, ps := range bad {
@@ -233,20 +235,54 @@ func (r *Registry) Workflows() []drover.Workflow {
 
 // ExternalAgents lists the remote agents named by any loaded version.
 func (r *Registry) ExternalAgents() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	seen := map[string]bool{}
-	var out []string
-	for _, d := range r.defs {
-		for _, a := range d.ExternalAgents() {
-			if !seen[a] {
-				seen[a] = true
-				out = append(out, a)
-			}
-		}
+	src := r.RemoteAgentSources()
+	out := make([]string, 0, len(src))
+	for a := range src {
+		out = append(out, a)
 	}
 	sort.Strings(out)
 	return out
+}
+
+// RemoteAgentSources maps every remote agent named by a loaded version to
+// the first version naming it (in name and version order), as
+// `workflow "NAME" vN (FILE)`: what a message about the agent points to.
+func (r *Registry) RemoteAgentSources() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]key, 0, len(r.defs))
+	for k := range r.defs {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].name != keys[j].name {
+			return keys[i].name < keys[j].name
+		}
+		return keys[i].version < keys[j].version
+	})
+	out := map[string]string{}
+	for _, k := range keys {
+		d := r.defs[k]
+		for _, a := range d.ExternalAgents() {
+			if _, ok := out[a]; !ok {
+				out[a] = fmt.Sprintf("workflow %q v%d (%s)", d.Name, d.Version, d.File)
+			}
+		}
+	}
+	return out
+}
+
+// IsRemoteAgent reports whether a loaded version names agent as a remote
+// agent (one that runs in another process and polls the API).
+func (r *Registry) IsRemoteAgent(agent string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, d := range r.defs {
+		if slices.Contains(d.ExternalAgents(), agent) {
+			return true
+		}
+	}
+	return false
 }
 
 // LoadStored reads every stored version and makes the latest one of each
@@ -339,7 +375,7 @@ func (r *Registry) Reload(ctx context.Context) (*ReloadResult, error) {
 		r.log.Error("reload workflows: cannot read the directory; keeping every workflow as it is", "dir", dir, "err", err)
 		return nil, err
 	}
-	defs, bad := parseFiles(files, r.opts.Reserved, holders)
+	defs, bad := parseFiles(files, r.opts.Reserved, holders, r.caller.Egress())
 	res := &ReloadResult{}
 	if len(bad) > 0 {
 		res.Invalid = &Error{}
@@ -617,6 +653,7 @@ func (r *Registry) callHTTP(ctx context.Context, req *drover.AgentRequest) ([]by
 	}
 	hr.IdempotencyKey = req.IdempotencyKey
 	hr.Retry = res.action.Retry
+	hr.Egress = res.def.EgressPolicy(r.caller.Egress())
 	return r.caller.Do(ctx, hr)
 }
 
@@ -624,6 +661,9 @@ func (r *Registry) callHTTP(ctx context.Context, req *drover.AgentRequest) ([]by
 func (h *HTTPCall) request(env *evalEnv) (*httpagent.Request, error) {
 	u, err := h.url.renderText(env, true)
 	if err != nil {
+		return nil, err
+	}
+	if err := h.checkRendered(env, u); err != nil {
 		return nil, err
 	}
 	hr := &httpagent.Request{Method: h.Method, URL: u, Header: http.Header{}, Status: h.Status}
@@ -656,6 +696,32 @@ func (h *HTTPCall) request(env *evalEnv) (*httpagent.Request, error) {
 		}
 	}
 	return hr, nil
+}
+
+// checkRendered checks a rendered URL against its template: the scheme,
+// host and port the template writes literally are the ones called (the
+// escaping makes sure of it; this is the last line), and the path has no
+// "." or ".." segment.
+func (h *HTTPCall) checkRendered(env *evalEnv, rendered string) error {
+	if h.url.whole() != nil {
+		return nil // a whole URL: the egress policy checks its host
+	}
+	u, err := url.Parse(rendered)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return &evalError{env.taskID, firstExpr(h.url), "the rendered URL does not parse: " + err.Error()}
+	}
+	if o := h.origin; o != nil && (!strings.EqualFold(u.Scheme, o.Scheme) || !strings.EqualFold(u.Host, o.Host) || u.User.String() != o.User.String()) {
+		origin := func(u *url.URL) string { return (&url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}).Redacted() }
+		return &evalError{env.taskID, firstExpr(h.url), fmt.Sprintf("the rendered URL calls %s, not %s as the template says", origin(u), origin(o))}
+	}
+	if dotSegments(u) {
+		return &evalError{env.taskID, firstExpr(h.url), "the rendered URL's path has a \".\" or \"..\" segment (as sent, or percent-decoded)"}
+	}
+	return nil
 }
 
 func firstExpr(t *strTmpl) *expr {

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/egress"
+	"github.com/drover-run/drover/internal/egress/egresstest"
+	"github.com/drover-run/drover/internal/httpagent"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
 )
@@ -157,12 +160,20 @@ func (s *syncBuf) String() string {
 
 // start builds a registry on dir and a client with the http agent, as the
 // server does, and starts the client.
+// The test services listen on 127.0.0.1, which the server-level policy
+// opens (as drover server --egress-allow 127.0.0.1 does).
 func start(t *testing.T, d store.Driver, dir string, startClient bool) *fixture {
+	t.Helper()
+	return startWith(t, d, dir, startClient, egresstest.Open(t, "127.0.0.1"))
+}
+
+// startWith is start with the server-level egress policy pol.
+func startWith(t *testing.T, d store.Driver, dir string, startClient bool, pol *egress.Policy) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	logs := &syncBuf{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	reg, err := NewRegistry(Options{Store: d, Logger: log, Reserved: []string{"orders"}})
+	reg, err := NewRegistry(Options{Store: d, Logger: log, Reserved: []string{"orders"}, HTTP: httpagent.Options{Egress: pol}})
 	if err != nil {
 		t.Fatal(err)
 	}

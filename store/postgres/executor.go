@@ -269,17 +269,23 @@ func scanTask(out *[]*dt.Task) func(rows) error {
 		completeBy                     pgtype.Timestamptz
 		retryDelay                     int64
 		orderingSeq                    pgtype.Int8
-		workflowVersion                int32
+		workflowVersion, waitMax       int32
 		state, onFailure               string
+		waitDelay, waitMaxDelay        int64
+		callbackEvents                 string
 	)
 	return func(r rows) error {
 		var t dt.Task
 		if err := r.Scan(&t.ID, &t.Workflow, &t.Input, &t.InputHash, &state, &lockedBy, &completeBy,
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
 			&t.FailureThreshold, &onFailure, &retryDelay, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt, &orderingSeq,
-			&workflowVersion, &t.CallbackURL); err != nil {
+			&workflowVersion, &t.CallbackURL, &waitMax, &waitDelay, &t.Wait.Multiplier, &waitMaxDelay, &callbackEvents); err != nil {
 			return err
 		}
+		t.Wait.MaxWaits = int(waitMax)
+		t.Wait.Delay = time.Duration(waitDelay) * time.Microsecond
+		t.Wait.MaxDelay = time.Duration(waitMaxDelay) * time.Microsecond
+		t.CallbackEvents = store.CallbackEvents(callbackEvents)
 		t.WorkflowVersion = int(workflowVersion)
 		t.OrderingSeq = orderingSeq.Int64
 		t.ProcessState = dt.ProcessState(state)
@@ -325,9 +331,15 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 		avail, created, updated                   = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 		workflowVersions                          = make([]int32, n)
 		callbackURLs                              = make([]string, n)
+		waitMax                                   = make([]int32, n)
+		waitDelay, waitMaxDelay                   = make([]int64, n), make([]int64, n)
+		waitMultiplier                            = make([]float64, n)
+		callbackEvents                            = make([]string, n)
 	)
 	for i, t := range tasks {
+		callbackEvents[i] = t.CallbackEvents.String()
 		workflowVersions[i], callbackURLs[i] = int32(t.WorkflowVersion), t.CallbackURL
+		waitMax[i], waitDelay[i], waitMultiplier[i], waitMaxDelay[i] = int32(t.Wait.MaxWaits), t.Wait.Delay.Microseconds(), t.Wait.Multiplier, t.Wait.MaxDelay.Microseconds()
 		ids[i], workflows[i], inputs[i], hashes[i], states[i] = t.ID, t.Workflow, nonNil(t.Input), t.InputHash, string(t.ProcessState)
 		lockedBy[i], completeBy[i], failures[i], current[i] = nullStr(t.LockedBy), t.CompleteBy, int32(t.FailureCount), int32(t.CurrentStep)
 		stepCount[i], orderingKeys[i], outputs[i], lastErrs[i] = int32(t.StepCount), nullStr(t.OrderingKey), t.Output, nullStr(t.LastError)
@@ -340,7 +352,8 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 	got := make(map[string]bool, n)
 	err := e.each(ctx, "insert tasks", e.d.q.taskInsert, []any{ids, workflows, inputs, hashes, states, lockedBy,
 		completeBy, failures, current, stepCount, orderingKeys, outputs, lastErrs, threshold, onFailure, retryDelay,
-		avail, created, updated, orderingSeqs, workflowVersions, callbackURLs}, func(r rows) error {
+		avail, created, updated, orderingSeqs, workflowVersions, callbackURLs, waitMax, waitDelay, waitMultiplier, waitMaxDelay,
+		callbackEvents}, func(r rows) error {
 		var id string
 		if err := r.Scan(&id); err != nil {
 			return err
@@ -827,15 +840,25 @@ func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.Step) error {
 		completeBy, started, finished                     = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 		outputs                                           = make([][]byte, n)
 		updated                                           = make([]time.Time, n)
+		onFailure                                         = make([]string, n)
+		waitMax                                           = make([]*int32, n) // NULL: the task's wait policy
+		waitDelay, waitMaxDelay                           = make([]*int64, n), make([]*int64, n)
+		waitMultiplier                                    = make([]*float64, n)
 	)
 	for i, s := range steps {
+		onFailure[i] = string(s.OnFailure)
+		if w := s.Wait; w != nil {
+			m, d, x, f := int32(w.MaxWaits), w.Delay.Microseconds(), w.MaxDelay.Microseconds(), w.Multiplier
+			waitMax[i], waitDelay[i], waitMaxDelay[i], waitMultiplier[i] = &m, &d, &x, &f
+		}
 		taskIDs[i], index[i], names[i], agents[i], timeouts[i] = s.TaskID, int32(s.Index), s.Name, s.Agent, s.Timeout.Microseconds()
 		comps[i], states[i], compStates[i], lockedBy[i] = s.Compensation, string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy)
 		completeBy[i], failures[i], attempts[i], keys[i] = s.CompleteBy, int32(s.FailureCount), int32(s.Attempt), s.IdempotencyKey
 		outputs[i], lastErrs[i], started[i], finished[i], updated[i] = s.Output, nullStr(s.LastError), s.StartedAt, s.FinishedAt, s.UpdatedAt
 	}
 	return e.later(ctx, "insert steps", e.d.q.stepInsert, []any{taskIDs, index, names, agents, timeouts, comps, states,
-		compStates, lockedBy, completeBy, failures, attempts, keys, outputs, lastErrs, started, finished, updated}, nil, nil)
+		compStates, lockedBy, completeBy, failures, attempts, keys, outputs, lastErrs, started, finished, updated,
+		onFailure, waitMax, waitDelay, waitMultiplier, waitMaxDelay}, nil, nil)
 }
 
 func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.Step, error) {
@@ -886,13 +909,22 @@ func scanStep(out *[]*dt.Step) func(r rows) error {
 		state, compState                  string
 		lockedBy, lastErr                 pgtype.Text
 		completeBy, startedAt, finishedAt pgtype.Timestamptz
+		onFailure                         string
+		waitMax                           pgtype.Int4
+		waitDelay, waitMaxDelay           pgtype.Int8
+		waitMultiplier                    pgtype.Float8
 	)
 	return func(r rows) error {
 		var s dt.Step
 		if err := r.Scan(&s.TaskID, &s.Index, &s.Name, &s.Agent, &timeout, &s.Compensation, &state, &compState,
 			&lockedBy, &completeBy, &s.FailureCount, &s.Attempt, &s.IdempotencyKey, &s.Output, &lastErr,
-			&startedAt, &finishedAt, &s.UpdatedAt); err != nil {
+			&startedAt, &finishedAt, &s.UpdatedAt, &onFailure, &waitMax, &waitDelay, &waitMultiplier, &waitMaxDelay); err != nil {
 			return err
+		}
+		s.OnFailure = dt.FailurePolicy(onFailure)
+		if waitMax.Valid {
+			s.Wait = &dt.WaitPolicy{MaxWaits: int(waitMax.Int32), Delay: time.Duration(waitDelay.Int64) * time.Microsecond,
+				Multiplier: waitMultiplier.Float64, MaxDelay: time.Duration(waitMaxDelay.Int64) * time.Microsecond}
 		}
 		s.Timeout = time.Duration(timeout) * time.Microsecond
 		s.ProcessState = dt.ProcessState(state)

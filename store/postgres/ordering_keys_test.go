@@ -47,7 +47,7 @@ func retainOnce(t *testing.T, d *postgres.Driver, before time.Time, limit int) i
 func TestOrderingKeyCountsOfUpgradedStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := open(t)
+	d := openFresh(t)
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	tasks := keyedTasks(now, "k", "k", "j", "")
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {

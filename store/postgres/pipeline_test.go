@@ -37,11 +37,11 @@ func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
-// tracedDriver opens a migrated driver on a fresh schema whose pool counts
-// round trips.
+// tracedDriver opens a migrated driver whose pool counts round trips.
 func tracedDriver(t *testing.T) (*postgres.Driver, *roundTrips, *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
+	schema := schemas.Take(t) // first: its cleanup runs after the pool's
 	cfg, err := pgxpool.ParseConfig(testURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -53,11 +53,8 @@ func tracedDriver(t *testing.T) (*postgres.Driver, *roundTrips, *pgxpool.Pool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	d, err := postgres.New(pool, postgres.Options{Schema: freshSchema(t)})
+	d, err := postgres.New(pool, postgres.Options{Schema: schema})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return d, rt, pool
@@ -223,6 +220,22 @@ type viaPgxTx struct {
 
 func (v viaPgxTx) LockWaits(ctx context.Context) (int64, error) { return lockWaits(ctx, v.Driver) }
 
+func (v viaPgxTx) OpenSameStore(t *testing.T) store.Driver {
+	return openViaPgxTx(t, openSchema(t, v.Schema()))
+}
+
+// openViaPgxTx is d with transactions of a pgx pool of its own, closed when
+// t ends.
+func openViaPgxTx(t *testing.T, d *postgres.Driver) viaPgxTx {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return viaPgxTx{d, pool}
+}
+
 func (v viaPgxTx) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
 	tx, err := v.pool.Begin(ctx)
 	if err != nil {
@@ -237,23 +250,15 @@ func (v viaPgxTx) InTx(ctx context.Context, fn func(context.Context, store.Execu
 
 func TestConformancePgxTx(t *testing.T) {
 	t.Parallel()
-	url := testURL(t)
-	storetest.Run(t, func(t *testing.T) store.Driver {
-		d := open(t)
-		pool, err := pgxpool.New(context.Background(), url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		return viaPgxTx{d, pool}
-	})
+	testURL(t)
+	storetest.Run(t, func(t *testing.T) store.Driver { return openViaPgxTx(t, open(t)) })
 }
 
 // TxOf runs the application's statements in drover's transaction, after
 // drover's queued writes, committing and rolling back with it.
 func TestTxOf(t *testing.T) {
 	t.Parallel()
-	d := open(t)
+	d := openFresh(t)
 	ctx := context.Background()
 	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 	app := pgx.Identifier{d.Schema(), "app_effects"}.Sanitize()

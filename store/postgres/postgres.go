@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -265,12 +266,20 @@ func translate(err error) error {
 
 // conflict wraps the errors of a transaction the server aborted because it
 // conflicted with another one, deadlock_detected (40P01) and
-// serialization_failure (40001), with store.ErrConflict; it returns any
+// serialization_failure (40001), with store.ErrConflict, and those of a
+// value it refused, data exceptions (class 22) and program_limit_exceeded
+// (54000, an index row too large), with store.ErrBadData; it returns any
 // other error unchanged.
 func conflict(err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") && !errors.Is(err, store.ErrConflict) {
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch {
+	case (pe.Code == "40P01" || pe.Code == "40001") && !errors.Is(err, store.ErrConflict):
 		return fmt.Errorf("%w: %w", store.ErrConflict, err)
+	case (strings.HasPrefix(pe.Code, "22") || pe.Code == "54000") && !errors.Is(err, store.ErrBadData):
+		return fmt.Errorf("%w: %w", store.ErrBadData, err)
 	}
 	return err
 }

@@ -23,8 +23,23 @@ import (
 	"github.com/drover-run/drover/store/storetest"
 )
 
-// The tests need a PostgreSQL server (see testutil.PostgresURL); every store
-// lives in its own schema, dropped at the end of its test.
+// The tests need a PostgreSQL server (see testutil.PostgresURL). Every
+// test's store lives in a schema of its own: one of schemas, emptied for
+// the next test when the test ends, or a fresh schema (freshSchema,
+// openFresh) for the tests that migrate or change a schema's structure,
+// dropped when the test ends.
+
+// schemas hands out migrated schemas to the tests of the package.
+var schemas = testutil.NewSchemaPool()
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := schemas.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = max(code, 1)
+	}
+	os.Exit(code)
+}
 
 func testURL(t testing.TB) string { t.Helper(); return testutil.PostgresURL(t) }
 
@@ -41,8 +56,15 @@ func openSchema(t testing.TB, schema string) *postgres.Driver {
 	return d
 }
 
-// open returns a migrated driver on a fresh schema.
+// open returns a migrated driver on a schema no other running test uses.
 func open(t testing.TB) *postgres.Driver {
+	t.Helper()
+	return openSchema(t, schemas.Take(t))
+}
+
+// openFresh returns a migrated driver on a fresh schema, for tests that
+// change its structure.
+func openFresh(t testing.TB) *postgres.Driver {
 	t.Helper()
 	d := openSchema(t, freshSchema(t))
 	if err := d.Migrate(context.Background()); err != nil {
@@ -66,6 +88,12 @@ type withWaits struct{ *postgres.Driver }
 
 func (w withWaits) LockWaits(ctx context.Context) (int64, error) { return lockWaits(ctx, w.Driver) }
 
+// OpenSameStore opens another driver, with its own pool, on the schema
+// (storetest.SameStore).
+func (w withWaits) OpenSameStore(t *testing.T) store.Driver {
+	return withWaits{openSchema(t, w.Schema())}
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	testURL(t)
@@ -83,6 +111,22 @@ type viaSQL struct {
 
 func (v viaSQL) LockWaits(ctx context.Context) (int64, error) { return lockWaits(ctx, v.Driver) }
 
+func (v viaSQL) OpenSameStore(t *testing.T) store.Driver {
+	return openViaSQL(t, openSchema(t, v.Schema()))
+}
+
+// openViaSQL is d with transactions of a database/sql pool of its own,
+// closed when t ends.
+func openViaSQL(t *testing.T, d *postgres.Driver) viaSQL {
+	t.Helper()
+	db, err := sql.Open("pgx", testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return viaSQL{d, db}
+}
+
 func (v viaSQL) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
 	tx, err := v.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -97,16 +141,8 @@ func (v viaSQL) InTx(ctx context.Context, fn func(context.Context, store.Executo
 
 func TestConformanceDatabaseSQL(t *testing.T) {
 	t.Parallel()
-	url := testURL(t)
-	storetest.Run(t, func(t *testing.T) store.Driver {
-		d := open(t)
-		db, err := sql.Open("pgx", url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		return viaSQL{d, db}
-	})
+	testURL(t)
+	storetest.Run(t, func(t *testing.T) store.Driver { return openViaSQL(t, open(t)) })
 }
 
 func task(id string, now time.Time) *dt.Task {
@@ -315,7 +351,7 @@ func checkExternal(t *testing.T, d *postgres.Driver, table, id string, want bool
 
 func TestInExternalTxPgx(t *testing.T) {
 	t.Parallel()
-	d := open(t)
+	d := openFresh(t)
 	table := extApp(t, d)
 	ctx := context.Background()
 	// The caller's own pool, with the default search_path.
@@ -355,7 +391,7 @@ func TestInExternalTxPgx(t *testing.T) {
 
 func TestInExternalTxDatabaseSQL(t *testing.T) {
 	t.Parallel()
-	d := open(t)
+	d := openFresh(t)
 	table := extApp(t, d)
 	ctx := context.Background()
 	db, err := sql.Open("pgx", testURL(t))
@@ -704,85 +740,6 @@ func taskIDs(ts []*dt.Task) []string {
 		ids = append(ids, t.ID)
 	}
 	return ids
-}
-
-// Two drivers with their own pools are two processes sharing one store:
-// their claims never overlap.
-func TestTwoProcessesClaimDisjoint(t *testing.T) {
-	t.Parallel()
-	d1 := open(t)
-	d2 := openSchema(t, d1.Schema())
-	const total = 1000
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	tasks := make([]*dt.Task, total)
-	for i := range tasks {
-		tasks[i] = task(fmt.Sprintf("t%04d", i), now)
-	}
-	insert(t, d1, tasks...)
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		by   = map[string]string{}
-		errs []error
-	)
-	for i := range 8 {
-		d := []*postgres.Driver{d1, d2}[i%2]
-		inst := fmt.Sprintf("p%d-c%d", i%2, i)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				var got []*dt.Task
-				err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-					var err error
-					got, err = x.TaskClaim(ctx, store.TaskClaimParams{Instance: inst, Now: now, Limit: 10})
-					return err
-				})
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, err)
-				}
-				if len(got) > 10 {
-					errs = append(errs, fmt.Errorf("%s claimed %d > 10", inst, len(got)))
-				}
-				for _, tk := range got {
-					if prev, dup := by[tk.ID]; dup {
-						errs = append(errs, fmt.Errorf("%s claimed by %s and %s", tk.ID, prev, inst))
-					}
-					by[tk.ID] = inst
-				}
-				mu.Unlock()
-				if err != nil || len(got) == 0 {
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	if len(by) != total {
-		t.Fatalf("claimed %d tasks, want %d", len(by), total)
-	}
-	perProcess := map[string]int{}
-	for _, inst := range by {
-		perProcess[inst[:2]]++
-	}
-	t.Logf("claims per process: %v", perProcess)
-	if perProcess["p0"] == 0 || perProcess["p1"] == 0 {
-		t.Errorf("one process claimed nothing: %v", perProcess)
-	}
-	// Every claim is stored as returned.
-	stored, err := d2.Reader().TaskList(context.Background(), store.TaskListParams{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tk := range stored {
-		if tk.LockedBy != by[tk.ID] || tk.ProcessState != dt.Processing {
-			t.Errorf("%s stored locked by %q (%s), claimed by %q", tk.ID, tk.LockedBy, tk.ProcessState, by[tk.ID])
-		}
-	}
 }
 
 // New wraps the caller's pool and leaves it open on Close.

@@ -11,10 +11,12 @@ import "strings"
 // Column lists shared by the task and step queries.
 const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
  current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
- retry_delay_us, available_at, created_at, updated_at, ordering_seq, workflow_version, callback_url`
+ retry_delay_us, available_at, created_at, updated_at, ordering_seq, workflow_version, callback_url,
+ wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events`
 
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
- locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at`
+ locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
+ on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us`
 
 const eventCols = `id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at`
 
@@ -101,7 +103,8 @@ const (
 	tTaskInsert = `INSERT INTO {s}.tasks (` + taskCols + `)
  SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
    $8::int[], $9::int[], $10::int[], $11::text[], $12::bytea[], $13::text[], $14::int[], $15::text[], $16::bigint[],
-   $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::bigint[], $21::int[], $22::text[])
+   $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::bigint[], $21::int[], $22::text[],
+   $23::int[], $24::bigint[], $25::float8[], $26::bigint[], $27::text[])
    AS u(` + taskCols + `)
  ORDER BY id
  ON CONFLICT (id) DO NOTHING
@@ -137,7 +140,7 @@ const (
 	tStepInsert = `INSERT INTO {s}.steps (` + stepCols + `)
  SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[],
    $9::text[], $10::timestamptz[], $11::int[], $12::int[], $13::text[], $14::bytea[], $15::text[], $16::timestamptz[],
-   $17::timestamptz[], $18::timestamptz[])
+   $17::timestamptz[], $18::timestamptz[], $19::text[], $20::int[], $21::bigint[], $22::float8[], $23::bigint[])
    AS u(` + stepCols + `)
  ORDER BY task_id, step_index`
 
@@ -390,6 +393,7 @@ type queries struct {
 	queuePut, queueGet, queueList                               string
 	publishPrepare, dedupeClaim, dedupeGet, publish             string
 	sessionAcceptNamed, sessionAcceptNext, sessionExists        string
+	sessionAvailable                                            string
 	sessionRenew, sessionRelease, receive, settleLock, settle   string
 	sessionGet, sessionGetLock, sessionList, sessionStateSet    string
 	messagePeek, deadLetterList, sessionLock, resubmit, discard string
@@ -465,6 +469,7 @@ func newQueries(quotedSchema string) *queries {
 		publish:             r(tPublish),
 		sessionAcceptNamed:  r(tSessionAcceptNamed),
 		sessionAcceptNext:   r(tSessionAcceptNext),
+		sessionAvailable:    r(tSessionAvailable),
 		sessionExists:       r(tSessionExists),
 		sessionRenew:        r(tSessionRenew),
 		sessionRelease:      r(tSessionRelease),

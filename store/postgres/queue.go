@@ -136,9 +136,14 @@ func (e *executor) QueueGet(ctx context.Context, name string) (*dt.Queue, error)
 	return out[0], nil
 }
 
-func (e *executor) QueueList(ctx context.Context) ([]*dt.Queue, error) {
+func (e *executor) QueueList(ctx context.Context, p store.QueueListParams) ([]*dt.Queue, error) {
+	query, args := e.d.q.queueList, []any{p.AfterName}
+	if p.Limit > 0 {
+		query += ` LIMIT $2`
+		args = append(args, p.Limit)
+	}
 	var out []*dt.Queue
-	if err := e.each(ctx, "list queues", e.d.q.queueList, nil, scanQueue(&out)); err != nil {
+	if err := e.each(ctx, "list queues", query, args, scanQueue(&out)); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -154,9 +159,10 @@ type pubSession struct {
 	firstAvail time.Time
 }
 
-// MessagePublishMany: tPublishPrepare locks the existing sessions and finds
-// closed sessions and known message IDs, so a rejected call writes nothing;
-// tDedupeClaim (only with message IDs) claims the new IDs; tPublish writes.
+// MessagePublishMany: tPublishPrepare finds closed sessions and known
+// message IDs, without locking, so a rejected call writes nothing;
+// tDedupeClaim (only with message IDs) claims the new IDs; tPublish locks or
+// creates the sessions, all in one pass in key order, and writes.
 func (e *executor) MessagePublishMany(ctx context.Context, p store.PublishParams) ([]store.PublishResult, error) {
 	msgs := p.Messages
 	res := make([]store.PublishResult, len(msgs))
@@ -399,9 +405,9 @@ func (e *executor) publish(ctx context.Context, msgs []store.PublishMessage, sto
 		k := sessKey{m.Queue, m.SessionID}
 		last, ok := next[k]
 		if !ok {
-			// Created and closed by a concurrent transaction after the
-			// prepare step looked: the statement wrote the other sessions,
-			// so the transaction must be rolled back.
+			// Closed by a concurrent transaction after the prepare step
+			// looked: the statement wrote the other sessions, so the
+			// transaction must be rolled back.
 			return fmt.Errorf("publish to session %q of queue %q (closed concurrently; roll the transaction back): %w",
 				m.SessionID, m.Queue, store.ErrSessionClosed)
 		}
@@ -456,6 +462,14 @@ func (e *executor) SessionAccept(ctx context.Context, p store.SessionAcceptParam
 		return a.ID < b.ID
 	})
 	return out, nil
+}
+
+func (e *executor) SessionAvailable(ctx context.Context, queue string, now time.Time) (bool, error) {
+	var ok bool
+	err := e.each(ctx, "sessions available", e.d.q.sessionAvailable, []any{queue, now}, func(rs rows) error {
+		return rs.Scan(&ok)
+	})
+	return ok, err
 }
 
 // lockUpdate runs a lock statement (renew, release) round by round; a ref

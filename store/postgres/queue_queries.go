@@ -62,24 +62,24 @@ const (
    poison_policy = EXCLUDED.poison_policy, dedupe_window_us = EXCLUDED.dedupe_window_us,
    lock_duration_us = EXCLUDED.lock_duration_us, updated_at = EXCLUDED.updated_at`
 	tQueueGet  = `SELECT ` + sqQueueCols + ` FROM {s}.queues WHERE name = $1`
-	tQueueList = `SELECT ` + sqQueueCols + ` FROM {s}.queues ORDER BY name`
+	tQueueList = `SELECT ` + sqQueueCols + ` FROM {s}.queues WHERE name > $1 ORDER BY name`
 
-	// tPublishPrepare locks the existing sessions published to and returns,
-	// per message ($1 queues, $2 session IDs, $3 message IDs): its queue's
-	// dedupe window (NULL: no queue yet), whether its session is closed
-	// (NULL: no session yet) and the seq of an unexpired message with the
-	// same ID.
+	// tPublishPrepare returns, per message ($1 queues, $2 session IDs, $3
+	// message IDs): its queue's dedupe window (NULL: no queue yet), whether
+	// its session is closed (NULL: no session yet) and the seq of an
+	// unexpired message with the same ID. It locks nothing: tPublish locks
+	// (or creates) every session of the call in one pass in key order, so
+	// calls racing over sessions, new or not, never wait on each other in a
+	// cycle. (Locking the existing sessions here and creating the others in
+	// tPublish would take them out of key order: two calls could then each
+	// hold a session the other waits for.) A session closed after this read
+	// is caught by tPublish.
 	tPublishPrepare = `WITH u AS (
-   SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(queue, session_id, message_id, ord)),
- lk AS MATERIALIZED (
-   SELECT qs.queue, qs.session_id, qs.closed FROM {s}.queue_sessions qs
-   WHERE (qs.queue, qs.session_id) IN (SELECT queue, session_id FROM u)
-   ORDER BY qs.queue, qs.session_id
-   FOR UPDATE)
- SELECT u.ord, q.dedupe_window_us, lk.closed, d.seq
+   SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(queue, session_id, message_id, ord))
+ SELECT u.ord, q.dedupe_window_us, qs.closed, d.seq
  FROM u
  LEFT JOIN {s}.queues q ON q.name = u.queue
- LEFT JOIN lk ON lk.queue = u.queue AND lk.session_id = u.session_id
+ LEFT JOIN {s}.queue_sessions qs ON qs.queue = u.queue AND qs.session_id = u.session_id
  LEFT JOIN {s}.queue_dedupe d ON d.queue = u.queue AND d.message_id = u.message_id AND d.expires_at > $4`
 
 	// tDedupeClaim claims message IDs (free, or expired at $5); the seq is
@@ -152,10 +152,14 @@ const (
    updated_at = $2
  WHERE qs.queue = $4 AND qs.session_id = $5 AND (qs.lock_holder IS NULL OR qs.locked_until <= $2)
  RETURNING ` + sqSessionCols
+	// sqSessionReady: the session's head is available at $2, it is not
+	// blocked, and nobody holds it.
+	sqSessionReady = `ready_at IS NOT NULL AND NOT blocked AND ready_at <= $2
+     AND (lock_holder IS NULL OR locked_until <= $2)`
+	tSessionAvailable  = `SELECT EXISTS (SELECT 1 FROM {s}.queue_sessions WHERE queue = $1 AND ` + sqSessionReady + `)`
 	tSessionAcceptNext = `WITH c AS MATERIALIZED (
    SELECT queue, session_id FROM {s}.queue_sessions
-   WHERE queue = $4 AND ready_at IS NOT NULL AND NOT blocked AND ready_at <= $2
-     AND (lock_holder IS NULL OR locked_until <= $2)
+   WHERE queue = $4 AND ` + sqSessionReady + `
    ORDER BY ready_at, session_id LIMIT $5
    FOR UPDATE SKIP LOCKED)
  UPDATE {s}.queue_sessions AS qs SET lock_holder = $1, lock_token = qs.lock_token + 1,

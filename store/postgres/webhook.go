@@ -71,9 +71,9 @@ const (
 
 	tWebhookFinish = `UPDATE {s}.webhook_deliveries w
  SET claimed_by = NULL, next_attempt_at = u.next, delivered_at = u.delivered, failed_at = u.failed,
-   last_error = u.err, last_status = u.status, updated_at = u.now
+   last_error = u.err, last_status = u.status, updated_at = u.now, attempts = w.attempts - u.undo
  FROM unnest($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[], $6::timestamptz[],
-   $7::text[], $8::int[], $9::timestamptz[]) AS u(id, claimed_by, attempt, next, delivered, failed, err, status, now)
+   $7::text[], $8::int[], $9::timestamptz[], $10::int[]) AS u(id, claimed_by, attempt, next, delivered, failed, err, status, now, undo)
  WHERE w.id = u.id AND w.claimed_by = u.claimed_by AND w.attempts = u.attempt
    AND w.delivered_at IS NULL AND w.failed_at IS NULL
  RETURNING w.id`
@@ -270,12 +270,19 @@ func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, rs []store.Web
 		attempts, statuses = make([]int32, n), make([]int32, n)
 		next, now          = make([]time.Time, n), make([]time.Time, n)
 		delivered, failed  = make([]*time.Time, n), make([]*time.Time, n)
+		undo               = make([]int32, n)
 		index              = make(map[int64]int, n)
 	)
 	for i, r := range rs {
 		index[r.ID] = i
 		ids[i], claimedBy[i], attempts[i], errs[i], statuses[i], now[i] = r.ID, r.ClaimedBy, int32(r.Attempt), r.LastError, int32(r.LastStatus), r.Now
 		next[i] = r.NextAttemptAt
+		if r.Postponed {
+			if r.Status != dt.WebhookPending {
+				return nil, fmt.Errorf("postgres: finish webhook delivery %d: a postponed attempt must stay pending, not %q", r.ID, r.Status)
+			}
+			undo[i] = 1
+		}
 		switch r.Status {
 		case dt.WebhookDelivered:
 			delivered[i], next[i] = &now[i], r.Now
@@ -287,7 +294,7 @@ func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, rs []store.Web
 		}
 	}
 	err := e.each(ctx, "finish webhook deliveries", e.d.whq().finish, []any{ids, claimedBy, attempts, next, delivered,
-		failed, errs, statuses, now}, func(r rows) error {
+		failed, errs, statuses, now, undo}, func(r rows) error {
 		var id int64
 		if err := r.Scan(&id); err != nil {
 			return err

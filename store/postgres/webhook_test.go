@@ -15,7 +15,7 @@ import (
 func TestWebhookCursorOfUpgradedStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := open(t)
+	d := openFresh(t)
 	addEvents := func() int64 {
 		evs := []*dt.Event{{TaskID: "t", StepIndex: -1, Type: dt.EventProcessed}, {TaskID: "t", StepIndex: -1, Type: dt.EventCancelled}}
 		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.EventInsertMany(ctx, evs) }); err != nil {

@@ -109,13 +109,19 @@ func scanTasks(rows *sql.Rows) ([]*dt.Task, error) {
 			retryDelay, avail, created, updtd int64
 			orderingSeq                       sql.NullInt64
 			state, onFailure                  string
+			waitDelay, waitMaxDelay           int64
+			callbackEvents                    string
 		)
 		if err := rows.Scan(&t.ID, &t.Workflow, &t.Input, &t.InputHash, &state, &lockedBy, &completeBy,
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
 			&t.FailureThreshold, &onFailure, &retryDelay, &avail, &created, &updtd, &orderingSeq,
-			&t.WorkflowVersion, &t.CallbackURL); err != nil {
+			&t.WorkflowVersion, &t.CallbackURL, &t.Wait.MaxWaits, &waitDelay, &t.Wait.Multiplier, &waitMaxDelay,
+			&callbackEvents); err != nil {
 			return nil, translate(err)
 		}
+		t.Wait.Delay = time.Duration(waitDelay) * time.Microsecond
+		t.Wait.MaxDelay = time.Duration(waitMaxDelay) * time.Microsecond
+		t.CallbackEvents = store.CallbackEvents(callbackEvents)
 		t.OrderingSeq = orderingSeq.Int64
 		t.ProcessState = dt.ProcessState(state)
 		t.OnFailure = dt.FailurePolicy(onFailure)
@@ -142,7 +148,8 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 		rows[i] = []any{t.ID, t.Workflow, t.Input, t.InputHash, string(t.ProcessState), nullStr(t.LockedBy),
 			usPtr(t.CompleteBy), t.FailureCount, t.CurrentStep, t.StepCount, nullStr(t.OrderingKey), t.Output,
 			nullStr(t.LastError), t.FailureThreshold, string(t.OnFailure), t.RetryDelay.Microseconds(),
-			us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt), nullSeq(t.OrderingSeq), t.WorkflowVersion, t.CallbackURL}
+			us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt), nullSeq(t.OrderingSeq), t.WorkflowVersion, t.CallbackURL,
+			t.Wait.MaxWaits, t.Wait.Delay.Microseconds(), t.Wait.Multiplier, t.Wait.MaxDelay.Microseconds(), t.CallbackEvents.String()}
 	}
 	got := make(map[string]bool, len(tasks))
 	err := e.queryRows(ctx, "insert tasks", mTaskInsert, rows, func(r *sql.Rows) error {
@@ -398,7 +405,10 @@ func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.Step) error {
 		rows[i] = []any{s.TaskID, s.Index, s.Name, s.Agent, s.Timeout.Microseconds(), s.Compensation,
 			string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy), usPtr(s.CompleteBy),
 			s.FailureCount, s.Attempt, s.IdempotencyKey, s.Output, nullStr(s.LastError),
-			usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt)}
+			usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt), string(s.OnFailure), nil, nil, nil, nil}
+		if w := s.Wait; w != nil {
+			rows[i][19], rows[i][20], rows[i][21], rows[i][22] = w.MaxWaits, w.Delay.Microseconds(), w.Multiplier, w.MaxDelay.Microseconds()
+		}
 	}
 	return e.execRows(ctx, "insert steps", mStepInsert, rows, nil)
 }
@@ -427,11 +437,19 @@ func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt
 			state, compState                  string
 			lockedBy, lastErr                 sql.NullString
 			completeBy, startedAt, finishedAt sql.NullInt64
+			onFailure                         string
+			waitMax, waitDelay, waitMaxDelay  sql.NullInt64
+			waitMultiplier                    sql.NullFloat64
 		)
 		if err := rows.Scan(&s.TaskID, &s.Index, &s.Name, &s.Agent, &timeout, &s.Compensation, &state, &compState,
 			&lockedBy, &completeBy, &s.FailureCount, &s.Attempt, &s.IdempotencyKey, &s.Output, &lastErr,
-			&startedAt, &finishedAt, &updated); err != nil {
+			&startedAt, &finishedAt, &updated, &onFailure, &waitMax, &waitDelay, &waitMultiplier, &waitMaxDelay); err != nil {
 			return nil, translate(err)
+		}
+		s.OnFailure = dt.FailurePolicy(onFailure)
+		if waitMax.Valid {
+			s.Wait = &dt.WaitPolicy{MaxWaits: int(waitMax.Int64), Delay: time.Duration(waitDelay.Int64) * time.Microsecond,
+				Multiplier: waitMultiplier.Float64, MaxDelay: time.Duration(waitMaxDelay.Int64) * time.Microsecond}
 		}
 		s.Timeout = time.Duration(timeout) * time.Microsecond
 		s.ProcessState = dt.ProcessState(state)

@@ -6,9 +6,11 @@ package sqlite
 // Column lists shared by the task and step queries.
 const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
  current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
- retry_delay_us, available_at, created_at, updated_at, ordering_seq, workflow_version, callback_url`
+ retry_delay_us, available_at, created_at, updated_at, ordering_seq, workflow_version, callback_url,
+ wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events`
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
- locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at`
+ locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
+ on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us`
 
 const (
 	// qTaskPickFinished feeds retention: final tasks, oldest first, through
@@ -111,7 +113,7 @@ const (
 // Multi-row statements: see multiRow. Blobs are bound as []byte.
 var (
 	mTaskInsert = newMultiRow(`INSERT INTO tasks (`+taskCols+`) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
 	// mOrderingReserve moves each key's last position on by the number of
 	// positions wanted (column 2) and returns the new last position; a new
 	// key starts at 0. Keys within one statement are distinct.
@@ -122,7 +124,7 @@ var (
  last_error = u.column8, available_at = u.column9, updated_at = u.column10 FROM (VALUES `,
 		`(?,?,?,?,?,?,?,?,?,?)`, `) AS u WHERE tasks.id = u.column1`)
 	mStepInsert = newMultiRow(`INSERT INTO steps (`+stepCols+`) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, "")
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, "")
 	mStepUpdate = newMultiRow(`UPDATE steps SET process_state = u.column3, compensation_state = u.column4,
  locked_by = u.column5, complete_by = u.column6, failure_count = u.column7, attempt = u.column8,
  output = u.column9, last_error = u.column10, started_at = u.column11, finished_at = u.column12,

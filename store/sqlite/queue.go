@@ -133,8 +133,13 @@ func (e *executor) QueueGet(ctx context.Context, name string) (*dt.Queue, error)
 	return qs[0], nil
 }
 
-func (e *executor) QueueList(ctx context.Context) ([]*dt.Queue, error) {
-	return all(e, ctx, "list queues", qQueueList, nil, scanQueue)
+func (e *executor) QueueList(ctx context.Context, p store.QueueListParams) ([]*dt.Queue, error) {
+	q, args := qQueueList, []any{p.AfterName}
+	if p.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, p.Limit)
+	}
+	return all(e, ctx, "list queues", q, args, scanQueue)
 }
 
 // ---- publish ----
@@ -346,6 +351,14 @@ func (e *executor) SessionAccept(ctx context.Context, p store.SessionAcceptParam
 	}
 	sortByReady(got)
 	return got, nil
+}
+
+func (e *executor) SessionAvailable(ctx context.Context, queue string, now time.Time) (bool, error) {
+	var ok bool
+	if err := e.queryOne(ctx, qSessionAvailable, []any{queue, us(now)}, &ok); err != nil {
+		return false, fmt.Errorf("sqlite: sessions available: %w", err)
+	}
+	return ok, nil
 }
 
 // sortByReady orders sessions oldest head first, then by ID.

@@ -42,7 +42,7 @@ const (
    poison_policy = excluded.poison_policy, dedupe_window_us = excluded.dedupe_window_us,
    lock_duration_us = excluded.lock_duration_us, updated_at = excluded.updated_at`
 	qQueueGet    = `SELECT ` + queueCols + ` FROM queues WHERE name = ?`
-	qQueueList   = `SELECT ` + queueCols + ` FROM queues ORDER BY name`
+	qQueueList   = `SELECT ` + queueCols + ` FROM queues WHERE name > ? ORDER BY name`
 	qQueueCreate = `INSERT INTO queues (name, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`
 	// qQueueWindows reads the dedupe windows of the queues in a JSON list.
 	qQueueWindows = `SELECT name, dedupe_window_us FROM queues WHERE name IN (SELECT value FROM json_each(?))`
@@ -55,14 +55,19 @@ const (
    locked_until = ` + lockUntil + `, updated_at = ?2
  WHERE queue = ?4 AND session_id = ?5 AND (lock_holder IS NULL OR locked_until <= ?2)
  RETURNING ` + sessionCols
+	// sessionReady: the session's head is available at ?2, it is not
+	// blocked, and nobody holds it.
+	sessionReady = `ready_at IS NOT NULL AND blocked = 0 AND ready_at <= ?2
+     AND (lock_holder IS NULL OR locked_until <= ?2)`
 	qSessionAcceptNext = `UPDATE OR FAIL queue_sessions SET lock_holder = ?1, lock_token = lock_token + 1,
    locked_until = ` + lockUntil + `, updated_at = ?2
  WHERE queue = ?4 AND session_id IN (
    SELECT session_id FROM queue_sessions INDEXED BY queue_sessions_ready
-   WHERE queue = ?4 AND ready_at IS NOT NULL AND blocked = 0 AND ready_at <= ?2
-     AND (lock_holder IS NULL OR locked_until <= ?2)
+   WHERE queue = ?4 AND ` + sessionReady + `
    ORDER BY ready_at, session_id LIMIT ?5)
  RETURNING ` + sessionCols
+	qSessionAvailable = `SELECT EXISTS (SELECT 1 FROM queue_sessions INDEXED BY queue_sessions_ready
+   WHERE queue = ?1 AND ` + sessionReady + `)`
 	qSessionExists = `SELECT count(*) FROM queue_sessions WHERE queue = ? AND session_id = ?`
 
 	qSessionGet      = `SELECT ` + sessionCols + ` FROM queue_sessions WHERE queue = ? AND session_id = ?`
@@ -166,7 +171,7 @@ var (
 // The queue statements join the driver's hot statements, prepared once per
 // driver (prepareHot), so a processor round does not re-parse them.
 func init() {
-	hotQueries = append(hotQueries, qQueueGet, qQueueWindows, qSessionAcceptNamed, qSessionAcceptNext,
+	hotQueries = append(hotQueries, qQueueGet, qQueueWindows, qSessionAcceptNamed, qSessionAcceptNext, qSessionAvailable,
 		qSessionExists, qSessionGet, qSessionStateSet, qDedupeDeleteExpired)
 	for _, m := range queueMultiRows {
 		hotQueries = append(hotQueries, m.allSizes()...)

@@ -243,6 +243,8 @@ func translate(err error) error {
 			return fmt.Errorf("%w: %w", store.ErrLocked, err)
 		case sqlite3.ErrNotADB, sqlite3.ErrCorrupt:
 			return fmt.Errorf("%w: %w", store.ErrCorrupt, err)
+		case sqlite3.ErrTooBig:
+			return fmt.Errorf("%w: %w", store.ErrBadData, err)
 		case sqlite3.ErrError:
 			if strings.HasPrefix(se.Error(), "no such table") {
 				return fmt.Errorf("%w (run `drover migrate`): %w", store.ErrNotMigrated, err)

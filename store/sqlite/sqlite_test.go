@@ -45,6 +45,12 @@ type withWaits struct{ *sqlite.Driver }
 
 func (w withWaits) LockWaits(context.Context) (int64, error) { return w.DB().Stats().WaitCount, nil }
 
+// OpenSameStore opens another driver on the file, as a second process
+// would (storetest.SameStore).
+func (w withWaits) OpenSameStore(t *testing.T) store.Driver {
+	return withWaits{openStore(t, w.Path(), sqlite.Options{})}
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) store.Driver {
@@ -181,74 +187,6 @@ func TestInExternalTxCommitAndRollback(t *testing.T) {
 func task(id string, now time.Time) *dt.Task {
 	return &dt.Task{ID: id, Workflow: "wf", Input: []byte(`{}`), InputHash: "h", ProcessState: dt.Pending, StepCount: 1,
 		FailureThreshold: 3, OnFailure: dt.PolicyError, AvailableAt: now, CreatedAt: now, UpdatedAt: now}
-}
-
-// Two drivers on one file are two processes sharing a store: their claims
-// never overlap.
-func TestTwoProcessesClaimDisjoint(t *testing.T) {
-	t.Parallel()
-	d1, path := freshStore(t)
-	d2 := openStore(t, path, sqlite.Options{})
-	const total = 500
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	tasks := make([]*dt.Task, total)
-	for i := range tasks {
-		tasks[i] = task(fmt.Sprintf("t%04d", i), now)
-	}
-	if err := d1.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-		_, err := x.TaskInsertMany(ctx, tasks)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		by   = map[string]string{}
-		errs []error
-	)
-	for i := range 8 {
-		d := []*sqlite.Driver{d1, d2}[i%2]
-		inst := fmt.Sprintf("p%d-c%d", i%2, i)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				var got []*dt.Task
-				err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-					var err error
-					got, err = x.TaskClaim(ctx, store.TaskClaimParams{Instance: inst, Now: now, Limit: 10})
-					return err
-				})
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, err)
-				}
-				for _, tk := range got {
-					if prev, dup := by[tk.ID]; dup {
-						errs = append(errs, fmt.Errorf("%s claimed by %s and %s", tk.ID, prev, inst))
-					}
-					by[tk.ID] = inst
-				}
-				mu.Unlock()
-				if err != nil || len(got) == 0 {
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	if len(by) != total {
-		t.Fatalf("claimed %d tasks, want %d", len(by), total)
-	}
-	perProcess := map[byte]int{}
-	for _, inst := range by {
-		perProcess[inst[1]]++
-	}
-	t.Logf("claims per process: %v", perProcess)
 }
 
 func TestLockedStore(t *testing.T) {

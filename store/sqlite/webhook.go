@@ -39,7 +39,8 @@ const (
  RETURNING ` + whCols
 
 	qWebhookFinish = `UPDATE webhook_deliveries
- SET claimed_by = NULL, next_attempt_at = ?, delivered_at = ?, failed_at = ?, last_error = ?, last_status = ?, updated_at = ?
+ SET claimed_by = NULL, next_attempt_at = ?, delivered_at = ?, failed_at = ?, last_error = ?, last_status = ?, updated_at = ?,
+   attempts = attempts - ?
  WHERE id = ? AND claimed_by = ? AND attempts = ? AND delivered_at IS NULL AND failed_at IS NULL`
 
 	qWebhookRelease = `UPDATE webhook_deliveries SET claimed_by = NULL, next_attempt_at = ?2, updated_at = ?2
@@ -177,6 +178,13 @@ func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, rs []store.Web
 	for i, r := range rs {
 		var delivered, failed any
 		next := r.NextAttemptAt
+		undo := 0
+		if r.Postponed {
+			if r.Status != dt.WebhookPending {
+				return nil, fmt.Errorf("sqlite: finish webhook delivery %d: a postponed attempt must stay pending, not %q", r.ID, r.Status)
+			}
+			undo = 1
+		}
 		switch r.Status {
 		case dt.WebhookDelivered:
 			delivered, next = us(r.Now), r.Now
@@ -186,7 +194,7 @@ func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, rs []store.Web
 		default:
 			return nil, fmt.Errorf("sqlite: finish webhook delivery %d: status %q is not pending, delivered or failed", r.ID, r.Status)
 		}
-		res, err := e.exec(ctx, qWebhookFinish, us(next), delivered, failed, r.LastError, r.LastStatus, us(r.Now),
+		res, err := e.exec(ctx, qWebhookFinish, us(next), delivered, failed, r.LastError, r.LastStatus, us(r.Now), undo,
 			r.ID, r.ClaimedBy, r.Attempt)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: finish webhook delivery %d: %w", r.ID, err)

@@ -20,6 +20,7 @@ import (
 func flowCases() []testCase {
 	return []testCase{
 		{"SubmitIdempotent", testFlowSubmitIdempotent},
+		{"SubmitSameIDComparesSubmissions", testFlowSubmitSameID},
 		{"ClaimDispatchesFirstStep", testFlowClaimDispatch},
 		{"RepliesAdvanceToProcessed", testFlowRepliesAdvance},
 		{"LateReplyAfterSupervisorReset", testFlowLateReplyAfterReset},
@@ -32,6 +33,11 @@ func flowCases() []testCase {
 		{"CompensationPermanentFailure", testFlowCompensationFails},
 		{"SupervisorThresholdError", testFlowSupervisorThresholdError},
 		{"SupervisorThresholdCompensate", testFlowSupervisorThresholdCompensate},
+		{"TimedOutStepCompensationRetried", testFlowTimedOutStepCompensationRetried},
+		{"WaitPastThresholdThenError", testFlowWaitThenError},
+		{"WaitPastThresholdThenSucceed", testFlowWaitThenSucceed},
+		{"WaitThenCompensate", testFlowWaitThenCompensate},
+		{"StepPolicyOverridesTask", testFlowStepPolicyOverrides},
 		{"SweepNotLeaderChangesNothing", testFlowSweepNotLeader},
 		{"CancelAndResubmit", testFlowCancelResubmit},
 		{"ResubmitFromStep", testFlowResubmitFromStep},
@@ -111,6 +117,15 @@ type workflow struct {
 	threshold  int
 	retryDelay time.Duration
 	timeout    time.Duration
+	wait       dt.WaitPolicy
+	// overrides sets steps' own policies, by index.
+	overrides map[int]override
+}
+
+// override is a step's own failure policy.
+type override struct {
+	policy dt.FailurePolicy
+	wait   *dt.WaitPolicy
 }
 
 // orderWF: reserve (undone by unreserve), charge (undone by refund), ship.
@@ -131,13 +146,14 @@ func (w workflow) submission(id string, input string, now time.Time) flow.Submis
 	t := &dt.Task{
 		ID: id, Workflow: w.name, Input: in, InputHash: flow.InputHash(w.name, in), ProcessState: dt.Pending,
 		StepCount: len(w.steps), FailureThreshold: w.threshold, OnFailure: w.policy, RetryDelay: w.retryDelay,
-		AvailableAt: now, CreatedAt: now, UpdatedAt: now,
+		Wait: w.wait, AvailableAt: now, CreatedAt: now, UpdatedAt: now,
 	}
 	steps := make([]*dt.Step, len(w.steps))
 	for i, s := range w.steps {
 		steps[i] = &dt.Step{
 			TaskID: id, Index: i, Name: s.name, Agent: s.agent, Timeout: w.timeout, Compensation: s.comp,
 			ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, i, s.name), UpdatedAt: now,
+			OnFailure: w.overrides[i].policy, Wait: w.overrides[i].wait,
 		}
 	}
 	return flow.Submission{Task: t, Steps: steps}
@@ -435,6 +451,96 @@ func testFlowSubmitIdempotent(t *testing.T, d store.Driver) {
 	}
 }
 
+// testFlowSubmitSameID: submitting an ID again is the same submission
+// when the input is the same JSON value in other bytes (key order,
+// spacing), whatever bytes the stored task's input hash was computed
+// from; a different ordering key or callback URL is a conflict naming it.
+func testFlowSubmitSameID(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	submit := func(sub flow.Submission) ([]*dt.Task, error) {
+		var out []*dt.Task
+		var err error
+		inTx(t, d, func(ctx context.Context, x store.Executor) error {
+			out, err = flow.Submit(ctx, x, []flow.Submission{sub})
+			return nil
+		})
+		return out, err
+	}
+	first := w.submission("o1", `{"order":"o-1","amount":5,"items":[{"sku":"a","n":1.50}]}`, base)
+	first.Task.OrderingKey, first.Task.CallbackURL = "cust-1", "http://h/cb"
+	if _, err := submit(first); err != nil {
+		t.Fatal(err)
+	}
+	stored := getTask(t, d, "o1")
+	// The stored hash is of the submitted bytes, as drover has always
+	// stored it: the comparison does not depend on how it was computed.
+	if stored.InputHash != flow.InputHash(w.name, first.Task.Input) {
+		t.Fatalf("stored input hash %q", stored.InputHash)
+	}
+	before := e.snapshot([]string{"o1"}, orderAgents)
+	same := w.submission("o1", " {\n \"items\": [ {\"n\":1.5, \"sku\":\"a\"} ],\"amount\":5, \"order\" : \"o-1\" }\n", at(time.Hour))
+	same.Task.OrderingKey, same.Task.CallbackURL = "cust-1", "http://h/cb"
+	out, err := submit(same)
+	if err != nil {
+		t.Fatalf("the same input in other bytes: %v", err)
+	}
+	checkEqual(t, "the same submission again", out[0], stored)
+	if after := e.snapshot([]string{"o1"}, orderAgents); after != before {
+		t.Errorf("an identical submit changed the store:\nbefore %s\nafter  %s", before, after)
+	}
+
+	for _, c := range []struct {
+		name string
+		edit func(*dt.Task)
+		want string
+	}{
+		{"another ordering key", func(t *dt.Task) { t.OrderingKey = "cust-2" }, `ordering key: "cust-1" is stored, this submission has "cust-2"`},
+		{"no ordering key", func(t *dt.Task) { t.OrderingKey = "" }, `ordering key: "cust-1" is stored, this submission has none`},
+		{"another callback URL", func(t *dt.Task) { t.CallbackURL = "http://h/other" }, `callback URL: "http://h/cb" is stored, this submission has "http://h/other"`},
+		{"other callback events", func(t *dt.Task) { t.CallbackEvents = dt.WebhookEventSet{"alerts", "final"} }, `callback events: final are stored, this submission has alerts,final`},
+		{"another input", func(t *dt.Task) {
+			t.Input = []byte(`{"order":"o-1","amount":6,"items":[{"sku":"a","n":1.5}]}`)
+			t.InputHash = flow.InputHash(t.Workflow, t.Input)
+		}, "the input"},
+	} {
+		sub := w.submission("o1", string(first.Task.Input), base)
+		sub.Task.OrderingKey, sub.Task.CallbackURL = first.Task.OrderingKey, first.Task.CallbackURL
+		c.edit(sub.Task)
+		_, err := submit(sub)
+		wantErrIs(t, err, flow.ErrTaskConflict, c.name)
+		if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), `task "o1"`) {
+			t.Errorf("%s: %q does not say %q", c.name, err, c.want)
+		}
+	}
+	if after := e.snapshot([]string{"o1"}, orderAgents); after != before {
+		t.Errorf("a conflicting submit changed the store:\nbefore %s\nafter  %s", before, after)
+	}
+	// Within one call too: equal values are one submission, another
+	// ordering key is a conflict.
+	a, b := w.submission("o2", `{"x":1,"y":2}`, base), w.submission("o2", `{"y":2, "x":1.0}`, base)
+	var got []*dt.Task
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		var err error
+		got, err = flow.Submit(ctx, x, []flow.Submission{a, b})
+		return err
+	})
+	if len(got) != 2 || got[0] != got[1] {
+		t.Fatalf("one ID twice in a call, equal inputs: %v", got)
+	}
+	c := w.submission("o3", `1`, base)
+	c2 := w.submission("o3", `1`, base)
+	c2.Task.OrderingKey = "k"
+	err = d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+		_, err := flow.Submit(ctx, x, []flow.Submission{c, c2})
+		return err
+	})
+	wantErrIs(t, err, flow.ErrTaskConflict, "another ordering key in one call")
+	if !strings.Contains(err.Error(), "ordering key") {
+		t.Errorf("in one call: %q does not name the ordering key", err)
+	}
+}
+
 func testFlowClaimDispatch(t *testing.T, d store.Driver) {
 	e := newEnv(t, d)
 	e.submit(orderWF(), "o1")
@@ -688,7 +794,9 @@ func testFlowPermanentCompensate(t *testing.T, d store.Driver) {
 	c2 := e.one(first(e.apply(at(4*time.Second), failed(r, "no cars"))), "first compensation")
 
 	// Compensations run from the highest Processed step down, skipping
-	// steps without one.
+	// steps without one. The failed step (car) has a compensation but is
+	// not undone: a permanent error says its call did not take effect
+	// (a step that timed out is undone: testFlowSupervisorThresholdCompensate).
 	if c2.StepIndex != 2 || c2.Kind != dt.KindCompensate || c2.Agent != "rooms-cancel" || c2.Attempt != 2 ||
 		c2.IdempotencyKey != flow.IdempotencyKey("trip1", 2, "hotel")+"/compensate" {
 		t.Errorf("first compensation request: %+v", c2)
@@ -870,6 +978,228 @@ func testFlowSupervisorThresholdCompensate(t *testing.T, d store.Driver) {
 	e.wantUnlocked(tk)
 	e.wantEvents("o1", "submitted step_started[0] step_processed[0] step_started[1] step_timed_out[1] step_retry[1] step_started[1] "+
 		"step_timed_out[1] step_failed[1]! compensating compensating[1] step_compensated[1] compensating[0] step_timed_out[0] step_retry[0] compensating[0] step_timed_out[0] error!")
+}
+
+// testFlowTimedOutStepCompensationRetried: the compensation of a step that
+// timed out past the threshold counts its own failures from zero, like every
+// compensation: one timeout of it is retried, not the end of the task.
+func testFlowTimedOutStepCompensationRetried(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	w.policy, w.threshold = dt.PolicyCompensate, 2
+	e.submit(w, "o1")
+	sv := e.leader("sup", base, time.Hour)
+	r := e.one(e.claim(base), "claim")
+	r = e.one(first(e.apply(at(time.Second), ok(r, `"R"`))), "step 1") // CompleteBy +11s
+	e.mustSweep(sv, at(12*time.Second), 1)
+	r = e.one(e.claim(at(12*time.Second)), "step 1 again") // CompleteBy +22s
+	e.mustSweep(sv, at(23*time.Second), 1)
+	_, steps := e.wantState("o1", dt.Compensating, dt.Processed, compState(dt.Error, dt.Pending), dt.Pending)
+	if steps[1].FailureCount != 0 || !strings.Contains(steps[1].LastError, "timed out 2 times") {
+		t.Errorf("step 1 marked for compensation: FailureCount %d (want 0: its compensation counts its own), LastError %q",
+			steps[1].FailureCount, steps[1].LastError)
+	}
+	c := e.one(e.claim(at(23*time.Second)), "compensation of the timed-out step")
+	if c.Kind != dt.KindCompensate || c.StepIndex != 1 || c.Attempt != r.Attempt+1 {
+		t.Fatalf("compensation request: %+v", c)
+	}
+	// The compensation times out once: below the threshold, it is retried.
+	e.mustSweep(sv, c.CompleteBy.Add(time.Second), 1)
+	tk, steps := e.wantState("o1", dt.Compensating, dt.Processed, compState(dt.Error, dt.Pending), dt.Pending)
+	e.wantUnlocked(tk)
+	if steps[1].FailureCount != 1 {
+		t.Errorf("compensation FailureCount %d, want 1", steps[1].FailureCount)
+	}
+	c = e.one(e.claim(c.CompleteBy.Add(time.Second)), "compensation again")
+	c = e.one(first(e.apply(c.CompleteBy.Add(-time.Second), ok(c, `"refunded"`))), "compensation of step 0")
+	e.apply(c.CompleteBy.Add(-time.Second), ok(c, `"unreserved"`))
+	e.wantState("o1", dt.Compensated, compState(dt.Processed, dt.Compensated), compState(dt.Error, dt.Compensated), dt.Pending)
+	e.wantEvents("o1", "submitted step_started[0] step_processed[0] step_started[1] step_timed_out[1] step_retry[1] step_started[1] "+
+		"step_timed_out[1] step_failed[1]! compensating compensating[1] step_timed_out[1] step_retry[1] compensating[1] step_compensated[1] "+
+		"compensating[0] step_compensated[0] compensated")
+}
+
+// timeOut claims what is claimable at now (want: one request) and sweeps
+// past that request's CompleteBy; it returns the request and the time of
+// the sweep.
+func (e *env) timeOut(sv *flow.Supervisor, now time.Time, what string) (*dt.AgentRequest, time.Time) {
+	e.t.Helper()
+	r := e.one(e.claim(now), what)
+	swept := r.CompleteBy.Add(time.Second)
+	e.mustSweep(sv, swept, 1)
+	return r, swept
+}
+
+// testFlowWaitThenError: past the threshold a step with a WaitPolicy is not
+// failed: it waits an extended period (a step_waiting alert, the task
+// Pending and not claimable until then), longer each time and at most
+// MaxDelay, and is tried once after each wait; after MaxWaits waits the
+// failure policy applies.
+func testFlowWaitThenError(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	w.threshold, w.retryDelay = 2, time.Second
+	w.wait = dt.WaitPolicy{MaxWaits: 2, Delay: time.Hour, Multiplier: 2, MaxDelay: 90 * time.Minute}
+	e.submit(w, "o1")
+	sv := e.leader("sup", base, 24*time.Hour)
+
+	_, now := e.timeOut(sv, base, "1st dispatch")                 // FailureCount 1: a retry
+	r, now := e.timeOut(sv, now.Add(time.Second), "2nd dispatch") // 2, the threshold: wait 1
+	tk, steps := e.wantState("o1", dt.Pending, dt.Pending, dt.Pending, dt.Pending)
+	e.wantUnlocked(tk)
+	next := now.Add(time.Hour)
+	if !tk.AvailableAt.Equal(next) || steps[0].FailureCount != 2 {
+		t.Errorf("after the 1st wait began: AvailableAt +%s FailureCount %d; want +%s (Delay) and 2",
+			tk.AvailableAt.Sub(base), steps[0].FailureCount, next.Sub(base))
+	}
+	evs := e.events("o1")
+	last := evs[len(evs)-1]
+	if last.Type != dt.EventStepWaiting || !last.Alert || last.StepIndex != 0 || last.Actor != "sup" || last.Term != sv.Term ||
+		last.Attempt != r.Attempt || last.State != dt.Pending ||
+		!strings.Contains(last.Message, "extended wait 1 of 2") || !strings.Contains(last.Message, next.Format(time.RFC3339Nano)) {
+		t.Errorf("wait event: %+v; want a step_waiting alert by sup naming wait 1 of 2 and the next attempt %s", last, next.Format(time.RFC3339Nano))
+	}
+	if steps[0].LastError != last.Message {
+		t.Errorf("step LastError %q, want the wait's message", steps[0].LastError)
+	}
+	if got := e.claim(next.Add(-time.Microsecond)); len(got) != 0 {
+		t.Fatalf("claimed during the wait: %v", reqKeys(got))
+	}
+	r, now = e.timeOut(sv, next, "dispatch after the 1st wait") // 3: wait 2, 2h capped at 90m
+	if r.Attempt != 3 || r.IdempotencyKey != flow.IdempotencyKey("o1", 0, "reserve") {
+		t.Errorf("dispatch after the wait: %+v", r)
+	}
+	tk, _ = e.wantState("o1", dt.Pending, dt.Pending, dt.Pending, dt.Pending)
+	next = now.Add(90 * time.Minute)
+	if !tk.AvailableAt.Equal(next) {
+		t.Errorf("2nd wait ends at +%s, want +%s (Delay·2 = 2h, capped by MaxDelay 90m)", tk.AvailableAt.Sub(base), next.Sub(base))
+	}
+	e.timeOut(sv, next, "dispatch after the 2nd wait") // 4: the waits are over: Error
+	tk, steps = e.wantState("o1", dt.Error, dt.Error, dt.Pending, dt.Pending)
+	e.wantUnlocked(tk)
+	if tk.FailureCount != 4 || !strings.Contains(tk.LastError, "timed out 4 times (after 2 extended waits)") {
+		t.Errorf("Error task: FailureCount %d LastError %q", tk.FailureCount, tk.LastError)
+	}
+	e.wantEvents("o1", "submitted step_started[0] step_timed_out[0] step_retry[0] step_started[0] step_timed_out[0] step_waiting[0]! "+
+		"step_started[0] step_timed_out[0] step_waiting[0]! step_started[0] step_timed_out[0] error!")
+	if e.c.Waits.Load() != 2 || e.c.Recoveries.Load() != 1 || e.c.Alerts.Load() != 3 {
+		t.Errorf("Waits %d Recoveries %d Alerts %d; want 2, 1, 3", e.c.Waits.Load(), e.c.Recoveries.Load(), e.c.Alerts.Load())
+	}
+}
+
+// testFlowWaitThenSucceed: the attempt after a wait can succeed; the task
+// goes on as usual.
+func testFlowWaitThenSucceed(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	w.threshold = 1
+	w.wait = dt.WaitPolicy{MaxWaits: 3, Delay: 10 * time.Minute, Multiplier: 1, MaxDelay: 10 * time.Minute}
+	e.submit(w, "o1")
+	sv := e.leader("sup", base, 24*time.Hour)
+	_, now := e.timeOut(sv, base, "1st dispatch") // threshold 1: wait 1 at once
+	e.wantState("o1", dt.Pending, dt.Pending, dt.Pending, dt.Pending)
+	r := e.one(e.claim(now.Add(10*time.Minute)), "after the wait")
+	r = e.one(first(e.apply(r.CompleteBy, ok(r, `"R"`))), "step 1")
+	r = e.one(first(e.apply(r.CompleteBy, ok(r, `"C"`))), "step 2")
+	e.apply(r.CompleteBy, ok(r, `"S"`))
+	tk, _ := e.wantState("o1", dt.Processed, dt.Processed, dt.Processed, dt.Processed)
+	if tk.FailureCount != 1 {
+		t.Errorf("FailureCount %d, want 1", tk.FailureCount)
+	}
+	e.wantEvents("o1", "submitted step_started[0] step_timed_out[0] step_waiting[0]! step_started[0] step_processed[0] "+
+		"step_started[1] step_processed[1] step_started[2] step_processed[2] processed")
+}
+
+// testFlowWaitThenCompensate: after its waits the step fails for good and
+// the task compensates (the policy after the waits is OnFailure); the
+// compensation of the timed-out step waits too before it fails.
+func testFlowWaitThenCompensate(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	w.policy, w.threshold = dt.PolicyCompensate, 1
+	w.wait = dt.WaitPolicy{MaxWaits: 1, Delay: time.Hour, Multiplier: 2, MaxDelay: time.Hour}
+	e.submit(w, "o1")
+	sv := e.leader("sup", base, 24*time.Hour)
+	r := e.one(e.claim(base), "claim")
+	e.one(first(e.apply(at(time.Second), ok(r, `"R"`))), "step 1")
+	e.mustSweep(sv, at(12*time.Second), 1) // threshold 1: wait 1
+	e.wantState("o1", dt.Pending, dt.Processed, dt.Pending, dt.Pending)
+	_, now := e.timeOut(sv, at(12*time.Second).Add(time.Hour), "step 1 after the wait") // the waits are over: compensate
+	tk, _ := e.wantState("o1", dt.Compensating, dt.Processed, compState(dt.Error, dt.Pending), dt.Pending)
+	if !strings.Contains(tk.LastError, "after 1 extended waits") {
+		t.Errorf("LastError %q", tk.LastError)
+	}
+	// The compensation of step 1 times out: threshold 1, so it waits too.
+	c, now := e.timeOut(sv, now, "compensation of step 1")
+	if c.Kind != dt.KindCompensate || c.StepIndex != 1 {
+		t.Fatalf("compensation request: %+v", c)
+	}
+	tk, _ = e.wantState("o1", dt.Compensating, dt.Processed, compState(dt.Error, dt.Pending), dt.Pending)
+	if !tk.AvailableAt.Equal(now.Add(time.Hour)) {
+		t.Errorf("compensation waits until +%s, want +%s", tk.AvailableAt.Sub(base), now.Add(time.Hour).Sub(base))
+	}
+	if got := e.claim(now.Add(time.Minute)); len(got) != 0 {
+		t.Fatalf("compensation claimed during its wait: %v", reqKeys(got))
+	}
+	e.timeOut(sv, now.Add(time.Hour), "compensation after its wait")
+	tk, _ = e.wantState("o1", dt.Error, dt.Processed, compState(dt.Error, dt.Error), dt.Pending)
+	e.wantUnlocked(tk)
+	e.wantEvents("o1", "submitted step_started[0] step_processed[0] step_started[1] step_timed_out[1] step_waiting[1]! "+
+		"step_started[1] step_timed_out[1] step_failed[1]! compensating compensating[1] step_timed_out[1] step_waiting[1]! "+
+		"compensating[1] step_timed_out[1] error!")
+}
+
+// testFlowStepPolicyOverrides: a step's own OnFailure and Wait apply to its
+// failures instead of the task's; the other steps keep the task's.
+func testFlowStepPolicyOverrides(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	sv := e.leader("sup", base, 24*time.Hour)
+	w := orderWF()
+	w.threshold = 1
+	w.wait = dt.WaitPolicy{MaxWaits: 5, Delay: time.Hour, Multiplier: 2, MaxDelay: time.Hour}
+	// Step 1 compensates (the task's policy is error) and does not wait.
+	w.overrides = map[int]override{1: {policy: dt.PolicyCompensate, wait: &dt.WaitPolicy{}}}
+	e.submit(w, "timeout")
+	r := e.one(e.claim(base), "claim")
+	e.one(first(e.apply(at(time.Second), ok(r, `"R"`))), "step 1")
+	e.mustSweep(sv, at(12*time.Second), 1)
+	e.wantState("timeout", dt.Compensating, dt.Processed, compState(dt.Error, dt.Pending), dt.Pending)
+	_, steps := e.task("timeout")
+	if steps[1].OnFailure != dt.PolicyCompensate || steps[1].Wait == nil || steps[1].Wait.MaxWaits != 0 ||
+		steps[0].OnFailure != "" || steps[0].Wait != nil {
+		t.Errorf("stored step policies: step 0 %q %v, step 1 %q %v", steps[0].OnFailure, steps[0].Wait, steps[1].OnFailure, steps[1].Wait)
+	}
+	c := e.one(e.claim(at(12*time.Second)), "compensation of step 1")
+	c = e.one(first(e.apply(at(13*time.Second), ok(c, `"refunded"`))), "compensation of step 0")
+	e.apply(at(14*time.Second), ok(c, `"unreserved"`))
+	e.wantState("timeout", dt.Compensated, compState(dt.Processed, dt.Compensated), compState(dt.Error, dt.Compensated), dt.Pending)
+
+	// A permanent error of step 1 compensates too.
+	e.submit(w, "declined")
+	r = e.one(e.claim(at(time.Minute)), "claim")
+	r = e.one(first(e.apply(at(time.Minute), ok(r, `"R"`))), "step 1")
+	c = e.one(first(e.apply(at(time.Minute), failed(r, "declined"))), "compensation of step 0")
+	if c.Kind != dt.KindCompensate || c.StepIndex != 0 {
+		t.Errorf("after step 1's permanent error: %+v, want the compensation of step 0", c)
+	}
+	e.apply(at(time.Minute), ok(c, `"unreserved"`))
+	e.wantState("declined", dt.Compensated, compState(dt.Processed, dt.Compensated), dt.Error, dt.Pending)
+
+	// Step 2 keeps the task's policy: it waits, and a permanent error of
+	// it is Error, not compensated.
+	w.overrides = map[int]override{2: {wait: &dt.WaitPolicy{MaxWaits: 1, Delay: 2 * time.Hour, Multiplier: 1, MaxDelay: 2 * time.Hour}}}
+	e.submit(w, "own-wait")
+	r = e.one(e.claim(at(time.Minute)), "claim")
+	r = e.one(first(e.apply(at(time.Minute), ok(r, `"R"`))), "step 1")
+	r = e.one(first(e.apply(at(time.Minute), ok(r, `"C"`))), "step 2")
+	e.mustSweep(sv, r.CompleteBy.Add(time.Second), 1)
+	tk, _ := e.wantState("own-wait", dt.Pending, dt.Processed, dt.Processed, dt.Pending)
+	if want := r.CompleteBy.Add(time.Second + 2*time.Hour); !tk.AvailableAt.Equal(want) {
+		t.Errorf("step 2 waits until +%s, want +%s (its own Delay)", tk.AvailableAt.Sub(base), want.Sub(base))
+	}
+	r = e.one(e.claim(tk.AvailableAt), "step 2 after its wait")
+	e.apply(r.CompleteBy, failed(r, "gone"))
+	e.wantState("own-wait", dt.Error, dt.Processed, dt.Processed, dt.Error)
 }
 
 func testFlowSweepNotLeader(t *testing.T, d store.Driver) {

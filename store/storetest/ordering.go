@@ -37,7 +37,7 @@ func orderingCases() []testCase {
 		{"SupervisorRecoveryKeepsSuccessorWaiting", testOrderingRecovery},
 		{"RacingSubmittersFollowCommitOrder", testOrderingRacingSubmitters},
 		{"RetentionPrunesKeyWithItsLastTask", testOrderingKeyPruned},
-		{"SubmitOfAnExistingTaskLeavesNoNewKey", testOrderingExistingTaskNewKey},
+		{"SubmitOfAnExistingTaskWithAnotherKey", testOrderingExistingTaskNewKey},
 	}
 }
 
@@ -621,20 +621,23 @@ func testOrderingKeyPruned(t *testing.T, d store.Driver) {
 	}
 }
 
-// A submission whose task exists already, with a key the stored task does
-// not have, leaves no row for that key (no task of it would ever be
-// deleted to prune it): the key's first real task gets position 1. A key
-// that an inserted task of the same call also uses keeps its row.
+// A submission whose task exists already with another key is a conflict
+// and leaves no row for that key (no task of it would ever be deleted to
+// prune it): the key's first real task gets position 1. Submitted again
+// with its own key, beside a new task of that key, the existing task keeps
+// its position and the new one comes after the position reserved in vain.
 func testOrderingExistingTaskNewKey(t *testing.T, d store.Driver) {
 	e := newEnv(t, d)
 	w := oneStepWF()
 	e.submitAll(keyed(w, "a1", "k"), keyed(w, "c1", "k2"))
-	// a1 and c1 exist (with keys k and k2): "fresh" is reserved position 1
-	// for a1, then unused; "shared" positions 1 and 2 for b1 (inserted)
-	// and c1 (not), so its row stays, with a gap at 2.
-	out := e.submitAll(keyed(w, "a1", "fresh"), keyed(w, "b1", "shared"), keyed(w, "c1", "shared"))
-	if out[0].OrderingKey != "k" || out[1].OrderingSeq != 1 || out[2].OrderingKey != "k2" {
-		t.Fatalf("submit: a1 key %q, b1 position %d, c1 key %q; want k, 1, k2", out[0].OrderingKey, out[1].OrderingSeq, out[2].OrderingKey)
+	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+		_, err := flow.Submit(ctx, x, []flow.Submission{keyed(w, "b1", "shared"), keyed(w, "a1", "fresh")})
+		return err
+	})
+	wantErrIs(t, err, flow.ErrTaskConflict, "an existing task with another key")
+	out := e.submitAll(keyed(w, "b1", "shared"), keyed(w, "c1", "k2"), keyed(w, "d1", "k2"))
+	if out[0].OrderingSeq != 1 || out[1].OrderingSeq != 1 || out[2].OrderingSeq != 3 {
+		t.Fatalf("submit: b1, c1, d1 at %d, %d, %d; want 1, 1 (c1 keeps its position), 3", out[0].OrderingSeq, out[1].OrderingSeq, out[2].OrderingSeq)
 	}
 	var seqs []int64
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
@@ -642,8 +645,8 @@ func testOrderingExistingTaskNewKey(t *testing.T, d store.Driver) {
 		seqs, err = x.OrderingSeqReserve(ctx, []string{"fresh", "shared", "k"})
 		return err
 	})
-	if fmt.Sprint(seqs) != "[1 3 2]" {
-		t.Errorf("next positions of fresh, shared, k = %v, want [1 3 2] (fresh's row gone; shared and k kept)", seqs)
+	if fmt.Sprint(seqs) != "[1 2 2]" {
+		t.Errorf("next positions of fresh, shared, k = %v, want [1 2 2] (no row for fresh; shared and k kept)", seqs)
 	}
 	// Pruning a key that has tasks, or no row, changes nothing.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {

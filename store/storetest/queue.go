@@ -26,6 +26,7 @@ func queueCases() []testCase {
 		{"AcceptNextTakesOverExpiredLock", testQueueAcceptTakeover},
 		{"AcceptNextAfterChangesWhileHeld", testQueueAcceptAfterHeld},
 		{"AcceptNamed", testQueueAcceptNamed},
+		{"SessionAvailable", testQueueSessionAvailable},
 		{"RenewRelease", testQueueRenewRelease},
 		{"ReceiveHeadOnly", testQueueReceive},
 		{"SettleComplete", testQueueSettleComplete},
@@ -47,6 +48,7 @@ func queueCases() []testCase {
 		{"DedupeDeleteExpired", testQueueDedupeDeleteExpired},
 		{"ConcurrentPublishersOneSession", testQueueConcurrentPublish},
 		{"ConcurrentDuplicateMessageIDs", testQueueConcurrentDuplicates},
+		{"ConcurrentPublishersNewSessions", testQueueConcurrentNewSessions},
 		{"OpenPublisherBlocksNoOtherSession", testQueueOpenPublisher},
 	}
 }
@@ -94,14 +96,27 @@ func wantPublished(t *testing.T, what string, got []store.PublishResult, want ..
 	}
 }
 
+// acceptAt runs SessionAccept in a transaction. An accept of the next
+// available sessions first asks SessionAvailable, which must agree with
+// what the accept takes.
 func acceptAt(t *testing.T, d store.Driver, p store.SessionAcceptParams) []*dt.Session {
 	t.Helper()
+	avail := false
+	if p.SessionID == "" {
+		var err error
+		if avail, err = d.Reader().SessionAvailable(context.Background(), p.Queue, p.Now); err != nil {
+			t.Fatalf("SessionAvailable(%s): %v", p.Queue, err)
+		}
+	}
 	var got []*dt.Session
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
 		got, err = x.SessionAccept(ctx, p)
 		return err
 	})
+	if p.SessionID == "" && avail != (len(got) > 0) {
+		t.Errorf("SessionAvailable(%s, %v) = %v, but the accept took %v", p.Queue, p.Now, avail, sessionIDs(got))
+	}
 	return got
 }
 
@@ -318,7 +333,7 @@ func testQueuePublishBatch(t *testing.T, d store.Driver) {
 	checkSession(t, "q1/c after", getSession(t, d, "q1", "c"), 3, tp(at(time.Minute)), false)
 	checkSession(t, "q1/a after", getSession(t, d, "q1", "a"), 4, tp(base), false)
 
-	qs, err := d.Reader().QueueList(context.Background())
+	qs, err := d.Reader().QueueList(context.Background(), store.QueueListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +498,7 @@ func testQueuePolicy(t *testing.T, d store.Driver) {
 		return x.QueuePut(ctx, &dt.Queue{Name: "a-first", MaxDeliveryCount: 1, PoisonPolicy: dt.PoisonBlock,
 			CreatedAt: base, UpdatedAt: base})
 	})
-	qs, err := d.Reader().QueueList(ctx)
+	qs, err := d.Reader().QueueList(ctx, store.QueueListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -493,6 +508,27 @@ func testQueuePolicy(t *testing.T, d store.Driver) {
 	}
 	if fmt.Sprint(names) != "[a-first q]" {
 		t.Errorf("QueueList = %v", names)
+	}
+	// Keyset pages: Limit, then after the last name.
+	publishAt(t, d, base, pub("b", "s", "1"), pub("c", "s", "1"), pub("z", "s", "1"))
+	var pages []string
+	for after := ""; ; {
+		qs, err := d.Reader().QueueList(ctx, store.QueueListParams{AfterName: after, Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page []string
+		for _, q := range qs {
+			page = append(page, q.Name)
+		}
+		pages = append(pages, fmt.Sprint(page))
+		if len(qs) < 2 {
+			break
+		}
+		after = qs[len(qs)-1].Name
+	}
+	if fmt.Sprint(pages) != "[[a-first b] [c q] [z]]" {
+		t.Errorf("QueueList pages of 2 = %v", pages)
 	}
 }
 
@@ -589,6 +625,44 @@ func testQueueAcceptNext(t *testing.T, d store.Driver) {
 	// A queue with no session available.
 	if got := acceptAt(t, d, store.SessionAcceptParams{Queue: "none", Holder: "h", Now: now, Limit: 10}); len(got) != 0 {
 		t.Errorf("accept on an unknown queue = %v", sessionIDs(got))
+	}
+}
+
+// SessionAvailable is a read: it changes nothing, answers in a
+// transaction too, and sees only its queue. (Every accept of the next
+// available sessions in this suite also checks it agrees: acceptAt.)
+func testQueueSessionAvailable(t *testing.T, d store.Driver) {
+	ctx := context.Background()
+	avail := func(x store.Executor, queue string, now time.Time) bool {
+		t.Helper()
+		ok, err := x.SessionAvailable(ctx, queue, now)
+		if err != nil {
+			t.Fatalf("SessionAvailable(%s): %v", queue, err)
+		}
+		return ok
+	}
+	if avail(d.Reader(), "none", base) {
+		t.Error("SessionAvailable of an unknown queue = true")
+	}
+	publishAt(t, d, base, availAt(pub("q", "a", "1"), at(time.Second)))
+	if avail(d.Reader(), "q", base) {
+		t.Error("SessionAvailable before the head is due = true")
+	}
+	if !avail(d.Reader(), "q", at(time.Second)) || avail(d.Reader(), "other", at(time.Second)) {
+		t.Error("SessionAvailable once the head is due: want true for q only")
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		if !avail(x, "q", at(time.Second)) {
+			t.Error("SessionAvailable in a transaction = false")
+		}
+		return nil
+	})
+	if s := getSession(t, d, "q", "a"); s.LockHolder != "" || s.LockToken != 0 {
+		t.Errorf("SessionAvailable changed the session: %+v", s)
+	}
+	acceptNamed(t, d, "q", "a", "h", at(time.Second))
+	if avail(d.Reader(), "q", at(2*time.Second)) {
+		t.Error("SessionAvailable with the only session held = true")
 	}
 }
 
@@ -1583,7 +1657,7 @@ func testQueueConcurrentPublish(t *testing.T, d store.Driver) {
 					if _, err := x.SessionGet(ctx, "q", "s"); err != nil {
 						return err
 					}
-					if _, err := x.QueueList(ctx); err != nil {
+					if _, err := x.QueueList(ctx, store.QueueListParams{}); err != nil {
 						return err
 					}
 					if rollback {
@@ -1640,6 +1714,90 @@ func testQueueConcurrentPublish(t *testing.T, d store.Driver) {
 	}
 }
 
+// Producers race, each publishing, in its own transactions, one message to
+// each of two sessions that other producers write to as well, most of them
+// new when the round starts: a session one producer finds missing is
+// created by another meanwhile. One call locks (or creates) its sessions in
+// one order, so no call deadlocks with another: every call commits, and
+// every session holds exactly its messages, numbered 1..n.
+func testQueueConcurrentNewSessions(t *testing.T, d store.Driver) {
+	const (
+		producers = 12
+		rounds    = 100
+		width     = 4 // sessions per round
+	)
+	ctx := context.Background()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []error
+		ready  = make([]chan struct{}, rounds) // closed when every producer reached round r
+		left   = make([]sync.WaitGroup, rounds)
+		stored = map[string]int{} // committed messages per session
+	)
+	for r := range rounds {
+		ready[r] = make(chan struct{})
+		left[r].Add(producers)
+		go func() { left[r].Wait(); close(ready[r]) }()
+	}
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				// Start each round together, so the sessions are new to all.
+				left[r].Done()
+				<-ready[r]
+				// Pairs overlap in both orders: producer p writes sessions p
+				// and p+1+r (mod width), listed one way or the other.
+				a, b := p%width, (p+1+r%(width-1))%width
+				if p%2 == 1 {
+					a, b = b, a
+				}
+				sa, sb := fmt.Sprintf("r%02d-%d", r, a), fmt.Sprintf("r%02d-%d", r, b)
+				msgs := []store.PublishMessage{pub("q", sa, fmt.Sprintf("p%02d-a", p)), pub("q", sb, fmt.Sprintf("p%02d-b", p))}
+				err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+					_, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: msgs, Now: base})
+					return err
+				})
+				mu.Lock()
+				if err != nil {
+					failed = append(failed, fmt.Errorf("producer %d, round %d: %w", p, r, err))
+				} else {
+					stored[sa]++
+					stored[sb]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d publishes failed; the first: %v", len(failed), producers*rounds, failed[0])
+	}
+	sessions, err := d.Reader().SessionList(ctx, store.SessionListParams{Queue: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sessions) != len(stored) {
+		t.Errorf("%d sessions, want %d", len(sessions), len(stored))
+	}
+	for _, s := range sessions {
+		ms := peekAll(t, d, "q", s.ID)
+		if len(ms) != stored[s.ID] {
+			t.Errorf("session %s: %d messages, want %d", s.ID, len(ms), stored[s.ID])
+		}
+		for i, m := range ms {
+			if m.Seq != int64(i+1) {
+				t.Fatalf("session %s: seqs %v, want 1..%d", s.ID, msgSeqs(ms), len(ms))
+			}
+		}
+		if s.NextSeq != int64(len(ms)) || s.Pending != len(ms) {
+			t.Errorf("session %s: next seq %d, pending %d; want %d", s.ID, s.NextSeq, s.Pending, len(ms))
+		}
+	}
+}
+
 // Concurrent transactions publish the same message ID, each to a session of
 // its own (so nothing but the ID orders them): exactly one stores it (or, if
 // it rolls back, a later one), every other committed publish is told it is a
@@ -1667,7 +1825,7 @@ func testQueueConcurrentDuplicates(t *testing.T, d store.Driver) {
 					return err
 				}
 				r = res[0]
-				if _, err := x.QueueList(ctx); err != nil { // widen the window
+				if _, err := x.QueueList(ctx, store.QueueListParams{}); err != nil { // widen the window
 					return err
 				}
 				if i%3 == 0 {

@@ -32,6 +32,8 @@ func fullStep(taskID string, i int) *dt.Step {
 	s.StartedAt = tp(at(-time.Minute))
 	s.FinishedAt = tp(at(-time.Second))
 	s.UpdatedAt = at(time.Second)
+	s.OnFailure = dt.PolicyError
+	s.Wait = &dt.WaitPolicy{MaxWaits: 2, Delay: time.Hour, Multiplier: 3, MaxDelay: 5 * time.Hour}
 	return s
 }
 

@@ -12,6 +12,10 @@
 //		})
 //	}
 //
+// Some cases need more of the driver under test, through optional
+// interfaces its test implements: LockWaits (to see a transaction blocked)
+// and SameStore (a second driver on the same store, as another process).
+//
 // The suite uses only the store.Driver and store.Executor contract (and the
 // state machine of internal/flow on top of it), so it makes no assumption about
 // the database: every time it stores is truncated to microseconds, every time a
@@ -39,6 +43,24 @@ import (
 // its own cleanup on t.
 type Opener func(t *testing.T) store.Driver
 
+// SameStore is optionally implemented by the store.Driver an Opener
+// returns, for the cases of processes sharing a store: OpenSameStore opens
+// another driver on the same store, with connections of its own, as a
+// second process would, and closes it when t ends.
+type SameStore interface {
+	OpenSameStore(t *testing.T) store.Driver
+}
+
+// openSameStore is d's OpenSameStore; the test fails if d has none.
+func openSameStore(t *testing.T, d store.Driver) store.Driver {
+	t.Helper()
+	s, ok := d.(SameStore)
+	if !ok {
+		t.Fatalf("driver %T does not implement storetest.SameStore, which this case needs", d)
+	}
+	return s.OpenSameStore(t)
+}
+
 type testCase struct {
 	name string
 	fn   func(t *testing.T, d store.Driver)
@@ -65,6 +87,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Driver) {
 		{"Ordering", orderingCases()},
 		{"WorkflowDef", workflowDefCases()},
 		{"Webhook", webhookCases()},
+		{"Isolation", isolationCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
@@ -152,6 +175,9 @@ func fullTask(id string) *dt.Task {
 	t.Output = []byte(`{"out":1}`)
 	t.LastError = "boom"
 	t.OnFailure = dt.PolicyCompensate
+	t.Wait = dt.WaitPolicy{MaxWaits: 4, Delay: 90 * time.Second, Multiplier: 1.5, MaxDelay: 2*time.Hour + time.Microsecond}
+	t.CallbackURL = "https://hooks.example.com/t?k=1"
+	t.CallbackEvents = dt.WebhookEventSet{"alerts", "final"}
 	t.AvailableAt = at(-time.Second)
 	t.CreatedAt = at(-time.Hour)
 	t.UpdatedAt = at(time.Minute)

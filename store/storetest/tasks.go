@@ -33,6 +33,9 @@ func taskCases() []testCase {
 		{"ClaimConcurrent", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, plainClaim) }},
 		{"ClaimConcurrentWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, writeLater) }},
 		{"ClaimConcurrentWithSteps", func(t *testing.T, d store.Driver) { testTaskClaimConcurrent(t, d, withSteps) }},
+		{"ClaimConcurrentTwoProcesses", func(t *testing.T, d store.Driver) {
+			testTaskClaimConcurrent(t, d, plainClaim, openSameStore(t, d))
+		}},
 		{"ClaimWithSteps", testTaskClaimWithSteps},
 		{"GetAndClaim", testTaskGetAndClaim},
 		{"ListLockedBy", testTaskListLockedBy},
@@ -625,12 +628,18 @@ func testTaskClaimAfter(t *testing.T, d store.Driver, mode claimMode) {
 	}
 }
 
-func testTaskClaimConcurrent(t *testing.T, d store.Driver, writeLater claimMode) {
+// testTaskClaimConcurrent has eight claimers race for 500 tasks, each
+// claim its own transaction: every task is claimed once, and stored as
+// held by the claimer that got it. The claimers take turns on d and the
+// other drivers of the same store given (other processes, with their own
+// connections).
+func testTaskClaimConcurrent(t *testing.T, d store.Driver, writeLater claimMode, others ...store.Driver) {
 	const (
 		total    = 500
 		claimers = 8
 		batch    = 10
 	)
+	drivers := append([]store.Driver{d}, others...)
 	tasks := make([]*dt.Task, total)
 	for i := range tasks {
 		tasks[i] = newTask(fmt.Sprintf("t%04d", i))
@@ -645,8 +654,11 @@ func testTaskClaimConcurrent(t *testing.T, d store.Driver, writeLater claimMode)
 		dups []string
 		errs []error
 	)
+	driverOf := map[string]int{} // claimer → index in drivers
 	for c := range claimers {
 		inst := fmt.Sprintf("claimer-%d", c)
+		driverOf[inst] = c % len(drivers)
+		d := drivers[driverOf[inst]]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -692,7 +704,14 @@ func testTaskClaimConcurrent(t *testing.T, d store.Driver, writeLater claimMode)
 	if len(by) != total {
 		t.Fatalf("claimed %d distinct tasks, want all %d", len(by), total)
 	}
-	stored, err := d.Reader().TaskList(context.Background(), store.TaskListParams{})
+	if len(drivers) > 1 {
+		perDriver := make([]int, len(drivers))
+		for _, inst := range by {
+			perDriver[driverOf[inst]]++
+		}
+		t.Logf("tasks claimed through each driver: %v", perDriver)
+	}
+	stored, err := drivers[len(drivers)-1].Reader().TaskList(context.Background(), store.TaskListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}

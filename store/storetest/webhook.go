@@ -22,6 +22,7 @@ func webhookCases() []testCase {
 		{"ClaimDueLeaseAndTakeover", testWebhookClaim},
 		{"ConcurrentClaimsNeverOverlap", testWebhookClaimConcurrent},
 		{"FinishIsFencedByClaim", testWebhookFinish},
+		{"PostponedAttemptIsNotCounted", testWebhookPostponed},
 		{"Release", testWebhookRelease},
 		{"ListFilters", testWebhookList},
 		{"DeleteFinished", testWebhookDeleteFinished},
@@ -592,6 +593,67 @@ func testWebhookFinish(t *testing.T, d store.Driver) {
 	})
 	if err == nil {
 		t.Error("a result with an unknown status was accepted")
+	}
+}
+
+// testWebhookPostponed: a result marked Postponed (the attempt was not
+// made) gives the claim's attempt back, is fenced like any result, and must
+// stay pending.
+func testWebhookPostponed(t *testing.T, d store.Driver) {
+	a := newDelivery(1, "http://a", "t1")
+	b := newDelivery(2, "http://a", "t2")
+	insertDeliveries(t, d, a, b)
+	got := claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "A", Now: base, Lease: time.Minute, Limit: 10})
+	if len(got) != 2 || got[0].Attempts != 1 {
+		t.Fatalf("claimed %d (attempts %d), want 2 with attempt 1", len(got), got[0].Attempts)
+	}
+	// A first real attempt of b fails: it counts.
+	applied := finishDeliveries(t, d, store.WebhookResult{ID: b.ID, ClaimedBy: "A", Attempt: 1, Status: dt.WebhookPending,
+		NextAttemptAt: at(time.Second), LastError: "HTTP 503", LastStatus: 503, Now: at(time.Second)})
+	if !applied[0] {
+		t.Fatal("b's result not applied")
+	}
+	got = claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "A", Now: at(time.Second), Lease: time.Minute, Limit: 10})
+	if len(got) != 1 || got[0].ID != b.ID || got[0].Attempts != 2 {
+		t.Fatalf("claimed %v, want b with attempt 2", deliveryIDs(got))
+	}
+	now := at(2 * time.Second)
+	postpone := func(id int64, by string, attempt int, lastErr string, lastStatus int) store.WebhookResult {
+		return store.WebhookResult{ID: id, ClaimedBy: by, Attempt: attempt, Status: dt.WebhookPending, Postponed: true,
+			NextAttemptAt: at(5 * time.Second), LastError: lastErr, LastStatus: lastStatus, Now: now}
+	}
+	// Wrong claimer, wrong attempt: nothing changes.
+	if applied := finishDeliveries(t, d, postpone(a.ID, "B", 1, "", 0), postpone(b.ID, "A", 1, "HTTP 503", 503)); fmt.Sprint(applied) != "[false false]" {
+		t.Fatalf("stale postponements applied = %v, want none", applied)
+	}
+	if applied := finishDeliveries(t, d, postpone(a.ID, "A", 1, "", 0), postpone(b.ID, "A", 2, "HTTP 503", 503)); fmt.Sprint(applied) != "[true true]" {
+		t.Fatalf("postponements applied = %v, want both", applied)
+	}
+	ga, gb := getDelivery(t, d, a.ID), getDelivery(t, d, b.ID)
+	if ga.Attempts != 0 || ga.ClaimedBy != "" || ga.Status() != dt.WebhookPending || !ga.NextAttemptAt.Equal(at(5*time.Second)) || ga.LastError != "" {
+		t.Errorf("postponed a = %s, want 0 attempts, unclaimed, due at +5s", render(ga))
+	}
+	if gb.Attempts != 1 || gb.ClaimedBy != "" || gb.LastError != "HTTP 503" || gb.LastStatus != 503 {
+		t.Errorf("postponed b = %s, want 1 attempt (its real one), its last error kept", render(gb))
+	}
+	// Claimed again later: the attempt numbers go on from there.
+	got = claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "C", Now: at(5 * time.Second), Lease: time.Minute, Limit: 10})
+	if len(got) != 2 {
+		t.Fatalf("claimed %v after the postponement, want both", deliveryIDs(got))
+	}
+	for _, w := range got {
+		if want := map[int64]int{a.ID: 1, b.ID: 2}[w.ID]; w.Attempts != want {
+			t.Errorf("delivery %d: attempt %d, want %d", w.ID, w.Attempts, want)
+		}
+	}
+	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+		r := postpone(a.ID, "C", 1, "", 0)
+		r.Status = dt.WebhookDelivered
+		_, err := x.WebhookDeliveryFinishMany(ctx, []store.WebhookResult{r})
+		return err
+	})
+	if err == nil {
+		t.Error("a postponed result that is not pending was accepted")
 	}
 }
 

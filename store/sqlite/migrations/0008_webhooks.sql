@@ -1,4 +1,4 @@
--- Webhooks on final states (SAS-15): a cursor over the event history and
+-- Webhooks on final states: a cursor over the event history and
 -- the durable delivery queue.
 --
 -- webhook_cursor has one row: the ID of the last event the enqueuers

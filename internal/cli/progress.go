@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// progressEvery is how often a long run (demo, bench) prints its progress.
+const progressEvery = 500 * time.Millisecond
+
+// progressLine prints one progress line of a long run on stderr,
+// "<name>:  12.5s  <what>", the seconds since start; none with --json,
+// whose output is the one JSON result (and JSON logs).
+func (e *env) progressLine(name string, start time.Time, what string) {
+	if e.jsonOut {
+		return
+	}
+	fmt.Fprintf(e.stderr, "%s: %5.1fs  %s\n", name, time.Since(start).Seconds(), what)
+}
+
+// progress prints progressLine(name, start, what()) every progressEvery
+// until stop is called (more than once is fine); what is called from
+// another goroutine.
+func (e *env) progress(name string, start time.Time, what func() string) (stop func()) {
+	if e.jsonOut {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(progressEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				e.progressLine(name, start, what())
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
+	}
+}

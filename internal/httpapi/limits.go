@@ -1,0 +1,211 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Defaults of the caps on calls that hold a connection (Options).
+const (
+	// DefaultMaxWaiting caps the waiting calls of the whole server.
+	DefaultMaxWaiting = 256
+	// DefaultMaxWaitingPerToken caps the waiting calls of one token.
+	DefaultMaxWaitingPerToken = 64
+	// DefaultMaxStreamsPerToken caps the event streams of one token.
+	DefaultMaxStreamsPerToken = 20
+	// waitRetryAfter is the Retry-After (seconds) of a refused waiting call.
+	waitRetryAfter = 1
+)
+
+// Failed authentication is limited per client address (Options.AuthFailRate
+// and AuthFailBurst): by default after 10 unknown tokens, one more per
+// second; beyond that the address gets 429 before its token is even
+// looked at.
+const (
+	DefaultAuthFailRate  = 1
+	DefaultAuthFailBurst = 10
+	// maxAuthFailAddrs bounds the addresses remembered.
+	maxAuthFailAddrs = 10000
+)
+
+// caller is what the server keeps per token (one for every caller
+// without auth): its request rate limiter and the waiting calls and event
+// streams it holds. A later grouping of tokens (a namespace) keeps the
+// same counters one level up.
+type caller struct {
+	limiter *rate.Limiter // nil: no rate limit
+	waiting atomic.Int64
+	streams atomic.Int64
+}
+
+// principal is who makes a request: the token (nil without auth) and its
+// caller state.
+type principal struct {
+	token  *Token
+	caller *caller
+}
+
+// principalKey carries the request's principal in its context.
+type principalKey struct{}
+
+// principalOf returns the principal of an authorized request (nil on
+// public routes).
+func principalOf(r *http.Request) *principal {
+	p, _ := r.Context().Value(principalKey{}).(*principal)
+	return p
+}
+
+// holdKind is a kind of call that holds a connection open.
+type holdKind int
+
+const (
+	holdWaiting holdKind = iota // a long-poll: agent poll, session accept or receive with a wait
+	holdStream                  // an event stream
+)
+
+// hold takes a slot of kind for the request's principal: it fails with
+// 429 when the token holds its share already, 503 when the server does,
+// both with Retry-After (written to w). Call the returned function when
+// the call ends.
+func (h *Handler) hold(w http.ResponseWriter, r *http.Request, kind holdKind) (func(), error) {
+	if h.streamCtx.Err() != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
+		return nil, errorf(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down")
+	}
+	global, perToken, limit, perLimit, code, what, retry := &h.waiting, (*atomic.Int64)(nil), h.opts.MaxWaiting, h.opts.MaxWaitingPerToken,
+		"too_many_waiting", "waiting calls (polls, accepts and receives with a wait)", waitRetryAfter
+	if kind == holdStream {
+		global, limit, perLimit, code, what, retry = &h.streams, h.opts.MaxStreams, h.opts.MaxStreamsPerToken, "too_many_streams", "open event streams", streamRetryAfter
+	}
+	if p := principalOf(r); p != nil {
+		perToken = &p.caller.waiting
+		if kind == holdStream {
+			perToken = &p.caller.streams
+		}
+	}
+	if perToken != nil {
+		if n := perToken.Add(1); n > int64(perLimit) {
+			perToken.Add(-1)
+			w.Header().Set("Retry-After", strconv.Itoa(retry))
+			return nil, errorf(http.StatusTooManyRequests, code, "too many %s for this token (limit %d); retry later", what, perLimit)
+		}
+	}
+	if n := global.Add(1); n > int64(limit) {
+		global.Add(-1)
+		if perToken != nil {
+			perToken.Add(-1)
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(retry))
+		return nil, errorf(http.StatusServiceUnavailable, code, "too many %s on this server (limit %d); retry later", what, limit)
+	}
+	return func() {
+		global.Add(-1)
+		if perToken != nil {
+			perToken.Add(-1)
+		}
+	}, nil
+}
+
+// Waiting returns the number of waiting calls being served.
+func (h *Handler) Waiting() int { return int(h.waiting.Load()) }
+
+// untimedContext returns the request's context before the request
+// timeout: waiting calls and streams outlive Options.RequestTimeout.
+func untimedContext(r *http.Request) context.Context {
+	if base, ok := r.Context().Value(untimedKey{}).(context.Context); ok {
+		return base
+	}
+	return r.Context()
+}
+
+// addrLimiter limits failed authentications per client address, in a
+// bounded map.
+type addrLimiter struct {
+	rate  float64 // negative: no limit
+	burst int
+	mu    sync.Mutex
+	m     map[string]*rate.Limiter
+}
+
+// clientAddr is the key of a request's client: its IP address, or the /64
+// network of an IPv6 one (which one holder gets whole). Behind a proxy it
+// is the proxy's.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return host
+	}
+	if ip.To4() == nil {
+		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+	}
+	return ip.String()
+}
+
+// limited reports how long addr must wait before its token is looked at
+// again (0: it may try now).
+func (a *addrLimiter) limited(addr string, now time.Time) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.m[addr]
+	if l == nil {
+		return 0
+	}
+	if tokens := l.TokensAt(now); tokens < 1 {
+		return time.Duration((1 - tokens) / a.rate * float64(time.Second))
+	}
+	return 0
+}
+
+// failed records a failed authentication of addr.
+func (a *addrLimiter) failed(addr string, now time.Time) {
+	if a.rate < 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.m[addr]
+	if l == nil {
+		if a.m == nil {
+			a.m = map[string]*rate.Limiter{}
+		}
+		if len(a.m) >= maxAuthFailAddrs {
+			a.evict(now)
+		}
+		l = rate.NewLimiter(rate.Limit(a.rate), a.burst)
+		a.m[addr] = l
+	}
+	l.AllowN(now, 1)
+}
+
+// evict makes room: it forgets the addresses whose limiter is full again
+// (they hold nothing), and if none is, one at random.
+func (a *addrLimiter) evict(now time.Time) {
+	for k, l := range a.m {
+		if l.TokensAt(now) >= float64(a.burst) {
+			delete(a.m, k)
+		}
+	}
+	for k := range a.m {
+		if len(a.m) < maxAuthFailAddrs {
+			break
+		}
+		delete(a.m, k)
+	}
+}
+
+// retryAfter formats a wait as whole seconds for Retry-After (at least 1).
+func retryAfter(d time.Duration) string {
+	return fmt.Sprint(max(1, int((d+time.Second-1)/time.Second)))
+}

@@ -1,0 +1,29 @@
+package sqlite_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/drover-run/drover/store/storetest"
+)
+
+// The migrations after version 11 upgrade a store with tasks in place.
+func TestUpgradeFrom11(t *testing.T) {
+	d, _ := freshStore(t)
+	storetest.CheckUpgradeFrom11(t, d, func(ctx context.Context) error {
+		for _, q := range []string{
+			`ALTER TABLE tasks DROP COLUMN callback_events`, `DELETE FROM drover_migrations WHERE version = 13`,
+			`ALTER TABLE tasks DROP COLUMN wait_max`, `ALTER TABLE tasks DROP COLUMN wait_delay_us`,
+			`ALTER TABLE tasks DROP COLUMN wait_multiplier`, `ALTER TABLE tasks DROP COLUMN wait_max_delay_us`,
+			`ALTER TABLE steps DROP COLUMN on_failure`, `ALTER TABLE steps DROP COLUMN wait_max`,
+			`ALTER TABLE steps DROP COLUMN wait_delay_us`, `ALTER TABLE steps DROP COLUMN wait_multiplier`,
+			`ALTER TABLE steps DROP COLUMN wait_max_delay_us`, `DELETE FROM drover_migrations WHERE version = 12`,
+		} {
+			if _, err := d.DB().ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		return nil
+	})
+}

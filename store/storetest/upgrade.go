@@ -1,0 +1,44 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
+)
+
+// CheckUpgradeFrom11 checks that the migrations after version 11 upgrade a
+// store holding tasks in place: 12 (steps' own failure policies, the
+// extended wait) and 13 (a task's callback events). undo (driver-specific
+// SQL) takes them away again from d, a migrated store holding a task, and
+// Migrate applies them again; the task and its steps keep everything else
+// and read as they did before (no extended waits, the task's policy, final
+// states to the callback), and new tasks store the new fields.
+func CheckUpgradeFrom11(t *testing.T, d store.Driver, undo func(ctx context.Context) error) {
+	t.Helper()
+	ctx := context.Background()
+	old, oldSteps := fullTask("old"), []*dt.Step{newStep("old", 0), fullStep("old", 1)}
+	old.Wait, old.CallbackEvents = dt.WaitPolicy{}, nil
+	oldSteps[1].OnFailure, oldSteps[1].Wait = "", nil
+	insertTasks(t, d, old)
+	insertSteps(t, d, oldSteps...)
+	if err := undo(ctx); err != nil {
+		t.Fatalf("undo migrations 12 and 13: %v", err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	checkEqual(t, "task stored before the upgrade", getTask(t, d, "old"), old)
+	steps := getSteps(t, d, "old")
+	if len(steps) != 2 {
+		t.Fatalf("%d steps after the upgrade, want 2", len(steps))
+	}
+	checkEqual(t, "step stored before the upgrade", steps[1], oldSteps[1])
+
+	fresh, freshSteps := fullTask("new"), []*dt.Step{fullStep("new", 0)}
+	insertTasks(t, d, fresh)
+	insertSteps(t, d, freshSteps...)
+	checkEqual(t, "task stored after the upgrade", getTask(t, d, "new"), fresh)
+	checkEqual(t, "step stored after the upgrade", getSteps(t, d, "new")[0], freshSteps[0])
+}
