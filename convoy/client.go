@@ -162,8 +162,9 @@ func (c *Client) forgetPolicy(queue string) {
 // ---- names ----
 
 // validQueueName: the rule of names (drovertype.NameProblem): no "/", as a
-// session's event subject is "session:<queue>/<session ID>".
-func validQueueName(s string) bool { return dt.NameProblem(s) == "" }
+// session's event subject is "session:<queue>/<session ID>"; a namespace's
+// queue is named "<namespace>/<queue>" (drovertype.QualifyName).
+func validQueueName(s string) bool { return dt.StoredNameProblem(s) == "" }
 
 func checkQueue(queue string) error {
 	if !validQueueName(queue) {

@@ -422,6 +422,16 @@ func (h *Handler) wrap(rt route) http.Handler {
 			if !h.allow(sw, r, p.caller) {
 				return
 			}
+			ns, err := requestNamespace(r, p.token)
+			if err != nil {
+				h.writeError(sw, r, err)
+				return
+			}
+			p.ns = ns
+			if err := qualifyQueue(r, ns); err != nil {
+				h.writeError(sw, r, err)
+				return
+			}
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 		}
 		if err := checkContentType(r); err != nil {

@@ -51,6 +51,7 @@ type caller struct {
 type principal struct {
 	token  *Token
 	caller *caller
+	ns     string // the request's namespace as stored ("": default)
 }
 
 // principalKey carries the request's principal in its context.
