@@ -99,10 +99,32 @@ func (h *Handler) hold(w http.ResponseWriter, r *http.Request, kind holdKind) (f
 			return nil, errorf(http.StatusTooManyRequests, code, "too many %s for this token (limit %d); retry later", what, perLimit)
 		}
 	}
+	// Once namespaces are in use, each holds at most its share, so one
+	// namespace's calls leave room for the others'.
+	ns, nsLimit, perNS := h.ns(r), h.opts.MaxWaitingPerNamespace, false
+	if kind == holdStream {
+		nsLimit = h.opts.MaxStreamsPerNamespace
+	}
+	if ns != "" {
+		h.namespaced.Store(true)
+	}
+	if h.namespaced.Load() {
+		if !h.nsHolds.take(ns, kind, nsLimit) {
+			if perToken != nil {
+				perToken.Add(-1)
+			}
+			w.Header().Set("Retry-After", strconv.Itoa(retry))
+			return nil, errorf(http.StatusTooManyRequests, code, "too many %s in this namespace (limit %d); retry later", what, nsLimit)
+		}
+		perNS = true
+	}
 	if n := global.Add(1); n > int64(limit) {
 		global.Add(-1)
 		if perToken != nil {
 			perToken.Add(-1)
+		}
+		if perNS {
+			h.nsHolds.give(ns, kind)
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(retry))
 		return nil, errorf(http.StatusServiceUnavailable, code, "too many %s on this server (limit %d); retry later", what, limit)
@@ -112,7 +134,47 @@ func (h *Handler) hold(w http.ResponseWriter, r *http.Request, kind holdKind) (f
 		if perToken != nil {
 			perToken.Add(-1)
 		}
+		if perNS {
+			h.nsHolds.give(ns, kind)
+		}
 	}, nil
+}
+
+// nsHolds counts the waiting calls and streams of each namespace holding
+// any (a namespace holding none has no entry: the map stays as small as
+// the namespaces in use).
+type nsHolds struct {
+	mu sync.Mutex
+	m  map[string]*[2]int
+}
+
+// take takes a slot of kind for ns unless it holds limit already.
+func (c *nsHolds) take(ns string, kind holdKind, limit int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.m[ns]
+	if n == nil {
+		if c.m == nil {
+			c.m = map[string]*[2]int{}
+		}
+		n = &[2]int{}
+		c.m[ns] = n
+	}
+	if n[kind] >= limit {
+		return false
+	}
+	n[kind]++
+	return true
+}
+
+// give gives back a slot take took.
+func (c *nsHolds) give(ns string, kind holdKind) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.m[ns]
+	if n[kind]--; n[0] == 0 && n[1] == 0 {
+		delete(c.m, ns)
+	}
 }
 
 // Waiting returns the number of waiting calls being served.

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -201,4 +202,65 @@ func TestRedactURL(t *testing.T) {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+const aSubmit2Tok = "ns-a-second-submit-token-0123456789"
+
+// TestNamespaceFairWaitingAndStreams: namespace a's tokens, each within its
+// own cap, together stop at the namespace's share of the waiting calls and
+// of the event streams (429), so namespace b's long-polls and streams are
+// still admitted while a's hold theirs; a's held calls see only a.
+func TestNamespaceFairWaitingAndStreams(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		toks := append([]Token{{Secret: aSubmit2Tok, Scopes: []Scope{ScopeSubmit}, Namespace: "a"}}, nsTokens...)
+		e := newEnv(t, open(t), Options{Tokens: toks, MaxWaiting: 4, MaxWaitingPerToken: 2, MaxStreams: 4, MaxStreamsPerToken: 2})
+		srv := httptest.NewServer(e.h)
+		t.Cleanup(srv.Close)
+		const accept = "/v1/queues/q/sessions:accept"
+		for _, tok := range []string{aSubmitTok, bSubmitTok} {
+			e.do("POST", "/v1/queues/q/messages", tok, `{"session_id":"s","body":1,"not_before":"2100-01-01T00:00:00Z"}`).must(t, 201)
+		}
+		// a fills its share (3 of 4) with two tokens, streams and polls.
+		var held []*waiter
+		for _, tok := range []string{aSubmitTok, aSubmitTok, aSubmit2Tok} {
+			held = append(held, startWait(t, srv, accept, tok, `{"wait_ms":60000}`))
+			openStream(t, srv, "/v1/events", tok, "")
+		}
+		waitCount(t, "waiting calls", e.h.Waiting, 3)
+		waitCount(t, "streams", e.h.OpenStreams, 3)
+		r := e.do("POST", accept, aSubmit2Tok, `{"wait_ms":1000}`).mustError(t, 429, "too_many_waiting")
+		if !strings.Contains(r.errMsg(), "in this namespace (limit 3)") || r.header.Get("Retry-After") == "" {
+			t.Fatalf("a's fourth waiting call: %s %v", r.body, r.header)
+		}
+		_, sr := tryStream(t, srv, "/v1/events", aSubmit2Tok, "")
+		if sr == nil {
+			t.Fatal("a's fourth stream was served")
+		}
+		sr.mustError(t, 429, "too_many_streams")
+		// b is admitted: a waiting accept and a stream.
+		b := startWait(t, srv, accept, bSubmitTok, `{"wait_ms":60000}`)
+		waitCount(t, "waiting calls", e.h.Waiting, 4)
+		openStream(t, srv, "/v1/events", bSubmitTok, "")
+		waitCount(t, "streams", e.h.OpenStreams, 4)
+		// A message for b's session ends b's wait; a's keep waiting.
+		e.do("POST", "/v1/queues/q/messages", bSubmitTok, `{"session_id":"now","body":2}`).must(t, 201)
+		select {
+		case st := <-b.done:
+			if st != 200 {
+				t.Fatalf("b's accept: %d", st)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("b's waiting accept did not get b's session")
+		}
+		for _, w := range held {
+			select {
+			case st := <-w.done:
+				t.Fatalf("a's accept answered %d: it took b's session", st)
+			default:
+			}
+			w.cancel()
+			<-w.done
+		}
+		waitCount(t, "waiting calls", e.h.Waiting, 0)
+	})
 }
