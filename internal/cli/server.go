@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -98,6 +99,7 @@ func (e *env) serverCmd() *cobra.Command {
 		wfDir        string
 		wfPoll       time.Duration
 		egressAllow  []string
+		httpMaxPerNS int
 		hf           httpFlags
 		wh           webhookFlags
 		allowPerms   bool
@@ -304,7 +306,7 @@ not sent).`,
 			// still runs the HTTP steps of versions stored by other servers.
 			// reg.RemoteInput maps the input of remote agents' requests.
 			reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: d.Driver, Logger: log, Reserved: reserved,
-				HTTP: httpagent.Options{Egress: outbound}})
+				HTTP: httpagent.Options{Egress: outbound}, HTTPMaxPerNamespace: httpMaxPerNS})
 			if err != nil {
 				return err
 			}
@@ -457,6 +459,7 @@ not sent).`,
 	f.DurationVar(&wfPoll, "workflows-poll", 2*time.Second, "how often to check --workflows for changed files (0: only on SIGHUP)")
 	f.BoolVar(&allowPerms, allowInsecurePermsFlag, false, "start although --tokens-file or --webhook-secret-file is open to group or others (a warning is printed); by default that refuses to start: chmod 600 the file")
 	f.StringArrayVar(&egressAllow, "egress-allow", nil, "open a destination of HTTP steps and webhooks that is refused by default (loopback, private, link-local and other special-purpose addresses): a host name, host:port, an IP address, [IPv6]:port or a CIDR prefix (repeatable), such as --egress-allow 127.0.0.1 or --egress-allow 10.0.0.0/8")
+	f.IntVar(&httpMaxPerNS, "http-max-per-namespace", 0, "calls of HTTP steps one namespace may make at once, once namespaces are in use; its further calls wait, so its slow hosts leave other namespaces slots (0: three quarters of the "+strconv.Itoa(workflowdef.DefaultHTTPConcurrency)+" calls of the process)")
 	hf.register(cmd)
 	wh.register(cmd)
 	return cmd

@@ -28,11 +28,13 @@ type webhookFlags struct {
 	allow      *webhook.Allow         // parsed from prefixes by checkWebhookFlags, with the egress policy
 	subs       []webhook.Subscription // parsed from urls by checkWebhookFlags
 	egress     *egress.Policy         // the server's, set by checkWebhookFlags
+	maxPerNS   int                    // --webhook-max-per-namespace
 }
 
 func (f *webhookFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringArrayVar(&f.urls, "webhook-url", nil, "send a signed webhook for every task that reaches a final state to this URL (repeatable); URL#events=LIST chooses the events instead: final, alerts, or event types (such as https://ops.example.com/hook#events=final,alerts); tasks' own callback URLs are sent too")
+	fl.StringArrayVar(&f.urls, "webhook-url", nil, "send a signed webhook for every task that reaches a final state to this URL (repeatable); URL#events=LIST chooses the events instead: final, alerts, or event types (such as https://ops.example.com/hook#events=final,alerts); URL#namespace=NAME (joined to events= by &) sends a namespace's events instead of the default namespace's; tasks' own callback URLs are sent too")
+	fl.IntVar(&f.maxPerNS, "webhook-max-per-namespace", 0, "webhook requests in flight for one namespace's events, once namespaces are in use, so one namespace's slow receivers leave the others room (0: three quarters of the dispatcher's concurrency)")
 	fl.StringVar(&f.secretFile, "webhook-secret-file", "", "file holding the webhook signing secret (at least 16 bytes; default: $"+EnvWebhookSecret+"); with a secret the server sends webhooks")
 	fl.StringArrayVar(&f.prefixes, "callback-url-prefix", nil, "allow tasks' callback URLs only under this prefix (repeatable; scheme, host and a path ending in \"/\", like https://hooks.example.com/): POST /v1/tasks refuses others with 400 and stored ones are not sent; default: any URL the egress policy allows (see --egress-allow)")
 }
@@ -54,6 +56,9 @@ func (e *env) checkWebhookFlags(f *webhookFlags, outbound *egress.Policy, allowP
 		}
 	case e.getenv(EnvWebhookSecret) != "":
 		secret = []byte(e.getenv(EnvWebhookSecret))
+	}
+	if f.maxPerNS < 0 {
+		return nil, usagef("--webhook-max-per-namespace must not be negative, got %d", f.maxPerNS)
 	}
 	if secret != nil && len(secret) < webhook.MinSecretBytes {
 		return nil, usagef("the webhook secret is %d bytes; it must be at least %d", len(secret), webhook.MinSecretBytes)
@@ -110,7 +115,7 @@ func startWebhooks(ctx context.Context, c *drover.Client, secret []byte, f *webh
 		return nil, func() {}, nil
 	}
 	d, err = webhook.New(c.Store(), webhook.Options{Secret: secret, Subscriptions: f.subs, AllowCallbacks: f.allow, Egress: f.egress,
-		Instance: c.InstanceID(), Logger: log})
+		Instance: c.InstanceID(), Logger: log, MaxPerNamespace: f.maxPerNS})
 	if err != nil {
 		return nil, nil, fmt.Errorf("webhooks: %w", err)
 	}
