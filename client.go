@@ -68,6 +68,14 @@ type Config struct {
 	MaxInFlight int
 	// ClaimBatch caps the tasks claimed per transaction. Default 256.
 	ClaimBatch int
+	// NamespaceMaxInFlight caps the tasks of one namespace
+	// (SubmitOptions.Namespace) one scheduler holds at once, so that one
+	// namespace's slow tasks cannot take all of MaxInFlight. It applies
+	// once a scheduler has claimed a task of a namespace other than the
+	// default one; tasks of a namespace are never started at submission
+	// (see NoEagerStart). Default: three quarters of MaxInFlight; negative:
+	// no cap.
+	NamespaceMaxInFlight int
 	// NoEagerStart turns eager start off. By default, a Submit (and a
 	// SubmitMany of one task; not SubmitTx, nor SubmitMany of several) in
 	// a process running the scheduler role starts the new task in the
@@ -167,6 +175,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = 1024
+	}
+	if cfg.NamespaceMaxInFlight == 0 {
+		cfg.NamespaceMaxInFlight = max(1, cfg.MaxInFlight*3/4)
 	}
 	if cfg.ClaimBatch <= 0 {
 		cfg.ClaimBatch = 256
@@ -339,7 +350,7 @@ func (c *Client) Start(ctx context.Context) error {
 	if c.cfg.Roles.Scheduler {
 		for i := range c.cfg.Schedulers {
 			id := fmt.Sprintf("%s/scheduler-%d", c.cfg.InstanceID, i)
-			m := &flow.Machine{Instance: id, Counters: &c.counters}
+			m := &flow.Machine{Instance: id, Counters: &c.counters, NamespaceMaxInFlight: c.cfg.NamespaceMaxInFlight}
 			s := scheduler.New(c.store, c.clock, m, c.log)
 			s.ClaimBatch, s.MaxInFlight, s.PollInterval = c.cfg.ClaimBatch, c.cfg.MaxInFlight, c.cfg.PollInterval
 			s.Fence = lease.check

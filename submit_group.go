@@ -175,7 +175,7 @@ func (c *Client) submitInTx(ctx context.Context, subs []flow.Submission) (out []
 	// claim, and its transaction may wait for the key meanwhile.
 	n := 0
 	for _, sub := range subs {
-		if sub.Task.OrderingKey == "" {
+		if sub.Task.OrderingKey == "" && dt.NamespaceOf(sub.Task.ID) == "" {
 			n++
 		}
 	}
