@@ -77,10 +77,17 @@ func waitTask(t *testing.T, c *drover.Client, id string) *drover.Task {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	waitWithin(t, 15*time.Second, what, cond)
+}
+
+// waitWithin is waitFor with its own deadline, for work whose size makes
+// its time depend on the machine's load.
+func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
