@@ -188,7 +188,7 @@ func eventServer(t *testing.T, n, stall int) (url string, lists, streams *atomic
 		}
 		fmt.Fprintf(&b, `],"next_after":%d}`, next)
 		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(b.String()))
+		_, _ = w.Write([]byte(b.String()))
 	})
 	return url, lists, streams
 }
