@@ -47,37 +47,16 @@ func testNamespaceLists(t *testing.T, d store.Driver) {
 	r := d.Reader()
 	taskIDs := func(p store.TaskListParams) string {
 		ts, err := r.TaskList(ctx, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, t := range ts {
-			out = append(out, t.ID)
-		}
-		return fmt.Sprint(out)
+		return namesOf(t, ts, err, func(t *dt.Task) string { return t.ID })
 	}
 	eventSubjects := func(p store.EventListParams) string {
 		p.Lookup = true
 		es, err := r.EventList(ctx, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, e := range es {
-			out = append(out, e.TaskID)
-		}
-		return fmt.Sprint(out)
+		return namesOf(t, es, err, func(e *dt.Event) string { return e.TaskID })
 	}
 	queueNames := func(p store.QueueListParams) string {
 		qs, err := r.QueueList(ctx, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, q := range qs {
-			out = append(out, q.Name)
-		}
-		return fmt.Sprint(out)
+		return namesOf(t, qs, err, func(q *dt.Queue) string { return q.Name })
 	}
 	for _, c := range []struct{ got, want string }{
 		{taskIDs(store.TaskListParams{}), "[a a-x a/1 a/2 a0 ab/1 b/1 z]"},
@@ -104,4 +83,17 @@ func testNamespaceLists(t *testing.T, d store.Driver) {
 			t.Errorf("got %s, want %s", c.got, c.want)
 		}
 	}
+}
+
+// namesOf lists the names of a listing's items, failing t on its error.
+func namesOf[T any](t *testing.T, items []T, err error, name func(T) string) string {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(items))
+	for i, x := range items {
+		out[i] = name(x)
+	}
+	return fmt.Sprint(out)
 }
