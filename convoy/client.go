@@ -90,7 +90,7 @@ func New(cfg Config) (*Client, error) {
 		_, _ = rand.Read(b[:])
 		cfg.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
-	if !validQueueName(cfg.InstanceID) {
+	if dt.NameProblem(cfg.InstanceID) != "" {
 		return nil, fmt.Errorf("%w: InstanceID %q must be 1-%d printable characters without spaces or \"/\"", ErrInvalidConfig, cfg.InstanceID, MaxQueueNameLen)
 	}
 	if cfg.PollInterval == 0 {
@@ -168,7 +168,7 @@ func validQueueName(s string) bool { return dt.StoredNameProblem(s) == "" }
 
 func checkQueue(queue string) error {
 	if !validQueueName(queue) {
-		return fmt.Errorf("%w %q: must be 1-%d printable characters without spaces or \"/\"", ErrInvalidQueue, queue, MaxQueueNameLen)
+		return fmt.Errorf("%w %q: must be 1-%d printable characters without spaces or \"/\" (a namespace's queue: NAMESPACE/QUEUE)", ErrInvalidQueue, queue, MaxQueueNameLen)
 	}
 	return nil
 }
