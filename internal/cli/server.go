@@ -394,6 +394,7 @@ not sent).`,
 			if hooks != nil {
 				metricsReg.MustRegister(hooks.Collector())
 			}
+			metricsReg.MustRegister(namespaceMetrics(reg, api))
 			started := []any{"instance", c.InstanceID(), "db", d.desc(), "roles", rolesString(r),
 				"schedulers", schedulers, "supervisor_interval", supInterval, "workflows", len(c.Workflows()),
 				"egress_opened", outbound.Opened()}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -473,6 +474,14 @@ func (c *Caller) InFlight(ns string) int {
 	c.nsMu.Lock()
 	defer c.nsMu.Unlock()
 	return c.perNS[ns]
+}
+
+// NamespaceCalls returns the calls in flight per namespace (as stored;
+// only namespaces with any).
+func (c *Caller) NamespaceCalls() map[string]int {
+	c.nsMu.Lock()
+	defer c.nsMu.Unlock()
+	return maps.Clone(c.perNS)
 }
 
 // leaveNamespace ends a call enterNamespace counted.

@@ -167,6 +167,28 @@ func (c *nsHolds) take(ns string, kind holdKind, limit int) bool {
 	return true
 }
 
+// counts returns the slots of kind held per namespace (only namespaces
+// holding any).
+func (c *nsHolds) counts(kind holdKind) map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for ns, n := range c.m {
+		if n[kind] > 0 {
+			out[ns] = n[kind]
+		}
+	}
+	return out
+}
+
+// NamespaceWaiting and NamespaceStreams return the waiting calls and the
+// event streams held per namespace (as stored, "" for the default one;
+// counted once namespaces are in use).
+func (h *Handler) NamespaceWaiting() map[string]int { return h.nsHolds.counts(holdWaiting) }
+
+// NamespaceStreams: see NamespaceWaiting.
+func (h *Handler) NamespaceStreams() map[string]int { return h.nsHolds.counts(holdStream) }
+
 // give gives back a slot take took.
 func (c *nsHolds) give(ns string, kind holdKind) {
 	c.mu.Lock()

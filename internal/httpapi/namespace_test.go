@@ -242,6 +242,9 @@ func TestNamespaceFairWaitingAndStreams(t *testing.T) {
 		waitCount(t, "waiting calls", e.h.Waiting, 4)
 		openStream(t, srv, "/v1/events", bSubmitTok, "")
 		waitCount(t, "streams", e.h.OpenStreams, 4)
+		if w, s := e.h.NamespaceWaiting(), e.h.NamespaceStreams(); w["a"] != 3 || w["b"] != 1 || s["a"] != 3 || s["b"] != 1 {
+			t.Fatalf("per namespace: waiting %v, streams %v; want a 3 and b 1 of each", w, s)
+		}
 		// A message for b's session ends b's wait; a's keep waiting.
 		e.do("POST", "/v1/queues/q/messages", bSubmitTok, `{"session_id":"now","body":2}`).must(t, 201)
 		select {

@@ -91,6 +91,9 @@ steps:
 			if n := reg.caller.InFlight("a"); n > 6 {
 				t.Errorf("a holds %d calls, want at most 6", n)
 			}
+			if got := reg.HTTPCalls(); got["a"] != 6 {
+				t.Errorf("HTTPCalls = %v, want a's 6", got)
+			}
 		})
 	}
 }

@@ -125,6 +125,10 @@ func NewRegistry(opts Options) (*Registry, error) {
 	}, nil
 }
 
+// HTTPCalls returns the built-in http agent's calls in flight per
+// namespace (as stored, "" for the default one; only namespaces with any).
+func (r *Registry) HTTPCalls() map[string]int { return r.caller.NamespaceCalls() }
+
 // Client is what the registry uses of a *drover.Client.
 type Client interface {
 	// Task returns a task with its steps.
