@@ -3,8 +3,6 @@ package workflowdef
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,30 +39,9 @@ steps:
     http: {method: GET, url: "http://127.0.0.1:${input.port}/x"}
 `)
 			ctx := context.Background()
-			d := open(t)
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			reg, err := NewRegistry(Options{Store: d, Logger: log, HTTPConcurrency: 8,
+			f := startOpts(t, dir, true, Options{Store: open(t), HTTPConcurrency: 8,
 				HTTP: httpagent.Options{Egress: egresstest.Open(t), MaxConcurrentPerHost: 16}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := reg.LoadDir(ctx, dir); err != nil {
-				t.Fatal(err)
-			}
-			c, err := drover.New(drover.Config{Store: d, Workflows: reg.Workflows(), Agents: []drover.Agent{reg.HTTPAgent()},
-				PollInterval: 10 * time.Millisecond, SupervisorInterval: 50 * time.Millisecond, Logger: log})
-			if err != nil {
-				t.Fatal(err)
-			}
-			reg.Attach(c)
-			if err := c.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = c.Stop(sctx)
-			})
+			c, reg := f.client, f.reg
 			port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
 			for i := range 20 {
 				in := fmt.Sprintf(`{"port":%q}`, port(holes[i%2]))
