@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/drover-run/drover/internal/agentrt"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/scheduler"
 	"github.com/drover-run/drover/internal/supervisor"
 	"github.com/drover-run/drover/store"
@@ -387,13 +387,15 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	// Wake roles when other processes signal work (PostgreSQL LISTEN/NOTIFY);
 	// polling remains the fallback.
-	if l, ok := c.store.(store.Listener); ok {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = l.Listen(runCtx, c.wakeFor)
-		}()
-	}
+	// The process's one listening connection is shared with the other
+	// subscribers (package notifier).
+	unsubscribe := notifier.For(c.store).Subscribe(c.wakeFor)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-runCtx.Done()
+		unsubscribe()
+	}()
 	// Keep the instance lease; if it is lost, stop acting at once.
 	wg.Add(1)
 	go func() {
@@ -433,25 +435,25 @@ func (c *Client) Stop(ctx context.Context) error {
 }
 
 // wakeFor wakes the roles a notification topic concerns.
-func (c *Client) wakeFor(topic string) {
+func (c *Client) wakeFor(t notifier.Topic) {
 	c.mu.Lock()
 	scheds, rt := c.schedulers, c.runtime
 	c.mu.Unlock()
-	switch {
-	case topic == store.TopicTasks:
+	switch t.Kind {
+	case notifier.Tasks:
 		c.wakeSchedulers()
-	case strings.HasPrefix(topic, "requests:"):
-		if rt != nil && rt.Has(strings.TrimPrefix(topic, "requests:")) {
+	case notifier.Requests:
+		if rt != nil && rt.Has(t.Name) {
 			rt.Wake()
 		}
-	case strings.HasPrefix(topic, "replies:"):
-		if s := scheds[strings.TrimPrefix(topic, "replies:")]; s != nil {
+	case notifier.Replies:
+		if s := scheds[t.Name]; s != nil {
 			s.WakeReplies()
 		}
-	case strings.HasPrefix(topic, "queue:"):
+	case notifier.Queue:
 		// Session-queue publishes (package convoy) are no work for the
-		// task roles; convoy's own listeners wake its consumers.
-	default: // store.TopicAll, or a topic this version does not know
+		// task roles; convoy's consumers subscribe themselves.
+	default: // notifier.All
 		for _, s := range scheds {
 			s.WakeReplies()
 		}

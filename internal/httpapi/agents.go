@@ -17,6 +17,7 @@ import (
 
 	"github.com/drover-run/drover"
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -516,9 +517,9 @@ func (h *Handler) failRequest(w http.ResponseWriter, r *http.Request) error {
 
 // agentWaker wakes waiting polls when the store notifies new requests for
 // their agent (store.TopicRequests; PostgreSQL's LISTEN/NOTIFY): one
-// listener per Handler, started by the first poll, stopped with the
-// streams (CloseStreams). Without a store.Listener it does nothing and
-// polls find work by polling.
+// subscription to the process's notifier per Handler, taken by the first
+// poll, dropped with the streams (CloseStreams). Without a store.Listener
+// it does nothing and polls find work by polling.
 type agentWaker struct {
 	mu      sync.Mutex
 	started bool
@@ -534,9 +535,13 @@ func (a *agentWaker) subscribe(h *Handler, agent string) (<-chan struct{}, func(
 	defer a.mu.Unlock()
 	if !a.started {
 		a.started = true
-		if l, ok := h.drover.Store().(store.Listener); ok {
+		if notes := notifier.For(h.drover.Store()); notes.Listening() {
 			a.up.Store(true)
-			go func() { _ = l.Listen(h.streamCtx, a.wake) }()
+			unsubscribe := notes.Subscribe(a.wake)
+			go func() {
+				<-h.streamCtx.Done()
+				unsubscribe()
+			}()
 		}
 	}
 	if a.waiters == nil {
@@ -559,8 +564,8 @@ func (a *agentWaker) subscribe(h *Handler, agent string) (<-chan struct{}, func(
 // listening reports whether notifications wake the polls.
 func (a *agentWaker) listening() bool { return a.up.Load() }
 
-// wake is the listener's callback.
-func (a *agentWaker) wake(topic string) {
+// wake is the notifier's callback.
+func (a *agentWaker) wake(t notifier.Topic) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	signal := func(ws map[chan struct{}]struct{}) {
@@ -571,12 +576,12 @@ func (a *agentWaker) wake(topic string) {
 			}
 		}
 	}
-	switch {
-	case topic == store.TopicAll:
+	switch t.Kind {
+	case notifier.All:
 		for _, ws := range a.waiters {
 			signal(ws)
 		}
-	case strings.HasPrefix(topic, store.TopicRequests("")):
-		signal(a.waiters[strings.TrimPrefix(topic, store.TopicRequests(""))])
+	case notifier.Requests:
+		signal(a.waiters[t.Name])
 	}
 }
