@@ -15,6 +15,7 @@ import (
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/notifier"
+	"github.com/drover-run/drover/internal/startstop"
 	"github.com/drover-run/drover/store"
 )
 
@@ -62,7 +63,9 @@ const policyTTL = 5 * time.Second
 
 // Client publishes to session queues, accepts sessions and runs operator
 // functions. It is safe for concurrent use. A Client starts no goroutine of
-// its own: receivers and processors own theirs.
+// its own: receivers and processors own theirs, and while a processor runs
+// the client expires dedupe entries (with those of other processes, one at
+// a time: see package maintenance).
 type Client struct {
 	cfg   Config
 	store store.Driver
@@ -72,6 +75,12 @@ type Client struct {
 
 	polMu    sync.Mutex
 	policies map[string]cachedPolicy
+
+	// mntMu guards the dedupe expiry that runs while processors run
+	// (maintain).
+	mntMu    sync.Mutex
+	mntUsers int
+	mnt      *startstop.Func
 }
 
 type cachedPolicy struct {

@@ -10,6 +10,7 @@ import (
 	"github.com/drover-run/drover/internal/agentrt"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/internal/maintenance"
 	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/scheduler"
 	"github.com/drover-run/drover/internal/startstop"
@@ -114,6 +115,12 @@ func New(cfg Config) *Engine {
 		sv.OnRecover = e.WakeSchedulers
 		e.supervisor = sv
 		e.services = append(e.services, &startstop.Func{Name: "supervisor", Run: sv.Run, Log: cfg.Log})
+		// Session queues' dedupe entries expire under their own lease, which
+		// processes running only session queues (package convoy) take too.
+		dedupe := &maintenance.Runner{Driver: cfg.Store, Clock: cfg.Clock, Log: cfg.Log, Lease: maintenance.DedupeLease,
+			Instance: cfg.Instance + "/maintenance", Interval: cfg.SupervisorInterval, LeaseTTL: cfg.LeaseTTL,
+			Services: []maintenance.Service{maintenance.DedupeExpiry()}}
+		e.services = append(e.services, &startstop.Func{Name: "dedupe expiry", Run: dedupe.Run, Log: cfg.Log})
 	}
 	return e
 }
