@@ -420,12 +420,12 @@ func (c *Client) Stats() Stats {
 		Dispatched: c.counters.Dispatched.Load(), RepliesApplied: c.counters.RepliesApplied.Load(),
 		LateReplies: c.counters.LateReplies.Load(), Recoveries: c.counters.Recoveries.Load(), Alerts: c.counters.Alerts.Load(),
 		Waits:         c.counters.Waits.Load(),
-		TasksFinished: c.counters.Finished.Load(), EagerStarts: c.counters.Started.Load(),
+		TasksFinished: c.counters.TasksFinished.Load(), EagerStarts: c.counters.EagerStarts.Load(),
 	}
 	if e := c.runningEngine(); e != nil && e.Runtime() != nil {
 		rt := e.Runtime()
-		s.AgentCalls, s.AgentRetries = rt.Stats.Calls.Load(), rt.Stats.Retries.Load()
-		s.Abandoned, s.BreakerRefused = rt.Stats.Abandoned.Load(), rt.Stats.BreakerOpen.Load()
+		s.AgentCalls, s.AgentRetries = rt.Stats.AgentCalls.Load(), rt.Stats.AgentRetries.Load()
+		s.Abandoned, s.BreakerRefused = rt.Stats.Abandoned.Load(), rt.Stats.BreakerRefused.Load()
 	}
 	return s
 }

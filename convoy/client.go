@@ -19,11 +19,11 @@ import (
 	"github.com/drover-run/drover/store"
 )
 
-// Clock tells convoy the time; tests inject their own. Every time written to
-// the store (publish, lock expiry, delays) is read from it.
-type Clock interface {
-	Now() time.Time
-}
+// Clock tells convoy the time (any type with a Now() time.Time method);
+// tests inject their own. Every time written to the store (publish, lock
+// expiry, delays) is read from it. It is drover.Clock: one value serves
+// both clients.
+type Clock = clock.Clock
 
 // Config configures a Client.
 type Config struct {

@@ -62,7 +62,7 @@ func (st *Start) Commit() {
 	st.sched.Adopt(f.Started, f.Room)
 	if f.Started > 0 {
 		st.e.cfg.Counters.Dispatched.Add(int64(f.Started))
-		st.e.cfg.Counters.Started.Add(int64(f.Started))
+		st.e.cfg.Counters.EagerStarts.Add(int64(f.Started))
 		if st.rt != nil {
 			st.rt.Dispatch(f.Requests)
 		}

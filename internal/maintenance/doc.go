@@ -3,7 +3,7 @@
 // entries), run in batches by whichever process holds the chore's lease.
 // A Runner holds one lease (package leader) and runs its services every
 // Interval while it leads; each batch is its own transaction fenced by
-// the lease (flow.Supervisor.CheckLeader), so a deposed leader cannot act
+// the lease (flow.Leader.CheckLeader), so a deposed leader cannot act
 // once another has taken it.
 //
 // The Supervisor role (package supervisor) is a Runner of the task chores

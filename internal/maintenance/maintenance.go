@@ -20,9 +20,9 @@ const DedupeLease = "maintenance:dedupe"
 // transaction, fenced by sv (its CheckLeader first), and returns how many.
 type Service struct {
 	Name string
-	Step func(ctx context.Context, x store.Executor, sv *flow.Supervisor, now time.Time, limit int) (int, error)
+	Step func(ctx context.Context, x store.Executor, sv *flow.Leader, now time.Time, limit int) (int, error)
 	// Counters, when set, receive the counts of Step's committed batches
-	// (flow.Supervisor.Commit).
+	// (flow.Leader.Commit).
 	Counters *flow.Counters
 	// After is called after a batch that handled items (for example to
 	// wake the schedulers).
@@ -30,30 +30,30 @@ type Service struct {
 }
 
 // StepRecovery recovers held tasks whose CompleteBy passed
-// (flow.Supervisor.Sweep), counting into counters; after each batch that
+// (flow.Leader.Sweep), counting into counters; after each batch that
 // recovered tasks it calls onRecover.
 func StepRecovery(counters *flow.Counters, onRecover func()) Service {
 	return Service{Name: "step recovery", Counters: counters, After: onRecover,
-		Step: func(ctx context.Context, x store.Executor, sv *flow.Supervisor, now time.Time, limit int) (int, error) {
+		Step: func(ctx context.Context, x store.Executor, sv *flow.Leader, now time.Time, limit int) (int, error) {
 			return sv.Sweep(ctx, x, now, limit)
 		}}
 }
 
 // Retention deletes final tasks last updated more than age ago, with
-// their history (flow.Supervisor.Retain).
+// their history (flow.Leader.Retain).
 func Retention(age time.Duration) Service {
 	return Service{Name: "retention",
-		Step: func(ctx context.Context, x store.Executor, sv *flow.Supervisor, now time.Time, limit int) (int, error) {
+		Step: func(ctx context.Context, x store.Executor, sv *flow.Leader, now time.Time, limit int) (int, error) {
 			return sv.Retain(ctx, x, now, age, limit)
 		}}
 }
 
 // DedupeExpiry deletes the session-queue de-duplication entries whose
-// window has passed (flow.Supervisor.ForgetDedupe); without it they would
+// window has passed (flow.Leader.ForgetDedupe); without it they would
 // pile up for ever.
 func DedupeExpiry() Service {
 	return Service{Name: "dedupe expiry",
-		Step: func(ctx context.Context, x store.Executor, sv *flow.Supervisor, now time.Time, limit int) (int, error) {
+		Step: func(ctx context.Context, x store.Executor, sv *flow.Leader, now time.Time, limit int) (int, error) {
 			return sv.ForgetDedupe(ctx, x, now, limit)
 		}}
 }
@@ -142,7 +142,7 @@ func (r *Runner) RunService(ctx context.Context, s Service) (int, error) {
 		if term == 0 {
 			return total, nil
 		}
-		sv := &flow.Supervisor{Instance: r.Instance, Term: term, Lease: r.Lease, Counters: s.Counters}
+		sv := &flow.Leader{Instance: r.Instance, Term: term, Lease: r.Lease, Counters: s.Counters}
 		var n int
 		err := r.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
