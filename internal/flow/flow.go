@@ -1146,10 +1146,21 @@ func (sv *Leader) Sweep(ctx context.Context, x store.Executor, now time.Time, li
 	for _, t := range tasks {
 		sv.recover(b, ls[t.ID], now)
 	}
-	if _, err := x.RequestDeleteExpired(ctx, now.Add(-time.Minute), limit); err != nil {
+	return len(tasks), b.flush(ctx, x)
+}
+
+// RequestGrace is how long after its CompleteBy a request nobody answered
+// stays stored before ExpireRequests deletes it: its step has been
+// recovered by then, and a late answer is refused either way.
+const RequestGrace = time.Minute
+
+// ExpireRequests deletes up to limit requests whose CompleteBy passed
+// more than RequestGrace before now, if this leader still leads.
+func (sv *Leader) ExpireRequests(ctx context.Context, x store.Executor, now time.Time, limit int) (int, error) {
+	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
-	return len(tasks), b.flush(ctx, x)
+	return x.RequestDeleteExpired(ctx, now.Add(-RequestGrace), limit)
 }
 
 // Retain deletes up to limit final tasks last updated more than age before

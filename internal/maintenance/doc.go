@@ -1,6 +1,6 @@
 // Package maintenance runs drover's leader-only chores: one small Service
-// per chore (step recovery, retention, expiry of session-queue dedupe
-// entries), run in batches by whichever process holds the chore's lease.
+// per chore (step recovery, request expiry, retention, expiry of
+// session-queue dedupe entries, webhook retention), run in batches by whichever process holds the chore's lease.
 // A Runner holds one lease (package leader) and runs its services every
 // Interval while it leads; each batch is its own transaction fenced by
 // the lease (flow.Leader.CheckLeader), so a deposed leader cannot act
@@ -11,4 +11,6 @@
 // lease (DedupeLease) and runs both in the supervisor's process and in
 // any process that consumes session queues (package convoy), so an
 // application that only uses session queues still expires its entries.
+// Webhook deliveries are pruned under WebhookLease by the processes that
+// run a webhook dispatcher (package webhook).
 package maintenance

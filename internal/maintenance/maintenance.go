@@ -13,8 +13,13 @@ import (
 	"github.com/drover-run/drover/store"
 )
 
-// DedupeLease is the lease of the expiry of session-queue dedupe entries.
-const DedupeLease = "maintenance:dedupe"
+// Leases of the chores that do not run under the supervisor's.
+const (
+	// DedupeLease: the expiry of session-queue dedupe entries.
+	DedupeLease = "maintenance:dedupe"
+	// WebhookLease: the retention of webhook deliveries.
+	WebhookLease = "maintenance:webhooks"
+)
 
 // Service is one chore: Step handles up to limit items in the caller's
 // transaction, fenced by sv (its CheckLeader first), and returns how many.
@@ -39,6 +44,16 @@ func StepRecovery(counters *flow.Counters, onRecover func()) Service {
 		}}
 }
 
+// RequestExpiry deletes the requests nobody answered, a while
+// (flow.RequestGrace) after their CompleteBy: their steps have been
+// recovered by then (flow.Leader.ExpireRequests).
+func RequestExpiry() Service {
+	return Service{Name: "request expiry",
+		Step: func(ctx context.Context, x store.Executor, sv *flow.Leader, now time.Time, limit int) (int, error) {
+			return sv.ExpireRequests(ctx, x, now, limit)
+		}}
+}
+
 // Retention deletes final tasks last updated more than age ago, with
 // their history (flow.Leader.Retain).
 func Retention(age time.Duration) Service {
@@ -58,6 +73,18 @@ func DedupeExpiry() Service {
 		}}
 }
 
+// WebhookRetention deletes delivered and failed webhook deliveries last
+// updated more than age ago.
+func WebhookRetention(age time.Duration) Service {
+	return Service{Name: "webhook retention",
+		Step: func(ctx context.Context, x store.Executor, sv *flow.Leader, now time.Time, limit int) (int, error) {
+			if err := sv.CheckLeader(ctx, x, now); err != nil {
+				return 0, err
+			}
+			return x.WebhookDeliveryDeleteFinished(ctx, now.Add(-age), limit)
+		}}
+}
+
 // Runner runs services while it holds Lease.
 type Runner struct {
 	Driver   store.Driver
@@ -69,6 +96,10 @@ type Runner struct {
 	Interval time.Duration
 	// LeaseTTL is how long leadership lasts unrenewed. Default 10s.
 	LeaseTTL time.Duration
+	// Tick is how often, in real time, Run renews the lease and looks
+	// whether Interval has passed on Clock. Default: Interval or
+	// LeaseTTL/3, the shorter.
+	Tick time.Duration
 	// Batch caps the items of one transaction. Default 500.
 	Batch    int
 	Services []Service
@@ -86,6 +117,9 @@ func (r *Runner) defaults() {
 	}
 	if r.Batch <= 0 {
 		r.Batch = 500
+	}
+	if r.Tick <= 0 {
+		r.Tick = min(r.Interval, r.LeaseTTL/3)
 	}
 }
 
@@ -106,7 +140,7 @@ func (r *Runner) Term() int64 { return r.Elector().Term() }
 // ends, then resigns.
 func (r *Runner) Run(ctx context.Context) error {
 	el := r.Elector()
-	ticker := time.NewTicker(min(r.Interval, r.LeaseTTL/3))
+	ticker := time.NewTicker(r.Tick)
 	defer ticker.Stop()
 	var last time.Time
 	for {

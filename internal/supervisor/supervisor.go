@@ -22,7 +22,8 @@ import (
 const LeaseName = "supervisor"
 
 // Supervisor is one supervisor instance: a maintenance.Runner of the
-// task chores (step recovery, and retention when set) under LeaseName.
+// task chores (step recovery, request expiry, and retention when set)
+// under LeaseName.
 type Supervisor struct {
 	Driver   store.Driver
 	Clock    clock.Clock
@@ -56,7 +57,7 @@ func New(d store.Driver, c clock.Clock, instance string, log *slog.Logger, count
 // Term is read from other goroutines while Run runs.
 func (s *Supervisor) r() *maintenance.Runner {
 	s.runnerOnce.Do(func() {
-		services := []maintenance.Service{maintenance.StepRecovery(s.Counters, s.OnRecover)}
+		services := []maintenance.Service{maintenance.StepRecovery(s.Counters, s.OnRecover), maintenance.RequestExpiry()}
 		if s.Retention > 0 {
 			services = append(services, maintenance.Retention(s.Retention))
 		}
