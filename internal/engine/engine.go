@@ -48,6 +48,9 @@ type Config struct {
 	Retention          time.Duration
 }
 
+// The agent runtime is the schedulers' fast path.
+var _ scheduler.LocalAgents = (*agentrt.Runtime)(nil)
+
 // Engine is a process's running roles.
 type Engine struct {
 	cfg        Config
@@ -78,9 +81,7 @@ func New(cfg Config) *Engine {
 		s.WakeMore = func() { e.wakeScheduler(s) }
 		if rt := e.runtime; rt != nil {
 			rt.FastPath = true
-			m.Reserve = rt.Reserve
-			s.OnDispatch = rt.Dispatch
-			s.OnRollback = rt.Unreserve
+			s.UseLocalAgents(rt)
 		}
 		e.schedulers[id] = s
 		e.order = append(e.order, s)
