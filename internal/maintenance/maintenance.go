@@ -147,7 +147,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		if _, err := el.TryAcquire(ctx); err != nil && ctx.Err() == nil {
 			r.Log.Warn("maintenance lease", "lease", r.Lease, "instance", r.Instance, "err", err)
 		}
-		if now := r.Clock.Now(); now.Sub(last) >= r.Interval {
+		// A round counts only while leading: a lease that ran out between
+		// its renewal and now (a clock moved on) is renewed at the next
+		// tick, and the round runs then.
+		if now := r.Clock.Now(); now.Sub(last) >= r.Interval && r.Term() != 0 {
 			last = now
 			for _, s := range r.Services {
 				if _, err := r.RunService(ctx, s); err != nil && ctx.Err() == nil {

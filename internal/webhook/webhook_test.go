@@ -870,7 +870,13 @@ func TestPrunesOldDeliveries(t *testing.T) {
 		wait(t, c, "old", drover.Processed)
 		wait(t, c, "pending", drover.Processed)
 		fake := clock.NewFake(time.Now())
-		opts := fastOptions(&logBuffer{})
+		lb := &logBuffer{}
+		defer func() {
+			if t.Failed() {
+				t.Log(lb.String())
+			}
+		}()
+		opts := fastOptions(lb)
 		opts.Clock = fake
 		opts.Retention = time.Hour
 		opts.BackoffBase, opts.BackoffMax = 10*time.Hour, 10*time.Hour // the pending one is not tried again
@@ -904,16 +910,16 @@ func TestPrunesOldDeliveries(t *testing.T) {
 		submit(t, c, "echo", "young", rc.url("/ok"))
 		wait(t, c, "young", drover.Processed)
 		waitFor(t, "the young delivery", func() bool { return settled(byTask(), "young", dt.WebhookDelivered) })
-		// That delivery was sent after the prune the advance triggered
-		// (each scan prunes before it sends), which had to leave the first
-		// one, 50 minutes old.
+		// A prune the advance triggered (the retention service runs beside
+		// the sends, every pruneEvery) had to leave the first one, 50
+		// minutes old.
 		if m := byTask(); !settled(m, "old", dt.WebhookDelivered) {
 			t.Fatalf("the delivery delivered 50 minutes ago is gone or changed (Retention 1h): %s", show(m["old"]))
 		}
 		// 21 minutes more: the first delivery is 71 minutes old, the young
 		// one 21, the pending one (last updated at the start) 71.
 		fake.Advance(pruneEvery + 11*time.Minute)
-		waitFor(t, "the old delivery to be pruned", func() bool { return byTask()["old"] == nil })
+		waitFor(t, "the old delivery to be pruned", func() bool { return byTask()["old"] == nil }); t.Log(lb.String())
 		m := byTask()
 		if !settled(m, "young", dt.WebhookDelivered) {
 			t.Errorf("the delivery delivered 21 minutes ago is gone or changed (Retention 1h): %s", show(m["young"]))
