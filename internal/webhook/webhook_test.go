@@ -919,7 +919,7 @@ func TestPrunesOldDeliveries(t *testing.T) {
 		// 21 minutes more: the first delivery is 71 minutes old, the young
 		// one 21, the pending one (last updated at the start) 71.
 		fake.Advance(pruneEvery + 11*time.Minute)
-		waitFor(t, "the old delivery to be pruned", func() bool { return byTask()["old"] == nil }); t.Log(lb.String())
+		waitFor(t, "the old delivery to be pruned", func() bool { return byTask()["old"] == nil })
 		m := byTask()
 		if !settled(m, "young", dt.WebhookDelivered) {
 			t.Errorf("the delivery delivered 21 minutes ago is gone or changed (Retention 1h): %s", show(m["young"]))
