@@ -115,12 +115,11 @@ type Client struct {
 	// process; no external agent may take one of their names.
 	localAgents map[string]bool
 
-	mu       sync.Mutex
-	started  bool
-	instance *instanceLease
-	cancel   context.CancelFunc
-	done     chan struct{}
-	engine   *engine.Engine // the running roles; kept after Stop for Stats
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+	engine  *engine.Engine // the running roles; kept after Stop for Stats
 }
 
 // DefaultSchedulers is how many schedulers a Client runs on store d when
