@@ -129,6 +129,23 @@ func redactURL(raw string) string {
 	return u.String()
 }
 
+// name is how messages name the target: the SQLite path, or the
+// PostgreSQL URL without its password and parameters.
+func (t dbTarget) name() string {
+	if t.postgres {
+		return redactURL(t.url)
+	}
+	return t.path
+}
+
+// desc names the target in messages, with the schema on PostgreSQL.
+func (t dbTarget) desc() string {
+	if t.postgres {
+		return fmt.Sprintf("%s (schema %s)", t.name(), t.schema)
+	}
+	return t.name()
+}
+
 // target parses --db and --schema.
 func (e *env) target() (dbTarget, error) { return parseDB(e.dbURL, e.schema) }
 
@@ -140,12 +157,7 @@ type database struct {
 }
 
 // desc names the store in messages.
-func (d *database) desc() string {
-	if d.t.postgres {
-		return fmt.Sprintf("%s (schema %s)", d.name, d.t.schema)
-	}
-	return d.name
-}
+func (d *database) desc() string { return d.t.desc() }
 
 // migrateHint is the command that migrates this store.
 func (d *database) migrateHint() string {
@@ -198,7 +210,7 @@ func (e *env) openStore(ctx context.Context, o openOpts) (*database, error) {
 // connect opens the store without looking at its schema.
 func (e *env) connect(ctx context.Context, t dbTarget, o openOpts) (*database, error) {
 	if t.postgres {
-		d := &database{t: t, name: redactURL(t.url)}
+		d := &database{t: t, name: t.name()}
 		drv, err := postgres.Open(ctx, t.url, postgres.Options{Schema: t.schema, LockTimeout: e.pgLockTimeout(t, o.lockTimeout)})
 		if err != nil {
 			return nil, d.storeErr(err)
@@ -206,7 +218,7 @@ func (e *env) connect(ctx context.Context, t dbTarget, o openOpts) (*database, e
 		d.Driver = drv
 		return d, nil
 	}
-	d := &database{t: t, name: t.path}
+	d := &database{t: t, name: t.name()}
 	path := t.path
 	if !o.create {
 		st, err := os.Stat(path)
@@ -300,28 +312,4 @@ func dropSchema(ctx context.Context, d *database) error {
 	}
 	_, err := pg.Pool().Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{d.t.schema}.Sanitize()+` CASCADE`)
 	return err
-}
-
-// retryable tells whether a server start-up error may go away by itself
-// (the database is unreachable, restarting, or not accepting connections
-// yet). Errors about drover's own configuration and schema are not.
-func retryable(err error) bool {
-	if err == nil {
-		return false
-	}
-	for _, perm := range []error{drover.ErrSchemaTooNew, drover.ErrInvalidConfig, drover.ErrInvalidWorkflow, drover.ErrUnknownAgent, drover.ErrUnknownWorkflow, drover.ErrStoreCorrupt} {
-		if errors.Is(err, perm) {
-			return false
-		}
-	}
-	var ue *usageError
-	return !errors.As(err, &ue)
-}
-
-// backoff returns the next wait of an exponential back-off from 100ms to 5s.
-func nextBackoff(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 100 * time.Millisecond
-	}
-	return min(2*d, 5*time.Second)
 }

@@ -2,16 +2,13 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/url"
 	"os"
 
 	"github.com/spf13/cobra"
 
-	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/webhook"
 )
@@ -99,29 +96,4 @@ func (e *env) readSecretFile(flag, path string, allowPerms bool) ([]byte, error)
 		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	return b, nil
-}
-
-// startWebhooks runs the webhook dispatcher until the returned stop is
-// called; stop waits for deliveries in flight (within their timeout).
-// Without a secret it does nothing and returns no dispatcher.
-func startWebhooks(ctx context.Context, c *drover.Client, secret []byte, f *webhookFlags, log *slog.Logger) (d *webhook.Dispatcher, stop func(), err error) {
-	if secret == nil {
-		log.Info("webhooks off: tasks' callback URLs are kept and sent by a server run with a webhook secret")
-		return nil, func() {}, nil
-	}
-	d, err = webhook.New(c.Store(), webhook.Options{Secret: secret, Subscriptions: f.subs, AllowCallbacks: f.allow, Egress: f.egress,
-		Instance: c.InstanceID(), Logger: log})
-	if err != nil {
-		return nil, nil, fmt.Errorf("webhooks: %w", err)
-	}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := d.Run(wctx); err != nil {
-			log.Error("webhook dispatcher stopped", "err", err)
-		}
-	}()
-	log.Info("webhooks on", "urls", len(f.urls), "callbacks_allowed", f.allow.String())
-	return d, func() { cancel(); <-done }, nil
 }
