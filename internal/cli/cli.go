@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"reflect"
 	"strings"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/oneline"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/store"
 )
@@ -121,23 +121,7 @@ func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 // oneLine folds a multi-line message (errors.Join, cobra's suggestions, pgx's
 // per-address connect errors) onto one line, dropping repeated lines.
 func oneLine(s string) string {
-	var b strings.Builder
-	prev := ""
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l == "" || l == prev {
-			continue
-		}
-		switch {
-		case b.Len() == 0:
-		case strings.HasSuffix(prev, ":"):
-			b.WriteString(" ")
-		default:
-			b.WriteString("; ")
-		}
-		b.WriteString(l)
-		prev = l
-	}
-	return strings.ReplaceAll(b.String(), "Did you mean this?; ", "did you mean ")
+	return strings.ReplaceAll(oneline.Fold(s), "Did you mean this?; ", "did you mean ")
 }
 
 // wrapped is an error with its own message that still matches the errors it
@@ -293,29 +277,6 @@ func durationStrings(_ []string, a slog.Attr) slog.Attr {
 		a.Value = slog.StringValue(a.Value.Duration().String())
 	}
 	return a
-}
-
-// logFields is a struct as a log group of its fields, named as in its JSON
-// (stats.dispatched=12 in text logs, "stats":{"dispatched":12} in JSON).
-func logFields(v any) slog.Value {
-	rv := reflect.ValueOf(v)
-	rt := rv.Type()
-	attrs := make([]slog.Attr, 0, rt.NumField())
-	for i := range rt.NumField() {
-		f := rt.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		attrs = append(attrs, slog.Any(name, rv.Field(i).Interface()))
-	}
-	return slog.GroupValue(attrs...)
 }
 
 // clientConfig is the base client configuration of the CLI: it knows the
