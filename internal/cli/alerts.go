@@ -84,10 +84,10 @@ its history. Acknowledging again changes nothing.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if after < 0 {
-				return usagef("--after must be 0 or more, got %d", after)
+				return Usagef("--after must be 0 or more, got %d", after)
 			}
 			if limit < 1 || limit > 1000 {
-				return usagef("--limit must be 1-1000, got %d", limit)
+				return Usagef("--limit must be 1-1000, got %d", limit)
 			}
 			var alerts []AlertJSON
 			var next int64
@@ -108,21 +108,21 @@ its history. Acknowledging again changes nothing.`,
 				defer drv.Close()
 				page, n, err := c.Alerts(ctx, drover.AlertQuery{AfterID: after, Limit: limit, Unacknowledged: unacked})
 				if err != nil {
-					return drv.storeErr(err)
+					return drv.StoreErr(err)
 				}
 				for _, a := range page {
 					alerts = append(alerts, alertFromStore(a))
 				}
 				next = n
 			}
-			if e.jsonOut {
+			if e.JSON {
 				out := struct {
 					Alerts    []AlertJSON `json:"alerts"`
 					NextAfter int64       `json:"next_after,omitempty"`
 				}{Alerts: append([]AlertJSON{}, alerts...), NextAfter: next}
-				return writeJSON(e.stdout, out)
+				return WriteJSON(e.Stdout, out)
 			}
-			tw := newTable(e.stdout)
+			tw := newTable(e.Stdout)
 			row(tw, "ID", "TIME", "SUBJECT", "STEP", "TYPE", "STATE", "ACKNOWLEDGED", "MESSAGE")
 			for _, a := range alerts {
 				step, ack := "-", "-"
@@ -138,7 +138,7 @@ its history. Acknowledging again changes nothing.`,
 				return err
 			}
 			if next != 0 {
-				fmt.Fprintf(e.stderr, "more alerts may follow: --after %d\n", next)
+				fmt.Fprintf(e.Stderr, "more alerts may follow: --after %d\n", next)
 			}
 			return nil
 		},
@@ -167,7 +167,7 @@ acknowledgement. It does not change the task: resubmit it to retry.`,
 			ctx := cmd.Context()
 			id, err := strconv.ParseInt(args[0], 10, 64)
 			if err != nil || id < 1 {
-				return usagef("ALERT-ID %q: want an alert's ID, a positive integer", args[0])
+				return Usagef("ALERT-ID %q: want an alert's ID, a positive integer", args[0])
 			}
 			var out AlertJSON
 			if e.remote != nil {
@@ -187,15 +187,15 @@ acknowledgement. It does not change the task: resubmit it to retry.`,
 					return fmt.Errorf("alert %d not found (see 'drover alerts')", id)
 				}
 				if err != nil {
-					return drv.storeErr(err)
+					return drv.StoreErr(err)
 				}
 				out = alertFromStore(a)
 			}
-			if e.jsonOut {
-				return writeJSON(e.stdout, out)
+			if e.JSON {
+				return WriteJSON(e.Stdout, out)
 			}
 			if out.Acknowledged != nil {
-				fmt.Fprintf(e.stdout, "alert %d (%s, %s) acknowledged by %s at %s\n", out.ID, out.Subject, out.Type, out.Acknowledged.Actor, fmtTime(&out.Acknowledged.At))
+				fmt.Fprintf(e.Stdout, "alert %d (%s, %s) acknowledged by %s at %s\n", out.ID, out.Subject, out.Type, out.Acknowledged.Actor, fmtTime(&out.Acknowledged.At))
 			}
 			return nil
 		},

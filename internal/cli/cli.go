@@ -38,37 +38,37 @@ const (
 	ExitUsage   = 2
 )
 
-// usageError marks an error as a usage error: exit code 2.
-type usageError struct{ err error }
+// UsageError marks an error as a usage error: exit code 2.
+type UsageError struct{ err error }
 
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
+func (e *UsageError) Error() string { return e.err.Error() }
+func (e *UsageError) Unwrap() error { return e.err }
 
-func usagef(format string, args ...any) error {
-	return &usageError{fmt.Errorf(format, args...)}
+func Usagef(format string, args ...any) error {
+	return &UsageError{fmt.Errorf(format, args...)}
 }
 
-// exitError carries an exit code for a failure whose message was already
+// ExitError carries an exit code for a failure whose message was already
 // printed (the demo prints its summary, then fails).
-type exitError struct {
-	code int
-	msg  string
+type ExitError struct {
+	Code int
+	Msg  string
 }
 
-func (e *exitError) Error() string { return e.msg }
+func (e *ExitError) Error() string { return e.Msg }
 
 // env is what one invocation of the CLI works with.
 type env struct {
-	stdin          io.Reader
-	stdout, stderr io.Writer
-	getenv         func(string) string
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
 
 	// Global flags.
-	dbURL       string
-	schema      string
-	jsonOut     bool
-	lockTimeout time.Duration
-	logLevel    string
+	DBURL       string
+	Schema      string
+	JSON     bool
+	LockTimeout time.Duration
+	LogLevel    string
 
 	// --server, --token, --token-file (remote.go); remote is the API
 	// client when the command runs against a server.
@@ -89,7 +89,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // MainIO is Main with an explicit standard input.
 func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	e := &env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv}
 	root := e.rootCmd()
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -100,17 +100,17 @@ func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return ExitOK
 	}
 	code := ExitFailure
-	var ue *usageError
-	var xe *exitError
+	var ue *UsageError
+	var xe *ExitError
 	switch {
 	case errors.As(err, &xe):
-		code = xe.code
+		code = xe.Code
 	case errors.As(err, &ue) || !e.entered:
 		// Errors cobra raises itself (unknown command or flag, wrong
 		// number of arguments) happen before the command's code runs.
 		code = ExitUsage
 	}
-	msg := oneLine(err.Error())
+	msg := OneLine(err.Error())
 	if code == ExitUsage && cmd != nil {
 		msg += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
 	}
@@ -118,21 +118,21 @@ func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	return code
 }
 
-// oneLine folds a multi-line message (errors.Join, cobra's suggestions, pgx's
+// OneLine folds a multi-line message (errors.Join, cobra's suggestions, pgx's
 // per-address connect errors) onto one line, dropping repeated lines.
-func oneLine(s string) string {
+func OneLine(s string) string {
 	return strings.ReplaceAll(oneline.Fold(s), "Did you mean this?; ", "did you mean ")
 }
 
-// wrapped is an error with its own message that still matches the errors it
+// Wrapped is an error with its own message that still matches the errors it
 // wraps with errors.Is.
-type wrapped struct {
+type Wrapped struct {
 	msg string
 	err error
 }
 
-func (w *wrapped) Error() string { return w.msg }
-func (w *wrapped) Unwrap() error { return w.err }
+func (w *Wrapped) Error() string { return w.msg }
+func (w *Wrapped) Unwrap() error { return w.err }
 
 func (e *env) rootCmd() *cobra.Command {
 	root := &cobra.Command{
@@ -181,35 +181,35 @@ refuse --server; --db and --server exclude each other.`,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			e.entered = true
 			if !cmd.Flags().Changed("db") {
-				if v := e.getenv(EnvDatabaseURL); v != "" {
-					e.dbURL = v
+				if v := e.Getenv(EnvDatabaseURL); v != "" {
+					e.DBURL = v
 				}
 			}
 			if !cmd.Flags().Changed("schema") {
-				if v := e.getenv(EnvSchema); v != "" {
-					e.schema = v
+				if v := e.Getenv(EnvSchema); v != "" {
+					e.Schema = v
 				}
 			}
-			if err := validSchema(e.schema); err != nil {
+			if err := ValidSchema(e.Schema); err != nil {
 				return err
 			}
-			if e.lockTimeout < 0 {
-				return usagef("--lock-timeout must not be negative, got %s", e.lockTimeout)
+			if e.LockTimeout < 0 {
+				return Usagef("--lock-timeout must not be negative, got %s", e.LockTimeout)
 			}
-			if _, err := parseLevel(e.logLevel); err != nil {
+			if _, err := ParseLevel(e.LogLevel); err != nil {
 				return err
 			}
 			return e.setupRemote(cmd)
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &UsageError{err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&e.dbURL, "db", DefaultDatabaseURL, "database URL: sqlite:PATH, sqlite://PATH, file:PATH or PATH, or postgres://USER@HOST:PORT/DB (env "+EnvDatabaseURL+")")
-	pf.StringVar(&e.schema, "schema", DefaultSchema, "PostgreSQL schema holding drover's tables; ignored for SQLite (env "+EnvSchema+")")
-	pf.BoolVar(&e.jsonOut, "json", false, "print machine-readable JSON on stdout")
-	pf.DurationVar(&e.lockTimeout, "lock-timeout", 10*time.Second, "how long to wait for a lock held by another process (SQLite: the database file; PostgreSQL: lock_timeout, set inside each of drover's transactions and reads, for every command but server, demo and bench, unless the URL sets lock_timeout)")
-	pf.StringVar(&e.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
+	pf.StringVar(&e.DBURL, "db", DefaultDatabaseURL, "database URL: sqlite:PATH, sqlite://PATH, file:PATH or PATH, or postgres://USER@HOST:PORT/DB (env "+EnvDatabaseURL+")")
+	pf.StringVar(&e.Schema, "schema", DefaultSchema, "PostgreSQL schema holding drover's tables; ignored for SQLite (env "+EnvSchema+")")
+	pf.BoolVar(&e.JSON, "json", false, "print machine-readable JSON on stdout")
+	pf.DurationVar(&e.LockTimeout, "lock-timeout", 10*time.Second, "how long to wait for a lock held by another process (SQLite: the database file; PostgreSQL: lock_timeout, set inside each of drover's transactions and reads, for every command but server, demo and bench, unless the URL sets lock_timeout)")
+	pf.StringVar(&e.LogLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	pf.StringVar(&e.serverURL, "server", "", "run the command against a drover server's HTTP API (http://HOST:PORT or https://…) instead of the database; for the commands that read or change tasks, alerts and queues (env "+EnvServer+")")
 	pf.StringVar(&e.token, "token", "", "bearer token for --server (env "+EnvToken+"); prefer --token-file, as arguments are visible to other users")
 	pf.StringVar(&e.tokenFile, "token-file", "", "read the bearer token for --server from this file")
@@ -240,7 +240,7 @@ func wrapArgs(c *cobra.Command) {
 		orig := c.Args
 		c.Args = func(cmd *cobra.Command, args []string) error {
 			if err := orig(cmd, args); err != nil {
-				return &usageError{err}
+				return &UsageError{err}
 			}
 			return nil
 		}
@@ -250,24 +250,24 @@ func wrapArgs(c *cobra.Command) {
 	}
 }
 
-func parseLevel(s string) (slog.Level, error) {
+func ParseLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, usagef("--log-level %q: want debug, info, warn or error", s)
+		return 0, Usagef("--log-level %q: want debug, info, warn or error", s)
 	}
 	return l, nil
 }
 
-// logger logs to stderr at --log-level, but never below min; as JSON
+// Logger logs to stderr at --log-level, but never below min; as JSON
 // objects with --json.
-func (e *env) logger(floor slog.Level) *slog.Logger {
-	l, _ := parseLevel(e.logLevel)
+func (e *env) Logger(floor slog.Level) *slog.Logger {
+	l, _ := ParseLevel(e.LogLevel)
 	opts := &slog.HandlerOptions{Level: max(l, floor)}
-	if e.jsonOut {
+	if e.JSON {
 		opts.ReplaceAttr = durationStrings
-		return slog.New(slog.NewJSONHandler(e.stderr, opts))
+		return slog.New(slog.NewJSONHandler(e.Stderr, opts))
 	}
-	return slog.New(slog.NewTextHandler(e.stderr, opts))
+	return slog.New(slog.NewTextHandler(e.Stderr, opts))
 }
 
 // durationStrings writes durations in JSON logs as the text logs and the
@@ -293,8 +293,8 @@ func clientConfig(drv store.Driver, maxInput int, stepTimeout time.Duration) dro
 // readClient opens the store and a client that submits and reads; it never
 // starts roles and never creates or migrates anything. The caller closes the
 // returned database.
-func (e *env) readClient(ctx context.Context, maxInput int, stepTimeout time.Duration) (*drover.Client, *database, error) {
-	drv, err := e.openStore(ctx, openOpts{lockTimeout: true})
+func (e *env) readClient(ctx context.Context, maxInput int, stepTimeout time.Duration) (*drover.Client, *Database, error) {
+	drv, err := e.OpenStore(ctx, OpenOpts{LockTimeout: true})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -475,7 +475,7 @@ func TestDBFromEnv(t *testing.T) {
 	t.Parallel()
 	db, _ := migratedDB(t)
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string {
+	e := &env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
 		if k == EnvDatabaseURL {
 			return db
 		}
@@ -757,7 +757,7 @@ func pgTestURL(t *testing.T) string {
 func pgSchema(t *testing.T) (url, schema string) {
 	t.Helper()
 	url = pgTestURL(t)
-	schema = "drover_cli_" + randomHex(6)
+	schema = "drover_cli_" + RandomHex(6)
 	t.Cleanup(func() {
 		pgExec(t, url, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 	})
@@ -797,18 +797,18 @@ func pgSchemaExists(t *testing.T, url, schema string) bool {
 
 func TestParseDB(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]dbTarget{
-		"postgres://u@h/db":                           {postgres: true, url: "postgres://u@h/db", schema: DefaultSchema},
-		"postgresql://u:pw@h:5433/db?sslmode=disable": {postgres: true, url: "postgresql://u:pw@h:5433/db?sslmode=disable", schema: DefaultSchema},
-		"POSTGRES://u@h/db":                           {postgres: true, url: "postgres://u@h/db", schema: DefaultSchema},
-		"sqlite:x.db":                                 {path: "x.db"},
+	for in, want := range map[string]DBTarget{
+		"postgres://u@h/db":                           {Postgres: true, URL: "postgres://u@h/db", Schema: DefaultSchema},
+		"postgresql://u:pw@h:5433/db?sslmode=disable": {Postgres: true, URL: "postgresql://u:pw@h:5433/db?sslmode=disable", Schema: DefaultSchema},
+		"POSTGRES://u@h/db":                           {Postgres: true, URL: "postgres://u@h/db", Schema: DefaultSchema},
+		"sqlite:x.db":                                 {Path: "x.db"},
 	} {
-		got, err := parseDB(in, "")
+		got, err := ParseDB(in, "")
 		if err != nil || got != want {
 			t.Errorf("parseDB(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
-	if got, err := parseDB("postgres://u@h/db", "tenant_7"); err != nil || got.schema != "tenant_7" {
+	if got, err := ParseDB("postgres://u@h/db", "tenant_7"); err != nil || got.Schema != "tenant_7" {
 		t.Errorf("schema: %+v, %v", got, err)
 	}
 	for _, bad := range []struct{ url, schema string }{
@@ -816,11 +816,11 @@ func TestParseDB(t *testing.T) {
 		{"postgres://u@h/db", "a-b"}, {"postgres://u@h/db", "x;drop"}, {"postgres://u@h/db", strings.Repeat("a", 64)},
 		{"postgres://u@h:notaport/db", ""},
 	} {
-		if _, err := parseDB(bad.url, bad.schema); err == nil {
+		if _, err := ParseDB(bad.url, bad.schema); err == nil {
 			t.Errorf("parseDB(%q, %q) succeeded", bad.url, bad.schema)
 		}
 	}
-	if got := redactURL("postgres://u:secret@h:5432/db?password=secret2&sslmode=disable"); got != "postgres://u@h:5432/db" {
+	if got := RedactURL("postgres://u:secret@h:5432/db?password=secret2&sslmode=disable"); got != "postgres://u@h:5432/db" {
 		t.Errorf("redactURL = %q", got)
 	}
 }
@@ -842,7 +842,7 @@ func TestBadSchemaName(t *testing.T) {
 	}
 	// From the environment too.
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string {
+	e := &env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
 		return map[string]string{EnvDatabaseURL: url, EnvSchema: "No Good"}[k]
 	}}
 	root := e.rootCmd()
@@ -944,7 +944,7 @@ func TestPostgresSubmitStatusListCancelResubmit(t *testing.T) {
 
 	// The environment names the same store.
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string {
+	e := &env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
 		return map[string]string{EnvDatabaseURL: url, EnvSchema: schema}[k]
 	}}
 	root := e.rootCmd()

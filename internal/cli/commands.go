@@ -39,40 +39,40 @@ migrated they fail and say to run "drover migrate".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			t, err := e.target()
+			t, err := e.Target()
 			if err != nil {
 				return err
 			}
-			d, err := e.connect(ctx, t, openOpts{create: true, lockTimeout: true})
+			d, err := e.connect(ctx, t, OpenOpts{Create: true, LockTimeout: true})
 			if err != nil {
 				return err
 			}
 			defer d.Close()
 			before, latest, err := d.SchemaVersion(ctx)
 			if err != nil {
-				return d.storeErr(err)
+				return d.StoreErr(err)
 			}
 			if before > latest {
-				return fmt.Errorf("database %s is at schema version %d, this drover knows %d (%w): upgrade drover", d.desc(), before, latest, drover.ErrSchemaTooNew)
+				return fmt.Errorf("database %s is at schema version %d, this drover knows %d (%w): upgrade drover", d.Desc(), before, latest, drover.ErrSchemaTooNew)
 			}
 			if err := d.Migrate(ctx); err != nil {
-				return d.storeErr(err)
+				return d.StoreErr(err)
 			}
 			after, _, err := d.SchemaVersion(ctx)
 			if err != nil {
-				return d.storeErr(err)
+				return d.StoreErr(err)
 			}
-			if e.jsonOut {
-				out := map[string]any{"db": d.name, "driver": d.driverName(), "from_version": before, "to_version": after, "latest_version": latest}
-				if t.postgres {
-					out["schema"] = t.schema
+			if e.JSON {
+				out := map[string]any{"db": d.Label, "driver": d.DriverName(), "from_version": before, "to_version": after, "latest_version": latest}
+				if t.Postgres {
+					out["schema"] = t.Schema
 				}
-				return writeJSON(e.stdout, out)
+				return WriteJSON(e.Stdout, out)
 			}
 			if before == after {
-				fmt.Fprintf(e.stdout, "database %s is up to date at schema version %d\n", d.desc(), after)
+				fmt.Fprintf(e.Stdout, "database %s is up to date at schema version %d\n", d.Desc(), after)
 			} else {
-				fmt.Fprintf(e.stdout, "database %s migrated from schema version %d to %d\n", d.desc(), before, after)
+				fmt.Fprintf(e.Stdout, "database %s migrated from schema version %d to %d\n", d.Desc(), before, after)
 			}
 			return nil
 		},
@@ -82,21 +82,21 @@ migrated they fail and say to run "drover migrate".`,
 // submitClient opens the store and a client that can submit workflow: the
 // latest stored version of a declarative workflow or, when no declarative
 // workflow has that name, the orders demo's workflow (whose input it checks).
-func (e *env) submitClient(ctx context.Context, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, *database, error) {
-	drv, err := e.openStore(ctx, openOpts{lockTimeout: true})
+func (e *env) submitClient(ctx context.Context, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, *Database, error) {
+	drv, err := e.OpenStore(ctx, OpenOpts{LockTimeout: true})
 	if err != nil {
 		return nil, nil, err
 	}
-	fail := func(err error) (*drover.Client, *database, error) {
+	fail := func(err error) (*drover.Client, *Database, error) {
 		drv.Close()
 		return nil, nil, err
 	}
-	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv.Driver, Logger: e.logger(slog.LevelWarn)})
+	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv.Driver, Logger: e.Logger(slog.LevelWarn)})
 	if err == nil {
 		err = reg.LoadStored(ctx)
 	}
 	if err != nil {
-		return fail(drv.storeErr(err))
+		return fail(drv.StoreErr(err))
 	}
 	var cfg drover.Config
 	switch _, declared := reg.Current(workflow); {
@@ -177,10 +177,10 @@ instead, which knows its own workflows (also declarative ones).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if maxInput <= 0 {
-				return usagef("--max-input-bytes must be positive, got %d", maxInput)
+				return Usagef("--max-input-bytes must be positive, got %d", maxInput)
 			}
 			if stepTimeout <= 0 {
-				return usagef("--step-timeout must be positive, got %s", stepTimeout)
+				return Usagef("--step-timeout must be positive, got %s", stepTimeout)
 			}
 			if cmd.Flags().Changed("id") {
 				if err := checkNewTaskID(id); err != nil {
@@ -194,7 +194,7 @@ instead, which knows its own workflows (also declarative ones).`,
 			}
 			if cmd.Flags().Changed("callback-url") {
 				if err := drover.ValidateCallbackURL(callbackURL); err != nil || callbackURL == "" {
-					return usagef("--callback-url %q: want an absolute http:// or https:// URL (%v)", callbackURL, err)
+					return Usagef("--callback-url %q: want an absolute http:// or https:// URL (%v)", callbackURL, err)
 				}
 			}
 			if cmd.Flags().Changed("callback-events") {
@@ -202,17 +202,17 @@ instead, which knows its own workflows (also declarative ones).`,
 					if err == nil {
 						err = errors.New("no events given")
 					}
-					return usagef("--callback-events: %v", err)
+					return Usagef("--callback-events: %v", err)
 				}
 			}
 			if e.remote != nil && cmd.Flags().Changed("step-timeout") {
-				return usagef("--step-timeout does not apply with --server: the server's workflow sets the time budgets")
+				return Usagef("--step-timeout does not apply with --server: the server's workflow sets the time budgets")
 			}
 			workflow := args[0]
 			var input []byte
 			if len(args) == 2 {
 				if args[1] == "-" {
-					b, err := io.ReadAll(io.LimitReader(e.stdin, int64(maxInput)+1))
+					b, err := io.ReadAll(io.LimitReader(e.Stdin, int64(maxInput)+1))
 					if err != nil {
 						return fmt.Errorf("read input from stdin: %w", err)
 					}
@@ -244,16 +244,16 @@ instead, which knows its own workflows (also declarative ones).`,
 			t, err := c.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id, OrderingKey: orderingKey,
 				CallbackURL: callbackURL, CallbackEvents: callbackEvs})
 			if err != nil {
-				return drv.storeErr(err)
+				return drv.StoreErr(err)
 			}
-			if e.jsonOut {
+			if e.JSON {
 				full, err := c.Task(ctx, t.ID)
 				if err != nil {
 					return err
 				}
-				return writeJSON(e.stdout, taskJSON(full))
+				return WriteJSON(e.Stdout, taskJSON(full))
 			}
-			fmt.Fprintln(e.stdout, t.ID)
+			fmt.Fprintln(e.Stdout, t.ID)
 			return nil
 		},
 	}
@@ -309,11 +309,11 @@ after "--": drover status -- -old-id.`,
 			defer drv.Close()
 			t, err := c.Task(ctx, args[0])
 			if err != nil {
-				return drv.storeErr(err)
+				return drv.StoreErr(err)
 			}
 			var events []*drover.Event
 			if withEvents {
-				if events, err = allEvents(ctx, c, drover.EventQuery{TaskID: t.ID}); err != nil {
+				if events, err = AllEvents(ctx, c, drover.EventQuery{TaskID: t.ID}); err != nil {
 					return err
 				}
 				if events == nil {
@@ -327,8 +327,8 @@ after "--": drover status -- -old-id.`,
 	return cmd
 }
 
-// allEvents pages through the event history.
-func allEvents(ctx context.Context, c *drover.Client, q drover.EventQuery) ([]*drover.Event, error) {
+// AllEvents pages through the event history.
+func AllEvents(ctx context.Context, c *drover.Client, q drover.EventQuery) ([]*drover.Event, error) {
 	var out []*drover.Event
 	q.Limit = 1000
 	for {
@@ -360,7 +360,7 @@ func parseStates(in []string) ([]drover.ProcessState, error) {
 				}
 			}
 			if !found {
-				return nil, usagef("--state %q: want Pending, Processing, Processed, Error, Compensating, Compensated or Cancelled", part)
+				return nil, Usagef("--state %q: want Pending, Processing, Processed, Error, Compensating, Compensated or Cancelled", part)
 			}
 		}
 	}
@@ -392,7 +392,7 @@ the JSON output) as --after to get the next page.`,
 				return err
 			}
 			if limit <= 0 {
-				return usagef("--limit must be positive, got %d", limit)
+				return Usagef("--limit must be positive, got %d", limit)
 			}
 			if cmd.Flags().Changed("after") {
 				if err := checkTaskIDArg("--after", after); err != nil {
@@ -421,13 +421,13 @@ the JSON output) as --after to get the next page.`,
 				}
 				defer drv.Close()
 				if ts, err = c.Tasks(ctx, drover.ListParams{States: sts, Workflow: workflow, AfterID: after, Limit: limit}); err != nil {
-					return drv.storeErr(err)
+					return drv.StoreErr(err)
 				}
 				if len(ts) == limit {
 					next = ts[len(ts)-1].ID
 				}
 			}
-			if e.jsonOut {
+			if e.JSON {
 				out := struct {
 					Tasks     []TaskJSON `json:"tasks"`
 					NextAfter string     `json:"next_after,omitempty"`
@@ -435,9 +435,9 @@ the JSON output) as --after to get the next page.`,
 				for _, t := range ts {
 					out.Tasks = append(out.Tasks, taskJSON(t))
 				}
-				return writeJSON(e.stdout, out)
+				return WriteJSON(e.Stdout, out)
 			}
-			tw := newTable(e.stdout)
+			tw := newTable(e.Stdout)
 			now := time.Now()
 			row(tw, "ID", "WORKFLOW", "STATE", "STEP", "ORDERING", "LOCKED_BY", "COMPLETE_BY", "FAILURES", "UPDATED", "LAST_ERROR")
 			for _, t := range ts {
@@ -448,7 +448,7 @@ the JSON output) as --after to get the next page.`,
 				return err
 			}
 			if next != "" {
-				fmt.Fprintf(e.stderr, "more tasks may follow: --after %s\n", next)
+				fmt.Fprintf(e.Stderr, "more tasks may follow: --after %s\n", next)
 			}
 			return nil
 		},
@@ -483,7 +483,7 @@ A task ID starting with "-" is given after "--": drover resubmit -- -old-id.`,
 			var opts drover.ResubmitOptions
 			if cmd.Flags().Changed("from-step") {
 				if fromStep < 0 {
-					return usagef("--from-step must be 0 or more, got %d", fromStep)
+					return Usagef("--from-step must be 0 or more, got %d", fromStep)
 				}
 				opts.FromStep = &fromStep
 			}
@@ -498,7 +498,7 @@ A task ID starting with "-" is given after "--": drover resubmit -- -old-id.`,
 			defer drv.Close()
 			t, err := c.Resubmit(ctx, args[0], &opts)
 			if err != nil {
-				return drv.storeErr(err)
+				return drv.StoreErr(err)
 			}
 			return e.printChanged(ctx, c, t, "resubmitted")
 		},
@@ -538,7 +538,7 @@ cancel --reason why -- -old-id.`,
 			defer drv.Close()
 			t, err := c.Cancel(ctx, args[0], reason)
 			if err != nil {
-				return drv.storeErr(err)
+				return drv.StoreErr(err)
 			}
 			return e.printChanged(ctx, c, t, "cancelled")
 		},
@@ -548,14 +548,14 @@ cancel --reason why -- -old-id.`,
 }
 
 func (e *env) printChanged(ctx context.Context, c *drover.Client, t *drover.Task, verb string) error {
-	if e.jsonOut {
+	if e.JSON {
 		full, err := c.Task(ctx, t.ID)
 		if err != nil {
 			return err
 		}
-		return writeJSON(e.stdout, taskJSON(full))
+		return WriteJSON(e.Stdout, taskJSON(full))
 	}
-	fmt.Fprintf(e.stdout, "%s %s: now %s\n", verb, t.ID, t.ProcessState)
+	fmt.Fprintf(e.Stdout, "%s %s: now %s\n", verb, t.ID, t.ProcessState)
 	return nil
 }
 
@@ -591,10 +591,10 @@ last event printed, so none is missed or printed twice.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if after < 0 {
-				return usagef("--after must be 0 or more, got %d", after)
+				return Usagef("--after must be 0 or more, got %d", after)
 			}
 			if limit <= 0 {
-				return usagef("--limit must be positive, got %d", limit)
+				return Usagef("--limit must be positive, got %d", limit)
 			}
 			if cmd.Flags().Changed("task") {
 				if err := checkTaskIDArg("--task", taskID); err != nil {
@@ -619,7 +619,7 @@ last event printed, so none is missed or printed twice.`,
 			}
 			evs, err := c.Events(ctx, drover.EventQuery{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: limit})
 			if err != nil {
-				return drv.storeErr(err)
+				return drv.StoreErr(err)
 			}
 			return e.printEventList(evs)
 		},
@@ -633,8 +633,8 @@ last event printed, so none is missed or printed twice.`,
 	return cmd
 }
 
-// stateCounts formats counts by state, in name order.
-func stateCounts(m map[drover.ProcessState]int) string {
+// StateCounts formats counts by state, in name order.
+func StateCounts(m map[drover.ProcessState]int) string {
 	var parts []string
 	keys := make([]string, 0, len(m))
 	for k := range m {

@@ -30,24 +30,24 @@ const dbForms = "sqlite:PATH, sqlite://PATH, file:PATH, PATH, or postgres://… 
 
 var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
-// validSchema checks a --schema value the way the PostgreSQL driver does.
-func validSchema(s string) error {
+// ValidSchema checks a --schema value the way the PostgreSQL driver does.
+func ValidSchema(s string) error {
 	if !schemaPattern.MatchString(s) || len(s) > 63 {
-		return usagef("--schema %q: want lowercase letters, digits and _, not starting with a digit, at most 63 bytes", s)
+		return Usagef("--schema %q: want lowercase letters, digits and _, not starting with a digit, at most 63 bytes", s)
 	}
 	return nil
 }
 
-// dbTarget is a parsed --db value: a SQLite file or a PostgreSQL server.
-type dbTarget struct {
-	postgres bool
-	path     string // SQLite file
-	url      string // PostgreSQL connection URL, as given
-	schema   string // PostgreSQL schema
+// DBTarget is a parsed --db value: a SQLite file or a PostgreSQL server.
+type DBTarget struct {
+	Postgres bool
+	Path     string // SQLite file
+	URL      string // PostgreSQL connection URL, as given
+	Schema   string // PostgreSQL schema
 }
 
-// parseDB resolves a database URL. schema is used for PostgreSQL only.
-func parseDB(raw, schema string) (dbTarget, error) {
+// ParseDB resolves a database URL. schema is used for PostgreSQL only.
+func ParseDB(raw, schema string) (DBTarget, error) {
 	u := strings.TrimSpace(raw)
 	lower := strings.ToLower(u)
 	switch {
@@ -56,35 +56,35 @@ func parseDB(raw, schema string) (dbTarget, error) {
 		i := strings.Index(u, "://")
 		u = lower[:i] + u[i:]
 		if _, err := pgxpool.ParseConfig(u); err != nil {
-			return dbTarget{}, usagef("--db: not a valid PostgreSQL URL: %v", err)
+			return DBTarget{}, Usagef("--db: not a valid PostgreSQL URL: %v", err)
 		}
 		if schema == "" {
 			schema = DefaultSchema
 		}
-		if err := validSchema(schema); err != nil {
-			return dbTarget{}, err
+		if err := ValidSchema(schema); err != nil {
+			return DBTarget{}, err
 		}
-		return dbTarget{postgres: true, url: u, schema: schema}, nil
+		return DBTarget{Postgres: true, URL: u, Schema: schema}, nil
 	case strings.HasPrefix(lower, "postgres:"), strings.HasPrefix(lower, "postgresql:"):
-		return dbTarget{}, usagef("--db %q: a PostgreSQL URL starts with postgres:// or postgresql://", redactURL(raw))
+		return DBTarget{}, Usagef("--db %q: a PostgreSQL URL starts with postgres:// or postgresql://", RedactURL(raw))
 	}
 	p, err := dbPath(raw)
 	if err != nil {
-		return dbTarget{}, err
+		return DBTarget{}, err
 	}
-	return dbTarget{path: p}, nil
+	return DBTarget{Path: p}, nil
 }
 
 // dbPath resolves a SQLite database URL to a file path.
 func dbPath(raw string) (string, error) {
 	u := strings.TrimSpace(raw)
 	if u == "" {
-		return "", usagef("--db is empty; want %s", dbForms)
+		return "", Usagef("--db is empty; want %s", dbForms)
 	}
 	lower := strings.ToLower(u)
 	switch {
 	case strings.HasPrefix(lower, "postgres:"), strings.HasPrefix(lower, "postgresql:"):
-		return "", usagef("--db %q is a PostgreSQL URL, not a SQLite file", redactURL(raw))
+		return "", Usagef("--db %q is a PostgreSQL URL, not a SQLite file", RedactURL(raw))
 	case strings.HasPrefix(lower, "sqlite3://"):
 		u = u[len("sqlite3://"):]
 	case strings.HasPrefix(lower, "sqlite://"):
@@ -99,21 +99,21 @@ func dbPath(raw string) (string, error) {
 		u = u[len("file:"):]
 	default:
 		if i := strings.Index(u, "://"); i > 0 && !strings.ContainsAny(u[:i], `/\.`) {
-			return "", usagef("--db %q: unknown scheme %q; want %s", raw, u[:i], dbForms)
+			return "", Usagef("--db %q: unknown scheme %q; want %s", raw, u[:i], dbForms)
 		}
 	}
 	if u == "" {
-		return "", usagef("--db %q has no file path", raw)
+		return "", Usagef("--db %q has no file path", raw)
 	}
 	if strings.ContainsAny(u, "?#") {
-		return "", usagef("--db %q: query parameters are not supported for SQLite; use flags such as --synchronous", raw)
+		return "", Usagef("--db %q: query parameters are not supported for SQLite; use flags such as --synchronous", raw)
 	}
 	return u, nil
 }
 
-// redactURL returns a PostgreSQL URL fit for logs and messages: no password,
+// RedactURL returns a PostgreSQL URL fit for logs and messages: no password,
 // no query parameters (they may hold one too).
-func redactURL(raw string) string {
+func RedactURL(raw string) string {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil || u.Host == "" && u.Opaque != "" {
 		// Not parseable: show the scheme only.
@@ -129,70 +129,70 @@ func redactURL(raw string) string {
 	return u.String()
 }
 
-// name is how messages name the target: the SQLite path, or the
+// Name is how messages Name the target: the SQLite path, or the
 // PostgreSQL URL without its password and parameters.
-func (t dbTarget) name() string {
-	if t.postgres {
-		return redactURL(t.url)
+func (t DBTarget) Name() string {
+	if t.Postgres {
+		return RedactURL(t.URL)
 	}
-	return t.path
+	return t.Path
 }
 
-// desc names the target in messages, with the schema on PostgreSQL.
-func (t dbTarget) desc() string {
-	if t.postgres {
-		return fmt.Sprintf("%s (schema %s)", t.name(), t.schema)
+// Desc names the target in messages, with the schema on PostgreSQL.
+func (t DBTarget) Desc() string {
+	if t.Postgres {
+		return fmt.Sprintf("%s (schema %s)", t.Name(), t.Schema)
 	}
-	return t.name()
+	return t.Name()
 }
 
-// target parses --db and --schema.
-func (e *env) target() (dbTarget, error) { return parseDB(e.dbURL, e.schema) }
+// Target parses --db and --schema.
+func (e *env) Target() (DBTarget, error) { return ParseDB(e.DBURL, e.Schema) }
 
-// database is an open state store and how messages name it.
-type database struct {
+// Database is an open state store and how messages name it.
+type Database struct {
 	store.Driver
-	t    dbTarget
-	name string // the SQLite path, or the redacted PostgreSQL URL
+	Target    DBTarget
+	Label string // the SQLite path, or the redacted PostgreSQL URL
 }
 
-// desc names the store in messages.
-func (d *database) desc() string { return d.t.desc() }
+// Desc names the store in messages.
+func (d *Database) Desc() string { return d.Target.Desc() }
 
-// migrateHint is the command that migrates this store.
-func (d *database) migrateHint() string {
-	if d.t.postgres {
-		return fmt.Sprintf("'drover migrate --schema %s' with the same --db", d.t.schema)
+// MigrateHint is the command that migrates this store.
+func (d *Database) MigrateHint() string {
+	if d.Target.Postgres {
+		return fmt.Sprintf("'drover migrate --schema %s' with the same --db", d.Target.Schema)
 	}
-	return fmt.Sprintf("'drover migrate --db %s'", d.name)
+	return fmt.Sprintf("'drover migrate --db %s'", d.Label)
 }
 
-func (d *database) driverName() string {
-	if d.t.postgres {
+func (d *Database) DriverName() string {
+	if d.Target.Postgres {
 		return "postgres"
 	}
 	return "sqlite"
 }
 
-// openOpts are what a command needs from the database.
-type openOpts struct {
-	create      bool      // SQLite: create a missing file
-	migrate     bool      // apply migrations (PostgreSQL: creating the schema)
-	synchronous string    // SQLite: "" for the driver default
-	target      *dbTarget // overrides --db and --schema
-	lockTimeout bool      // PostgreSQL: set lock_timeout to --lock-timeout
+// OpenOpts are what a command needs from the database.
+type OpenOpts struct {
+	Create      bool      // SQLite: create a missing file
+	Migrate     bool      // apply migrations (PostgreSQL: creating the schema)
+	Synchronous string    // SQLite: "" for the driver default
+	Target      *DBTarget // overrides --db and --schema
+	LockTimeout bool      // PostgreSQL: set lock_timeout to --lock-timeout
 }
 
-// openStore opens the store named by --db (and --schema). Without create, a
+// OpenStore opens the store named by --db (and --schema). Without create, a
 // missing SQLite file is an error; without migrate, a PostgreSQL schema is
 // never created. Either way the schema must then be current.
-func (e *env) openStore(ctx context.Context, o openOpts) (*database, error) {
-	var t dbTarget
-	if o.target != nil {
-		t = *o.target
+func (e *env) OpenStore(ctx context.Context, o OpenOpts) (*Database, error) {
+	var t DBTarget
+	if o.Target != nil {
+		t = *o.Target
 	} else {
 		var err error
-		if t, err = e.target(); err != nil {
+		if t, err = e.Target(); err != nil {
 			return nil, err
 		}
 	}
@@ -200,7 +200,7 @@ func (e *env) openStore(ctx context.Context, o openOpts) (*database, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.ready(ctx, o.migrate); err != nil {
+	if err := d.ready(ctx, o.Migrate); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -208,19 +208,19 @@ func (e *env) openStore(ctx context.Context, o openOpts) (*database, error) {
 }
 
 // connect opens the store without looking at its schema.
-func (e *env) connect(ctx context.Context, t dbTarget, o openOpts) (*database, error) {
-	if t.postgres {
-		d := &database{t: t, name: t.name()}
-		drv, err := postgres.Open(ctx, t.url, postgres.Options{Schema: t.schema, LockTimeout: e.pgLockTimeout(t, o.lockTimeout)})
+func (e *env) connect(ctx context.Context, t DBTarget, o OpenOpts) (*Database, error) {
+	if t.Postgres {
+		d := &Database{Target: t, Label: t.Name()}
+		drv, err := postgres.Open(ctx, t.URL, postgres.Options{Schema: t.Schema, LockTimeout: e.pgLockTimeout(t, o.LockTimeout)})
 		if err != nil {
-			return nil, d.storeErr(err)
+			return nil, d.StoreErr(err)
 		}
 		d.Driver = drv
 		return d, nil
 	}
-	d := &database{t: t, name: t.name()}
-	path := t.path
-	if !o.create {
+	d := &Database{Target: t, Label: t.Name()}
+	path := t.Path
+	if !o.Create {
 		st, err := os.Stat(path)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
@@ -231,9 +231,9 @@ func (e *env) connect(ctx context.Context, t dbTarget, o openOpts) (*database, e
 			return nil, fmt.Errorf("database path %s is a directory, not a file", path)
 		}
 	}
-	drv, err := sqlite.Open(ctx, path, sqlite.Options{Create: o.create, BusyTimeout: e.lockTimeout, Synchronous: o.synchronous})
+	drv, err := sqlite.Open(ctx, path, sqlite.Options{Create: o.Create, BusyTimeout: e.LockTimeout, Synchronous: o.Synchronous})
 	if err != nil {
-		return nil, d.storeErr(err)
+		return nil, d.StoreErr(err)
 	}
 	d.Driver = drv
 	return d, nil
@@ -243,49 +243,49 @@ func (e *env) connect(ctx context.Context, t dbTarget, o openOpts) (*database, e
 // one: --lock-timeout, unless the URL sets lock_timeout itself. It is set
 // inside drover's transactions rather than as a connection parameter,
 // which PgBouncer refuses.
-func (e *env) pgLockTimeout(t dbTarget, want bool) time.Duration {
+func (e *env) pgLockTimeout(t DBTarget, want bool) time.Duration {
 	if !want {
 		return 0
 	}
-	if u, err := url.Parse(t.url); err == nil && u.Query().Has("lock_timeout") {
+	if u, err := url.Parse(t.URL); err == nil && u.Query().Has("lock_timeout") {
 		return 0
 	}
-	return e.lockTimeout
+	return e.LockTimeout
 }
 
 // ready migrates the store if asked, then checks that its schema is exactly
 // the one this drover knows.
-func (d *database) ready(ctx context.Context, migrate bool) error {
+func (d *Database) ready(ctx context.Context, migrate bool) error {
 	if migrate {
 		if err := d.Migrate(ctx); err != nil {
-			return d.storeErr(err)
+			return d.StoreErr(err)
 		}
 	}
 	applied, latest, err := d.SchemaVersion(ctx)
 	if err != nil {
-		return d.storeErr(err)
+		return d.StoreErr(err)
 	}
 	switch {
-	case applied == 0 && d.t.postgres:
-		return &wrapped{fmt.Sprintf("database %s has no drover schema %q (not migrated): run %s", d.name, d.t.schema, d.migrateHint()), drover.ErrNotMigrated}
+	case applied == 0 && d.Target.Postgres:
+		return &Wrapped{fmt.Sprintf("database %s has no drover schema %q (not migrated): run %s", d.Label, d.Target.Schema, d.MigrateHint()), drover.ErrNotMigrated}
 	case applied == 0:
-		return &wrapped{fmt.Sprintf("database %s has no drover schema (not migrated): run %s", d.name, d.migrateHint()), drover.ErrNotMigrated}
+		return &Wrapped{fmt.Sprintf("database %s has no drover schema (not migrated): run %s", d.Label, d.MigrateHint()), drover.ErrNotMigrated}
 	case applied < latest:
-		return fmt.Errorf("database %s is at schema version %d of %d (%w): run %s", d.desc(), applied, latest, drover.ErrNotMigrated, d.migrateHint())
+		return fmt.Errorf("database %s is at schema version %d of %d (%w): run %s", d.Desc(), applied, latest, drover.ErrNotMigrated, d.MigrateHint())
 	case applied > latest:
-		return fmt.Errorf("database %s is at schema version %d, this drover knows %d (%w): upgrade drover", d.desc(), applied, latest, drover.ErrSchemaTooNew)
+		return fmt.Errorf("database %s is at schema version %d, this drover knows %d (%w): upgrade drover", d.Desc(), applied, latest, drover.ErrSchemaTooNew)
 	}
 	return nil
 }
 
-// storeErr explains store errors about the database itself.
-func (d *database) storeErr(err error) error {
+// StoreErr explains store errors about the database itself.
+func (d *Database) StoreErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	if d.t.postgres {
+	if d.Target.Postgres {
 		if errors.Is(err, drover.ErrStoreLocked) {
-			return &wrapped{fmt.Sprintf("database %s: waited longer than --lock-timeout for a lock held by another session (%v)", d.desc(), err), err}
+			return &Wrapped{fmt.Sprintf("database %s: waited longer than --lock-timeout for a lock held by another session (%v)", d.Desc(), err), err}
 		}
 		return err
 	}
@@ -296,20 +296,20 @@ func (d *database) storeErr(err error) error {
 	}
 	switch {
 	case errors.Is(err, drover.ErrStoreCorrupt):
-		return &wrapped{fmt.Sprintf("database %s is corrupt or not a drover SQLite database (%s)", d.name, reason), err}
+		return &Wrapped{fmt.Sprintf("database %s is corrupt or not a drover SQLite database (%s)", d.Label, reason), err}
 	case errors.Is(err, drover.ErrStoreLocked):
-		return &wrapped{fmt.Sprintf("database %s is locked by another process; gave up after --lock-timeout (%s)", d.name, reason), err}
+		return &Wrapped{fmt.Sprintf("database %s is locked by another process; gave up after --lock-timeout (%s)", d.Label, reason), err}
 	}
 	return err
 }
 
-// dropSchema drops a PostgreSQL schema and everything in it (bench's
+// DropSchema drops a PostgreSQL schema and everything in it (bench's
 // temporary schema).
-func dropSchema(ctx context.Context, d *database) error {
+func DropSchema(ctx context.Context, d *Database) error {
 	pg, ok := d.Driver.(*postgres.Driver)
 	if !ok {
 		return nil
 	}
-	_, err := pg.Pool().Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{d.t.schema}.Sanitize()+` CASCADE`)
+	_, err := pg.Pool().Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{d.Target.Schema}.Sanitize()+` CASCADE`)
 	return err
 }

@@ -48,14 +48,14 @@ duplicate effects) on stdout; --json as one JSON object.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for name, r := range map[string]float64{"--transient-rate": transient, "--hang-rate": hang, "--permanent-rate": permanent} {
 				if r < 0 || r > 1 {
-					return usagef("%s must be between 0 and 1, got %g", name, r)
+					return Usagef("%s must be between 0 and 1, got %g", name, r)
 				}
 			}
 			if transient+hang+permanent > 1 {
-				return usagef("--transient-rate + --hang-rate + --permanent-rate must not exceed 1, got %g", transient+hang+permanent)
+				return Usagef("--transient-rate + --hang-rate + --permanent-rate must not exceed 1, got %g", transient+hang+permanent)
 			}
 			if rejectAbove < 0 || latency < 0 {
-				return usagef("--reject-amount-above and --latency must not be negative")
+				return Usagef("--reject-amount-above and --latency must not be negative")
 			}
 			if !cmd.Flags().Changed("seed") {
 				seed = time.Now().UnixNano()
@@ -67,14 +67,14 @@ duplicate effects) on stdout; --json as one JSON object.`,
 			if err != nil {
 				return fmt.Errorf("--listen %s: %w", listen, err)
 			}
-			fmt.Fprintln(e.stderr, demoServiceReady+url)
+			fmt.Fprintln(e.Stderr, demoServiceReady+url)
 			<-ctx.Done()
 			stop()
 			st := svc.Stats()
-			if e.jsonOut {
-				return writeJSON(e.stdout, st)
+			if e.JSON {
+				return WriteJSON(e.Stdout, st)
 			}
-			fmt.Fprintf(e.stdout, "calls %d, applied %d, deduplicated %d, duplicate effects %d, transient %d, permanent %d, hangs %d, bad requests %d\n",
+			fmt.Fprintf(e.Stdout, "calls %d, applied %d, deduplicated %d, duplicate effects %d, transient %d, permanent %d, hangs %d, bad requests %d\n",
 				st.Calls, st.Applied, st.DeduplicatedCalls, st.DuplicateEffects, st.Transient, st.Permanent, st.Hangs, st.BadRequests)
 			return nil
 		},

@@ -18,7 +18,7 @@ func checkTaskIDArg(flag, id string) error { return checked(flag, "task ID", id,
 // checkNewTaskID checks --id of submit: a task ID that does not start with "-".
 func checkNewTaskID(id string) error {
 	if id == "" {
-		return usagef("--id is empty: give a task ID, or leave the flag out for a generated one")
+		return Usagef("--id is empty: give a task ID, or leave the flag out for a generated one")
 	}
 	return checked("--id", "task ID", id, dt.NewTaskIDProblem(id))
 }
@@ -26,7 +26,7 @@ func checkNewTaskID(id string) error {
 // checkOrderingKey checks --ordering-key.
 func checkOrderingKey(k string) error {
 	if k == "" {
-		return usagef("--ordering-key must not be empty")
+		return Usagef("--ordering-key must not be empty")
 	}
 	return checked("--ordering-key", "ordering key", k, dt.KeyProblem(k, drover.MaxOrderingKeyBytes))
 }
@@ -39,7 +39,7 @@ func checkReason(reason string) error {
 // checkQueueFlag checks a queue name given with flag.
 func checkQueueFlag(flag, q string) error {
 	if q == "" {
-		return usagef("%s is required: the queue name", flag)
+		return Usagef("%s is required: the queue name", flag)
 	}
 	return checked(flag, "queue name", q, dt.NameProblem(q))
 }
@@ -48,9 +48,9 @@ func checkQueueFlag(flag, q string) error {
 func checkIDFlag(flag, what, s string, maxLen int) error {
 	switch {
 	case s == "" && flag == "--message-id":
-		return usagef("%s is empty: give a message ID, or leave the flag out", flag)
+		return Usagef("%s is empty: give a message ID, or leave the flag out", flag)
 	case s == "":
-		return usagef("%s is required: the %s", flag, what)
+		return Usagef("%s is required: the %s", flag, what)
 	}
 	return checked(flag, what, s, dt.KeyProblem(s, maxLen))
 }
@@ -67,7 +67,7 @@ func checked(flag, field, s, problem string) error {
 	}
 	fe := &dt.FieldError{Field: field, Value: s, Problem: problem}
 	if flag == "" {
-		return usagef("%v", fe)
+		return Usagef("%v", fe)
 	}
-	return usagef("%s: %v", flag, fe)
+	return Usagef("%s: %v", flag, fe)
 }

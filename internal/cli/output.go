@@ -187,8 +187,8 @@ func eventJSON(e *drover.Event) EventJSON {
 	return j
 }
 
-// writeJSON prints v as one line of JSON.
-func writeJSON(w io.Writer, v any) error {
+// WriteJSON prints v as one line of JSON.
+func WriteJSON(w io.Writer, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -216,7 +216,7 @@ func dash(s string) string {
 
 // clip shortens s to n runes for tables, on one line.
 func clip(s string, n int) string {
-	s = oneLine(s)
+	s = OneLine(s)
 	r := []rune(s)
 	if len(r) <= n {
 		return s
@@ -394,7 +394,7 @@ func eventLine(e *drover.Event) string {
 		fmt.Fprintf(&b, " attempt=%d", e.Attempt)
 	}
 	if e.Message != "" {
-		fmt.Fprintf(&b, " msg=%q", oneLine(e.Message))
+		fmt.Fprintf(&b, " msg=%q", OneLine(e.Message))
 	}
 	return b.String()
 }

@@ -9,21 +9,21 @@ import (
 // progressEvery is how often a long run (demo, bench) prints its progress.
 const progressEvery = 500 * time.Millisecond
 
-// progressLine prints one progress line of a long run on stderr,
+// ProgressLine prints one progress line of a long run on stderr,
 // "<name>:  12.5s  <what>", the seconds since start; none with --json,
 // whose output is the one JSON result (and JSON logs).
-func (e *env) progressLine(name string, start time.Time, what string) {
-	if e.jsonOut {
+func (e *env) ProgressLine(name string, start time.Time, what string) {
+	if e.JSON {
 		return
 	}
-	fmt.Fprintf(e.stderr, "%s: %5.1fs  %s\n", name, time.Since(start).Seconds(), what)
+	fmt.Fprintf(e.Stderr, "%s: %5.1fs  %s\n", name, time.Since(start).Seconds(), what)
 }
 
-// progress prints progressLine(name, start, what()) every progressEvery
+// Progress prints progressLine(name, start, what()) every progressEvery
 // until stop is called (more than once is fine); what is called from
 // another goroutine.
-func (e *env) progress(name string, start time.Time, what func() string) (stop func()) {
-	if e.jsonOut {
+func (e *env) Progress(name string, start time.Time, what func() string) (stop func()) {
+	if e.JSON {
 		return func() {}
 	}
 	done := make(chan struct{})
@@ -38,7 +38,7 @@ func (e *env) progress(name string, start time.Time, what func() string) (stop f
 			case <-done:
 				return
 			case <-tick.C:
-				e.progressLine(name, start, what())
+				e.ProgressLine(name, start, what())
 			}
 		}
 	}()

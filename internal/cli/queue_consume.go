@@ -99,15 +99,15 @@ then arrive as JSON (a body that is not JSON as a JSON string).`,
 			}
 			switch {
 			case f.sessions <= 0 || f.sessions > 1000:
-				return usagef("--sessions must be 1-1000, got %d", f.sessions)
+				return Usagef("--sessions must be 1-1000, got %d", f.sessions)
 			case f.count < 0:
-				return usagef("--count must not be negative (0: no limit), got %d", f.count)
+				return Usagef("--count must not be negative (0: no limit), got %d", f.count)
 			case f.idle < 0:
-				return usagef("--idle must not be negative (0: wait until interrupted), got %s", f.idle)
+				return Usagef("--idle must not be negative (0: wait until interrupted), got %s", f.idle)
 			case f.retryDelay < 0:
-				return usagef("--retry-delay must not be negative, got %s", f.retryDelay)
+				return Usagef("--retry-delay must not be negative, got %s", f.retryDelay)
 			case cmd.Flags().Changed("exec") && strings.TrimSpace(f.command) == "":
-				return usagef("--exec is empty: give a shell command")
+				return Usagef("--exec is empty: give a shell command")
 			}
 			return e.runConsume(cmd.Context(), f)
 		},
@@ -140,7 +140,7 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 	defer stop()
 	var (
 		mu                                   sync.Mutex
-		out                                  = lockedWriter{&mu, e.stdout}
+		out                                  = lockedWriter{&mu, e.Stdout}
 		reserved, completed, abandoned, accs atomic.Int64
 		lastActivity                         atomic.Int64
 		firstErr                             error
@@ -152,8 +152,8 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 		stop()
 	}
 	childOut := io.Writer(out)
-	if e.jsonOut {
-		childOut = lockedWriter{&mu, e.stderr}
+	if e.JSON {
+		childOut = lockedWriter{&mu, e.Stderr}
 	}
 	// How long a held session may have nothing to deliver before it is
 	// released for the next one.
@@ -178,7 +178,7 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 		if f.command != "" {
 			cmd := exec.CommandContext(runCtx, "/bin/sh", "-c", f.command)
 			cmd.Stdin = bytes.NewReader(m.Body)
-			cmd.Stdout, cmd.Stderr = childOut, lockedWriter{&mu, e.stderr}
+			cmd.Stdout, cmd.Stderr = childOut, lockedWriter{&mu, e.Stderr}
 			cmd.Env = append(cmd.Environ(), "DROVER_QUEUE="+m.Queue, "DROVER_SESSION="+m.SessionID,
 				"DROVER_SEQ="+strconv.FormatInt(m.Seq, 10), "DROVER_MESSAGE_ID="+m.MessageID,
 				"DROVER_DELIVERY_COUNT="+strconv.Itoa(m.DeliveryCount), "DROVER_END_OF_SEQUENCE="+strconv.FormatBool(m.EndOfSequence))
@@ -202,8 +202,8 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 			}
 			completed.Add(1)
 		}
-		if e.jsonOut {
-			return writeJSON(out, j)
+		if e.JSON {
+			return WriteJSON(out, j)
 		}
 		body := bodyText(m.Body, 200)
 		switch {
@@ -300,10 +300,10 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 	}
 	s := ConsumeSummary{Queue: f.queue, Completed: completed.Load(), Abandoned: abandoned.Load(), Sessions: accs.Load(),
 		Seconds: math.Round(time.Since(start).Seconds()*1000) / 1000}
-	if e.jsonOut {
-		return writeJSON(e.stdout, s)
+	if e.JSON {
+		return WriteJSON(e.Stdout, s)
 	}
-	_, err := fmt.Fprintf(e.stdout, "consumed %d messages of queue %s (%d abandoned, %d sessions accepted) in %.1fs\n",
+	_, err := fmt.Fprintf(e.Stdout, "consumed %d messages of queue %s (%d abandoned, %d sessions accepted) in %.1fs\n",
 		s.Completed, s.Queue, s.Abandoned, s.Sessions, s.Seconds)
 	return err
 }
@@ -343,7 +343,7 @@ type consumeSession interface {
 
 type localConsumeSource struct {
 	c     *convoy.Client
-	drv   *database
+	drv   *Database
 	queue string
 }
 
@@ -355,7 +355,7 @@ func (s localConsumeSource) accept(ctx, _ context.Context) (consumeSession, erro
 	return localConsumeSession{r}, nil
 }
 
-func (s localConsumeSource) explain(err error) error { return s.drv.storeErr(err) }
+func (s localConsumeSource) explain(err error) error { return s.drv.StoreErr(err) }
 
 type localConsumeSession struct{ r *convoy.SessionReceiver }
 

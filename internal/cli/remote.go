@@ -46,28 +46,28 @@ func (e *env) setupRemote(cmd *cobra.Command) error {
 	fl := cmd.Flags()
 	serverFlag := fl.Changed("server")
 	if !serverFlag {
-		e.serverURL = e.getenv(EnvServer)
+		e.serverURL = e.Getenv(EnvServer)
 	}
 	tokenFlags := fl.Changed("token") || fl.Changed("token-file")
 	if e.serverURL == "" {
 		if serverFlag {
-			return usagef("--server is empty: want http://HOST:PORT or https://HOST:PORT")
+			return Usagef("--server is empty: want http://HOST:PORT or https://HOST:PORT")
 		}
 		if tokenFlags {
-			return usagef("--token and --token-file go with --server (or $%s)", EnvServer)
+			return Usagef("--token and --token-file go with --server (or $%s)", EnvServer)
 		}
 		return nil
 	}
 	if !remoteCommands[cmd.CommandPath()] {
 		if serverFlag {
-			return usagef("'%s' does not work against a server: it needs the database (--db); leave out --server", cmd.CommandPath())
+			return Usagef("'%s' does not work against a server: it needs the database (--db); leave out --server", cmd.CommandPath())
 		}
 		e.serverURL = "" // $DROVER_SERVER does not apply to this command
 		return nil
 	}
 	if fl.Changed("db") || fl.Changed("schema") {
 		if serverFlag {
-			return usagef("--db/--schema and --server exclude each other: give the database or the server")
+			return Usagef("--db/--schema and --server exclude each other: give the database or the server")
 		}
 		e.serverURL = "" // an explicit --db wins over $DROVER_SERVER
 		return nil
@@ -75,28 +75,28 @@ func (e *env) setupRemote(cmd *cobra.Command) error {
 	token := ""
 	switch {
 	case fl.Changed("token") && fl.Changed("token-file"):
-		return usagef("--token and --token-file exclude each other")
+		return Usagef("--token and --token-file exclude each other")
 	case fl.Changed("token-file"):
 		b, err := os.ReadFile(e.tokenFile)
 		if err != nil {
-			return usagef("--token-file: %v", err)
+			return Usagef("--token-file: %v", err)
 		}
 		token = strings.TrimSpace(string(b))
 		if token == "" || strings.ContainsAny(token, " \t\r\n") {
-			return usagef("--token-file %s: want one token on one line", e.tokenFile)
+			return Usagef("--token-file %s: want one token on one line", e.tokenFile)
 		}
 	case fl.Changed("token"):
 		if token = strings.TrimSpace(e.token); token == "" {
-			return usagef("--token is empty")
+			return Usagef("--token is empty")
 		}
 	default:
-		token = strings.TrimSpace(e.getenv(EnvToken))
+		token = strings.TrimSpace(e.Getenv(EnvToken))
 	}
 	// No overall timeout: it would cut event streams; requests end with
 	// the command's context.
 	c, err := droverclient.New(e.serverURL, token, droverclient.WithHTTPClient(&http.Client{}))
 	if err != nil {
-		return usagef("--server: %s", strings.TrimPrefix(err.Error(), "droverclient: "))
+		return Usagef("--server: %s", strings.TrimPrefix(err.Error(), "droverclient: "))
 	}
 	e.remote = c
 	e.hasToken = token != ""
@@ -120,12 +120,12 @@ func (e *env) remoteErr(err error) error {
 		case ae.Status == http.StatusForbidden:
 			msg += " (resubmit, cancel, alert acknowledgement, dead-letter actions and queue policy changes need an operator token)"
 		}
-		return &wrapped{msg, err}
+		return &Wrapped{msg, err}
 	}
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	return &wrapped{fmt.Sprintf("server %s: %s", e.serverURL, strings.TrimPrefix(err.Error(), "droverclient: ")), err}
+	return &Wrapped{fmt.Sprintf("server %s: %s", e.serverURL, strings.TrimPrefix(err.Error(), "droverclient: ")), err}
 }
 
 // ---- conversions of API shapes to the types the printers take ----
@@ -233,10 +233,10 @@ func (e *env) remoteSubmit(ctx context.Context, req droverclient.SubmitRequest) 
 	if err != nil {
 		return e.remoteErr(err)
 	}
-	if e.jsonOut {
-		return writeJSON(e.stdout, taskJSON(remoteTask(t)))
+	if e.JSON {
+		return WriteJSON(e.Stdout, taskJSON(remoteTask(t)))
 	}
-	fmt.Fprintln(e.stdout, t.ID)
+	fmt.Fprintln(e.Stdout, t.ID)
 	return nil
 }
 
@@ -261,14 +261,14 @@ func (e *env) remoteStatus(ctx context.Context, id string, withEvents bool) erro
 
 // printStatus prints a task with its steps and, when not nil, its events.
 func (e *env) printStatus(t *drover.Task, events []*drover.Event) error {
-	if e.jsonOut {
+	if e.JSON {
 		j := taskJSON(t)
 		for _, ev := range events {
 			j.Events = append(j.Events, eventJSON(ev))
 		}
-		return writeJSON(e.stdout, j)
+		return WriteJSON(e.Stdout, j)
 	}
-	return printTask(e.stdout, t, events, time.Now())
+	return printTask(e.Stdout, t, events, time.Now())
 }
 
 // printRemoteChanged prints the answer of a resubmit or cancel as
@@ -277,10 +277,10 @@ func (e *env) printRemoteChanged(t *droverclient.Task, err error, verb string) e
 	if err != nil {
 		return e.remoteErr(err)
 	}
-	if e.jsonOut {
-		return writeJSON(e.stdout, taskJSON(remoteTask(t)))
+	if e.JSON {
+		return WriteJSON(e.Stdout, taskJSON(remoteTask(t)))
 	}
-	fmt.Fprintf(e.stdout, "%s %s: now %s\n", verb, t.ID, t.State)
+	fmt.Fprintf(e.Stdout, "%s %s: now %s\n", verb, t.ID, t.State)
 	return nil
 }
 
@@ -288,8 +288,8 @@ func (e *env) remoteEvents(ctx context.Context, p droverclient.EventParams, foll
 	if follow {
 		err := e.remote.FollowEvents(ctx, droverclient.FollowOptions{TaskID: p.TaskID, AlertsOnly: p.AlertsOnly, After: p.After,
 			OnReconnect: func(err error, wait time.Duration) {
-				fmt.Fprintf(e.stderr, "drover: event stream from %s lost (%s); reconnecting in %s\n", e.serverURL,
-					oneLine(e.remoteErr(err).Error()), wait.Round(time.Millisecond))
+				fmt.Fprintf(e.Stderr, "drover: event stream from %s lost (%s); reconnecting in %s\n", e.serverURL,
+					OneLine(e.remoteErr(err).Error()), wait.Round(time.Millisecond))
 			}},
 			func(ev *droverclient.Event) error { return e.printFollowed(remoteEvent(ev)) })
 		if ctx.Err() != nil {
@@ -329,22 +329,22 @@ func (e *env) remoteEvents(ctx context.Context, p droverclient.EventParams, foll
 
 // printFollowed prints one event of --follow.
 func (e *env) printFollowed(ev *drover.Event) error {
-	if e.jsonOut {
-		return writeJSON(e.stdout, eventJSON(ev))
+	if e.JSON {
+		return WriteJSON(e.Stdout, eventJSON(ev))
 	}
-	_, err := fmt.Fprintln(e.stdout, eventLine(ev))
+	_, err := fmt.Fprintln(e.Stdout, eventLine(ev))
 	return err
 }
 
 // printEventList prints the events of "drover events".
 func (e *env) printEventList(evs []*drover.Event) error {
-	if e.jsonOut {
+	if e.JSON {
 		for _, ev := range evs {
-			if err := writeJSON(e.stdout, eventJSON(ev)); err != nil {
+			if err := WriteJSON(e.Stdout, eventJSON(ev)); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return printEvents(e.stdout, evs, true)
+	return printEvents(e.Stdout, evs, true)
 }

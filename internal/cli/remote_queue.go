@@ -14,14 +14,14 @@ import (
 
 // printPublished prints the outcome of "queue publish".
 func (e *env) printPublished(queue, messageID, session string, seq int64, duplicate bool) error {
-	if e.jsonOut {
-		return writeJSON(e.stdout, PublishedJSON{Queue: queue, Session: session, Seq: seq, Duplicate: duplicate, MessageID: messageID})
+	if e.JSON {
+		return WriteJSON(e.Stdout, PublishedJSON{Queue: queue, Session: session, Seq: seq, Duplicate: duplicate, MessageID: messageID})
 	}
 	if duplicate {
-		fmt.Fprintf(e.stdout, "duplicate: message ID %q was published within the dedupe window as message %d of session %s; nothing stored\n", messageID, seq, session)
+		fmt.Fprintf(e.Stdout, "duplicate: message ID %q was published within the dedupe window as message %d of session %s; nothing stored\n", messageID, seq, session)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "published message %d to session %s of queue %s\n", seq, session, queue)
+	fmt.Fprintf(e.Stdout, "published message %d to session %s of queue %s\n", seq, session, queue)
 	return nil
 }
 
@@ -29,8 +29,8 @@ func (e *env) printPublished(queue, messageID, session string, seq int64, duplic
 // after it.
 func (e *env) printResolved(queue, session string, seq int64, action string, s *convoy.Session) error {
 	now := time.Now()
-	if e.jsonOut {
-		return writeJSON(e.stdout, struct {
+	if e.JSON {
+		return WriteJSON(e.Stdout, struct {
 			Queue   string      `json:"queue"`
 			Seq     int64       `json:"seq"`
 			Action  string      `json:"action"`
@@ -38,10 +38,10 @@ func (e *env) printResolved(queue, session string, seq int64, action string, s *
 		}{queue, seq, action, sessionJSON(s, now)})
 	}
 	if action == "resubmitted" {
-		fmt.Fprintf(e.stdout, "resubmitted message %d of session %s (queue %s): it is the head of the session again, delivered next; %d pending%s\n",
+		fmt.Fprintf(e.Stdout, "resubmitted message %d of session %s (queue %s): it is the head of the session again, delivered next; %d pending%s\n",
 			seq, session, queue, s.Pending, sessionFlags(s, now))
 	} else {
-		fmt.Fprintf(e.stdout, "discarded message %d of session %s (queue %s); %d pending%s\n", seq, session, queue, s.Pending, sessionFlags(s, now))
+		fmt.Fprintf(e.Stdout, "discarded message %d of session %s (queue %s); %d pending%s\n", seq, session, queue, s.Pending, sessionFlags(s, now))
 	}
 	return nil
 }
@@ -50,7 +50,7 @@ func (e *env) printResolved(queue, session string, seq int64, action string, s *
 // bodies as JSON, so the body must be a JSON document.
 func (e *env) remotePublish(ctx context.Context, queue, session, messageID string, body []byte, eos bool, notBefore time.Time) error {
 	if len(body) == 0 || !json.Valid(body) {
-		return usagef("with --server the message body must be a JSON document (the API carries bodies as JSON), e.g. --body '{\"op\":\"create\"}' or --body '\"text\"'")
+		return Usagef("with --server the message body must be a JSON document (the API carries bodies as JSON), e.g. --body '{\"op\":\"create\"}' or --body '\"text\"'")
 	}
 	m := droverclient.PublishMessage{SessionID: session, Body: body, MessageID: messageID, EndOfSequence: eos}
 	if !notBefore.IsZero() {
@@ -89,16 +89,16 @@ func (e *env) remoteResolve(ctx context.Context, queue, session string, seq int6
 // printPolicy prints a queue's policy as "queue policy" does; created and
 // changed tell the first line.
 func (e *env) printPolicy(q *convoy.Queue, created, change bool) error {
-	if e.jsonOut {
-		return writeJSON(e.stdout, queueJSON(q))
+	if e.JSON {
+		return WriteJSON(e.Stdout, queueJSON(q))
 	}
 	switch {
 	case created:
-		fmt.Fprintf(e.stdout, "created queue %s\n", q.Name)
+		fmt.Fprintf(e.Stdout, "created queue %s\n", q.Name)
 	case change:
-		fmt.Fprintf(e.stdout, "updated the policy of queue %s\n", q.Name)
+		fmt.Fprintf(e.Stdout, "updated the policy of queue %s\n", q.Name)
 	}
-	tw := newTable(e.stdout)
+	tw := newTable(e.Stdout)
 	row(tw, "Queue:", q.Name)
 	row(tw, "Max delivery count:", strconv.Itoa(q.MaxDeliveryCount))
 	row(tw, "Poison policy:", string(q.PoisonPolicy))

@@ -42,22 +42,22 @@ func parseRoles(s string) (drover.Roles, error) {
 		case "supervisor", "supervisors":
 			r.Supervisor = true
 		default:
-			return r, usagef("--roles: unknown role %q; want a comma-separated list of %s (or all)", strings.TrimSpace(part), strings.Join(roleNames, ", "))
+			return r, Usagef("--roles: unknown role %q; want a comma-separated list of %s (or all)", strings.TrimSpace(part), strings.Join(roleNames, ", "))
 		}
 		seen = true
 	}
 	if !seen {
-		return r, usagef("--roles is empty; want a comma-separated list of %s (or all)", strings.Join(roleNames, ", "))
+		return r, Usagef("--roles is empty; want a comma-separated list of %s (or all)", strings.Join(roleNames, ", "))
 	}
 	return r, nil
 }
 
-func validSynchronous(s string) error {
+func ValidSynchronous(s string) error {
 	switch strings.ToLower(s) {
 	case "full", "normal":
 		return nil
 	}
-	return usagef("--synchronous %q: want full or normal", s)
+	return Usagef("--synchronous %q: want full or normal", s)
 }
 
 func (e *env) serverCmd() *cobra.Command {
@@ -211,37 +211,37 @@ not sent).`,
 			if err != nil {
 				return err
 			}
-			t, err := e.target()
+			t, err := e.Target()
 			if err != nil {
 				return err
 			}
-			if err := checkSynchronous(cmd, t, synchronous); err != nil {
+			if err := CheckSynchronous(cmd, t, synchronous); err != nil {
 				return err
 			}
 			for name, d := range map[string]time.Duration{"--supervisor-interval": supInterval, "--lease-ttl": leaseTTL, "--step-timeout": stepTimeout, "--poll-interval": pollInterval, "--shutdown-timeout": shutdown} {
 				if d <= 0 {
-					return usagef("%s must be positive, got %s", name, d)
+					return Usagef("%s must be positive, got %s", name, d)
 				}
 			}
 			if retryDelay < 0 {
-				return usagef("--retry-delay must not be negative, got %s", retryDelay)
+				return Usagef("--retry-delay must not be negative, got %s", retryDelay)
 			}
 			if schedulers < 0 {
-				return usagef("--schedulers must not be negative, got %d", schedulers)
+				return Usagef("--schedulers must not be negative, got %d", schedulers)
 			}
 			if maxInput <= 0 {
-				return usagef("--max-input-bytes must be positive, got %d", maxInput)
+				return Usagef("--max-input-bytes must be positive, got %d", maxInput)
 			}
 			if wfPoll < 0 {
-				return usagef("--workflows-poll must not be negative, got %s", wfPoll)
+				return Usagef("--workflows-poll must not be negative, got %s", wfPoll)
 			}
 			if cmd.Flags().Changed("workflows-poll") && wfDir == "" {
-				return usagef("--workflows-poll needs --workflows DIR")
+				return Usagef("--workflows-poll needs --workflows DIR")
 			}
 			if !demo {
 				for _, name := range []string{"remote-url", "step-timeout", "retry-delay"} {
 					if cmd.Flags().Changed(name) {
-						return usagef("--%s needs --demo: it configures the orders demo", name)
+						return Usagef("--%s needs --demo: it configures the orders demo", name)
 					}
 				}
 			}
@@ -251,14 +251,14 @@ not sent).`,
 			}
 			egressRules, err := egress.ParseRules(egressAllow)
 			if err != nil {
-				return usagef("--egress-allow: %v", err)
+				return Usagef("--egress-allow: %v", err)
 			}
 			hookSecret, err := e.checkWebhookFlags(&wh, egress.New(egress.Options{Allow: egressRules}), allowPerms)
 			if err != nil {
 				return err
 			}
-			log := e.logger(slog.LevelDebug)
-			var d *database
+			log := e.Logger(slog.LevelDebug)
+			var d *Database
 			cfg := server.Config{
 				OpenStore: func(ctx context.Context) (store.Driver, error) {
 					var err error
@@ -267,7 +267,7 @@ not sent).`,
 					}
 					return d, nil
 				},
-				WaitForStore: t.postgres, StoreName: t.desc(), Logger: log,
+				WaitForStore: t.Postgres, StoreName: t.Desc(), Logger: log,
 				InstanceID: instanceID, Roles: r, Schedulers: schedulers,
 				SupervisorInterval: supInterval, LeaseTTL: leaseTTL, PollInterval: pollInterval,
 				MaxInputBytes: maxInput, NoEagerStart: noEagerStart, ShutdownTimeout: shutdown,
@@ -275,9 +275,9 @@ not sent).`,
 				HTTP: httpCfg, MetricsListen: hf.metrics,
 				Webhooks: server.Webhooks{Secret: hookSecret, URLs: wh.urls, CallbackURLPrefixes: wh.prefixes},
 				OnReady: func(rd server.Ready) {
-					ready := fmt.Sprintf("%sinstance=%s db=%s roles=%s", ReadyPrefix, rd.InstanceID, t.name(), rd.Roles)
-					if t.postgres {
-						ready += " schema=" + t.schema
+					ready := fmt.Sprintf("%sinstance=%s db=%s roles=%s", ReadyPrefix, rd.InstanceID, t.Name(), rd.Roles)
+					if t.Postgres {
+						ready += " schema=" + t.Schema
 					}
 					if rd.Listen != "" {
 						ready += " listen=" + rd.Listen
@@ -285,7 +285,7 @@ not sent).`,
 					if rd.Metrics != "" {
 						ready += " metrics=" + rd.Metrics
 					}
-					fmt.Fprintln(e.stderr, ready)
+					fmt.Fprintln(e.Stderr, ready)
 				},
 			}
 			if demo {
@@ -348,7 +348,7 @@ func addDemo(ctx context.Context, cfg *server.Config, remoteURL string, opts ord
 
 // serverErr is the command's error for what server.Run returned, with the
 // flags' names and the store's explanations.
-func (e *env) serverErr(err error, d *database) error {
+func (e *env) serverErr(err error, d *Database) error {
 	var we *server.WorkflowsError
 	var ae *server.AddrError
 	var se *server.ShutdownError
@@ -356,15 +356,15 @@ func (e *env) serverErr(err error, d *database) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &we):
-		return workflowsError(e.stderr, we.Dir, we.Err)
+		return workflowsError(e.Stderr, we.Dir, we.Err)
 	case errors.As(err, &ae) && errors.Is(err, server.ErrNoAuthNotLoopback):
-		return usagef("--insecure-no-auth serves without tokens, so it binds a loopback address only (such as 127.0.0.1:PORT), not %s", ae.Addr)
+		return Usagef("--insecure-no-auth serves without tokens, so it binds a loopback address only (such as 127.0.0.1:PORT), not %s", ae.Addr)
 	case errors.As(err, &ae):
 		return fmt.Errorf("--%w", err)
 	case errors.As(err, &se):
 		return fmt.Errorf("shutdown did not finish within --shutdown-timeout %s: %w", se.Timeout, se.Err)
 	case d != nil:
-		return d.storeErr(err)
+		return d.StoreErr(err)
 	}
 	return err
 }
@@ -387,24 +387,24 @@ func workflowsError(stderr io.Writer, dir string, err error) error {
 	}
 }
 
-// checkSynchronous validates --synchronous. It is a SQLite setting: given
+// CheckSynchronous validates --synchronous. It is a SQLite setting: given
 // explicitly with a PostgreSQL database it is a usage error, since the
 // server's synchronous_commit decides durability there.
-func checkSynchronous(cmd *cobra.Command, t dbTarget, synchronous string) error {
-	if t.postgres {
+func CheckSynchronous(cmd *cobra.Command, t DBTarget, synchronous string) error {
+	if t.Postgres {
 		if cmd.Flags().Changed("synchronous") {
-			return usagef("--synchronous applies to SQLite only; on PostgreSQL durability is the server's synchronous_commit setting")
+			return Usagef("--synchronous applies to SQLite only; on PostgreSQL durability is the server's synchronous_commit setting")
 		}
 		return nil
 	}
-	return validSynchronous(synchronous)
+	return ValidSynchronous(synchronous)
 }
 
 // openServerStore opens and migrates the server's store, creating a
 // SQLite file.
-func (e *env) openServerStore(ctx context.Context, t dbTarget, synchronous string) (*database, error) {
-	if !t.postgres {
-		return e.openStore(ctx, openOpts{target: &t, create: true, migrate: true, synchronous: synchronous})
+func (e *env) openServerStore(ctx context.Context, t DBTarget, synchronous string) (*Database, error) {
+	if !t.Postgres {
+		return e.OpenStore(ctx, OpenOpts{Target: &t, Create: true, Migrate: true, Synchronous: synchronous})
 	}
-	return e.openStore(ctx, openOpts{target: &t, migrate: true})
+	return e.OpenStore(ctx, OpenOpts{Target: &t, Migrate: true})
 }

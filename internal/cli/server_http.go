@@ -76,44 +76,44 @@ func (e *env) checkHTTPFlagValues(cmd *cobra.Command, f *httpFlags, allowPerms b
 		for _, name := range []string{"tokens-file", "tls-cert", "tls-key", "insecure-no-auth", "max-body-bytes", "rate-limit", "rate-burst", "max-streams", "stream-heartbeat",
 			"agent-redelivery-delay", "agent-redelivery-max-delay", "max-streams-per-token", "max-waiting", "max-waiting-per-token", "queue-create"} {
 			if cmd.Flags().Changed(name) {
-				return nil, nil, usagef("--%s needs --listen", name)
+				return nil, nil, Usagef("--%s needs --listen", name)
 			}
 		}
 		return nil, nil, nil
 	}
 	if f.maxBodyBytes <= 0 {
-		return nil, nil, usagef("--max-body-bytes must be positive, got %d", f.maxBodyBytes)
+		return nil, nil, Usagef("--max-body-bytes must be positive, got %d", f.maxBodyBytes)
 	}
 	if f.burst <= 0 {
-		return nil, nil, usagef("--rate-burst must be positive, got %d", f.burst)
+		return nil, nil, Usagef("--rate-burst must be positive, got %d", f.burst)
 	}
 	if f.rate == 0 {
-		return nil, nil, usagef("--rate-limit must not be 0 (negative: no limit)")
+		return nil, nil, Usagef("--rate-limit must not be 0 (negative: no limit)")
 	}
 	for name, n := range map[string]int{"--max-streams": f.maxStreams, "--max-streams-per-token": f.maxStreamsTk, "--max-waiting": f.maxWaiting, "--max-waiting-per-token": f.maxWaitingTk} {
 		if n <= 0 {
-			return nil, nil, usagef("%s must be positive, got %d", name, n)
+			return nil, nil, Usagef("%s must be positive, got %d", name, n)
 		}
 	}
 	switch httpapi.QueueCreate(f.queueCreate) {
 	case httpapi.QueueCreateSubmit, httpapi.QueueCreateOperator:
 	default:
-		return nil, nil, usagef("--queue-create %q: want submit or operator", f.queueCreate)
+		return nil, nil, Usagef("--queue-create %q: want submit or operator", f.queueCreate)
 	}
 	if f.heartbeat < 100*time.Millisecond {
-		return nil, nil, usagef("--stream-heartbeat must be at least 100ms, got %s", f.heartbeat)
+		return nil, nil, Usagef("--stream-heartbeat must be at least 100ms, got %s", f.heartbeat)
 	}
 	if !cmd.Flags().Changed("agent-redelivery-max-delay") && f.redelivery.First > f.redelivery.Max {
 		f.redelivery.Max = f.redelivery.First // a first delay above the default max: no doubling
 	}
 	if f.redelivery.First > store.MaxRedelivery {
-		return nil, nil, usagef("--agent-redelivery-delay %s is above %s", f.redelivery.First, store.MaxRedelivery)
+		return nil, nil, Usagef("--agent-redelivery-delay %s is above %s", f.redelivery.First, store.MaxRedelivery)
 	}
 	if err := f.redelivery.Validate(); err != nil {
-		return nil, nil, usagef("--agent-redelivery-delay, --agent-redelivery-max-delay: %v", err)
+		return nil, nil, Usagef("--agent-redelivery-delay, --agent-redelivery-max-delay: %v", err)
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
-		return nil, nil, usagef("--tls-cert and --tls-key go together")
+		return nil, nil, Usagef("--tls-cert and --tls-key go together")
 	}
 	var cert *tls.Certificate
 	if f.tlsCert != "" {
@@ -128,7 +128,7 @@ func (e *env) checkHTTPFlagValues(cmd *cobra.Command, f *httpFlags, allowPerms b
 	switch {
 	case f.insecure:
 		if f.tokensFile != "" {
-			return nil, nil, usagef("--insecure-no-auth and --tokens-file exclude each other")
+			return nil, nil, Usagef("--insecure-no-auth and --tokens-file exclude each other")
 		}
 		return nil, cert, nil
 	case f.tokensFile != "":
@@ -145,13 +145,13 @@ func (e *env) checkHTTPFlagValues(cmd *cobra.Command, f *httpFlags, allowPerms b
 		if err != nil {
 			return nil, nil, fmt.Errorf("--tokens-file %s: %w", f.tokensFile, err)
 		}
-	case e.getenv(httpapi.EnvTokens) != "":
-		if tokens, err = httpapi.ParseTokensEnv(e.getenv(httpapi.EnvTokens)); err != nil {
+	case e.Getenv(httpapi.EnvTokens) != "":
+		if tokens, err = httpapi.ParseTokensEnv(e.Getenv(httpapi.EnvTokens)); err != nil {
 			return nil, nil, fmt.Errorf("$%s: %w", httpapi.EnvTokens, err)
 		}
 	}
 	if len(tokens) == 0 {
-		return nil, nil, usagef("--listen needs API tokens: --tokens-file FILE or $%s (or --insecure-no-auth on a loopback address)", httpapi.EnvTokens)
+		return nil, nil, Usagef("--listen needs API tokens: --tokens-file FILE or $%s (or --insecure-no-auth on a loopback address)", httpapi.EnvTokens)
 	}
 	return tokens, cert, nil
 }
@@ -176,7 +176,7 @@ func (e *env) checkSecretFile(fh *os.File, flag, path string, allow bool) error 
 		return nil
 	}
 	if allow {
-		fmt.Fprintf(e.stderr, "drover: WARNING: %s %s is open to group or others (mode %04o); accepted because of --%s: chmod 600 it\n", flag, path, mode, allowInsecurePermsFlag)
+		fmt.Fprintf(e.Stderr, "drover: WARNING: %s %s is open to group or others (mode %04o); accepted because of --%s: chmod 600 it\n", flag, path, mode, allowInsecurePermsFlag)
 		return nil
 	}
 	return fmt.Errorf("%s %s is open to group or others (mode %04o): other users of this machine could read its secrets; run chmod 600 %s (or pass --%s to accept it)",
