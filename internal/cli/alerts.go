@@ -10,6 +10,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/clicore"
 )
 
 // The "drover alerts" commands: operator alerts and their
@@ -84,10 +85,10 @@ its history. Acknowledging again changes nothing.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if after < 0 {
-				return Usagef("--after must be 0 or more, got %d", after)
+				return clicore.Usagef("--after must be 0 or more, got %d", after)
 			}
 			if limit < 1 || limit > 1000 {
-				return Usagef("--limit must be 1-1000, got %d", limit)
+				return clicore.Usagef("--limit must be 1-1000, got %d", limit)
 			}
 			var alerts []AlertJSON
 			var next int64
@@ -120,7 +121,7 @@ its history. Acknowledging again changes nothing.`,
 					Alerts    []AlertJSON `json:"alerts"`
 					NextAfter int64       `json:"next_after,omitempty"`
 				}{Alerts: append([]AlertJSON{}, alerts...), NextAfter: next}
-				return WriteJSON(e.Stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
 			tw := newTable(e.Stdout)
 			row(tw, "ID", "TIME", "SUBJECT", "STEP", "TYPE", "STATE", "ACKNOWLEDGED", "MESSAGE")
@@ -167,7 +168,7 @@ acknowledgement. It does not change the task: resubmit it to retry.`,
 			ctx := cmd.Context()
 			id, err := strconv.ParseInt(args[0], 10, 64)
 			if err != nil || id < 1 {
-				return Usagef("ALERT-ID %q: want an alert's ID, a positive integer", args[0])
+				return clicore.Usagef("ALERT-ID %q: want an alert's ID, a positive integer", args[0])
 			}
 			var out AlertJSON
 			if e.remote != nil {
@@ -192,7 +193,7 @@ acknowledgement. It does not change the task: resubmit it to retry.`,
 				out = alertFromStore(a)
 			}
 			if e.JSON {
-				return WriteJSON(e.Stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
 			if out.Acknowledged != nil {
 				fmt.Fprintf(e.Stdout, "alert %d (%s, %s) acknowledged by %s at %s\n", out.ID, out.Subject, out.Type, out.Acknowledged.Actor, fmtTime(&out.Acknowledged.At))

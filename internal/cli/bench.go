@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/clicore"
 )
 
 // BenchResult is what "drover bench" reports in throughput mode (without
@@ -132,31 +133,31 @@ error there (the server's synchronous_commit decides).`,
 			fl := cmd.Flags()
 			latency := fl.Changed("rate") || fl.Changed("duration")
 			if latency && !(fl.Changed("rate") && fl.Changed("duration")) {
-				return Usagef("--rate and --duration go together (latency mode)")
+				return clicore.Usagef("--rate and --duration go together (latency mode)")
 			}
 			if latency && fl.Changed("tasks") {
-				return Usagef("--tasks is for throughput mode; with --rate the count is rate × duration")
+				return clicore.Usagef("--tasks is for throughput mode; with --rate the count is rate × duration")
 			}
 			if f.tasks <= 0 || f.steps <= 0 || f.schedulers < 0 {
-				return Usagef("--tasks and --steps must be positive, --schedulers not negative")
+				return clicore.Usagef("--tasks and --steps must be positive, --schedulers not negative")
 			}
 			if latency && (math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate <= 0 || f.duration <= 0) {
-				return Usagef("--rate and --duration must be positive, got %v and %s", f.rate, f.duration)
+				return clicore.Usagef("--rate and --duration must be positive, got %v and %s", f.rate, f.duration)
 			}
 			if latency && f.rate*f.duration.Seconds() > 10_000_000 {
-				return Usagef("--rate × --duration is %.0f tasks; at most 10000000", f.rate*f.duration.Seconds())
+				return clicore.Usagef("--rate × --duration is %.0f tasks; at most 10000000", f.rate*f.duration.Seconds())
 			}
 			if fl.Changed("submitters") && !latency {
-				return Usagef("--submitters is for latency mode (--rate and --duration)")
+				return clicore.Usagef("--submitters is for latency mode (--rate and --duration)")
 			}
 			if f.submitters <= 0 {
-				return Usagef("--submitters must be positive, got %d", f.submitters)
+				return clicore.Usagef("--submitters must be positive, got %d", f.submitters)
 			}
 			if f.maxInFlight < 0 || f.claimBatch < 0 {
-				return Usagef("--max-inflight and --claim-batch must not be negative (0: the default)")
+				return clicore.Usagef("--max-inflight and --claim-batch must not be negative (0: the default)")
 			}
 			if f.timeout < 0 {
-				return Usagef("--timeout must not be negative, got %s", f.timeout)
+				return clicore.Usagef("--timeout must not be negative, got %s", f.timeout)
 			}
 			if f.timeout == 0 {
 				if latency {
@@ -165,7 +166,7 @@ error there (the server's synchronous_commit decides).`,
 					f.timeout = time.Minute + time.Duration(f.tasks*f.steps)*time.Millisecond
 				}
 			}
-			var explicit *DBTarget
+			var explicit *clicore.DBTarget
 			tempSchema := false
 			if fl.Changed("db") {
 				t, err := e.Target()
@@ -175,7 +176,7 @@ error there (the server's synchronous_commit decides).`,
 				explicit = &t
 				tempSchema = t.Postgres && !fl.Changed("schema")
 			}
-			if err := CheckSynchronous(cmd, derefTarget(explicit), f.synchronous); err != nil {
+			if err := clicore.CheckSynchronous(cmd, derefTarget(explicit), f.synchronous); err != nil {
 				return err
 			}
 			if explicit != nil && explicit.Postgres {
@@ -201,22 +202,22 @@ error there (the server's synchronous_commit decides).`,
 	return cmd
 }
 
-func derefTarget(t *DBTarget) DBTarget {
+func derefTarget(t *clicore.DBTarget) clicore.DBTarget {
 	if t == nil {
-		return DBTarget{}
+		return clicore.DBTarget{}
 	}
 	return *t
 }
 
-func (e *env) runBench(ctx context.Context, f benchFlags, explicit *DBTarget, tempSchema, latency bool) error {
-	o := OpenOpts{Create: true, Migrate: true, Target: explicit, Synchronous: f.synchronous}
+func (e *env) runBench(ctx context.Context, f benchFlags, explicit *clicore.DBTarget, tempSchema, latency bool) error {
+	o := clicore.OpenOpts{Create: true, Migrate: true, Target: explicit, Synchronous: f.synchronous}
 	if explicit == nil {
 		dir, err := os.MkdirTemp("", "drover-bench-")
 		if err != nil {
 			return fmt.Errorf("create a temporary database: %w", err)
 		}
 		defer os.RemoveAll(dir)
-		o.Target = &DBTarget{Path: filepath.Join(dir, "bench.db")}
+		o.Target = &clicore.DBTarget{Path: filepath.Join(dir, "bench.db")}
 	} else if tempSchema {
 		t := *explicit
 		t.Schema = "drover_bench_" + RandomHex(6)
@@ -234,7 +235,7 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicit *DBTarget, te
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			if err := DropSchema(dctx, drv); err != nil {
+			if err := clicore.DropSchema(dctx, drv); err != nil {
 				fmt.Fprintf(e.Stderr, "drover: warning: drop the temporary schema %s: %v\n", drv.Target.Schema, err)
 			}
 		}()
@@ -273,7 +274,7 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicit *DBTarget, te
 }
 
 // runThroughput inserts the tasks, then burns them down.
-func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *Database, c *drover.Client, explicit bool) error {
+func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *clicore.Database, c *drover.Client, explicit bool) error {
 	base, err := c.Counts(ctx)
 	if err != nil {
 		return drv.StoreErr(err)
@@ -355,7 +356,7 @@ func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *Database, c 
 		r.Schema = drv.Target.Schema
 	}
 	if e.JSON {
-		return WriteJSON(e.Stdout, r)
+		return clicore.WriteJSON(e.Stdout, r)
 	}
 	fmt.Fprintf(e.Stdout, "drover bench: %d tasks × %d steps burned down in %.3fs: %.0f tasks/s, %.0f steps/s (inserted in %.3fs: %.0f/s; end to end %.0f tasks/s; %s, %d schedulers)\n",
 		r.Tasks, r.Steps, r.Seconds, r.TasksPerSec, r.StepsPerSec, r.InsertSeconds, r.InsertPerSec, r.EndToEndPerSec, benchStoreDesc(drv, f), r.Schedulers)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/store"
 )
 
@@ -108,23 +109,23 @@ under sessions named after the run, so runs on a kept store do not mix.`,
 			fl := cmd.Flags()
 			switch {
 			case f.sessions <= 0:
-				return Usagef("--sessions must be positive, got %d", f.sessions)
+				return clicore.Usagef("--sessions must be positive, got %d", f.sessions)
 			case f.messages <= 0:
-				return Usagef("--messages must be positive, got %d", f.messages)
+				return clicore.Usagef("--messages must be positive, got %d", f.messages)
 			case f.messages > 100_000_000:
-				return Usagef("--messages must be at most 100000000, got %d", f.messages)
+				return clicore.Usagef("--messages must be at most 100000000, got %d", f.messages)
 			case f.consumers <= 0:
-				return Usagef("--consumers must be positive, got %d", f.consumers)
+				return clicore.Usagef("--consumers must be positive, got %d", f.consumers)
 			case f.maxSessions < 0 || f.maxSessions > 100000:
-				return Usagef("--max-sessions must be 1-100000 (0: the default, 256 or --sessions / --consumers if fewer), got %d", f.maxSessions)
+				return clicore.Usagef("--max-sessions must be 1-100000 (0: the default, 256 or --sessions / --consumers if fewer), got %d", f.maxSessions)
 			case f.batch <= 0 || f.batch > 10000:
-				return Usagef("--batch must be 1-10000, got %d", f.batch)
+				return clicore.Usagef("--batch must be 1-10000, got %d", f.batch)
 			case f.bodyBytes < 0 || f.bodyBytes > convoy.DefaultMaxBodyBytes:
-				return Usagef("--body-bytes must be 0-%d, got %d", convoy.DefaultMaxBodyBytes, f.bodyBytes)
+				return clicore.Usagef("--body-bytes must be 0-%d, got %d", convoy.DefaultMaxBodyBytes, f.bodyBytes)
 			case f.handler != "go" && f.handler != "tx":
-				return Usagef("--handler %q: want go or tx", f.handler)
+				return clicore.Usagef("--handler %q: want go or tx", f.handler)
 			case f.timeout < 0:
-				return Usagef("--timeout must not be negative, got %s", f.timeout)
+				return clicore.Usagef("--timeout must not be negative, got %s", f.timeout)
 			}
 			if f.maxSessions == 0 {
 				// 256 at most: rounds over more sessions write more pages
@@ -135,7 +136,7 @@ under sessions named after the run, so runs on a kept store do not mix.`,
 			if f.timeout == 0 {
 				f.timeout = time.Minute + time.Duration(f.messages)*time.Millisecond
 			}
-			var explicit *DBTarget
+			var explicit *clicore.DBTarget
 			tempSchema := false
 			if fl.Changed("db") {
 				t, err := e.Target()
@@ -145,7 +146,7 @@ under sessions named after the run, so runs on a kept store do not mix.`,
 				explicit = &t
 				tempSchema = t.Postgres && !fl.Changed("schema")
 			}
-			if err := CheckSynchronous(cmd, derefTarget(explicit), f.synchronous); err != nil {
+			if err := clicore.CheckSynchronous(cmd, derefTarget(explicit), f.synchronous); err != nil {
 				return err
 			}
 			if explicit != nil && explicit.Postgres {
@@ -172,15 +173,15 @@ under sessions named after the run, so runs on a kept store do not mix.`,
 // unless explicit is set; on PostgreSQL without an explicit schema a
 // temporary schema (tempSchema). The returned cleanup closes the store and
 // removes what was temporary.
-func (e *env) benchOpen(ctx context.Context, explicit *DBTarget, tempSchema bool, synchronous, prefix string) (*Database, func(), error) {
-	o := OpenOpts{Create: true, Migrate: true, Target: explicit, Synchronous: synchronous}
+func (e *env) benchOpen(ctx context.Context, explicit *clicore.DBTarget, tempSchema bool, synchronous, prefix string) (*clicore.Database, func(), error) {
+	o := clicore.OpenOpts{Create: true, Migrate: true, Target: explicit, Synchronous: synchronous}
 	var dir string
 	if explicit == nil {
 		var err error
 		if dir, err = os.MkdirTemp("", "drover-"+prefix+"-"); err != nil {
 			return nil, nil, fmt.Errorf("create a temporary database: %w", err)
 		}
-		o.Target = &DBTarget{Path: filepath.Join(dir, prefix+".db")}
+		o.Target = &clicore.DBTarget{Path: filepath.Join(dir, prefix+".db")}
 	} else if tempSchema {
 		t := *explicit
 		t.Schema = "drover_bench_" + RandomHex(6)
@@ -196,7 +197,7 @@ func (e *env) benchOpen(ctx context.Context, explicit *DBTarget, tempSchema bool
 	cleanup := func() {
 		if tempSchema {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			if err := DropSchema(dctx, drv); err != nil {
+			if err := clicore.DropSchema(dctx, drv); err != nil {
 				fmt.Fprintf(e.Stderr, "drover: warning: drop the temporary schema %s: %v\n", drv.Target.Schema, err)
 			}
 			cancel()
@@ -209,7 +210,7 @@ func (e *env) benchOpen(ctx context.Context, explicit *DBTarget, tempSchema bool
 	return drv, cleanup, nil
 }
 
-func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *DBTarget, tempSchema bool) error {
+func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *clicore.DBTarget, tempSchema bool) error {
 	drv, cleanup, err := e.benchOpen(ctx, explicit, tempSchema, f.synchronous, "bench")
 	if err != nil {
 		return err
@@ -372,7 +373,7 @@ func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *
 		r.Schema = drv.Target.Schema
 	}
 	if e.JSON {
-		if err := WriteJSON(e.Stdout, r); err != nil {
+		if err := clicore.WriteJSON(e.Stdout, r); err != nil {
 			return err
 		}
 	} else {
@@ -387,7 +388,7 @@ func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *
 			r.Consumers, r.MaxSessions, r.Handler, r.Rounds, where, r.OrderViolations, r.Lost)
 	}
 	if r.OrderViolations > 0 || r.Lost > 0 || r.Consumed != int64(f.messages) {
-		return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("bench convoy failed: %d order violations, %d messages lost, %d consumed of %d",
+		return &clicore.ExitError{Code: ExitFailure, Msg: fmt.Sprintf("bench convoy failed: %d order violations, %d messages lost, %d consumed of %d",
 			r.OrderViolations, r.Lost, r.Consumed, f.messages)}
 	}
 	return nil

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/oneline"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/store"
@@ -33,42 +33,14 @@ const DefaultDatabaseURL = "sqlite:./drover.db"
 
 // Exit codes.
 const (
-	ExitOK      = 0
-	ExitFailure = 1
-	ExitUsage   = 2
+	ExitOK      = clicore.ExitOK
+	ExitFailure = clicore.ExitFailure
+	ExitUsage   = clicore.ExitUsage
 )
-
-// UsageError marks an error as a usage error: exit code 2.
-type UsageError struct{ err error }
-
-func (e *UsageError) Error() string { return e.err.Error() }
-func (e *UsageError) Unwrap() error { return e.err }
-
-func Usagef(format string, args ...any) error {
-	return &UsageError{fmt.Errorf(format, args...)}
-}
-
-// ExitError carries an exit code for a failure whose message was already
-// printed (the demo prints its summary, then fails).
-type ExitError struct {
-	Code int
-	Msg  string
-}
-
-func (e *ExitError) Error() string { return e.Msg }
 
 // env is what one invocation of the CLI works with.
 type env struct {
-	Stdin          io.Reader
-	Stdout, Stderr io.Writer
-	Getenv         func(string) string
-
-	// Global flags.
-	DBURL       string
-	Schema      string
-	JSON     bool
-	LockTimeout time.Duration
-	LogLevel    string
+	*clicore.Env
 
 	// --server, --token, --token-file (remote.go); remote is the API
 	// client when the command runs against a server.
@@ -89,7 +61,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // MainIO is Main with an explicit standard input.
 func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := &env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv}
+	e := &env{Env: &clicore.Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv}}
 	root := e.rootCmd()
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -100,8 +72,8 @@ func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return ExitOK
 	}
 	code := ExitFailure
-	var ue *UsageError
-	var xe *ExitError
+	var ue *clicore.UsageError
+	var xe *clicore.ExitError
 	switch {
 	case errors.As(err, &xe):
 		code = xe.Code
@@ -123,16 +95,6 @@ func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 func OneLine(s string) string {
 	return strings.ReplaceAll(oneline.Fold(s), "Did you mean this?; ", "did you mean ")
 }
-
-// Wrapped is an error with its own message that still matches the errors it
-// wraps with errors.Is.
-type Wrapped struct {
-	msg string
-	err error
-}
-
-func (w *Wrapped) Error() string { return w.msg }
-func (w *Wrapped) Unwrap() error { return w.err }
 
 func (e *env) rootCmd() *cobra.Command {
 	root := &cobra.Command{
@@ -156,7 +118,7 @@ The database URL comes from --db, else from $` + EnvDatabaseURL + `, else
   postgresql://…                                       (the same)
 PostgreSQL URL parameters are those of pgx/libpq (sslmode, connect_timeout,
 pool_max_conns, …). On PostgreSQL the store lives in the schema --schema
-(else $` + EnvSchema + `, else ` + DefaultSchema + `), created by "drover migrate"; several
+(else $` + clicore.EnvSchema + `, else ` + clicore.DefaultSchema + `), created by "drover migrate"; several
 stores can share one database under different schemas, and the application's
 own tables can live beside them. SQLite does not use --schema (a malformed
 name is still refused).
@@ -186,27 +148,27 @@ refuse --server; --db and --server exclude each other.`,
 				}
 			}
 			if !cmd.Flags().Changed("schema") {
-				if v := e.Getenv(EnvSchema); v != "" {
+				if v := e.Getenv(clicore.EnvSchema); v != "" {
 					e.Schema = v
 				}
 			}
-			if err := ValidSchema(e.Schema); err != nil {
+			if err := clicore.ValidSchema(e.Schema); err != nil {
 				return err
 			}
 			if e.LockTimeout < 0 {
-				return Usagef("--lock-timeout must not be negative, got %s", e.LockTimeout)
+				return clicore.Usagef("--lock-timeout must not be negative, got %s", e.LockTimeout)
 			}
-			if _, err := ParseLevel(e.LogLevel); err != nil {
+			if _, err := clicore.ParseLevel(e.LogLevel); err != nil {
 				return err
 			}
 			return e.setupRemote(cmd)
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &UsageError{err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return clicore.Usage(err) })
 	pf := root.PersistentFlags()
 	pf.StringVar(&e.DBURL, "db", DefaultDatabaseURL, "database URL: sqlite:PATH, sqlite://PATH, file:PATH or PATH, or postgres://USER@HOST:PORT/DB (env "+EnvDatabaseURL+")")
-	pf.StringVar(&e.Schema, "schema", DefaultSchema, "PostgreSQL schema holding drover's tables; ignored for SQLite (env "+EnvSchema+")")
+	pf.StringVar(&e.Schema, "schema", clicore.DefaultSchema, "PostgreSQL schema holding drover's tables; ignored for SQLite (env "+clicore.EnvSchema+")")
 	pf.BoolVar(&e.JSON, "json", false, "print machine-readable JSON on stdout")
 	pf.DurationVar(&e.LockTimeout, "lock-timeout", 10*time.Second, "how long to wait for a lock held by another process (SQLite: the database file; PostgreSQL: lock_timeout, set inside each of drover's transactions and reads, for every command but server, demo and bench, unless the URL sets lock_timeout)")
 	pf.StringVar(&e.LogLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
@@ -240,7 +202,7 @@ func wrapArgs(c *cobra.Command) {
 		orig := c.Args
 		c.Args = func(cmd *cobra.Command, args []string) error {
 			if err := orig(cmd, args); err != nil {
-				return &UsageError{err}
+				return clicore.Usage(err)
 			}
 			return nil
 		}
@@ -248,35 +210,6 @@ func wrapArgs(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		wrapArgs(sub)
 	}
-}
-
-func ParseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, Usagef("--log-level %q: want debug, info, warn or error", s)
-	}
-	return l, nil
-}
-
-// Logger logs to stderr at --log-level, but never below min; as JSON
-// objects with --json.
-func (e *env) Logger(floor slog.Level) *slog.Logger {
-	l, _ := ParseLevel(e.LogLevel)
-	opts := &slog.HandlerOptions{Level: max(l, floor)}
-	if e.JSON {
-		opts.ReplaceAttr = durationStrings
-		return slog.New(slog.NewJSONHandler(e.Stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(e.Stderr, opts))
-}
-
-// durationStrings writes durations in JSON logs as the text logs and the
-// flags spell them ("1.5s"), not as integer nanoseconds.
-func durationStrings(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
-		a.Value = slog.StringValue(a.Value.Duration().String())
-	}
-	return a
 }
 
 // clientConfig is the base client configuration of the CLI: it knows the
@@ -293,8 +226,8 @@ func clientConfig(drv store.Driver, maxInput int, stepTimeout time.Duration) dro
 // readClient opens the store and a client that submits and reads; it never
 // starts roles and never creates or migrates anything. The caller closes the
 // returned database.
-func (e *env) readClient(ctx context.Context, maxInput int, stepTimeout time.Duration) (*drover.Client, *Database, error) {
-	drv, err := e.OpenStore(ctx, OpenOpts{LockTimeout: true})
+func (e *env) readClient(ctx context.Context, maxInput int, stepTimeout time.Duration) (*drover.Client, *clicore.Database, error) {
+	drv, err := e.OpenStore(ctx, clicore.OpenOpts{LockTimeout: true})
 	if err != nil {
 		return nil, nil, err
 	}

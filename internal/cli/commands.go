@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/workflowdef"
 )
@@ -43,7 +43,7 @@ migrated they fail and say to run "drover migrate".`,
 			if err != nil {
 				return err
 			}
-			d, err := e.connect(ctx, t, OpenOpts{Create: true, LockTimeout: true})
+			d, err := e.Connect(ctx, t, clicore.OpenOpts{Create: true, LockTimeout: true})
 			if err != nil {
 				return err
 			}
@@ -67,7 +67,7 @@ migrated they fail and say to run "drover migrate".`,
 				if t.Postgres {
 					out["schema"] = t.Schema
 				}
-				return WriteJSON(e.Stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
 			if before == after {
 				fmt.Fprintf(e.Stdout, "database %s is up to date at schema version %d\n", d.Desc(), after)
@@ -82,12 +82,12 @@ migrated they fail and say to run "drover migrate".`,
 // submitClient opens the store and a client that can submit workflow: the
 // latest stored version of a declarative workflow or, when no declarative
 // workflow has that name, the orders demo's workflow (whose input it checks).
-func (e *env) submitClient(ctx context.Context, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, *Database, error) {
-	drv, err := e.OpenStore(ctx, OpenOpts{LockTimeout: true})
+func (e *env) submitClient(ctx context.Context, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, *clicore.Database, error) {
+	drv, err := e.OpenStore(ctx, clicore.OpenOpts{LockTimeout: true})
 	if err != nil {
 		return nil, nil, err
 	}
-	fail := func(err error) (*drover.Client, *Database, error) {
+	fail := func(err error) (*drover.Client, *clicore.Database, error) {
 		drv.Close()
 		return nil, nil, err
 	}
@@ -177,10 +177,10 @@ instead, which knows its own workflows (also declarative ones).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if maxInput <= 0 {
-				return Usagef("--max-input-bytes must be positive, got %d", maxInput)
+				return clicore.Usagef("--max-input-bytes must be positive, got %d", maxInput)
 			}
 			if stepTimeout <= 0 {
-				return Usagef("--step-timeout must be positive, got %s", stepTimeout)
+				return clicore.Usagef("--step-timeout must be positive, got %s", stepTimeout)
 			}
 			if cmd.Flags().Changed("id") {
 				if err := checkNewTaskID(id); err != nil {
@@ -194,7 +194,7 @@ instead, which knows its own workflows (also declarative ones).`,
 			}
 			if cmd.Flags().Changed("callback-url") {
 				if err := drover.ValidateCallbackURL(callbackURL); err != nil || callbackURL == "" {
-					return Usagef("--callback-url %q: want an absolute http:// or https:// URL (%v)", callbackURL, err)
+					return clicore.Usagef("--callback-url %q: want an absolute http:// or https:// URL (%v)", callbackURL, err)
 				}
 			}
 			if cmd.Flags().Changed("callback-events") {
@@ -202,11 +202,11 @@ instead, which knows its own workflows (also declarative ones).`,
 					if err == nil {
 						err = errors.New("no events given")
 					}
-					return Usagef("--callback-events: %v", err)
+					return clicore.Usagef("--callback-events: %v", err)
 				}
 			}
 			if e.remote != nil && cmd.Flags().Changed("step-timeout") {
-				return Usagef("--step-timeout does not apply with --server: the server's workflow sets the time budgets")
+				return clicore.Usagef("--step-timeout does not apply with --server: the server's workflow sets the time budgets")
 			}
 			workflow := args[0]
 			var input []byte
@@ -251,7 +251,7 @@ instead, which knows its own workflows (also declarative ones).`,
 				if err != nil {
 					return err
 				}
-				return WriteJSON(e.Stdout, taskJSON(full))
+				return clicore.WriteJSON(e.Stdout, taskJSON(full))
 			}
 			fmt.Fprintln(e.Stdout, t.ID)
 			return nil
@@ -313,7 +313,7 @@ after "--": drover status -- -old-id.`,
 			}
 			var events []*drover.Event
 			if withEvents {
-				if events, err = AllEvents(ctx, c, drover.EventQuery{TaskID: t.ID}); err != nil {
+				if events, err = clicore.AllEvents(ctx, c, drover.EventQuery{TaskID: t.ID}); err != nil {
 					return err
 				}
 				if events == nil {
@@ -325,23 +325,6 @@ after "--": drover status -- -old-id.`,
 	}
 	cmd.Flags().BoolVar(&withEvents, "events", false, "also show the task's event history")
 	return cmd
-}
-
-// AllEvents pages through the event history.
-func AllEvents(ctx context.Context, c *drover.Client, q drover.EventQuery) ([]*drover.Event, error) {
-	var out []*drover.Event
-	q.Limit = 1000
-	for {
-		evs, err := c.Events(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, evs...)
-		if len(evs) < q.Limit {
-			return out, nil
-		}
-		q.AfterID = evs[len(evs)-1].ID
-	}
 }
 
 func parseStates(in []string) ([]drover.ProcessState, error) {
@@ -360,7 +343,7 @@ func parseStates(in []string) ([]drover.ProcessState, error) {
 				}
 			}
 			if !found {
-				return nil, Usagef("--state %q: want Pending, Processing, Processed, Error, Compensating, Compensated or Cancelled", part)
+				return nil, clicore.Usagef("--state %q: want Pending, Processing, Processed, Error, Compensating, Compensated or Cancelled", part)
 			}
 		}
 	}
@@ -392,7 +375,7 @@ the JSON output) as --after to get the next page.`,
 				return err
 			}
 			if limit <= 0 {
-				return Usagef("--limit must be positive, got %d", limit)
+				return clicore.Usagef("--limit must be positive, got %d", limit)
 			}
 			if cmd.Flags().Changed("after") {
 				if err := checkTaskIDArg("--after", after); err != nil {
@@ -435,7 +418,7 @@ the JSON output) as --after to get the next page.`,
 				for _, t := range ts {
 					out.Tasks = append(out.Tasks, taskJSON(t))
 				}
-				return WriteJSON(e.Stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
 			tw := newTable(e.Stdout)
 			now := time.Now()
@@ -483,7 +466,7 @@ A task ID starting with "-" is given after "--": drover resubmit -- -old-id.`,
 			var opts drover.ResubmitOptions
 			if cmd.Flags().Changed("from-step") {
 				if fromStep < 0 {
-					return Usagef("--from-step must be 0 or more, got %d", fromStep)
+					return clicore.Usagef("--from-step must be 0 or more, got %d", fromStep)
 				}
 				opts.FromStep = &fromStep
 			}
@@ -553,7 +536,7 @@ func (e *env) printChanged(ctx context.Context, c *drover.Client, t *drover.Task
 		if err != nil {
 			return err
 		}
-		return WriteJSON(e.Stdout, taskJSON(full))
+		return clicore.WriteJSON(e.Stdout, taskJSON(full))
 	}
 	fmt.Fprintf(e.Stdout, "%s %s: now %s\n", verb, t.ID, t.ProcessState)
 	return nil
@@ -591,10 +574,10 @@ last event printed, so none is missed or printed twice.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if after < 0 {
-				return Usagef("--after must be 0 or more, got %d", after)
+				return clicore.Usagef("--after must be 0 or more, got %d", after)
 			}
 			if limit <= 0 {
-				return Usagef("--limit must be positive, got %d", limit)
+				return clicore.Usagef("--limit must be positive, got %d", limit)
 			}
 			if cmd.Flags().Changed("task") {
 				if err := checkTaskIDArg("--task", taskID); err != nil {
@@ -631,18 +614,4 @@ last event printed, so none is missed or printed twice.`,
 	f.BoolVar(&follow, "follow", false, "keep printing new events until interrupted (with --task: until the task is final)")
 	f.IntVar(&limit, "limit", 1000, "at most this many events (without --follow)")
 	return cmd
-}
-
-// StateCounts formats counts by state, in name order.
-func StateCounts(m map[drover.ProcessState]int) string {
-	var parts []string
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, string(k))
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, m[drover.ProcessState(k)]))
-	}
-	return strings.Join(parts, " ")
 }

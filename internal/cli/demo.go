@@ -17,6 +17,7 @@ import (
 
 	"github.com/drover-run/drover"
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/remotesim"
 )
@@ -77,7 +78,7 @@ func (e *env) demoCmd() *cobra.Command {
 		Long:  `demo runs a self-contained demonstration of drover. See "drover demo orders --help".`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return Usagef("demo needs a subcommand: orders, ledger or service")
+			return clicore.Usagef("demo needs a subcommand: orders, ledger or service")
 		},
 	}
 	var f demoFlags
@@ -118,7 +119,7 @@ summary says how to inspect them.`,
 			if err := f.validate(); err != nil {
 				return err
 			}
-			var explicit *DBTarget
+			var explicit *clicore.DBTarget
 			if cmd.Flags().Changed("db") {
 				t, err := e.Target()
 				if err != nil {
@@ -147,24 +148,24 @@ summary says how to inspect them.`,
 
 func (f *demoFlags) validate() error {
 	if f.orders <= 0 {
-		return Usagef("--orders must be positive, got %d", f.orders)
+		return clicore.Usagef("--orders must be positive, got %d", f.orders)
 	}
 	for name, r := range map[string]float64{"--transient-rate": f.transient, "--hang-rate": f.hang, "--permanent-rate": f.permanent} {
 		if math.IsNaN(r) || r < 0 || r > 1 {
-			return Usagef("%s must be between 0 and 1, got %v", name, r)
+			return clicore.Usagef("%s must be between 0 and 1, got %v", name, r)
 		}
 	}
 	if sum := f.transient + f.hang + f.permanent; sum > 1 {
-		return Usagef("--transient-rate + --hang-rate + --permanent-rate must be at most 1, got %v", sum)
+		return clicore.Usagef("--transient-rate + --hang-rate + --permanent-rate must be at most 1, got %v", sum)
 	}
 	if f.stepTimeout <= 0 || f.supInterval <= 0 {
-		return Usagef("--step-timeout and --supervisor-interval must be positive")
+		return clicore.Usagef("--step-timeout and --supervisor-interval must be positive")
 	}
 	if f.schedulers <= 0 {
-		return Usagef("--schedulers must be positive, got %d", f.schedulers)
+		return clicore.Usagef("--schedulers must be positive, got %d", f.schedulers)
 	}
 	if f.timeout < 0 {
-		return Usagef("--timeout must not be negative, got %s", f.timeout)
+		return clicore.Usagef("--timeout must not be negative, got %s", f.timeout)
 	}
 	if f.timeout == 0 {
 		f.timeout = 30*time.Second + time.Duration(f.orders)*100*time.Millisecond
@@ -178,7 +179,7 @@ func RandomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *DBTarget) (err error) {
+func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *clicore.DBTarget) (err error) {
 	start := time.Now()
 	log := e.Logger(slog.LevelWarn)
 
@@ -189,14 +190,14 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *DBTarget) (err
 	}
 	defer stopRemote()
 
-	o := OpenOpts{Create: true, Migrate: true, Target: explicit}
+	o := clicore.OpenOpts{Create: true, Migrate: true, Target: explicit}
 	if explicit == nil {
 		dir, err := os.MkdirTemp("", "drover-demo-")
 		if err != nil {
 			return fmt.Errorf("create a temporary database: %w", err)
 		}
 		defer os.RemoveAll(dir)
-		o.Target = &DBTarget{Path: filepath.Join(dir, "demo.db")}
+		o.Target = &clicore.DBTarget{Path: filepath.Join(dir, "demo.db")}
 		o.Synchronous = "normal" // thrown away afterwards
 	}
 	drv, err := e.OpenStore(ctx, o)
@@ -278,7 +279,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *DBTarget) (err
 		if final >= f.orders {
 			break
 		}
-		if time.Since(lastReport) >= progressEvery {
+		if time.Since(lastReport) >= clicore.ProgressEvery {
 			lastReport = time.Now()
 			st := svc.Stats()
 			e.ProgressLine("demo", start, fmt.Sprintf("final %d/%d  processed=%d error=%d compensated=%d in-flight=%d  calls=%d dedup=%d recoveries=%d",
@@ -289,7 +290,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *DBTarget) (err
 		case <-ctx.Done():
 			return fmt.Errorf("demo interrupted: %d of %d orders final", final, f.orders)
 		case <-deadline.C:
-			return fmt.Errorf("demo timed out after %s (--timeout): %d of %d orders final (%s)", f.timeout, final, f.orders, StateCounts(counts))
+			return fmt.Errorf("demo timed out after %s (--timeout): %d of %d orders final (%s)", f.timeout, final, f.orders, clicore.StateCounts(counts))
 		case <-check.C:
 		}
 	}
@@ -317,7 +318,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *DBTarget) (err
 	}
 
 	if e.JSON {
-		if err := WriteJSON(e.Stdout, s); err != nil {
+		if err := clicore.WriteJSON(e.Stdout, s); err != nil {
 			return err
 		}
 	} else {
@@ -335,7 +336,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *DBTarget) (err
 		problems = append(problems, fmt.Sprintf("%d Error tasks have no alert", s.ErrorTasksWithoutAlert))
 	}
 	if len(problems) > 0 {
-		return &ExitError{Code: ExitFailure, Msg: "demo failed: " + strings.Join(problems, "; ")}
+		return &clicore.ExitError{Code: ExitFailure, Msg: "demo failed: " + strings.Join(problems, "; ")}
 	}
 	return nil
 }
@@ -389,7 +390,7 @@ func (e *env) demoSummary(ctx context.Context, c *drover.Client, prefix string, 
 		return nil, errors.New("demo: the first order has no history")
 	}
 	alerted := map[string]bool{}
-	evs, err := AllEvents(ctx, c, drover.EventQuery{AfterID: first[0].ID - 1})
+	evs, err := clicore.AllEvents(ctx, c, drover.EventQuery{AfterID: first[0].ID - 1})
 	if err != nil {
 		return nil, err
 	}

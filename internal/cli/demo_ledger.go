@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/store"
 )
 
@@ -121,36 +122,36 @@ summary names so "drover queue" can inspect them.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case f.ledgers <= 0:
-				return Usagef("--ledgers must be positive, got %d", f.ledgers)
+				return clicore.Usagef("--ledgers must be positive, got %d", f.ledgers)
 			case f.orders <= 0:
-				return Usagef("--orders must be positive, got %d", f.orders)
+				return clicore.Usagef("--orders must be positive, got %d", f.orders)
 			case f.consumers <= 0 || f.consumers > 256:
-				return Usagef("--consumers must be 1-256, got %d", f.consumers)
+				return clicore.Usagef("--consumers must be 1-256, got %d", f.consumers)
 			case f.txPerLedger < 0:
-				return Usagef("--transactions must not be negative (0: as many as --orders), got %d", f.txPerLedger)
+				return clicore.Usagef("--transactions must not be negative (0: as many as --orders), got %d", f.txPerLedger)
 			case f.maxSessions < 0 || f.maxSessions > 100000:
-				return Usagef("--max-sessions must be 1-100000 (0: 2 × orders / consumers), got %d", f.maxSessions)
+				return clicore.Usagef("--max-sessions must be 1-100000 (0: 2 × orders / consumers), got %d", f.maxSessions)
 			case math.IsNaN(f.failureRate) || f.failureRate < 0 || f.failureRate > 0.5:
-				return Usagef("--failure-rate must be between 0 and 0.5, got %v", f.failureRate)
+				return clicore.Usagef("--failure-rate must be between 0 and 0.5, got %v", f.failureRate)
 			case f.stalls < 0:
-				return Usagef("--stalls must not be negative, got %d", f.stalls)
+				return clicore.Usagef("--stalls must not be negative, got %d", f.stalls)
 			case f.stalls > 0 && f.consumers < 2:
-				return Usagef("--stalls needs at least 2 consumers: another one takes the stalled one's sessions over")
+				return clicore.Usagef("--stalls needs at least 2 consumers: another one takes the stalled one's sessions over")
 			case f.lockDuration < 50*time.Millisecond || f.lockDuration > time.Minute:
-				return Usagef("--lock-duration must be between 50ms and 1m, got %s", f.lockDuration)
+				return clicore.Usagef("--lock-duration must be between 50ms and 1m, got %s", f.lockDuration)
 			case f.timeout < 0:
-				return Usagef("--timeout must not be negative, got %s", f.timeout)
+				return clicore.Usagef("--timeout must not be negative, got %s", f.timeout)
 			}
 			if f.txPerLedger == 0 {
 				f.txPerLedger = f.orders
 			}
 			if total := f.ledgers * f.txPerLedger; total < f.orders {
-				return Usagef("--ledgers × --transactions is %d: at least --orders (%d), so every order gets a transaction", total, f.orders)
+				return clicore.Usagef("--ledgers × --transactions is %d: at least --orders (%d), so every order gets a transaction", total, f.orders)
 			} else if total > 10_000_000 {
-				return Usagef("--ledgers × --transactions is %d: at most 10000000", total)
+				return clicore.Usagef("--ledgers × --transactions is %d: at most 10000000", total)
 			}
 			if f.txPerLedger > 100000 {
-				return Usagef("--transactions must be at most 100000 per ledger, got %d", f.txPerLedger)
+				return clicore.Usagef("--transactions must be at most 100000 per ledger, got %d", f.txPerLedger)
 			}
 			if f.maxSessions == 0 {
 				f.maxSessions = max(1, (2*f.orders+f.consumers-1)/f.consumers)
@@ -158,7 +159,7 @@ summary names so "drover queue" can inspect them.`,
 			if f.timeout == 0 {
 				f.timeout = time.Minute + time.Duration(f.ledgers*f.txPerLedger)*time.Millisecond + time.Duration(f.stalls)*4*f.lockDuration
 			}
-			var explicit *DBTarget
+			var explicit *clicore.DBTarget
 			if cmd.Flags().Changed("db") {
 				t, err := e.Target()
 				if err != nil {
@@ -265,7 +266,7 @@ func chance(seed int64, session string, seq int64, delivery int) float64 {
 
 var errInjected = errors.New("injected failure")
 
-func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *DBTarget) error {
+func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *clicore.DBTarget) error {
 	start := time.Now()
 	log := e.Logger(slog.LevelError)
 	sync := "normal" // a temporary file, thrown away afterwards
@@ -533,7 +534,7 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *DB
 		}
 	}
 	if e.JSON {
-		if err := WriteJSON(e.Stdout, s); err != nil {
+		if err := clicore.WriteJSON(e.Stdout, s); err != nil {
 			return err
 		}
 	} else {
@@ -553,7 +554,7 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *DB
 		problems = append(problems, fmt.Sprintf("%d messages dead-lettered", s.DeadLettered))
 	}
 	if len(problems) > 0 {
-		return &ExitError{Code: ExitFailure, Msg: "demo failed: " + strings.Join(problems, "; ")}
+		return &clicore.ExitError{Code: ExitFailure, Msg: "demo failed: " + strings.Join(problems, "; ")}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/remotesim"
 )
 
@@ -48,14 +49,14 @@ duplicate effects) on stdout; --json as one JSON object.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for name, r := range map[string]float64{"--transient-rate": transient, "--hang-rate": hang, "--permanent-rate": permanent} {
 				if r < 0 || r > 1 {
-					return Usagef("%s must be between 0 and 1, got %g", name, r)
+					return clicore.Usagef("%s must be between 0 and 1, got %g", name, r)
 				}
 			}
 			if transient+hang+permanent > 1 {
-				return Usagef("--transient-rate + --hang-rate + --permanent-rate must not exceed 1, got %g", transient+hang+permanent)
+				return clicore.Usagef("--transient-rate + --hang-rate + --permanent-rate must not exceed 1, got %g", transient+hang+permanent)
 			}
 			if rejectAbove < 0 || latency < 0 {
-				return Usagef("--reject-amount-above and --latency must not be negative")
+				return clicore.Usagef("--reject-amount-above and --latency must not be negative")
 			}
 			if !cmd.Flags().Changed("seed") {
 				seed = time.Now().UnixNano()
@@ -72,7 +73,7 @@ duplicate effects) on stdout; --json as one JSON object.`,
 			stop()
 			st := svc.Stats()
 			if e.JSON {
-				return WriteJSON(e.Stdout, st)
+				return clicore.WriteJSON(e.Stdout, st)
 			}
 			fmt.Fprintf(e.Stdout, "calls %d, applied %d, deduplicated %d, duplicate effects %d, transient %d, permanent %d, hangs %d, bad requests %d\n",
 				st.Calls, st.Applied, st.DeduplicatedCalls, st.DuplicateEffects, st.Transient, st.Permanent, st.Hangs, st.BadRequests)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/clicore"
 )
 
 // latencyTracker joins submissions with the final events the subscriber
@@ -77,7 +78,7 @@ func (l *latencyTracker) progress() (final, submitted int) {
 // runLatency submits rate × duration single tasks, paced at f.rate per
 // second from f.submitters goroutines, with the roles running, and reports
 // the submit → Processed latencies.
-func (e *env) runLatency(ctx context.Context, f benchFlags, drv *Database, c *drover.Client, explicit bool) error {
+func (e *env) runLatency(ctx context.Context, f benchFlags, drv *clicore.Database, c *drover.Client, explicit bool) error {
 	if err := c.Start(ctx); err != nil {
 		return drv.StoreErr(err)
 	}
@@ -272,7 +273,7 @@ func (e *env) runLatency(ctx context.Context, f benchFlags, drv *Database, c *dr
 		r.Schema = drv.Target.Schema
 	}
 	if e.JSON {
-		return WriteJSON(e.Stdout, r)
+		return clicore.WriteJSON(e.Stdout, r)
 	}
 	fmt.Fprintf(e.Stdout, "drover bench: %d tasks submitted at %g/s for %s (achieved %.1f/s), submit → Processed latency: p50 %.3fms, p90 %.3fms, p99 %.3fms, max %.3fms, mean %.3fms (%s, %d schedulers)\n",
 		r.Tasks, r.Rate, f.duration, r.AchievedRate, r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs, r.MeanMs, benchStoreDesc(drv, f), r.Schedulers)
@@ -280,7 +281,7 @@ func (e *env) runLatency(ctx context.Context, f benchFlags, drv *Database, c *dr
 }
 
 // benchStoreDesc says which store a bench ran on, for the human output.
-func benchStoreDesc(drv *Database, f benchFlags) string {
+func benchStoreDesc(drv *clicore.Database, f benchFlags) string {
 	if drv.Target.Postgres {
 		return "postgres schema " + drv.Target.Schema
 	}

@@ -187,17 +187,6 @@ func eventJSON(e *drover.Event) EventJSON {
 	return j
 }
 
-// WriteJSON prints v as one line of JSON.
-func WriteJSON(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	_, err = w.Write(b)
-	return err
-}
-
 const timeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 func fmtTime(t *time.Time) string {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/store"
 )
 
@@ -139,16 +140,16 @@ func bodyText(b []byte, n int) string {
 func parseNotBefore(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		if t.Year() < 1970 || t.Year() > 9999 {
-			return time.Time{}, Usagef("--not-before %q is out of range (years 1970-9999)", s)
+			return time.Time{}, clicore.Usagef("--not-before %q is out of range (years 1970-9999)", s)
 		}
 		return t, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return time.Time{}, Usagef("--not-before %q: want an RFC 3339 time (2026-11-22T10:00:00Z) or a duration from now (30s, 5m, 2h)", s)
+		return time.Time{}, clicore.Usagef("--not-before %q: want an RFC 3339 time (2026-11-22T10:00:00Z) or a duration from now (30s, 5m, 2h)", s)
 	}
 	if d < 0 {
-		return time.Time{}, Usagef("--not-before %q: a duration must not be negative", s)
+		return time.Time{}, clicore.Usagef("--not-before %q: a duration must not be negative", s)
 	}
 	return now.Add(d), nil
 }
@@ -157,8 +158,8 @@ func parseNotBefore(s string, now time.Time) (time.Time, error) {
 
 // queueClient opens the store (never creating or migrating it) and a convoy
 // client on it. The caller closes the database.
-func (e *env) queueClient(ctx context.Context, maxBody int) (*convoy.Client, *Database, error) {
-	drv, err := e.OpenStore(ctx, OpenOpts{LockTimeout: true})
+func (e *env) queueClient(ctx context.Context, maxBody int) (*convoy.Client, *clicore.Database, error) {
+	drv, err := e.OpenStore(ctx, clicore.OpenOpts{LockTimeout: true})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -178,33 +179,33 @@ func (e *env) queueClient(ctx context.Context, maxBody int) (*convoy.Client, *Da
 }
 
 // queueErr explains convoy errors in the CLI's terms.
-func queueErr(d *Database, err error) error {
+func queueErr(d *clicore.Database, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, convoy.ErrSessionClosed):
-		return &Wrapped{fmt.Sprintf("%v: its end-of-sequence message was published, nothing more can be published to it", err), err}
+		return clicore.Wrap(fmt.Sprintf("%v: its end-of-sequence message was published, nothing more can be published to it", err), err)
 	}
 	return d.StoreErr(err)
 }
 
 // mustQueue fails unless the queue exists.
-func mustQueue(ctx context.Context, drv *Database, name string) (*convoy.Queue, error) {
+func mustQueue(ctx context.Context, drv *clicore.Database, name string) (*convoy.Queue, error) {
 	q, err := drv.Reader().QueueGet(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, &Wrapped{fmt.Sprintf("queue %q not found: nothing was published to it and no policy was set (see 'drover queue list')", name), err}
+		return nil, clicore.Wrap(fmt.Sprintf("queue %q not found: nothing was published to it and no policy was set (see 'drover queue list')", name), err)
 	}
 	return q, drv.StoreErr(err)
 }
 
 // mustSession fails unless the session exists.
-func mustSession(ctx context.Context, c *convoy.Client, drv *Database, queue, id string) (*convoy.Session, error) {
+func mustSession(ctx context.Context, c *convoy.Client, drv *clicore.Database, queue, id string) (*convoy.Session, error) {
 	if _, err := mustQueue(ctx, drv, queue); err != nil {
 		return nil, err
 	}
 	s, err := c.Session(ctx, queue, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, &Wrapped{fmt.Sprintf("session %q of queue %q not found: nothing was published to it (see 'drover queue sessions --queue %s')", id, queue, queue), err}
+		return nil, clicore.Wrap(fmt.Sprintf("session %q of queue %q not found: nothing was published to it (see 'drover queue sessions --queue %s')", id, queue, queue), err)
 	}
 	return s, drv.StoreErr(err)
 }
@@ -240,7 +241,7 @@ The database (on PostgreSQL, the schema --schema) must exist and be migrated
   drover queue consume --queue orders --count 10 --exec 'cat; echo'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return Usagef("queue needs a subcommand: publish, peek, sessions, list, policy, dlq, resolve or consume")
+			return clicore.Usagef("queue needs a subcommand: publish, peek, sessions, list, policy, dlq, resolve or consume")
 		},
 	}
 	cmd.AddCommand(e.queuePublishCmd(), e.queuePeekCmd(), e.queueSessionsCmd(), e.queueListCmd(),
@@ -292,10 +293,10 @@ message keeps its place, so the session's later messages wait too.`,
 				}
 			}
 			if maxBody <= 0 {
-				return Usagef("--max-body-bytes must be positive, got %d", maxBody)
+				return clicore.Usagef("--max-body-bytes must be positive, got %d", maxBody)
 			}
 			if fl.Changed("body") && fl.Changed("body-file") {
-				return Usagef("--body and --body-file are exclusive: give the body one way")
+				return clicore.Usagef("--body and --body-file are exclusive: give the body one way")
 			}
 			var nb time.Time
 			if fl.Changed("not-before") {
@@ -316,7 +317,7 @@ message keeps its place, so the session's later messages wait too.`,
 				} else {
 					f, err := os.Open(bodyFile)
 					if err != nil {
-						return Usagef("--body-file: %v", err)
+						return clicore.Usagef("--body-file: %v", err)
 					}
 					defer f.Close()
 					r, name = f, bodyFile
@@ -383,10 +384,10 @@ Completed messages are gone. It takes no lock and changes nothing.`,
 				return err
 			}
 			if from < 0 {
-				return Usagef("--from must be 0 or more, got %d", from)
+				return clicore.Usagef("--from must be 0 or more, got %d", from)
 			}
 			if limit <= 0 || limit > 10000 {
-				return Usagef("--limit must be 1-10000, got %d", limit)
+				return clicore.Usagef("--limit must be 1-10000, got %d", limit)
 			}
 			var s *convoy.Session
 			var ms []*convoy.StoredMessage
@@ -428,7 +429,7 @@ Completed messages are gone. It takes no lock and changes nothing.`,
 				for _, m := range ms {
 					out.Messages = append(out.Messages, messageJSON(m))
 				}
-				return WriteJSON(e.Stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
 			fmt.Fprintf(e.Stdout, "session %s of queue %s: %d pending, last seq %d%s\n", s.ID, s.Queue, s.Pending, s.NextSeq, sessionFlags(s, time.Now()))
 			tw := newTable(e.Stdout)
@@ -507,7 +508,7 @@ JSON output) as --after.`,
 				return err
 			}
 			if limit <= 0 || limit > 10000 {
-				return Usagef("--limit must be 1-10000, got %d", limit)
+				return clicore.Usagef("--limit must be 1-10000, got %d", limit)
 			}
 			var ss []*convoy.Session
 			next := ""
@@ -546,7 +547,7 @@ JSON output) as --after.`,
 				for _, s := range ss {
 					out.Sessions = append(out.Sessions, sessionJSON(s, now))
 				}
-				return WriteJSON(e.Stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
 			tw := newTable(e.Stdout)
 			row(tw, "SESSION", "PENDING", "NEXT_SEQ", "READY_AT", "LOCKED_BY", "LOCKED_UNTIL", "BLOCKED", "CLOSED")
@@ -628,7 +629,7 @@ dedupe window of message IDs (0s: off) and the session lock duration.`,
 				for _, q := range qs {
 					out.Queues = append(out.Queues, queueJSON(q))
 				}
-				return WriteJSON(e.Stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
 			tw := newTable(e.Stdout)
 			row(tw, "QUEUE", "MAX_DELIVERY", "POISON", "DEDUPE_WINDOW", "LOCK_DURATION", "UPDATED")
@@ -674,24 +675,24 @@ processes pick it up within a few seconds.`,
 			}
 			change := fl.Changed("max-delivery") || fl.Changed("poison") || fl.Changed("dedupe-window") || fl.Changed("lock-duration")
 			if fl.Changed("max-delivery") && maxDelivery < 1 {
-				return Usagef("--max-delivery must be at least 1, got %d", maxDelivery)
+				return clicore.Usagef("--max-delivery must be at least 1, got %d", maxDelivery)
 			}
 			if fl.Changed("poison") {
 				poison = strings.ToLower(strings.TrimSpace(poison))
 				if !convoy.PoisonPolicy(poison).Valid() {
-					return Usagef("--poison %q: want block or skip", poison)
+					return clicore.Usagef("--poison %q: want block or skip", poison)
 				}
 			}
 			if fl.Changed("dedupe-window") && dedupe < 0 {
-				return Usagef("--dedupe-window must not be negative (0 turns de-duplication off), got %s", dedupe)
+				return clicore.Usagef("--dedupe-window must not be negative (0 turns de-duplication off), got %s", dedupe)
 			}
 			if fl.Changed("lock-duration") && (lock < 10*time.Millisecond || lock > 24*time.Hour) {
-				return Usagef("--lock-duration must be between 10ms and 24h, got %s", lock)
+				return clicore.Usagef("--lock-duration must be between 10ms and 24h, got %s", lock)
 			}
 			if e.remote != nil {
 				// The API takes milliseconds.
 				if dedupe%time.Millisecond != 0 || lock%time.Millisecond != 0 {
-					return Usagef("with --server, --dedupe-window and --lock-duration must be whole milliseconds")
+					return clicore.Usagef("with --server, --dedupe-window and --lock-duration must be whole milliseconds")
 				}
 				var ch droverclient.PolicyChange
 				if fl.Changed("max-delivery") {
@@ -795,13 +796,13 @@ halted; resolve it with "drover queue resolve". Page with --after-session and
 				}
 			}
 			if limit <= 0 || limit > 10000 {
-				return Usagef("--limit must be 1-10000, got %d", limit)
+				return clicore.Usagef("--limit must be 1-10000, got %d", limit)
 			}
 			if afterSeq < 0 {
-				return Usagef("--after-seq must be 0 or more, got %d", afterSeq)
+				return clicore.Usagef("--after-seq must be 0 or more, got %d", afterSeq)
 			}
 			if fl.Changed("after-seq") && !fl.Changed("after-session") && session == "" {
-				return Usagef("--after-seq goes with --after-session (or --session)")
+				return clicore.Usagef("--after-seq goes with --after-session (or --session)")
 			}
 			if session != "" && afterSession == "" && fl.Changed("after-seq") {
 				afterSession = session
@@ -856,7 +857,7 @@ halted; resolve it with "drover queue resolve". Page with --after-session and
 				for _, m := range ms {
 					out.DeadLetters = append(out.DeadLetters, messageJSON(m))
 				}
-				return WriteJSON(e.Stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
 			tw := newTable(e.Stdout)
 			row(tw, "SESSION", "SEQ", "DELIVERIES", "DEAD_AT", "MESSAGE_ID", "REASON", "BODY")
@@ -916,13 +917,13 @@ comes back.`,
 				return err
 			}
 			if !cmd.Flags().Changed("seq") {
-				return Usagef("--seq is required: the sequence number of the dead letter (see 'drover queue dlq')")
+				return clicore.Usagef("--seq is required: the sequence number of the dead letter (see 'drover queue dlq')")
 			}
 			if seq < 1 {
-				return Usagef("--seq must be 1 or more, got %d", seq)
+				return clicore.Usagef("--seq must be 1 or more, got %d", seq)
 			}
 			if resubmit == discard {
-				return Usagef("give exactly one of --resubmit and --discard")
+				return clicore.Usagef("give exactly one of --resubmit and --discard")
 			}
 			if e.remote != nil {
 				return e.remoteResolve(ctx, queue, session, seq, resubmit)
@@ -943,8 +944,8 @@ comes back.`,
 				err = c.DiscardDeadLetter(ctx, queue, session, seq)
 			}
 			if errors.Is(err, store.ErrNotFound) {
-				return &Wrapped{fmt.Sprintf("no dead-lettered message %d in session %q of queue %q (see 'drover queue dlq --queue %s --session %s')",
-					seq, session, queue, queue, session), err}
+				return clicore.Wrap(fmt.Sprintf("no dead-lettered message %d in session %q of queue %q (see 'drover queue dlq --queue %s --session %s')",
+					seq, session, queue, queue, session), err)
 			}
 			if err != nil {
 				return drv.StoreErr(err)

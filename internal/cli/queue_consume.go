@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/clicore"
 )
 
 // ConsumedJSON is one message handled by "queue consume", printed with
@@ -99,15 +100,15 @@ then arrive as JSON (a body that is not JSON as a JSON string).`,
 			}
 			switch {
 			case f.sessions <= 0 || f.sessions > 1000:
-				return Usagef("--sessions must be 1-1000, got %d", f.sessions)
+				return clicore.Usagef("--sessions must be 1-1000, got %d", f.sessions)
 			case f.count < 0:
-				return Usagef("--count must not be negative (0: no limit), got %d", f.count)
+				return clicore.Usagef("--count must not be negative (0: no limit), got %d", f.count)
 			case f.idle < 0:
-				return Usagef("--idle must not be negative (0: wait until interrupted), got %s", f.idle)
+				return clicore.Usagef("--idle must not be negative (0: wait until interrupted), got %s", f.idle)
 			case f.retryDelay < 0:
-				return Usagef("--retry-delay must not be negative, got %s", f.retryDelay)
+				return clicore.Usagef("--retry-delay must not be negative, got %s", f.retryDelay)
 			case cmd.Flags().Changed("exec") && strings.TrimSpace(f.command) == "":
-				return Usagef("--exec is empty: give a shell command")
+				return clicore.Usagef("--exec is empty: give a shell command")
 			}
 			return e.runConsume(cmd.Context(), f)
 		},
@@ -203,7 +204,7 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 			completed.Add(1)
 		}
 		if e.JSON {
-			return WriteJSON(out, j)
+			return clicore.WriteJSON(out, j)
 		}
 		body := bodyText(m.Body, 200)
 		switch {
@@ -301,7 +302,7 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 	s := ConsumeSummary{Queue: f.queue, Completed: completed.Load(), Abandoned: abandoned.Load(), Sessions: accs.Load(),
 		Seconds: math.Round(time.Since(start).Seconds()*1000) / 1000}
 	if e.JSON {
-		return WriteJSON(e.Stdout, s)
+		return clicore.WriteJSON(e.Stdout, s)
 	}
 	_, err := fmt.Fprintf(e.Stdout, "consumed %d messages of queue %s (%d abandoned, %d sessions accepted) in %.1fs\n",
 		s.Completed, s.Queue, s.Abandoned, s.Sessions, s.Seconds)
@@ -343,7 +344,7 @@ type consumeSession interface {
 
 type localConsumeSource struct {
 	c     *convoy.Client
-	drv   *Database
+	drv   *clicore.Database
 	queue string
 }
 

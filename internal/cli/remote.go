@@ -16,6 +16,7 @@ import (
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/droverclient"
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clicore"
 )
 
 // The CLI against a running server: with --server URL the commands that
@@ -51,23 +52,23 @@ func (e *env) setupRemote(cmd *cobra.Command) error {
 	tokenFlags := fl.Changed("token") || fl.Changed("token-file")
 	if e.serverURL == "" {
 		if serverFlag {
-			return Usagef("--server is empty: want http://HOST:PORT or https://HOST:PORT")
+			return clicore.Usagef("--server is empty: want http://HOST:PORT or https://HOST:PORT")
 		}
 		if tokenFlags {
-			return Usagef("--token and --token-file go with --server (or $%s)", EnvServer)
+			return clicore.Usagef("--token and --token-file go with --server (or $%s)", EnvServer)
 		}
 		return nil
 	}
 	if !remoteCommands[cmd.CommandPath()] {
 		if serverFlag {
-			return Usagef("'%s' does not work against a server: it needs the database (--db); leave out --server", cmd.CommandPath())
+			return clicore.Usagef("'%s' does not work against a server: it needs the database (--db); leave out --server", cmd.CommandPath())
 		}
 		e.serverURL = "" // $DROVER_SERVER does not apply to this command
 		return nil
 	}
 	if fl.Changed("db") || fl.Changed("schema") {
 		if serverFlag {
-			return Usagef("--db/--schema and --server exclude each other: give the database or the server")
+			return clicore.Usagef("--db/--schema and --server exclude each other: give the database or the server")
 		}
 		e.serverURL = "" // an explicit --db wins over $DROVER_SERVER
 		return nil
@@ -75,19 +76,19 @@ func (e *env) setupRemote(cmd *cobra.Command) error {
 	token := ""
 	switch {
 	case fl.Changed("token") && fl.Changed("token-file"):
-		return Usagef("--token and --token-file exclude each other")
+		return clicore.Usagef("--token and --token-file exclude each other")
 	case fl.Changed("token-file"):
 		b, err := os.ReadFile(e.tokenFile)
 		if err != nil {
-			return Usagef("--token-file: %v", err)
+			return clicore.Usagef("--token-file: %v", err)
 		}
 		token = strings.TrimSpace(string(b))
 		if token == "" || strings.ContainsAny(token, " \t\r\n") {
-			return Usagef("--token-file %s: want one token on one line", e.tokenFile)
+			return clicore.Usagef("--token-file %s: want one token on one line", e.tokenFile)
 		}
 	case fl.Changed("token"):
 		if token = strings.TrimSpace(e.token); token == "" {
-			return Usagef("--token is empty")
+			return clicore.Usagef("--token is empty")
 		}
 	default:
 		token = strings.TrimSpace(e.Getenv(EnvToken))
@@ -96,7 +97,7 @@ func (e *env) setupRemote(cmd *cobra.Command) error {
 	// the command's context.
 	c, err := droverclient.New(e.serverURL, token, droverclient.WithHTTPClient(&http.Client{}))
 	if err != nil {
-		return Usagef("--server: %s", strings.TrimPrefix(err.Error(), "droverclient: "))
+		return clicore.Usagef("--server: %s", strings.TrimPrefix(err.Error(), "droverclient: "))
 	}
 	e.remote = c
 	e.hasToken = token != ""
@@ -120,12 +121,12 @@ func (e *env) remoteErr(err error) error {
 		case ae.Status == http.StatusForbidden:
 			msg += " (resubmit, cancel, alert acknowledgement, dead-letter actions and queue policy changes need an operator token)"
 		}
-		return &Wrapped{msg, err}
+		return clicore.Wrap(msg, err)
 	}
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	return &Wrapped{fmt.Sprintf("server %s: %s", e.serverURL, strings.TrimPrefix(err.Error(), "droverclient: ")), err}
+	return clicore.Wrap(fmt.Sprintf("server %s: %s", e.serverURL, strings.TrimPrefix(err.Error(), "droverclient: ")), err)
 }
 
 // ---- conversions of API shapes to the types the printers take ----
@@ -234,7 +235,7 @@ func (e *env) remoteSubmit(ctx context.Context, req droverclient.SubmitRequest) 
 		return e.remoteErr(err)
 	}
 	if e.JSON {
-		return WriteJSON(e.Stdout, taskJSON(remoteTask(t)))
+		return clicore.WriteJSON(e.Stdout, taskJSON(remoteTask(t)))
 	}
 	fmt.Fprintln(e.Stdout, t.ID)
 	return nil
@@ -266,7 +267,7 @@ func (e *env) printStatus(t *drover.Task, events []*drover.Event) error {
 		for _, ev := range events {
 			j.Events = append(j.Events, eventJSON(ev))
 		}
-		return WriteJSON(e.Stdout, j)
+		return clicore.WriteJSON(e.Stdout, j)
 	}
 	return printTask(e.Stdout, t, events, time.Now())
 }
@@ -278,7 +279,7 @@ func (e *env) printRemoteChanged(t *droverclient.Task, err error, verb string) e
 		return e.remoteErr(err)
 	}
 	if e.JSON {
-		return WriteJSON(e.Stdout, taskJSON(remoteTask(t)))
+		return clicore.WriteJSON(e.Stdout, taskJSON(remoteTask(t)))
 	}
 	fmt.Fprintf(e.Stdout, "%s %s: now %s\n", verb, t.ID, t.State)
 	return nil
@@ -330,7 +331,7 @@ func (e *env) remoteEvents(ctx context.Context, p droverclient.EventParams, foll
 // printFollowed prints one event of --follow.
 func (e *env) printFollowed(ev *drover.Event) error {
 	if e.JSON {
-		return WriteJSON(e.Stdout, eventJSON(ev))
+		return clicore.WriteJSON(e.Stdout, eventJSON(ev))
 	}
 	_, err := fmt.Fprintln(e.Stdout, eventLine(ev))
 	return err
@@ -340,7 +341,7 @@ func (e *env) printFollowed(ev *drover.Event) error {
 func (e *env) printEventList(evs []*drover.Event) error {
 	if e.JSON {
 		for _, ev := range evs {
-			if err := WriteJSON(e.Stdout, eventJSON(ev)); err != nil {
+			if err := clicore.WriteJSON(e.Stdout, eventJSON(ev)); err != nil {
 				return err
 			}
 		}

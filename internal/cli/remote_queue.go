@@ -10,12 +10,13 @@ import (
 
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/clicore"
 )
 
 // printPublished prints the outcome of "queue publish".
 func (e *env) printPublished(queue, messageID, session string, seq int64, duplicate bool) error {
 	if e.JSON {
-		return WriteJSON(e.Stdout, PublishedJSON{Queue: queue, Session: session, Seq: seq, Duplicate: duplicate, MessageID: messageID})
+		return clicore.WriteJSON(e.Stdout, PublishedJSON{Queue: queue, Session: session, Seq: seq, Duplicate: duplicate, MessageID: messageID})
 	}
 	if duplicate {
 		fmt.Fprintf(e.Stdout, "duplicate: message ID %q was published within the dedupe window as message %d of session %s; nothing stored\n", messageID, seq, session)
@@ -30,7 +31,7 @@ func (e *env) printPublished(queue, messageID, session string, seq int64, duplic
 func (e *env) printResolved(queue, session string, seq int64, action string, s *convoy.Session) error {
 	now := time.Now()
 	if e.JSON {
-		return WriteJSON(e.Stdout, struct {
+		return clicore.WriteJSON(e.Stdout, struct {
 			Queue   string      `json:"queue"`
 			Seq     int64       `json:"seq"`
 			Action  string      `json:"action"`
@@ -50,7 +51,7 @@ func (e *env) printResolved(queue, session string, seq int64, action string, s *
 // bodies as JSON, so the body must be a JSON document.
 func (e *env) remotePublish(ctx context.Context, queue, session, messageID string, body []byte, eos bool, notBefore time.Time) error {
 	if len(body) == 0 || !json.Valid(body) {
-		return Usagef("with --server the message body must be a JSON document (the API carries bodies as JSON), e.g. --body '{\"op\":\"create\"}' or --body '\"text\"'")
+		return clicore.Usagef("with --server the message body must be a JSON document (the API carries bodies as JSON), e.g. --body '{\"op\":\"create\"}' or --body '\"text\"'")
 	}
 	m := droverclient.PublishMessage{SessionID: session, Body: body, MessageID: messageID, EndOfSequence: eos}
 	if !notBefore.IsZero() {
@@ -90,7 +91,7 @@ func (e *env) remoteResolve(ctx context.Context, queue, session string, seq int6
 // changed tell the first line.
 func (e *env) printPolicy(q *convoy.Queue, created, change bool) error {
 	if e.JSON {
-		return WriteJSON(e.Stdout, queueJSON(q))
+		return clicore.WriteJSON(e.Stdout, queueJSON(q))
 	}
 	switch {
 	case created:

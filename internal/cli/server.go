@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/remotesim"
@@ -42,22 +43,14 @@ func parseRoles(s string) (drover.Roles, error) {
 		case "supervisor", "supervisors":
 			r.Supervisor = true
 		default:
-			return r, Usagef("--roles: unknown role %q; want a comma-separated list of %s (or all)", strings.TrimSpace(part), strings.Join(roleNames, ", "))
+			return r, clicore.Usagef("--roles: unknown role %q; want a comma-separated list of %s (or all)", strings.TrimSpace(part), strings.Join(roleNames, ", "))
 		}
 		seen = true
 	}
 	if !seen {
-		return r, Usagef("--roles is empty; want a comma-separated list of %s (or all)", strings.Join(roleNames, ", "))
+		return r, clicore.Usagef("--roles is empty; want a comma-separated list of %s (or all)", strings.Join(roleNames, ", "))
 	}
 	return r, nil
-}
-
-func ValidSynchronous(s string) error {
-	switch strings.ToLower(s) {
-	case "full", "normal":
-		return nil
-	}
-	return Usagef("--synchronous %q: want full or normal", s)
 }
 
 func (e *env) serverCmd() *cobra.Command {
@@ -215,33 +208,33 @@ not sent).`,
 			if err != nil {
 				return err
 			}
-			if err := CheckSynchronous(cmd, t, synchronous); err != nil {
+			if err := clicore.CheckSynchronous(cmd, t, synchronous); err != nil {
 				return err
 			}
 			for name, d := range map[string]time.Duration{"--supervisor-interval": supInterval, "--lease-ttl": leaseTTL, "--step-timeout": stepTimeout, "--poll-interval": pollInterval, "--shutdown-timeout": shutdown} {
 				if d <= 0 {
-					return Usagef("%s must be positive, got %s", name, d)
+					return clicore.Usagef("%s must be positive, got %s", name, d)
 				}
 			}
 			if retryDelay < 0 {
-				return Usagef("--retry-delay must not be negative, got %s", retryDelay)
+				return clicore.Usagef("--retry-delay must not be negative, got %s", retryDelay)
 			}
 			if schedulers < 0 {
-				return Usagef("--schedulers must not be negative, got %d", schedulers)
+				return clicore.Usagef("--schedulers must not be negative, got %d", schedulers)
 			}
 			if maxInput <= 0 {
-				return Usagef("--max-input-bytes must be positive, got %d", maxInput)
+				return clicore.Usagef("--max-input-bytes must be positive, got %d", maxInput)
 			}
 			if wfPoll < 0 {
-				return Usagef("--workflows-poll must not be negative, got %s", wfPoll)
+				return clicore.Usagef("--workflows-poll must not be negative, got %s", wfPoll)
 			}
 			if cmd.Flags().Changed("workflows-poll") && wfDir == "" {
-				return Usagef("--workflows-poll needs --workflows DIR")
+				return clicore.Usagef("--workflows-poll needs --workflows DIR")
 			}
 			if !demo {
 				for _, name := range []string{"remote-url", "step-timeout", "retry-delay"} {
 					if cmd.Flags().Changed(name) {
-						return Usagef("--%s needs --demo: it configures the orders demo", name)
+						return clicore.Usagef("--%s needs --demo: it configures the orders demo", name)
 					}
 				}
 			}
@@ -251,14 +244,14 @@ not sent).`,
 			}
 			egressRules, err := egress.ParseRules(egressAllow)
 			if err != nil {
-				return Usagef("--egress-allow: %v", err)
+				return clicore.Usagef("--egress-allow: %v", err)
 			}
 			hookSecret, err := e.checkWebhookFlags(&wh, egress.New(egress.Options{Allow: egressRules}), allowPerms)
 			if err != nil {
 				return err
 			}
 			log := e.Logger(slog.LevelDebug)
-			var d *Database
+			var d *clicore.Database
 			cfg := server.Config{
 				OpenStore: func(ctx context.Context) (store.Driver, error) {
 					var err error
@@ -348,7 +341,7 @@ func addDemo(ctx context.Context, cfg *server.Config, remoteURL string, opts ord
 
 // serverErr is the command's error for what server.Run returned, with the
 // flags' names and the store's explanations.
-func (e *env) serverErr(err error, d *Database) error {
+func (e *env) serverErr(err error, d *clicore.Database) error {
 	var we *server.WorkflowsError
 	var ae *server.AddrError
 	var se *server.ShutdownError
@@ -358,7 +351,7 @@ func (e *env) serverErr(err error, d *Database) error {
 	case errors.As(err, &we):
 		return workflowsError(e.Stderr, we.Dir, we.Err)
 	case errors.As(err, &ae) && errors.Is(err, server.ErrNoAuthNotLoopback):
-		return Usagef("--insecure-no-auth serves without tokens, so it binds a loopback address only (such as 127.0.0.1:PORT), not %s", ae.Addr)
+		return clicore.Usagef("--insecure-no-auth serves without tokens, so it binds a loopback address only (such as 127.0.0.1:PORT), not %s", ae.Addr)
 	case errors.As(err, &ae):
 		return fmt.Errorf("--%w", err)
 	case errors.As(err, &se):
@@ -387,24 +380,11 @@ func workflowsError(stderr io.Writer, dir string, err error) error {
 	}
 }
 
-// CheckSynchronous validates --synchronous. It is a SQLite setting: given
-// explicitly with a PostgreSQL database it is a usage error, since the
-// server's synchronous_commit decides durability there.
-func CheckSynchronous(cmd *cobra.Command, t DBTarget, synchronous string) error {
-	if t.Postgres {
-		if cmd.Flags().Changed("synchronous") {
-			return Usagef("--synchronous applies to SQLite only; on PostgreSQL durability is the server's synchronous_commit setting")
-		}
-		return nil
-	}
-	return ValidSynchronous(synchronous)
-}
-
 // openServerStore opens and migrates the server's store, creating a
 // SQLite file.
-func (e *env) openServerStore(ctx context.Context, t DBTarget, synchronous string) (*Database, error) {
+func (e *env) openServerStore(ctx context.Context, t clicore.DBTarget, synchronous string) (*clicore.Database, error) {
 	if !t.Postgres {
-		return e.OpenStore(ctx, OpenOpts{Target: &t, Create: true, Migrate: true, Synchronous: synchronous})
+		return e.OpenStore(ctx, clicore.OpenOpts{Target: &t, Create: true, Migrate: true, Synchronous: synchronous})
 	}
-	return e.OpenStore(ctx, OpenOpts{Target: &t, Migrate: true})
+	return e.OpenStore(ctx, clicore.OpenOpts{Target: &t, Migrate: true})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/httpapi"
 	"github.com/drover-run/drover/server"
 	"github.com/drover-run/drover/store"
@@ -76,44 +77,44 @@ func (e *env) checkHTTPFlagValues(cmd *cobra.Command, f *httpFlags, allowPerms b
 		for _, name := range []string{"tokens-file", "tls-cert", "tls-key", "insecure-no-auth", "max-body-bytes", "rate-limit", "rate-burst", "max-streams", "stream-heartbeat",
 			"agent-redelivery-delay", "agent-redelivery-max-delay", "max-streams-per-token", "max-waiting", "max-waiting-per-token", "queue-create"} {
 			if cmd.Flags().Changed(name) {
-				return nil, nil, Usagef("--%s needs --listen", name)
+				return nil, nil, clicore.Usagef("--%s needs --listen", name)
 			}
 		}
 		return nil, nil, nil
 	}
 	if f.maxBodyBytes <= 0 {
-		return nil, nil, Usagef("--max-body-bytes must be positive, got %d", f.maxBodyBytes)
+		return nil, nil, clicore.Usagef("--max-body-bytes must be positive, got %d", f.maxBodyBytes)
 	}
 	if f.burst <= 0 {
-		return nil, nil, Usagef("--rate-burst must be positive, got %d", f.burst)
+		return nil, nil, clicore.Usagef("--rate-burst must be positive, got %d", f.burst)
 	}
 	if f.rate == 0 {
-		return nil, nil, Usagef("--rate-limit must not be 0 (negative: no limit)")
+		return nil, nil, clicore.Usagef("--rate-limit must not be 0 (negative: no limit)")
 	}
 	for name, n := range map[string]int{"--max-streams": f.maxStreams, "--max-streams-per-token": f.maxStreamsTk, "--max-waiting": f.maxWaiting, "--max-waiting-per-token": f.maxWaitingTk} {
 		if n <= 0 {
-			return nil, nil, Usagef("%s must be positive, got %d", name, n)
+			return nil, nil, clicore.Usagef("%s must be positive, got %d", name, n)
 		}
 	}
 	switch httpapi.QueueCreate(f.queueCreate) {
 	case httpapi.QueueCreateSubmit, httpapi.QueueCreateOperator:
 	default:
-		return nil, nil, Usagef("--queue-create %q: want submit or operator", f.queueCreate)
+		return nil, nil, clicore.Usagef("--queue-create %q: want submit or operator", f.queueCreate)
 	}
 	if f.heartbeat < 100*time.Millisecond {
-		return nil, nil, Usagef("--stream-heartbeat must be at least 100ms, got %s", f.heartbeat)
+		return nil, nil, clicore.Usagef("--stream-heartbeat must be at least 100ms, got %s", f.heartbeat)
 	}
 	if !cmd.Flags().Changed("agent-redelivery-max-delay") && f.redelivery.First > f.redelivery.Max {
 		f.redelivery.Max = f.redelivery.First // a first delay above the default max: no doubling
 	}
 	if f.redelivery.First > store.MaxRedelivery {
-		return nil, nil, Usagef("--agent-redelivery-delay %s is above %s", f.redelivery.First, store.MaxRedelivery)
+		return nil, nil, clicore.Usagef("--agent-redelivery-delay %s is above %s", f.redelivery.First, store.MaxRedelivery)
 	}
 	if err := f.redelivery.Validate(); err != nil {
-		return nil, nil, Usagef("--agent-redelivery-delay, --agent-redelivery-max-delay: %v", err)
+		return nil, nil, clicore.Usagef("--agent-redelivery-delay, --agent-redelivery-max-delay: %v", err)
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
-		return nil, nil, Usagef("--tls-cert and --tls-key go together")
+		return nil, nil, clicore.Usagef("--tls-cert and --tls-key go together")
 	}
 	var cert *tls.Certificate
 	if f.tlsCert != "" {
@@ -128,7 +129,7 @@ func (e *env) checkHTTPFlagValues(cmd *cobra.Command, f *httpFlags, allowPerms b
 	switch {
 	case f.insecure:
 		if f.tokensFile != "" {
-			return nil, nil, Usagef("--insecure-no-auth and --tokens-file exclude each other")
+			return nil, nil, clicore.Usagef("--insecure-no-auth and --tokens-file exclude each other")
 		}
 		return nil, cert, nil
 	case f.tokensFile != "":
@@ -151,7 +152,7 @@ func (e *env) checkHTTPFlagValues(cmd *cobra.Command, f *httpFlags, allowPerms b
 		}
 	}
 	if len(tokens) == 0 {
-		return nil, nil, Usagef("--listen needs API tokens: --tokens-file FILE or $%s (or --insecure-no-auth on a loopback address)", httpapi.EnvTokens)
+		return nil, nil, clicore.Usagef("--listen needs API tokens: --tokens-file FILE or $%s (or --insecure-no-auth on a loopback address)", httpapi.EnvTokens)
 	}
 	return tokens, cert, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/webhook"
 )
@@ -47,34 +48,34 @@ func (e *env) checkWebhookFlags(f *webhookFlags, outbound *egress.Policy, allowP
 		}
 		secret = bytes.TrimSpace(b)
 		if len(secret) == 0 {
-			return nil, Usagef("--webhook-secret-file %s is empty", f.secretFile)
+			return nil, clicore.Usagef("--webhook-secret-file %s is empty", f.secretFile)
 		}
 	case e.Getenv(EnvWebhookSecret) != "":
 		secret = []byte(e.Getenv(EnvWebhookSecret))
 	}
 	if secret != nil && len(secret) < webhook.MinSecretBytes {
-		return nil, Usagef("the webhook secret is %d bytes; it must be at least %d", len(secret), webhook.MinSecretBytes)
+		return nil, clicore.Usagef("the webhook secret is %d bytes; it must be at least %d", len(secret), webhook.MinSecretBytes)
 	}
 	f.subs = nil
 	for _, u := range f.urls {
 		s, err := webhook.ParseSubscription(u)
 		if err != nil {
-			return nil, Usagef("--webhook-url %q: %v", u, err)
+			return nil, clicore.Usagef("--webhook-url %q: %v", u, err)
 		}
 		f.subs = append(f.subs, s)
 	}
 	allow, err := webhook.ParseAllow(f.prefixes)
 	if err != nil {
-		return nil, Usagef("--callback-url-prefix: %v", err)
+		return nil, clicore.Usagef("--callback-url-prefix: %v", err)
 	}
 	f.allow, f.egress = allow.WithEgress(outbound), outbound
 	if len(f.urls) > 0 && secret == nil {
-		return nil, Usagef("--webhook-url needs a signing secret: --webhook-secret-file FILE or $%s", EnvWebhookSecret)
+		return nil, clicore.Usagef("--webhook-url needs a signing secret: --webhook-secret-file FILE or $%s", EnvWebhookSecret)
 	}
 	for i, sub := range f.subs {
 		if pu, err := url.Parse(sub.URL); err == nil {
 			if err := outbound.CheckURL(pu); err != nil {
-				return nil, Usagef("--webhook-url %q: %v; open it with --egress-allow", f.urls[i], err)
+				return nil, clicore.Usagef("--webhook-url %q: %v; open it with --egress-allow", f.urls[i], err)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package cli
+package clicore
 
 import (
 	"context"
@@ -147,13 +147,13 @@ func (t DBTarget) Desc() string {
 }
 
 // Target parses --db and --schema.
-func (e *env) Target() (DBTarget, error) { return ParseDB(e.DBURL, e.Schema) }
+func (e *Env) Target() (DBTarget, error) { return ParseDB(e.DBURL, e.Schema) }
 
 // Database is an open state store and how messages name it.
 type Database struct {
 	store.Driver
-	Target    DBTarget
-	Label string // the SQLite path, or the redacted PostgreSQL URL
+	Target DBTarget
+	Label  string // the SQLite path, or the redacted PostgreSQL URL
 }
 
 // Desc names the store in messages.
@@ -186,7 +186,7 @@ type OpenOpts struct {
 // OpenStore opens the store named by --db (and --schema). Without create, a
 // missing SQLite file is an error; without migrate, a PostgreSQL schema is
 // never created. Either way the schema must then be current.
-func (e *env) OpenStore(ctx context.Context, o OpenOpts) (*Database, error) {
+func (e *Env) OpenStore(ctx context.Context, o OpenOpts) (*Database, error) {
 	var t DBTarget
 	if o.Target != nil {
 		t = *o.Target
@@ -196,7 +196,7 @@ func (e *env) OpenStore(ctx context.Context, o OpenOpts) (*Database, error) {
 			return nil, err
 		}
 	}
-	d, err := e.connect(ctx, t, o)
+	d, err := e.Connect(ctx, t, o)
 	if err != nil {
 		return nil, err
 	}
@@ -207,8 +207,8 @@ func (e *env) OpenStore(ctx context.Context, o OpenOpts) (*Database, error) {
 	return d, nil
 }
 
-// connect opens the store without looking at its schema.
-func (e *env) connect(ctx context.Context, t DBTarget, o OpenOpts) (*Database, error) {
+// Connect opens the store without looking at its schema.
+func (e *Env) Connect(ctx context.Context, t DBTarget, o OpenOpts) (*Database, error) {
 	if t.Postgres {
 		d := &Database{Target: t, Label: t.Name()}
 		drv, err := postgres.Open(ctx, t.URL, postgres.Options{Schema: t.Schema, LockTimeout: e.pgLockTimeout(t, o.LockTimeout)})
@@ -243,7 +243,7 @@ func (e *env) connect(ctx context.Context, t DBTarget, o OpenOpts) (*Database, e
 // one: --lock-timeout, unless the URL sets lock_timeout itself. It is set
 // inside drover's transactions rather than as a connection parameter,
 // which PgBouncer refuses.
-func (e *env) pgLockTimeout(t DBTarget, want bool) time.Duration {
+func (e *Env) pgLockTimeout(t DBTarget, want bool) time.Duration {
 	if !want {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package cli
+package clicore
 
 import (
 	"fmt"
@@ -6,23 +6,23 @@ import (
 	"time"
 )
 
-// progressEvery is how often a long run (demo, bench) prints its progress.
-const progressEvery = 500 * time.Millisecond
+// ProgressEvery is how often a long run (demo, bench) prints its progress.
+const ProgressEvery = 500 * time.Millisecond
 
 // ProgressLine prints one progress line of a long run on stderr,
 // "<name>:  12.5s  <what>", the seconds since start; none with --json,
 // whose output is the one JSON result (and JSON logs).
-func (e *env) ProgressLine(name string, start time.Time, what string) {
+func (e *Env) ProgressLine(name string, start time.Time, what string) {
 	if e.JSON {
 		return
 	}
 	fmt.Fprintf(e.Stderr, "%s: %5.1fs  %s\n", name, time.Since(start).Seconds(), what)
 }
 
-// Progress prints progressLine(name, start, what()) every progressEvery
+// Progress prints progressLine(name, start, what()) every ProgressEvery
 // until stop is called (more than once is fine); what is called from
 // another goroutine.
-func (e *env) Progress(name string, start time.Time, what func() string) (stop func()) {
+func (e *Env) Progress(name string, start time.Time, what func() string) (stop func()) {
 	if e.JSON {
 		return func() {}
 	}
@@ -31,7 +31,7 @@ func (e *env) Progress(name string, start time.Time, what func() string) (stop f
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(progressEvery)
+		tick := time.NewTicker(ProgressEvery)
 		defer tick.Stop()
 		for {
 			select {
