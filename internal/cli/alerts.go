@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -90,31 +89,14 @@ its history. Acknowledging again changes nothing.`,
 			if limit < 1 || limit > 1000 {
 				return clicore.Usagef("--limit must be 1-1000, got %d", limit)
 			}
-			var alerts []AlertJSON
-			var next int64
-			if e.remote != nil {
-				page, err := e.remote.Alerts(ctx, droverclient.AlertParams{After: after, Limit: limit, Unacknowledged: unacked})
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				for i := range page.Alerts {
-					alerts = append(alerts, alertFromAPI(&page.Alerts[i]))
-				}
-				next = page.NextAfter
-			} else {
-				c, drv, err := e.readClient(ctx, 0, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				page, n, err := c.Alerts(ctx, drover.AlertQuery{AfterID: after, Limit: limit, Unacknowledged: unacked})
-				if err != nil {
-					return drv.StoreErr(err)
-				}
-				for _, a := range page {
-					alerts = append(alerts, alertFromStore(a))
-				}
-				next = n
+			b, err := e.tasks(ctx)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			alerts, next, err := b.Alerts(ctx, drover.AlertQuery{AfterID: after, Limit: limit, Unacknowledged: unacked})
+			if err != nil {
+				return err
 			}
 			if e.JSON {
 				out := struct {
@@ -170,27 +152,14 @@ acknowledgement. It does not change the task: resubmit it to retry.`,
 			if err != nil || id < 1 {
 				return clicore.Usagef("ALERT-ID %q: want an alert's ID, a positive integer", args[0])
 			}
-			var out AlertJSON
-			if e.remote != nil {
-				a, err := e.remote.AckAlert(ctx, id)
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				out = alertFromAPI(a)
-			} else {
-				c, drv, err := e.readClient(ctx, 0, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				a, err := c.AckAlert(ctx, id, "cli")
-				if errors.Is(err, drover.ErrAlertNotFound) {
-					return fmt.Errorf("alert %d not found (see 'drover alerts')", id)
-				}
-				if err != nil {
-					return drv.StoreErr(err)
-				}
-				out = alertFromStore(a)
+			b, err := e.tasks(ctx)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			out, err := b.AckAlert(ctx, id)
+			if err != nil {
+				return err
 			}
 			if e.JSON {
 				return clicore.WriteJSON(e.Stdout, out)

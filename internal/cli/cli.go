@@ -19,7 +19,9 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/benchcmd"
 	"github.com/drover-run/drover/internal/clicore"
+	"github.com/drover-run/drover/internal/democmd"
 	"github.com/drover-run/drover/internal/oneline"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/store"
@@ -185,8 +187,8 @@ refuse --server; --db and --server exclude each other.`,
 		e.resubmitCmd(),
 		e.cancelCmd(),
 		e.eventsCmd(),
-		e.demoCmd(),
-		e.benchCmd(),
+		democmd.Command(e.Env),
+		benchcmd.Command(e.Env),
 		e.queueCmd(),
 		e.alertsCmd(),
 	)
@@ -221,20 +223,4 @@ func clientConfig(drv store.Driver, maxInput int, stepTimeout time.Duration) dro
 		ExternalAgents: orders.AgentNames(),
 		MaxInputBytes:  maxInput,
 	}
-}
-
-// readClient opens the store and a client that submits and reads; it never
-// starts roles and never creates or migrates anything. The caller closes the
-// returned database.
-func (e *env) readClient(ctx context.Context, maxInput int, stepTimeout time.Duration) (*drover.Client, *clicore.Database, error) {
-	drv, err := e.OpenStore(ctx, clicore.OpenOpts{LockTimeout: true})
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := drover.New(clientConfig(drv.Driver, maxInput, stepTimeout))
-	if err != nil {
-		drv.Close()
-		return nil, nil, err
-	}
-	return c, drv, nil
 }

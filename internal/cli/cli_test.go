@@ -21,7 +21,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/mattn/go-sqlite3"
 
+	"github.com/drover-run/drover/internal/benchcmd"
 	"github.com/drover-run/drover/internal/clicore"
+	"github.com/drover-run/drover/internal/democmd"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store/sqlite"
 )
@@ -487,7 +489,7 @@ func TestDemoOrders(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("demo: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var s DemoSummary
+	var s democmd.DemoSummary
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &s); err != nil {
 		t.Fatalf("last line %q: %v", lastLine(r.stdout), err)
 	}
@@ -557,7 +559,7 @@ func TestBench(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var b BenchResult
+	var b benchcmd.BenchResult
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
 		t.Fatalf("bench output %q: %v", r.stdout, err)
 	}
@@ -731,7 +733,7 @@ func pgTestURL(t *testing.T) string {
 func pgSchema(t *testing.T) (url, schema string) {
 	t.Helper()
 	url = pgTestURL(t)
-	schema = "drover_cli_" + RandomHex(6)
+	schema = "drover_cli_" + clicore.RandomHex(6)
 	t.Cleanup(func() {
 		pgExec(t, url, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 	})
@@ -1112,7 +1114,7 @@ func TestPostgresBench(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var b BenchResult
+	var b benchcmd.BenchResult
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
 		t.Fatalf("bench output %q: %v", r.stdout, err)
 	}
@@ -1133,7 +1135,7 @@ func TestPostgresBenchTemporarySchema(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var b BenchResult
+	var b benchcmd.BenchResult
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
 		t.Fatal(err)
 	}
@@ -1147,13 +1149,13 @@ func TestPostgresBenchTemporarySchema(t *testing.T) {
 }
 
 // benchLatency runs the latency mode at 200 tasks/s for 2s.
-func benchLatency(t *testing.T, args ...string) LatencyResult {
+func benchLatency(t *testing.T, args ...string) benchcmd.LatencyResult {
 	t.Helper()
 	r := run(t, "", append([]string{"bench", "--rate", "200", "--duration", "2s", "--json"}, args...)...)
 	if r.code != 0 {
 		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var b LatencyResult
+	var b benchcmd.LatencyResult
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
 		t.Fatalf("bench output %q: %v", r.stdout, err)
 	}
@@ -1175,7 +1177,7 @@ func TestBenchLatency(t *testing.T) {
 	}
 	// Several submitters share the schedule.
 	r := run(t, "", "bench", "--rate", "300", "--duration", "1s", "--submitters", "3", "--synchronous", "normal", "--json")
-	var b LatencyResult
+	var b benchcmd.LatencyResult
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); r.code != 0 || err != nil || b.Tasks != 300 || b.Submitters != 3 || b.P50Ms <= 0 {
 		t.Fatalf("bench --submitters 3: exit %d, %+v (%v); stderr %s", r.code, b, err, r.stderr)
 	}
@@ -1200,7 +1202,7 @@ func TestPostgresDemo(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("demo: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var s DemoSummary
+	var s democmd.DemoSummary
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &s); err != nil {
 		t.Fatalf("last line %q: %v", lastLine(r.stdout), err)
 	}

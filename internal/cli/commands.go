@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover"
-	"github.com/drover-run/drover/droverclient"
 	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/workflowdef"
@@ -82,15 +81,8 @@ migrated they fail and say to run "drover migrate".`,
 // submitClient opens the store and a client that can submit workflow: the
 // latest stored version of a declarative workflow or, when no declarative
 // workflow has that name, the orders demo's workflow (whose input it checks).
-func (e *env) submitClient(ctx context.Context, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, *clicore.Database, error) {
-	drv, err := e.OpenStore(ctx, clicore.OpenOpts{LockTimeout: true})
-	if err != nil {
-		return nil, nil, err
-	}
-	fail := func(err error) (*drover.Client, *clicore.Database, error) {
-		drv.Close()
-		return nil, nil, err
-	}
+func (e *env) submitClient(ctx context.Context, drv *clicore.Database, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, error) {
+	fail := func(err error) (*drover.Client, error) { return nil, err }
 	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv.Driver, Logger: e.Logger(slog.LevelWarn)})
 	if err == nil {
 		err = reg.LoadStored(ctx)
@@ -113,11 +105,7 @@ func (e *env) submitClient(ctx context.Context, workflow string, maxInput int, s
 		known = append(known, orders.WorkflowName+" (the demo's, run by \"drover server --demo\")")
 		return fail(fmt.Errorf("%w %q (this database knows: %s)", drover.ErrUnknownWorkflow, workflow, strings.Join(known, ", ")))
 	}
-	c, err := drover.New(cfg)
-	if err != nil {
-		return fail(err)
-	}
-	return c, drv, nil
+	return drover.New(cfg)
 }
 
 func (e *env) submitCmd() *cobra.Command {
@@ -225,33 +213,23 @@ instead, which knows its own workflows (also declarative ones).`,
 				return fmt.Errorf("%w: more than %d bytes (--max-input-bytes)", drover.ErrInputTooLarge, maxInput)
 			}
 			input = bytes.TrimSpace(input)
-			if e.remote != nil {
-				// The server knows its workflows and checks the input.
-				if len(input) > 0 && !jsonValid(input) {
-					return fmt.Errorf("%w: not a JSON document: %s", drover.ErrInvalidInput, jsonProblem(input))
-				}
-				return e.remoteSubmit(ctx, droverclient.SubmitRequest{Workflow: workflow, Input: input, ID: id,
-					OrderingKey: orderingKey, CallbackURL: callbackURL, CallbackEvents: callbackEvs})
-			}
+			// Against a server, the server knows its workflows and checks
+			// the input beyond this.
 			if len(input) > 0 && !jsonValid(input) {
 				return fmt.Errorf("%w: not a JSON document: %s", drover.ErrInvalidInput, jsonProblem(input))
 			}
-			c, drv, err := e.submitClient(ctx, workflow, maxInput, stepTimeout)
+			b, err := e.tasks(ctx)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
-			t, err := c.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id, OrderingKey: orderingKey,
-				CallbackURL: callbackURL, CallbackEvents: callbackEvs})
+			defer b.Close()
+			t, err := b.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id, OrderingKey: orderingKey,
+				CallbackURL: callbackURL, CallbackEvents: callbackEvs}, stepTimeout, maxInput, e.JSON)
 			if err != nil {
-				return drv.StoreErr(err)
+				return err
 			}
 			if e.JSON {
-				full, err := c.Task(ctx, t.ID)
-				if err != nil {
-					return err
-				}
-				return clicore.WriteJSON(e.Stdout, taskJSON(full))
+				return clicore.WriteJSON(e.Stdout, taskJSON(t))
 			}
 			fmt.Fprintln(e.Stdout, t.ID)
 			return nil
@@ -299,21 +277,18 @@ after "--": drover status -- -old-id.`,
 			if err := checkTaskIDArg("", args[0]); err != nil {
 				return err
 			}
-			if e.remote != nil {
-				return e.remoteStatus(ctx, args[0], withEvents)
-			}
-			c, drv, err := e.readClient(ctx, 0, 0)
+			b, err := e.tasks(ctx)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
-			t, err := c.Task(ctx, args[0])
+			defer b.Close()
+			t, err := b.Task(ctx, args[0])
 			if err != nil {
-				return drv.StoreErr(err)
+				return err
 			}
 			var events []*drover.Event
 			if withEvents {
-				if events, err = clicore.AllEvents(ctx, c, drover.EventQuery{TaskID: t.ID}); err != nil {
+				if events, err = b.TaskEvents(ctx, t.ID); err != nil {
 					return err
 				}
 				if events == nil {
@@ -382,33 +357,14 @@ the JSON output) as --after to get the next page.`,
 					return err
 				}
 			}
-			var ts []*drover.Task
-			next := ""
-			if e.remote != nil {
-				var names []string
-				for _, st := range sts {
-					names = append(names, string(st))
-				}
-				page, err := e.remote.Tasks(ctx, droverclient.ListParams{States: names, Workflow: workflow, After: after, Limit: limit})
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				for i := range page.Tasks {
-					ts = append(ts, remoteTask(&page.Tasks[i]))
-				}
-				next = page.NextAfter
-			} else {
-				c, drv, err := e.readClient(ctx, 0, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				if ts, err = c.Tasks(ctx, drover.ListParams{States: sts, Workflow: workflow, AfterID: after, Limit: limit}); err != nil {
-					return drv.StoreErr(err)
-				}
-				if len(ts) == limit {
-					next = ts[len(ts)-1].ID
-				}
+			b, err := e.tasks(ctx)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			ts, next, err := b.Tasks(ctx, drover.ListParams{States: sts, Workflow: workflow, AfterID: after, Limit: limit})
+			if err != nil {
+				return err
 			}
 			if e.JSON {
 				out := struct {
@@ -470,20 +426,16 @@ A task ID starting with "-" is given after "--": drover resubmit -- -old-id.`,
 				}
 				opts.FromStep = &fromStep
 			}
-			if e.remote != nil {
-				t, err := e.remote.Resubmit(ctx, args[0], &droverclient.ResubmitOptions{FromStep: opts.FromStep})
-				return e.printRemoteChanged(t, err, "resubmitted")
-			}
-			c, drv, err := e.readClient(ctx, 0, 0)
+			b, err := e.tasks(ctx)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
-			t, err := c.Resubmit(ctx, args[0], &opts)
+			defer b.Close()
+			t, err := b.Resubmit(ctx, args[0], &opts, e.JSON)
 			if err != nil {
-				return drv.StoreErr(err)
+				return err
 			}
-			return e.printChanged(ctx, c, t, "resubmitted")
+			return e.printChanged(t, "resubmitted")
 		},
 	}
 	cmd.Flags().IntVar(&fromStep, "from-step", 0, "re-run from this step index (default: the failed step)")
@@ -510,33 +462,27 @@ cancel --reason why -- -old-id.`,
 			if err := checkReason(reason); err != nil {
 				return err
 			}
-			if e.remote != nil {
-				t, err := e.remote.Cancel(ctx, args[0], reason)
-				return e.printRemoteChanged(t, err, "cancelled")
-			}
-			c, drv, err := e.readClient(ctx, 0, 0)
+			b, err := e.tasks(ctx)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
-			t, err := c.Cancel(ctx, args[0], reason)
+			defer b.Close()
+			t, err := b.Cancel(ctx, args[0], reason, e.JSON)
 			if err != nil {
-				return drv.StoreErr(err)
+				return err
 			}
-			return e.printChanged(ctx, c, t, "cancelled")
+			return e.printChanged(t, "cancelled")
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the event history")
 	return cmd
 }
 
-func (e *env) printChanged(ctx context.Context, c *drover.Client, t *drover.Task, verb string) error {
+// printChanged prints the answer of a resubmit or cancel (with --json the
+// task with its steps).
+func (e *env) printChanged(t *drover.Task, verb string) error {
 	if e.JSON {
-		full, err := c.Task(ctx, t.ID)
-		if err != nil {
-			return err
-		}
-		return clicore.WriteJSON(e.Stdout, taskJSON(full))
+		return clicore.WriteJSON(e.Stdout, taskJSON(t))
 	}
 	fmt.Fprintf(e.Stdout, "%s %s: now %s\n", verb, t.ID, t.ProcessState)
 	return nil
@@ -584,25 +530,17 @@ last event printed, so none is missed or printed twice.`,
 					return err
 				}
 			}
-			if e.remote != nil {
-				return e.remoteEvents(ctx, droverclient.EventParams{TaskID: taskID, AlertsOnly: alerts, After: after, Limit: limit}, follow)
-			}
-			c, drv, err := e.readClient(ctx, 0, 0)
+			b, err := e.tasks(ctx)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
+			defer b.Close()
 			if follow {
-				for ev := range c.Subscribe(ctx, drover.Subscription{TaskID: taskID, AlertsOnly: alerts, AfterID: after, UntilFinal: true}) {
-					if err := e.printFollowed(ev); err != nil {
-						return err
-					}
-				}
-				return nil // interrupted, or the task is final: a normal end of --follow
+				return b.Follow(ctx, drover.Subscription{TaskID: taskID, AlertsOnly: alerts, AfterID: after}, e.printFollowed)
 			}
-			evs, err := c.Events(ctx, drover.EventQuery{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: limit})
+			evs, err := b.Events(ctx, drover.EventQuery{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: limit})
 			if err != nil {
-				return drv.StoreErr(err)
+				return err
 			}
 			return e.printEventList(evs)
 		},

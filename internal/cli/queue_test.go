@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drover-run/drover/internal/benchcmd"
+	"github.com/drover-run/drover/internal/democmd"
 )
 
 // The "drover queue", "drover demo ledger" and "drover bench convoy"
@@ -401,13 +404,13 @@ func TestQueueHelp(t *testing.T) {
 	}
 }
 
-func demoLedger(t *testing.T, args ...string) DemoLedgerSummary {
+func demoLedger(t *testing.T, args ...string) democmd.DemoLedgerSummary {
 	t.Helper()
 	r := run(t, "", append([]string{"demo", "ledger", "--json"}, args...)...)
 	if r.code != 0 {
 		t.Fatalf("demo ledger: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var s DemoLedgerSummary
+	var s democmd.DemoLedgerSummary
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &s); err != nil {
 		t.Fatalf("last line %q: %v", lastLine(r.stdout), err)
 	}
@@ -461,13 +464,13 @@ func TestPostgresDemoLedger(t *testing.T) {
 	}
 }
 
-func benchConvoy(t *testing.T, args ...string) BenchConvoyResult {
+func benchConvoy(t *testing.T, args ...string) benchcmd.BenchConvoyResult {
 	t.Helper()
 	r := run(t, "", append([]string{"bench", "convoy", "--json"}, args...)...)
 	if r.code != 0 {
 		t.Fatalf("bench convoy: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var b BenchConvoyResult
+	var b benchcmd.BenchConvoyResult
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
 		t.Fatalf("bench output %q: %v", r.stdout, err)
 	}

@@ -227,39 +227,6 @@ func (e *env) findSession(ctx context.Context, queue, id string) (*convoy.Sessio
 	}
 }
 
-// ---- the task commands against a server ----
-
-func (e *env) remoteSubmit(ctx context.Context, req droverclient.SubmitRequest) error {
-	t, _, err := e.remote.SubmitTask(ctx, req)
-	if err != nil {
-		return e.remoteErr(err)
-	}
-	if e.JSON {
-		return clicore.WriteJSON(e.Stdout, taskJSON(remoteTask(t)))
-	}
-	fmt.Fprintln(e.Stdout, t.ID)
-	return nil
-}
-
-func (e *env) remoteStatus(ctx context.Context, id string, withEvents bool) error {
-	t, err := e.remote.Task(ctx, id)
-	if err != nil {
-		return e.remoteErr(err)
-	}
-	var events []*drover.Event
-	if withEvents {
-		evs, err := e.remote.Events(ctx, droverclient.EventParams{TaskID: t.ID})
-		if err != nil {
-			return e.remoteErr(err)
-		}
-		events = []*drover.Event{}
-		for i := range evs {
-			events = append(events, remoteEvent(&evs[i]))
-		}
-	}
-	return e.printStatus(remoteTask(t), events)
-}
-
 // printStatus prints a task with its steps and, when not nil, its events.
 func (e *env) printStatus(t *drover.Task, events []*drover.Event) error {
 	if e.JSON {
@@ -272,60 +239,10 @@ func (e *env) printStatus(t *drover.Task, events []*drover.Event) error {
 	return printTask(e.Stdout, t, events, time.Now())
 }
 
-// printRemoteChanged prints the answer of a resubmit or cancel as
-// printChanged does.
-func (e *env) printRemoteChanged(t *droverclient.Task, err error, verb string) error {
-	if err != nil {
-		return e.remoteErr(err)
-	}
-	if e.JSON {
-		return clicore.WriteJSON(e.Stdout, taskJSON(remoteTask(t)))
-	}
-	fmt.Fprintf(e.Stdout, "%s %s: now %s\n", verb, t.ID, t.State)
-	return nil
-}
-
-func (e *env) remoteEvents(ctx context.Context, p droverclient.EventParams, follow bool) error {
-	if follow {
-		err := e.remote.FollowEvents(ctx, droverclient.FollowOptions{TaskID: p.TaskID, AlertsOnly: p.AlertsOnly, After: p.After,
-			OnReconnect: func(err error, wait time.Duration) {
-				fmt.Fprintf(e.Stderr, "drover: event stream from %s lost (%s); reconnecting in %s\n", e.serverURL,
-					OneLine(e.remoteErr(err).Error()), wait.Round(time.Millisecond))
-			}},
-			func(ev *droverclient.Event) error { return e.printFollowed(remoteEvent(ev)) })
-		if ctx.Err() != nil {
-			return nil // interrupted: a normal end of --follow
-		}
-		return e.remoteErr(err) // nil when the task is final
-	}
-	var evs []*drover.Event
-	if p.AlertsOnly && p.TaskID == "" {
-		// Alerts have an exact, paged listing.
-		after := p.After
-		for len(evs) < p.Limit {
-			page, err := e.remote.Alerts(ctx, droverclient.AlertParams{After: after, Limit: min(p.Limit-len(evs), 1000)})
-			if err != nil {
-				return e.remoteErr(err)
-			}
-			for _, a := range page.Alerts {
-				evs = append(evs, &drover.Event{ID: a.ID, TaskID: a.Subject, StepIndex: a.StepIndex, Type: dt.EventType(a.Type),
-					State: dt.ProcessState(a.State), Alert: true, Actor: a.Actor, Attempt: a.Attempt, Message: a.Message, CreatedAt: a.CreatedAt})
-			}
-			if page.NextAfter == 0 {
-				break
-			}
-			after = page.NextAfter
-		}
-	} else {
-		list, err := e.remote.Events(ctx, p)
-		if err != nil {
-			return e.remoteErr(err)
-		}
-		for i := range list {
-			evs = append(evs, remoteEvent(&list[i]))
-		}
-	}
-	return e.printEventList(evs)
+// reconnecting reports a lost event stream of --follow --server.
+func (e *env) reconnecting(err error, wait time.Duration) {
+	fmt.Fprintf(e.Stderr, "drover: event stream from %s lost (%s); reconnecting in %s\n", e.serverURL,
+		OneLine(e.remoteErr(err).Error()), wait.Round(time.Millisecond))
 }
 
 // printFollowed prints one event of --follow.

@@ -1,4 +1,4 @@
-package cli
+package benchcmd
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
@@ -169,49 +168,8 @@ under sessions named after the run, so runs on a kept store do not mix.`,
 	return cmd
 }
 
-// benchOpen opens the store of a benchmark or demo: a temporary SQLite file
-// unless explicit is set; on PostgreSQL without an explicit schema a
-// temporary schema (tempSchema). The returned cleanup closes the store and
-// removes what was temporary.
-func (e *env) benchOpen(ctx context.Context, explicit *clicore.DBTarget, tempSchema bool, synchronous, prefix string) (*clicore.Database, func(), error) {
-	o := clicore.OpenOpts{Create: true, Migrate: true, Target: explicit, Synchronous: synchronous}
-	var dir string
-	if explicit == nil {
-		var err error
-		if dir, err = os.MkdirTemp("", "drover-"+prefix+"-"); err != nil {
-			return nil, nil, fmt.Errorf("create a temporary database: %w", err)
-		}
-		o.Target = &clicore.DBTarget{Path: filepath.Join(dir, prefix+".db")}
-	} else if tempSchema {
-		t := *explicit
-		t.Schema = "drover_bench_" + RandomHex(6)
-		o.Target = &t
-	}
-	drv, err := e.OpenStore(ctx, o)
-	if err != nil {
-		if dir != "" {
-			os.RemoveAll(dir)
-		}
-		return nil, nil, err
-	}
-	cleanup := func() {
-		if tempSchema {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			if err := clicore.DropSchema(dctx, drv); err != nil {
-				fmt.Fprintf(e.Stderr, "drover: warning: drop the temporary schema %s: %v\n", drv.Target.Schema, err)
-			}
-			cancel()
-		}
-		drv.Close()
-		if dir != "" {
-			os.RemoveAll(dir)
-		}
-	}
-	return drv, cleanup, nil
-}
-
 func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *clicore.DBTarget, tempSchema bool) error {
-	drv, cleanup, err := e.benchOpen(ctx, explicit, tempSchema, f.synchronous, "bench")
+	drv, cleanup, err := e.OpenScratch(ctx, explicit, tempSchema, f.synchronous, "bench")
 	if err != nil {
 		return err
 	}
@@ -223,7 +181,7 @@ func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *
 		return err
 	}
 	// Sessions are named after the run, so runs on a kept store do not mix.
-	prefix := "b" + RandomHex(3) + "-"
+	prefix := "b" + clicore.RandomHex(3) + "-"
 	sessionID := func(i int) string { return prefix + strconv.Itoa(i) }
 	body := make([]byte, f.bodyBytes)
 	for i := range body {
@@ -388,7 +346,7 @@ func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *
 			r.Consumers, r.MaxSessions, r.Handler, r.Rounds, where, r.OrderViolations, r.Lost)
 	}
 	if r.OrderViolations > 0 || r.Lost > 0 || r.Consumed != int64(f.messages) {
-		return &clicore.ExitError{Code: ExitFailure, Msg: fmt.Sprintf("bench convoy failed: %d order violations, %d messages lost, %d consumed of %d",
+		return &clicore.ExitError{Code: clicore.ExitFailure, Msg: fmt.Sprintf("bench convoy failed: %d order violations, %d messages lost, %d consumed of %d",
 			r.OrderViolations, r.Lost, r.Consumed, f.messages)}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package cli
+package democmd
 
 import (
 	"fmt"
@@ -10,9 +10,9 @@ import (
 	"github.com/drover-run/drover/internal/remotesim"
 )
 
-// demoServiceReady starts the line "drover demo service" prints once it
+// ServiceReady starts the line "drover demo service" prints once it
 // listens; tests and scripts wait for it.
-const demoServiceReady = "demo service listening on "
+const ServiceReady = "demo service listening on "
 
 func (e *env) demoServiceCmd() *cobra.Command {
 	var (
@@ -40,7 +40,7 @@ gets the same answer again without applying the effect twice. Faults:
 applying the effect), --permanent-rate (422, sticky per key), and
 --reject-amount-above N (422 for every amount over N, e.g. a card limit).
 
-Once listening it prints "` + demoServiceReady + `http://HOST:PORT" on stderr.
+Once listening it prints "` + ServiceReady + `http://HOST:PORT" on stderr.
 On exit it prints what it saw (calls, effects applied, deduplicated calls,
 duplicate effects) on stdout; --json as one JSON object.`,
 		Example: `  drover demo service --listen 127.0.0.1:9001
@@ -68,7 +68,7 @@ duplicate effects) on stdout; --json as one JSON object.`,
 			if err != nil {
 				return fmt.Errorf("--listen %s: %w", listen, err)
 			}
-			fmt.Fprintln(e.Stderr, demoServiceReady+url)
+			fmt.Fprintln(e.Stderr, ServiceReady+url)
 			<-ctx.Done()
 			stop()
 			st := svc.Stats()

@@ -1,4 +1,4 @@
-package cli
+package benchcmd
 
 import (
 	"context"
@@ -220,7 +220,7 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicit *clicore.DBTa
 		o.Target = &clicore.DBTarget{Path: filepath.Join(dir, "bench.db")}
 	} else if tempSchema {
 		t := *explicit
-		t.Schema = "drover_bench_" + RandomHex(6)
+		t.Schema = "drover_bench_" + clicore.RandomHex(6)
 		o.Target = &t
 	}
 	drv, err := e.OpenStore(ctx, o)

@@ -1,9 +1,7 @@
-package cli
+package democmd
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -173,12 +171,6 @@ func (f *demoFlags) validate() error {
 	return nil
 }
 
-func RandomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *clicore.DBTarget) (err error) {
 	start := time.Now()
 	log := e.Logger(slog.LevelWarn)
@@ -243,7 +235,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *clicore.DBTarg
 	}
 	defer stop()
 
-	prefix := "demo-" + RandomHex(4) + "-"
+	prefix := "demo-" + clicore.RandomHex(4) + "-"
 	if explicit == nil {
 		prefix = "demo-"
 	}
@@ -336,7 +328,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *clicore.DBTarg
 		problems = append(problems, fmt.Sprintf("%d Error tasks have no alert", s.ErrorTasksWithoutAlert))
 	}
 	if len(problems) > 0 {
-		return &clicore.ExitError{Code: ExitFailure, Msg: "demo failed: " + strings.Join(problems, "; ")}
+		return &clicore.ExitError{Code: clicore.ExitFailure, Msg: "demo failed: " + strings.Join(problems, "; ")}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package cli
+package democmd
 
 import (
 	"context"
@@ -273,7 +273,7 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *cl
 	if explicit != nil {
 		sync = ""
 	}
-	drv, cleanup, err := e.benchOpen(ctx, explicit, false, sync, "demo")
+	drv, cleanup, err := e.OpenScratch(ctx, explicit, false, sync, "demo")
 	if err != nil {
 		return err
 	}
@@ -281,7 +281,7 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *cl
 
 	prefix := "demo-"
 	if explicit != nil {
-		prefix = "demo-" + RandomHex(4) + "-"
+		prefix = "demo-" + clicore.RandomHex(4) + "-"
 	}
 	ledgerQ, orderQ := prefix+"ledgers", prefix+"orders"
 
@@ -554,7 +554,7 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *cl
 		problems = append(problems, fmt.Sprintf("%d messages dead-lettered", s.DeadLettered))
 	}
 	if len(problems) > 0 {
-		return &clicore.ExitError{Code: ExitFailure, Msg: "demo failed: " + strings.Join(problems, "; ")}
+		return &clicore.ExitError{Code: clicore.ExitFailure, Msg: "demo failed: " + strings.Join(problems, "; ")}
 	}
 	return nil
 }
