@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 
@@ -17,26 +18,26 @@ const MinWebhookSecretBytes = webhook.MinSecretBytes
 func (s *Server) checkWebhooks() error {
 	w := s.cfg.Webhooks
 	if w.Secret != nil && len(w.Secret) < webhook.MinSecretBytes {
-		return fmt.Errorf("Config.Webhooks.Secret is %d bytes; it must be at least %d", len(w.Secret), webhook.MinSecretBytes)
+		return fmt.Errorf("server: Config.Webhooks.Secret is %d bytes; it must be at least %d", len(w.Secret), webhook.MinSecretBytes)
 	}
 	if len(w.URLs) > 0 && w.Secret == nil {
-		return fmt.Errorf("Config.Webhooks.URLs need a Secret")
+		return errors.New("server: Config.Webhooks.URLs need a Secret")
 	}
 	for _, u := range w.URLs {
 		sub, err := webhook.ParseSubscription(u)
 		if err != nil {
-			return fmt.Errorf("Config.Webhooks.URLs %q: %w", u, err)
+			return fmt.Errorf("server: Config.Webhooks.URLs %q: %w", u, err)
 		}
 		if pu, err := url.Parse(sub.URL); err == nil {
 			if err := s.outbound.CheckURL(pu); err != nil {
-				return fmt.Errorf("Config.Webhooks.URLs %q: %w; open it with Config.EgressAllow", u, err)
+				return fmt.Errorf("server: Config.Webhooks.URLs %q: %w; open it with Config.EgressAllow", u, err)
 			}
 		}
 		s.subs = append(s.subs, sub)
 	}
 	allow, err := webhook.ParseAllow(w.CallbackURLPrefixes)
 	if err != nil {
-		return fmt.Errorf("Config.Webhooks.CallbackURLPrefixes: %w", err)
+		return fmt.Errorf("server: Config.Webhooks.CallbackURLPrefixes: %w", err)
 	}
 	s.allow = allow.WithEgress(s.outbound)
 	return nil

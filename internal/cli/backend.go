@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/droverclient"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clicore"
+	"github.com/drover-run/drover/internal/orders"
+	"github.com/drover-run/drover/internal/workflowdef"
 )
 
 // taskBackend is where the task and alert commands (submit, status, list,
@@ -334,4 +338,34 @@ func (r *remoteTasks) AckAlert(ctx context.Context, id int64) (AlertJSON, error)
 		return AlertJSON{}, r.e.remoteErr(err)
 	}
 	return alertFromAPI(a), nil
+}
+
+// submitClient opens the store and a client that can submit workflow: the
+// latest stored version of a declarative workflow or, when no declarative
+// workflow has that name, the orders demo's workflow (whose input it checks).
+func (e *env) submitClient(ctx context.Context, drv *clicore.Database, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, error) {
+	fail := func(err error) (*drover.Client, error) { return nil, err }
+	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv.Driver, Logger: e.Logger(slog.LevelWarn)})
+	if err == nil {
+		err = reg.LoadStored(ctx)
+	}
+	if err != nil {
+		return fail(drv.StoreErr(err))
+	}
+	var cfg drover.Config
+	switch _, declared := reg.Current(workflow); {
+	case declared:
+		cfg = drover.Config{Store: drv.Driver, MaxInputBytes: maxInput, Workflows: reg.Workflows(),
+			ExternalAgents: append(reg.ExternalAgents(), workflowdef.HTTPAgentName)}
+	case workflow == orders.WorkflowName:
+		cfg = clientConfig(drv.Driver, maxInput, stepTimeout)
+	default:
+		var known []string
+		for _, w := range reg.Workflows() {
+			known = append(known, w.Name)
+		}
+		known = append(known, orders.WorkflowName+" (the demo's, run by \"drover server --demo\")")
+		return fail(fmt.Errorf("%w %q (this database knows: %s)", drover.ErrUnknownWorkflow, workflow, strings.Join(known, ", ")))
+	}
+	return drover.New(cfg)
 }

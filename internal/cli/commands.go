@@ -2,11 +2,9 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/orders"
-	"github.com/drover-run/drover/internal/workflowdef"
 )
 
 func (e *env) migrateCmd() *cobra.Command {
@@ -76,36 +73,6 @@ migrated they fail and say to run "drover migrate".`,
 			return nil
 		},
 	}
-}
-
-// submitClient opens the store and a client that can submit workflow: the
-// latest stored version of a declarative workflow or, when no declarative
-// workflow has that name, the orders demo's workflow (whose input it checks).
-func (e *env) submitClient(ctx context.Context, drv *clicore.Database, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, error) {
-	fail := func(err error) (*drover.Client, error) { return nil, err }
-	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv.Driver, Logger: e.Logger(slog.LevelWarn)})
-	if err == nil {
-		err = reg.LoadStored(ctx)
-	}
-	if err != nil {
-		return fail(drv.StoreErr(err))
-	}
-	var cfg drover.Config
-	switch _, declared := reg.Current(workflow); {
-	case declared:
-		cfg = drover.Config{Store: drv.Driver, MaxInputBytes: maxInput, Workflows: reg.Workflows(),
-			ExternalAgents: append(reg.ExternalAgents(), workflowdef.HTTPAgentName)}
-	case workflow == orders.WorkflowName:
-		cfg = clientConfig(drv.Driver, maxInput, stepTimeout)
-	default:
-		var known []string
-		for _, w := range reg.Workflows() {
-			known = append(known, w.Name)
-		}
-		known = append(known, orders.WorkflowName+" (the demo's, run by \"drover server --demo\")")
-		return fail(fmt.Errorf("%w %q (this database knows: %s)", drover.ErrUnknownWorkflow, workflow, strings.Join(known, ", ")))
-	}
-	return drover.New(cfg)
 }
 
 func (e *env) submitCmd() *cobra.Command {

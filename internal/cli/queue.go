@@ -1,25 +1,19 @@
 package cli
 
 import (
-	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover/convoy"
-	"github.com/drover-run/drover/droverclient"
 	"github.com/drover-run/drover/internal/clicore"
-	"github.com/drover-run/drover/store"
 )
 
 // The "drover queue" commands: session queues (the Sequential Convoy
@@ -154,61 +148,7 @@ func parseNotBefore(s string, now time.Time) (time.Time, error) {
 	return now.Add(d), nil
 }
 
-// ---- opening ----
 
-// queueClient opens the store (never creating or migrating it) and a convoy
-// client on it. The caller closes the database.
-func (e *env) queueClient(ctx context.Context, maxBody int) (*convoy.Client, *clicore.Database, error) {
-	drv, err := e.OpenStore(ctx, clicore.OpenOpts{LockTimeout: true})
-	if err != nil {
-		return nil, nil, err
-	}
-	host, _ := os.Hostname()
-	id := strings.Map(func(r rune) rune {
-		if unicode.IsSpace(r) || r == '/' || !unicode.IsPrint(r) {
-			return '-'
-		}
-		return r
-	}, fmt.Sprintf("drover-cli-%s-%d", host, os.Getpid()))
-	c, err := convoy.New(convoy.Config{Store: drv.Driver, InstanceID: id, MaxBodyBytes: maxBody, Logger: e.Logger(slog.LevelWarn)})
-	if err != nil {
-		drv.Close()
-		return nil, nil, err
-	}
-	return c, drv, nil
-}
-
-// queueErr explains convoy errors in the CLI's terms.
-func queueErr(d *clicore.Database, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, convoy.ErrSessionClosed):
-		return clicore.Wrap(fmt.Sprintf("%v: its end-of-sequence message was published, nothing more can be published to it", err), err)
-	}
-	return d.StoreErr(err)
-}
-
-// mustQueue fails unless the queue exists.
-func mustQueue(ctx context.Context, drv *clicore.Database, name string) (*convoy.Queue, error) {
-	q, err := drv.Reader().QueueGet(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, clicore.Wrap(fmt.Sprintf("queue %q not found: nothing was published to it and no policy was set (see 'drover queue list')", name), err)
-	}
-	return q, drv.StoreErr(err)
-}
-
-// mustSession fails unless the session exists.
-func mustSession(ctx context.Context, c *convoy.Client, drv *clicore.Database, queue, id string) (*convoy.Session, error) {
-	if _, err := mustQueue(ctx, drv, queue); err != nil {
-		return nil, err
-	}
-	s, err := c.Session(ctx, queue, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, clicore.Wrap(fmt.Sprintf("session %q of queue %q not found: nothing was published to it (see 'drover queue sessions --queue %s')", id, queue, queue), err)
-	}
-	return s, drv.StoreErr(err)
-}
 
 // ---- the commands ----
 
@@ -331,20 +271,17 @@ message keeps its place, so the session's later messages wait too.`,
 			if len(data) > maxBody {
 				return fmt.Errorf("%w: the body is more than %d bytes (--max-body-bytes)", convoy.ErrInvalidMessage, maxBody)
 			}
-			if e.remote != nil {
-				return e.remotePublish(ctx, queue, session, messageID, data, eos, nb)
-			}
-			c, drv, err := e.queueClient(ctx, maxBody)
+			b, err := e.queues(ctx, maxBody)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
-			res, err := c.Publish(ctx, queue, convoy.Message{SessionID: session, Body: data, MessageID: messageID,
+			defer b.Close()
+			res, err := b.Publish(ctx, queue, convoy.Message{SessionID: session, Body: data, MessageID: messageID,
 				EndOfSequence: eos, NotBefore: nb})
 			if err != nil {
-				return queueErr(drv, err)
+				return err
 			}
-			return e.printPublished(queue, messageID, res[0].SessionID, res[0].Seq, res[0].Duplicate)
+			return e.printPublished(queue, messageID, res.SessionID, res.Seq, res.Duplicate)
 		},
 	}
 	f := cmd.Flags()
@@ -389,36 +326,14 @@ Completed messages are gone. It takes no lock and changes nothing.`,
 			if limit <= 0 || limit > 10000 {
 				return clicore.Usagef("--limit must be 1-10000, got %d", limit)
 			}
-			var s *convoy.Session
-			var ms []*convoy.StoredMessage
-			var next int64
-			if e.remote != nil {
-				page, err := e.remote.Peek(ctx, queue, session, from, limit)
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				if s, err = e.findSession(ctx, queue, session); err != nil {
-					return err
-				}
-				for i := range page.Messages {
-					ms = append(ms, remoteMessage(&page.Messages[i]))
-				}
-				next = page.NextFromSeq
-			} else {
-				c, drv, err := e.queueClient(ctx, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				if s, err = mustSession(ctx, c, drv, queue, session); err != nil {
-					return err
-				}
-				if ms, err = c.Peek(ctx, queue, session, from, limit); err != nil {
-					return drv.StoreErr(err)
-				}
-				if len(ms) == limit {
-					next = ms[len(ms)-1].Seq + 1
-				}
+			b, err := e.queues(ctx, 0)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			s, ms, next, err := b.Peek(ctx, queue, session, from, limit)
+			if err != nil {
+				return err
 			}
 			if e.JSON {
 				out := struct {
@@ -510,32 +425,14 @@ JSON output) as --after.`,
 			if limit <= 0 || limit > 10000 {
 				return clicore.Usagef("--limit must be 1-10000, got %d", limit)
 			}
-			var ss []*convoy.Session
-			next := ""
-			if e.remote != nil {
-				page, err := e.remote.Sessions(ctx, queue, after, limit)
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				for i := range page.Sessions {
-					ss = append(ss, remoteSession(&page.Sessions[i]))
-				}
-				next = page.NextAfter
-			} else {
-				c, drv, err := e.queueClient(ctx, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				if _, err := mustQueue(ctx, drv, queue); err != nil {
-					return err
-				}
-				if ss, err = c.Sessions(ctx, queue, after, limit); err != nil {
-					return drv.StoreErr(err)
-				}
-				if len(ss) == limit {
-					next = ss[len(ss)-1].ID
-				}
+			b, err := e.queues(ctx, 0)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			ss, next, err := b.Sessions(ctx, queue, after, limit)
+			if err != nil {
+				return err
 			}
 			now := time.Now()
 			if e.JSON {
@@ -603,24 +500,14 @@ dedupe window of message IDs (0s: off) and the session lock duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			var qs []*convoy.Queue
-			if e.remote != nil {
-				list, err := e.remote.Queues(ctx)
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				for i := range list {
-					qs = append(qs, remoteQueue(&list[i]))
-				}
-			} else {
-				c, drv, err := e.queueClient(ctx, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				if qs, err = c.Queues(ctx); err != nil {
-					return drv.StoreErr(err)
-				}
+			b, err := e.queues(ctx, 0)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			qs, err := b.Queues(ctx)
+			if err != nil {
+				return err
 			}
 			if e.JSON {
 				out := struct {
@@ -689,69 +576,33 @@ processes pick it up within a few seconds.`,
 			if fl.Changed("lock-duration") && (lock < 10*time.Millisecond || lock > 24*time.Hour) {
 				return clicore.Usagef("--lock-duration must be between 10ms and 24h, got %s", lock)
 			}
-			if e.remote != nil {
-				// The API takes milliseconds.
-				if dedupe%time.Millisecond != 0 || lock%time.Millisecond != 0 {
-					return clicore.Usagef("with --server, --dedupe-window and --lock-duration must be whole milliseconds")
-				}
-				var ch droverclient.PolicyChange
-				if fl.Changed("max-delivery") {
-					ch.MaxDeliveryCount = &maxDelivery
-				}
-				if fl.Changed("poison") {
-					ch.PoisonPolicy = &poison
-				}
-				if fl.Changed("dedupe-window") {
-					ms := dedupe.Milliseconds()
-					ch.DedupeWindowMS = &ms
-				}
-				if fl.Changed("lock-duration") {
-					ms := lock.Milliseconds()
-					ch.LockDurationMS = &ms
-				}
-				return e.remotePolicy(ctx, queue, change, ch)
-			}
-			c, drv, err := e.queueClient(ctx, 0)
+			b, err := e.queues(ctx, 0)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
+			defer b.Close()
 			var q *convoy.Queue
 			created := false
 			if !change {
-				if q, err = mustQueue(ctx, drv, queue); err != nil {
-					return err
-				}
+				q, err = b.Policy(ctx, queue)
 			} else {
-				p, err := c.QueuePolicy(ctx, queue)
-				switch {
-				case errors.Is(err, store.ErrNotFound):
-					created = true
-					p = convoy.QueuePolicy{Name: queue}
-				case err != nil:
-					return drv.StoreErr(err)
-				}
+				var ch policyChange
 				if fl.Changed("max-delivery") {
-					p.MaxDeliveryCount = maxDelivery
+					ch.MaxDelivery = &maxDelivery
 				}
 				if fl.Changed("poison") {
-					p.Poison = convoy.PoisonPolicy(poison)
+					ch.Poison = &poison
 				}
 				if fl.Changed("dedupe-window") {
-					p.DedupeWindow = dedupe
-					if dedupe == 0 {
-						p.DedupeWindow = convoy.NoDedupe
-					}
+					ch.Dedupe = &dedupe
 				}
 				if fl.Changed("lock-duration") {
-					p.LockDuration = lock
+					ch.Lock = &lock
 				}
-				if err := c.SetQueuePolicy(ctx, p); err != nil {
-					return drv.StoreErr(err)
-				}
-				if q, err = mustQueue(ctx, drv, queue); err != nil {
-					return err
-				}
+				q, created, err = b.SetPolicy(ctx, queue, ch)
+			}
+			if err != nil {
+				return err
 			}
 			return e.printPolicy(q, created, change)
 		},
@@ -811,42 +662,18 @@ halted; resolve it with "drover queue resolve". Page with --after-session and
 				Session string `json:"session"`
 				Seq     int64  `json:"seq"`
 			}
+			b, err := e.queues(ctx, 0)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			ms, nextCursor, err := b.DeadLetters(ctx, queue, session, convoy.DeadLetterCursor{SessionID: afterSession, Seq: afterSeq}, limit)
+			if err != nil {
+				return err
+			}
 			var next *cursor
-			var ms []*convoy.StoredMessage
-			if e.remote != nil {
-				p := droverclient.DeadLetterParams{Session: session, Limit: limit}
-				if afterSession != "" || afterSeq > 0 {
-					p.After = &droverclient.DeadLetterCursor{AfterSession: afterSession, AfterSeq: afterSeq}
-				}
-				page, err := e.remote.DeadLetters(ctx, queue, p)
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				for i := range page.DeadLetters {
-					ms = append(ms, remoteMessage(&page.DeadLetters[i]))
-				}
-				if page.Next != nil {
-					next = &cursor{page.Next.AfterSession, page.Next.AfterSeq}
-				}
-			} else {
-				c, drv, err := e.queueClient(ctx, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				if session != "" {
-					if _, err := mustSession(ctx, c, drv, queue, session); err != nil {
-						return err
-					}
-				} else if _, err := mustQueue(ctx, drv, queue); err != nil {
-					return err
-				}
-				if ms, err = c.DeadLetters(ctx, queue, session, convoy.DeadLetterCursor{SessionID: afterSession, Seq: afterSeq}, limit); err != nil {
-					return drv.StoreErr(err)
-				}
-				if len(ms) == limit {
-					next = &cursor{ms[len(ms)-1].SessionID, ms[len(ms)-1].Seq}
-				}
+			if nextCursor != nil {
+				next = &cursor{nextCursor.SessionID, nextCursor.Seq}
 			}
 			if e.JSON {
 				out := struct {
@@ -925,34 +752,18 @@ comes back.`,
 			if resubmit == discard {
 				return clicore.Usagef("give exactly one of --resubmit and --discard")
 			}
-			if e.remote != nil {
-				return e.remoteResolve(ctx, queue, session, seq, resubmit)
-			}
-			c, drv, err := e.queueClient(ctx, 0)
+			b, err := e.queues(ctx, 0)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
-			if _, err := mustSession(ctx, c, drv, queue, session); err != nil {
+			defer b.Close()
+			s, err := b.Resolve(ctx, queue, session, seq, resubmit)
+			if err != nil {
 				return err
 			}
 			action := "resubmitted"
-			if resubmit {
-				err = c.ResubmitDeadLetter(ctx, queue, session, seq)
-			} else {
+			if !resubmit {
 				action = "discarded"
-				err = c.DiscardDeadLetter(ctx, queue, session, seq)
-			}
-			if errors.Is(err, store.ErrNotFound) {
-				return clicore.Wrap(fmt.Sprintf("no dead-lettered message %d in session %q of queue %q (see 'drover queue dlq --queue %s --session %s')",
-					seq, session, queue, queue, session), err)
-			}
-			if err != nil {
-				return drv.StoreErr(err)
-			}
-			s, err := c.Session(ctx, queue, session)
-			if err != nil {
-				return drv.StoreErr(err)
 			}
 			return e.printResolved(queue, session, seq, action, s)
 		},

@@ -125,17 +125,12 @@ then arrive as JSON (a body that is not JSON as a JSON string).`,
 
 func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 	start := time.Now()
-	var src consumeSource
-	if e.remote != nil {
-		src = &remoteConsumeSource{e: e, queue: f.queue}
-	} else {
-		c, drv, err := e.queueClient(ctx, 0)
-		if err != nil {
-			return err
-		}
-		defer drv.Close()
-		src = localConsumeSource{c: c, drv: drv, queue: f.queue}
+	b, err := e.queues(ctx, 0)
+	if err != nil {
+		return err
 	}
+	defer b.Close()
+	src := b.Consumer(f.queue)
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -304,7 +299,7 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 	if e.JSON {
 		return clicore.WriteJSON(e.Stdout, s)
 	}
-	_, err := fmt.Fprintf(e.Stdout, "consumed %d messages of queue %s (%d abandoned, %d sessions accepted) in %.1fs\n",
+	_, err = fmt.Fprintf(e.Stdout, "consumed %d messages of queue %s (%d abandoned, %d sessions accepted) in %.1fs\n",
 		s.Completed, s.Queue, s.Abandoned, s.Sessions, s.Seconds)
 	return err
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
@@ -47,46 +46,6 @@ func (e *env) printResolved(queue, session string, seq int64, action string, s *
 	return nil
 }
 
-// remotePublish publishes one message over the API. The API carries
-// bodies as JSON, so the body must be a JSON document.
-func (e *env) remotePublish(ctx context.Context, queue, session, messageID string, body []byte, eos bool, notBefore time.Time) error {
-	if len(body) == 0 || !json.Valid(body) {
-		return clicore.Usagef("with --server the message body must be a JSON document (the API carries bodies as JSON), e.g. --body '{\"op\":\"create\"}' or --body '\"text\"'")
-	}
-	m := droverclient.PublishMessage{SessionID: session, Body: body, MessageID: messageID, EndOfSequence: eos}
-	if !notBefore.IsZero() {
-		m.NotBefore = &notBefore
-	}
-	res, err := e.remote.Publish(ctx, queue, m)
-	if err != nil {
-		return e.remoteErr(err)
-	}
-	if len(res) != 1 {
-		return fmt.Errorf("server: publish answered %d results for one message", len(res))
-	}
-	return e.printPublished(queue, messageID, res[0].SessionID, res[0].Seq, res[0].Duplicate)
-}
-
-// remoteResolve resubmits or discards a dead letter over the API.
-func (e *env) remoteResolve(ctx context.Context, queue, session string, seq int64, resubmit bool) error {
-	action := "resubmitted"
-	var err error
-	if resubmit {
-		err = e.remote.ResubmitDeadLetter(ctx, queue, session, seq)
-	} else {
-		action = "discarded"
-		err = e.remote.DiscardDeadLetter(ctx, queue, session, seq)
-	}
-	if err != nil {
-		return e.remoteErr(err)
-	}
-	s, err := e.findSession(ctx, queue, session)
-	if err != nil {
-		return err
-	}
-	return e.printResolved(queue, session, seq, action, s)
-}
-
 // printPolicy prints a queue's policy as "queue policy" does; created and
 // changed tell the first line.
 func (e *env) printPolicy(q *convoy.Queue, created, change bool) error {
@@ -112,24 +71,6 @@ func (e *env) printPolicy(q *convoy.Queue, created, change bool) error {
 	row(tw, "Created:", fmtTime(&q.CreatedAt))
 	row(tw, "Updated:", fmtTime(&q.UpdatedAt))
 	return tw.Flush()
-}
-
-// remotePolicy shows or changes a queue's policy over the API.
-func (e *env) remotePolicy(ctx context.Context, queue string, change bool, ch droverclient.PolicyChange) error {
-	var (
-		q       *droverclient.Queue
-		created bool
-		err     error
-	)
-	if change {
-		q, created, err = e.remote.SetPolicy(ctx, queue, ch)
-	} else {
-		q, err = e.remote.Policy(ctx, queue)
-	}
-	if err != nil {
-		return e.remoteErr(err)
-	}
-	return e.printPolicy(remoteQueue(q), created, change)
 }
 
 // remoteConsumeSource accepts sessions for "queue consume --server".
