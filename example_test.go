@@ -73,7 +73,11 @@ func Example() {
 	if err := client.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer client.Stop(ctx)
+	defer func() {
+		if err := client.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	// Submitting twice with the same ID and input is harmless: one task.
 	for range 2 {

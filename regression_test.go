@@ -40,14 +40,14 @@ func TestAgentConcurrencyLimitAcrossIntakePaths(t *testing.T) {
 	startClient(t, drover.Config{Store: d, InstanceID: "B", Workflows: wfs, Roles: drover.Roles{Scheduler: true}, ExternalAgents: []string{"w"}, MaxInFlight: 64})
 	a := startClient(t, drover.Config{Store: d, InstanceID: "A", Workflows: wfs, MaxInFlight: 64,
 		Agents: []drover.Agent{{Name: "w", Concurrency: limit, Func: fn}}})
-	ps := make([]drover.SubmitParams, 1500)
+	ps := make([]drover.SubmitParams, 600)
 	for i := range ps {
 		ps[i] = drover.SubmitParams{Workflow: "w", Input: []byte(`{}`)}
 	}
 	if _, err := a.SubmitMany(ctx, ps); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "all processed", func() bool { c, _ := a.Counts(ctx); return c[drover.Processed] == len(ps) })
+	waitWithin(t, 90*time.Second, "all processed", func() bool { c, _ := a.Counts(ctx); return c[drover.Processed] == len(ps) })
 	t.Logf("peak concurrent calls %d, limit %d", peak.Load(), limit)
 	if peak.Load() > limit {
 		t.Errorf("agent ran %d calls at once, Concurrency is %d", peak.Load(), limit)

@@ -24,12 +24,14 @@ func Example() {
 		panic(err)
 	}
 	c, _ := convoy.New(convoy.Config{Store: drv})
-	c.Publish(ctx, "orders",
+	if _, err := c.Publish(ctx, "orders",
 		convoy.Message{SessionID: "o-17", Body: []byte("create")},
 		convoy.Message{SessionID: "o-18", Body: []byte("create")},
 		convoy.Message{SessionID: "o-17", Body: []byte("pay")},
 		convoy.Message{SessionID: "o-17", Body: []byte("ship"), EndOfSequence: true},
-	)
+	); err != nil {
+		panic(err)
+	}
 
 	r, _ := c.AcceptSession(ctx, "orders", "o-17")
 	defer r.Close(ctx)

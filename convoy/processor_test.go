@@ -20,13 +20,12 @@ import (
 // the one after the last completed one (a redelivery of a failed message
 // repeats it); bodies follow the publish order.
 type fifoChecker struct {
-	mu      sync.Mutex
-	inUse   map[string]*atomic.Bool
-	lastOK  map[string]int64
-	calls   int
-	done    int
-	errs    []string
-	onFinal func()
+	mu     sync.Mutex
+	inUse  map[string]*atomic.Bool
+	lastOK map[string]int64
+	calls  int
+	done   int
+	errs   []string
 }
 
 func newFIFOChecker() *fifoChecker {

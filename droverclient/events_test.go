@@ -188,7 +188,7 @@ func eventServer(t *testing.T, n, stall int) (url string, lists, streams *atomic
 		}
 		fmt.Fprintf(&b, `],"next_after":%d}`, next)
 		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(b.String()))
+		_, _ = w.Write([]byte(b.String()))
 	})
 	return url, lists, streams
 }
@@ -246,16 +246,16 @@ func TestEventsBadServer(t *testing.T) {
 			calls++
 			w.Header().Set("Content-Type", c.ct)
 			if c.ct == "text/event-stream" {
-				w.Write([]byte(": connected\n\n"))
+				_, _ = w.Write([]byte(": connected\n\n"))
 				w.(http.Flusher).Flush()
 				<-r.Context().Done()
 				return
 			}
 			if name == "next_after repeats" {
-				w.Write([]byte(`{"events":[{"id":1}],"next_after":1}`))
+				_, _ = w.Write([]byte(`{"events":[{"id":1}],"next_after":1}`))
 				return
 			}
-			w.Write([]byte(c.body))
+			_, _ = w.Write([]byte(c.body))
 		})
 		cl, _ := droverclient.New(srv, "")
 		if _, err := cl.Events(ctx, droverclient.EventParams{}); err == nil || ctx.Err() != nil || calls > 2 {
@@ -355,14 +355,14 @@ func TestFollowRetriesUnavailable(t *testing.T) {
 		if calls == 1 {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write([]byte(`{"error":{"code":"too_many_streams","message":"too many"}}`))
+			_, _ = w.Write([]byte(`{"error":{"code":"too_many_streams","message":"too many"}}`))
 			return
 		}
 		if got := r.Header.Get("Last-Event-ID"); got != "7" {
 			t.Errorf("Last-Event-ID %q", got)
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
-		w.Write([]byte(": connected\n\nid: 8\nevent: x\ndata: {\"id\":8,\n\nid: 9\nevent: x\ndata: {\"id\":9,\"type\":\"x\"}\n\n"))
+		_, _ = w.Write([]byte(": connected\n\nid: 8\nevent: x\ndata: {\"id\":8,\n\nid: 9\nevent: x\ndata: {\"id\":9,\"type\":\"x\"}\n\n"))
 	})
 	c, err := droverclient.New(srv, "")
 	if err != nil {
@@ -390,12 +390,12 @@ func TestFollowDropsStalledStream(t *testing.T) {
 	srv := newStub(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		if calls.Add(1) == 1 {
-			w.Write([]byte(": connected\n\n"))
+			_, _ = w.Write([]byte(": connected\n\n"))
 			w.(http.Flusher).Flush()
 			<-r.Context().Done() // silent until the client goes away
 			return
 		}
-		w.Write([]byte("id: 1\nevent: x\ndata: {\"id\":1,\"type\":\"x\"}\n\n"))
+		_, _ = w.Write([]byte("id: 1\nevent: x\ndata: {\"id\":1,\"type\":\"x\"}\n\n"))
 	})
 	c, err := droverclient.New(srv, "")
 	if err != nil {

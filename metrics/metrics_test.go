@@ -92,7 +92,7 @@ func TestCollectorReportsTheClient(t *testing.T) {
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer c.Stop(ctx)
+	defer func() { _ = c.Stop(ctx) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for c.Stats().TasksFinished < 3 || c.SupervisorTerm() == 0 {
 		if time.Now().After(deadline) {

@@ -55,7 +55,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	srv := &http.Server{Handler: s}
-	go srv.Serve(ln)
+	go func() { _ = srv.Serve(ln) }() // ends with ErrServerClosed at srv.Close
 	defer srv.Close()
 	shopURL := "http://" + ln.Addr().String()
 
@@ -122,7 +122,11 @@ func run(ctx context.Context) error {
 	if err := client.Start(ctx); err != nil {
 		return err
 	}
-	defer client.Stop(context.Background())
+	defer func() {
+		if err := client.Stop(context.Background()); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	// Submit a few orders. The task ID makes submission idempotent: the
 	// same ID and input again would return the same task.
@@ -227,7 +231,7 @@ func (s *shop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.calls++
 	if answer, ok := s.answers[key]; ok {
 		s.deduped++
-		w.Write(answer)
+		_, _ = w.Write(answer) // a client that hung up is not the shop's concern
 		return
 	}
 	roll := s.rng.Float64()
@@ -248,7 +252,7 @@ func (s *shop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the answer was lost", http.StatusGatewayTimeout)
 		return
 	}
-	w.Write(answer)
+	_, _ = w.Write(answer)
 }
 
 // stats says how many calls the shop answered, how much work it did and

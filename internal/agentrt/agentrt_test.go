@@ -26,10 +26,16 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // waitFor polls cond every few milliseconds until it holds or 10s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	waitWithin(t, 10*time.Second, what, cond)
+}
+
+// waitWithin is waitFor with its own deadline.
+func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -265,7 +271,11 @@ func TestHungAgentAbandonedAtCompleteBySendsNothing(t *testing.T) {
 
 func TestTransientToTheEndSendsNothing(t *testing.T) {
 	t.Parallel()
-	d, _ := setup(t, 1, "down", time.Second)
+	// The runtime stops calling after MaxTries and abandons the request at
+	// its deadline; the deadline is far enough out that a loaded machine
+	// still claims the request before it passes (an expired request is
+	// never claimed).
+	d, _ := setup(t, 1, "down", 5*time.Second)
 	var calls atomic.Int64
 	rt := newRuntime(d, "rt-1", agentrt.Spec{
 		Name: "down", MaxTries: 2, InitialInterval: time.Millisecond,
@@ -277,7 +287,7 @@ func TestTransientToTheEndSendsNothing(t *testing.T) {
 	var s sink
 	rt.Deliver = s.deliver
 	stop := run(t, rt)
-	waitFor(t, "the call to be abandoned", func() bool { return rt.Stats.Abandoned.Load() == 1 })
+	waitWithin(t, 30*time.Second, "the call to be abandoned", func() bool { return rt.Stats.Abandoned.Load() == 1 })
 	stop()
 	if calls.Load() != 2 {
 		t.Errorf("calls = %d, want MaxTries = 2", calls.Load())

@@ -211,15 +211,6 @@ instead, which knows its own workflows (also declarative ones).`,
 	return cmd
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
 func (e *env) statusCmd() *cobra.Command {
 	var withEvents bool
 	cmd := &cobra.Command{

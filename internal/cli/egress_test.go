@@ -56,7 +56,9 @@ func TestServerSSRFReproduction(t *testing.T) {
 				"--workflows", wf, "--poll-interval", "20ms")...)
 			defer func() {
 				_ = p.cmd.Process.Signal(syscall.SIGTERM)
-				<-p.done
+				if err := <-p.done; err != nil {
+					t.Errorf("the server's exit after SIGTERM: %v", err)
+				}
 			}()
 			base := "http://" + p.addr
 			c := &http.Client{Timeout: 10 * time.Second}

@@ -88,7 +88,9 @@ func startServerProc(t *testing.T, bin string, env []string, args ...string) *se
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
-			<-p.done
+			if err := <-p.done; err == nil {
+				t.Log("the killed server exited with status 0")
+			}
 		}
 	})
 	select {

@@ -121,7 +121,9 @@ func TestServerWebhookAlertsEndToEnd(t *testing.T) {
 				"--webhook-url", recv.URL+"/final", "--webhook-url", recv.URL+"/alerts#events=alerts")...)
 			defer func() {
 				_ = p.cmd.Process.Signal(syscall.SIGTERM)
-				<-p.done
+				if err := <-p.done; err != nil {
+					t.Errorf("the server's exit after SIGTERM: %v", err)
+				}
 			}()
 			c := &http.Client{Timeout: 10 * time.Second}
 			code, m := call(t, c, "POST", "http://"+p.addr+"/v1/tasks", e2eSubmitTok,

@@ -220,9 +220,7 @@ func TestServerSurvivesSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tk := range tasks {
-		var orderID string
-		fmt.Sscanf(tk.ID, "order-%s", &orderID)
-		orderID = "o-" + orderID
+		orderID := "o-" + strings.TrimPrefix(tk.ID, "order-")
 		switch tk.ProcessState {
 		case drover.Processed:
 			for _, op := range []string{"reserve", "charge", "ship"} {

@@ -117,7 +117,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func wantStatus(t *testing.T, err error, code int) *StatusError {
+func wantStatus(t *testing.T, err error, code int) {
+	t.Helper()
+	_ = statusOf(t, err, code)
+}
+
+// statusOf is wantStatus returning the error, for checks of its details.
+func statusOf(t *testing.T, err error, code int) *StatusError {
 	t.Helper()
 	var se *StatusError
 	if !errors.As(err, &se) || se.Code != code {
@@ -218,7 +224,7 @@ func TestPermanentStatusReturnsAtOnce(t *testing.T) {
 	if !drover.IsPermanent(err) {
 		t.Fatalf("err = %v, want permanent", err)
 	}
-	se := wantStatus(t, err, http.StatusUnprocessableEntity)
+	se := statusOf(t, err, http.StatusUnprocessableEntity)
 	if se.Body != `{"error":"card declined"}` || se.Method != "POST" {
 		t.Fatalf("status error = %+v", se)
 	}
@@ -579,7 +585,7 @@ func TestRetryAfterPastDeadlineGivesUp(t *testing.T) {
 	ctx := deadline(t, 2*time.Second)
 	dl, _ := ctx.Deadline()
 	_, err := c.Do(ctx, &Request{Method: http.MethodGet, URL: s.URL, Retry: fast})
-	se := wantStatus(t, err, http.StatusServiceUnavailable)
+	se := statusOf(t, err, http.StatusServiceUnavailable)
 	if se.RetryAfter != 30*time.Second || drover.IsPermanent(err) {
 		t.Fatalf("err = %v", err)
 	}

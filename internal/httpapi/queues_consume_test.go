@@ -308,7 +308,7 @@ func TestRemoteConsumerLockExpiry(t *testing.T) {
 			t.Fatalf("after the completion: %v", m)
 		}
 		// Nothing left: an accept's wait ends with no session.
-		r = e.do("POST", "/v1/queues/q/sessions/s/release", submitTok, fmt.Sprintf(`{"lock_token":%q}`, tok2)).must(t, 200)
+		e.do("POST", "/v1/queues/q/sessions/s/release", submitTok, fmt.Sprintf(`{"lock_token":%q}`, tok2)).must(t, 200)
 		r = e.do("POST", "/v1/queues/q/sessions:accept", submitTok, `{"wait_ms":50}`).must(t, 200)
 		if string(r.body) != "{\"session\":null}\n" {
 			t.Fatalf("empty accept: %s", r.body)

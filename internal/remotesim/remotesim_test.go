@@ -53,7 +53,13 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 }
 
-func wantStatus(t *testing.T, err error, code int) *StatusError {
+func wantStatus(t *testing.T, err error, code int) {
+	t.Helper()
+	_ = statusOf(t, err, code)
+}
+
+// statusOf is wantStatus returning the error, for checks of its details.
+func statusOf(t *testing.T, err error, code int) *StatusError {
 	t.Helper()
 	var se *StatusError
 	if !errors.As(err, &se) || se.Code != code {
@@ -149,7 +155,7 @@ func TestPermanentIsStickyPerKey(t *testing.T) {
 	t.Parallel()
 	svc, c := startService(t, Config{Seed: 1, PermanentRate: 1}, nil)
 	_, err := c.Call(t.Context(), "charge", "k", "o-1", 5)
-	se := wantStatus(t, err, http.StatusUnprocessableEntity)
+	se := statusOf(t, err, http.StatusUnprocessableEntity)
 	if !IsPermanent(err) || IsTransient(err) {
 		t.Fatalf("422 classification wrong: %v", err)
 	}
@@ -515,7 +521,7 @@ func TestRejectAmountAbove(t *testing.T) {
 		t.Fatalf("amount at the limit: %v", err)
 	}
 	_, err := c.Call(t.Context(), "charge", "k2", "o-2", 1001)
-	se := wantStatus(t, err, http.StatusUnprocessableEntity)
+	se := statusOf(t, err, http.StatusUnprocessableEntity)
 	if !strings.Contains(se.Body, "over the limit 1000") {
 		t.Fatalf("422 body = %q, want the limit named", se.Body)
 	}

@@ -263,7 +263,7 @@ func TestClientRestartWithSameInstanceIDResumes(t *testing.T) {
 		}
 		return err == nil
 	})
-	t.Cleanup(func() { c2.Stop(context.Background()) })
+	t.Cleanup(func() { _ = c2.Stop(context.Background()) }) // it may have stopped already
 	for _, id := range ids {
 		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		task, err := c2.Wait(wctx, id)
@@ -490,7 +490,7 @@ func TestSchedulersWaitForLocalAgents(t *testing.T) {
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Stop(context.Background()) })
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	t.Cleanup(func() { close(gate) })
 	waitFor(t, "the agent to be called", func() bool { return called.Load() == 1 })
 	stored, err := d.Reader().StepMessagesExist(ctx, []store.StepAttempt{{TaskID: task.ID, Attempt: 1, Kind: dt.KindDo}})

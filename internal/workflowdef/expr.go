@@ -247,7 +247,7 @@ func parseExpr(s string) (*expr, int, error) {
 	rest := func(from int) []pathElem {
 		var p []pathElem
 		for _, sg := range segs[from:] {
-			p = append(p, pathElem{key: sg.key, index: sg.index, isIdx: sg.isIdx})
+			p = append(p, pathElem(sg))
 		}
 		return p
 	}
@@ -513,20 +513,6 @@ type valueTmpl struct {
 	arr  []*valueTmpl
 	obj  bool
 	list bool
-}
-
-func (v *valueTmpl) exprs() []*expr {
-	var out []*expr
-	if v.str != nil {
-		out = append(out, v.str.exprs()...)
-	}
-	for _, c := range v.vals {
-		out = append(out, c.exprs()...)
-	}
-	for _, c := range v.arr {
-		out = append(out, c.exprs()...)
-	}
-	return out
 }
 
 // render writes the value as JSON. A string that is exactly one expression

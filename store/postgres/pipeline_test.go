@@ -864,7 +864,7 @@ func TestLockTimeoutAndSettingsStayInTheTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer otx.Rollback(context.Background())
+	defer func() { _ = otx.Rollback(context.Background()) }()
 	if _, err := otx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+strconv.FormatInt(postgres.MigrateLockKey(d), 10)+`)`); err != nil {
 		t.Fatal(err)
 	}

@@ -285,20 +285,20 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		}
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM drover_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
-			tx.Rollback()
+			_ = tx.Rollback() // the error above is the one to report
 			return fmt.Errorf("sqlite: migrate: %w", translate(err))
 		}
 		if n > 0 {
-			tx.Rollback()
+			_ = tx.Rollback() // the error above is the one to report
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-			tx.Rollback()
+			_ = tx.Rollback() // the error above is the one to report
 			return fmt.Errorf("sqlite: migration %s: %w", m.Name, translate(err))
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO drover_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 			m.Version, m.Name, time.Now().UnixMicro()); err != nil {
-			tx.Rollback()
+			_ = tx.Rollback() // the error above is the one to report
 			return fmt.Errorf("sqlite: migration %s: %w", m.Name, translate(err))
 		}
 		if err := tx.Commit(); err != nil {

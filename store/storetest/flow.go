@@ -197,7 +197,7 @@ func (e *env) tick(now time.Time, limit int, replies ...*dt.AgentReply) (reqs []
 	inTx(e.t, e.d, func(ctx context.Context, x store.Executor) error {
 		r, err := e.m.Tick(ctx, x, now, replies, limit)
 		if err == nil && len(r.Deferred) > 0 {
-			err = fmt.Errorf("Tick deferred %d replies with no other transaction open", len(r.Deferred))
+			err = fmt.Errorf("tick deferred %d replies with no other transaction open", len(r.Deferred))
 		}
 		reqs, claimed = r.Requests, r.Claimed
 		return err
@@ -990,7 +990,7 @@ func testFlowTimedOutStepCompensationRetried(t *testing.T, d store.Driver) {
 	e.submit(w, "o1")
 	sv := e.leader("sup", base, time.Hour)
 	r := e.one(e.claim(base), "claim")
-	r = e.one(first(e.apply(at(time.Second), ok(r, `"R"`))), "step 1") // CompleteBy +11s
+	e.one(first(e.apply(at(time.Second), ok(r, `"R"`))), "step 1") // CompleteBy +11s
 	e.mustSweep(sv, at(12*time.Second), 1)
 	r = e.one(e.claim(at(12*time.Second)), "step 1 again") // CompleteBy +22s
 	e.mustSweep(sv, at(23*time.Second), 1)
@@ -1075,7 +1075,7 @@ func testFlowWaitThenError(t *testing.T, d store.Driver) {
 		t.Errorf("2nd wait ends at +%s, want +%s (Delay·2 = 2h, capped by MaxDelay 90m)", tk.AvailableAt.Sub(base), next.Sub(base))
 	}
 	e.timeOut(sv, next, "dispatch after the 2nd wait") // 4: the waits are over: Error
-	tk, steps = e.wantState("o1", dt.Error, dt.Error, dt.Pending, dt.Pending)
+	tk, _ = e.wantState("o1", dt.Error, dt.Error, dt.Pending, dt.Pending)
 	e.wantUnlocked(tk)
 	if tk.FailureCount != 4 || !strings.Contains(tk.LastError, "timed out 4 times (after 2 extended waits)") {
 		t.Errorf("Error task: FailureCount %d LastError %q", tk.FailureCount, tk.LastError)
