@@ -148,8 +148,6 @@ func parseNotBefore(s string, now time.Time) (time.Time, error) {
 	return now.Add(d), nil
 }
 
-
-
 // ---- the commands ----
 
 func (e *env) queueCmd() *cobra.Command {
