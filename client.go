@@ -10,16 +10,15 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/agentrt"
 	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/engine"
 	"github.com/drover-run/drover/internal/flow"
-	"github.com/drover-run/drover/internal/scheduler"
-	"github.com/drover-run/drover/internal/supervisor"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -116,15 +115,11 @@ type Client struct {
 	// process; no external agent may take one of their names.
 	localAgents map[string]bool
 
-	mu         sync.Mutex
-	started    bool
-	instance   *instanceLease
-	cancel     context.CancelFunc
-	done       chan struct{}
-	schedulers map[string]*scheduler.Scheduler
-	order      []*scheduler.Scheduler // the schedulers, for wakeSchedulers
-	runtime    *agentrt.Runtime
-	supervisor *supervisor.Supervisor
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+	engine  *engine.Engine // the running roles; kept after Stop for Stats
 }
 
 // DefaultSchedulers is how many schedulers a Client runs on store d when
@@ -303,97 +298,48 @@ func (c *Client) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.instance = lease
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	c.done = make(chan struct{})
-	c.schedulers, c.order = map[string]*scheduler.Scheduler{}, nil
-	var wg sync.WaitGroup
-	run := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(runCtx); err != nil {
-				c.log.Error("role stopped", "role", name, "err", err)
-			}
-		}()
+	cfg := engine.Config{Store: c.store, Clock: c.clock, Log: c.log, Instance: c.cfg.InstanceID, Counters: &c.counters,
+		Fence: lease.check, ClaimBatch: c.cfg.ClaimBatch, MaxInFlight: c.cfg.MaxInFlight, PollInterval: c.cfg.PollInterval,
+		Supervisor: c.cfg.Roles.Supervisor, SupervisorInterval: c.cfg.SupervisorInterval, LeaseTTL: c.cfg.LeaseTTL,
+		Retention: c.cfg.Retention}
+	if c.cfg.Roles.Scheduler {
+		cfg.Schedulers = c.cfg.Schedulers
 	}
-
-	if c.cfg.Roles.Agent && len(c.cfg.Agents) > 0 {
-		specs := make([]agentrt.Spec, 0, len(c.cfg.Agents))
+	if c.cfg.Roles.Agent {
 		for _, a := range c.cfg.Agents {
 			fn := a.Func
-			specs = append(specs, agentrt.Spec{
+			cfg.Agents = append(cfg.Agents, agentrt.Spec{
 				Name: a.Name, Func: func(ctx context.Context, r *dt.AgentRequest) ([]byte, error) { return fn(ctx, r) },
 				Concurrency: a.Concurrency, InitialInterval: a.Retry.InitialInterval, MaxInterval: a.Retry.MaxInterval,
 				MaxTries: a.Retry.MaxTries, BreakerFailures: a.Breaker.Failures, BreakerOpen: a.Breaker.OpenFor,
 			})
 		}
-		rt := agentrt.New(c.store, c.clock, c.cfg.InstanceID+"/agent", c.log, specs)
-		rt.PollInterval = c.cfg.PollInterval
-		rt.IsPermanent = func(err error) bool {
+		cfg.IsPermanent = func(err error) bool {
 			return IsPermanent(err) || (c.cfg.IsPermanent != nil && c.cfg.IsPermanent(err))
 		}
-		c.runtime = rt
 	}
-	if c.cfg.Roles.Scheduler {
-		for i := range c.cfg.Schedulers {
-			id := fmt.Sprintf("%s/scheduler-%d", c.cfg.InstanceID, i)
-			m := &flow.Machine{Instance: id, Counters: &c.counters}
-			s := scheduler.New(c.store, c.clock, m, c.log)
-			s.ClaimBatch, s.MaxInFlight, s.PollInterval = c.cfg.ClaimBatch, c.cfg.MaxInFlight, c.cfg.PollInterval
-			s.Fence = lease.check
-			s.WakeMore = func() { c.wakeScheduler(s) }
-			if rt := c.runtime; rt != nil {
-				rt.FastPath = true
-				m.Reserve = rt.Reserve
-				s.OnDispatch = rt.Dispatch
-				s.OnRollback = rt.Unreserve
-			}
-			c.schedulers[id] = s
-			c.order = append(c.order, s)
-		}
+	eng := engine.New(cfg)
+	if err := eng.Start(runCtx); err != nil {
+		cancel()
+		lease.release(context.Background())
+		return err
 	}
-	if c.runtime != nil {
-		scheds := c.schedulers
-		c.runtime.Deliver = func(r *dt.AgentReply, sched string) bool {
-			if s := scheds[sched]; s != nil {
-				return s.Deliver(r)
-			}
-			return false
-		}
-		run("agent", c.runtime.Run)
-	}
-	for id, s := range c.schedulers {
-		run("scheduler "+id, func(ctx context.Context) error {
-			// Claim once the local agents take requests, so that the first
-			// dispatches take the fast path, not the queue.
-			if rt := c.runtime; rt != nil {
-				select {
-				case <-rt.Ready():
-				case <-ctx.Done():
-					return nil
-				}
-			}
-			return s.Run(ctx)
-		})
-	}
-	if c.cfg.Roles.Supervisor {
-		sv := supervisor.New(c.store, c.clock, c.cfg.InstanceID+"/supervisor", c.log, &c.counters)
-		sv.Interval, sv.LeaseTTL, sv.Retention = c.cfg.SupervisorInterval, c.cfg.LeaseTTL, c.cfg.Retention
-		sv.OnRecover = c.wakeSchedulers
-		c.supervisor = sv
-		run("supervisor", sv.Run)
-	}
-	// Wake roles when other processes signal work (PostgreSQL LISTEN/NOTIFY);
-	// polling remains the fallback.
-	if l, ok := c.store.(store.Listener); ok {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = l.Listen(runCtx, c.wakeFor)
-		}()
-	}
+	c.engine = eng
+	// Wake roles when other processes signal work (PostgreSQL LISTEN/NOTIFY,
+	// over the process's one listening connection); polling remains the
+	// fallback.
+	unsubscribe := notifier.For(c.store).Subscribe(eng.WakeFor)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-runCtx.Done()
+		unsubscribe()
+		eng.Stop()
+	}()
 	// Keep the instance lease; if it is lost, stop acting at once.
 	wg.Add(1)
 	go func() {
@@ -432,53 +378,19 @@ func (c *Client) Stop(ctx context.Context) error {
 	}
 }
 
-// wakeFor wakes the roles a notification topic concerns.
-func (c *Client) wakeFor(topic string) {
-	c.mu.Lock()
-	scheds, rt := c.schedulers, c.runtime
-	c.mu.Unlock()
-	switch {
-	case topic == store.TopicTasks:
-		c.wakeSchedulers()
-	case strings.HasPrefix(topic, "requests:"):
-		if rt != nil && rt.Has(strings.TrimPrefix(topic, "requests:")) {
-			rt.Wake()
-		}
-	case strings.HasPrefix(topic, "replies:"):
-		if s := scheds[strings.TrimPrefix(topic, "replies:")]; s != nil {
-			s.WakeReplies()
-		}
-	case strings.HasPrefix(topic, "queue:"):
-		// Session-queue publishes (package convoy) are no work for the
-		// task roles; convoy's own listeners wake its consumers.
-	default: // store.TopicAll, or a topic this version does not know
-		for _, s := range scheds {
-			s.WakeReplies()
-		}
-		if rt != nil {
-			rt.Wake()
-		}
-	}
-}
-
-// wakeSchedulers tells this process's schedulers that new tasks wait. It
-// wakes one (scheduler.Pick): waking all would make the others run empty
-// claims for a task one of them gets. A scheduler whose claim comes back
-// full, or whose transaction failed, wakes the next (wakeScheduler), so a
-// backlog still reaches all of them.
+// wakeSchedulers tells this process's schedulers, if it runs them, that
+// new tasks wait (engine.Engine.WakeSchedulers).
 func (c *Client) wakeSchedulers() {
-	c.wakeScheduler(nil)
+	if e := c.runningEngine(); e != nil {
+		e.WakeSchedulers()
+	}
 }
 
-// wakeScheduler wakes the scheduler scheduler.Pick chooses, other than
-// except.
-func (c *Client) wakeScheduler(except *scheduler.Scheduler) {
+// runningEngine returns the engine of the running roles, or nil.
+func (c *Client) runningEngine() *engine.Engine {
 	c.mu.Lock()
-	order := c.order
-	c.mu.Unlock()
-	if s := scheduler.Pick(order, except); s != nil {
-		s.Wake()
-	}
+	defer c.mu.Unlock()
+	return c.engine
 }
 
 // Stats are counters of what this process did since it started.
@@ -507,24 +419,20 @@ func (c *Client) Stats() Stats {
 		Dispatched: c.counters.Dispatched.Load(), RepliesApplied: c.counters.RepliesApplied.Load(),
 		LateReplies: c.counters.LateReplies.Load(), Recoveries: c.counters.Recoveries.Load(), Alerts: c.counters.Alerts.Load(),
 		Waits:         c.counters.Waits.Load(),
-		TasksFinished: c.counters.Finished.Load(), EagerStarts: c.counters.Started.Load(),
+		TasksFinished: c.counters.TasksFinished.Load(), EagerStarts: c.counters.EagerStarts.Load(),
 	}
-	c.mu.Lock()
-	rt := c.runtime
-	c.mu.Unlock()
-	if rt != nil {
-		s.AgentCalls, s.AgentRetries = rt.Stats.Calls.Load(), rt.Stats.Retries.Load()
-		s.Abandoned, s.BreakerRefused = rt.Stats.Abandoned.Load(), rt.Stats.BreakerOpen.Load()
+	if e := c.runningEngine(); e != nil && e.Runtime() != nil {
+		rt := e.Runtime()
+		s.AgentCalls, s.AgentRetries = rt.Stats.AgentCalls.Load(), rt.Stats.AgentRetries.Load()
+		s.Abandoned, s.BreakerRefused = rt.Stats.Abandoned.Load(), rt.Stats.BreakerRefused.Load()
 	}
 	return s
 }
 
 // SupervisorTerm returns the term this process's supervisor leads in, or 0.
 func (c *Client) SupervisorTerm() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.supervisor == nil {
-		return 0
+	if e := c.runningEngine(); e != nil {
+		return e.SupervisorTerm()
 	}
-	return c.supervisor.Term()
+	return 0
 }

@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
-	dt "github.com/drover-run/drover/drovertype"
-	"github.com/drover-run/drover/internal/agentrt"
+	"github.com/drover-run/drover/internal/engine"
 	"github.com/drover-run/drover/internal/flow"
-	"github.com/drover-run/drover/internal/scheduler"
 	"github.com/drover-run/drover/store"
 )
 
@@ -179,42 +176,26 @@ func (c *Client) submitInTx(ctx context.Context, subs []flow.Submission) (out []
 			n++
 		}
 	}
-	start, sched, rt := c.eagerStart(n)
-	if start != nil {
-		done := false
-		defer func() {
-			if !done { // the transaction failed or panicked
-				unreserve(rt, start.Reserved())
-				sched.Adopt(0, start.Room)
-			}
-		}()
+	if start := c.beginStart(n); start != nil {
+		defer start.Abort() // the transaction failed or panicked; no-op after Commit
 		err = c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			// The transaction may run again: give back what the last try reserved.
-			unreserve(rt, start.Reserved())
+			start.Retry()
 			var err error
-			out, err = flow.SubmitAndStart(ctx, x, subs, start)
+			out, err = flow.SubmitAndStart(ctx, x, subs, start.Flow)
 			return err
 		})
 		if err != nil && (errors.Is(err, errInstanceLost) || errors.Is(err, store.ErrLeaseNotHeld)) {
 			// The process is losing its instance lease (its roles are about
 			// to stop): submit without starting, for the claims of whoever
 			// holds the lease next, or of other processes. The deferred
-			// cleanup returns what this try reserved.
+			// Abort returns what this try reserved.
 			return c.submitInTxPlain(ctx, subs)
 		}
 		if err != nil {
 			return nil, err
 		}
-		done = true
-		unreserve(rt, start.Dropped)
-		sched.Adopt(start.Started, start.Room)
-		if start.Started > 0 {
-			c.counters.Dispatched.Add(int64(start.Started))
-			c.counters.Started.Add(int64(start.Started))
-			if rt != nil {
-				rt.Dispatch(start.Requests)
-			}
-		}
+		start.Commit()
 		c.wakeForPending(out)
 		return out, nil
 	}
@@ -235,31 +216,17 @@ func (c *Client) submitInTxPlain(ctx context.Context, subs []flow.Submission) ([
 	return out, nil
 }
 
-// eagerStart returns the Start for a Submit transaction of n tasks, with
-// room for up to n reserved on the scheduler that is to hold them, that
-// scheduler and the process's agent runtime (nil if none); or a nil Start:
-// eager start is off, or no scheduler of this process accepts and has room.
-func (c *Client) eagerStart(n int) (*flow.Start, *scheduler.Scheduler, *agentrt.Runtime) {
-	if c.cfg.NoEagerStart || n == 0 {
-		return nil, nil, nil
+// beginStart reserves room for a Submit transaction of n tasks on a
+// scheduler of this process (engine.Engine.BeginStart), or returns nil:
+// eager start is off, the process runs no scheduler, or none has room.
+func (c *Client) beginStart(n int) *engine.Start {
+	if c.cfg.NoEagerStart {
+		return nil
 	}
-	c.mu.Lock()
-	order, lease, rt := c.order, c.instance, c.runtime
-	c.mu.Unlock()
-	for _, s := range order {
-		if k := s.Reserve(n); k > 0 {
-			now := func() time.Time { return c.clock.Now().Truncate(time.Microsecond) }
-			return &flow.Start{Machine: s.Machine, Room: k, Fence: lease.check, Clock: now}, s, rt
-		}
+	if e := c.runningEngine(); e != nil {
+		return e.BeginStart(n)
 	}
-	return nil, nil, nil
-}
-
-// unreserve returns the agent slots of requests that were not dispatched.
-func unreserve(rt *agentrt.Runtime, reqs []*dt.AgentRequest) {
-	if rt != nil && len(reqs) > 0 {
-		rt.Unreserve(reqs)
-	}
+	return nil
 }
 
 // wakeForPending wakes a scheduler if a submitted task waits for a claim.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clock"
 )
 
 // Domain types, defined in package drovertype so drivers can share them.
@@ -69,10 +70,10 @@ const (
 	PolicyCompensate = dt.PolicyCompensate
 )
 
-// Clock tells drover the time; tests inject their own.
-type Clock interface {
-	Now() time.Time
-}
+// Clock tells drover the time (any type with a Now() time.Time method);
+// tests inject their own. It is the one clock type of every package of
+// drover, so one value serves a Client, a convoy.Client and the server.
+type Clock = clock.Clock
 
 // AgentFunc is an agent's code: call the remote service for req and return the
 // step's output. ctx ends at req.CompleteBy; pass req.IdempotencyKey to the

@@ -9,20 +9,21 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/notifier"
+	"github.com/drover-run/drover/internal/startstop"
 	"github.com/drover-run/drover/store"
 )
 
-// Clock tells convoy the time; tests inject their own. Every time written to
-// the store (publish, lock expiry, delays) is read from it.
-type Clock interface {
-	Now() time.Time
-}
+// Clock tells convoy the time (any type with a Now() time.Time method);
+// tests inject their own. Every time written to the store (publish, lock
+// expiry, delays) is read from it. It is drover.Clock: one value serves
+// both clients.
+type Clock = clock.Clock
 
 // Config configures a Client.
 type Config struct {
@@ -62,7 +63,9 @@ const policyTTL = 5 * time.Second
 
 // Client publishes to session queues, accepts sessions and runs operator
 // functions. It is safe for concurrent use. A Client starts no goroutine of
-// its own: receivers and processors own theirs.
+// its own: receivers and processors own theirs, and while a processor runs
+// the client expires dedupe entries (with those of other processes, one at
+// a time: see package maintenance).
 type Client struct {
 	cfg   Config
 	store store.Driver
@@ -72,6 +75,12 @@ type Client struct {
 
 	polMu    sync.Mutex
 	policies map[string]cachedPolicy
+
+	// mntMu guards the dedupe expiry that runs while processors run
+	// (maintain).
+	mntMu    sync.Mutex
+	mntUsers int
+	mnt      *startstop.Func
 }
 
 type cachedPolicy struct {
@@ -128,7 +137,7 @@ func (c *Client) now() time.Time { return c.clock.Now().UTC().Truncate(time.Micr
 // Topic is the notification topic of a queue: publishing to the queue (and
 // anything else that makes one of its sessions available) notifies it, so
 // consumers in other processes wake at once (PostgreSQL LISTEN/NOTIFY).
-func Topic(queue string) string { return "queue:" + queue }
+func Topic(queue string) string { return notifier.QueueTopic(queue) }
 
 // policy returns the queue's policy, cached for policyTTL; a queue not
 // created yet has the default policy.
@@ -194,17 +203,16 @@ func checkSession(id string) error {
 // ---- wake-ups ----
 
 // hub wakes consumers waiting for a queue: at once for publishes made by
-// this process, through the driver's Listener for other processes. The
-// listener runs while anyone waits and stops with the last waiter.
+// this process, through the process's notifier for other processes. It
+// subscribes while anyone waits and unsubscribes with the last waiter.
 type hub struct {
-	listener store.Listener // nil: the driver has no notifications
-	log      *slog.Logger
+	notes *notifier.Hub
+	log   *slog.Logger
 
-	mu   sync.Mutex
-	subs map[string]map[*waiter]struct{}
-	n    int
-	stop context.CancelFunc
-	done chan struct{}
+	mu        sync.Mutex
+	subs      map[string]map[*waiter]struct{}
+	n         int
+	stopNotes func()
 }
 
 type waiter struct {
@@ -213,11 +221,7 @@ type waiter struct {
 }
 
 func newHub(d store.Driver, log *slog.Logger) *hub {
-	h := &hub{log: log, subs: map[string]map[*waiter]struct{}{}}
-	if l, ok := d.(store.Listener); ok {
-		h.listener = l
-	}
-	return h
+	return &hub{notes: notifier.For(d), log: log, subs: map[string]map[*waiter]struct{}{}}
 }
 
 // subscribe registers a waiter for queue; unsubscribe it when done.
@@ -232,19 +236,13 @@ func (h *hub) subscribe(queue string) *waiter {
 	}
 	m[w] = struct{}{}
 	h.n++
-	if h.n == 1 && h.listener != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		h.stop, h.done = cancel, done
-		go func() {
-			defer close(done)
-			_ = h.listener.Listen(ctx, h.onTopic)
-		}()
+	if h.n == 1 && h.notes.Listening() {
+		h.stopNotes = h.notes.Subscribe(h.onTopic)
 	}
 	return w
 }
 
-// unsubscribe removes w; the last waiter stops the listener and waits for it.
+// unsubscribe removes w; the last waiter unsubscribes from the notifier.
 func (h *hub) unsubscribe(w *waiter) {
 	h.mu.Lock()
 	m := h.subs[w.queue]
@@ -257,24 +255,22 @@ func (h *hub) unsubscribe(w *waiter) {
 		delete(h.subs, w.queue)
 	}
 	h.n--
-	var done chan struct{}
-	if h.n == 0 && h.stop != nil {
-		h.stop()
-		done = h.done
-		h.stop, h.done = nil, nil
+	var unsubscribe func()
+	if h.n == 0 {
+		unsubscribe, h.stopNotes = h.stopNotes, nil
 	}
 	h.mu.Unlock()
-	if done != nil {
-		<-done
+	if unsubscribe != nil {
+		unsubscribe()
 	}
 }
 
-func (h *hub) onTopic(topic string) {
-	switch {
-	case topic == store.TopicAll:
+func (h *hub) onTopic(t notifier.Topic) {
+	switch t.Kind {
+	case notifier.All:
 		h.wakeAll()
-	case strings.HasPrefix(topic, "queue:"):
-		h.wake(strings.TrimPrefix(topic, "queue:"))
+	case notifier.Queue:
+		h.wake(t.Name)
 	}
 }
 

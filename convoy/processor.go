@@ -135,6 +135,7 @@ type Processor struct {
 	mu             sync.Mutex
 	running        bool
 	stopping       chan struct{}
+	unmaintain     func() // ends this processor's share of the client's maintenance
 	cancelRun      context.CancelFunc
 	cancelHandlers context.CancelFunc
 	done           chan struct{}
@@ -276,6 +277,7 @@ func (p *Processor) Start(ctx context.Context) error {
 	p.carry, p.exhausted, p.handlerCtx = nil, false, handlerCtx
 	p.takeResults() // of handlers a hard stop left running: their sessions are gone
 	w := p.c.hub.subscribe(p.queue)
+	p.unmaintain = p.c.maintain(ctx)
 	go p.pump(runCtx, w, p.stopping, p.done)
 	return nil
 }
@@ -292,7 +294,10 @@ func (p *Processor) Stop(ctx context.Context) error {
 	if !p.running {
 		return nil
 	}
-	defer func() { p.running = false }()
+	defer func() {
+		p.running = false
+		p.unmaintain()
+	}()
 	close(p.stopping)
 	select {
 	case <-p.done:

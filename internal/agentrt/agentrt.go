@@ -51,14 +51,15 @@ type Spec struct {
 // false when that scheduler is not in this process.
 type Delivery func(r *dt.AgentReply, scheduler string) bool
 
-// Stats counts what the runtime did.
+// Stats counts what the runtime did; the names are those of drover.Stats
+// and of the metrics (package metrics).
 type Stats struct {
-	Calls       atomic.Int64 // invocations of agent functions, retries included
-	Retries     atomic.Int64
-	Abandoned   atomic.Int64 // requests whose deadline passed: nothing sent
-	Replies     atomic.Int64
-	Permanent   atomic.Int64
-	BreakerOpen atomic.Int64 // calls refused by an open breaker
+	AgentCalls     atomic.Int64 // invocations of agent functions, retries included
+	AgentRetries   atomic.Int64
+	Abandoned      atomic.Int64 // requests whose deadline passed: nothing sent
+	Replies        atomic.Int64
+	Permanent      atomic.Int64
+	BreakerRefused atomic.Int64 // calls refused by an open breaker
 }
 
 type agent struct {
@@ -465,14 +466,14 @@ func (rt *Runtime) call(ctx context.Context, a *agent, r *dt.AgentRequest, slot 
 	tries := 0
 	out, err := backoff.Retry(ctx, func() ([]byte, error) {
 		if tries++; tries > 1 {
-			rt.Stats.Retries.Add(1)
+			rt.Stats.AgentRetries.Add(1)
 		}
 		out, err := a.breaker.Execute(func() ([]byte, error) {
-			rt.Stats.Calls.Add(1)
+			rt.Stats.AgentCalls.Add(1)
 			return rt.invoke(ctx, a, r, slot)
 		})
 		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-			rt.Stats.BreakerOpen.Add(1)
+			rt.Stats.BreakerRefused.Add(1)
 			return nil, err
 		}
 		if err != nil && rt.permanent(err) {

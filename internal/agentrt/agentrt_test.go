@@ -191,8 +191,8 @@ func TestRetriesTransientErrorsThenSucceeds(t *testing.T) {
 	if n := calls.Load(); n != 3 {
 		t.Errorf("agent called %d times, want 3 (two transient failures, then success)", n)
 	}
-	if rt.Stats.Calls.Load() != 3 || rt.Stats.Retries.Load() != 2 || rt.Stats.Replies.Load() != 1 || rt.Stats.Permanent.Load() != 0 {
-		t.Errorf("stats: calls %d retries %d replies %d permanent %d", rt.Stats.Calls.Load(), rt.Stats.Retries.Load(),
+	if rt.Stats.AgentCalls.Load() != 3 || rt.Stats.AgentRetries.Load() != 2 || rt.Stats.Replies.Load() != 1 || rt.Stats.Permanent.Load() != 0 {
+		t.Errorf("stats: calls %d retries %d replies %d permanent %d", rt.Stats.AgentCalls.Load(), rt.Stats.AgentRetries.Load(),
 			rt.Stats.Replies.Load(), rt.Stats.Permanent.Load())
 	}
 	mu.Lock()
@@ -224,8 +224,8 @@ func TestPermanentErrorRepliesFailedWithoutRetry(t *testing.T) {
 	if !r.Failed || r.Error != "card declined: permanent" || r.TaskID != reqs[0].TaskID || r.Attempt != reqs[0].Attempt {
 		t.Errorf("reply %+v, want a Failed reply carrying the error", r)
 	}
-	if calls.Load() != 1 || rt.Stats.Retries.Load() != 0 || rt.Stats.Permanent.Load() != 1 {
-		t.Errorf("calls %d retries %d permanent %d; want 1, 0, 1", calls.Load(), rt.Stats.Retries.Load(), rt.Stats.Permanent.Load())
+	if calls.Load() != 1 || rt.Stats.AgentRetries.Load() != 0 || rt.Stats.Permanent.Load() != 1 {
+		t.Errorf("calls %d retries %d permanent %d; want 1, 0, 1", calls.Load(), rt.Stats.AgentRetries.Load(), rt.Stats.Permanent.Load())
 	}
 }
 
@@ -312,14 +312,14 @@ func TestCircuitBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 	var s sink
 	rt.Deliver = s.deliver
 	stop := run(t, rt)
-	waitFor(t, "the breaker to refuse a call", func() bool { return rt.Stats.BreakerOpen.Load() > 0 })
+	waitFor(t, "the breaker to refuse a call", func() bool { return rt.Stats.BreakerRefused.Load() > 0 })
 	waitFor(t, "the call to be abandoned", func() bool { return rt.Stats.Abandoned.Load() == 1 })
 	stop()
 	if n := calls.Load(); n != 3 {
 		t.Errorf("the service was called %d times, want 3: the breaker opens after 3 consecutive failures", n)
 	}
-	if rt.Stats.Calls.Load() != 3 {
-		t.Errorf("Stats.Calls = %d, want 3", rt.Stats.Calls.Load())
+	if rt.Stats.AgentCalls.Load() != 3 {
+		t.Errorf("Stats.AgentCalls = %d, want 3", rt.Stats.AgentCalls.Load())
 	}
 	if s.len() != 0 {
 		t.Errorf("replies sent: %d", s.len())

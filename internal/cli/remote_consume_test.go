@@ -99,10 +99,11 @@ func TestRemoteQueueConsume(t *testing.T) {
 	if !strings.HasPrefix(remote, "consumed 0 messages of queue remote (0 abandoned") {
 		t.Fatalf("idle consume: %s", remote)
 	}
-	// A handler slower than the lock: the consumer renews the lease.
-	e.op(t, "queue", "policy", "--queue", "slow", "--lock-duration", "150ms")
+	// A handler slower than the lock: the consumer renews the lease. The
+	// lock leaves room for a renewal's round trip on a loaded machine.
+	e.op(t, "queue", "policy", "--queue", "slow", "--lock-duration", "500ms")
 	e.local(t, "queue", "publish", "--queue", "slow", "--session", "s", "--body", "1")
-	remote = e.srv(t, "queue", "consume", "--queue", "slow", "--count", "1", "--idle", "5s", "--exec", "sleep 0.6", "--json")
+	remote = e.srv(t, "queue", "consume", "--queue", "slow", "--count", "1", "--idle", "5s", "--exec", "sleep 1.6", "--json")
 	if !strings.Contains(remote, `"completed":1,"abandoned":0,"sessions_accepted":1`) || !strings.Contains(remote, `"delivery_count":1`) {
 		t.Fatalf("slow handler: %s", remote)
 	}

@@ -45,8 +45,8 @@ type Counters struct {
 	Recoveries     atomic.Int64 // steps the supervisor reset for another try
 	Waits          atomic.Int64 // extended waits the supervisor started (WaitPolicy)
 	Alerts         atomic.Int64
-	Finished       atomic.Int64 // tasks this process brought to Processed, Compensated or Error
-	Started        atomic.Int64 // of Dispatched, tasks started at submission (Start)
+	TasksFinished  atomic.Int64 // tasks this process brought to Processed, Compensated or Error
+	EagerStarts    atomic.Int64 // of Dispatched, tasks started at submission (Start)
 }
 
 // tally is what one transaction would add to the Counters.
@@ -64,7 +64,7 @@ func (c *Counters) add(t tally) {
 	c.Recoveries.Add(t.recoveries)
 	c.Waits.Add(t.waits)
 	c.Alerts.Add(t.alerts)
-	c.Finished.Add(t.finished)
+	c.TasksFinished.Add(t.finished)
 }
 
 // InputHash identifies a submission for idempotent submit.
@@ -1089,8 +1089,11 @@ func (m *Machine) failTask(b *batch, l *loaded, reason string, now time.Time) {
 	m.pending.finished++
 }
 
-// Supervisor is the fenced identity of the elected supervisor.
-type Supervisor struct {
+// Leader is the fenced identity of the holder of a lease in a term: the
+// supervisor (package supervisor) and the other leader-run chores
+// (package maintenance) act through it, each action checked against the
+// lease in its own transaction.
+type Leader struct {
 	Instance string
 	Term     int64
 	Lease    string
@@ -1100,14 +1103,14 @@ type Supervisor struct {
 }
 
 // Commit publishes the counts of the sweep transaction that just committed.
-func (sv *Supervisor) Commit() { sv.Counters.add(sv.pending); sv.pending = tally{} }
+func (sv *Leader) Commit() { sv.Counters.add(sv.pending); sv.pending = tally{} }
 
 // Discard drops the counts of a sweep that rolled back.
-func (sv *Supervisor) Discard() { sv.pending = tally{} }
+func (sv *Leader) Discard() { sv.pending = tally{} }
 
 // CheckLeader fails with ErrNotLeader unless the lease, read inside the
 // caller's transaction, is still ours in our term and unexpired at now.
-func (sv *Supervisor) CheckLeader(ctx context.Context, x store.Executor, now time.Time) error {
+func (sv *Leader) CheckLeader(ctx context.Context, x store.Executor, now time.Time) error {
 	l, err := x.LeaseGet(ctx, sv.Lease)
 	if errors.Is(err, store.ErrNotFound) {
 		return ErrNotLeader
@@ -1126,7 +1129,7 @@ func (sv *Supervisor) CheckLeader(ctx context.Context, x store.Executor, now tim
 // at it, the step waits an extended period and is tried again while its
 // WaitPolicy allows, and then its failure policy applies. Every action is
 // fenced by the lease.
-func (sv *Supervisor) Sweep(ctx context.Context, x store.Executor, now time.Time, limit int) (int, error) {
+func (sv *Leader) Sweep(ctx context.Context, x store.Executor, now time.Time, limit int) (int, error) {
 	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
@@ -1143,15 +1146,26 @@ func (sv *Supervisor) Sweep(ctx context.Context, x store.Executor, now time.Time
 	for _, t := range tasks {
 		sv.recover(b, ls[t.ID], now)
 	}
-	if _, err := x.RequestDeleteExpired(ctx, now.Add(-time.Minute), limit); err != nil {
+	return len(tasks), b.flush(ctx, x)
+}
+
+// RequestGrace is how long after its CompleteBy a request nobody answered
+// stays stored before ExpireRequests deletes it: its step has been
+// recovered by then, and a late answer is refused either way.
+const RequestGrace = time.Minute
+
+// ExpireRequests deletes up to limit requests whose CompleteBy passed
+// more than RequestGrace before now, if this leader still leads.
+func (sv *Leader) ExpireRequests(ctx context.Context, x store.Executor, now time.Time, limit int) (int, error) {
+	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
-	return len(tasks), b.flush(ctx, x)
+	return x.RequestDeleteExpired(ctx, now.Add(-RequestGrace), limit)
 }
 
 // Retain deletes up to limit final tasks last updated more than age before
 // now, with their history, if this supervisor still leads.
-func (sv *Supervisor) Retain(ctx context.Context, x store.Executor, now time.Time, age time.Duration, limit int) (int, error) {
+func (sv *Leader) Retain(ctx context.Context, x store.Executor, now time.Time, age time.Duration, limit int) (int, error) {
 	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
@@ -1160,21 +1174,21 @@ func (sv *Supervisor) Retain(ctx context.Context, x store.Executor, now time.Tim
 
 // ForgetDedupe deletes up to limit session-queue de-duplication entries
 // whose window has passed, if this supervisor still leads.
-func (sv *Supervisor) ForgetDedupe(ctx context.Context, x store.Executor, now time.Time, limit int) (int, error) {
+func (sv *Leader) ForgetDedupe(ctx context.Context, x store.Executor, now time.Time, limit int) (int, error) {
 	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
 	return x.DedupeDeleteExpired(ctx, now, limit)
 }
 
-func (sv *Supervisor) event(b *batch, t *dt.Task, step int, typ dt.EventType, now time.Time) *dt.Event {
+func (sv *Leader) event(b *batch, t *dt.Task, step int, typ dt.EventType, now time.Time) *dt.Event {
 	e := ev(t, step, typ, sv.Instance, now)
 	e.Term = sv.Term
 	b.event(e)
 	return e
 }
 
-func (sv *Supervisor) recover(b *batch, l *loaded, now time.Time) {
+func (sv *Leader) recover(b *batch, l *loaded, now time.Time) {
 	t := l.task
 	t.LockedBy = ""
 	t.CompleteBy = nil

@@ -17,6 +17,8 @@ import (
 
 	"github.com/drover-run/drover"
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/engine"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -330,17 +332,13 @@ func (h *Handler) pollAgent(w http.ResponseWriter, r *http.Request) error {
 func (h *Handler) claimRemote(base context.Context, agent, claimedBy, nonce string, limit int) ([]agentRequestJSON, error) {
 	ctx, cancel := context.WithTimeout(base, h.opts.RequestTimeout)
 	defer cancel()
-	drv := h.drover.Store()
-	ok, err := drv.Reader().RequestAvailable(ctx, agent, h.clock.Now())
+	remote := h.remote()
+	ok, err := remote.Available(ctx, agent)
 	if err != nil || !ok {
 		return nil, err
 	}
-	var reqs []*dt.AgentRequest
-	if err := drv.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		var err error
-		reqs, err = x.RequestClaim(ctx, store.RequestClaimParams{Agent: agent, ClaimedBy: claimedBy, Now: h.clock.Now(), Limit: limit})
-		return err
-	}); err != nil {
+	reqs, err := remote.Claim(ctx, agent, claimedBy, limit)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]agentRequestJSON, 0, len(reqs))
@@ -352,10 +350,7 @@ func (h *Handler) claimRemote(base context.Context, agent, claimedBy, nonce stri
 				// A passing failure (the store, say): give the request back
 				// for a later poll rather than failing the step.
 				h.log.Warn("remote agent input not available yet; the request is given back", "agent", agent, "task", q.TaskID, "step", q.StepIndex, "err", err)
-				if err := h.drover.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
-					_, err := x.RequestReleaseOne(ctx, q.ID, claimedBy, h.clock.Now(), h.opts.Redelivery)
-					return err
-				}); err != nil && !errors.Is(err, store.ErrStale) && !errors.Is(err, store.ErrNotFound) {
+				if err := remote.Defer(ctx, q.ID, claimedBy, h.opts.Redelivery); err != nil && !errors.Is(err, store.ErrStale) && !errors.Is(err, store.ErrNotFound) {
 					return nil, err
 				}
 				continue
@@ -363,7 +358,7 @@ func (h *Handler) claimRemote(base context.Context, agent, claimedBy, nonce stri
 			if err != nil {
 				// The step cannot run with this input: fail it for good.
 				h.log.Warn("remote agent input failed; failing the request permanently", "agent", agent, "task", q.TaskID, "step", q.StepIndex, "err", err)
-				if err := h.replyTx(ctx, q.ID, claimedBy, nil, "input: "+err.Error(), true, nil); err != nil && !errors.Is(err, store.ErrStale) && !errors.Is(err, store.ErrNotFound) {
+				if err := remote.Fail(ctx, q.ID, claimedBy, "input: "+err.Error(), nil); err != nil && !errors.Is(err, store.ErrStale) && !errors.Is(err, store.ErrNotFound) {
 					return nil, err
 				}
 				continue
@@ -393,39 +388,14 @@ func jsonOrNull(b []byte) json.RawMessage {
 func (h *Handler) releaseClaim(agent, claimedBy string) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.RequestTimeout)
 	defer cancel()
-	err := h.drover.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.RequestRelease(ctx, claimedBy); err != nil {
-			return err
-		}
-		return x.Notify(ctx, store.TopicRequests(agent))
-	})
-	if err != nil {
+	if err := h.remote().ReleaseAll(ctx, agent, claimedBy); err != nil {
 		h.log.Warn("release the requests of an abandoned poll; the supervisor recovers them after their deadline", "agent", agent, "err", err)
 	}
 }
 
-// replyTx completes request id under the claim and queues its reply for
-// the scheduler that holds the task, in one transaction. check, when not
-// nil, may refuse the request (its error rolls everything back).
-func (h *Handler) replyTx(ctx context.Context, id int64, claimedBy string, output []byte, failure string, failed bool, check func(*dt.AgentRequest) error) error {
-	return h.drover.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		now := h.clock.Now()
-		q, err := x.RequestComplete(ctx, id, claimedBy, now)
-		if err != nil {
-			return err
-		}
-		if check != nil {
-			if err := check(q); err != nil {
-				return err
-			}
-		}
-		reply := &dt.AgentReply{TaskID: q.TaskID, StepIndex: q.StepIndex, Attempt: q.Attempt, Kind: q.Kind,
-			Output: output, Failed: failed, Error: failure, CreatedAt: now, Scheduler: q.Scheduler}
-		if err := x.ReplyInsertMany(ctx, []*dt.AgentReply{reply}); err != nil {
-			return err
-		}
-		return x.Notify(ctx, store.TopicReplies(q.Scheduler))
-	})
+// remote is the engine's API of remote agents' state transitions.
+func (h *Handler) remote() engine.Remote {
+	return engine.Remote{Store: h.drover.Store(), Clock: h.clock}
 }
 
 // agentRequestBody reads the {id} and the body shared by complete and fail.
@@ -462,7 +432,7 @@ func (h *Handler) completeRequest(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	if err := h.replyTx(r.Context(), id, claimedBy, req.Output, "", false, h.requestCheck(r)); err != nil {
+	if err := h.remote().Complete(r.Context(), id, claimedBy, req.Output, h.requestCheck(r)); err != nil {
 		return staleOr(err, id)
 	}
 	writeJSON(w, http.StatusOK, acceptedJSON{Accepted: true})
@@ -489,20 +459,9 @@ func (h *Handler) failRequest(w http.ResponseWriter, r *http.Request) error {
 	}
 	check := h.requestCheck(r)
 	if req.Permanent {
-		err = h.replyTx(r.Context(), id, claimedBy, nil, req.Error, true, check)
+		err = h.remote().Fail(r.Context(), id, claimedBy, req.Error, check)
 	} else {
-		err = h.drover.Store().InTx(r.Context(), func(ctx context.Context, x store.Executor) error {
-			q, err := x.RequestReleaseOne(ctx, id, claimedBy, h.clock.Now(), h.opts.Redelivery)
-			if err == nil {
-				err = check(q)
-			}
-			if err != nil || h.opts.Redelivery.First > 0 {
-				// Delayed: waking the polls now would find nothing; they
-				// find it at a re-check after the delay.
-				return err
-			}
-			return x.Notify(ctx, store.TopicRequests(q.Agent))
-		})
+		err = h.remote().Release(r.Context(), id, claimedBy, h.opts.Redelivery, check)
 		if err == nil {
 			h.log.Info("remote agent failed a request transiently; it is redelivered", "request", id, "err", req.Error)
 		}
@@ -516,9 +475,9 @@ func (h *Handler) failRequest(w http.ResponseWriter, r *http.Request) error {
 
 // agentWaker wakes waiting polls when the store notifies new requests for
 // their agent (store.TopicRequests; PostgreSQL's LISTEN/NOTIFY): one
-// listener per Handler, started by the first poll, stopped with the
-// streams (CloseStreams). Without a store.Listener it does nothing and
-// polls find work by polling.
+// subscription to the process's notifier per Handler, taken by the first
+// poll, dropped with the streams (CloseStreams). Without a store.Listener
+// it does nothing and polls find work by polling.
 type agentWaker struct {
 	mu      sync.Mutex
 	started bool
@@ -534,9 +493,13 @@ func (a *agentWaker) subscribe(h *Handler, agent string) (<-chan struct{}, func(
 	defer a.mu.Unlock()
 	if !a.started {
 		a.started = true
-		if l, ok := h.drover.Store().(store.Listener); ok {
+		if notes := notifier.For(h.drover.Store()); notes.Listening() {
 			a.up.Store(true)
-			go func() { _ = l.Listen(h.streamCtx, a.wake) }()
+			unsubscribe := notes.Subscribe(a.wake)
+			go func() {
+				<-h.streamCtx.Done()
+				unsubscribe()
+			}()
 		}
 	}
 	if a.waiters == nil {
@@ -559,8 +522,8 @@ func (a *agentWaker) subscribe(h *Handler, agent string) (<-chan struct{}, func(
 // listening reports whether notifications wake the polls.
 func (a *agentWaker) listening() bool { return a.up.Load() }
 
-// wake is the listener's callback.
-func (a *agentWaker) wake(topic string) {
+// wake is the notifier's callback.
+func (a *agentWaker) wake(t notifier.Topic) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	signal := func(ws map[chan struct{}]struct{}) {
@@ -571,12 +534,12 @@ func (a *agentWaker) wake(topic string) {
 			}
 		}
 	}
-	switch {
-	case topic == store.TopicAll:
+	switch t.Kind {
+	case notifier.All:
 		for _, ws := range a.waiters {
 			signal(ws)
 		}
-	case strings.HasPrefix(topic, store.TopicRequests("")):
-		signal(a.waiters[strings.TrimPrefix(topic, store.TopicRequests(""))])
+	case notifier.Requests:
+		signal(a.waiters[t.Name])
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
 )
@@ -720,21 +721,21 @@ func TestAgentWakerRouting(t *testing.T) {
 			return false
 		}
 	}
-	a.wake(store.TopicRequests("one"))
+	a.wake(notifier.Parse(store.TopicRequests("one")))
 	if !fired(w1) || fired(w2) {
 		t.Fatal("requests:one did not wake exactly the poll of one")
 	}
-	a.wake(store.TopicReplies("x"))
-	a.wake(store.TopicTasks)
+	a.wake(notifier.Parse(store.TopicReplies("x")))
+	a.wake(notifier.Parse(store.TopicTasks))
 	if fired(w1) || fired(w2) {
 		t.Fatal("other topics woke a poll")
 	}
-	a.wake(store.TopicAll)
+	a.wake(notifier.Parse(store.TopicAll))
 	if !fired(w1) || !fired(w2) {
 		t.Fatal("TopicAll did not wake every poll")
 	}
 	un2()
-	a.wake(store.TopicRequests("two"))
+	a.wake(notifier.Parse(store.TopicRequests("two")))
 	if fired(w2) || a.waiters["two"] != nil {
 		t.Fatal("an unsubscribed poll was woken or kept")
 	}

@@ -25,6 +25,27 @@ import (
 	"github.com/drover-run/drover/store"
 )
 
+// LocalAgents is the fast path to the agents of the scheduler's own
+// process (package agentrt's Runtime): a dispatch reserves a free call
+// slot, hands the request over in memory after commit instead of storing
+// it, and a rollback returns the slots.
+type LocalAgents interface {
+	// Reserve takes a call slot of agent, if it runs here and has one free.
+	Reserve(agent string) (claimedBy string, ok bool)
+	// Dispatch hands over the requests of a committed transaction.
+	Dispatch(reqs []*dt.AgentRequest)
+	// Unreserve returns the slots of requests that were not dispatched.
+	Unreserve(reqs []*dt.AgentRequest)
+}
+
+// UseLocalAgents makes a the scheduler's fast path: its Machine reserves
+// slots of a, OnDispatch hands requests to a and OnRollback returns them.
+func (s *Scheduler) UseLocalAgents(a LocalAgents) {
+	s.Machine.Reserve = a.Reserve
+	s.OnDispatch = a.Dispatch
+	s.OnRollback = a.Unreserve
+}
+
 // Scheduler is one scheduler instance.
 type Scheduler struct {
 	Driver  store.Driver

@@ -393,46 +393,6 @@ func TestTermWhileRunning(t *testing.T) {
 	}
 }
 
-// The leader deletes session-queue de-duplication entries whose window has
-// passed (and only those); a supervisor that does not lead deletes none.
-func TestForgetDedupe(t *testing.T) {
-	t.Parallel()
-	d := openStore(t)
-	ctx := context.Background()
-	clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if err := x.QueuePut(ctx, &dt.Queue{Name: "q", MaxDeliveryCount: 10, PoisonPolicy: dt.PoisonBlock,
-			DedupeWindow: time.Minute, LockDuration: time.Minute, CreatedAt: clk.Now(), UpdatedAt: clk.Now()}); err != nil {
-			return err
-		}
-		var msgs []store.PublishMessage
-		for i := range 40 {
-			msgs = append(msgs, store.PublishMessage{Queue: "q", SessionID: "s", MessageID: fmt.Sprintf("m%d", i), Body: []byte("x")})
-		}
-		_, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: msgs, Now: clk.Now()})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	s := newSup(d, clk, "sup")
-	if n, err := s.ForgetDedupe(ctx); err != nil || n != 0 {
-		t.Fatalf("ForgetDedupe without leading = %d, %v; want 0", n, err)
-	}
-	if _, err := s.Acquire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := s.ForgetDedupe(ctx); err != nil || n != 0 {
-		t.Fatalf("ForgetDedupe within the window = %d, %v; want 0", n, err)
-	}
-	clk.Advance(time.Minute + time.Second)
-	if _, err := s.Acquire(ctx); err != nil { // renew the lease at the new time
-		t.Fatal(err)
-	}
-	if n, err := s.ForgetDedupe(ctx); err != nil || n != 40 {
-		t.Fatalf("ForgetDedupe after the window = %d, %v; want 40 (in batches of %d)", n, err, s.Batch)
-	}
-}
-
 // Retention: only the leader deletes, only final tasks older than Retention,
 // all of them across batches; nothing without a Retention.
 func TestRetain(t *testing.T) {

@@ -48,6 +48,8 @@ import (
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/fault"
+	"github.com/drover-run/drover/internal/maintenance"
+	"github.com/drover-run/drover/internal/startstop"
 	"github.com/drover-run/drover/store"
 )
 
@@ -72,7 +74,7 @@ const MaxURLBytes = 2048
 // maxErrorBody caps the part of a failed answer's body kept in LastError.
 const maxErrorBody = 256
 
-// pruneEvery is how often a dispatcher deletes old finished deliveries.
+// pruneEvery is how often old finished deliveries are deleted.
 const pruneEvery = 10 * time.Minute
 
 // roundTimeout bounds the transaction recording results and claiming.
@@ -375,6 +377,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	defer d.running.Store(false)
 	d.log.Info("webhook dispatcher started", "urls", len(d.opts.Subscriptions), "concurrency", d.opts.Concurrency)
+	if p := d.pruner(); p != nil {
+		if err := p.Start(ctx); err != nil {
+			return err
+		}
+		defer p.Stop()
+	}
 
 	// Requests outlive ctx: a stop lets them finish within Timeout.
 	sendCtx := context.WithoutCancel(ctx)
@@ -387,11 +395,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	ticker := time.NewTicker(d.opts.PollInterval)
 	defer ticker.Stop()
 	var (
-		inflight  int
-		pending   []store.WebhookResult
-		released  bool
-		scan      = true
-		lastPrune time.Time
+		inflight int
+		pending  []store.WebhookResult
+		released bool
+		scan     = true
 	)
 	for {
 		if !released {
@@ -400,10 +407,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if scan {
 			scan = false
 			d.enqueueAll(ctx)
-			if now := d.clock.Now(); d.opts.Retention > 0 && now.Sub(lastPrune) >= pruneEvery {
-				lastPrune = now
-				d.prune(ctx, now)
-			}
 		}
 		if released && ctx.Err() == nil {
 			// Not cut by ctx: a commit interrupted by a stop would leave
@@ -713,25 +716,17 @@ func (d *Dispatcher) subscribed(u string) bool {
 	return slices.ContainsFunc(d.opts.Subscriptions, func(s Subscription) bool { return s.URL == u })
 }
 
-// prune deletes delivered and failed deliveries older than Retention.
-func (d *Dispatcher) prune(ctx context.Context, now time.Time) {
-	for ctx.Err() == nil {
-		var n int
-		err := d.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			var err error
-			n, err = x.WebhookDeliveryDeleteFinished(ctx, now.Add(-d.opts.Retention), 1000)
-			return err
-		})
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Warn("webhook: delete old deliveries", "err", err)
-			}
-			return
-		}
-		if n < 1000 {
-			return
-		}
+// pruner deletes delivered and failed deliveries older than Retention
+// every pruneEvery, in the dispatcher process that holds
+// maintenance.WebhookLease; nil without a Retention.
+func (d *Dispatcher) pruner() startstop.Service {
+	if d.opts.Retention <= 0 {
+		return nil
 	}
+	r := &maintenance.Runner{Driver: d.store, Clock: d.clock, Log: d.log, Lease: maintenance.WebhookLease,
+		Instance: d.opts.Instance + "/maintenance", Interval: pruneEvery, Batch: 1000,
+		Tick: min(d.opts.PollInterval, 10*time.Second/3), Services: []maintenance.Service{maintenance.WebhookRetention(d.opts.Retention)}}
+	return &startstop.Func{Name: "webhook retention", Run: r.Run, Log: d.log}
 }
 
 // backoff is the delay after the n-th failed attempt: BackoffBase doubled

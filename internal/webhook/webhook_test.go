@@ -870,7 +870,13 @@ func TestPrunesOldDeliveries(t *testing.T) {
 		wait(t, c, "old", drover.Processed)
 		wait(t, c, "pending", drover.Processed)
 		fake := clock.NewFake(time.Now())
-		opts := fastOptions(&logBuffer{})
+		lb := &logBuffer{}
+		defer func() {
+			if t.Failed() {
+				t.Log(lb.String())
+			}
+		}()
+		opts := fastOptions(lb)
 		opts.Clock = fake
 		opts.Retention = time.Hour
 		opts.BackoffBase, opts.BackoffMax = 10*time.Hour, 10*time.Hour // the pending one is not tried again
@@ -904,9 +910,9 @@ func TestPrunesOldDeliveries(t *testing.T) {
 		submit(t, c, "echo", "young", rc.url("/ok"))
 		wait(t, c, "young", drover.Processed)
 		waitFor(t, "the young delivery", func() bool { return settled(byTask(), "young", dt.WebhookDelivered) })
-		// That delivery was sent after the prune the advance triggered
-		// (each scan prunes before it sends), which had to leave the first
-		// one, 50 minutes old.
+		// A prune the advance triggered (the retention service runs beside
+		// the sends, every pruneEvery) had to leave the first one, 50
+		// minutes old.
 		if m := byTask(); !settled(m, "old", dt.WebhookDelivered) {
 			t.Fatalf("the delivery delivered 50 minutes ago is gone or changed (Retention 1h): %s", show(m["old"]))
 		}

@@ -239,17 +239,17 @@ func failed(r *dt.AgentRequest, msg string) *dt.AgentReply {
 }
 
 // leader acquires the supervisor lease for holder and returns its fenced identity.
-func (e *env) leader(holder string, now time.Time, ttl time.Duration) *flow.Supervisor {
+func (e *env) leader(holder string, now time.Time, ttl time.Duration) *flow.Leader {
 	e.t.Helper()
 	l, got := acquire(e.t, e.d, "supervisor", holder, now, ttl)
 	if !got {
 		e.t.Fatalf("%s could not acquire the supervisor lease (held by %s)", holder, l.Holder)
 	}
-	return &flow.Supervisor{Instance: holder, Term: l.Term, Lease: "supervisor", Counters: e.c}
+	return &flow.Leader{Instance: holder, Term: l.Term, Lease: "supervisor", Counters: e.c}
 }
 
 // sweep runs one sweep and commits whatever it did, error or not.
-func (e *env) sweep(sv *flow.Supervisor, now time.Time) (int, error) {
+func (e *env) sweep(sv *flow.Leader, now time.Time) (int, error) {
 	e.t.Helper()
 	var (
 		n    int
@@ -263,7 +263,7 @@ func (e *env) sweep(sv *flow.Supervisor, now time.Time) (int, error) {
 	return n, serr
 }
 
-func (e *env) mustSweep(sv *flow.Supervisor, now time.Time, want int) {
+func (e *env) mustSweep(sv *flow.Leader, now time.Time, want int) {
 	e.t.Helper()
 	n, err := e.sweep(sv, now)
 	if err != nil || n != want {
@@ -1022,7 +1022,7 @@ func testFlowTimedOutStepCompensationRetried(t *testing.T, d store.Driver) {
 // timeOut claims what is claimable at now (want: one request) and sweeps
 // past that request's CompleteBy; it returns the request and the time of
 // the sweep.
-func (e *env) timeOut(sv *flow.Supervisor, now time.Time, what string) (*dt.AgentRequest, time.Time) {
+func (e *env) timeOut(sv *flow.Leader, now time.Time, what string) (*dt.AgentRequest, time.Time) {
 	e.t.Helper()
 	r := e.one(e.claim(now), what)
 	swept := r.CompleteBy.Add(time.Second)
@@ -1208,7 +1208,7 @@ func testFlowSweepNotLeader(t *testing.T, d store.Driver) {
 	e.one(e.claim(base), "claim") // CompleteBy +10s
 	now := at(time.Minute)
 	before := e.snapshot([]string{"o1"}, orderAgents)
-	check := func(what string, sv *flow.Supervisor, now time.Time) {
+	check := func(what string, sv *flow.Leader, now time.Time) {
 		t.Helper()
 		n, err := e.sweep(sv, now)
 		if !errors.Is(err, flow.ErrNotLeader) || n != 0 {
@@ -1218,12 +1218,12 @@ func testFlowSweepNotLeader(t *testing.T, d store.Driver) {
 			t.Errorf("%s: the store changed:\nbefore %s\nafter  %s", what, before, after)
 		}
 	}
-	check("no lease at all", &flow.Supervisor{Instance: "A", Term: 1, Lease: "supervisor"}, now)
+	check("no lease at all", &flow.Leader{Instance: "A", Term: 1, Lease: "supervisor"}, now)
 
 	a := e.leader("A", now, 10*time.Second) // A leads in term 1 until +70s
 	before = e.snapshot([]string{"o1"}, orderAgents)
-	check("another instance", &flow.Supervisor{Instance: "B", Term: a.Term, Lease: "supervisor"}, now)
-	check("the holder with a wrong term", &flow.Supervisor{Instance: "A", Term: a.Term + 1, Lease: "supervisor"}, now)
+	check("another instance", &flow.Leader{Instance: "B", Term: a.Term, Lease: "supervisor"}, now)
+	check("the holder with a wrong term", &flow.Leader{Instance: "A", Term: a.Term + 1, Lease: "supervisor"}, now)
 	check("the holder once its lease expired", a, at(70*time.Second))
 
 	b := e.leader("B", at(71*time.Second), 10*time.Second)
@@ -1232,7 +1232,7 @@ func testFlowSweepNotLeader(t *testing.T, d store.Driver) {
 	}
 	before = e.snapshot([]string{"o1"}, orderAgents)
 	check("the deposed leader with its old term", a, at(72*time.Second))
-	check("the deposed leader claiming the new term", &flow.Supervisor{Instance: "A", Term: b.Term, Lease: "supervisor"}, at(72*time.Second))
+	check("the deposed leader claiming the new term", &flow.Leader{Instance: "A", Term: b.Term, Lease: "supervisor"}, at(72*time.Second))
 	if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 		return a.CheckLeader(ctx, x, at(72*time.Second))
 	}); !errors.Is(err, flow.ErrNotLeader) {

@@ -1,0 +1,11 @@
+// Package notifier is the process's one hub of cross-process wake-ups.
+//
+// Every transaction that creates work calls store.Executor.Notify with a
+// topic; on a driver with a store.Listener (PostgreSQL's LISTEN/NOTIFY)
+// the topics other processes send arrive here. A Hub, one per driver per
+// process (For), holds one listening connection while anyone subscribes,
+// parses each payload once into a typed Topic and hands it to every
+// subscriber: the task roles (package drover's Client), session-queue
+// consumers (package convoy) and the HTTP API's waiting remote-agent polls.
+// Without a store.Listener (SQLite) nothing arrives and every role polls.
+package notifier

@@ -1,0 +1,191 @@
+package notifier
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/drover-run/drover/store"
+)
+
+// Kind says what a Topic is about.
+type Kind int
+
+// The kinds of topics.
+const (
+	// All: anything may have happened (a listener reconnected, or a topic
+	// this version does not know); wake every role.
+	All Kind = iota
+	// Tasks: tasks became claimable.
+	Tasks
+	// Requests: unclaimed requests wait for the agent Topic.Name.
+	Requests
+	// Replies: replies wait for the scheduler instance Topic.Name.
+	Replies
+	// Queue: a session of the queue Topic.Name may have become available.
+	Queue
+)
+
+// Topic is a parsed notification topic.
+type Topic struct {
+	Kind Kind
+	// Name is the agent, scheduler instance or queue the topic concerns;
+	// empty for All and Tasks.
+	Name string
+}
+
+// Wire prefixes of the named topics (store.TopicRequests, store.TopicReplies).
+const (
+	requestsPrefix = "requests:"
+	repliesPrefix  = "replies:"
+	queuePrefix    = "queue:"
+)
+
+// QueueTopic is the wire form of the topic of a session queue.
+func QueueTopic(queue string) string { return queuePrefix + queue }
+
+// Parse reads a topic as sent with store.Executor.Notify. A topic it does
+// not know reads as All, so a newer sender never leaves a role asleep.
+func Parse(s string) Topic {
+	switch {
+	case s == store.TopicTasks:
+		return Topic{Kind: Tasks}
+	case strings.HasPrefix(s, requestsPrefix):
+		return Topic{Kind: Requests, Name: s[len(requestsPrefix):]}
+	case strings.HasPrefix(s, repliesPrefix):
+		return Topic{Kind: Replies, Name: s[len(repliesPrefix):]}
+	case strings.HasPrefix(s, queuePrefix):
+		return Topic{Kind: Queue, Name: s[len(queuePrefix):]}
+	}
+	return Topic{Kind: All}
+}
+
+// Hub delivers one driver's notifications to this process's subscribers
+// over one listening connection, held while anyone subscribes. All hubs
+// of one driver share that connection.
+type Hub struct {
+	listener store.Listener // nil: the driver has no notifications
+	key      any            // the registry's key; nil: the hub's own entry
+	own      *entry
+}
+
+// entry is the listening state of one driver in this process.
+type entry struct {
+	subs map[*subscription]struct{}
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+type subscription struct{ fn func(Topic) }
+
+var (
+	// mu guards registry and every entry.
+	mu       sync.Mutex
+	registry = map[any]*entry{}
+)
+
+// For returns a hub of driver d: every hub of the same driver value
+// shares one listening connection, so the process listens once.
+func For(d store.Driver) *Hub {
+	h := &Hub{}
+	if l, ok := d.(store.Listener); ok {
+		h.listener = l
+	}
+	if d != nil && reflect.TypeOf(d).Comparable() {
+		h.key = d
+	} else {
+		h.own = &entry{subs: map[*subscription]struct{}{}}
+	}
+	return h
+}
+
+// Listening reports whether the driver delivers notifications at all;
+// without them subscribers are never called and roles poll.
+func (h *Hub) Listening() bool { return h.listener != nil }
+
+// entry returns the hub's entry, creating it; mu must be held.
+func (h *Hub) entry() *entry {
+	if h.own != nil {
+		return h.own
+	}
+	e := registry[h.key]
+	if e == nil {
+		e = &entry{subs: map[*subscription]struct{}{}}
+		registry[h.key] = e
+	}
+	return e
+}
+
+// Subscribe calls fn with every topic another process notifies (and with
+// an All topic after the listening connection is re-established) until
+// unsubscribe is called. fn runs on the listener's goroutine: it must not
+// block nor subscribe or unsubscribe. The first subscriber starts the
+// listening connection; unsubscribe of the last one closes it and waits
+// for it to be closed.
+func (h *Hub) Subscribe(fn func(Topic)) (unsubscribe func()) {
+	s := &subscription{fn: fn}
+	mu.Lock()
+	e := h.entry()
+	e.subs[s] = struct{}{}
+	if len(e.subs) == 1 && h.listener != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		e.stop, e.done = cancel, done
+		go func() {
+			defer close(done)
+			_ = h.listener.Listen(ctx, e.deliver)
+		}()
+	}
+	mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { h.unsubscribe(e, s) }) }
+}
+
+func (h *Hub) unsubscribe(e *entry, s *subscription) {
+	mu.Lock()
+	delete(e.subs, s)
+	var done chan struct{}
+	if len(e.subs) == 0 {
+		if e.stop != nil {
+			e.stop()
+			done = e.done
+			e.stop, e.done = nil, nil
+		}
+		if h.key != nil && registry[h.key] == e {
+			delete(registry, h.key)
+		}
+	}
+	mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// deliver parses a payload once and hands it to every subscriber.
+func (e *entry) deliver(payload string) {
+	t := Parse(payload)
+	mu.Lock()
+	fns := make([]func(Topic), 0, len(e.subs))
+	for s := range e.subs {
+		fns = append(fns, s.fn)
+	}
+	mu.Unlock()
+	for _, fn := range fns {
+		fn(t)
+	}
+}
+
+// Subscribers returns how many subscribers the hub's driver has in this
+// process (all of them share one listening connection).
+func (h *Hub) Subscribers() int {
+	mu.Lock()
+	defer mu.Unlock()
+	if h.own != nil {
+		return len(h.own.subs)
+	}
+	if e := registry[h.key]; e != nil {
+		return len(e.subs)
+	}
+	return 0
+}

@@ -1,0 +1,166 @@
+package notifier_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/httpapi"
+	"github.com/drover-run/drover/internal/notifier"
+	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/store"
+	"github.com/drover-run/drover/store/postgres"
+)
+
+func TestParse(t *testing.T) {
+	for in, want := range map[string]notifier.Topic{
+		store.TopicTasks:          {Kind: notifier.Tasks},
+		store.TopicRequests("a"):  {Kind: notifier.Requests, Name: "a"},
+		store.TopicReplies("s/1"): {Kind: notifier.Replies, Name: "s/1"},
+		convoy.Topic("q"):         {Kind: notifier.Queue, Name: "q"},
+		store.TopicAll:            {Kind: notifier.All},
+		"from-a-newer-version":    {Kind: notifier.All},
+	} {
+		if got := notifier.Parse(in); got != want {
+			t.Errorf("Parse(%q) = %+v, want %+v", in, got, want)
+		}
+	}
+}
+
+// listening counts the PostgreSQL connections that LISTEN on schema's channel.
+func listening(t *testing.T, admin *postgres.Driver, url, schema string) int {
+	t.Helper()
+	var n int
+	err := admin.Pool().QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, "drover_"+schema).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// One process (one driver) runs the task roles, a waiting session-queue
+// consumer and a waiting remote-agent poll of the HTTP API: they share one
+// LISTEN connection, and work notified by another process wakes each of
+// them (their polling is slowed to an hour where it can be).
+func TestOneListeningConnectionWakesEveryRole(t *testing.T) {
+	url := testutil.PostgresURL(t)
+	schema := testutil.FreshSchema(t)
+	ctx := context.Background()
+	open := func() *postgres.Driver {
+		d, err := postgres.Open(ctx, url, postgres.Options{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		return d
+	}
+	here, other := open(), open()
+	if err := here.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	workflows := []drover.Workflow{
+		{Name: "local", Steps: []drover.Step{{Name: "a", Agent: "echo"}}},
+		{Name: "remote", Steps: []drover.Step{{Name: "a", Agent: "worker"}}},
+	}
+	c, err := drover.New(drover.Config{Store: here, PollInterval: time.Hour, Workflows: workflows, ExternalAgents: []string{"worker"},
+		Agents: []drover.Agent{{Name: "echo", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) { return r.Input, nil }}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Stop(ctx) }()
+	q, err := convoy.New(convoy.Config{Store: here, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.New(c, q, httpapi.Options{NoAuth: true, Rate: -1, AuthFailRate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.CloseStreams()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	leased := make(chan *convoy.Lease, 1)
+	go func() {
+		l, err := q.AcceptLease(ctx, "orders", "", "", 20*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		leased <- l
+	}()
+	polled := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/agents/worker/poll", strings.NewReader(`{"max":1,"wait_ms":20000}`))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			polled <- ""
+			return
+		}
+		defer res.Body.Close()
+		var b strings.Builder
+		_, _ = io.Copy(&b, res.Body)
+		polled <- b.String()
+	}()
+	notes := notifier.For(here)
+	waitFor(t, "three subscribers", func() bool { return notes.Subscribers() == 3 })
+	if n := listening(t, here, url, schema); n != 1 {
+		t.Fatalf("%d connections LISTEN for one process, want 1", n)
+	}
+
+	// Another process makes work for each of them.
+	oc, err := drover.New(drover.Config{Store: other, Workflows: workflows, ExternalAgents: []string{"worker"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := oc.Submit(ctx, "local", []byte(`"x"`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oc.Submit(ctx, "remote", []byte(`"y"`), nil); err != nil {
+		t.Fatal(err)
+	}
+	oq, err := convoy.New(convoy.Config{Store: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oq.Publish(ctx, "orders", convoy.Message{SessionID: "o1", Body: []byte("m")}); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if tk, err := c.Wait(waitCtx, local.ID); err != nil || tk.ProcessState != drover.Processed {
+		t.Fatalf("local task: %+v, %v", tk, err)
+	}
+	if l := <-leased; l == nil {
+		t.Fatal("the waiting consumer got no session")
+	}
+	if body := <-polled; !strings.Contains(body, `"agent":"worker"`) {
+		t.Fatalf("the waiting remote agent's poll got %s", body)
+	}
+	if n := listening(t, here, url, schema); n != 1 {
+		t.Fatalf("%d connections LISTEN for one process, want 1", n)
+	}
+}
