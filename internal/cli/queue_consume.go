@@ -139,6 +139,7 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 		out                                  = lockedWriter{&mu, e.Stdout}
 		reserved, completed, abandoned, accs atomic.Int64
 		lastActivity                         atomic.Int64
+		held                                 atomic.Int64 // sessions held now
 		firstErr                             error
 		errOnce                              sync.Once
 	)
@@ -274,7 +275,7 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 					case runCtx.Err() != nil:
 						return
 					case errors.Is(err, context.DeadlineExceeded):
-						if time.Since(time.Unix(0, lastActivity.Load())) >= f.idle {
+						if held.Load() == 0 && time.Since(time.Unix(0, lastActivity.Load())) >= f.idle {
 							stop()
 						}
 						continue
@@ -283,7 +284,12 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 					return
 				}
 				accs.Add(1)
-				if err := session(r); err != nil {
+				// While a session is held (a handler may run longer than
+				// --idle) the consumer is not idle.
+				held.Add(1)
+				err = session(r)
+				held.Add(-1)
+				if err != nil {
 					fail(src.explain(err))
 					return
 				}

@@ -284,6 +284,20 @@ func TestQueueCommands(t *testing.T) {
 	queueScenario(t, []string{"--db", db})
 }
 
+// A handler that runs longer than --idle is not idleness: the consumer
+// stops only once nothing is held and nothing was available for --idle.
+func TestConsumeIdleWaitsForARunningHandler(t *testing.T) {
+	t.Parallel()
+	path, _ := migratedDB(t)
+	db := []string{"--db", path}
+	mustRun(t, append([]string{"queue", "publish", "--queue", "slow", "--session", "s", "--body", "1"}, db...)...)
+	var sum ConsumeSummary
+	qrun(t, &sum, "", db, "queue", "consume", "--queue", "slow", "--sessions", "2", "--idle", "300ms", "--exec", "sleep 1.5")
+	if sum.Completed != 1 || sum.Abandoned != 0 {
+		t.Fatalf("consume = %+v, want the slow message completed", sum)
+	}
+}
+
 func TestPostgresQueueCommands(t *testing.T) {
 	t.Parallel()
 	url, schema := pgSchema(t)
