@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/clicore"
 )
 
 // The "drover alerts" commands: operator alerts and their
@@ -84,45 +84,28 @@ its history. Acknowledging again changes nothing.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if after < 0 {
-				return usagef("--after must be 0 or more, got %d", after)
+				return clicore.Usagef("--after must be 0 or more, got %d", after)
 			}
 			if limit < 1 || limit > 1000 {
-				return usagef("--limit must be 1-1000, got %d", limit)
+				return clicore.Usagef("--limit must be 1-1000, got %d", limit)
 			}
-			var alerts []AlertJSON
-			var next int64
-			if e.remote != nil {
-				page, err := e.remote.Alerts(ctx, droverclient.AlertParams{After: after, Limit: limit, Unacknowledged: unacked})
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				for i := range page.Alerts {
-					alerts = append(alerts, alertFromAPI(&page.Alerts[i]))
-				}
-				next = page.NextAfter
-			} else {
-				c, drv, err := e.readClient(ctx, 0, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				page, n, err := c.Alerts(ctx, drover.AlertQuery{AfterID: after, Limit: limit, Unacknowledged: unacked})
-				if err != nil {
-					return drv.storeErr(err)
-				}
-				for _, a := range page {
-					alerts = append(alerts, alertFromStore(a))
-				}
-				next = n
+			b, err := e.tasks(ctx)
+			if err != nil {
+				return err
 			}
-			if e.jsonOut {
+			defer b.Close()
+			alerts, next, err := b.Alerts(ctx, drover.AlertQuery{AfterID: after, Limit: limit, Unacknowledged: unacked})
+			if err != nil {
+				return err
+			}
+			if e.JSON {
 				out := struct {
 					Alerts    []AlertJSON `json:"alerts"`
 					NextAfter int64       `json:"next_after,omitempty"`
 				}{Alerts: append([]AlertJSON{}, alerts...), NextAfter: next}
-				return writeJSON(e.stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
-			tw := newTable(e.stdout)
+			tw := newTable(e.Stdout)
 			row(tw, "ID", "TIME", "SUBJECT", "STEP", "TYPE", "STATE", "ACKNOWLEDGED", "MESSAGE")
 			for _, a := range alerts {
 				step, ack := "-", "-"
@@ -138,7 +121,7 @@ its history. Acknowledging again changes nothing.`,
 				return err
 			}
 			if next != 0 {
-				fmt.Fprintf(e.stderr, "more alerts may follow: --after %d\n", next)
+				fmt.Fprintf(e.Stderr, "more alerts may follow: --after %d\n", next)
 			}
 			return nil
 		},
@@ -167,35 +150,22 @@ acknowledgement. It does not change the task: resubmit it to retry.`,
 			ctx := cmd.Context()
 			id, err := strconv.ParseInt(args[0], 10, 64)
 			if err != nil || id < 1 {
-				return usagef("ALERT-ID %q: want an alert's ID, a positive integer", args[0])
+				return clicore.Usagef("ALERT-ID %q: want an alert's ID, a positive integer", args[0])
 			}
-			var out AlertJSON
-			if e.remote != nil {
-				a, err := e.remote.AckAlert(ctx, id)
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				out = alertFromAPI(a)
-			} else {
-				c, drv, err := e.readClient(ctx, 0, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				a, err := c.AckAlert(ctx, id, "cli")
-				if errors.Is(err, drover.ErrAlertNotFound) {
-					return fmt.Errorf("alert %d not found (see 'drover alerts')", id)
-				}
-				if err != nil {
-					return drv.storeErr(err)
-				}
-				out = alertFromStore(a)
+			b, err := e.tasks(ctx)
+			if err != nil {
+				return err
 			}
-			if e.jsonOut {
-				return writeJSON(e.stdout, out)
+			defer b.Close()
+			out, err := b.AckAlert(ctx, id)
+			if err != nil {
+				return err
+			}
+			if e.JSON {
+				return clicore.WriteJSON(e.Stdout, out)
 			}
 			if out.Acknowledged != nil {
-				fmt.Fprintf(e.stdout, "alert %d (%s, %s) acknowledged by %s at %s\n", out.ID, out.Subject, out.Type, out.Acknowledged.Actor, fmtTime(&out.Acknowledged.At))
+				fmt.Fprintf(e.Stdout, "alert %d (%s, %s) acknowledged by %s at %s\n", out.ID, out.Subject, out.Type, out.Acknowledged.Actor, fmtTime(&out.Acknowledged.At))
 			}
 			return nil
 		},

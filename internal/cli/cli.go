@@ -11,9 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"reflect"
 	"strings"
 	"time"
 
@@ -21,6 +19,10 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/benchcmd"
+	"github.com/drover-run/drover/internal/clicore"
+	"github.com/drover-run/drover/internal/democmd"
+	"github.com/drover-run/drover/internal/oneline"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/store"
 )
@@ -33,42 +35,14 @@ const DefaultDatabaseURL = "sqlite:./drover.db"
 
 // Exit codes.
 const (
-	ExitOK      = 0
-	ExitFailure = 1
-	ExitUsage   = 2
+	ExitOK      = clicore.ExitOK
+	ExitFailure = clicore.ExitFailure
+	ExitUsage   = clicore.ExitUsage
 )
-
-// usageError marks an error as a usage error: exit code 2.
-type usageError struct{ err error }
-
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error {
-	return &usageError{fmt.Errorf(format, args...)}
-}
-
-// exitError carries an exit code for a failure whose message was already
-// printed (the demo prints its summary, then fails).
-type exitError struct {
-	code int
-	msg  string
-}
-
-func (e *exitError) Error() string { return e.msg }
 
 // env is what one invocation of the CLI works with.
 type env struct {
-	stdin          io.Reader
-	stdout, stderr io.Writer
-	getenv         func(string) string
-
-	// Global flags.
-	dbURL       string
-	schema      string
-	jsonOut     bool
-	lockTimeout time.Duration
-	logLevel    string
+	*clicore.Env
 
 	// --server, --token, --token-file (remote.go); remote is the API
 	// client when the command runs against a server.
@@ -89,7 +63,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // MainIO is Main with an explicit standard input.
 func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	e := &env{Env: &clicore.Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv}}
 	root := e.rootCmd()
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -100,17 +74,17 @@ func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return ExitOK
 	}
 	code := ExitFailure
-	var ue *usageError
-	var xe *exitError
+	var ue *clicore.UsageError
+	var xe *clicore.ExitError
 	switch {
 	case errors.As(err, &xe):
-		code = xe.code
+		code = xe.Code
 	case errors.As(err, &ue) || !e.entered:
 		// Errors cobra raises itself (unknown command or flag, wrong
 		// number of arguments) happen before the command's code runs.
 		code = ExitUsage
 	}
-	msg := oneLine(err.Error())
+	msg := OneLine(err.Error())
 	if code == ExitUsage && cmd != nil {
 		msg += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
 	}
@@ -118,37 +92,11 @@ func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	return code
 }
 
-// oneLine folds a multi-line message (errors.Join, cobra's suggestions, pgx's
+// OneLine folds a multi-line message (errors.Join, cobra's suggestions, pgx's
 // per-address connect errors) onto one line, dropping repeated lines.
-func oneLine(s string) string {
-	var b strings.Builder
-	prev := ""
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l == "" || l == prev {
-			continue
-		}
-		switch {
-		case b.Len() == 0:
-		case strings.HasSuffix(prev, ":"):
-			b.WriteString(" ")
-		default:
-			b.WriteString("; ")
-		}
-		b.WriteString(l)
-		prev = l
-	}
-	return strings.ReplaceAll(b.String(), "Did you mean this?; ", "did you mean ")
+func OneLine(s string) string {
+	return strings.ReplaceAll(oneline.Fold(s), "Did you mean this?; ", "did you mean ")
 }
-
-// wrapped is an error with its own message that still matches the errors it
-// wraps with errors.Is.
-type wrapped struct {
-	msg string
-	err error
-}
-
-func (w *wrapped) Error() string { return w.msg }
-func (w *wrapped) Unwrap() error { return w.err }
 
 func (e *env) rootCmd() *cobra.Command {
 	root := &cobra.Command{
@@ -172,7 +120,7 @@ The database URL comes from --db, else from $` + EnvDatabaseURL + `, else
   postgresql://…                                       (the same)
 PostgreSQL URL parameters are those of pgx/libpq (sslmode, connect_timeout,
 pool_max_conns, …). On PostgreSQL the store lives in the schema --schema
-(else $` + EnvSchema + `, else ` + DefaultSchema + `), created by "drover migrate"; several
+(else $` + clicore.EnvSchema + `, else ` + clicore.DefaultSchema + `), created by "drover migrate"; several
 stores can share one database under different schemas, and the application's
 own tables can live beside them. SQLite does not use --schema (a malformed
 name is still refused).
@@ -197,35 +145,35 @@ refuse --server; --db and --server exclude each other.`,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			e.entered = true
 			if !cmd.Flags().Changed("db") {
-				if v := e.getenv(EnvDatabaseURL); v != "" {
-					e.dbURL = v
+				if v := e.Getenv(EnvDatabaseURL); v != "" {
+					e.DBURL = v
 				}
 			}
 			if !cmd.Flags().Changed("schema") {
-				if v := e.getenv(EnvSchema); v != "" {
-					e.schema = v
+				if v := e.Getenv(clicore.EnvSchema); v != "" {
+					e.Schema = v
 				}
 			}
-			if err := validSchema(e.schema); err != nil {
+			if err := clicore.ValidSchema(e.Schema); err != nil {
 				return err
 			}
-			if e.lockTimeout < 0 {
-				return usagef("--lock-timeout must not be negative, got %s", e.lockTimeout)
+			if e.LockTimeout < 0 {
+				return clicore.Usagef("--lock-timeout must not be negative, got %s", e.LockTimeout)
 			}
-			if _, err := parseLevel(e.logLevel); err != nil {
+			if _, err := clicore.ParseLevel(e.LogLevel); err != nil {
 				return err
 			}
 			return e.setupRemote(cmd)
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return clicore.Usage(err) })
 	pf := root.PersistentFlags()
-	pf.StringVar(&e.dbURL, "db", DefaultDatabaseURL, "database URL: sqlite:PATH, sqlite://PATH, file:PATH or PATH, or postgres://USER@HOST:PORT/DB (env "+EnvDatabaseURL+")")
-	pf.StringVar(&e.schema, "schema", DefaultSchema, "PostgreSQL schema holding drover's tables; ignored for SQLite (env "+EnvSchema+")")
-	pf.BoolVar(&e.jsonOut, "json", false, "print machine-readable JSON on stdout")
-	pf.DurationVar(&e.lockTimeout, "lock-timeout", 10*time.Second, "how long to wait for a lock held by another process (SQLite: the database file; PostgreSQL: lock_timeout, set inside each of drover's transactions and reads, for every command but server, demo and bench, unless the URL sets lock_timeout)")
-	pf.StringVar(&e.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
+	pf.StringVar(&e.DBURL, "db", DefaultDatabaseURL, "database URL: sqlite:PATH, sqlite://PATH, file:PATH or PATH, or postgres://USER@HOST:PORT/DB (env "+EnvDatabaseURL+")")
+	pf.StringVar(&e.Schema, "schema", clicore.DefaultSchema, "PostgreSQL schema holding drover's tables; ignored for SQLite (env "+clicore.EnvSchema+")")
+	pf.BoolVar(&e.JSON, "json", false, "print machine-readable JSON on stdout")
+	pf.DurationVar(&e.LockTimeout, "lock-timeout", 10*time.Second, "how long to wait for a lock held by another process (SQLite: the database file; PostgreSQL: lock_timeout, set inside each of drover's transactions and reads, for every command but server, demo and bench, unless the URL sets lock_timeout)")
+	pf.StringVar(&e.LogLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	pf.StringVar(&e.serverURL, "server", "", "run the command against a drover server's HTTP API (http://HOST:PORT or https://…) instead of the database; for the commands that read or change tasks, alerts and queues (env "+EnvServer+")")
 	pf.StringVar(&e.token, "token", "", "bearer token for --server (env "+EnvToken+"); prefer --token-file, as arguments are visible to other users")
 	pf.StringVar(&e.tokenFile, "token-file", "", "read the bearer token for --server from this file")
@@ -239,8 +187,8 @@ refuse --server; --db and --server exclude each other.`,
 		e.resubmitCmd(),
 		e.cancelCmd(),
 		e.eventsCmd(),
-		e.demoCmd(),
-		e.benchCmd(),
+		democmd.Command(e.Env),
+		benchcmd.Command(e.Env),
 		e.queueCmd(),
 		e.alertsCmd(),
 	)
@@ -256,7 +204,7 @@ func wrapArgs(c *cobra.Command) {
 		orig := c.Args
 		c.Args = func(cmd *cobra.Command, args []string) error {
 			if err := orig(cmd, args); err != nil {
-				return &usageError{err}
+				return clicore.Usage(err)
 			}
 			return nil
 		}
@@ -264,58 +212,6 @@ func wrapArgs(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		wrapArgs(sub)
 	}
-}
-
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, usagef("--log-level %q: want debug, info, warn or error", s)
-	}
-	return l, nil
-}
-
-// logger logs to stderr at --log-level, but never below min; as JSON
-// objects with --json.
-func (e *env) logger(floor slog.Level) *slog.Logger {
-	l, _ := parseLevel(e.logLevel)
-	opts := &slog.HandlerOptions{Level: max(l, floor)}
-	if e.jsonOut {
-		opts.ReplaceAttr = durationStrings
-		return slog.New(slog.NewJSONHandler(e.stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(e.stderr, opts))
-}
-
-// durationStrings writes durations in JSON logs as the text logs and the
-// flags spell them ("1.5s"), not as integer nanoseconds.
-func durationStrings(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
-		a.Value = slog.StringValue(a.Value.Duration().String())
-	}
-	return a
-}
-
-// logFields is a struct as a log group of its fields, named as in its JSON
-// (stats.dispatched=12 in text logs, "stats":{"dispatched":12} in JSON).
-func logFields(v any) slog.Value {
-	rv := reflect.ValueOf(v)
-	rt := rv.Type()
-	attrs := make([]slog.Attr, 0, rt.NumField())
-	for i := range rt.NumField() {
-		f := rt.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		attrs = append(attrs, slog.Any(name, rv.Field(i).Interface()))
-	}
-	return slog.GroupValue(attrs...)
 }
 
 // clientConfig is the base client configuration of the CLI: it knows the
@@ -327,20 +223,4 @@ func clientConfig(drv store.Driver, maxInput int, stepTimeout time.Duration) dro
 		ExternalAgents: orders.AgentNames(),
 		MaxInputBytes:  maxInput,
 	}
-}
-
-// readClient opens the store and a client that submits and reads; it never
-// starts roles and never creates or migrates anything. The caller closes the
-// returned database.
-func (e *env) readClient(ctx context.Context, maxInput int, stepTimeout time.Duration) (*drover.Client, *database, error) {
-	drv, err := e.openStore(ctx, openOpts{lockTimeout: true})
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := drover.New(clientConfig(drv.Driver, maxInput, stepTimeout))
-	if err != nil {
-		drv.Close()
-		return nil, nil, err
-	}
-	return c, drv, nil
 }

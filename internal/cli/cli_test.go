@@ -21,6 +21,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/mattn/go-sqlite3"
 
+	"github.com/drover-run/drover/internal/benchcmd"
+	"github.com/drover-run/drover/internal/clicore"
+	"github.com/drover-run/drover/internal/democmd"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store/sqlite"
 )
@@ -444,43 +447,16 @@ func TestLockedDB(t *testing.T) {
 	mustRun(t, "submit", "orders", order1, "--lock-timeout", "200ms", "--db", db)
 }
 
-func TestDBURL(t *testing.T) {
-	t.Parallel()
-	cases := map[string]string{
-		"sqlite:./drover.db":    "./drover.db",
-		"sqlite:/tmp/x.db":      "/tmp/x.db",
-		"sqlite:///tmp/x.db":    "/tmp/x.db",
-		"sqlite://rel/x.db":     "rel/x.db",
-		"file:/tmp/x.db":        "/tmp/x.db",
-		"file:///tmp/x.db":      "/tmp/x.db",
-		"file:x.db":             "x.db",
-		"/var/lib/drover.db":    "/var/lib/drover.db",
-		"data.db":               "data.db",
-		"./dir.with.dots/a://b": "./dir.with.dots/a://b",
-	}
-	for in, want := range cases {
-		got, err := dbPath(in)
-		if err != nil || got != want {
-			t.Errorf("dbPath(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "sqlite:", "postgres://x/y", "postgresql://x", "mysql://h/db", "sqlite:x.db?mode=ro"} {
-		if _, err := dbPath(bad); err == nil {
-			t.Errorf("dbPath(%q) succeeded", bad)
-		}
-	}
-}
-
 func TestDBFromEnv(t *testing.T) {
 	t.Parallel()
 	db, _ := migratedDB(t)
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string {
+	e := &env{Env: &clicore.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
 		if k == EnvDatabaseURL {
 			return db
 		}
 		return ""
-	}}
+	}}}
 	root := e.rootCmd()
 	root.SetArgs([]string{"list", "--json"})
 	if err := root.ExecuteContext(t.Context()); err != nil {
@@ -513,7 +489,7 @@ func TestDemoOrders(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("demo: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var s DemoSummary
+	var s democmd.DemoSummary
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &s); err != nil {
 		t.Fatalf("last line %q: %v", lastLine(r.stdout), err)
 	}
@@ -583,7 +559,7 @@ func TestBench(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var b BenchResult
+	var b benchcmd.BenchResult
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
 		t.Fatalf("bench output %q: %v", r.stdout, err)
 	}
@@ -757,7 +733,7 @@ func pgTestURL(t *testing.T) string {
 func pgSchema(t *testing.T) (url, schema string) {
 	t.Helper()
 	url = pgTestURL(t)
-	schema = "drover_cli_" + randomHex(6)
+	schema = "drover_cli_" + clicore.RandomHex(6)
 	t.Cleanup(func() {
 		pgExec(t, url, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 	})
@@ -795,36 +771,6 @@ func pgSchemaExists(t *testing.T, url, schema string) bool {
 	return exists
 }
 
-func TestParseDB(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]dbTarget{
-		"postgres://u@h/db":                           {postgres: true, url: "postgres://u@h/db", schema: DefaultSchema},
-		"postgresql://u:pw@h:5433/db?sslmode=disable": {postgres: true, url: "postgresql://u:pw@h:5433/db?sslmode=disable", schema: DefaultSchema},
-		"POSTGRES://u@h/db":                           {postgres: true, url: "postgres://u@h/db", schema: DefaultSchema},
-		"sqlite:x.db":                                 {path: "x.db"},
-	} {
-		got, err := parseDB(in, "")
-		if err != nil || got != want {
-			t.Errorf("parseDB(%q) = %+v, %v; want %+v", in, got, err, want)
-		}
-	}
-	if got, err := parseDB("postgres://u@h/db", "tenant_7"); err != nil || got.schema != "tenant_7" {
-		t.Errorf("schema: %+v, %v", got, err)
-	}
-	for _, bad := range []struct{ url, schema string }{
-		{"postgres:u@h/db", ""}, {"postgresql:x", ""}, {"postgres://u@h/db", "Upper"}, {"postgres://u@h/db", "1st"},
-		{"postgres://u@h/db", "a-b"}, {"postgres://u@h/db", "x;drop"}, {"postgres://u@h/db", strings.Repeat("a", 64)},
-		{"postgres://u@h:notaport/db", ""},
-	} {
-		if _, err := parseDB(bad.url, bad.schema); err == nil {
-			t.Errorf("parseDB(%q, %q) succeeded", bad.url, bad.schema)
-		}
-	}
-	if got := redactURL("postgres://u:secret@h:5432/db?password=secret2&sslmode=disable"); got != "postgres://u@h:5432/db" {
-		t.Errorf("redactURL = %q", got)
-	}
-}
-
 func TestBadSchemaName(t *testing.T) {
 	t.Parallel()
 	url := pgTestURL(t)
@@ -842,13 +788,13 @@ func TestBadSchemaName(t *testing.T) {
 	}
 	// From the environment too.
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string {
-		return map[string]string{EnvDatabaseURL: url, EnvSchema: "No Good"}[k]
-	}}
+	e := &env{Env: &clicore.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
+		return map[string]string{EnvDatabaseURL: url, clicore.EnvSchema: "No Good"}[k]
+	}}}
 	root := e.rootCmd()
 	root.SetArgs([]string{"list"})
 	if err := root.ExecuteContext(t.Context()); err == nil || !strings.Contains(err.Error(), "--schema") {
-		t.Fatalf("list with %s=%q: %v", EnvSchema, "No Good", err)
+		t.Fatalf("list with %s=%q: %v", clicore.EnvSchema, "No Good", err)
 	}
 }
 
@@ -944,9 +890,9 @@ func TestPostgresSubmitStatusListCancelResubmit(t *testing.T) {
 
 	// The environment names the same store.
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string {
-		return map[string]string{EnvDatabaseURL: url, EnvSchema: schema}[k]
-	}}
+	e := &env{Env: &clicore.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
+		return map[string]string{EnvDatabaseURL: url, clicore.EnvSchema: schema}[k]
+	}}}
 	root := e.rootCmd()
 	root.SetArgs([]string{"list", "--json", "--state", "pending"})
 	if err := root.ExecuteContext(t.Context()); err != nil {
@@ -1168,7 +1114,7 @@ func TestPostgresBench(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var b BenchResult
+	var b benchcmd.BenchResult
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
 		t.Fatalf("bench output %q: %v", r.stdout, err)
 	}
@@ -1189,7 +1135,7 @@ func TestPostgresBenchTemporarySchema(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var b BenchResult
+	var b benchcmd.BenchResult
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
 		t.Fatal(err)
 	}
@@ -1203,13 +1149,13 @@ func TestPostgresBenchTemporarySchema(t *testing.T) {
 }
 
 // benchLatency runs the latency mode at 200 tasks/s for 2s.
-func benchLatency(t *testing.T, args ...string) LatencyResult {
+func benchLatency(t *testing.T, args ...string) benchcmd.LatencyResult {
 	t.Helper()
 	r := run(t, "", append([]string{"bench", "--rate", "200", "--duration", "2s", "--json"}, args...)...)
 	if r.code != 0 {
 		t.Fatalf("bench: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var b LatencyResult
+	var b benchcmd.LatencyResult
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
 		t.Fatalf("bench output %q: %v", r.stdout, err)
 	}
@@ -1231,7 +1177,7 @@ func TestBenchLatency(t *testing.T) {
 	}
 	// Several submitters share the schedule.
 	r := run(t, "", "bench", "--rate", "300", "--duration", "1s", "--submitters", "3", "--synchronous", "normal", "--json")
-	var b LatencyResult
+	var b benchcmd.LatencyResult
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); r.code != 0 || err != nil || b.Tasks != 300 || b.Submitters != 3 || b.P50Ms <= 0 {
 		t.Fatalf("bench --submitters 3: exit %d, %+v (%v); stderr %s", r.code, b, err, r.stderr)
 	}
@@ -1256,7 +1202,7 @@ func TestPostgresDemo(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("demo: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var s DemoSummary
+	var s democmd.DemoSummary
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &s); err != nil {
 		t.Fatalf("last line %q: %v", lastLine(r.stdout), err)
 	}

@@ -2,21 +2,17 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover"
-	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/orders"
-	"github.com/drover-run/drover/internal/workflowdef"
 )
 
 func (e *env) migrateCmd() *cobra.Command {
@@ -39,85 +35,44 @@ migrated they fail and say to run "drover migrate".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			t, err := e.target()
+			t, err := e.Target()
 			if err != nil {
 				return err
 			}
-			d, err := e.connect(ctx, t, openOpts{create: true, lockTimeout: true})
+			d, err := e.Connect(ctx, t, clicore.OpenOpts{Create: true, LockTimeout: true})
 			if err != nil {
 				return err
 			}
 			defer d.Close()
 			before, latest, err := d.SchemaVersion(ctx)
 			if err != nil {
-				return d.storeErr(err)
+				return d.StoreErr(err)
 			}
 			if before > latest {
-				return fmt.Errorf("database %s is at schema version %d, this drover knows %d (%w): upgrade drover", d.desc(), before, latest, drover.ErrSchemaTooNew)
+				return fmt.Errorf("database %s is at schema version %d, this drover knows %d (%w): upgrade drover", d.Desc(), before, latest, drover.ErrSchemaTooNew)
 			}
 			if err := d.Migrate(ctx); err != nil {
-				return d.storeErr(err)
+				return d.StoreErr(err)
 			}
 			after, _, err := d.SchemaVersion(ctx)
 			if err != nil {
-				return d.storeErr(err)
+				return d.StoreErr(err)
 			}
-			if e.jsonOut {
-				out := map[string]any{"db": d.name, "driver": d.driverName(), "from_version": before, "to_version": after, "latest_version": latest}
-				if t.postgres {
-					out["schema"] = t.schema
+			if e.JSON {
+				out := map[string]any{"db": d.Label, "driver": d.DriverName(), "from_version": before, "to_version": after, "latest_version": latest}
+				if t.Postgres {
+					out["schema"] = t.Schema
 				}
-				return writeJSON(e.stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
 			if before == after {
-				fmt.Fprintf(e.stdout, "database %s is up to date at schema version %d\n", d.desc(), after)
+				fmt.Fprintf(e.Stdout, "database %s is up to date at schema version %d\n", d.Desc(), after)
 			} else {
-				fmt.Fprintf(e.stdout, "database %s migrated from schema version %d to %d\n", d.desc(), before, after)
+				fmt.Fprintf(e.Stdout, "database %s migrated from schema version %d to %d\n", d.Desc(), before, after)
 			}
 			return nil
 		},
 	}
-}
-
-// submitClient opens the store and a client that can submit workflow: the
-// latest stored version of a declarative workflow or, when no declarative
-// workflow has that name, the orders demo's workflow (whose input it checks).
-func (e *env) submitClient(ctx context.Context, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, *database, error) {
-	drv, err := e.openStore(ctx, openOpts{lockTimeout: true})
-	if err != nil {
-		return nil, nil, err
-	}
-	fail := func(err error) (*drover.Client, *database, error) {
-		drv.Close()
-		return nil, nil, err
-	}
-	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv.Driver, Logger: e.logger(slog.LevelWarn)})
-	if err == nil {
-		err = reg.LoadStored(ctx)
-	}
-	if err != nil {
-		return fail(drv.storeErr(err))
-	}
-	var cfg drover.Config
-	switch _, declared := reg.Current(workflow); {
-	case declared:
-		cfg = drover.Config{Store: drv.Driver, MaxInputBytes: maxInput, Workflows: reg.Workflows(),
-			ExternalAgents: append(reg.ExternalAgents(), workflowdef.HTTPAgentName)}
-	case workflow == orders.WorkflowName:
-		cfg = clientConfig(drv.Driver, maxInput, stepTimeout)
-	default:
-		var known []string
-		for _, w := range reg.Workflows() {
-			known = append(known, w.Name)
-		}
-		known = append(known, orders.WorkflowName+" (the demo's, run by \"drover server --demo\")")
-		return fail(fmt.Errorf("%w %q (this database knows: %s)", drover.ErrUnknownWorkflow, workflow, strings.Join(known, ", ")))
-	}
-	c, err := drover.New(cfg)
-	if err != nil {
-		return fail(err)
-	}
-	return c, drv, nil
 }
 
 func (e *env) submitCmd() *cobra.Command {
@@ -177,10 +132,10 @@ instead, which knows its own workflows (also declarative ones).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if maxInput <= 0 {
-				return usagef("--max-input-bytes must be positive, got %d", maxInput)
+				return clicore.Usagef("--max-input-bytes must be positive, got %d", maxInput)
 			}
 			if stepTimeout <= 0 {
-				return usagef("--step-timeout must be positive, got %s", stepTimeout)
+				return clicore.Usagef("--step-timeout must be positive, got %s", stepTimeout)
 			}
 			if cmd.Flags().Changed("id") {
 				if err := checkNewTaskID(id); err != nil {
@@ -194,7 +149,7 @@ instead, which knows its own workflows (also declarative ones).`,
 			}
 			if cmd.Flags().Changed("callback-url") {
 				if err := drover.ValidateCallbackURL(callbackURL); err != nil || callbackURL == "" {
-					return usagef("--callback-url %q: want an absolute http:// or https:// URL (%v)", callbackURL, err)
+					return clicore.Usagef("--callback-url %q: want an absolute http:// or https:// URL (%v)", callbackURL, err)
 				}
 			}
 			if cmd.Flags().Changed("callback-events") {
@@ -202,17 +157,17 @@ instead, which knows its own workflows (also declarative ones).`,
 					if err == nil {
 						err = errors.New("no events given")
 					}
-					return usagef("--callback-events: %v", err)
+					return clicore.Usagef("--callback-events: %v", err)
 				}
 			}
 			if e.remote != nil && cmd.Flags().Changed("step-timeout") {
-				return usagef("--step-timeout does not apply with --server: the server's workflow sets the time budgets")
+				return clicore.Usagef("--step-timeout does not apply with --server: the server's workflow sets the time budgets")
 			}
 			workflow := args[0]
 			var input []byte
 			if len(args) == 2 {
 				if args[1] == "-" {
-					b, err := io.ReadAll(io.LimitReader(e.stdin, int64(maxInput)+1))
+					b, err := io.ReadAll(io.LimitReader(e.Stdin, int64(maxInput)+1))
 					if err != nil {
 						return fmt.Errorf("read input from stdin: %w", err)
 					}
@@ -225,35 +180,25 @@ instead, which knows its own workflows (also declarative ones).`,
 				return fmt.Errorf("%w: more than %d bytes (--max-input-bytes)", drover.ErrInputTooLarge, maxInput)
 			}
 			input = bytes.TrimSpace(input)
-			if e.remote != nil {
-				// The server knows its workflows and checks the input.
-				if len(input) > 0 && !jsonValid(input) {
-					return fmt.Errorf("%w: not a JSON document: %s", drover.ErrInvalidInput, jsonProblem(input))
-				}
-				return e.remoteSubmit(ctx, droverclient.SubmitRequest{Workflow: workflow, Input: input, ID: id,
-					OrderingKey: orderingKey, CallbackURL: callbackURL, CallbackEvents: callbackEvs})
-			}
+			// Against a server, the server knows its workflows and checks
+			// the input beyond this.
 			if len(input) > 0 && !jsonValid(input) {
 				return fmt.Errorf("%w: not a JSON document: %s", drover.ErrInvalidInput, jsonProblem(input))
 			}
-			c, drv, err := e.submitClient(ctx, workflow, maxInput, stepTimeout)
+			b, err := e.tasks(ctx)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
-			t, err := c.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id, OrderingKey: orderingKey,
-				CallbackURL: callbackURL, CallbackEvents: callbackEvs})
+			defer b.Close()
+			t, err := b.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id, OrderingKey: orderingKey,
+				CallbackURL: callbackURL, CallbackEvents: callbackEvs}, stepTimeout, maxInput, e.JSON)
 			if err != nil {
-				return drv.storeErr(err)
+				return err
 			}
-			if e.jsonOut {
-				full, err := c.Task(ctx, t.ID)
-				if err != nil {
-					return err
-				}
-				return writeJSON(e.stdout, taskJSON(full))
+			if e.JSON {
+				return clicore.WriteJSON(e.Stdout, taskJSON(t))
 			}
-			fmt.Fprintln(e.stdout, t.ID)
+			fmt.Fprintln(e.Stdout, t.ID)
 			return nil
 		},
 	}
@@ -290,21 +235,18 @@ after "--": drover status -- -old-id.`,
 			if err := checkTaskIDArg("", args[0]); err != nil {
 				return err
 			}
-			if e.remote != nil {
-				return e.remoteStatus(ctx, args[0], withEvents)
-			}
-			c, drv, err := e.readClient(ctx, 0, 0)
+			b, err := e.tasks(ctx)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
-			t, err := c.Task(ctx, args[0])
+			defer b.Close()
+			t, err := b.Task(ctx, args[0])
 			if err != nil {
-				return drv.storeErr(err)
+				return err
 			}
 			var events []*drover.Event
 			if withEvents {
-				if events, err = allEvents(ctx, c, drover.EventQuery{TaskID: t.ID}); err != nil {
+				if events, err = b.TaskEvents(ctx, t.ID); err != nil {
 					return err
 				}
 				if events == nil {
@@ -316,23 +258,6 @@ after "--": drover status -- -old-id.`,
 	}
 	cmd.Flags().BoolVar(&withEvents, "events", false, "also show the task's event history")
 	return cmd
-}
-
-// allEvents pages through the event history.
-func allEvents(ctx context.Context, c *drover.Client, q drover.EventQuery) ([]*drover.Event, error) {
-	var out []*drover.Event
-	q.Limit = 1000
-	for {
-		evs, err := c.Events(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, evs...)
-		if len(evs) < q.Limit {
-			return out, nil
-		}
-		q.AfterID = evs[len(evs)-1].ID
-	}
 }
 
 func parseStates(in []string) ([]drover.ProcessState, error) {
@@ -351,7 +276,7 @@ func parseStates(in []string) ([]drover.ProcessState, error) {
 				}
 			}
 			if !found {
-				return nil, usagef("--state %q: want Pending, Processing, Processed, Error, Compensating, Compensated or Cancelled", part)
+				return nil, clicore.Usagef("--state %q: want Pending, Processing, Processed, Error, Compensating, Compensated or Cancelled", part)
 			}
 		}
 	}
@@ -383,42 +308,23 @@ the JSON output) as --after to get the next page.`,
 				return err
 			}
 			if limit <= 0 {
-				return usagef("--limit must be positive, got %d", limit)
+				return clicore.Usagef("--limit must be positive, got %d", limit)
 			}
 			if cmd.Flags().Changed("after") {
 				if err := checkTaskIDArg("--after", after); err != nil {
 					return err
 				}
 			}
-			var ts []*drover.Task
-			next := ""
-			if e.remote != nil {
-				var names []string
-				for _, st := range sts {
-					names = append(names, string(st))
-				}
-				page, err := e.remote.Tasks(ctx, droverclient.ListParams{States: names, Workflow: workflow, After: after, Limit: limit})
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				for i := range page.Tasks {
-					ts = append(ts, remoteTask(&page.Tasks[i]))
-				}
-				next = page.NextAfter
-			} else {
-				c, drv, err := e.readClient(ctx, 0, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				if ts, err = c.Tasks(ctx, drover.ListParams{States: sts, Workflow: workflow, AfterID: after, Limit: limit}); err != nil {
-					return drv.storeErr(err)
-				}
-				if len(ts) == limit {
-					next = ts[len(ts)-1].ID
-				}
+			b, err := e.tasks(ctx)
+			if err != nil {
+				return err
 			}
-			if e.jsonOut {
+			defer b.Close()
+			ts, next, err := b.Tasks(ctx, drover.ListParams{States: sts, Workflow: workflow, AfterID: after, Limit: limit})
+			if err != nil {
+				return err
+			}
+			if e.JSON {
 				out := struct {
 					Tasks     []TaskJSON `json:"tasks"`
 					NextAfter string     `json:"next_after,omitempty"`
@@ -426,9 +332,9 @@ the JSON output) as --after to get the next page.`,
 				for _, t := range ts {
 					out.Tasks = append(out.Tasks, taskJSON(t))
 				}
-				return writeJSON(e.stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
-			tw := newTable(e.stdout)
+			tw := newTable(e.Stdout)
 			now := time.Now()
 			row(tw, "ID", "WORKFLOW", "STATE", "STEP", "ORDERING", "LOCKED_BY", "COMPLETE_BY", "FAILURES", "UPDATED", "LAST_ERROR")
 			for _, t := range ts {
@@ -439,7 +345,7 @@ the JSON output) as --after to get the next page.`,
 				return err
 			}
 			if next != "" {
-				fmt.Fprintf(e.stderr, "more tasks may follow: --after %s\n", next)
+				fmt.Fprintf(e.Stderr, "more tasks may follow: --after %s\n", next)
 			}
 			return nil
 		},
@@ -474,24 +380,20 @@ A task ID starting with "-" is given after "--": drover resubmit -- -old-id.`,
 			var opts drover.ResubmitOptions
 			if cmd.Flags().Changed("from-step") {
 				if fromStep < 0 {
-					return usagef("--from-step must be 0 or more, got %d", fromStep)
+					return clicore.Usagef("--from-step must be 0 or more, got %d", fromStep)
 				}
 				opts.FromStep = &fromStep
 			}
-			if e.remote != nil {
-				t, err := e.remote.Resubmit(ctx, args[0], &droverclient.ResubmitOptions{FromStep: opts.FromStep})
-				return e.printRemoteChanged(t, err, "resubmitted")
-			}
-			c, drv, err := e.readClient(ctx, 0, 0)
+			b, err := e.tasks(ctx)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
-			t, err := c.Resubmit(ctx, args[0], &opts)
+			defer b.Close()
+			t, err := b.Resubmit(ctx, args[0], &opts, e.JSON)
 			if err != nil {
-				return drv.storeErr(err)
+				return err
 			}
-			return e.printChanged(ctx, c, t, "resubmitted")
+			return e.printChanged(t, "resubmitted")
 		},
 	}
 	cmd.Flags().IntVar(&fromStep, "from-step", 0, "re-run from this step index (default: the failed step)")
@@ -518,35 +420,29 @@ cancel --reason why -- -old-id.`,
 			if err := checkReason(reason); err != nil {
 				return err
 			}
-			if e.remote != nil {
-				t, err := e.remote.Cancel(ctx, args[0], reason)
-				return e.printRemoteChanged(t, err, "cancelled")
-			}
-			c, drv, err := e.readClient(ctx, 0, 0)
+			b, err := e.tasks(ctx)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
-			t, err := c.Cancel(ctx, args[0], reason)
+			defer b.Close()
+			t, err := b.Cancel(ctx, args[0], reason, e.JSON)
 			if err != nil {
-				return drv.storeErr(err)
+				return err
 			}
-			return e.printChanged(ctx, c, t, "cancelled")
+			return e.printChanged(t, "cancelled")
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the event history")
 	return cmd
 }
 
-func (e *env) printChanged(ctx context.Context, c *drover.Client, t *drover.Task, verb string) error {
-	if e.jsonOut {
-		full, err := c.Task(ctx, t.ID)
-		if err != nil {
-			return err
-		}
-		return writeJSON(e.stdout, taskJSON(full))
+// printChanged prints the answer of a resubmit or cancel (with --json the
+// task with its steps).
+func (e *env) printChanged(t *drover.Task, verb string) error {
+	if e.JSON {
+		return clicore.WriteJSON(e.Stdout, taskJSON(t))
 	}
-	fmt.Fprintf(e.stdout, "%s %s: now %s\n", verb, t.ID, t.ProcessState)
+	fmt.Fprintf(e.Stdout, "%s %s: now %s\n", verb, t.ID, t.ProcessState)
 	return nil
 }
 
@@ -582,35 +478,27 @@ last event printed, so none is missed or printed twice.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if after < 0 {
-				return usagef("--after must be 0 or more, got %d", after)
+				return clicore.Usagef("--after must be 0 or more, got %d", after)
 			}
 			if limit <= 0 {
-				return usagef("--limit must be positive, got %d", limit)
+				return clicore.Usagef("--limit must be positive, got %d", limit)
 			}
 			if cmd.Flags().Changed("task") {
 				if err := checkTaskIDArg("--task", taskID); err != nil {
 					return err
 				}
 			}
-			if e.remote != nil {
-				return e.remoteEvents(ctx, droverclient.EventParams{TaskID: taskID, AlertsOnly: alerts, After: after, Limit: limit}, follow)
-			}
-			c, drv, err := e.readClient(ctx, 0, 0)
+			b, err := e.tasks(ctx)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
+			defer b.Close()
 			if follow {
-				for ev := range c.Subscribe(ctx, drover.Subscription{TaskID: taskID, AlertsOnly: alerts, AfterID: after, UntilFinal: true}) {
-					if err := e.printFollowed(ev); err != nil {
-						return err
-					}
-				}
-				return nil // interrupted, or the task is final: a normal end of --follow
+				return b.Follow(ctx, drover.Subscription{TaskID: taskID, AlertsOnly: alerts, AfterID: after}, e.printFollowed)
 			}
-			evs, err := c.Events(ctx, drover.EventQuery{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: limit})
+			evs, err := b.Events(ctx, drover.EventQuery{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: limit})
 			if err != nil {
-				return drv.storeErr(err)
+				return err
 			}
 			return e.printEventList(evs)
 		},
@@ -622,18 +510,4 @@ last event printed, so none is missed or printed twice.`,
 	f.BoolVar(&follow, "follow", false, "keep printing new events until interrupted (with --task: until the task is final)")
 	f.IntVar(&limit, "limit", 1000, "at most this many events (without --follow)")
 	return cmd
-}
-
-// stateCounts formats counts by state, in name order.
-func stateCounts(m map[drover.ProcessState]int) string {
-	var parts []string
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, string(k))
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, m[drover.ProcessState(k)]))
-	}
-	return strings.Join(parts, " ")
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drover-run/drover/internal/democmd"
 	"github.com/drover-run/drover/internal/remotesim"
 )
 
@@ -22,7 +23,7 @@ func TestDemoService(t *testing.T) {
 	var url string
 	waitFor(t, "the ready line", func() bool {
 		for _, l := range strings.Split(stderr.String(), "\n") {
-			if u, ok := strings.CutPrefix(l, demoServiceReady); ok {
+			if u, ok := strings.CutPrefix(l, democmd.ServiceReady); ok {
 				url = u
 				return true
 			}

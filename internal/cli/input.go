@@ -2,6 +2,7 @@ package cli
 
 import (
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clicore"
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
@@ -18,7 +19,7 @@ func checkTaskIDArg(flag, id string) error { return checked(flag, "task ID", id,
 // checkNewTaskID checks --id of submit: a task ID that does not start with "-".
 func checkNewTaskID(id string) error {
 	if id == "" {
-		return usagef("--id is empty: give a task ID, or leave the flag out for a generated one")
+		return clicore.Usagef("--id is empty: give a task ID, or leave the flag out for a generated one")
 	}
 	return checked("--id", "task ID", id, dt.NewTaskIDProblem(id))
 }
@@ -26,7 +27,7 @@ func checkNewTaskID(id string) error {
 // checkOrderingKey checks --ordering-key.
 func checkOrderingKey(k string) error {
 	if k == "" {
-		return usagef("--ordering-key must not be empty")
+		return clicore.Usagef("--ordering-key must not be empty")
 	}
 	return checked("--ordering-key", "ordering key", k, dt.KeyProblem(k, drover.MaxOrderingKeyBytes))
 }
@@ -39,7 +40,7 @@ func checkReason(reason string) error {
 // checkQueueFlag checks a queue name given with flag.
 func checkQueueFlag(flag, q string) error {
 	if q == "" {
-		return usagef("%s is required: the queue name", flag)
+		return clicore.Usagef("%s is required: the queue name", flag)
 	}
 	return checked(flag, "queue name", q, dt.NameProblem(q))
 }
@@ -48,9 +49,9 @@ func checkQueueFlag(flag, q string) error {
 func checkIDFlag(flag, what, s string, maxLen int) error {
 	switch {
 	case s == "" && flag == "--message-id":
-		return usagef("%s is empty: give a message ID, or leave the flag out", flag)
+		return clicore.Usagef("%s is empty: give a message ID, or leave the flag out", flag)
 	case s == "":
-		return usagef("%s is required: the %s", flag, what)
+		return clicore.Usagef("%s is required: the %s", flag, what)
 	}
 	return checked(flag, what, s, dt.KeyProblem(s, maxLen))
 }
@@ -67,7 +68,7 @@ func checked(flag, field, s, problem string) error {
 	}
 	fe := &dt.FieldError{Field: field, Value: s, Problem: problem}
 	if flag == "" {
-		return usagef("%v", fe)
+		return clicore.Usagef("%v", fe)
 	}
-	return usagef("%s: %v", flag, fe)
+	return clicore.Usagef("%s: %v", flag, fe)
 }

@@ -187,17 +187,6 @@ func eventJSON(e *drover.Event) EventJSON {
 	return j
 }
 
-// writeJSON prints v as one line of JSON.
-func writeJSON(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	_, err = w.Write(b)
-	return err
-}
-
 const timeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 func fmtTime(t *time.Time) string {
@@ -216,7 +205,7 @@ func dash(s string) string {
 
 // clip shortens s to n runes for tables, on one line.
 func clip(s string, n int) string {
-	s = oneLine(s)
+	s = OneLine(s)
 	r := []rune(s)
 	if len(r) <= n {
 		return s
@@ -394,7 +383,7 @@ func eventLine(e *drover.Event) string {
 		fmt.Fprintf(&b, " attempt=%d", e.Attempt)
 	}
 	if e.Message != "" {
-		fmt.Fprintf(&b, " msg=%q", oneLine(e.Message))
+		fmt.Fprintf(&b, " msg=%q", OneLine(e.Message))
 	}
 	return b.String()
 }

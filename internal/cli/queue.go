@@ -1,24 +1,19 @@
 package cli
 
 import (
-	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover/convoy"
-	"github.com/drover-run/drover/droverclient"
-	"github.com/drover-run/drover/store"
+	"github.com/drover-run/drover/internal/clicore"
 )
 
 // The "drover queue" commands: session queues (the Sequential Convoy
@@ -139,74 +134,18 @@ func bodyText(b []byte, n int) string {
 func parseNotBefore(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		if t.Year() < 1970 || t.Year() > 9999 {
-			return time.Time{}, usagef("--not-before %q is out of range (years 1970-9999)", s)
+			return time.Time{}, clicore.Usagef("--not-before %q is out of range (years 1970-9999)", s)
 		}
 		return t, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return time.Time{}, usagef("--not-before %q: want an RFC 3339 time (2026-11-22T10:00:00Z) or a duration from now (30s, 5m, 2h)", s)
+		return time.Time{}, clicore.Usagef("--not-before %q: want an RFC 3339 time (2026-11-22T10:00:00Z) or a duration from now (30s, 5m, 2h)", s)
 	}
 	if d < 0 {
-		return time.Time{}, usagef("--not-before %q: a duration must not be negative", s)
+		return time.Time{}, clicore.Usagef("--not-before %q: a duration must not be negative", s)
 	}
 	return now.Add(d), nil
-}
-
-// ---- opening ----
-
-// queueClient opens the store (never creating or migrating it) and a convoy
-// client on it. The caller closes the database.
-func (e *env) queueClient(ctx context.Context, maxBody int) (*convoy.Client, *database, error) {
-	drv, err := e.openStore(ctx, openOpts{lockTimeout: true})
-	if err != nil {
-		return nil, nil, err
-	}
-	host, _ := os.Hostname()
-	id := strings.Map(func(r rune) rune {
-		if unicode.IsSpace(r) || r == '/' || !unicode.IsPrint(r) {
-			return '-'
-		}
-		return r
-	}, fmt.Sprintf("drover-cli-%s-%d", host, os.Getpid()))
-	c, err := convoy.New(convoy.Config{Store: drv.Driver, InstanceID: id, MaxBodyBytes: maxBody, Logger: e.logger(slog.LevelWarn)})
-	if err != nil {
-		drv.Close()
-		return nil, nil, err
-	}
-	return c, drv, nil
-}
-
-// queueErr explains convoy errors in the CLI's terms.
-func queueErr(d *database, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, convoy.ErrSessionClosed):
-		return &wrapped{fmt.Sprintf("%v: its end-of-sequence message was published, nothing more can be published to it", err), err}
-	}
-	return d.storeErr(err)
-}
-
-// mustQueue fails unless the queue exists.
-func mustQueue(ctx context.Context, drv *database, name string) (*convoy.Queue, error) {
-	q, err := drv.Reader().QueueGet(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, &wrapped{fmt.Sprintf("queue %q not found: nothing was published to it and no policy was set (see 'drover queue list')", name), err}
-	}
-	return q, drv.storeErr(err)
-}
-
-// mustSession fails unless the session exists.
-func mustSession(ctx context.Context, c *convoy.Client, drv *database, queue, id string) (*convoy.Session, error) {
-	if _, err := mustQueue(ctx, drv, queue); err != nil {
-		return nil, err
-	}
-	s, err := c.Session(ctx, queue, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, &wrapped{fmt.Sprintf("session %q of queue %q not found: nothing was published to it (see 'drover queue sessions --queue %s')", id, queue, queue), err}
-	}
-	return s, drv.storeErr(err)
 }
 
 // ---- the commands ----
@@ -240,7 +179,7 @@ The database (on PostgreSQL, the schema --schema) must exist and be migrated
   drover queue consume --queue orders --count 10 --exec 'cat; echo'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usagef("queue needs a subcommand: publish, peek, sessions, list, policy, dlq, resolve or consume")
+			return clicore.Usagef("queue needs a subcommand: publish, peek, sessions, list, policy, dlq, resolve or consume")
 		},
 	}
 	cmd.AddCommand(e.queuePublishCmd(), e.queuePeekCmd(), e.queueSessionsCmd(), e.queueListCmd(),
@@ -292,10 +231,10 @@ message keeps its place, so the session's later messages wait too.`,
 				}
 			}
 			if maxBody <= 0 {
-				return usagef("--max-body-bytes must be positive, got %d", maxBody)
+				return clicore.Usagef("--max-body-bytes must be positive, got %d", maxBody)
 			}
 			if fl.Changed("body") && fl.Changed("body-file") {
-				return usagef("--body and --body-file are exclusive: give the body one way")
+				return clicore.Usagef("--body and --body-file are exclusive: give the body one way")
 			}
 			var nb time.Time
 			if fl.Changed("not-before") {
@@ -312,11 +251,11 @@ message keeps its place, so the session's later messages wait too.`,
 				var r io.Reader
 				name := "standard input"
 				if bodyFile == "-" {
-					r = e.stdin
+					r = e.Stdin
 				} else {
 					f, err := os.Open(bodyFile)
 					if err != nil {
-						return usagef("--body-file: %v", err)
+						return clicore.Usagef("--body-file: %v", err)
 					}
 					defer f.Close()
 					r, name = f, bodyFile
@@ -330,20 +269,17 @@ message keeps its place, so the session's later messages wait too.`,
 			if len(data) > maxBody {
 				return fmt.Errorf("%w: the body is more than %d bytes (--max-body-bytes)", convoy.ErrInvalidMessage, maxBody)
 			}
-			if e.remote != nil {
-				return e.remotePublish(ctx, queue, session, messageID, data, eos, nb)
-			}
-			c, drv, err := e.queueClient(ctx, maxBody)
+			b, err := e.queues(ctx, maxBody)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
-			res, err := c.Publish(ctx, queue, convoy.Message{SessionID: session, Body: data, MessageID: messageID,
+			defer b.Close()
+			res, err := b.Publish(ctx, queue, convoy.Message{SessionID: session, Body: data, MessageID: messageID,
 				EndOfSequence: eos, NotBefore: nb})
 			if err != nil {
-				return queueErr(drv, err)
+				return err
 			}
-			return e.printPublished(queue, messageID, res[0].SessionID, res[0].Seq, res[0].Duplicate)
+			return e.printPublished(queue, messageID, res.SessionID, res.Seq, res.Duplicate)
 		},
 	}
 	f := cmd.Flags()
@@ -383,43 +319,21 @@ Completed messages are gone. It takes no lock and changes nothing.`,
 				return err
 			}
 			if from < 0 {
-				return usagef("--from must be 0 or more, got %d", from)
+				return clicore.Usagef("--from must be 0 or more, got %d", from)
 			}
 			if limit <= 0 || limit > 10000 {
-				return usagef("--limit must be 1-10000, got %d", limit)
+				return clicore.Usagef("--limit must be 1-10000, got %d", limit)
 			}
-			var s *convoy.Session
-			var ms []*convoy.StoredMessage
-			var next int64
-			if e.remote != nil {
-				page, err := e.remote.Peek(ctx, queue, session, from, limit)
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				if s, err = e.findSession(ctx, queue, session); err != nil {
-					return err
-				}
-				for i := range page.Messages {
-					ms = append(ms, remoteMessage(&page.Messages[i]))
-				}
-				next = page.NextFromSeq
-			} else {
-				c, drv, err := e.queueClient(ctx, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				if s, err = mustSession(ctx, c, drv, queue, session); err != nil {
-					return err
-				}
-				if ms, err = c.Peek(ctx, queue, session, from, limit); err != nil {
-					return drv.storeErr(err)
-				}
-				if len(ms) == limit {
-					next = ms[len(ms)-1].Seq + 1
-				}
+			b, err := e.queues(ctx, 0)
+			if err != nil {
+				return err
 			}
-			if e.jsonOut {
+			defer b.Close()
+			s, ms, next, err := b.Peek(ctx, queue, session, from, limit)
+			if err != nil {
+				return err
+			}
+			if e.JSON {
 				out := struct {
 					Session  SessionJSON   `json:"session"`
 					Messages []MessageJSON `json:"messages"`
@@ -428,10 +342,10 @@ Completed messages are gone. It takes no lock and changes nothing.`,
 				for _, m := range ms {
 					out.Messages = append(out.Messages, messageJSON(m))
 				}
-				return writeJSON(e.stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
-			fmt.Fprintf(e.stdout, "session %s of queue %s: %d pending, last seq %d%s\n", s.ID, s.Queue, s.Pending, s.NextSeq, sessionFlags(s, time.Now()))
-			tw := newTable(e.stdout)
+			fmt.Fprintf(e.Stdout, "session %s of queue %s: %d pending, last seq %d%s\n", s.ID, s.Queue, s.Pending, s.NextSeq, sessionFlags(s, time.Now()))
+			tw := newTable(e.Stdout)
 			row(tw, "SEQ", "STATE", "DELIVERIES", "AVAILABLE", "MESSAGE_ID", "EOS", "BODY", "DEAD_REASON")
 			head := true
 			for _, m := range ms {
@@ -453,7 +367,7 @@ Completed messages are gone. It takes no lock and changes nothing.`,
 				return err
 			}
 			if next != 0 {
-				fmt.Fprintf(e.stderr, "more messages may follow: --from %d\n", next)
+				fmt.Fprintf(e.Stderr, "more messages may follow: --from %d\n", next)
 			}
 			return nil
 		},
@@ -507,37 +421,19 @@ JSON output) as --after.`,
 				return err
 			}
 			if limit <= 0 || limit > 10000 {
-				return usagef("--limit must be 1-10000, got %d", limit)
+				return clicore.Usagef("--limit must be 1-10000, got %d", limit)
 			}
-			var ss []*convoy.Session
-			next := ""
-			if e.remote != nil {
-				page, err := e.remote.Sessions(ctx, queue, after, limit)
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				for i := range page.Sessions {
-					ss = append(ss, remoteSession(&page.Sessions[i]))
-				}
-				next = page.NextAfter
-			} else {
-				c, drv, err := e.queueClient(ctx, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				if _, err := mustQueue(ctx, drv, queue); err != nil {
-					return err
-				}
-				if ss, err = c.Sessions(ctx, queue, after, limit); err != nil {
-					return drv.storeErr(err)
-				}
-				if len(ss) == limit {
-					next = ss[len(ss)-1].ID
-				}
+			b, err := e.queues(ctx, 0)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			ss, next, err := b.Sessions(ctx, queue, after, limit)
+			if err != nil {
+				return err
 			}
 			now := time.Now()
-			if e.jsonOut {
+			if e.JSON {
 				out := struct {
 					Queue     string        `json:"queue"`
 					Sessions  []SessionJSON `json:"sessions"`
@@ -546,9 +442,9 @@ JSON output) as --after.`,
 				for _, s := range ss {
 					out.Sessions = append(out.Sessions, sessionJSON(s, now))
 				}
-				return writeJSON(e.stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
-			tw := newTable(e.stdout)
+			tw := newTable(e.Stdout)
 			row(tw, "SESSION", "PENDING", "NEXT_SEQ", "READY_AT", "LOCKED_BY", "LOCKED_UNTIL", "BLOCKED", "CLOSED")
 			for _, s := range ss {
 				j := sessionJSON(s, now)
@@ -563,7 +459,7 @@ JSON output) as --after.`,
 				return err
 			}
 			if next != "" {
-				fmt.Fprintf(e.stderr, "more sessions may follow: --after %s\n", next)
+				fmt.Fprintf(e.Stderr, "more sessions may follow: --after %s\n", next)
 			}
 			return nil
 		},
@@ -602,35 +498,25 @@ dedupe window of message IDs (0s: off) and the session lock duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			var qs []*convoy.Queue
-			if e.remote != nil {
-				list, err := e.remote.Queues(ctx)
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				for i := range list {
-					qs = append(qs, remoteQueue(&list[i]))
-				}
-			} else {
-				c, drv, err := e.queueClient(ctx, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				if qs, err = c.Queues(ctx); err != nil {
-					return drv.storeErr(err)
-				}
+			b, err := e.queues(ctx, 0)
+			if err != nil {
+				return err
 			}
-			if e.jsonOut {
+			defer b.Close()
+			qs, err := b.Queues(ctx)
+			if err != nil {
+				return err
+			}
+			if e.JSON {
 				out := struct {
 					Queues []QueueJSON `json:"queues"`
 				}{Queues: []QueueJSON{}}
 				for _, q := range qs {
 					out.Queues = append(out.Queues, queueJSON(q))
 				}
-				return writeJSON(e.stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
-			tw := newTable(e.stdout)
+			tw := newTable(e.Stdout)
 			row(tw, "QUEUE", "MAX_DELIVERY", "POISON", "DEDUPE_WINDOW", "LOCK_DURATION", "UPDATED")
 			for _, q := range qs {
 				row(tw, q.Name, strconv.Itoa(q.MaxDeliveryCount), string(q.PoisonPolicy), q.DedupeWindow.String(), q.LockDuration.String(), fmtTime(&q.UpdatedAt))
@@ -674,83 +560,47 @@ processes pick it up within a few seconds.`,
 			}
 			change := fl.Changed("max-delivery") || fl.Changed("poison") || fl.Changed("dedupe-window") || fl.Changed("lock-duration")
 			if fl.Changed("max-delivery") && maxDelivery < 1 {
-				return usagef("--max-delivery must be at least 1, got %d", maxDelivery)
+				return clicore.Usagef("--max-delivery must be at least 1, got %d", maxDelivery)
 			}
 			if fl.Changed("poison") {
 				poison = strings.ToLower(strings.TrimSpace(poison))
 				if !convoy.PoisonPolicy(poison).Valid() {
-					return usagef("--poison %q: want block or skip", poison)
+					return clicore.Usagef("--poison %q: want block or skip", poison)
 				}
 			}
 			if fl.Changed("dedupe-window") && dedupe < 0 {
-				return usagef("--dedupe-window must not be negative (0 turns de-duplication off), got %s", dedupe)
+				return clicore.Usagef("--dedupe-window must not be negative (0 turns de-duplication off), got %s", dedupe)
 			}
 			if fl.Changed("lock-duration") && (lock < 10*time.Millisecond || lock > 24*time.Hour) {
-				return usagef("--lock-duration must be between 10ms and 24h, got %s", lock)
+				return clicore.Usagef("--lock-duration must be between 10ms and 24h, got %s", lock)
 			}
-			if e.remote != nil {
-				// The API takes milliseconds.
-				if dedupe%time.Millisecond != 0 || lock%time.Millisecond != 0 {
-					return usagef("with --server, --dedupe-window and --lock-duration must be whole milliseconds")
-				}
-				var ch droverclient.PolicyChange
-				if fl.Changed("max-delivery") {
-					ch.MaxDeliveryCount = &maxDelivery
-				}
-				if fl.Changed("poison") {
-					ch.PoisonPolicy = &poison
-				}
-				if fl.Changed("dedupe-window") {
-					ms := dedupe.Milliseconds()
-					ch.DedupeWindowMS = &ms
-				}
-				if fl.Changed("lock-duration") {
-					ms := lock.Milliseconds()
-					ch.LockDurationMS = &ms
-				}
-				return e.remotePolicy(ctx, queue, change, ch)
-			}
-			c, drv, err := e.queueClient(ctx, 0)
+			b, err := e.queues(ctx, 0)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
+			defer b.Close()
 			var q *convoy.Queue
 			created := false
 			if !change {
-				if q, err = mustQueue(ctx, drv, queue); err != nil {
-					return err
-				}
+				q, err = b.Policy(ctx, queue)
 			} else {
-				p, err := c.QueuePolicy(ctx, queue)
-				switch {
-				case errors.Is(err, store.ErrNotFound):
-					created = true
-					p = convoy.QueuePolicy{Name: queue}
-				case err != nil:
-					return drv.storeErr(err)
-				}
+				var ch policyChange
 				if fl.Changed("max-delivery") {
-					p.MaxDeliveryCount = maxDelivery
+					ch.MaxDelivery = &maxDelivery
 				}
 				if fl.Changed("poison") {
-					p.Poison = convoy.PoisonPolicy(poison)
+					ch.Poison = &poison
 				}
 				if fl.Changed("dedupe-window") {
-					p.DedupeWindow = dedupe
-					if dedupe == 0 {
-						p.DedupeWindow = convoy.NoDedupe
-					}
+					ch.Dedupe = &dedupe
 				}
 				if fl.Changed("lock-duration") {
-					p.LockDuration = lock
+					ch.Lock = &lock
 				}
-				if err := c.SetQueuePolicy(ctx, p); err != nil {
-					return drv.storeErr(err)
-				}
-				if q, err = mustQueue(ctx, drv, queue); err != nil {
-					return err
-				}
+				q, created, err = b.SetPolicy(ctx, queue, ch)
+			}
+			if err != nil {
+				return err
 			}
 			return e.printPolicy(q, created, change)
 		},
@@ -795,13 +645,13 @@ halted; resolve it with "drover queue resolve". Page with --after-session and
 				}
 			}
 			if limit <= 0 || limit > 10000 {
-				return usagef("--limit must be 1-10000, got %d", limit)
+				return clicore.Usagef("--limit must be 1-10000, got %d", limit)
 			}
 			if afterSeq < 0 {
-				return usagef("--after-seq must be 0 or more, got %d", afterSeq)
+				return clicore.Usagef("--after-seq must be 0 or more, got %d", afterSeq)
 			}
 			if fl.Changed("after-seq") && !fl.Changed("after-session") && session == "" {
-				return usagef("--after-seq goes with --after-session (or --session)")
+				return clicore.Usagef("--after-seq goes with --after-session (or --session)")
 			}
 			if session != "" && afterSession == "" && fl.Changed("after-seq") {
 				afterSession = session
@@ -810,44 +660,20 @@ halted; resolve it with "drover queue resolve". Page with --after-session and
 				Session string `json:"session"`
 				Seq     int64  `json:"seq"`
 			}
-			var next *cursor
-			var ms []*convoy.StoredMessage
-			if e.remote != nil {
-				p := droverclient.DeadLetterParams{Session: session, Limit: limit}
-				if afterSession != "" || afterSeq > 0 {
-					p.After = &droverclient.DeadLetterCursor{AfterSession: afterSession, AfterSeq: afterSeq}
-				}
-				page, err := e.remote.DeadLetters(ctx, queue, p)
-				if err != nil {
-					return e.remoteErr(err)
-				}
-				for i := range page.DeadLetters {
-					ms = append(ms, remoteMessage(&page.DeadLetters[i]))
-				}
-				if page.Next != nil {
-					next = &cursor{page.Next.AfterSession, page.Next.AfterSeq}
-				}
-			} else {
-				c, drv, err := e.queueClient(ctx, 0)
-				if err != nil {
-					return err
-				}
-				defer drv.Close()
-				if session != "" {
-					if _, err := mustSession(ctx, c, drv, queue, session); err != nil {
-						return err
-					}
-				} else if _, err := mustQueue(ctx, drv, queue); err != nil {
-					return err
-				}
-				if ms, err = c.DeadLetters(ctx, queue, session, convoy.DeadLetterCursor{SessionID: afterSession, Seq: afterSeq}, limit); err != nil {
-					return drv.storeErr(err)
-				}
-				if len(ms) == limit {
-					next = &cursor{ms[len(ms)-1].SessionID, ms[len(ms)-1].Seq}
-				}
+			b, err := e.queues(ctx, 0)
+			if err != nil {
+				return err
 			}
-			if e.jsonOut {
+			defer b.Close()
+			ms, nextCursor, err := b.DeadLetters(ctx, queue, session, convoy.DeadLetterCursor{SessionID: afterSession, Seq: afterSeq}, limit)
+			if err != nil {
+				return err
+			}
+			var next *cursor
+			if nextCursor != nil {
+				next = &cursor{nextCursor.SessionID, nextCursor.Seq}
+			}
+			if e.JSON {
 				out := struct {
 					Queue       string        `json:"queue"`
 					DeadLetters []MessageJSON `json:"dead_letters"`
@@ -856,9 +682,9 @@ halted; resolve it with "drover queue resolve". Page with --after-session and
 				for _, m := range ms {
 					out.DeadLetters = append(out.DeadLetters, messageJSON(m))
 				}
-				return writeJSON(e.stdout, out)
+				return clicore.WriteJSON(e.Stdout, out)
 			}
-			tw := newTable(e.stdout)
+			tw := newTable(e.Stdout)
 			row(tw, "SESSION", "SEQ", "DELIVERIES", "DEAD_AT", "MESSAGE_ID", "REASON", "BODY")
 			for _, m := range ms {
 				row(tw, m.SessionID, strconv.FormatInt(m.Seq, 10), strconv.Itoa(m.DeliveryCount), fmtTime(m.DeadAt), dash(m.MessageID),
@@ -868,7 +694,7 @@ halted; resolve it with "drover queue resolve". Page with --after-session and
 				return err
 			}
 			if next != nil {
-				fmt.Fprintf(e.stderr, "more dead letters may follow: --after-session %s --after-seq %d\n", next.Session, next.Seq)
+				fmt.Fprintf(e.Stderr, "more dead letters may follow: --after-session %s --after-seq %d\n", next.Session, next.Seq)
 			}
 			return nil
 		},
@@ -916,42 +742,26 @@ comes back.`,
 				return err
 			}
 			if !cmd.Flags().Changed("seq") {
-				return usagef("--seq is required: the sequence number of the dead letter (see 'drover queue dlq')")
+				return clicore.Usagef("--seq is required: the sequence number of the dead letter (see 'drover queue dlq')")
 			}
 			if seq < 1 {
-				return usagef("--seq must be 1 or more, got %d", seq)
+				return clicore.Usagef("--seq must be 1 or more, got %d", seq)
 			}
 			if resubmit == discard {
-				return usagef("give exactly one of --resubmit and --discard")
+				return clicore.Usagef("give exactly one of --resubmit and --discard")
 			}
-			if e.remote != nil {
-				return e.remoteResolve(ctx, queue, session, seq, resubmit)
-			}
-			c, drv, err := e.queueClient(ctx, 0)
+			b, err := e.queues(ctx, 0)
 			if err != nil {
 				return err
 			}
-			defer drv.Close()
-			if _, err := mustSession(ctx, c, drv, queue, session); err != nil {
+			defer b.Close()
+			s, err := b.Resolve(ctx, queue, session, seq, resubmit)
+			if err != nil {
 				return err
 			}
 			action := "resubmitted"
-			if resubmit {
-				err = c.ResubmitDeadLetter(ctx, queue, session, seq)
-			} else {
+			if !resubmit {
 				action = "discarded"
-				err = c.DiscardDeadLetter(ctx, queue, session, seq)
-			}
-			if errors.Is(err, store.ErrNotFound) {
-				return &wrapped{fmt.Sprintf("no dead-lettered message %d in session %q of queue %q (see 'drover queue dlq --queue %s --session %s')",
-					seq, session, queue, queue, session), err}
-			}
-			if err != nil {
-				return drv.storeErr(err)
-			}
-			s, err := c.Session(ctx, queue, session)
-			if err != nil {
-				return drv.storeErr(err)
 			}
 			return e.printResolved(queue, session, seq, action, s)
 		},

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/clicore"
 )
 
 // ConsumedJSON is one message handled by "queue consume", printed with
@@ -99,15 +100,15 @@ then arrive as JSON (a body that is not JSON as a JSON string).`,
 			}
 			switch {
 			case f.sessions <= 0 || f.sessions > 1000:
-				return usagef("--sessions must be 1-1000, got %d", f.sessions)
+				return clicore.Usagef("--sessions must be 1-1000, got %d", f.sessions)
 			case f.count < 0:
-				return usagef("--count must not be negative (0: no limit), got %d", f.count)
+				return clicore.Usagef("--count must not be negative (0: no limit), got %d", f.count)
 			case f.idle < 0:
-				return usagef("--idle must not be negative (0: wait until interrupted), got %s", f.idle)
+				return clicore.Usagef("--idle must not be negative (0: wait until interrupted), got %s", f.idle)
 			case f.retryDelay < 0:
-				return usagef("--retry-delay must not be negative, got %s", f.retryDelay)
+				return clicore.Usagef("--retry-delay must not be negative, got %s", f.retryDelay)
 			case cmd.Flags().Changed("exec") && strings.TrimSpace(f.command) == "":
-				return usagef("--exec is empty: give a shell command")
+				return clicore.Usagef("--exec is empty: give a shell command")
 			}
 			return e.runConsume(cmd.Context(), f)
 		},
@@ -124,25 +125,21 @@ then arrive as JSON (a body that is not JSON as a JSON string).`,
 
 func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 	start := time.Now()
-	var src consumeSource
-	if e.remote != nil {
-		src = &remoteConsumeSource{e: e, queue: f.queue}
-	} else {
-		c, drv, err := e.queueClient(ctx, 0)
-		if err != nil {
-			return err
-		}
-		defer drv.Close()
-		src = localConsumeSource{c: c, drv: drv, queue: f.queue}
+	b, err := e.queues(ctx, 0)
+	if err != nil {
+		return err
 	}
+	defer b.Close()
+	src := b.Consumer(f.queue)
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var (
 		mu                                   sync.Mutex
-		out                                  = lockedWriter{&mu, e.stdout}
+		out                                  = lockedWriter{&mu, e.Stdout}
 		reserved, completed, abandoned, accs atomic.Int64
 		lastActivity                         atomic.Int64
+		held                                 atomic.Int64 // sessions held now
 		firstErr                             error
 		errOnce                              sync.Once
 	)
@@ -152,8 +149,8 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 		stop()
 	}
 	childOut := io.Writer(out)
-	if e.jsonOut {
-		childOut = lockedWriter{&mu, e.stderr}
+	if e.JSON {
+		childOut = lockedWriter{&mu, e.Stderr}
 	}
 	// How long a held session may have nothing to deliver before it is
 	// released for the next one.
@@ -178,7 +175,7 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 		if f.command != "" {
 			cmd := exec.CommandContext(runCtx, "/bin/sh", "-c", f.command)
 			cmd.Stdin = bytes.NewReader(m.Body)
-			cmd.Stdout, cmd.Stderr = childOut, lockedWriter{&mu, e.stderr}
+			cmd.Stdout, cmd.Stderr = childOut, lockedWriter{&mu, e.Stderr}
 			cmd.Env = append(cmd.Environ(), "DROVER_QUEUE="+m.Queue, "DROVER_SESSION="+m.SessionID,
 				"DROVER_SEQ="+strconv.FormatInt(m.Seq, 10), "DROVER_MESSAGE_ID="+m.MessageID,
 				"DROVER_DELIVERY_COUNT="+strconv.Itoa(m.DeliveryCount), "DROVER_END_OF_SEQUENCE="+strconv.FormatBool(m.EndOfSequence))
@@ -202,8 +199,8 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 			}
 			completed.Add(1)
 		}
-		if e.jsonOut {
-			return writeJSON(out, j)
+		if e.JSON {
+			return clicore.WriteJSON(out, j)
 		}
 		body := bodyText(m.Body, 200)
 		switch {
@@ -278,7 +275,7 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 					case runCtx.Err() != nil:
 						return
 					case errors.Is(err, context.DeadlineExceeded):
-						if time.Since(time.Unix(0, lastActivity.Load())) >= f.idle {
+						if held.Load() == 0 && time.Since(time.Unix(0, lastActivity.Load())) >= f.idle {
 							stop()
 						}
 						continue
@@ -287,7 +284,12 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 					return
 				}
 				accs.Add(1)
-				if err := session(r); err != nil {
+				// While a session is held (a handler may run longer than
+				// --idle) the consumer is not idle.
+				held.Add(1)
+				err = session(r)
+				held.Add(-1)
+				if err != nil {
 					fail(src.explain(err))
 					return
 				}
@@ -300,10 +302,10 @@ func (e *env) runConsume(ctx context.Context, f consumeFlags) error {
 	}
 	s := ConsumeSummary{Queue: f.queue, Completed: completed.Load(), Abandoned: abandoned.Load(), Sessions: accs.Load(),
 		Seconds: math.Round(time.Since(start).Seconds()*1000) / 1000}
-	if e.jsonOut {
-		return writeJSON(e.stdout, s)
+	if e.JSON {
+		return clicore.WriteJSON(e.Stdout, s)
 	}
-	_, err := fmt.Fprintf(e.stdout, "consumed %d messages of queue %s (%d abandoned, %d sessions accepted) in %.1fs\n",
+	_, err = fmt.Fprintf(e.Stdout, "consumed %d messages of queue %s (%d abandoned, %d sessions accepted) in %.1fs\n",
 		s.Completed, s.Queue, s.Abandoned, s.Sessions, s.Seconds)
 	return err
 }
@@ -343,7 +345,7 @@ type consumeSession interface {
 
 type localConsumeSource struct {
 	c     *convoy.Client
-	drv   *database
+	drv   *clicore.Database
 	queue string
 }
 
@@ -355,7 +357,7 @@ func (s localConsumeSource) accept(ctx, _ context.Context) (consumeSession, erro
 	return localConsumeSession{r}, nil
 }
 
-func (s localConsumeSource) explain(err error) error { return s.drv.storeErr(err) }
+func (s localConsumeSource) explain(err error) error { return s.drv.StoreErr(err) }
 
 type localConsumeSession struct{ r *convoy.SessionReceiver }
 

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drover-run/drover/internal/benchcmd"
+	"github.com/drover-run/drover/internal/democmd"
 )
 
 // The "drover queue", "drover demo ledger" and "drover bench convoy"
@@ -281,6 +284,20 @@ func TestQueueCommands(t *testing.T) {
 	queueScenario(t, []string{"--db", db})
 }
 
+// A handler that runs longer than --idle is not idleness: the consumer
+// stops only once nothing is held and nothing was available for --idle.
+func TestConsumeIdleWaitsForARunningHandler(t *testing.T) {
+	t.Parallel()
+	path, _ := migratedDB(t)
+	db := []string{"--db", path}
+	mustRun(t, append([]string{"queue", "publish", "--queue", "slow", "--session", "s", "--body", "1"}, db...)...)
+	var sum ConsumeSummary
+	qrun(t, &sum, "", db, "queue", "consume", "--queue", "slow", "--sessions", "2", "--idle", "300ms", "--exec", "sleep 1.5")
+	if sum.Completed != 1 || sum.Abandoned != 0 {
+		t.Fatalf("consume = %+v, want the slow message completed", sum)
+	}
+}
+
 func TestPostgresQueueCommands(t *testing.T) {
 	t.Parallel()
 	url, schema := pgSchema(t)
@@ -401,13 +418,13 @@ func TestQueueHelp(t *testing.T) {
 	}
 }
 
-func demoLedger(t *testing.T, args ...string) DemoLedgerSummary {
+func demoLedger(t *testing.T, args ...string) democmd.DemoLedgerSummary {
 	t.Helper()
 	r := run(t, "", append([]string{"demo", "ledger", "--json"}, args...)...)
 	if r.code != 0 {
 		t.Fatalf("demo ledger: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var s DemoLedgerSummary
+	var s democmd.DemoLedgerSummary
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &s); err != nil {
 		t.Fatalf("last line %q: %v", lastLine(r.stdout), err)
 	}
@@ -461,13 +478,13 @@ func TestPostgresDemoLedger(t *testing.T) {
 	}
 }
 
-func benchConvoy(t *testing.T, args ...string) BenchConvoyResult {
+func benchConvoy(t *testing.T, args ...string) benchcmd.BenchConvoyResult {
 	t.Helper()
 	r := run(t, "", append([]string{"bench", "convoy", "--json"}, args...)...)
 	if r.code != 0 {
 		t.Fatalf("bench convoy: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var b BenchConvoyResult
+	var b benchcmd.BenchConvoyResult
 	if err := json.Unmarshal([]byte(lastLine(r.stdout)), &b); err != nil {
 		t.Fatalf("bench output %q: %v", r.stdout, err)
 	}

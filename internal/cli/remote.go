@@ -16,6 +16,7 @@ import (
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/droverclient"
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clicore"
 )
 
 // The CLI against a running server: with --server URL the commands that
@@ -46,28 +47,28 @@ func (e *env) setupRemote(cmd *cobra.Command) error {
 	fl := cmd.Flags()
 	serverFlag := fl.Changed("server")
 	if !serverFlag {
-		e.serverURL = e.getenv(EnvServer)
+		e.serverURL = e.Getenv(EnvServer)
 	}
 	tokenFlags := fl.Changed("token") || fl.Changed("token-file")
 	if e.serverURL == "" {
 		if serverFlag {
-			return usagef("--server is empty: want http://HOST:PORT or https://HOST:PORT")
+			return clicore.Usagef("--server is empty: want http://HOST:PORT or https://HOST:PORT")
 		}
 		if tokenFlags {
-			return usagef("--token and --token-file go with --server (or $%s)", EnvServer)
+			return clicore.Usagef("--token and --token-file go with --server (or $%s)", EnvServer)
 		}
 		return nil
 	}
 	if !remoteCommands[cmd.CommandPath()] {
 		if serverFlag {
-			return usagef("'%s' does not work against a server: it needs the database (--db); leave out --server", cmd.CommandPath())
+			return clicore.Usagef("'%s' does not work against a server: it needs the database (--db); leave out --server", cmd.CommandPath())
 		}
 		e.serverURL = "" // $DROVER_SERVER does not apply to this command
 		return nil
 	}
 	if fl.Changed("db") || fl.Changed("schema") {
 		if serverFlag {
-			return usagef("--db/--schema and --server exclude each other: give the database or the server")
+			return clicore.Usagef("--db/--schema and --server exclude each other: give the database or the server")
 		}
 		e.serverURL = "" // an explicit --db wins over $DROVER_SERVER
 		return nil
@@ -75,28 +76,28 @@ func (e *env) setupRemote(cmd *cobra.Command) error {
 	token := ""
 	switch {
 	case fl.Changed("token") && fl.Changed("token-file"):
-		return usagef("--token and --token-file exclude each other")
+		return clicore.Usagef("--token and --token-file exclude each other")
 	case fl.Changed("token-file"):
 		b, err := os.ReadFile(e.tokenFile)
 		if err != nil {
-			return usagef("--token-file: %v", err)
+			return clicore.Usagef("--token-file: %v", err)
 		}
 		token = strings.TrimSpace(string(b))
 		if token == "" || strings.ContainsAny(token, " \t\r\n") {
-			return usagef("--token-file %s: want one token on one line", e.tokenFile)
+			return clicore.Usagef("--token-file %s: want one token on one line", e.tokenFile)
 		}
 	case fl.Changed("token"):
 		if token = strings.TrimSpace(e.token); token == "" {
-			return usagef("--token is empty")
+			return clicore.Usagef("--token is empty")
 		}
 	default:
-		token = strings.TrimSpace(e.getenv(EnvToken))
+		token = strings.TrimSpace(e.Getenv(EnvToken))
 	}
 	// No overall timeout: it would cut event streams; requests end with
 	// the command's context.
 	c, err := droverclient.New(e.serverURL, token, droverclient.WithHTTPClient(&http.Client{}))
 	if err != nil {
-		return usagef("--server: %s", strings.TrimPrefix(err.Error(), "droverclient: "))
+		return clicore.Usagef("--server: %s", strings.TrimPrefix(err.Error(), "droverclient: "))
 	}
 	e.remote = c
 	e.hasToken = token != ""
@@ -120,12 +121,12 @@ func (e *env) remoteErr(err error) error {
 		case ae.Status == http.StatusForbidden:
 			msg += " (resubmit, cancel, alert acknowledgement, dead-letter actions and queue policy changes need an operator token)"
 		}
-		return &wrapped{msg, err}
+		return clicore.Wrap(msg, err)
 	}
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	return &wrapped{fmt.Sprintf("server %s: %s", e.serverURL, strings.TrimPrefix(err.Error(), "droverclient: ")), err}
+	return clicore.Wrap(fmt.Sprintf("server %s: %s", e.serverURL, strings.TrimPrefix(err.Error(), "droverclient: ")), err)
 }
 
 // ---- conversions of API shapes to the types the printers take ----
@@ -226,125 +227,42 @@ func (e *env) findSession(ctx context.Context, queue, id string) (*convoy.Sessio
 	}
 }
 
-// ---- the task commands against a server ----
-
-func (e *env) remoteSubmit(ctx context.Context, req droverclient.SubmitRequest) error {
-	t, _, err := e.remote.SubmitTask(ctx, req)
-	if err != nil {
-		return e.remoteErr(err)
-	}
-	if e.jsonOut {
-		return writeJSON(e.stdout, taskJSON(remoteTask(t)))
-	}
-	fmt.Fprintln(e.stdout, t.ID)
-	return nil
-}
-
-func (e *env) remoteStatus(ctx context.Context, id string, withEvents bool) error {
-	t, err := e.remote.Task(ctx, id)
-	if err != nil {
-		return e.remoteErr(err)
-	}
-	var events []*drover.Event
-	if withEvents {
-		evs, err := e.remote.Events(ctx, droverclient.EventParams{TaskID: t.ID})
-		if err != nil {
-			return e.remoteErr(err)
-		}
-		events = []*drover.Event{}
-		for i := range evs {
-			events = append(events, remoteEvent(&evs[i]))
-		}
-	}
-	return e.printStatus(remoteTask(t), events)
-}
-
 // printStatus prints a task with its steps and, when not nil, its events.
 func (e *env) printStatus(t *drover.Task, events []*drover.Event) error {
-	if e.jsonOut {
+	if e.JSON {
 		j := taskJSON(t)
 		for _, ev := range events {
 			j.Events = append(j.Events, eventJSON(ev))
 		}
-		return writeJSON(e.stdout, j)
+		return clicore.WriteJSON(e.Stdout, j)
 	}
-	return printTask(e.stdout, t, events, time.Now())
+	return printTask(e.Stdout, t, events, time.Now())
 }
 
-// printRemoteChanged prints the answer of a resubmit or cancel as
-// printChanged does.
-func (e *env) printRemoteChanged(t *droverclient.Task, err error, verb string) error {
-	if err != nil {
-		return e.remoteErr(err)
-	}
-	if e.jsonOut {
-		return writeJSON(e.stdout, taskJSON(remoteTask(t)))
-	}
-	fmt.Fprintf(e.stdout, "%s %s: now %s\n", verb, t.ID, t.State)
-	return nil
-}
-
-func (e *env) remoteEvents(ctx context.Context, p droverclient.EventParams, follow bool) error {
-	if follow {
-		err := e.remote.FollowEvents(ctx, droverclient.FollowOptions{TaskID: p.TaskID, AlertsOnly: p.AlertsOnly, After: p.After,
-			OnReconnect: func(err error, wait time.Duration) {
-				fmt.Fprintf(e.stderr, "drover: event stream from %s lost (%s); reconnecting in %s\n", e.serverURL,
-					oneLine(e.remoteErr(err).Error()), wait.Round(time.Millisecond))
-			}},
-			func(ev *droverclient.Event) error { return e.printFollowed(remoteEvent(ev)) })
-		if ctx.Err() != nil {
-			return nil // interrupted: a normal end of --follow
-		}
-		return e.remoteErr(err) // nil when the task is final
-	}
-	var evs []*drover.Event
-	if p.AlertsOnly && p.TaskID == "" {
-		// Alerts have an exact, paged listing.
-		after := p.After
-		for len(evs) < p.Limit {
-			page, err := e.remote.Alerts(ctx, droverclient.AlertParams{After: after, Limit: min(p.Limit-len(evs), 1000)})
-			if err != nil {
-				return e.remoteErr(err)
-			}
-			for _, a := range page.Alerts {
-				evs = append(evs, &drover.Event{ID: a.ID, TaskID: a.Subject, StepIndex: a.StepIndex, Type: dt.EventType(a.Type),
-					State: dt.ProcessState(a.State), Alert: true, Actor: a.Actor, Attempt: a.Attempt, Message: a.Message, CreatedAt: a.CreatedAt})
-			}
-			if page.NextAfter == 0 {
-				break
-			}
-			after = page.NextAfter
-		}
-	} else {
-		list, err := e.remote.Events(ctx, p)
-		if err != nil {
-			return e.remoteErr(err)
-		}
-		for i := range list {
-			evs = append(evs, remoteEvent(&list[i]))
-		}
-	}
-	return e.printEventList(evs)
+// reconnecting reports a lost event stream of --follow --server.
+func (e *env) reconnecting(err error, wait time.Duration) {
+	fmt.Fprintf(e.Stderr, "drover: event stream from %s lost (%s); reconnecting in %s\n", e.serverURL,
+		OneLine(e.remoteErr(err).Error()), wait.Round(time.Millisecond))
 }
 
 // printFollowed prints one event of --follow.
 func (e *env) printFollowed(ev *drover.Event) error {
-	if e.jsonOut {
-		return writeJSON(e.stdout, eventJSON(ev))
+	if e.JSON {
+		return clicore.WriteJSON(e.Stdout, eventJSON(ev))
 	}
-	_, err := fmt.Fprintln(e.stdout, eventLine(ev))
+	_, err := fmt.Fprintln(e.Stdout, eventLine(ev))
 	return err
 }
 
 // printEventList prints the events of "drover events".
 func (e *env) printEventList(evs []*drover.Event) error {
-	if e.jsonOut {
+	if e.JSON {
 		for _, ev := range evs {
-			if err := writeJSON(e.stdout, eventJSON(ev)); err != nil {
+			if err := clicore.WriteJSON(e.Stdout, eventJSON(ev)); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return printEvents(e.stdout, evs, true)
+	return printEvents(e.Stdout, evs, true)
 }

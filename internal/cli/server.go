@@ -6,24 +6,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os"
-	"os/signal"
-	"slices"
-	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/clicore"
+	"github.com/drover-run/drover/internal/democmd"
 	"github.com/drover-run/drover/internal/egress"
-	"github.com/drover-run/drover/internal/httpagent"
 	"github.com/drover-run/drover/internal/orders"
-	"github.com/drover-run/drover/internal/remotesim"
 	"github.com/drover-run/drover/internal/workflowdef"
+	"github.com/drover-run/drover/server"
+	"github.com/drover-run/drover/store"
 )
 
 // ReadyPrefix starts the line "drover server" prints on stderr once it runs.
@@ -48,36 +43,14 @@ func parseRoles(s string) (drover.Roles, error) {
 		case "supervisor", "supervisors":
 			r.Supervisor = true
 		default:
-			return r, usagef("--roles: unknown role %q; want a comma-separated list of %s (or all)", strings.TrimSpace(part), strings.Join(roleNames, ", "))
+			return r, clicore.Usagef("--roles: unknown role %q; want a comma-separated list of %s (or all)", strings.TrimSpace(part), strings.Join(roleNames, ", "))
 		}
 		seen = true
 	}
 	if !seen {
-		return r, usagef("--roles is empty; want a comma-separated list of %s (or all)", strings.Join(roleNames, ", "))
+		return r, clicore.Usagef("--roles is empty; want a comma-separated list of %s (or all)", strings.Join(roleNames, ", "))
 	}
 	return r, nil
-}
-
-func rolesString(r drover.Roles) string {
-	var out []string
-	if r.Scheduler {
-		out = append(out, "scheduler")
-	}
-	if r.Agent {
-		out = append(out, "agent")
-	}
-	if r.Supervisor {
-		out = append(out, "supervisor")
-	}
-	return strings.Join(out, ",")
-}
-
-func validSynchronous(s string) error {
-	switch strings.ToLower(s) {
-	case "full", "normal":
-		return nil
-	}
-	return usagef("--synchronous %q: want full or normal", s)
 }
 
 func (e *env) serverCmd() *cobra.Command {
@@ -229,218 +202,96 @@ not sent).`,
   drover server --listen 127.0.0.1:8080 --tokens-file tokens --workflows ./workflows --egress-allow 127.0.0.1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
 			r, err := parseRoles(roles)
 			if err != nil {
 				return err
 			}
-			t, err := e.target()
+			t, err := e.Target()
 			if err != nil {
 				return err
 			}
-			if err := checkSynchronous(cmd, t, synchronous); err != nil {
+			if err := clicore.CheckSynchronous(cmd, t, synchronous); err != nil {
 				return err
 			}
 			for name, d := range map[string]time.Duration{"--supervisor-interval": supInterval, "--lease-ttl": leaseTTL, "--step-timeout": stepTimeout, "--poll-interval": pollInterval, "--shutdown-timeout": shutdown} {
 				if d <= 0 {
-					return usagef("%s must be positive, got %s", name, d)
+					return clicore.Usagef("%s must be positive, got %s", name, d)
 				}
 			}
 			if retryDelay < 0 {
-				return usagef("--retry-delay must not be negative, got %s", retryDelay)
+				return clicore.Usagef("--retry-delay must not be negative, got %s", retryDelay)
 			}
 			if schedulers < 0 {
-				return usagef("--schedulers must not be negative, got %d", schedulers)
+				return clicore.Usagef("--schedulers must not be negative, got %d", schedulers)
 			}
 			if maxInput <= 0 {
-				return usagef("--max-input-bytes must be positive, got %d", maxInput)
+				return clicore.Usagef("--max-input-bytes must be positive, got %d", maxInput)
 			}
 			if wfPoll < 0 {
-				return usagef("--workflows-poll must not be negative, got %s", wfPoll)
+				return clicore.Usagef("--workflows-poll must not be negative, got %s", wfPoll)
 			}
 			if cmd.Flags().Changed("workflows-poll") && wfDir == "" {
-				return usagef("--workflows-poll needs --workflows DIR")
+				return clicore.Usagef("--workflows-poll needs --workflows DIR")
 			}
 			if !demo {
 				for _, name := range []string{"remote-url", "step-timeout", "retry-delay"} {
 					if cmd.Flags().Changed(name) {
-						return usagef("--%s needs --demo: it configures the orders demo", name)
+						return clicore.Usagef("--%s needs --demo: it configures the orders demo", name)
 					}
 				}
 			}
-			tokens, cert, err := e.checkHTTPFlags(cmd, &hf, allowPerms)
+			httpCfg, err := e.checkHTTPFlags(cmd, &hf, allowPerms)
 			if err != nil {
 				return err
 			}
 			egressRules, err := egress.ParseRules(egressAllow)
 			if err != nil {
-				return usagef("--egress-allow: %v", err)
+				return clicore.Usagef("--egress-allow: %v", err)
 			}
-			outbound := egress.New(egress.Options{Allow: egressRules})
-			hookSecret, err := e.checkWebhookFlags(&wh, outbound, allowPerms)
+			hookSecret, err := e.checkWebhookFlags(&wh, egress.New(egress.Options{Allow: egressRules}), allowPerms)
 			if err != nil {
 				return err
 			}
-			log := e.logger(slog.LevelDebug)
-			// With --demo its workflow's name is taken.
-			var reserved []string
-			if demo {
-				reserved = []string{orders.WorkflowName}
-			}
-			if wfDir != "" {
-				// Fail on an invalid file before touching the database.
-				if _, err := workflowdef.Load(wfDir, outbound, reserved...); err != nil {
-					return workflowsError(e.stderr, wfDir, err)
-				}
-			}
-
-			d, err := e.openServerStore(ctx, log, t, synchronous)
-			if err != nil {
-				return err
-			}
-			if schedulers == 0 {
-				schedulers = drover.DefaultSchedulers(d.Driver) // so the log says how many run
-			}
-			defer d.Close()
-
-			// The registry of declarative workflows. Without --workflows it
-			// still runs the HTTP steps of versions stored by other servers.
-			// reg.RemoteInput maps the input of remote agents' requests.
-			reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: d.Driver, Logger: log, Reserved: reserved,
-				HTTP: httpagent.Options{Egress: outbound}, HTTPMaxPerNamespace: httpMaxPerNS})
-			if err != nil {
-				return err
-			}
-			if wfDir != "" {
-				if err := loadWorkflows(ctx, e.stderr, reg, wfDir); err != nil {
-					return err
-				}
-			}
-			if err := checkAgentProviders(demo, reg); err != nil {
-				return err
-			}
-
-			cfg := drover.Config{
-				Store: d.Driver, InstanceID: instanceID, Roles: r,
-				Schedulers: schedulers, SupervisorInterval: supInterval, LeaseTTL: leaseTTL,
-				PollInterval: pollInterval, MaxInputBytes: maxInput, Logger: log, NoEagerStart: noEagerStart,
-				NamespaceMaxInFlight: nsInFlight,
+			log := e.Logger(slog.LevelDebug)
+			var d *clicore.Database
+			cfg := server.Config{
+				OpenStore: func(ctx context.Context) (store.Driver, error) {
+					var err error
+					if d, err = e.openServerStore(ctx, t, synchronous); err != nil {
+						return nil, err
+					}
+					return d, nil
+				},
+				WaitForStore: t.Postgres, StoreName: t.Desc(), Logger: log,
+				InstanceID: instanceID, Roles: r, Schedulers: schedulers,
+				SupervisorInterval: supInterval, LeaseTTL: leaseTTL, PollInterval: pollInterval,
+				MaxInputBytes: maxInput, NoEagerStart: noEagerStart, ShutdownTimeout: shutdown,
+				NamespaceMaxInFlight: nsInFlight, HTTPMaxPerNamespace: httpMaxPerNS,
+				WorkflowsDir: wfDir, WorkflowsPoll: wfPoll, EgressAllow: egressAllow,
+				HTTP: httpCfg, MetricsListen: hf.metrics,
+				Webhooks: server.Webhooks{Secret: hookSecret, URLs: wh.urls, CallbackURLPrefixes: wh.prefixes, MaxPerNamespace: wh.maxPerNS},
+				OnReady: func(rd server.Ready) {
+					ready := fmt.Sprintf("%sinstance=%s db=%s roles=%s", ReadyPrefix, rd.InstanceID, t.Name(), rd.Roles)
+					if t.Postgres {
+						ready += " schema=" + t.Schema
+					}
+					if rd.Listen != "" {
+						ready += " listen=" + rd.Listen
+					}
+					if rd.Metrics != "" {
+						ready += " metrics=" + rd.Metrics
+					}
+					fmt.Fprintln(e.Stderr, ready)
+				},
 			}
 			if demo {
-				stopRemote, err := addDemo(ctx, log, &cfg, &remoteURL, orders.Options{StepTimeout: stepTimeout, RetryDelay: retryDelay})
+				stopRemote, err := democmd.AddToServer(cmd.Context(), &cfg, remoteURL, orders.Options{StepTimeout: stepTimeout, RetryDelay: retryDelay})
 				if err != nil {
 					return err
 				}
 				defer stopRemote()
 			}
-			cfg.Workflows = append(cfg.Workflows, reg.Workflows()...)
-			cfg.ExternalAgents = append(cfg.ExternalAgents, reg.ExternalAgents()...)
-			if r.Agent {
-				cfg.Agents = append(cfg.Agents, reg.HTTPAgent())
-			} else {
-				cfg.ExternalAgents = append(cfg.ExternalAgents, workflowdef.HTTPAgentName)
-			}
-
-			c, err := drover.New(cfg)
-			if err != nil {
-				return err
-			}
-			if demo {
-				reg.Attach(demoGuard{c})
-			} else {
-				reg.Attach(c)
-			}
-			var ln net.Listener
-			if hf.listen != "" {
-				if ln, err = listenHTTP(&hf); err != nil {
-					return err
-				}
-				defer ln.Close()
-			}
-			metricsReg := newMetrics(c)
-			var metricsAddr string
-			if hf.metrics != "" {
-				ms, mln, err := serveMetrics(hf.metrics, metricsReg, log)
-				if err != nil {
-					return err
-				}
-				defer ms.Close()
-				metricsAddr = mln.Addr().String()
-			}
-			if err := e.startServer(ctx, log, d, c, leaseTTL); err != nil {
-				return err
-			}
-			var api *apiServer
-			if ln != nil {
-				if api, err = serveHTTP(ln, &hf, tokens, cert, c, d, log, c.InstanceID(), reg.RemoteInput, remoteAgent(demo, reg), metricsReg, wh.allow); err != nil {
-					sctx, cancel := context.WithTimeout(context.Background(), shutdown)
-					defer cancel()
-					_ = c.Stop(sctx)
-					return err
-				}
-				log.Info("HTTP API serving", "url", api.url(), "auth", !hf.insecure, "tls", cert != nil)
-			}
-			if wfDir != "" {
-				stopWatch := watchWorkflows(ctx, reg, wfPoll)
-				defer stopWatch()
-			}
-			hooks, stopHooks, err := startWebhooks(ctx, c, hookSecret, &wh, log)
-			if err != nil {
-				sctx, cancel := context.WithTimeout(context.Background(), shutdown)
-				defer cancel()
-				_ = c.Stop(sctx)
-				return err
-			}
-			if hooks != nil {
-				metricsReg.MustRegister(hooks.Collector())
-			}
-			metricsReg.MustRegister(namespaceMetrics(reg, api))
-			started := []any{"instance", c.InstanceID(), "db", d.desc(), "roles", rolesString(r),
-				"schedulers", schedulers, "supervisor_interval", supInterval, "workflows", len(c.Workflows()),
-				"egress_opened", outbound.Opened()}
-			if demo {
-				started = append(started, "demo", true, "remote_url", remoteURL)
-			}
-			log.Info("server started", started...)
-			ready := fmt.Sprintf("%sinstance=%s db=%s roles=%s", ReadyPrefix, c.InstanceID(), d.name, rolesString(r))
-			if t.postgres {
-				ready += " schema=" + t.schema
-			}
-			var apiDone chan error
-			if api != nil {
-				ready += " listen=" + ln.Addr().String()
-				apiDone = api.done
-			}
-			if metricsAddr != "" {
-				ready += " metrics=" + metricsAddr
-			}
-			fmt.Fprintln(e.stderr, ready)
-
-			var apiErr error
-			select {
-			case <-ctx.Done():
-			case apiErr = <-apiDone:
-				log.Error("HTTP API stopped", "err", apiErr)
-			}
-			log.Info("shutting down: waiting for calls in flight", "timeout", shutdown)
-			sctx, cancel := context.WithTimeout(context.Background(), shutdown)
-			defer cancel()
-			if api != nil && apiErr == nil {
-				// First stop taking requests: nothing new is submitted
-				// while the roles wind down.
-				if err := api.shutdown(sctx); err != nil {
-					log.Warn("HTTP API: requests in flight did not finish", "err", err)
-				}
-			}
-			stopHooks()
-			if err := c.Stop(sctx); err != nil {
-				return fmt.Errorf("shutdown did not finish within --shutdown-timeout %s: %w", shutdown, err)
-			}
-			log.Info("server stopped", "stats", logFields(c.Stats()))
-			if apiErr != nil {
-				return fmt.Errorf("HTTP API: %w", apiErr)
-			}
-			return nil
+			return e.serverErr(server.Run(cmd.Context(), cfg), d)
 		},
 	}
 	f := cmd.Flags()
@@ -461,105 +312,35 @@ not sent).`,
 	f.StringVar(&wfDir, "workflows", "", "directory of declarative workflow files (*.yaml, *.yml, *.json) to load; reloaded on SIGHUP and on change")
 	f.DurationVar(&wfPoll, "workflows-poll", 2*time.Second, "how often to check --workflows for changed files (0: only on SIGHUP)")
 	f.BoolVar(&allowPerms, allowInsecurePermsFlag, false, "start although --tokens-file or --webhook-secret-file is open to group or others (a warning is printed); by default that refuses to start: chmod 600 the file")
-	f.StringArrayVar(&egressAllow, "egress-allow", nil, "open a destination of HTTP steps and webhooks that is refused by default (loopback, private, link-local and other special-purpose addresses): a host name, host:port, an IP address, [IPv6]:port or a CIDR prefix (repeatable), such as --egress-allow 127.0.0.1 or --egress-allow 10.0.0.0/8")
 	f.IntVar(&nsInFlight, "namespace-max-in-flight", 0, "tasks of one namespace a scheduler holds at once, once namespaces are in use, so one namespace's slow tasks leave the others room (0: three quarters of the scheduler's 1024; negative: no cap)")
-	f.IntVar(&httpMaxPerNS, "http-max-per-namespace", 0, "calls of HTTP steps one namespace may make at once, once namespaces are in use; its further calls wait, so its slow hosts leave other namespaces slots (0: three quarters of the "+strconv.Itoa(workflowdef.DefaultHTTPConcurrency)+" calls of the process)")
+	f.IntVar(&httpMaxPerNS, "http-max-per-namespace", 0, "calls of HTTP steps one namespace may make at once, once namespaces are in use; its further calls wait, so its slow hosts leave other namespaces slots (0: three quarters of the 256 calls of the process)")
+	f.StringArrayVar(&egressAllow, "egress-allow", nil, "open a destination of HTTP steps and webhooks that is refused by default (loopback, private, link-local and other special-purpose addresses): a host name, host:port, an IP address, [IPv6]:port or a CIDR prefix (repeatable), such as --egress-allow 127.0.0.1 or --egress-allow 10.0.0.0/8")
 	hf.register(cmd)
 	wh.register(cmd)
 	return cmd
 }
 
-// demoProvider names the orders demo's agents in messages.
-const demoProvider = "the orders demo (--demo)"
-
-// addDemo registers the orders demo in cfg: its workflow and, with the
-// agent role, its agents, which call *remoteURL or an embedded simulated
-// service it starts (its URL is then stored in *remoteURL); without the
-// agent role the agents are declared as running elsewhere. The returned
-// function stops the embedded service.
-func addDemo(ctx context.Context, log *slog.Logger, cfg *drover.Config, remoteURL *string, opts orders.Options) (func(), error) {
-	cfg.Workflows = append(cfg.Workflows, orders.Workflow(opts))
-	if !cfg.Roles.Agent {
-		cfg.ExternalAgents = append(cfg.ExternalAgents, orders.AgentNames()...)
-		return func() {}, nil
+// serverErr is the command's error for what server.Run returned, with the
+// flags' names and the store's explanations.
+func (e *env) serverErr(err error, d *clicore.Database) error {
+	var we *server.WorkflowsError
+	var ae *server.AddrError
+	var se *server.ShutdownError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &we):
+		return workflowsError(e.Stderr, we.Dir, we.Err)
+	case errors.As(err, &ae) && errors.Is(err, server.ErrNoAuthNotLoopback):
+		return clicore.Usagef("--insecure-no-auth serves without tokens, so it binds a loopback address only (such as 127.0.0.1:PORT), not %s", ae.Addr)
+	case errors.As(err, &ae):
+		return fmt.Errorf("--%w", err)
+	case errors.As(err, &se):
+		return fmt.Errorf("shutdown did not finish within --shutdown-timeout %s: %w", se.Timeout, se.Err)
+	case d != nil:
+		return d.StoreErr(err)
 	}
-	stop := func() {}
-	if *remoteURL == "" {
-		svc := remotesim.New(remotesim.Config{Seed: time.Now().UnixNano()})
-		url, stopSvc, err := svc.Serve(context.WithoutCancel(ctx), "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("start the demo's embedded remote service: %w", err)
-		}
-		stop, *remoteURL = stopSvc, url
-		log.Info("embedded remote service of the demo started (no faults)", "url", url)
-	}
-	cfg.Agents = append(cfg.Agents, orders.Agents(*remoteURL, opts)...)
-	return stop, nil
-}
-
-// checkAgentProviders fails when an agent name has two providers among the
-// built-in HTTP agent, the demo's agents (with demo) and the remote agents
-// the registry's workflows name: the scheduler would hand its requests to
-// whichever runs here, silently. The error names the agent and both.
-func checkAgentProviders(demo bool, reg *workflowdef.Registry) error {
-	type provider struct{ kind, what string }
-	by := map[string]provider{workflowdef.HTTPAgentName: {"builtin", "the built-in HTTP agent"}}
-	var errs []error
-	add := func(name string, p provider) {
-		if prev, ok := by[name]; ok && prev.kind != p.kind {
-			errs = append(errs, fmt.Errorf("%w: agent %q has two providers: %s and %s; one agent name must have one provider: rename the workflow's agent", drover.ErrInvalidConfig, name, prev.what, p.what))
-			return
-		}
-		by[name] = p
-	}
-	if demo {
-		for _, name := range orders.AgentNames() {
-			add(name, provider{"demo", demoProvider})
-		}
-	}
-	remote := reg.RemoteAgentSources()
-	names := make([]string, 0, len(remote))
-	for name := range remote {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		add(name, provider{"remote", "the remote agent named by " + remote[name]})
-	}
-	return errors.Join(errs...)
-}
-
-// remoteAgent reports whether remote agents may serve an agent over the
-// API: one a workflow declares remote, never the built-in http agent nor
-// the demo's (which run in a server with the agent role).
-func remoteAgent(demo bool, reg *workflowdef.Registry) func(string) bool {
-	return func(agent string) bool {
-		if agent == workflowdef.HTTPAgentName || (demo && slices.Contains(orders.AgentNames(), agent)) {
-			return false
-		}
-		return reg.IsRemoteAgent(agent)
-	}
-}
-
-// demoGuard is the client the registry of a --demo server registers
-// reloaded workflows with: a new version naming one of the demo's agents as
-// a remote agent is refused (the registry keeps the previous one), as
-// checkAgentProviders refuses it at start.
-type demoGuard struct{ *drover.Client }
-
-// AddWorkflows refuses external agents named like the demo's, then
-// registers ws.
-func (g demoGuard) AddWorkflows(ws []drover.Workflow, externalAgents []string) error {
-	var errs []error
-	for _, a := range externalAgents {
-		if slices.Contains(orders.AgentNames(), a) {
-			errs = append(errs, fmt.Errorf("%w: agent %q has two providers: %s and a remote agent of the reloaded workflows; rename the workflow's agent", drover.ErrInvalidConfig, a, demoProvider))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	return g.Client.AddWorkflows(ws, externalAgents)
+	return err
 }
 
 // workflowsError reports a failure to load the --workflows directory. Every
@@ -580,112 +361,11 @@ func workflowsError(stderr io.Writer, dir string, err error) error {
 	}
 }
 
-// loadWorkflows loads the --workflows directory into the registry.
-func loadWorkflows(ctx context.Context, stderr io.Writer, reg *workflowdef.Registry, dir string) error {
-	return workflowsError(stderr, dir, reg.LoadDir(ctx, dir))
-}
-
-// watchWorkflows reloads the workflow directory on SIGHUP and on change
-// until the returned function is called (it waits for a reload in
-// progress) or ctx ends.
-func watchWorkflows(ctx context.Context, reg *workflowdef.Registry, poll time.Duration) func() {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		reg.Watch(wctx, poll, hup)
-	}()
-	return func() {
-		signal.Stop(hup)
-		cancel()
-		<-done
+// openServerStore opens and migrates the server's store, creating a
+// SQLite file.
+func (e *env) openServerStore(ctx context.Context, t clicore.DBTarget, synchronous string) (*clicore.Database, error) {
+	if !t.Postgres {
+		return e.OpenStore(ctx, clicore.OpenOpts{Target: &t, Create: true, Migrate: true, Synchronous: synchronous})
 	}
-}
-
-// checkSynchronous validates --synchronous. It is a SQLite setting: given
-// explicitly with a PostgreSQL database it is a usage error, since the
-// server's synchronous_commit decides durability there.
-func checkSynchronous(cmd *cobra.Command, t dbTarget, synchronous string) error {
-	if t.postgres {
-		if cmd.Flags().Changed("synchronous") {
-			return usagef("--synchronous applies to SQLite only; on PostgreSQL durability is the server's synchronous_commit setting")
-		}
-		return nil
-	}
-	return validSynchronous(synchronous)
-}
-
-// dbAttemptTimeout bounds one attempt to open and migrate the database, so a
-// server whose packets vanish (rather than being refused) still retries.
-const dbAttemptTimeout = 30 * time.Second
-
-// openServerStore opens and migrates the server's store. On PostgreSQL it
-// waits for the database with exponential back-off until ctx ends.
-func (e *env) openServerStore(ctx context.Context, log *slog.Logger, t dbTarget, synchronous string) (*database, error) {
-	if !t.postgres {
-		return e.openStore(ctx, openOpts{target: &t, create: true, migrate: true, synchronous: synchronous})
-	}
-	var wait time.Duration
-	for {
-		actx, cancel := context.WithTimeout(ctx, dbAttemptTimeout)
-		d, err := e.openStore(actx, openOpts{target: &t, migrate: true})
-		cancel()
-		if err == nil {
-			return d, nil
-		}
-		if wait, err = waitForDB(ctx, log, wait, err); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// waitForDB logs why the database is not usable yet and sleeps for the next
-// back-off interval after wait. It returns the error to give up with when err
-// cannot pass by itself or ctx ended.
-func waitForDB(ctx context.Context, log *slog.Logger, wait time.Duration, err error) (time.Duration, error) {
-	if ctx.Err() != nil {
-		return wait, fmt.Errorf("gave up waiting for the database on signal: %w", err)
-	}
-	if !retryable(err) {
-		return wait, err
-	}
-	wait = nextBackoff(wait)
-	log.Warn("waiting for the database", "err", oneLine(err.Error()), "retry_in", wait)
-	select {
-	case <-ctx.Done():
-		return wait, fmt.Errorf("gave up waiting for the database on signal: %w", err)
-	case <-time.After(wait):
-		return wait, nil
-	}
-}
-
-// startServer starts the client's roles. After a crash the same instance ID
-// frees up when its lease expires (--lease-ttl): that is waited for rather
-// than failing; on PostgreSQL so is a database that went away meanwhile.
-func (e *env) startServer(ctx context.Context, log *slog.Logger, d *database, c *drover.Client, leaseTTL time.Duration) error {
-	var wait time.Duration
-	for {
-		actx, cancel := context.WithTimeout(ctx, dbAttemptTimeout)
-		err := c.Start(actx)
-		cancel()
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, drover.ErrInstanceInUse):
-			log.Warn("waiting for the instance ID to be released", "err", err)
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%w; gave up on signal", err)
-			case <-time.After(min(leaseTTL/4, time.Second)):
-			}
-		case d.t.postgres:
-			if wait, err = waitForDB(ctx, log, wait, d.storeErr(err)); err != nil {
-				return err
-			}
-		default:
-			return d.storeErr(err)
-		}
-	}
+	return e.OpenStore(ctx, clicore.OpenOpts{Target: &t, Migrate: true})
 }

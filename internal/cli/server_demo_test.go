@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -15,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-run/drover"
-	"github.com/drover-run/drover/internal/orders"
-	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/internal/workflowdef"
 	"github.com/drover-run/drover/store/sqlite"
 )
@@ -237,32 +232,5 @@ func TestServerAgentWithTwoProviders(t *testing.T) {
 		if r.code != ExitFailure || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, ReadyPrefix) {
 			t.Errorf("--roles %s: exit %d, stderr %q; want exit %d with %q", roles, r.code, r.stderr, ExitFailure, want)
 		}
-	}
-}
-
-// On reload, a --demo server refuses a new version that names one of the
-// demo's agents as a remote agent, also when this process runs no agent
-// (the library only knows the agents of this process).
-func TestDemoGuardRefusesReloadedRemoteAgent(t *testing.T) {
-	t.Parallel()
-	c, err := drover.New(drover.Config{Store: testutil.SQLite(t), Roles: drover.Roles{Scheduler: true},
-		Workflows: []drover.Workflow{orders.Workflow(orders.Options{})}, ExternalAgents: orders.AgentNames()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pay := []drover.Workflow{{Name: "pay", Steps: []drover.Step{{Name: "charge", Agent: "payments"}}}}
-	err = demoGuard{c}.AddWorkflows(pay, []string{"payments"})
-	if !errors.Is(err, drover.ErrInvalidConfig) || !strings.Contains(err.Error(), `agent "payments" has two providers: the orders demo (--demo)`) {
-		t.Fatalf("AddWorkflows: %v, want the two providers named", err)
-	}
-	if n := len(c.Workflows()); n != 1 {
-		t.Fatalf("%d workflows registered after the refusal, want 1", n)
-	}
-	ok := []drover.Workflow{{Name: "pay", Steps: []drover.Step{{Name: "charge", Agent: "pay-agent"}}}}
-	if err := (demoGuard{c}).AddWorkflows(ok, []string{"pay-agent"}); err != nil {
-		t.Fatalf("AddWorkflows of another agent: %v", err)
-	}
-	if got := fmt.Sprint(len(c.Workflows())); got != "2" {
-		t.Fatalf("%s workflows registered, want 2", got)
 	}
 }

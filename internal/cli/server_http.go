@@ -1,24 +1,17 @@
 package cli
 
 import (
-	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"runtime"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/drover-run/drover"
-	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/httpapi"
-	"github.com/drover-run/drover/internal/webhook"
+	"github.com/drover-run/drover/server"
 	"github.com/drover-run/drover/store"
 )
 
@@ -67,66 +60,72 @@ func (f *httpFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.redelivery.Max, "agent-redelivery-max-delay", httpapi.DefaultRedeliveryMax, "longest wait of --agent-redelivery-delay as it doubles (unset: 30s, or --agent-redelivery-delay if longer)")
 }
 
-// apiServer is the HTTP API of a running server.
-type apiServer struct {
-	ln      net.Listener
-	srv     *http.Server
-	handler *httpapi.Handler
-	tls     bool
-	done    chan error
+// checkHTTPFlags validates the flags and loads tokens and the certificate,
+// before anything starts. It returns the API's configuration, nil without
+// --listen.
+func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags, allowPerms bool) (*server.HTTPConfig, error) {
+	tokens, cert, err := e.checkHTTPFlagValues(cmd, f, allowPerms)
+	if err != nil || f.listen == "" {
+		return nil, err
+	}
+	return &server.HTTPConfig{Listen: f.listen, Tokens: tokens, NoAuth: f.insecure, TLSCert: cert, MaxBodyBytes: f.maxBodyBytes,
+		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, MaxStreamsPerToken: f.maxStreamsTk,
+		MaxWaiting: f.maxWaiting, MaxWaitingPerToken: f.maxWaitingTk, Heartbeat: f.heartbeat,
+		MaxWaitingPerNamespace: f.maxWaitingNS, MaxStreamsPerNamespace: f.maxStreamsNS,
+		QueueCreate: server.QueueCreate(f.queueCreate), Redelivery: f.apiRedelivery()}, nil
 }
 
-// checkHTTPFlags validates the flags and loads tokens and the certificate,
-// before anything starts. It returns nil tokens with --insecure-no-auth.
-func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags, allowPerms bool) ([]httpapi.Token, *tls.Certificate, error) {
+// checkHTTPFlagValues checks the flags and loads the tokens (nil with
+// --insecure-no-auth) and the certificate.
+func (e *env) checkHTTPFlagValues(cmd *cobra.Command, f *httpFlags, allowPerms bool) ([]server.Token, *tls.Certificate, error) {
 	if f.listen == "" {
 		for _, name := range []string{"tokens-file", "tls-cert", "tls-key", "insecure-no-auth", "max-body-bytes", "rate-limit", "rate-burst", "max-streams", "stream-heartbeat",
 			"agent-redelivery-delay", "agent-redelivery-max-delay", "max-streams-per-token", "max-waiting", "max-waiting-per-token", "queue-create",
 			"max-waiting-per-namespace", "max-streams-per-namespace"} {
 			if cmd.Flags().Changed(name) {
-				return nil, nil, usagef("--%s needs --listen", name)
+				return nil, nil, clicore.Usagef("--%s needs --listen", name)
 			}
 		}
 		return nil, nil, nil
 	}
 	if f.maxBodyBytes <= 0 {
-		return nil, nil, usagef("--max-body-bytes must be positive, got %d", f.maxBodyBytes)
+		return nil, nil, clicore.Usagef("--max-body-bytes must be positive, got %d", f.maxBodyBytes)
 	}
 	if f.burst <= 0 {
-		return nil, nil, usagef("--rate-burst must be positive, got %d", f.burst)
+		return nil, nil, clicore.Usagef("--rate-burst must be positive, got %d", f.burst)
 	}
 	if f.rate == 0 {
-		return nil, nil, usagef("--rate-limit must not be 0 (negative: no limit)")
+		return nil, nil, clicore.Usagef("--rate-limit must not be 0 (negative: no limit)")
 	}
 	for name, n := range map[string]int{"--max-streams": f.maxStreams, "--max-streams-per-token": f.maxStreamsTk, "--max-waiting": f.maxWaiting, "--max-waiting-per-token": f.maxWaitingTk} {
 		if n <= 0 {
-			return nil, nil, usagef("%s must be positive, got %d", name, n)
+			return nil, nil, clicore.Usagef("%s must be positive, got %d", name, n)
 		}
 	}
 	for name, n := range map[string]int{"--max-waiting-per-namespace": f.maxWaitingNS, "--max-streams-per-namespace": f.maxStreamsNS} {
 		if n < 0 {
-			return nil, nil, usagef("%s must not be negative, got %d", name, n)
+			return nil, nil, clicore.Usagef("%s must not be negative, got %d", name, n)
 		}
 	}
 	switch httpapi.QueueCreate(f.queueCreate) {
 	case httpapi.QueueCreateSubmit, httpapi.QueueCreateOperator:
 	default:
-		return nil, nil, usagef("--queue-create %q: want submit or operator", f.queueCreate)
+		return nil, nil, clicore.Usagef("--queue-create %q: want submit or operator", f.queueCreate)
 	}
 	if f.heartbeat < 100*time.Millisecond {
-		return nil, nil, usagef("--stream-heartbeat must be at least 100ms, got %s", f.heartbeat)
+		return nil, nil, clicore.Usagef("--stream-heartbeat must be at least 100ms, got %s", f.heartbeat)
 	}
 	if !cmd.Flags().Changed("agent-redelivery-max-delay") && f.redelivery.First > f.redelivery.Max {
 		f.redelivery.Max = f.redelivery.First // a first delay above the default max: no doubling
 	}
 	if f.redelivery.First > store.MaxRedelivery {
-		return nil, nil, usagef("--agent-redelivery-delay %s is above %s", f.redelivery.First, store.MaxRedelivery)
+		return nil, nil, clicore.Usagef("--agent-redelivery-delay %s is above %s", f.redelivery.First, store.MaxRedelivery)
 	}
 	if err := f.redelivery.Validate(); err != nil {
-		return nil, nil, usagef("--agent-redelivery-delay, --agent-redelivery-max-delay: %v", err)
+		return nil, nil, clicore.Usagef("--agent-redelivery-delay, --agent-redelivery-max-delay: %v", err)
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
-		return nil, nil, usagef("--tls-cert and --tls-key go together")
+		return nil, nil, clicore.Usagef("--tls-cert and --tls-key go together")
 	}
 	var cert *tls.Certificate
 	if f.tlsCert != "" {
@@ -136,12 +135,12 @@ func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags, allowPerms bool) 
 		}
 		cert = &c
 	}
-	var tokens []httpapi.Token
+	var tokens []server.Token
 	var err error
 	switch {
 	case f.insecure:
 		if f.tokensFile != "" {
-			return nil, nil, usagef("--insecure-no-auth and --tokens-file exclude each other")
+			return nil, nil, clicore.Usagef("--insecure-no-auth and --tokens-file exclude each other")
 		}
 		return nil, cert, nil
 	case f.tokensFile != "":
@@ -158,13 +157,13 @@ func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags, allowPerms bool) 
 		if err != nil {
 			return nil, nil, fmt.Errorf("--tokens-file %s: %w", f.tokensFile, err)
 		}
-	case e.getenv(httpapi.EnvTokens) != "":
-		if tokens, err = httpapi.ParseTokensEnv(e.getenv(httpapi.EnvTokens)); err != nil {
+	case e.Getenv(httpapi.EnvTokens) != "":
+		if tokens, err = httpapi.ParseTokensEnv(e.Getenv(httpapi.EnvTokens)); err != nil {
 			return nil, nil, fmt.Errorf("$%s: %w", httpapi.EnvTokens, err)
 		}
 	}
 	if len(tokens) == 0 {
-		return nil, nil, usagef("--listen needs API tokens: --tokens-file FILE or $%s (or --insecure-no-auth on a loopback address)", httpapi.EnvTokens)
+		return nil, nil, clicore.Usagef("--listen needs API tokens: --tokens-file FILE or $%s (or --insecure-no-auth on a loopback address)", httpapi.EnvTokens)
 	}
 	return tokens, cert, nil
 }
@@ -189,114 +188,14 @@ func (e *env) checkSecretFile(fh *os.File, flag, path string, allow bool) error 
 		return nil
 	}
 	if allow {
-		fmt.Fprintf(e.stderr, "drover: WARNING: %s %s is open to group or others (mode %04o); accepted because of --%s: chmod 600 it\n", flag, path, mode, allowInsecurePermsFlag)
+		fmt.Fprintf(e.Stderr, "drover: WARNING: %s %s is open to group or others (mode %04o); accepted because of --%s: chmod 600 it\n", flag, path, mode, allowInsecurePermsFlag)
 		return nil
 	}
 	return fmt.Errorf("%s %s is open to group or others (mode %04o): other users of this machine could read its secrets; run chmod 600 %s (or pass --%s to accept it)",
 		flag, path, mode, path, allowInsecurePermsFlag)
 }
 
-// listenHTTP binds the API's address (before the roles start, so a taken
-// port fails at once). With --insecure-no-auth the bound address must be a
-// loopback one.
-func listenHTTP(f *httpFlags) (net.Listener, error) {
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return nil, fmt.Errorf("--listen %s: %w", f.listen, err)
-	}
-	if f.insecure {
-		if a, ok := ln.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
-			ln.Close()
-			return nil, usagef("--insecure-no-auth serves without tokens, so it binds a loopback address only (such as 127.0.0.1:PORT), not %s", f.listen)
-		}
-	}
-	return ln, nil
-}
-
-// serveHTTP starts serving the API on ln.
-func serveHTTP(ln net.Listener, f *httpFlags, tokens []httpapi.Token, cert *tls.Certificate, c *drover.Client, d *database, log *slog.Logger, instance string,
-	remoteInput func(context.Context, *drover.AgentRequest) ([]byte, error), remoteAgent func(string) bool, metrics prometheus.Gatherer, callbacks *webhook.Allow) (*apiServer, error) {
-	q, err := convoy.New(convoy.Config{Store: d.Driver, InstanceID: instance, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	h, err := httpapi.New(c, q, httpapi.Options{Tokens: tokens, NoAuth: f.insecure, MaxBodyBytes: f.maxBodyBytes,
-		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, MaxStreamsPerToken: f.maxStreamsTk, MaxWaiting: f.maxWaiting, MaxWaitingPerToken: f.maxWaitingTk,
-		MaxWaitingPerNamespace: f.maxWaitingNS, MaxStreamsPerNamespace: f.maxStreamsNS,
-		Heartbeat: f.heartbeat, RemoteInput: remoteInput, RemoteAgent: remoteAgent, QueueCreate: httpapi.QueueCreate(f.queueCreate), Logger: log,
-		Metrics: metrics, CallbackAllow: callbacks, Redelivery: f.apiRedelivery()})
-	if err != nil {
-		return nil, err
-	}
-	s := &apiServer{ln: ln, handler: h, done: make(chan error, 1), tls: cert != nil}
-	s.srv = &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
-		WriteTimeout:      time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	// Open event streams end on Shutdown instead of holding it until its
-	// deadline (shutdown's SetDraining ends them too).
-	s.srv.RegisterOnShutdown(h.CloseStreams)
-	if cert != nil {
-		s.srv.TLSConfig = serverTLS(cert)
-	}
-	go func() {
-		var err error
-		if cert != nil {
-			err = s.srv.ServeTLS(ln, "", "") // HTTP/2 is negotiated by ALPN
-		} else {
-			err = s.srv.Serve(ln)
-		}
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		s.done <- err
-	}()
-	return s, nil
-}
-
-// serverTLS is the API's TLS configuration: TLS 1.2 or later, and on 1.2
-// only AEAD cipher suites with forward secrecy (TLS 1.3 has no others).
-// The CBC suites Go also offers by default are left out.
-func serverTLS(cert *tls.Certificate) *tls.Config {
-	return &tls.Config{
-		Certificates: []tls.Certificate{*cert},
-		MinVersion:   tls.VersionTLS12,
-		CipherSuites: []uint16{
-			tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-			tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-			tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-			tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-			tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-			tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-		},
-	}
-}
-
-// url is the API's base URL.
-func (s *apiServer) url() string {
-	if s.tls {
-		return "https://" + s.ln.Addr().String()
-	}
-	return "http://" + s.ln.Addr().String()
-}
-
-// shutdown stops accepting connections, marks the server not ready and
-// lets requests in flight finish until ctx ends.
-func (s *apiServer) shutdown(ctx context.Context) error {
-	s.handler.SetDraining()
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
-		s.srv.Close()
-	}
-	return err
-}
-
-// apiRedelivery is httpapi.Options.Redelivery for the flags: there, a
+// apiRedelivery is server.HTTPConfig.Redelivery for the flags: there, a
 // zero value means the default and a negative First means at once.
 func (f *httpFlags) apiRedelivery() store.Redelivery {
 	if f.redelivery.First == 0 {

@@ -11,9 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/drover-run/drover/internal/testutil"
-	"github.com/drover-run/drover/internal/workflowdef"
 )
 
 // startMain runs `drover ARGS` (a server) in this process until the test
@@ -115,31 +112,6 @@ func TestServerAgentTokenBinding(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "a token has the plain agent scope") || !strings.Contains(errb.String(), "token=old-agent") {
 		t.Errorf("no warning about the unbound agent token:\n%s", errb.String())
-	}
-}
-
-// With --demo, the demo's agents run in a server: never remote, even on a
-// server without the agent role, where they are declared external.
-func TestRemoteAgentNames(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "pay.yaml"), "name: pay\nsteps:\n  - {name: charge, agent: billing}\n  - {name: refund, agent: payments-refund}\n", 0o644)
-	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: testutil.SQLite(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.LoadDir(context.Background(), dir); err != nil {
-		t.Fatal(err)
-	}
-	for demo, want := range map[bool]map[string]bool{
-		false: {"billing": true, "http": false, "payments-refund": true, "other": false},
-		true:  {"billing": true, "http": false, "payments-refund": false, "payments": false},
-	} {
-		f := remoteAgent(demo, reg)
-		for agent, remote := range want {
-			if f(agent) != remote {
-				t.Errorf("demo %v: remote %q = %v, want %v", demo, agent, !remote, remote)
-			}
-		}
 	}
 }
 

@@ -2,16 +2,14 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/url"
 	"os"
 
 	"github.com/spf13/cobra"
 
-	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/webhook"
 )
@@ -22,13 +20,13 @@ const EnvWebhookSecret = "DROVER_WEBHOOK_SECRET"
 
 // webhookFlags are the server's webhook flags (docs/webhooks.md).
 type webhookFlags struct {
+	maxPerNS   int // --webhook-max-per-namespace
 	urls       []string
 	secretFile string
 	prefixes   []string
 	allow      *webhook.Allow         // parsed from prefixes by checkWebhookFlags, with the egress policy
 	subs       []webhook.Subscription // parsed from urls by checkWebhookFlags
 	egress     *egress.Policy         // the server's, set by checkWebhookFlags
-	maxPerNS   int                    // --webhook-max-per-namespace
 }
 
 func (f *webhookFlags) register(cmd *cobra.Command) {
@@ -52,37 +50,34 @@ func (e *env) checkWebhookFlags(f *webhookFlags, outbound *egress.Policy, allowP
 		}
 		secret = bytes.TrimSpace(b)
 		if len(secret) == 0 {
-			return nil, usagef("--webhook-secret-file %s is empty", f.secretFile)
+			return nil, clicore.Usagef("--webhook-secret-file %s is empty", f.secretFile)
 		}
-	case e.getenv(EnvWebhookSecret) != "":
-		secret = []byte(e.getenv(EnvWebhookSecret))
-	}
-	if f.maxPerNS < 0 {
-		return nil, usagef("--webhook-max-per-namespace must not be negative, got %d", f.maxPerNS)
+	case e.Getenv(EnvWebhookSecret) != "":
+		secret = []byte(e.Getenv(EnvWebhookSecret))
 	}
 	if secret != nil && len(secret) < webhook.MinSecretBytes {
-		return nil, usagef("the webhook secret is %d bytes; it must be at least %d", len(secret), webhook.MinSecretBytes)
+		return nil, clicore.Usagef("the webhook secret is %d bytes; it must be at least %d", len(secret), webhook.MinSecretBytes)
 	}
 	f.subs = nil
 	for _, u := range f.urls {
 		s, err := webhook.ParseSubscription(u)
 		if err != nil {
-			return nil, usagef("--webhook-url %q: %v", u, err)
+			return nil, clicore.Usagef("--webhook-url %q: %v", u, err)
 		}
 		f.subs = append(f.subs, s)
 	}
 	allow, err := webhook.ParseAllow(f.prefixes)
 	if err != nil {
-		return nil, usagef("--callback-url-prefix: %v", err)
+		return nil, clicore.Usagef("--callback-url-prefix: %v", err)
 	}
 	f.allow, f.egress = allow.WithEgress(outbound), outbound
 	if len(f.urls) > 0 && secret == nil {
-		return nil, usagef("--webhook-url needs a signing secret: --webhook-secret-file FILE or $%s", EnvWebhookSecret)
+		return nil, clicore.Usagef("--webhook-url needs a signing secret: --webhook-secret-file FILE or $%s", EnvWebhookSecret)
 	}
 	for i, sub := range f.subs {
 		if pu, err := url.Parse(sub.URL); err == nil {
 			if err := outbound.CheckURL(pu); err != nil {
-				return nil, usagef("--webhook-url %q: %v; open it with --egress-allow", f.urls[i], err)
+				return nil, clicore.Usagef("--webhook-url %q: %v; open it with --egress-allow", f.urls[i], err)
 			}
 		}
 	}
@@ -104,29 +99,4 @@ func (e *env) readSecretFile(flag, path string, allowPerms bool) ([]byte, error)
 		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	return b, nil
-}
-
-// startWebhooks runs the webhook dispatcher until the returned stop is
-// called; stop waits for deliveries in flight (within their timeout).
-// Without a secret it does nothing and returns no dispatcher.
-func startWebhooks(ctx context.Context, c *drover.Client, secret []byte, f *webhookFlags, log *slog.Logger) (d *webhook.Dispatcher, stop func(), err error) {
-	if secret == nil {
-		log.Info("webhooks off: tasks' callback URLs are kept and sent by a server run with a webhook secret")
-		return nil, func() {}, nil
-	}
-	d, err = webhook.New(c.Store(), webhook.Options{Secret: secret, Subscriptions: f.subs, AllowCallbacks: f.allow, Egress: f.egress,
-		Instance: c.InstanceID(), Logger: log, MaxPerNamespace: f.maxPerNS})
-	if err != nil {
-		return nil, nil, fmt.Errorf("webhooks: %w", err)
-	}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := d.Run(wctx); err != nil {
-			log.Error("webhook dispatcher stopped", "err", err)
-		}
-	}()
-	log.Info("webhooks on", "urls", len(f.urls), "callbacks_allowed", f.allow.String())
-	return d, func() { cancel(); <-done }, nil
 }

@@ -1,4 +1,4 @@
-package cli
+package benchcmd
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/clicore"
 )
 
 // latencyTracker joins submissions with the final events the subscriber
@@ -77,9 +78,9 @@ func (l *latencyTracker) progress() (final, submitted int) {
 // runLatency submits rate × duration single tasks, paced at f.rate per
 // second from f.submitters goroutines, with the roles running, and reports
 // the submit → Processed latencies.
-func (e *env) runLatency(ctx context.Context, f benchFlags, drv *database, c *drover.Client, explicit bool) error {
+func (e *env) runLatency(ctx context.Context, f benchFlags, drv *clicore.Database, c *drover.Client, explicit bool) error {
 	if err := c.Start(ctx); err != nil {
-		return drv.storeErr(err)
+		return drv.StoreErr(err)
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -134,7 +135,7 @@ func (e *env) runLatency(ctx context.Context, f benchFlags, drv *database, c *dr
 		errOnce   sync.Once
 		firstErr  error
 	)
-	stopProgress := e.progress("bench", start, func() string {
+	stopProgress := e.Progress("bench", start, func() string {
 		final, _ := tr.progress()
 		return fmt.Sprintf("submitted %d/%d  final %d", submitted.Load(), planned, final)
 	})
@@ -169,7 +170,7 @@ func (e *env) runLatency(ctx context.Context, f benchFlags, drv *database, c *dr
 			if ctx.Err() != nil {
 				err = fmt.Errorf("bench interrupted after %d submissions", submitted.Load())
 			} else {
-				err = drv.storeErr(fmt.Errorf("submit: %w", err))
+				err = drv.StoreErr(fmt.Errorf("submit: %w", err))
 			}
 			fail(err)
 			return false
@@ -223,7 +224,7 @@ func (e *env) runLatency(ctx context.Context, f benchFlags, drv *database, c *dr
 		case <-wait.C:
 			return fmt.Errorf("bench timed out after %s (--timeout): %d of %d tasks final", f.timeout, final, tasks)
 		case err := <-subErr:
-			return drv.storeErr(fmt.Errorf("read the event history: %w", err))
+			return drv.StoreErr(fmt.Errorf("read the event history: %w", err))
 		case <-tr.changed:
 		}
 	}
@@ -263,26 +264,26 @@ func (e *env) runLatency(ctx context.Context, f benchFlags, drv *database, c *dr
 		P50Ms: ms(pct(0.50)), P90Ms: ms(pct(0.90)), P99Ms: ms(pct(0.99)), MaxMs: ms(lat[len(lat)-1]),
 		MeanMs:       ms(sum / time.Duration(len(lat))),
 		AchievedRate: math.Round(float64(tasks)/window.Seconds()*10) / 10,
-		Submitters:   f.submitters, EagerStart: !f.noEager, Steps: f.steps, Schedulers: f.schedulers, Driver: drv.driverName(), Synchronous: f.synchronous,
+		Submitters:   f.submitters, EagerStart: !f.noEager, Steps: f.steps, Schedulers: f.schedulers, Driver: drv.DriverName(), Synchronous: f.synchronous,
 	}
 	if explicit {
-		r.DB = drv.name
+		r.DB = drv.Label
 	}
-	if drv.t.postgres {
-		r.Schema = drv.t.schema
+	if drv.Target.Postgres {
+		r.Schema = drv.Target.Schema
 	}
-	if e.jsonOut {
-		return writeJSON(e.stdout, r)
+	if e.JSON {
+		return clicore.WriteJSON(e.Stdout, r)
 	}
-	fmt.Fprintf(e.stdout, "drover bench: %d tasks submitted at %g/s for %s (achieved %.1f/s), submit → Processed latency: p50 %.3fms, p90 %.3fms, p99 %.3fms, max %.3fms, mean %.3fms (%s, %d schedulers)\n",
+	fmt.Fprintf(e.Stdout, "drover bench: %d tasks submitted at %g/s for %s (achieved %.1f/s), submit → Processed latency: p50 %.3fms, p90 %.3fms, p99 %.3fms, max %.3fms, mean %.3fms (%s, %d schedulers)\n",
 		r.Tasks, r.Rate, f.duration, r.AchievedRate, r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs, r.MeanMs, benchStoreDesc(drv, f), r.Schedulers)
 	return nil
 }
 
 // benchStoreDesc says which store a bench ran on, for the human output.
-func benchStoreDesc(drv *database, f benchFlags) string {
-	if drv.t.postgres {
-		return "postgres schema " + drv.t.schema
+func benchStoreDesc(drv *clicore.Database, f benchFlags) string {
+	if drv.Target.Postgres {
+		return "postgres schema " + drv.Target.Schema
 	}
 	return "sqlite synchronous=" + f.synchronous
 }

@@ -1,4 +1,4 @@
-package cli
+package benchcmd
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/store"
 )
 
@@ -108,23 +108,23 @@ under sessions named after the run, so runs on a kept store do not mix.`,
 			fl := cmd.Flags()
 			switch {
 			case f.sessions <= 0:
-				return usagef("--sessions must be positive, got %d", f.sessions)
+				return clicore.Usagef("--sessions must be positive, got %d", f.sessions)
 			case f.messages <= 0:
-				return usagef("--messages must be positive, got %d", f.messages)
+				return clicore.Usagef("--messages must be positive, got %d", f.messages)
 			case f.messages > 100_000_000:
-				return usagef("--messages must be at most 100000000, got %d", f.messages)
+				return clicore.Usagef("--messages must be at most 100000000, got %d", f.messages)
 			case f.consumers <= 0:
-				return usagef("--consumers must be positive, got %d", f.consumers)
+				return clicore.Usagef("--consumers must be positive, got %d", f.consumers)
 			case f.maxSessions < 0 || f.maxSessions > 100000:
-				return usagef("--max-sessions must be 1-100000 (0: the default, 256 or --sessions / --consumers if fewer), got %d", f.maxSessions)
+				return clicore.Usagef("--max-sessions must be 1-100000 (0: the default, 256 or --sessions / --consumers if fewer), got %d", f.maxSessions)
 			case f.batch <= 0 || f.batch > 10000:
-				return usagef("--batch must be 1-10000, got %d", f.batch)
+				return clicore.Usagef("--batch must be 1-10000, got %d", f.batch)
 			case f.bodyBytes < 0 || f.bodyBytes > convoy.DefaultMaxBodyBytes:
-				return usagef("--body-bytes must be 0-%d, got %d", convoy.DefaultMaxBodyBytes, f.bodyBytes)
+				return clicore.Usagef("--body-bytes must be 0-%d, got %d", convoy.DefaultMaxBodyBytes, f.bodyBytes)
 			case f.handler != "go" && f.handler != "tx":
-				return usagef("--handler %q: want go or tx", f.handler)
+				return clicore.Usagef("--handler %q: want go or tx", f.handler)
 			case f.timeout < 0:
-				return usagef("--timeout must not be negative, got %s", f.timeout)
+				return clicore.Usagef("--timeout must not be negative, got %s", f.timeout)
 			}
 			if f.maxSessions == 0 {
 				// 256 at most: rounds over more sessions write more pages
@@ -135,20 +135,20 @@ under sessions named after the run, so runs on a kept store do not mix.`,
 			if f.timeout == 0 {
 				f.timeout = time.Minute + time.Duration(f.messages)*time.Millisecond
 			}
-			var explicit *dbTarget
+			var explicit *clicore.DBTarget
 			tempSchema := false
 			if fl.Changed("db") {
-				t, err := e.target()
+				t, err := e.Target()
 				if err != nil {
 					return err
 				}
 				explicit = &t
-				tempSchema = t.postgres && !fl.Changed("schema")
+				tempSchema = t.Postgres && !fl.Changed("schema")
 			}
-			if err := checkSynchronous(cmd, derefTarget(explicit), f.synchronous); err != nil {
+			if err := clicore.CheckSynchronous(cmd, derefTarget(explicit), f.synchronous); err != nil {
 				return err
 			}
-			if explicit != nil && explicit.postgres {
+			if explicit != nil && explicit.Postgres {
 				f.synchronous = ""
 			}
 			return e.runBenchConvoy(cmd.Context(), f, explicit, tempSchema)
@@ -168,61 +168,20 @@ under sessions named after the run, so runs on a kept store do not mix.`,
 	return cmd
 }
 
-// benchOpen opens the store of a benchmark or demo: a temporary SQLite file
-// unless explicit is set; on PostgreSQL without an explicit schema a
-// temporary schema (tempSchema). The returned cleanup closes the store and
-// removes what was temporary.
-func (e *env) benchOpen(ctx context.Context, explicit *dbTarget, tempSchema bool, synchronous, prefix string) (*database, func(), error) {
-	o := openOpts{create: true, migrate: true, target: explicit, synchronous: synchronous}
-	var dir string
-	if explicit == nil {
-		var err error
-		if dir, err = os.MkdirTemp("", "drover-"+prefix+"-"); err != nil {
-			return nil, nil, fmt.Errorf("create a temporary database: %w", err)
-		}
-		o.target = &dbTarget{path: filepath.Join(dir, prefix+".db")}
-	} else if tempSchema {
-		t := *explicit
-		t.schema = "drover_bench_" + randomHex(6)
-		o.target = &t
-	}
-	drv, err := e.openStore(ctx, o)
-	if err != nil {
-		if dir != "" {
-			os.RemoveAll(dir)
-		}
-		return nil, nil, err
-	}
-	cleanup := func() {
-		if tempSchema {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			if err := dropSchema(dctx, drv); err != nil {
-				fmt.Fprintf(e.stderr, "drover: warning: drop the temporary schema %s: %v\n", drv.t.schema, err)
-			}
-			cancel()
-		}
-		drv.Close()
-		if dir != "" {
-			os.RemoveAll(dir)
-		}
-	}
-	return drv, cleanup, nil
-}
-
-func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *dbTarget, tempSchema bool) error {
-	drv, cleanup, err := e.benchOpen(ctx, explicit, tempSchema, f.synchronous, "bench")
+func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *clicore.DBTarget, tempSchema bool) error {
+	drv, cleanup, err := e.OpenScratch(ctx, explicit, tempSchema, f.synchronous, "bench")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	log := e.logger(slog.LevelWarn)
+	log := e.Logger(slog.LevelWarn)
 
 	pub, err := convoy.New(convoy.Config{Store: drv.Driver, InstanceID: "bench-publisher", Logger: log})
 	if err != nil {
 		return err
 	}
 	// Sessions are named after the run, so runs on a kept store do not mix.
-	prefix := "b" + randomHex(3) + "-"
+	prefix := "b" + clicore.RandomHex(3) + "-"
 	sessionID := func(i int) string { return prefix + strconv.Itoa(i) }
 	body := make([]byte, f.bodyBytes)
 	for i := range body {
@@ -232,7 +191,7 @@ func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *
 	start := time.Now()
 	var pubCount, consumed atomic.Int64
 	var consuming atomic.Bool
-	stopProgress := e.progress("bench convoy", start, func() string {
+	stopProgress := e.Progress("bench convoy", start, func() string {
 		if !consuming.Load() {
 			return fmt.Sprintf("published %d/%d", pubCount.Load(), f.messages)
 		}
@@ -246,7 +205,7 @@ func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *
 			msgs = append(msgs, convoy.Message{SessionID: sessionID(j % f.sessions), Body: body})
 		}
 		if _, err := pub.Publish(ctx, benchQueue, msgs...); err != nil {
-			return drv.storeErr(fmt.Errorf("publish: %w", err))
+			return drv.StoreErr(fmt.Errorf("publish: %w", err))
 		}
 		pubCount.Add(int64(len(msgs)))
 	}
@@ -350,14 +309,14 @@ func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *
 	}
 	pending, total, err := sessionTotals(ctx, drv.Reader(), benchQueue, prefix)
 	if err != nil {
-		return drv.storeErr(err)
+		return drv.StoreErr(err)
 	}
 
 	round := func(x float64) float64 { return math.Round(x*1000) / 1000 }
 	run := end.Sub(runStart).Seconds()
 	pubS := published.Sub(start).Seconds()
 	r := BenchConvoyResult{
-		Mode: "convoy", Driver: drv.driverName(), Synchronous: f.synchronous,
+		Mode: "convoy", Driver: drv.DriverName(), Synchronous: f.synchronous,
 		Sessions: f.sessions, Messages: f.messages, Consumers: f.consumers, MaxSessions: f.maxSessions, Handler: f.handler,
 		Seconds: round(run), MsgsPerSec: math.Round(float64(f.messages) / run),
 		PublishSeconds: round(pubS), PublishMsgsPerSec: math.Round(float64(f.messages) / pubS),
@@ -366,28 +325,28 @@ func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *
 		Rounds: rounds,
 	}
 	if explicit != nil {
-		r.DB = drv.name
+		r.DB = drv.Label
 	}
-	if drv.t.postgres {
-		r.Schema = drv.t.schema
+	if drv.Target.Postgres {
+		r.Schema = drv.Target.Schema
 	}
-	if e.jsonOut {
-		if err := writeJSON(e.stdout, r); err != nil {
+	if e.JSON {
+		if err := clicore.WriteJSON(e.Stdout, r); err != nil {
 			return err
 		}
 	} else {
 		where := "sqlite synchronous=" + f.synchronous
-		if drv.t.postgres {
-			where = "postgres schema " + drv.t.schema
+		if drv.Target.Postgres {
+			where = "postgres schema " + drv.Target.Schema
 		}
-		fmt.Fprintf(e.stdout, "drover bench convoy: %d messages over %d sessions consumed in %.3fs: %.0f msgs/s "+
+		fmt.Fprintf(e.Stdout, "drover bench convoy: %d messages over %d sessions consumed in %.3fs: %.0f msgs/s "+
 			"(published in %.3fs: %.0f/s; end to end %.0f msgs/s; %d consumers × %d sessions, handler %s, %d rounds; %s); "+
 			"order violations %d, lost %d\n",
 			r.Messages, r.Sessions, r.Seconds, r.MsgsPerSec, r.PublishSeconds, r.PublishMsgsPerSec, r.EndToEndPerSec,
 			r.Consumers, r.MaxSessions, r.Handler, r.Rounds, where, r.OrderViolations, r.Lost)
 	}
 	if r.OrderViolations > 0 || r.Lost > 0 || r.Consumed != int64(f.messages) {
-		return &exitError{code: ExitFailure, msg: fmt.Sprintf("bench convoy failed: %d order violations, %d messages lost, %d consumed of %d",
+		return &clicore.ExitError{Code: clicore.ExitFailure, Msg: fmt.Sprintf("bench convoy failed: %d order violations, %d messages lost, %d consumed of %d",
 			r.OrderViolations, r.Lost, r.Consumed, f.messages)}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package cli
+package democmd
 
 import (
 	"fmt"
@@ -6,12 +6,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/remotesim"
 )
 
-// demoServiceReady starts the line "drover demo service" prints once it
+// ServiceReady starts the line "drover demo service" prints once it
 // listens; tests and scripts wait for it.
-const demoServiceReady = "demo service listening on "
+const ServiceReady = "demo service listening on "
 
 func (e *env) demoServiceCmd() *cobra.Command {
 	var (
@@ -39,7 +40,7 @@ gets the same answer again without applying the effect twice. Faults:
 applying the effect), --permanent-rate (422, sticky per key), and
 --reject-amount-above N (422 for every amount over N, e.g. a card limit).
 
-Once listening it prints "` + demoServiceReady + `http://HOST:PORT" on stderr.
+Once listening it prints "` + ServiceReady + `http://HOST:PORT" on stderr.
 On exit it prints what it saw (calls, effects applied, deduplicated calls,
 duplicate effects) on stdout; --json as one JSON object.`,
 		Example: `  drover demo service --listen 127.0.0.1:9001
@@ -48,14 +49,14 @@ duplicate effects) on stdout; --json as one JSON object.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for name, r := range map[string]float64{"--transient-rate": transient, "--hang-rate": hang, "--permanent-rate": permanent} {
 				if r < 0 || r > 1 {
-					return usagef("%s must be between 0 and 1, got %g", name, r)
+					return clicore.Usagef("%s must be between 0 and 1, got %g", name, r)
 				}
 			}
 			if transient+hang+permanent > 1 {
-				return usagef("--transient-rate + --hang-rate + --permanent-rate must not exceed 1, got %g", transient+hang+permanent)
+				return clicore.Usagef("--transient-rate + --hang-rate + --permanent-rate must not exceed 1, got %g", transient+hang+permanent)
 			}
 			if rejectAbove < 0 || latency < 0 {
-				return usagef("--reject-amount-above and --latency must not be negative")
+				return clicore.Usagef("--reject-amount-above and --latency must not be negative")
 			}
 			if !cmd.Flags().Changed("seed") {
 				seed = time.Now().UnixNano()
@@ -67,14 +68,14 @@ duplicate effects) on stdout; --json as one JSON object.`,
 			if err != nil {
 				return fmt.Errorf("--listen %s: %w", listen, err)
 			}
-			fmt.Fprintln(e.stderr, demoServiceReady+url)
+			fmt.Fprintln(e.Stderr, ServiceReady+url)
 			<-ctx.Done()
 			stop()
 			st := svc.Stats()
-			if e.jsonOut {
-				return writeJSON(e.stdout, st)
+			if e.JSON {
+				return clicore.WriteJSON(e.Stdout, st)
 			}
-			fmt.Fprintf(e.stdout, "calls %d, applied %d, deduplicated %d, duplicate effects %d, transient %d, permanent %d, hangs %d, bad requests %d\n",
+			fmt.Fprintf(e.Stdout, "calls %d, applied %d, deduplicated %d, duplicate effects %d, transient %d, permanent %d, hangs %d, bad requests %d\n",
 				st.Calls, st.Applied, st.DeduplicatedCalls, st.DuplicateEffects, st.Transient, st.Permanent, st.Hangs, st.BadRequests)
 			return nil
 		},

@@ -1,4 +1,4 @@
-package cli
+package benchcmd
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/clicore"
 )
 
 // BenchResult is what "drover bench" reports in throughput mode (without
@@ -132,31 +133,31 @@ error there (the server's synchronous_commit decides).`,
 			fl := cmd.Flags()
 			latency := fl.Changed("rate") || fl.Changed("duration")
 			if latency && !(fl.Changed("rate") && fl.Changed("duration")) {
-				return usagef("--rate and --duration go together (latency mode)")
+				return clicore.Usagef("--rate and --duration go together (latency mode)")
 			}
 			if latency && fl.Changed("tasks") {
-				return usagef("--tasks is for throughput mode; with --rate the count is rate × duration")
+				return clicore.Usagef("--tasks is for throughput mode; with --rate the count is rate × duration")
 			}
 			if f.tasks <= 0 || f.steps <= 0 || f.schedulers < 0 {
-				return usagef("--tasks and --steps must be positive, --schedulers not negative")
+				return clicore.Usagef("--tasks and --steps must be positive, --schedulers not negative")
 			}
 			if latency && (math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate <= 0 || f.duration <= 0) {
-				return usagef("--rate and --duration must be positive, got %v and %s", f.rate, f.duration)
+				return clicore.Usagef("--rate and --duration must be positive, got %v and %s", f.rate, f.duration)
 			}
 			if latency && f.rate*f.duration.Seconds() > 10_000_000 {
-				return usagef("--rate × --duration is %.0f tasks; at most 10000000", f.rate*f.duration.Seconds())
+				return clicore.Usagef("--rate × --duration is %.0f tasks; at most 10000000", f.rate*f.duration.Seconds())
 			}
 			if fl.Changed("submitters") && !latency {
-				return usagef("--submitters is for latency mode (--rate and --duration)")
+				return clicore.Usagef("--submitters is for latency mode (--rate and --duration)")
 			}
 			if f.submitters <= 0 {
-				return usagef("--submitters must be positive, got %d", f.submitters)
+				return clicore.Usagef("--submitters must be positive, got %d", f.submitters)
 			}
 			if f.maxInFlight < 0 || f.claimBatch < 0 {
-				return usagef("--max-inflight and --claim-batch must not be negative (0: the default)")
+				return clicore.Usagef("--max-inflight and --claim-batch must not be negative (0: the default)")
 			}
 			if f.timeout < 0 {
-				return usagef("--timeout must not be negative, got %s", f.timeout)
+				return clicore.Usagef("--timeout must not be negative, got %s", f.timeout)
 			}
 			if f.timeout == 0 {
 				if latency {
@@ -165,20 +166,20 @@ error there (the server's synchronous_commit decides).`,
 					f.timeout = time.Minute + time.Duration(f.tasks*f.steps)*time.Millisecond
 				}
 			}
-			var explicit *dbTarget
+			var explicit *clicore.DBTarget
 			tempSchema := false
 			if fl.Changed("db") {
-				t, err := e.target()
+				t, err := e.Target()
 				if err != nil {
 					return err
 				}
 				explicit = &t
-				tempSchema = t.postgres && !fl.Changed("schema")
+				tempSchema = t.Postgres && !fl.Changed("schema")
 			}
-			if err := checkSynchronous(cmd, derefTarget(explicit), f.synchronous); err != nil {
+			if err := clicore.CheckSynchronous(cmd, derefTarget(explicit), f.synchronous); err != nil {
 				return err
 			}
-			if explicit != nil && explicit.postgres {
+			if explicit != nil && explicit.Postgres {
 				f.synchronous = ""
 			}
 			return e.runBench(cmd.Context(), f, explicit, tempSchema, latency)
@@ -201,28 +202,28 @@ error there (the server's synchronous_commit decides).`,
 	return cmd
 }
 
-func derefTarget(t *dbTarget) dbTarget {
+func derefTarget(t *clicore.DBTarget) clicore.DBTarget {
 	if t == nil {
-		return dbTarget{}
+		return clicore.DBTarget{}
 	}
 	return *t
 }
 
-func (e *env) runBench(ctx context.Context, f benchFlags, explicit *dbTarget, tempSchema, latency bool) error {
-	o := openOpts{create: true, migrate: true, target: explicit, synchronous: f.synchronous}
+func (e *env) runBench(ctx context.Context, f benchFlags, explicit *clicore.DBTarget, tempSchema, latency bool) error {
+	o := clicore.OpenOpts{Create: true, Migrate: true, Target: explicit, Synchronous: f.synchronous}
 	if explicit == nil {
 		dir, err := os.MkdirTemp("", "drover-bench-")
 		if err != nil {
 			return fmt.Errorf("create a temporary database: %w", err)
 		}
 		defer os.RemoveAll(dir)
-		o.target = &dbTarget{path: filepath.Join(dir, "bench.db")}
+		o.Target = &clicore.DBTarget{Path: filepath.Join(dir, "bench.db")}
 	} else if tempSchema {
 		t := *explicit
-		t.schema = "drover_bench_" + randomHex(6)
-		o.target = &t
+		t.Schema = "drover_bench_" + clicore.RandomHex(6)
+		o.Target = &t
 	}
-	drv, err := e.openStore(ctx, o)
+	drv, err := e.OpenStore(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -234,8 +235,8 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicit *dbTarget, te
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			if err := dropSchema(dctx, drv); err != nil {
-				fmt.Fprintf(e.stderr, "drover: warning: drop the temporary schema %s: %v\n", drv.t.schema, err)
+			if err := clicore.DropSchema(dctx, drv); err != nil {
+				fmt.Fprintf(e.Stderr, "drover: warning: drop the temporary schema %s: %v\n", drv.Target.Schema, err)
 			}
 		}()
 	}
@@ -249,7 +250,7 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicit *dbTarget, te
 		Store: drv.Driver, Workflows: []drover.Workflow{w},
 		Agents:     []drover.Agent{{Name: "noop", Func: noop, Concurrency: 1024}},
 		Schedulers: f.schedulers, MaxInFlight: f.maxInFlight, ClaimBatch: f.claimBatch,
-		NoEagerStart: f.noEager, Logger: e.logger(slog.LevelWarn),
+		NoEagerStart: f.noEager, Logger: e.Logger(slog.LevelWarn),
 	})
 	if err != nil {
 		return err
@@ -273,15 +274,15 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicit *dbTarget, te
 }
 
 // runThroughput inserts the tasks, then burns them down.
-func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *database, c *drover.Client, explicit bool) error {
+func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *clicore.Database, c *drover.Client, explicit bool) error {
 	base, err := c.Counts(ctx)
 	if err != nil {
-		return drv.storeErr(err)
+		return drv.StoreErr(err)
 	}
 	start := time.Now()
 	var inserted atomic.Int64
 	running := atomic.Bool{}
-	stopProgress := e.progress("bench", start, func() string {
+	stopProgress := e.Progress("bench", start, func() string {
 		if !running.Load() {
 			return fmt.Sprintf("inserted %d/%d", inserted.Load(), f.tasks)
 		}
@@ -297,7 +298,7 @@ func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *database, c 
 			ps[j] = drover.SubmitParams{Workflow: BenchWorkflow}
 		}
 		if _, err := c.SubmitMany(ctx, ps); err != nil {
-			return drv.storeErr(fmt.Errorf("submit: %w", err))
+			return drv.StoreErr(fmt.Errorf("submit: %w", err))
 		}
 		inserted.Add(int64(n))
 	}
@@ -305,7 +306,7 @@ func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *database, c 
 	running.Store(true)
 
 	if err := c.Start(ctx); err != nil {
-		return drv.storeErr(err)
+		return drv.StoreErr(err)
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -332,7 +333,7 @@ func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *database, c 
 	stopProgress()
 	counts, err := c.Counts(ctx)
 	if err != nil {
-		return drv.storeErr(err)
+		return drv.StoreErr(err)
 	}
 	if done := counts[drover.Processed] - base[drover.Processed]; done != f.tasks {
 		return fmt.Errorf("bench: %d of %d tasks Processed (%v)", done, f.tasks, counts)
@@ -343,21 +344,21 @@ func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *database, c 
 	ins := insertEnd.Sub(start).Seconds()
 	r := BenchResult{
 		Mode:  "throughput",
-		Tasks: f.tasks, Steps: f.steps, Schedulers: f.schedulers, Driver: drv.driverName(), Synchronous: f.synchronous,
+		Tasks: f.tasks, Steps: f.steps, Schedulers: f.schedulers, Driver: drv.DriverName(), Synchronous: f.synchronous,
 		Seconds: round(run), TasksPerSec: math.Round(float64(f.tasks) / run), StepsPerSec: math.Round(float64(f.tasks*f.steps) / run),
 		InsertSeconds: round(ins), InsertPerSec: math.Round(float64(f.tasks) / ins),
 		EndToEndPerSec: math.Round(float64(f.tasks) / (run + ins)),
 	}
 	if explicit {
-		r.DB = drv.name
+		r.DB = drv.Label
 	}
-	if drv.t.postgres {
-		r.Schema = drv.t.schema
+	if drv.Target.Postgres {
+		r.Schema = drv.Target.Schema
 	}
-	if e.jsonOut {
-		return writeJSON(e.stdout, r)
+	if e.JSON {
+		return clicore.WriteJSON(e.Stdout, r)
 	}
-	fmt.Fprintf(e.stdout, "drover bench: %d tasks × %d steps burned down in %.3fs: %.0f tasks/s, %.0f steps/s (inserted in %.3fs: %.0f/s; end to end %.0f tasks/s; %s, %d schedulers)\n",
+	fmt.Fprintf(e.Stdout, "drover bench: %d tasks × %d steps burned down in %.3fs: %.0f tasks/s, %.0f steps/s (inserted in %.3fs: %.0f/s; end to end %.0f tasks/s; %s, %d schedulers)\n",
 		r.Tasks, r.Steps, r.Seconds, r.TasksPerSec, r.StepsPerSec, r.InsertSeconds, r.InsertPerSec, r.EndToEndPerSec, benchStoreDesc(drv, f), r.Schedulers)
 	return nil
 }

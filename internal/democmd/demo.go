@@ -1,9 +1,7 @@
-package cli
+package democmd
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/drover-run/drover"
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/remotesim"
 )
@@ -77,7 +76,7 @@ func (e *env) demoCmd() *cobra.Command {
 		Long:  `demo runs a self-contained demonstration of drover. See "drover demo orders --help".`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usagef("demo needs a subcommand: orders, ledger or service")
+			return clicore.Usagef("demo needs a subcommand: orders, ledger or service")
 		},
 	}
 	var f demoFlags
@@ -118,9 +117,9 @@ summary says how to inspect them.`,
 			if err := f.validate(); err != nil {
 				return err
 			}
-			var explicit *dbTarget
+			var explicit *clicore.DBTarget
 			if cmd.Flags().Changed("db") {
-				t, err := e.target()
+				t, err := e.Target()
 				if err != nil {
 					return err
 				}
@@ -147,24 +146,24 @@ summary says how to inspect them.`,
 
 func (f *demoFlags) validate() error {
 	if f.orders <= 0 {
-		return usagef("--orders must be positive, got %d", f.orders)
+		return clicore.Usagef("--orders must be positive, got %d", f.orders)
 	}
 	for name, r := range map[string]float64{"--transient-rate": f.transient, "--hang-rate": f.hang, "--permanent-rate": f.permanent} {
 		if math.IsNaN(r) || r < 0 || r > 1 {
-			return usagef("%s must be between 0 and 1, got %v", name, r)
+			return clicore.Usagef("%s must be between 0 and 1, got %v", name, r)
 		}
 	}
 	if sum := f.transient + f.hang + f.permanent; sum > 1 {
-		return usagef("--transient-rate + --hang-rate + --permanent-rate must be at most 1, got %v", sum)
+		return clicore.Usagef("--transient-rate + --hang-rate + --permanent-rate must be at most 1, got %v", sum)
 	}
 	if f.stepTimeout <= 0 || f.supInterval <= 0 {
-		return usagef("--step-timeout and --supervisor-interval must be positive")
+		return clicore.Usagef("--step-timeout and --supervisor-interval must be positive")
 	}
 	if f.schedulers <= 0 {
-		return usagef("--schedulers must be positive, got %d", f.schedulers)
+		return clicore.Usagef("--schedulers must be positive, got %d", f.schedulers)
 	}
 	if f.timeout < 0 {
-		return usagef("--timeout must not be negative, got %s", f.timeout)
+		return clicore.Usagef("--timeout must not be negative, got %s", f.timeout)
 	}
 	if f.timeout == 0 {
 		f.timeout = 30*time.Second + time.Duration(f.orders)*100*time.Millisecond
@@ -172,15 +171,9 @@ func (f *demoFlags) validate() error {
 	return nil
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *dbTarget) (err error) {
+func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *clicore.DBTarget) (err error) {
 	start := time.Now()
-	log := e.logger(slog.LevelWarn)
+	log := e.Logger(slog.LevelWarn)
 
 	svc := remotesim.New(remotesim.Config{TransientRate: f.transient, HangRate: f.hang, PermanentRate: f.permanent, Seed: f.seed})
 	url, stopRemote, err := svc.Serve(context.WithoutCancel(ctx), "127.0.0.1:0")
@@ -189,17 +182,17 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *dbTarget) (err
 	}
 	defer stopRemote()
 
-	o := openOpts{create: true, migrate: true, target: explicit}
+	o := clicore.OpenOpts{Create: true, Migrate: true, Target: explicit}
 	if explicit == nil {
 		dir, err := os.MkdirTemp("", "drover-demo-")
 		if err != nil {
 			return fmt.Errorf("create a temporary database: %w", err)
 		}
 		defer os.RemoveAll(dir)
-		o.target = &dbTarget{path: filepath.Join(dir, "demo.db")}
-		o.synchronous = "normal" // thrown away afterwards
+		o.Target = &clicore.DBTarget{Path: filepath.Join(dir, "demo.db")}
+		o.Synchronous = "normal" // thrown away afterwards
 	}
-	drv, err := e.openStore(ctx, o)
+	drv, err := e.OpenStore(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -227,7 +220,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *dbTarget) (err
 		return err
 	}
 	if err := c.Start(ctx); err != nil {
-		return drv.storeErr(err)
+		return drv.StoreErr(err)
 	}
 	stopped := false
 	stop := func() {
@@ -242,7 +235,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *dbTarget) (err
 	}
 	defer stop()
 
-	prefix := "demo-" + randomHex(4) + "-"
+	prefix := "demo-" + clicore.RandomHex(4) + "-"
 	if explicit == nil {
 		prefix = "demo-"
 	}
@@ -257,10 +250,10 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *dbTarget) (err
 			})
 		}
 		if _, err := c.SubmitMany(ctx, ps); err != nil {
-			return drv.storeErr(fmt.Errorf("submit orders: %w", err))
+			return drv.StoreErr(fmt.Errorf("submit orders: %w", err))
 		}
 	}
-	fmt.Fprintf(e.stderr, "demo: submitted %d orders (task IDs %so-1 … %so-%d) against %s\n", f.orders, prefix, prefix, f.orders, url)
+	fmt.Fprintf(e.Stderr, "demo: submitted %d orders (task IDs %so-1 … %so-%d) against %s\n", f.orders, prefix, prefix, f.orders, url)
 
 	// Wait until every order is final, reporting progress.
 	deadline := time.NewTimer(f.timeout)
@@ -278,10 +271,10 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *dbTarget) (err
 		if final >= f.orders {
 			break
 		}
-		if time.Since(lastReport) >= progressEvery {
+		if time.Since(lastReport) >= clicore.ProgressEvery {
 			lastReport = time.Now()
 			st := svc.Stats()
-			e.progressLine("demo", start, fmt.Sprintf("final %d/%d  processed=%d error=%d compensated=%d in-flight=%d  calls=%d dedup=%d recoveries=%d",
+			e.ProgressLine("demo", start, fmt.Sprintf("final %d/%d  processed=%d error=%d compensated=%d in-flight=%d  calls=%d dedup=%d recoveries=%d",
 				final, f.orders, counts[drover.Processed], counts[drover.Error], counts[drover.Compensated],
 				f.orders-final, st.Calls, st.DeduplicatedCalls, c.Stats().Recoveries))
 		}
@@ -289,7 +282,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *dbTarget) (err
 		case <-ctx.Done():
 			return fmt.Errorf("demo interrupted: %d of %d orders final", final, f.orders)
 		case <-deadline.C:
-			return fmt.Errorf("demo timed out after %s (--timeout): %d of %d orders final (%s)", f.timeout, final, f.orders, stateCounts(counts))
+			return fmt.Errorf("demo timed out after %s (--timeout): %d of %d orders final (%s)", f.timeout, final, f.orders, clicore.StateCounts(counts))
 		case <-check.C:
 		}
 	}
@@ -310,14 +303,14 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *dbTarget) (err
 	s.Seed = f.seed
 	s.TaskPrefix = prefix
 	if explicit != nil {
-		s.DB = drv.name
-		if explicit.postgres {
-			s.Schema = explicit.schema
+		s.DB = drv.Label
+		if explicit.Postgres {
+			s.Schema = explicit.Schema
 		}
 	}
 
-	if e.jsonOut {
-		if err := writeJSON(e.stdout, s); err != nil {
+	if e.JSON {
+		if err := clicore.WriteJSON(e.Stdout, s); err != nil {
 			return err
 		}
 	} else {
@@ -335,7 +328,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *dbTarget) (err
 		problems = append(problems, fmt.Sprintf("%d Error tasks have no alert", s.ErrorTasksWithoutAlert))
 	}
 	if len(problems) > 0 {
-		return &exitError{code: ExitFailure, msg: "demo failed: " + strings.Join(problems, "; ")}
+		return &clicore.ExitError{Code: clicore.ExitFailure, Msg: "demo failed: " + strings.Join(problems, "; ")}
 	}
 	return nil
 }
@@ -389,7 +382,7 @@ func (e *env) demoSummary(ctx context.Context, c *drover.Client, prefix string, 
 		return nil, errors.New("demo: the first order has no history")
 	}
 	alerted := map[string]bool{}
-	evs, err := allEvents(ctx, c, drover.EventQuery{AfterID: first[0].ID - 1})
+	evs, err := clicore.AllEvents(ctx, c, drover.EventQuery{AfterID: first[0].ID - 1})
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +409,7 @@ func (e *env) demoSummary(ctx context.Context, c *drover.Client, prefix string, 
 }
 
 func printDemoSummary(e *env, s *DemoSummary) {
-	w := e.stdout
+	w := e.Stdout
 	fmt.Fprintf(w, "drover demo orders: %d orders in %.1fs\n", s.Orders, s.Seconds)
 	fmt.Fprintf(w, "  outcome:       processed %d, compensated %d, error %d", s.Processed, s.Compensated, s.Error)
 	if s.Cancelled+s.Unfinished > 0 {

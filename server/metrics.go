@@ -1,7 +1,6 @@
-package cli
+package server
 
 import (
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,16 +23,16 @@ func newMetrics(c *drover.Client) *prometheus.Registry {
 	return reg
 }
 
-// scrapeTimeout bounds a scrape of --metrics-listen (503 after it).
+// scrapeTimeout bounds a scrape of the metrics listener (503 after it).
 const scrapeTimeout = 10 * time.Second
 
-// serveMetrics serves GET /metrics of reg on addr (--metrics-listen),
+// serveMetrics serves GET /metrics of reg on addr (Config.MetricsListen),
 // without tokens, for processes that run no HTTP API or keep it apart
 // from monitoring. It binds at once, so a taken port fails the start.
 func serveMetrics(addr string, reg prometheus.Gatherer, log *slog.Logger) (*http.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
+		return nil, nil, &AddrError{"metrics-listen", addr, err}
 	}
 	mux := http.NewServeMux()
 	// No tokens here: metrics.Handler's bound on concurrent scrapes keeps

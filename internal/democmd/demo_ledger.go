@@ -1,4 +1,4 @@
-package cli
+package democmd
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/store"
 )
 
@@ -121,36 +122,36 @@ summary names so "drover queue" can inspect them.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case f.ledgers <= 0:
-				return usagef("--ledgers must be positive, got %d", f.ledgers)
+				return clicore.Usagef("--ledgers must be positive, got %d", f.ledgers)
 			case f.orders <= 0:
-				return usagef("--orders must be positive, got %d", f.orders)
+				return clicore.Usagef("--orders must be positive, got %d", f.orders)
 			case f.consumers <= 0 || f.consumers > 256:
-				return usagef("--consumers must be 1-256, got %d", f.consumers)
+				return clicore.Usagef("--consumers must be 1-256, got %d", f.consumers)
 			case f.txPerLedger < 0:
-				return usagef("--transactions must not be negative (0: as many as --orders), got %d", f.txPerLedger)
+				return clicore.Usagef("--transactions must not be negative (0: as many as --orders), got %d", f.txPerLedger)
 			case f.maxSessions < 0 || f.maxSessions > 100000:
-				return usagef("--max-sessions must be 1-100000 (0: 2 × orders / consumers), got %d", f.maxSessions)
+				return clicore.Usagef("--max-sessions must be 1-100000 (0: 2 × orders / consumers), got %d", f.maxSessions)
 			case math.IsNaN(f.failureRate) || f.failureRate < 0 || f.failureRate > 0.5:
-				return usagef("--failure-rate must be between 0 and 0.5, got %v", f.failureRate)
+				return clicore.Usagef("--failure-rate must be between 0 and 0.5, got %v", f.failureRate)
 			case f.stalls < 0:
-				return usagef("--stalls must not be negative, got %d", f.stalls)
+				return clicore.Usagef("--stalls must not be negative, got %d", f.stalls)
 			case f.stalls > 0 && f.consumers < 2:
-				return usagef("--stalls needs at least 2 consumers: another one takes the stalled one's sessions over")
+				return clicore.Usagef("--stalls needs at least 2 consumers: another one takes the stalled one's sessions over")
 			case f.lockDuration < 50*time.Millisecond || f.lockDuration > time.Minute:
-				return usagef("--lock-duration must be between 50ms and 1m, got %s", f.lockDuration)
+				return clicore.Usagef("--lock-duration must be between 50ms and 1m, got %s", f.lockDuration)
 			case f.timeout < 0:
-				return usagef("--timeout must not be negative, got %s", f.timeout)
+				return clicore.Usagef("--timeout must not be negative, got %s", f.timeout)
 			}
 			if f.txPerLedger == 0 {
 				f.txPerLedger = f.orders
 			}
 			if total := f.ledgers * f.txPerLedger; total < f.orders {
-				return usagef("--ledgers × --transactions is %d: at least --orders (%d), so every order gets a transaction", total, f.orders)
+				return clicore.Usagef("--ledgers × --transactions is %d: at least --orders (%d), so every order gets a transaction", total, f.orders)
 			} else if total > 10_000_000 {
-				return usagef("--ledgers × --transactions is %d: at most 10000000", total)
+				return clicore.Usagef("--ledgers × --transactions is %d: at most 10000000", total)
 			}
 			if f.txPerLedger > 100000 {
-				return usagef("--transactions must be at most 100000 per ledger, got %d", f.txPerLedger)
+				return clicore.Usagef("--transactions must be at most 100000 per ledger, got %d", f.txPerLedger)
 			}
 			if f.maxSessions == 0 {
 				f.maxSessions = max(1, (2*f.orders+f.consumers-1)/f.consumers)
@@ -158,9 +159,9 @@ summary names so "drover queue" can inspect them.`,
 			if f.timeout == 0 {
 				f.timeout = time.Minute + time.Duration(f.ledgers*f.txPerLedger)*time.Millisecond + time.Duration(f.stalls)*4*f.lockDuration
 			}
-			var explicit *dbTarget
+			var explicit *clicore.DBTarget
 			if cmd.Flags().Changed("db") {
-				t, err := e.target()
+				t, err := e.Target()
 				if err != nil {
 					return err
 				}
@@ -265,14 +266,14 @@ func chance(seed int64, session string, seq int64, delivery int) float64 {
 
 var errInjected = errors.New("injected failure")
 
-func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *dbTarget) error {
+func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *clicore.DBTarget) error {
 	start := time.Now()
-	log := e.logger(slog.LevelError)
+	log := e.Logger(slog.LevelError)
 	sync := "normal" // a temporary file, thrown away afterwards
 	if explicit != nil {
 		sync = ""
 	}
-	drv, cleanup, err := e.benchOpen(ctx, explicit, false, sync, "demo")
+	drv, cleanup, err := e.OpenScratch(ctx, explicit, false, sync, "demo")
 	if err != nil {
 		return err
 	}
@@ -280,7 +281,7 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *db
 
 	prefix := "demo-"
 	if explicit != nil {
-		prefix = "demo-" + randomHex(4) + "-"
+		prefix = "demo-" + clicore.RandomHex(4) + "-"
 	}
 	ledgerQ, orderQ := prefix+"ledgers", prefix+"orders"
 
@@ -337,10 +338,10 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *db
 		return err
 	}
 	if err := admin.SetQueuePolicy(ctx, convoy.QueuePolicy{Name: orderQ, LockDuration: f.lockDuration, MaxDeliveryCount: 100}); err != nil {
-		return drv.storeErr(err)
+		return drv.StoreErr(err)
 	}
 	if err := admin.SetQueuePolicy(ctx, convoy.QueuePolicy{Name: ledgerQ}); err != nil {
-		return drv.storeErr(err)
+		return drv.StoreErr(err)
 	}
 
 	// The consumers of the order sessions.
@@ -434,10 +435,10 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *db
 	}
 	for i := 0; i < len(ledgers); i += 10 {
 		if _, err := admin.Publish(ctx, ledgerQ, ledgers[i:min(i+10, len(ledgers))]...); err != nil {
-			return drv.storeErr(fmt.Errorf("publish ledgers: %w", err))
+			return drv.StoreErr(fmt.Errorf("publish ledgers: %w", err))
 		}
 	}
-	fmt.Fprintf(e.stderr, "demo: published %d ledgers (%d transactions for %d orders) to queue %s\n", f.ledgers, total, f.orders, ledgerQ)
+	fmt.Fprintf(e.Stderr, "demo: published %d ledgers (%d transactions for %d orders) to queue %s\n", f.ledgers, total, f.orders, ledgerQ)
 
 	// Wait until every order's durable counter is complete.
 	deadline := time.NewTimer(f.timeout)
@@ -458,7 +459,7 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *db
 			// Confirm with the store.
 			st, err := e.orderStates(ctx, admin, orderQ, f.orders)
 			if err != nil {
-				return drv.storeErr(err)
+				return drv.StoreErr(err)
 			}
 			ok := true
 			for o, n := range st {
@@ -470,7 +471,7 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *db
 		}
 		if time.Since(lastReport) >= time.Second {
 			lastReport = time.Now()
-			fmt.Fprintf(e.stderr, "demo: %5.1fs  completed %d/%d  handler calls %d, failures %d, stalls %d, rejected settles %d\n",
+			fmt.Fprintf(e.Stderr, "demo: %5.1fs  completed %d/%d  handler calls %d, failures %d, stalls %d, rejected settles %d\n",
 				time.Since(start).Seconds(), completed, total, calls.Load(), failures.Load(), stalls.Load(), rejected.Load())
 		}
 		select {
@@ -495,7 +496,7 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *db
 	// The outcome, from the store.
 	st, err := e.orderStates(ctx, admin, orderQ, f.orders)
 	if err != nil {
-		return drv.storeErr(err)
+		return drv.StoreErr(err)
 	}
 	s := &DemoLedgerSummary{
 		Ledgers: f.ledgers, Orders: f.orders, TransactionsPerLedger: f.txPerLedger, Consumers: f.consumers,
@@ -519,7 +520,7 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *db
 	for _, q := range []string{ledgerQ, orderQ} {
 		dl, err := admin.DeadLetters(ctx, q, "", convoy.DeadLetterCursor{}, 10000)
 		if err != nil {
-			return drv.storeErr(err)
+			return drv.StoreErr(err)
 		}
 		s.DeadLettered += len(dl)
 	}
@@ -527,13 +528,13 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *db
 	s.FanOutSeconds = math.Round(fanOut.Seconds()*1000) / 1000
 	s.MsgsPerSec = math.Round(float64(s.Consumed) / elapsed.Seconds())
 	if explicit != nil {
-		s.DB = drv.name
-		if explicit.postgres {
-			s.Schema = explicit.schema
+		s.DB = drv.Label
+		if explicit.Postgres {
+			s.Schema = explicit.Schema
 		}
 	}
-	if e.jsonOut {
-		if err := writeJSON(e.stdout, s); err != nil {
+	if e.JSON {
+		if err := clicore.WriteJSON(e.Stdout, s); err != nil {
 			return err
 		}
 	} else {
@@ -553,7 +554,7 @@ func (e *env) runDemoLedger(ctx context.Context, f demoLedgerFlags, explicit *db
 		problems = append(problems, fmt.Sprintf("%d messages dead-lettered", s.DeadLettered))
 	}
 	if len(problems) > 0 {
-		return &exitError{code: ExitFailure, msg: "demo failed: " + strings.Join(problems, "; ")}
+		return &clicore.ExitError{Code: clicore.ExitFailure, Msg: "demo failed: " + strings.Join(problems, "; ")}
 	}
 	return nil
 }
@@ -585,7 +586,7 @@ func (e *env) orderStates(ctx context.Context, c *convoy.Client, queue string, o
 }
 
 func printDemoLedger(e *env, s *DemoLedgerSummary) {
-	w := e.stdout
+	w := e.Stdout
 	fmt.Fprintf(w, "drover demo ledger: %d ledgers × %d transactions for %d orders, %d consumers, in %.1fs (%.0f msgs/s; fanned out in %.1fs)\n",
 		s.Ledgers, s.TransactionsPerLedger, s.Orders, s.Consumers, s.Seconds, s.MsgsPerSec, s.FanOutSeconds)
 	fmt.Fprintf(w, "  consumed:      %d of %d transactions in %d order sessions (%d handler calls)\n", s.Consumed, s.Messages, s.Sessions, s.HandlerCalls)

@@ -1,0 +1,371 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverclient"
+	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clicore"
+	"github.com/drover-run/drover/internal/orders"
+	"github.com/drover-run/drover/internal/workflowdef"
+)
+
+// taskBackend is where the task and alert commands (submit, status, list,
+// resubmit, cancel, events, alerts) read and change tasks: the store through a
+// drover.Client (localTasks), or a server's HTTP API (remoteTasks),
+// chosen by --server. Errors come back explained for the user.
+type taskBackend interface {
+	// Submit submits a task; with full the answer has its steps.
+	Submit(ctx context.Context, workflow string, input []byte, opts *drover.SubmitOptions, stepTimeout time.Duration, maxInput int, full bool) (*drover.Task, error)
+	Task(ctx context.Context, id string) (*drover.Task, error)
+	// TaskEvents is every event of one task.
+	TaskEvents(ctx context.Context, id string) ([]*drover.Event, error)
+	// Tasks is one page of tasks and the ID to pass as AfterID for the
+	// next ("": none).
+	Tasks(ctx context.Context, p drover.ListParams) ([]*drover.Task, string, error)
+	// Resubmit and Cancel change a task; with full the answer has its
+	// steps.
+	Resubmit(ctx context.Context, id string, opts *drover.ResubmitOptions, full bool) (*drover.Task, error)
+	Cancel(ctx context.Context, id, reason string, full bool) (*drover.Task, error)
+	// Events lists events (with AlertsOnly and no task: alerts, paged).
+	Events(ctx context.Context, q drover.EventQuery) ([]*drover.Event, error)
+	// Follow calls fn for each new event until ctx ends or, with a task,
+	// the task is final.
+	Follow(ctx context.Context, s drover.Subscription, fn func(*drover.Event) error) error
+	// Alerts is one page of alerts and the ID to pass as AfterID for the
+	// next (0: none); AckAlert acknowledges one.
+	Alerts(ctx context.Context, q drover.AlertQuery) ([]AlertJSON, int64, error)
+	AckAlert(ctx context.Context, id int64) (AlertJSON, error)
+	Close()
+}
+
+// tasks opens the backend of the task commands. Local ones need a
+// migrated store.
+func (e *env) tasks(ctx context.Context) (taskBackend, error) {
+	if e.remote != nil {
+		return &remoteTasks{e}, nil
+	}
+	drv, err := e.OpenStore(ctx, clicore.OpenOpts{LockTimeout: true})
+	if err != nil {
+		return nil, err
+	}
+	return &localTasks{e: e, drv: drv}, nil
+}
+
+// localTasks runs the task commands on the store.
+type localTasks struct {
+	e   *env
+	drv *clicore.Database
+	c   *drover.Client // made on first use; Submit makes its own
+}
+
+func (l *localTasks) Close() { l.drv.Close() }
+
+func (l *localTasks) client() (*drover.Client, error) {
+	if l.c == nil {
+		c, err := drover.New(clientConfig(l.drv.Driver, 0, 0))
+		if err != nil {
+			return nil, err
+		}
+		l.c = c
+	}
+	return l.c, nil
+}
+
+func (l *localTasks) Submit(ctx context.Context, workflow string, input []byte, opts *drover.SubmitOptions, stepTimeout time.Duration, maxInput int, full bool) (*drover.Task, error) {
+	c, err := l.e.submitClient(ctx, l.drv, workflow, maxInput, stepTimeout)
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.Submit(ctx, workflow, input, opts)
+	if err != nil {
+		return nil, l.drv.StoreErr(err)
+	}
+	if full {
+		return c.Task(ctx, t.ID)
+	}
+	return t, nil
+}
+
+func (l *localTasks) Task(ctx context.Context, id string) (*drover.Task, error) {
+	c, err := l.client()
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.Task(ctx, id)
+	return t, l.drv.StoreErr(err)
+}
+
+func (l *localTasks) TaskEvents(ctx context.Context, id string) ([]*drover.Event, error) {
+	c, err := l.client()
+	if err != nil {
+		return nil, err
+	}
+	return clicore.AllEvents(ctx, c, drover.EventQuery{TaskID: id})
+}
+
+func (l *localTasks) Tasks(ctx context.Context, p drover.ListParams) ([]*drover.Task, string, error) {
+	c, err := l.client()
+	if err != nil {
+		return nil, "", err
+	}
+	ts, err := c.Tasks(ctx, p)
+	if err != nil {
+		return nil, "", l.drv.StoreErr(err)
+	}
+	next := ""
+	if len(ts) == p.Limit {
+		next = ts[len(ts)-1].ID
+	}
+	return ts, next, nil
+}
+
+// changed is the answer of a resubmit or cancel: with full, re-read with
+// its steps.
+func (l *localTasks) changed(ctx context.Context, c *drover.Client, t *drover.Task, err error, full bool) (*drover.Task, error) {
+	if err != nil {
+		return nil, l.drv.StoreErr(err)
+	}
+	if full {
+		return c.Task(ctx, t.ID)
+	}
+	return t, nil
+}
+
+func (l *localTasks) Resubmit(ctx context.Context, id string, opts *drover.ResubmitOptions, full bool) (*drover.Task, error) {
+	c, err := l.client()
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.Resubmit(ctx, id, opts)
+	return l.changed(ctx, c, t, err, full)
+}
+
+func (l *localTasks) Cancel(ctx context.Context, id, reason string, full bool) (*drover.Task, error) {
+	c, err := l.client()
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.Cancel(ctx, id, reason)
+	return l.changed(ctx, c, t, err, full)
+}
+
+func (l *localTasks) Events(ctx context.Context, q drover.EventQuery) ([]*drover.Event, error) {
+	c, err := l.client()
+	if err != nil {
+		return nil, err
+	}
+	evs, err := c.Events(ctx, q)
+	return evs, l.drv.StoreErr(err)
+}
+
+func (l *localTasks) Follow(ctx context.Context, s drover.Subscription, fn func(*drover.Event) error) error {
+	c, err := l.client()
+	if err != nil {
+		return err
+	}
+	s.UntilFinal = true
+	for ev := range c.Subscribe(ctx, s) {
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	return nil // interrupted, or the task is final: a normal end of --follow
+}
+
+func (l *localTasks) Alerts(ctx context.Context, q drover.AlertQuery) ([]AlertJSON, int64, error) {
+	c, err := l.client()
+	if err != nil {
+		return nil, 0, err
+	}
+	page, next, err := c.Alerts(ctx, q)
+	if err != nil {
+		return nil, 0, l.drv.StoreErr(err)
+	}
+	var out []AlertJSON
+	for _, a := range page {
+		out = append(out, alertFromStore(a))
+	}
+	return out, next, nil
+}
+
+func (l *localTasks) AckAlert(ctx context.Context, id int64) (AlertJSON, error) {
+	c, err := l.client()
+	if err != nil {
+		return AlertJSON{}, err
+	}
+	a, err := c.AckAlert(ctx, id, "cli")
+	if errors.Is(err, drover.ErrAlertNotFound) {
+		return AlertJSON{}, fmt.Errorf("alert %d not found (see 'drover alerts')", id)
+	}
+	if err != nil {
+		return AlertJSON{}, l.drv.StoreErr(err)
+	}
+	return alertFromStore(a), nil
+}
+
+// remoteTasks runs the task commands against a server.
+type remoteTasks struct{ e *env }
+
+func (r *remoteTasks) Close() {}
+
+func (r *remoteTasks) Submit(ctx context.Context, workflow string, input []byte, opts *drover.SubmitOptions, _ time.Duration, _ int, _ bool) (*drover.Task, error) {
+	t, _, err := r.e.remote.SubmitTask(ctx, droverclient.SubmitRequest{Workflow: workflow, Input: input, ID: opts.ID,
+		OrderingKey: opts.OrderingKey, CallbackURL: opts.CallbackURL, CallbackEvents: opts.CallbackEvents})
+	if err != nil {
+		return nil, r.e.remoteErr(err)
+	}
+	return remoteTask(t), nil
+}
+
+func (r *remoteTasks) Task(ctx context.Context, id string) (*drover.Task, error) {
+	t, err := r.e.remote.Task(ctx, id)
+	if err != nil {
+		return nil, r.e.remoteErr(err)
+	}
+	return remoteTask(t), nil
+}
+
+func (r *remoteTasks) TaskEvents(ctx context.Context, id string) ([]*drover.Event, error) {
+	evs, err := r.e.remote.Events(ctx, droverclient.EventParams{TaskID: id})
+	if err != nil {
+		return nil, r.e.remoteErr(err)
+	}
+	out := []*drover.Event{}
+	for i := range evs {
+		out = append(out, remoteEvent(&evs[i]))
+	}
+	return out, nil
+}
+
+func (r *remoteTasks) Tasks(ctx context.Context, p drover.ListParams) ([]*drover.Task, string, error) {
+	var names []string
+	for _, st := range p.States {
+		names = append(names, string(st))
+	}
+	page, err := r.e.remote.Tasks(ctx, droverclient.ListParams{States: names, Workflow: p.Workflow, After: p.AfterID, Limit: p.Limit})
+	if err != nil {
+		return nil, "", r.e.remoteErr(err)
+	}
+	var ts []*drover.Task
+	for i := range page.Tasks {
+		ts = append(ts, remoteTask(&page.Tasks[i]))
+	}
+	return ts, page.NextAfter, nil
+}
+
+func (r *remoteTasks) Resubmit(ctx context.Context, id string, opts *drover.ResubmitOptions, _ bool) (*drover.Task, error) {
+	t, err := r.e.remote.Resubmit(ctx, id, &droverclient.ResubmitOptions{FromStep: opts.FromStep})
+	if err != nil {
+		return nil, r.e.remoteErr(err)
+	}
+	return remoteTask(t), nil
+}
+
+func (r *remoteTasks) Cancel(ctx context.Context, id, reason string, _ bool) (*drover.Task, error) {
+	t, err := r.e.remote.Cancel(ctx, id, reason)
+	if err != nil {
+		return nil, r.e.remoteErr(err)
+	}
+	return remoteTask(t), nil
+}
+
+func (r *remoteTasks) Events(ctx context.Context, q drover.EventQuery) ([]*drover.Event, error) {
+	var evs []*drover.Event
+	if q.AlertsOnly && q.TaskID == "" {
+		// Alerts have an exact, paged listing.
+		after := q.AfterID
+		for len(evs) < q.Limit {
+			page, err := r.e.remote.Alerts(ctx, droverclient.AlertParams{After: after, Limit: min(q.Limit-len(evs), 1000)})
+			if err != nil {
+				return nil, r.e.remoteErr(err)
+			}
+			for _, a := range page.Alerts {
+				evs = append(evs, &drover.Event{ID: a.ID, TaskID: a.Subject, StepIndex: a.StepIndex, Type: dt.EventType(a.Type),
+					State: dt.ProcessState(a.State), Alert: true, Actor: a.Actor, Attempt: a.Attempt, Message: a.Message, CreatedAt: a.CreatedAt})
+			}
+			if page.NextAfter == 0 {
+				break
+			}
+			after = page.NextAfter
+		}
+		return evs, nil
+	}
+	list, err := r.e.remote.Events(ctx, droverclient.EventParams{TaskID: q.TaskID, AlertsOnly: q.AlertsOnly, After: q.AfterID, Limit: q.Limit})
+	if err != nil {
+		return nil, r.e.remoteErr(err)
+	}
+	for i := range list {
+		evs = append(evs, remoteEvent(&list[i]))
+	}
+	return evs, nil
+}
+
+func (r *remoteTasks) Follow(ctx context.Context, s drover.Subscription, fn func(*drover.Event) error) error {
+	e := r.e
+	err := e.remote.FollowEvents(ctx, droverclient.FollowOptions{TaskID: s.TaskID, AlertsOnly: s.AlertsOnly, After: s.AfterID,
+		OnReconnect: func(err error, wait time.Duration) {
+			e.reconnecting(err, wait)
+		}},
+		func(ev *droverclient.Event) error { return fn(remoteEvent(ev)) })
+	if ctx.Err() != nil {
+		return nil // interrupted: a normal end of --follow
+	}
+	return e.remoteErr(err) // nil when the task is final
+}
+
+func (r *remoteTasks) Alerts(ctx context.Context, q drover.AlertQuery) ([]AlertJSON, int64, error) {
+	page, err := r.e.remote.Alerts(ctx, droverclient.AlertParams{After: q.AfterID, Limit: q.Limit, Unacknowledged: q.Unacknowledged})
+	if err != nil {
+		return nil, 0, r.e.remoteErr(err)
+	}
+	var out []AlertJSON
+	for i := range page.Alerts {
+		out = append(out, alertFromAPI(&page.Alerts[i]))
+	}
+	return out, page.NextAfter, nil
+}
+
+func (r *remoteTasks) AckAlert(ctx context.Context, id int64) (AlertJSON, error) {
+	a, err := r.e.remote.AckAlert(ctx, id)
+	if err != nil {
+		return AlertJSON{}, r.e.remoteErr(err)
+	}
+	return alertFromAPI(a), nil
+}
+
+// submitClient opens the store and a client that can submit workflow: the
+// latest stored version of a declarative workflow or, when no declarative
+// workflow has that name, the orders demo's workflow (whose input it checks).
+func (e *env) submitClient(ctx context.Context, drv *clicore.Database, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, error) {
+	fail := func(err error) (*drover.Client, error) { return nil, err }
+	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv.Driver, Logger: e.Logger(slog.LevelWarn)})
+	if err == nil {
+		err = reg.LoadStored(ctx)
+	}
+	if err != nil {
+		return fail(drv.StoreErr(err))
+	}
+	var cfg drover.Config
+	switch _, declared := reg.Current(workflow); {
+	case declared:
+		cfg = drover.Config{Store: drv.Driver, MaxInputBytes: maxInput, Workflows: reg.Workflows(),
+			ExternalAgents: append(reg.ExternalAgents(), workflowdef.HTTPAgentName)}
+	case workflow == orders.WorkflowName:
+		cfg = clientConfig(drv.Driver, maxInput, stepTimeout)
+	default:
+		var known []string
+		for _, w := range reg.Workflows() {
+			known = append(known, w.Name)
+		}
+		known = append(known, orders.WorkflowName+" (the demo's, run by \"drover server --demo\")")
+		return fail(fmt.Errorf("%w %q (this database knows: %s)", drover.ErrUnknownWorkflow, workflow, strings.Join(known, ", ")))
+	}
+	return drover.New(cfg)
+}
