@@ -351,8 +351,8 @@ func ClaimThenListSteps(ctx context.Context, x Executor, p TaskClaimParams) ([]*
 
 // GetAndClaim is what TaskGetAndClaim read.
 type GetAndClaim struct {
-	Got     []*drovertype.Task // the tasks of ids, locked
-	Claimed []*drovertype.Task // the tasks claimed
+	Got     []*drovertype.Task       // the tasks of ids, locked
+	Claimed []*drovertype.Task       // the tasks claimed
 	Steps   []*drovertype.StepRecord // the steps of the tasks in Got and Claimed, each once
 	// Busy lists the tasks of ids that another transaction held locked and
 	// that were therefore left out of Got rather than waited for (a task
