@@ -58,7 +58,7 @@ type ReceiveResult struct {
 type SettleRequest struct {
 	LockToken *string `json:"lock_token,omitempty"`
 	Seq       *int64  `json:"seq,omitempty"`
-	// Outcome is "complete", "abandon" or "deadletter".
+	// Outcome is "complete", "abandon" or "dead_letter".
 	Outcome *string `json:"outcome,omitempty"`
 	// Reason is a dead letter's reason.
 	Reason *string `json:"reason,omitempty"`

@@ -41,6 +41,27 @@ type Task struct {
 	Steps       []Step      `json:"steps,omitempty"`
 }
 
+// Task states, as the API spells them (drover.ProcessState).
+const (
+	StatePending      = "Pending"
+	StateProcessing   = "Processing"
+	StateProcessed    = "Processed"
+	StateError        = "Error"
+	StateCompensating = "Compensating"
+	StateCompensated  = "Compensated"
+	StateCancelled    = "Cancelled"
+)
+
+// Final reports whether the task is in a final state (Processed, Error,
+// Compensated or Cancelled).
+func (t *Task) Final() bool {
+	switch t.State {
+	case StateProcessed, StateError, StateCompensated, StateCancelled:
+		return true
+	}
+	return false
+}
+
 // Step is one step of a Task.
 type Step struct {
 	Index             int             `json:"index"`
