@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/drover-run/drover/droverapi"
 	"github.com/drover-run/drover/store"
 )
 
@@ -212,7 +213,7 @@ func matrixRequest(t *testing.T, e *testEnv, o apiOp) (string, string) {
 		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"remote"}`).must(t, 201)
 		r := e.do("POST", "/v1/agents/worker/poll", operatorTok, `{"wait_ms":20000}`).must(t, 200)
 		var got struct {
-			Requests []polled `json:"requests"`
+			Requests []droverapi.AgentRequest `json:"requests"`
 		}
 		if err := json.Unmarshal(r.body, &got); err != nil || len(got.Requests) != 1 {
 			t.Fatalf("poll for a fixture request: %s", r.body)
