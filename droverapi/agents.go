@@ -8,9 +8,9 @@ import (
 // PollRequest is the body of a remote agent's poll. Both fields are
 // optional.
 type PollRequest struct {
-	// Max is the most requests to take (default 1).
+	// Max is the most requests to take (default 1, at most 100).
 	Max *int `json:"max,omitempty"`
-	// WaitMS is how long to wait for one (default 0).
+	// WaitMS is how long to wait for one (default 30000, at most 60000).
 	WaitMS *int64 `json:"wait_ms,omitempty"`
 }
 

@@ -101,9 +101,9 @@ type SubmitRequest struct {
 	Workflow string `json:"workflow"`
 	// Input is the task's input; any JSON value.
 	Input json.RawMessage `json:"input"`
-	// ID makes the submit idempotent: a task with this ID already stored
-	// is returned as it is (200 instead of 201). Empty: the server picks
-	// one.
+	// ID makes the submit idempotent: the same ID and input again
+	// returns the existing task (200 instead of 201). Empty: the server
+	// picks one.
 	ID string `json:"id,omitempty"`
 	// OrderingKey runs the tasks sharing it one at a time, in submit
 	// order.
