@@ -18,7 +18,11 @@ type WebhookPayload struct {
 	Type string `json:"type"` // processed, compensated, error, cancelled, or an alert's type
 	// Subject is what the event is about: the task ID, or
 	// "session:<queue>/<session>".
-	Subject    string          `json:"subject"`
+	Subject string `json:"subject"`
+	// Namespace is the namespace of the task or session; absent: the
+	// default namespace. IDs and names here are as the namespace's
+	// callers know them (without the namespace).
+	Namespace  string          `json:"namespace,omitempty"`
 	TaskID     string          `json:"task_id"` // "" for a session's event
 	Workflow   string          `json:"workflow"`
 	State      string          `json:"state"`      // the task's state after the event

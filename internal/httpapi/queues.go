@@ -8,13 +8,15 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/droverapi"
+	dt "github.com/drover-run/drover/drovertype"
+
+	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/store"
 )
 
 func toMessageJSON(m *convoy.StoredMessage) droverapi.Message {
-	return droverapi.Message{Queue: m.Queue, SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
+	return droverapi.Message{Queue: dt.LocalName(m.Queue), SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
 		DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, AvailableAt: m.AvailableAt, Dead: m.Dead,
 		DeadReason: m.DeadReason, DeadAt: m.DeadAt, EnqueuedAt: m.EnqueuedAt}
 }
@@ -144,7 +146,10 @@ func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request) error {
 			return paramCheck("after", err)
 		}
 	}
-	qs, err := h.convoy.QueuesAfter(r.Context(), after, limit)
+	if after != "" {
+		after = h.qualify(r, after)
+	}
+	qs, err := h.convoy.QueuesIn(r.Context(), h.listNamespace(r), after, limit)
 	if err != nil {
 		return err
 	}
@@ -153,7 +158,7 @@ func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request) error {
 		out.Queues = append(out.Queues, toQueueJSON(q))
 	}
 	if len(qs) == limit {
-		out.NextAfter = qs[len(qs)-1].Name
+		out.NextAfter = dt.LocalName(qs[len(qs)-1].Name)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -194,7 +199,7 @@ func (h *Handler) mayCreateQueue(r *http.Request, queue string) error {
 
 // queueExists answers 404 for a queue nothing was published to.
 func (h *Handler) queueExists(r *http.Request, queue string) error {
-	if err := checkName("queue name", queue); err != nil {
+	if err := checkQueueName(queue); err != nil {
 		return err
 	}
 	if _, err := h.convoy.QueuePolicy(r.Context(), queue); err != nil {
@@ -231,7 +236,7 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := droverapi.SessionList{Sessions: []droverapi.Session{}}
 	for _, s := range ss {
-		out.Sessions = append(out.Sessions, droverapi.Session{Queue: s.Queue, ID: s.ID, NextSeq: s.NextSeq, Pending: s.Pending, ReadyAt: s.ReadyAt,
+		out.Sessions = append(out.Sessions, droverapi.Session{Queue: dt.LocalName(s.Queue), ID: s.ID, NextSeq: s.NextSeq, Pending: s.Pending, ReadyAt: s.ReadyAt,
 			LockHolder: s.LockHolder, LockedUntil: s.LockedUntil, State: jsonOrString(s.State), Closed: s.Closed, Blocked: s.Blocked,
 			CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt})
 	}
@@ -347,7 +352,7 @@ func (h *Handler) discardDeadLetter(w http.ResponseWriter, r *http.Request) erro
 
 func (h *Handler) resolveDeadLetter(w http.ResponseWriter, r *http.Request, action string) error {
 	queue, session := r.PathValue("queue"), r.PathValue("session")
-	if err := checkName("queue name", queue); err != nil {
+	if err := checkQueueName(queue); err != nil {
 		return err
 	}
 	if err := checkSession(session); err != nil {
@@ -379,12 +384,12 @@ func (h *Handler) resolveDeadLetter(w http.ResponseWriter, r *http.Request, acti
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, droverapi.DeadLetterAction{Queue: queue, SessionID: session, Seq: seq, Action: action})
+	writeJSON(w, http.StatusOK, droverapi.DeadLetterAction{Queue: dt.LocalName(queue), SessionID: session, Seq: seq, Action: action})
 	return nil
 }
 
 func toQueueJSON(q *convoy.Queue) droverapi.Queue {
-	return droverapi.Queue{Name: q.Name, MaxDeliveryCount: q.MaxDeliveryCount, PoisonPolicy: string(q.PoisonPolicy),
+	return droverapi.Queue{Name: dt.LocalName(q.Name), MaxDeliveryCount: q.MaxDeliveryCount, PoisonPolicy: string(q.PoisonPolicy),
 		DedupeWindowMS: q.DedupeWindow.Milliseconds(), LockDurationMS: q.LockDuration.Milliseconds(), CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt}
 }
 

@@ -10,8 +10,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/droverapi"
+	dt "github.com/drover-run/drover/drovertype"
+
+	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/store"
 )
 
@@ -208,7 +210,7 @@ func leaseErr(err error) error {
 // sessionPath reads and checks the queue and session of a session route.
 func sessionPath(r *http.Request) (string, string, error) {
 	queue, session := r.PathValue("queue"), r.PathValue("session")
-	if err := checkName("queue name", queue); err != nil {
+	if err := checkQueueName(queue); err != nil {
 		return "", "", err
 	}
 	if err := checkSession(session); err != nil {
@@ -275,7 +277,7 @@ func (h *Handler) acceptSession(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	id := l.SessionID
-	writeJSON(w, http.StatusOK, droverapi.Lease{Queue: queue, Session: &id, LockToken: strconv.FormatInt(l.Token, 10) + "." + nonce, LockedUntil: &l.LockedUntil,
+	writeJSON(w, http.StatusOK, droverapi.Lease{Queue: dt.LocalName(queue), Session: &id, LockToken: strconv.FormatInt(l.Token, 10) + "." + nonce, LockedUntil: &l.LockedUntil,
 		LockDurationMS: l.LockDuration.Milliseconds()})
 	return nil
 }
@@ -307,7 +309,7 @@ func (h *Handler) receiveMessage(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return leaseErr(err)
 	case m != nil:
-		out.Message = &droverapi.ReceivedMessage{Queue: m.Queue, SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
+		out.Message = &droverapi.ReceivedMessage{Queue: dt.LocalName(m.Queue), SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
 			DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, EnqueuedAt: m.EnqueuedAt, AvailableAt: m.AvailableAt}
 		if out.Message.Body == nil {
 			out.Message.Body = json.RawMessage("null")
@@ -353,7 +355,7 @@ func (h *Handler) renewLock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return leaseErr(err)
 	}
-	writeJSON(w, http.StatusOK, droverapi.LockRenewed{Queue: ref.Queue, SessionID: ref.SessionID, LockedUntil: until})
+	writeJSON(w, http.StatusOK, droverapi.LockRenewed{Queue: dt.LocalName(ref.Queue), SessionID: ref.SessionID, LockedUntil: until})
 	return nil
 }
 
@@ -366,7 +368,7 @@ func (h *Handler) releaseLock(w http.ResponseWriter, r *http.Request) error {
 	if err := h.convoy.LeaseRelease(r.Context(), ref); err != nil {
 		return leaseErr(err)
 	}
-	writeJSON(w, http.StatusOK, droverapi.LockReleased{Queue: ref.Queue, SessionID: ref.SessionID, Released: true})
+	writeJSON(w, http.StatusOK, droverapi.LockReleased{Queue: dt.LocalName(ref.Queue), SessionID: ref.SessionID, Released: true})
 	return nil
 }
 
