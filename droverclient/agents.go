@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/drover-run/drover/droverapi"
 	dt "github.com/drover-run/drover/drovertype"
 )
 
@@ -23,35 +24,7 @@ import (
 var ErrStale = errors.New("stale request token")
 
 // Request is one request handed to a remote agent by Poll.
-type Request struct {
-	// ID and Token identify the request and the claim on it: Complete and
-	// Fail send them back.
-	ID    int64  `json:"id"`
-	Token string `json:"token"`
-
-	Agent     string `json:"agent"`
-	TaskID    string `json:"task_id"`
-	Workflow  string `json:"workflow"`
-	StepIndex int    `json:"step_index"`
-	StepName  string `json:"step_name"`
-	// Kind is "do", or "compensate" for undoing a step that completed.
-	Kind string `json:"kind"`
-	// Attempt is the step's attempt; a retry after a timeout is a new
-	// attempt with a new token.
-	Attempt int `json:"attempt"`
-	// IdempotencyKey is the same for every attempt of the step: pass it to
-	// the remote service so that a redone call has no second effect.
-	IdempotencyKey string `json:"idempotency_key"`
-	// CompleteBy is the deadline: a completion at or after it is refused.
-	CompleteBy time.Time `json:"complete_by"`
-
-	// Input is the step's input, PreviousOutput the output of the step
-	// before (null for the first), StepOutput, for a compensation, the
-	// output of the step being undone.
-	Input          json.RawMessage `json:"input"`
-	PreviousOutput json.RawMessage `json:"previous_output"`
-	StepOutput     json.RawMessage `json:"step_output"`
-}
+type Request = droverapi.AgentRequest
 
 // maxPollWait is the server's limit on a poll's wait.
 const maxPollWait = 60 * time.Second
@@ -74,20 +47,17 @@ func (c *Client) Poll(ctx context.Context, agent string, max int, wait time.Dura
 	if wait < 0 || wait > maxPollWait {
 		return nil, fmt.Errorf("droverclient: poll wait %v: want 0-%v", wait, maxPollWait)
 	}
-	body := struct {
-		Max    int   `json:"max"`
-		WaitMS int64 `json:"wait_ms"`
-	}{max, wait.Milliseconds()}
-	var out struct {
-		Requests []*Request `json:"requests"`
-	}
+	ms := wait.Milliseconds()
+	body := droverapi.PollRequest{Max: &max, WaitMS: &ms}
+	var out droverapi.PollResult
 	if _, err := c.do(ctx, http.MethodPost, c.url(nil, "/v1/agents", agent, "/poll"), body, &out); err != nil {
 		return nil, err
 	}
-	if out.Requests == nil {
-		out.Requests = []*Request{}
+	reqs := make([]*Request, len(out.Requests))
+	for i := range out.Requests {
+		reqs[i] = &out.Requests[i]
 	}
-	return out.Requests, nil
+	return reqs, nil
 }
 
 func requestPath(c *Client, req *Request, action string) (string, error) {
@@ -110,10 +80,7 @@ func (c *Client) Complete(ctx context.Context, req *Request, output json.RawMess
 	if !json.Valid(output) {
 		return errors.New("droverclient: the output is not valid JSON")
 	}
-	body := struct {
-		Token  string          `json:"token"`
-		Output json.RawMessage `json:"output"`
-	}{req.Token, output}
+	body := droverapi.CompleteRequest{Token: req.Token, Output: output}
 	_, err = c.do(ctx, http.MethodPost, u, body, nil)
 	return err
 }
@@ -142,11 +109,7 @@ func (c *Client) Fail(ctx context.Context, req *Request, msg string, permanent b
 		}
 		msg = msg[:n]
 	}
-	body := struct {
-		Token     string `json:"token"`
-		Error     string `json:"error"`
-		Permanent bool   `json:"permanent"`
-	}{req.Token, msg, permanent}
+	body := droverapi.FailRequest{Token: req.Token, Error: msg, Permanent: permanent}
 	_, err = c.do(ctx, http.MethodPost, u, body, nil)
 	return err
 }

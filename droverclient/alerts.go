@@ -5,34 +5,18 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
+
+	"github.com/drover-run/drover/droverapi"
 )
 
 // Alert is an event an operator must look at (a task ending in Error, a
 // permanent failure, a session blocked by a dead letter), with its
 // acknowledgement.
-type Alert struct {
-	ID int64 `json:"id"`
-	// Subject is the task ID, or "session:<queue>/<session>".
-	Subject   string    `json:"subject"`
-	StepIndex int       `json:"step_index"`
-	Type      string    `json:"type"`
-	State     string    `json:"state"`
-	Actor     string    `json:"actor"`
-	Attempt   int       `json:"attempt"`
-	Message   string    `json:"message"`
-	CreatedAt time.Time `json:"created_at"`
-	// Acknowledged is nil until an operator acknowledges the alert.
-	Acknowledged *Ack `json:"acknowledged"`
-}
+type Alert = droverapi.Alert
 
 // Ack is the acknowledgement of an alert: the event recording it, who and
 // when.
-type Ack struct {
-	EventID int64     `json:"event_id"`
-	Actor   string    `json:"actor"`
-	At      time.Time `json:"at"`
-}
+type Ack = droverapi.Ack
 
 // AlertParams page an alert listing (GET /v1/alerts).
 type AlertParams struct {
@@ -46,11 +30,7 @@ type AlertParams struct {
 }
 
 // AlertPage is one page of alerts, by ID.
-type AlertPage struct {
-	Alerts []Alert `json:"alerts"`
-	// NextAfter is AlertParams.After of the next page; 0 on the last page.
-	NextAfter int64 `json:"next_after"`
-}
+type AlertPage = droverapi.AlertList
 
 // Alerts lists alerts by ID, one page at a time.
 func (c *Client) Alerts(ctx context.Context, p AlertParams) (*AlertPage, error) {

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/drover-run/drover/droverapi"
 )
 
 // Client calls one drover server. Its zero value is not usable; create it
@@ -185,12 +187,7 @@ func (c *Client) do(ctx context.Context, method, rawURL string, body, out any) (
 // drover's error shape (a proxy's page, say) keeps its first bytes as the
 // message.
 func decodeError(status int, data []byte) error {
-	var e struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var e droverapi.Error
 	if json.Unmarshal(data, &e) == nil && e.Error.Code != "" {
 		return &APIError{Status: status, Code: e.Error.Code, Message: e.Error.Message}
 	}

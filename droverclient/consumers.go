@@ -2,11 +2,12 @@ package droverclient
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/drover-run/drover/droverapi"
 )
 
 // Remote session consumers (docs/convoy.md, "Consumers over HTTP"): accept
@@ -31,28 +32,12 @@ type Lease struct {
 
 // ReceivedMessage is a message handed to a remote consumer. Settle it with
 // its Seq.
-type ReceivedMessage struct {
-	Queue     string `json:"queue"`
-	SessionID string `json:"session_id"`
-	Seq       int64  `json:"seq"`
-	MessageID string `json:"message_id"`
-	// Body is the body as JSON; a body that is not JSON (published through
-	// the Go API) comes as a JSON string.
-	Body          json.RawMessage `json:"body"`
-	DeliveryCount int             `json:"delivery_count"`
-	EndOfSequence bool            `json:"end_of_sequence"`
-	EnqueuedAt    time.Time       `json:"enqueued_at"`
-	AvailableAt   time.Time       `json:"available_at"`
-}
+type ReceivedMessage = droverapi.ReceivedMessage
 
 // Received is the answer of Receive: a message, or none (Message nil),
 // with Blocked or Ended telling when none will come from this session
 // (blocked by a dead letter; its end-of-sequence message settled).
-type Received struct {
-	Message *ReceivedMessage `json:"message"`
-	Blocked bool             `json:"blocked"`
-	Ended   bool             `json:"ended"`
-}
+type Received = droverapi.ReceiveResult
 
 // Settle outcomes.
 const (
@@ -99,9 +84,8 @@ func (c *Client) Accept(ctx context.Context, queue string, wait time.Duration) (
 	if err := checkWait(wait); err != nil {
 		return nil, err
 	}
-	return c.accept(ctx, queue, struct {
-		WaitMS int64 `json:"wait_ms"`
-	}{wait.Milliseconds()})
+	ms := wait.Milliseconds()
+	return c.accept(ctx, queue, droverapi.AcceptRequest{WaitMS: &ms})
 }
 
 // AcceptSession accepts the named session of queue at once. Unknown:
@@ -111,27 +95,23 @@ func (c *Client) AcceptSession(ctx context.Context, queue, session string) (*Lea
 	if session == "" {
 		return nil, errors.New("droverclient: the session ID is empty")
 	}
-	return c.accept(ctx, queue, struct {
-		Session string `json:"session"`
-	}{session})
+	return c.accept(ctx, queue, droverapi.AcceptRequest{Session: &session})
 }
 
-func (c *Client) accept(ctx context.Context, queue string, body any) (*Lease, error) {
-	var out struct {
-		Queue          string    `json:"queue"`
-		Session        *string   `json:"session"`
-		LockToken      string    `json:"lock_token"`
-		LockedUntil    time.Time `json:"locked_until"`
-		LockDurationMS int64     `json:"lock_duration_ms"`
-	}
+func (c *Client) accept(ctx context.Context, queue string, body droverapi.AcceptRequest) (*Lease, error) {
+	var out droverapi.Lease
 	if _, err := c.do(ctx, http.MethodPost, c.url(nil, "/v1/queues", seg(queue), "/sessions:accept"), body, &out); err != nil {
 		return nil, err
 	}
 	if out.Session == nil {
 		return nil, nil
 	}
-	return &Lease{Queue: queue, Session: *out.Session, LockToken: out.LockToken, LockedUntil: out.LockedUntil,
-		LockDuration: time.Duration(out.LockDurationMS) * time.Millisecond}, nil
+	l := &Lease{Queue: queue, Session: *out.Session, LockToken: out.LockToken,
+		LockDuration: time.Duration(out.LockDurationMS) * time.Millisecond}
+	if out.LockedUntil != nil {
+		l.LockedUntil = *out.LockedUntil
+	}
+	return l, nil
 }
 
 // Receive waits up to wait (at most 60s) for the head message of the
@@ -145,10 +125,8 @@ func (c *Client) Receive(ctx context.Context, l *Lease, wait time.Duration) (*Re
 	if err != nil {
 		return nil, err
 	}
-	body := struct {
-		LockToken string `json:"lock_token"`
-		WaitMS    int64  `json:"wait_ms"`
-	}{l.LockToken, wait.Milliseconds()}
+	ms := wait.Milliseconds()
+	body := droverapi.ReceiveRequest{LockToken: &l.LockToken, WaitMS: &ms}
 	var out Received
 	if _, err := c.do(ctx, http.MethodPost, u, body, &out); err != nil {
 		return nil, err
@@ -163,13 +141,7 @@ func (c *Client) Settle(ctx context.Context, l *Lease, seq int64, s Settlement) 
 	if err != nil {
 		return err
 	}
-	body := struct {
-		LockToken string  `json:"lock_token"`
-		Seq       int64   `json:"seq"`
-		Outcome   string  `json:"outcome"`
-		Reason    *string `json:"reason,omitempty"`
-		DelayMS   *int64  `json:"delay_ms,omitempty"`
-	}{LockToken: l.LockToken, Seq: seq, Outcome: s.Outcome}
+	body := droverapi.SettleRequest{LockToken: &l.LockToken, Seq: &seq, Outcome: &s.Outcome}
 	if s.Reason != "" {
 		body.Reason = &s.Reason
 	}
@@ -188,12 +160,8 @@ func (c *Client) Renew(ctx context.Context, l *Lease) error {
 	if err != nil {
 		return err
 	}
-	var out struct {
-		LockedUntil time.Time `json:"locked_until"`
-	}
-	if _, err := c.do(ctx, http.MethodPost, u, struct {
-		LockToken string `json:"lock_token"`
-	}{l.LockToken}, &out); err != nil {
+	var out droverapi.LockRenewed
+	if _, err := c.do(ctx, http.MethodPost, u, droverapi.LockRequest{LockToken: &l.LockToken}, &out); err != nil {
 		return err
 	}
 	l.LockedUntil = out.LockedUntil
@@ -207,8 +175,6 @@ func (c *Client) Release(ctx context.Context, l *Lease) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.do(ctx, http.MethodPost, u, struct {
-		LockToken string `json:"lock_token"`
-	}{l.LockToken}, nil)
+	_, err = c.do(ctx, http.MethodPost, u, droverapi.LockRequest{LockToken: &l.LockToken}, nil)
 	return err
 }

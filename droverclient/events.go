@@ -14,24 +14,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/drover-run/drover/droverapi"
 )
 
 // Event is one event of the durable history, as the event streams send it.
-type Event struct {
-	ID int64 `json:"id"`
-	// Subject is the task ID, or "session:<queue>/<session>".
-	Subject string `json:"subject"`
-	// StepIndex is the step the event is about; -1 for the task itself.
-	StepIndex int    `json:"step_index"`
-	Type      string `json:"type"`
-	State     string `json:"state"`
-	// Alert marks events an operator must look at.
-	Alert     bool      `json:"alert"`
-	Actor     string    `json:"actor"`
-	Attempt   int       `json:"attempt"`
-	Message   string    `json:"message"`
-	CreatedAt time.Time `json:"created_at"`
-}
+type Event = droverapi.Event
 
 // EventParams select events of the history.
 type EventParams struct {
@@ -99,15 +87,9 @@ func (c *Client) Events(ctx context.Context, p EventParams) ([]Event, error) {
 	}
 }
 
-// eventPage is one page of the JSON event list.
-type eventPage struct {
-	Events    []Event `json:"events"`
-	NextAfter int64   `json:"next_after"`
-}
-
 // eventPage reads one page of the JSON event list; an error answer is an
 // *APIError.
-func (c *Client) eventPage(ctx context.Context, taskID string, alerts bool, after int64, limit int) (*eventPage, error) {
+func (c *Client) eventPage(ctx context.Context, taskID string, alerts bool, after int64, limit int) (*droverapi.EventList, error) {
 	q := url.Values{}
 	q.Set("after", strconv.FormatInt(after, 10))
 	q.Set("limit", strconv.Itoa(limit))
@@ -142,7 +124,7 @@ func (c *Client) eventPage(ctx context.Context, taskID string, alerts bool, afte
 	if resp.StatusCode != http.StatusOK {
 		return nil, decodeError(resp.StatusCode, data)
 	}
-	var page eventPage
+	var page droverapi.EventList
 	if err := json.Unmarshal(data, &page); err != nil {
 		return nil, fmt.Errorf("droverclient: GET %s: decode answer: %w", req.URL.Path, err)
 	}

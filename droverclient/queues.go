@@ -7,77 +7,24 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
+
+	"github.com/drover-run/drover/droverapi"
 )
 
 // Queue is a session queue and its policy.
-type Queue struct {
-	Name             string    `json:"name"`
-	MaxDeliveryCount int       `json:"max_delivery_count"`
-	PoisonPolicy     string    `json:"poison_policy"` // "block" or "skip"
-	DedupeWindowMS   int64     `json:"dedupe_window_ms"`
-	LockDurationMS   int64     `json:"lock_duration_ms"`
-	CreatedAt        time.Time `json:"created_at"`
-	UpdatedAt        time.Time `json:"updated_at"`
-}
+type Queue = droverapi.Queue
 
 // Session is one session of a queue.
-type Session struct {
-	Queue string `json:"queue"`
-	ID    string `json:"id"`
-	// NextSeq is the last sequence number assigned (0: none yet).
-	NextSeq     int64           `json:"next_seq"`
-	Pending     int             `json:"pending"`
-	ReadyAt     *time.Time      `json:"ready_at"`
-	LockHolder  string          `json:"lock_holder"`
-	LockedUntil *time.Time      `json:"locked_until"`
-	State       json.RawMessage `json:"state"`
-	Closed      bool            `json:"closed"`
-	Blocked     bool            `json:"blocked"`
-	CreatedAt   time.Time       `json:"created_at"`
-	UpdatedAt   time.Time       `json:"updated_at"`
-}
+type Session = droverapi.Session
 
 // Message is a stored message of a session: pending, or dead-lettered.
-type Message struct {
-	Queue     string `json:"queue"`
-	SessionID string `json:"session_id"`
-	Seq       int64  `json:"seq"`
-	MessageID string `json:"message_id"`
-	// Body is the body as JSON; a body that is not JSON (published through
-	// the Go API) comes as a JSON string.
-	Body          json.RawMessage `json:"body"`
-	DeliveryCount int             `json:"delivery_count"`
-	EndOfSequence bool            `json:"end_of_sequence"`
-	AvailableAt   time.Time       `json:"available_at"`
-	Dead          bool            `json:"dead"`
-	DeadReason    string          `json:"dead_reason"`
-	DeadAt        *time.Time      `json:"dead_at"`
-	EnqueuedAt    time.Time       `json:"enqueued_at"`
-}
+type Message = droverapi.Message
 
 // PublishMessage is one message to publish.
-type PublishMessage struct {
-	// SessionID is the session (an order ID, say); required.
-	SessionID string `json:"session_id"`
-	// Body is any JSON document; nil sends null.
-	Body json.RawMessage `json:"body"`
-	// MessageID de-duplicates within the queue's dedupe window.
-	MessageID string `json:"message_id,omitempty"`
-	// EndOfSequence marks the session's last message.
-	EndOfSequence bool `json:"end_of_sequence,omitempty"`
-	// NotBefore delays delivery until this time.
-	NotBefore *time.Time `json:"not_before,omitempty"`
-}
+type PublishMessage = droverapi.PublishMessage
 
 // Published is the outcome of one published message.
-type Published struct {
-	SessionID string `json:"session_id"`
-	Seq       int64  `json:"seq"`
-	// Duplicate: a message with the same MessageID was published within
-	// the dedupe window; Seq is the original's and nothing was stored.
-	Duplicate bool `json:"duplicate"`
-}
+type Published = droverapi.Published
 
 // Publish publishes messages to queue, all or none (at most 1000), and
 // returns their outcomes in order.
@@ -92,13 +39,9 @@ func (c *Client) Publish(ctx context.Context, queue string, msgs ...PublishMessa
 	}
 	var body any = msgs[0]
 	if len(msgs) > 1 {
-		body = struct {
-			Messages []PublishMessage `json:"messages"`
-		}{msgs}
+		body = droverapi.PublishRequest{Messages: msgs}
 	}
-	var out struct {
-		Published []Published `json:"published"`
-	}
+	var out droverapi.PublishResult
 	if _, err := c.do(ctx, http.MethodPost, c.url(nil, "/v1/queues", seg(queue), "messages"), body, &out); err != nil {
 		return nil, err
 	}
@@ -106,11 +49,7 @@ func (c *Client) Publish(ctx context.Context, queue string, msgs ...PublishMessa
 }
 
 // QueuePage is one page of the queues, in name order.
-type QueuePage struct {
-	Queues []Queue `json:"queues"`
-	// NextAfter is the after of the next page; "" on the last page.
-	NextAfter string `json:"next_after"`
-}
+type QueuePage = droverapi.QueueList
 
 // QueuesPage lists the queues and their policies whose name sorts after
 // after, at most limit (0: the server's default, 100).
@@ -154,11 +93,7 @@ func pageQuery(after string, limit int) url.Values {
 }
 
 // SessionPage is one page of a queue's sessions, in ID order.
-type SessionPage struct {
-	Sessions []Session `json:"sessions"`
-	// NextAfter is the after of the next page; "" on the last page.
-	NextAfter string `json:"next_after"`
-}
+type SessionPage = droverapi.SessionList
 
 // Sessions lists the sessions of queue whose ID sorts after after, at most
 // limit (0: the server's default, 100). An unknown queue: ErrNotFound.
@@ -171,11 +106,7 @@ func (c *Client) Sessions(ctx context.Context, queue, after string, limit int) (
 }
 
 // MessagePage is one page of a session's messages, in sequence order.
-type MessagePage struct {
-	Messages []Message `json:"messages"`
-	// NextFromSeq is the fromSeq of the next page; 0 on the last page.
-	NextFromSeq int64 `json:"next_from_seq"`
-}
+type MessagePage = droverapi.MessageList
 
 // Peek lists the pending and dead-lettered messages of a session from
 // sequence number fromSeq on, at most limit (0: the server's default),
@@ -206,17 +137,10 @@ type DeadLetterParams struct {
 }
 
 // DeadLetterCursor is a position in a dead-letter listing.
-type DeadLetterCursor struct {
-	AfterSession string `json:"after_session"`
-	AfterSeq     int64  `json:"after_seq"`
-}
+type DeadLetterCursor = droverapi.DeadLetterCursor
 
 // DeadLetterPage is one page of dead letters in (session, sequence) order.
-type DeadLetterPage struct {
-	DeadLetters []Message `json:"dead_letters"`
-	// Next is the cursor of the next page; nil on the last page.
-	Next *DeadLetterCursor `json:"next"`
-}
+type DeadLetterPage = droverapi.DeadLetterList
 
 // DeadLetters lists the dead-lettered messages of queue. An unknown
 // queue: ErrNotFound.
@@ -274,13 +198,7 @@ func (c *Client) Policy(ctx context.Context, queue string) (*Queue, error) {
 
 // PolicyChange is the parts of a queue's policy to change; nil fields stay
 // as they are. At least one must be set.
-type PolicyChange struct {
-	MaxDeliveryCount *int    `json:"max_delivery_count,omitempty"`
-	PoisonPolicy     *string `json:"poison_policy,omitempty"` // "block" or "skip"
-	// DedupeWindowMS 0 turns de-duplication off.
-	DedupeWindowMS *int64 `json:"dedupe_window_ms,omitempty"`
-	LockDurationMS *int64 `json:"lock_duration_ms,omitempty"` // 10 to 86400000
-}
+type PolicyChange = droverapi.PolicyChange
 
 // SetPolicy changes the parts of queue's policy given (operator scope),
 // creating the queue if it does not exist (created is then true), and

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover"
-	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/droverapi"
 	"github.com/drover-run/drover/internal/clicore"
 )
 
@@ -33,9 +33,9 @@ type AlertJSON struct {
 }
 
 // AckJSON is an acknowledgement as printed with --json.
-type AckJSON = droverclient.Ack
+type AckJSON = droverapi.Ack
 
-func alertFromAPI(a *droverclient.Alert) AlertJSON {
+func alertFromAPI(a *droverapi.Alert) AlertJSON {
 	j := AlertJSON{ID: a.ID, Subject: a.Subject, Type: a.Type, State: a.State, Actor: a.Actor, Attempt: a.Attempt,
 		Message: a.Message, CreatedAt: a.CreatedAt}
 	if a.StepIndex >= 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverapi"
 	"github.com/drover-run/drover/droverclient"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clicore"
@@ -216,7 +217,7 @@ type remoteTasks struct{ e *env }
 func (r *remoteTasks) Close() {}
 
 func (r *remoteTasks) Submit(ctx context.Context, workflow string, input []byte, opts *drover.SubmitOptions, _ time.Duration, _ int, _ bool) (*drover.Task, error) {
-	t, _, err := r.e.remote.SubmitTask(ctx, droverclient.SubmitRequest{Workflow: workflow, Input: input, ID: opts.ID,
+	t, _, err := r.e.remote.SubmitTask(ctx, droverapi.SubmitRequest{Workflow: workflow, Input: input, ID: opts.ID,
 		OrderingKey: opts.OrderingKey, CallbackURL: opts.CallbackURL, CallbackEvents: opts.CallbackEvents})
 	if err != nil {
 		return nil, r.e.remoteErr(err)
@@ -261,7 +262,7 @@ func (r *remoteTasks) Tasks(ctx context.Context, p drover.ListParams) ([]*drover
 }
 
 func (r *remoteTasks) Resubmit(ctx context.Context, id string, opts *drover.ResubmitOptions, _ bool) (*drover.Task, error) {
-	t, err := r.e.remote.Resubmit(ctx, id, &droverclient.ResubmitOptions{FromStep: opts.FromStep})
+	t, err := r.e.remote.Resubmit(ctx, id, &droverapi.ResubmitRequest{FromStep: opts.FromStep})
 	if err != nil {
 		return nil, r.e.remoteErr(err)
 	}
@@ -313,7 +314,7 @@ func (r *remoteTasks) Follow(ctx context.Context, s drover.Subscription, fn func
 		OnReconnect: func(err error, wait time.Duration) {
 			e.reconnecting(err, wait)
 		}},
-		func(ev *droverclient.Event) error { return fn(remoteEvent(ev)) })
+		func(ev *droverapi.Event) error { return fn(remoteEvent(ev)) })
 	if ctx.Err() != nil {
 		return nil // interrupted: a normal end of --follow
 	}

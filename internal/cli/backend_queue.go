@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/droverapi"
 	"github.com/drover-run/drover/droverclient"
 	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/store"
@@ -207,7 +208,7 @@ func (r *remoteQueues) Publish(ctx context.Context, queue string, m convoy.Messa
 	if len(m.Body) == 0 || !json.Valid(m.Body) {
 		return convoy.Published{}, clicore.Usagef("with --server the message body must be a JSON document (the API carries bodies as JSON), e.g. --body '{\"op\":\"create\"}' or --body '\"text\"'")
 	}
-	pm := droverclient.PublishMessage{SessionID: m.SessionID, Body: m.Body, MessageID: m.MessageID, EndOfSequence: m.EndOfSequence}
+	pm := droverapi.PublishMessage{SessionID: m.SessionID, Body: m.Body, MessageID: m.MessageID, EndOfSequence: m.EndOfSequence}
 	if !m.NotBefore.IsZero() {
 		pm.NotBefore = &m.NotBefore
 	}
@@ -274,7 +275,7 @@ func (r *remoteQueues) SetPolicy(ctx context.Context, queue string, ch policyCha
 	if (ch.Dedupe != nil && *ch.Dedupe%time.Millisecond != 0) || (ch.Lock != nil && *ch.Lock%time.Millisecond != 0) {
 		return nil, false, clicore.Usagef("with --server, --dedupe-window and --lock-duration must be whole milliseconds")
 	}
-	api := droverclient.PolicyChange{MaxDeliveryCount: ch.MaxDelivery, PoisonPolicy: ch.Poison}
+	api := droverapi.PolicyChange{MaxDeliveryCount: ch.MaxDelivery, PoisonPolicy: ch.Poison}
 	if ch.Dedupe != nil {
 		ms := ch.Dedupe.Milliseconds()
 		api.DedupeWindowMS = &ms

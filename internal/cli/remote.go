@@ -14,6 +14,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/droverapi"
 	"github.com/drover-run/drover/droverclient"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clicore"
@@ -139,7 +140,7 @@ func nullJSON(b json.RawMessage) []byte {
 	return b
 }
 
-func remoteTask(t *droverclient.Task) *drover.Task {
+func remoteTask(t *droverapi.Task) *drover.Task {
 	input := []byte(t.Input)
 	if len(input) == 0 {
 		input = []byte("null")
@@ -173,18 +174,18 @@ func remoteTask(t *droverclient.Task) *drover.Task {
 	return out
 }
 
-func remoteWait(w *droverclient.WaitPolicy) dt.WaitPolicy {
+func remoteWait(w *droverapi.WaitPolicy) dt.WaitPolicy {
 	return dt.WaitPolicy{MaxWaits: w.MaxWaits, Delay: time.Duration(w.DelayMS) * time.Millisecond,
 		Multiplier: w.Multiplier, MaxDelay: time.Duration(w.MaxDelayMS) * time.Millisecond}
 }
 
-func remoteEvent(ev *droverclient.Event) *drover.Event {
+func remoteEvent(ev *droverapi.Event) *drover.Event {
 	return &drover.Event{ID: ev.ID, TaskID: ev.Subject, StepIndex: ev.StepIndex, Type: dt.EventType(ev.Type),
 		State: dt.ProcessState(ev.State), Alert: ev.Alert, Actor: ev.Actor, Attempt: ev.Attempt, Message: ev.Message,
 		CreatedAt: ev.CreatedAt}
 }
 
-func remoteQueue(q *droverclient.Queue) *convoy.Queue {
+func remoteQueue(q *droverapi.Queue) *convoy.Queue {
 	return &convoy.Queue{Name: q.Name, MaxDeliveryCount: q.MaxDeliveryCount, PoisonPolicy: convoy.PoisonPolicy(q.PoisonPolicy),
 		DedupeWindow: time.Duration(q.DedupeWindowMS) * time.Millisecond, LockDuration: time.Duration(q.LockDurationMS) * time.Millisecond,
 		CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt}
@@ -192,7 +193,7 @@ func remoteQueue(q *droverclient.Queue) *convoy.Queue {
 
 // remoteSession converts an API session; the API does not tell the lock
 // token (0).
-func remoteSession(s *droverclient.Session) *convoy.Session {
+func remoteSession(s *droverapi.Session) *convoy.Session {
 	return &convoy.Session{Queue: s.Queue, ID: s.ID, NextSeq: s.NextSeq, Pending: s.Pending, ReadyAt: s.ReadyAt,
 		LockHolder: s.LockHolder, LockedUntil: s.LockedUntil, State: nullJSON(s.State), Closed: s.Closed, Blocked: s.Blocked,
 		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
@@ -200,7 +201,7 @@ func remoteSession(s *droverclient.Session) *convoy.Session {
 
 // remoteMessage converts an API message. The API returns bodies as JSON
 // (a body that is not JSON as a JSON string), shown as such.
-func remoteMessage(m *droverclient.Message) *convoy.StoredMessage {
+func remoteMessage(m *droverapi.Message) *convoy.StoredMessage {
 	return &convoy.StoredMessage{Queue: m.Queue, SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: []byte(m.Body),
 		DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, AvailableAt: m.AvailableAt, Dead: m.Dead,
 		DeadReason: m.DeadReason, DeadAt: m.DeadAt, EnqueuedAt: m.EnqueuedAt}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverapi"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/engine"
 	"github.com/drover-run/drover/internal/notifier"
@@ -57,56 +58,10 @@ const (
 // tokenPattern is the form of a request token: "<request id>.<nonce>".
 var tokenPattern = regexp.MustCompile(`^([1-9][0-9]{0,18})\.([0-9a-f]{32})$`)
 
-// PollRequest is the body of POST /v1/agents/{agent}/poll. Both fields are
-// optional: max defaults to 1, wait_ms to 30000.
-type PollRequest struct {
-	Max    *int `json:"max"`
-	WaitMS *int `json:"wait_ms"`
-}
-
-// CompleteRequest is the body of POST /v1/agents/requests/{id}/complete.
-type CompleteRequest struct {
-	Token  string          `json:"token"`
-	Output json.RawMessage `json:"output"`
-}
-
-// FailRequest is the body of POST /v1/agents/requests/{id}/fail.
-type FailRequest struct {
-	Token     string `json:"token"`
-	Error     string `json:"error"`
-	Permanent bool   `json:"permanent"`
-}
-
-// agentRequestJSON is one request handed to a remote agent.
-type agentRequestJSON struct {
-	ID             int64           `json:"id"`
-	Token          string          `json:"token"`
-	Agent          string          `json:"agent"`
-	TaskID         string          `json:"task_id"`
-	Workflow       string          `json:"workflow"`
-	StepIndex      int             `json:"step_index"`
-	StepName       string          `json:"step_name"`
-	Kind           string          `json:"kind"`
-	Attempt        int             `json:"attempt"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	CompleteBy     time.Time       `json:"complete_by"`
-	Input          json.RawMessage `json:"input"`
-	PreviousOutput json.RawMessage `json:"previous_output"`
-	StepOutput     json.RawMessage `json:"step_output"`
-}
-
-type pollResponse struct {
-	Requests []agentRequestJSON `json:"requests"`
-}
-
-type acceptedJSON struct {
-	Accepted bool `json:"accepted"`
-}
-
 // DecodePoll decodes and checks the body of a poll (it may be empty) and
 // returns max and the wait.
 func DecodePoll(body []byte) (int, time.Duration, error) {
-	var req PollRequest
+	var req droverapi.PollRequest
 	if err := decodeJSON(body, &req, false); err != nil {
 		return 0, 0, err
 	}
@@ -118,7 +73,7 @@ func DecodePoll(body []byte) (int, time.Duration, error) {
 		n = *req.Max
 	}
 	if req.WaitMS != nil {
-		if *req.WaitMS < 0 || *req.WaitMS > int(MaxPollWait/time.Millisecond) {
+		if *req.WaitMS < 0 || *req.WaitMS > int64(MaxPollWait/time.Millisecond) {
 			return 0, 0, errorf(http.StatusBadRequest, "invalid_field", "field \"wait_ms\": want an integer from 0 to %d, got %d", MaxPollWait/time.Millisecond, *req.WaitMS)
 		}
 		wait = time.Duration(*req.WaitMS) * time.Millisecond
@@ -128,8 +83,8 @@ func DecodePoll(body []byte) (int, time.Duration, error) {
 
 // DecodeComplete decodes and checks the body of a completion. An absent
 // output is stored as JSON null.
-func DecodeComplete(body []byte) (*CompleteRequest, error) {
-	var req CompleteRequest
+func DecodeComplete(body []byte) (*droverapi.CompleteRequest, error) {
+	var req droverapi.CompleteRequest
 	if err := decodeJSON(body, &req, true); err != nil {
 		return nil, err
 	}
@@ -143,8 +98,8 @@ func DecodeComplete(body []byte) (*CompleteRequest, error) {
 }
 
 // DecodeFail decodes and checks the body of a failure.
-func DecodeFail(body []byte) (*FailRequest, error) {
-	var req FailRequest
+func DecodeFail(body []byte) (*droverapi.FailRequest, error) {
+	var req droverapi.FailRequest
 	if err := decodeJSON(body, &req, true); err != nil {
 		return nil, err
 	}
@@ -291,7 +246,7 @@ func (h *Handler) pollAgent(w http.ResponseWriter, r *http.Request) error {
 	defer tick.Stop()
 	h.pollsWaiting.Add(1)
 	defer h.pollsWaiting.Add(-1)
-	var out []agentRequestJSON
+	var out []droverapi.AgentRequest
 	for {
 		out, err = h.claimRemote(base, agent, claimedBy, nonce, limit)
 		if err != nil {
@@ -320,16 +275,16 @@ func (h *Handler) pollAgent(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	if out == nil {
-		out = []agentRequestJSON{}
+		out = []droverapi.AgentRequest{}
 	}
-	writeJSON(w, http.StatusOK, pollResponse{Requests: out})
+	writeJSON(w, http.StatusOK, droverapi.PollResult{Requests: out})
 	return nil
 }
 
 // claimRemote claims up to limit requests for agent in one transaction and
 // prepares them for the answer. A cheap read first keeps idle polls from
 // taking the write lock.
-func (h *Handler) claimRemote(base context.Context, agent, claimedBy, nonce string, limit int) ([]agentRequestJSON, error) {
+func (h *Handler) claimRemote(base context.Context, agent, claimedBy, nonce string, limit int) ([]droverapi.AgentRequest, error) {
 	ctx, cancel := context.WithTimeout(base, h.opts.RequestTimeout)
 	defer cancel()
 	remote := h.remote()
@@ -341,7 +296,7 @@ func (h *Handler) claimRemote(base context.Context, agent, claimedBy, nonce stri
 	if err != nil {
 		return nil, err
 	}
-	out := make([]agentRequestJSON, 0, len(reqs))
+	out := make([]droverapi.AgentRequest, 0, len(reqs))
 	for _, q := range reqs {
 		input := q.Input
 		if h.opts.RemoteInput != nil {
@@ -365,7 +320,7 @@ func (h *Handler) claimRemote(base context.Context, agent, claimedBy, nonce stri
 			}
 			input = in
 		}
-		out = append(out, agentRequestJSON{
+		out = append(out, droverapi.AgentRequest{
 			ID: q.ID, Token: strconv.FormatInt(q.ID, 10) + "." + nonce, Agent: q.Agent, TaskID: q.TaskID,
 			Workflow: q.Workflow, StepIndex: q.StepIndex, StepName: q.StepName, Kind: string(q.Kind),
 			Attempt: q.Attempt, IdempotencyKey: q.IdempotencyKey, CompleteBy: q.CompleteBy,
@@ -435,7 +390,7 @@ func (h *Handler) completeRequest(w http.ResponseWriter, r *http.Request) error 
 	if err := h.remote().Complete(r.Context(), id, claimedBy, req.Output, h.requestCheck(r)); err != nil {
 		return staleOr(err, id)
 	}
-	writeJSON(w, http.StatusOK, acceptedJSON{Accepted: true})
+	writeJSON(w, http.StatusOK, droverapi.Accepted{Accepted: true})
 	return nil
 }
 
@@ -469,7 +424,7 @@ func (h *Handler) failRequest(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return staleOr(err, id)
 	}
-	writeJSON(w, http.StatusOK, acceptedJSON{Accepted: true})
+	writeJSON(w, http.StatusOK, droverapi.Accepted{Accepted: true})
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/droverapi"
 	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
@@ -86,30 +87,12 @@ func newAgentEnv(t *testing.T, drv store.Driver, opts Options) (*testEnv, *offse
 	return startEnv(t, cfg, opts), clk
 }
 
-// polled is one request of a poll answer.
-type polled struct {
-	ID             int64           `json:"id"`
-	Token          string          `json:"token"`
-	Agent          string          `json:"agent"`
-	TaskID         string          `json:"task_id"`
-	Workflow       string          `json:"workflow"`
-	StepIndex      int             `json:"step_index"`
-	StepName       string          `json:"step_name"`
-	Kind           string          `json:"kind"`
-	Attempt        int             `json:"attempt"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	CompleteBy     time.Time       `json:"complete_by"`
-	Input          json.RawMessage `json:"input"`
-	PreviousOutput json.RawMessage `json:"previous_output"`
-	StepOutput     json.RawMessage `json:"step_output"`
-}
-
 // poll polls for agent with body and returns the requests handed out.
-func (e *testEnv) poll(agent, body string) []polled {
+func (e *testEnv) poll(agent, body string) []droverapi.AgentRequest {
 	e.t.Helper()
 	r := e.do("POST", "/v1/agents/"+agent+"/poll", agentTok, body).must(e.t, 200)
 	var out struct {
-		Requests []polled `json:"requests"`
+		Requests []droverapi.AgentRequest `json:"requests"`
 	}
 	if err := json.Unmarshal(r.body, &out); err != nil || out.Requests == nil {
 		e.t.Fatalf("poll answer %s: %v (want a requests array)", r.body, err)
@@ -118,7 +101,7 @@ func (e *testEnv) poll(agent, body string) []polled {
 }
 
 // pollOne polls until one request for agent is handed out.
-func (e *testEnv) pollOne(agent string) polled {
+func (e *testEnv) pollOne(agent string) droverapi.AgentRequest {
 	e.t.Helper()
 	got := e.poll(agent, `{"wait_ms":20000}`)
 	if len(got) != 1 {
@@ -773,15 +756,15 @@ func TestRemoteAgentNotifyWakesPoll(t *testing.T) {
 			}
 		}
 	}
-	waitingPoll := func() chan []polled {
-		done := make(chan []polled, 1)
+	waitingPoll := func() chan []droverapi.AgentRequest {
+		done := make(chan []droverapi.AgentRequest, 1)
 		go func() {
 			rec := httptest.NewRecorder()
 			req := newReq("POST", "/v1/agents/worker/poll", `{"wait_ms":60000}`)
 			req.Header.Set("Authorization", "Bearer "+agentTok)
 			e.h.ServeHTTP(rec, req)
 			var out struct {
-				Requests []polled `json:"requests"`
+				Requests []droverapi.AgentRequest `json:"requests"`
 			}
 			_ = json.Unmarshal(rec.Body.Bytes(), &out)
 			done <- out.Requests
@@ -793,7 +776,7 @@ func TestRemoteAgentNotifyWakesPoll(t *testing.T) {
 	}
 	done := waitingPoll()
 	e.do("POST", "/v1/tasks", submitTok, `{"workflow":"remote","id":"nt"}`).must(t, 201)
-	var first polled
+	var first droverapi.AgentRequest
 	select {
 	case got := <-done:
 		if len(got) != 1 || got[0].TaskID != "nt" {

@@ -3,9 +3,9 @@ package httpapi
 import (
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverapi"
 	dt "github.com/drover-run/drover/drovertype"
 )
 
@@ -13,35 +13,16 @@ import (
 // acknowledgement (drover.EventAlertAcknowledged).
 const EventAlertAcknowledged = drover.EventAlertAcknowledged
 
-type alertJSON struct {
-	ID        int64     `json:"id"`
-	Subject   string    `json:"subject"` // task ID, or "session:<queue>/<session>"
-	StepIndex int       `json:"step_index"`
-	Type      string    `json:"type"`
-	State     string    `json:"state"`
-	Actor     string    `json:"actor"`
-	Attempt   int       `json:"attempt"`
-	Message   string    `json:"message"`
-	CreatedAt time.Time `json:"created_at"`
-	Ack       *ackJSON  `json:"acknowledged"`
-}
-
-type ackJSON struct {
-	EventID int64     `json:"event_id"`
-	Actor   string    `json:"actor"`
-	At      time.Time `json:"at"`
-}
-
-func toAlertJSON(e *dt.Event) alertJSON {
-	return alertJSON{ID: e.ID, Subject: dt.LocalName(e.TaskID), StepIndex: e.StepIndex, Type: string(e.Type), State: string(e.State),
+func toAlertJSON(e *dt.Event) droverapi.Alert {
+	return droverapi.Alert{ID: e.ID, Subject: dt.LocalName(e.TaskID), StepIndex: e.StepIndex, Type: string(e.Type), State: string(e.State),
 		Actor: e.Actor, Attempt: e.Attempt, Message: e.Message, CreatedAt: e.CreatedAt}
 }
 
 // withAck is an alert's JSON with its acknowledgement.
-func withAck(a drover.Alert) alertJSON {
+func withAck(a drover.Alert) droverapi.Alert {
 	out := toAlertJSON(a.Event)
 	if a.Ack != nil {
-		out.Ack = &ackJSON{EventID: a.Ack.EventID, Actor: a.Ack.Actor, At: a.Ack.At}
+		out.Acknowledged = &droverapi.Ack{EventID: a.Ack.EventID, Actor: a.Ack.Actor, At: a.Ack.At}
 	}
 	return out
 }
@@ -67,10 +48,7 @@ func (h *Handler) listAlerts(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Alerts    []alertJSON `json:"alerts"`
-		NextAfter int64       `json:"next_after"`
-	}{Alerts: []alertJSON{}, NextAfter: next}
+	out := droverapi.AlertList{Alerts: []droverapi.Alert{}, NextAfter: next}
 	for _, a := range alerts {
 		out.Alerts = append(out.Alerts, withAck(a))
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverapi"
 	"github.com/drover-run/drover/store"
 )
 
@@ -105,7 +106,7 @@ func TestAgentTokenBinding(t *testing.T) {
 		}
 		r := e.pollAs(paymentsTok, "payments", `{"wait_ms":20000}`).must(t, 200)
 		var got struct {
-			Requests []polled `json:"requests"`
+			Requests []droverapi.AgentRequest `json:"requests"`
 		}
 		if err := json.Unmarshal(r.body, &got); err != nil || len(got.Requests) != 1 || got.Requests[0].TaskID != "pay-1" {
 			t.Fatalf("payments poll: %s", r.body)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverapi"
 	"github.com/drover-run/drover/internal/webhook"
 	"github.com/drover-run/drover/store"
 )
@@ -101,7 +102,7 @@ func TestOpenAPIDocumentsTaskFields(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	for schema, v := range map[string]any{"Task": taskJSON{}, "Step": stepJSON{}, "SubmitRequest": SubmitRequest{}} {
+	for schema, v := range map[string]any{"Task": droverapi.Task{}, "Step": droverapi.Step{}, "SubmitRequest": droverapi.SubmitRequest{}} {
 		props := doc.Components.Schemas[schema].Properties
 		typ := reflect.TypeOf(v)
 		for i := range typ.NumField() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/droverapi"
 	"github.com/drover-run/drover/store"
 )
 
@@ -37,16 +38,6 @@ func tooLarge(limit int64) *apiError {
 	return errorf(http.StatusRequestEntityTooLarge, "body_too_large", "the request body is larger than %d bytes", limit)
 }
 
-// errorBody is the body of every error response.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
 // writeError answers with err's status and a JSON error body. Errors that are
 // not the caller's fault are logged and reported without detail.
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -59,7 +50,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		// Names in messages as the caller knows them: without the namespace.
 		msg = strings.ReplaceAll(msg, `"`+ns+"/", `"`)
 	}
-	writeJSON(w, ae.status, errorBody{Error: errorDetail{Code: ae.code, Message: msg}})
+	writeJSON(w, ae.status, droverapi.Error{Error: droverapi.ErrorDetail{Code: ae.code, Message: msg}})
 }
 
 // classify maps an error of the API, drover or convoy to a status and code.

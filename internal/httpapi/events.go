@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverapi"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
 )
@@ -28,24 +29,8 @@ const (
 	streamRetryAfter = 5
 )
 
-// eventJSON is one event of the history in event streams and the JSON event
-// list. It has the shape of an alert (GET /v1/alerts) without the
-// acknowledgement, plus the flag telling whether the event is an alert.
-type eventJSON struct {
-	ID        int64     `json:"id"`
-	Subject   string    `json:"subject"` // task ID, or "session:<queue>/<session>"
-	StepIndex int       `json:"step_index"`
-	Type      string    `json:"type"`
-	State     string    `json:"state"`
-	Alert     bool      `json:"alert"`
-	Actor     string    `json:"actor"`
-	Attempt   int       `json:"attempt"`
-	Message   string    `json:"message"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-func toEventJSON(e *dt.Event) eventJSON {
-	return eventJSON{ID: e.ID, Subject: dt.LocalName(e.TaskID), StepIndex: e.StepIndex, Type: string(e.Type), State: string(e.State),
+func toEventJSON(e *dt.Event) droverapi.Event {
+	return droverapi.Event{ID: e.ID, Subject: dt.LocalName(e.TaskID), StepIndex: e.StepIndex, Type: string(e.Type), State: string(e.State),
 		Alert: e.Alert, Actor: e.Actor, Attempt: e.Attempt, Message: e.Message, CreatedAt: e.CreatedAt}
 }
 
@@ -74,13 +59,6 @@ func (h *Handler) taskEvents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return h.events(w, r, h.qualify(r, id))
-}
-
-// eventListJSON is one page of the history (the JSON answer of the event
-// routes).
-type eventListJSON struct {
-	Events    []eventJSON `json:"events"`
-	NextAfter int64       `json:"next_after"` // 0 when the page is not full
 }
 
 // events answers an event route: one JSON page of the history when the
@@ -159,13 +137,6 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, taskID string) 
 	return h.streamEvents(w, r, taskID, alerts, after, taskID != "" && !follow)
 }
 
-// endJSON is the data of a task stream's last event, "end": the task is
-// final and every event up to it was sent.
-type endJSON struct {
-	Subject string `json:"subject"`
-	State   string `json:"state"`
-}
-
 // defaultEventListLimit is the page size of the JSON list without "limit".
 const defaultEventListLimit = 100
 
@@ -176,7 +147,7 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request, p store.Eve
 	if err != nil {
 		return err
 	}
-	out := eventListJSON{Events: make([]eventJSON, 0, len(evs))}
+	out := droverapi.EventList{Events: make([]droverapi.Event, 0, len(evs))}
 	for _, e := range evs {
 		out.Events = append(out.Events, toEventJSON(e))
 	}
@@ -320,7 +291,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID st
 // writeEnd sends the "end" event of a task stream whose task is final. It
 // has no id: a client resuming with the last event's ID gets 204.
 func (h *Handler) writeEnd(ctx context.Context, write func([]byte) bool, taskID string) {
-	end := endJSON{Subject: dt.LocalName(taskID)}
+	end := droverapi.End{Subject: dt.LocalName(taskID)}
 	if t, err := h.drover.Store().Reader().TaskGet(ctx, taskID); err == nil {
 		end.State = string(t.ProcessState)
 	}

@@ -13,14 +13,15 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverapi"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
 )
 
 // eventPage is the decoded JSON answer of an event route.
 type eventPage struct {
-	Events    []eventJSON `json:"events"`
-	NextAfter int64       `json:"next_after"`
+	Events    []droverapi.Event `json:"events"`
+	NextAfter int64             `json:"next_after"`
 }
 
 // listPage asks target for a JSON page with Accept: application/json;

@@ -4,6 +4,8 @@ import (
 	"context"
 	_ "embed"
 	"net/http"
+
+	"github.com/drover-run/drover/droverapi"
 )
 
 //go:embed openapi.json
@@ -25,7 +27,7 @@ func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) error {
 	if err := noQuery(r); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, droverapi.Status{Status: "ok"})
 	return nil
 }
 
@@ -54,7 +56,7 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) error {
 		h.log.Warn("readiness: the store schema is not current", "applied", applied, "needed", latest)
 		return errorf(http.StatusServiceUnavailable, "not_ready", "the store schema is not current (details in the server's log)")
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	writeJSON(w, http.StatusOK, droverapi.Status{Status: "ready"})
 	return nil
 }
 

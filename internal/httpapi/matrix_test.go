@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/drover-run/drover/droverapi"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
 )
@@ -215,7 +216,7 @@ func matrixRequest(t *testing.T, e *testEnv, o apiOp) (string, string) {
 		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"remote"}`).must(t, 201)
 		r := e.do("POST", "/v1/agents/worker/poll", operatorTok, `{"wait_ms":20000}`).must(t, 200)
 		var got struct {
-			Requests []polled `json:"requests"`
+			Requests []droverapi.AgentRequest `json:"requests"`
 		}
 		if err := json.Unmarshal(r.body, &got); err != nil || len(got.Requests) != 1 {
 			t.Fatalf("poll for a fixture request: %s", r.body)

@@ -3,69 +3,22 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
-	dt "github.com/drover-run/drover/drovertype"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/drover-run/drover/droverapi"
+	dt "github.com/drover-run/drover/drovertype"
+
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/store"
 )
 
-type queueJSON struct {
-	Name             string    `json:"name"`
-	MaxDeliveryCount int       `json:"max_delivery_count"`
-	PoisonPolicy     string    `json:"poison_policy"`
-	DedupeWindowMS   int64     `json:"dedupe_window_ms"`
-	LockDurationMS   int64     `json:"lock_duration_ms"`
-	CreatedAt        time.Time `json:"created_at"`
-	UpdatedAt        time.Time `json:"updated_at"`
-}
-
-type sessionJSON struct {
-	Queue       string          `json:"queue"`
-	ID          string          `json:"id"`
-	NextSeq     int64           `json:"next_seq"`
-	Pending     int             `json:"pending"`
-	ReadyAt     *time.Time      `json:"ready_at"`
-	LockHolder  string          `json:"lock_holder"`
-	LockedUntil *time.Time      `json:"locked_until"`
-	State       json.RawMessage `json:"state"`
-	Closed      bool            `json:"closed"`
-	Blocked     bool            `json:"blocked"`
-	CreatedAt   time.Time       `json:"created_at"`
-	UpdatedAt   time.Time       `json:"updated_at"`
-}
-
-type messageJSON struct {
-	Queue         string          `json:"queue"`
-	SessionID     string          `json:"session_id"`
-	Seq           int64           `json:"seq"`
-	MessageID     string          `json:"message_id"`
-	Body          json.RawMessage `json:"body"`
-	DeliveryCount int             `json:"delivery_count"`
-	EndOfSequence bool            `json:"end_of_sequence"`
-	AvailableAt   time.Time       `json:"available_at"`
-	Dead          bool            `json:"dead"`
-	DeadReason    string          `json:"dead_reason"`
-	DeadAt        *time.Time      `json:"dead_at"`
-	EnqueuedAt    time.Time       `json:"enqueued_at"`
-}
-
-func toMessageJSON(m *convoy.StoredMessage) messageJSON {
-	return messageJSON{Queue: dt.LocalName(m.Queue), SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
+func toMessageJSON(m *convoy.StoredMessage) droverapi.Message {
+	return droverapi.Message{Queue: dt.LocalName(m.Queue), SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
 		DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, AvailableAt: m.AvailableAt, Dead: m.Dead,
 		DeadReason: m.DeadReason, DeadAt: m.DeadAt, EnqueuedAt: m.EnqueuedAt}
-}
-
-// PublishMessage is one message of POST /v1/queues/{queue}/messages.
-type PublishMessage struct {
-	SessionID     string          `json:"session_id"`
-	Body          json.RawMessage `json:"body"`
-	MessageID     string          `json:"message_id,omitempty"`
-	EndOfSequence bool            `json:"end_of_sequence,omitempty"`
-	NotBefore     *time.Time      `json:"not_before,omitempty"`
 }
 
 // publishBody is what the decoder sees: the embedded fields flattened, with
@@ -89,7 +42,7 @@ type publishMessage struct {
 
 // DecodePublish decodes and checks the body of a publish: the messages in
 // order.
-func DecodePublish(body []byte) ([]PublishMessage, error) {
+func DecodePublish(body []byte) ([]droverapi.PublishMessage, error) {
 	var b publishBody
 	if err := decodeJSON(body, &b, true); err != nil {
 		return nil, err
@@ -117,7 +70,7 @@ func DecodePublish(body []byte) ([]PublishMessage, error) {
 		}
 		raw = []publishMessage{m}
 	}
-	out := make([]PublishMessage, len(raw))
+	out := make([]droverapi.PublishMessage, len(raw))
 	for i, m := range raw {
 		field := func(f string) string {
 			if b.Messages == nil {
@@ -137,15 +90,9 @@ func DecodePublish(body []byte) ([]PublishMessage, error) {
 		if len(m.MessageID) > convoy.MaxMessageIDLen {
 			return nil, errorf(http.StatusBadRequest, "invalid_field", "field %q is longer than %d bytes", field("message_id"), convoy.MaxMessageIDLen)
 		}
-		out[i] = PublishMessage{SessionID: *m.SessionID, Body: m.Body, MessageID: m.MessageID, EndOfSequence: m.EndOfSequence, NotBefore: m.NotBefore}
+		out[i] = droverapi.PublishMessage{SessionID: *m.SessionID, Body: m.Body, MessageID: m.MessageID, EndOfSequence: m.EndOfSequence, NotBefore: m.NotBefore}
 	}
 	return out, nil
-}
-
-type publishedJSON struct {
-	SessionID string `json:"session_id"`
-	Seq       int64  `json:"seq"`
-	Duplicate bool   `json:"duplicate"`
 }
 
 func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
@@ -171,12 +118,10 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Published []publishedJSON `json:"published"`
-	}{Published: make([]publishedJSON, len(pub))}
+	out := droverapi.PublishResult{Published: make([]droverapi.Published, len(pub))}
 	status := http.StatusOK // every message was a duplicate: nothing stored
 	for i, p := range pub {
-		out.Published[i] = publishedJSON{SessionID: p.SessionID, Seq: p.Seq, Duplicate: p.Duplicate}
+		out.Published[i] = droverapi.Published{SessionID: p.SessionID, Seq: p.Seq, Duplicate: p.Duplicate}
 		if !p.Duplicate {
 			status = http.StatusCreated
 		}
@@ -208,10 +153,7 @@ func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Queues    []queueJSON `json:"queues"`
-		NextAfter string      `json:"next_after"`
-	}{Queues: []queueJSON{}}
+	out := droverapi.QueueList{Queues: []droverapi.Queue{}}
 	for _, q := range qs {
 		out.Queues = append(out.Queues, toQueueJSON(q))
 	}
@@ -292,12 +234,9 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Sessions  []sessionJSON `json:"sessions"`
-		NextAfter string        `json:"next_after"`
-	}{Sessions: []sessionJSON{}}
+	out := droverapi.SessionList{Sessions: []droverapi.Session{}}
 	for _, s := range ss {
-		out.Sessions = append(out.Sessions, sessionJSON{Queue: dt.LocalName(s.Queue), ID: s.ID, NextSeq: s.NextSeq, Pending: s.Pending, ReadyAt: s.ReadyAt,
+		out.Sessions = append(out.Sessions, droverapi.Session{Queue: dt.LocalName(s.Queue), ID: s.ID, NextSeq: s.NextSeq, Pending: s.Pending, ReadyAt: s.ReadyAt,
 			LockHolder: s.LockHolder, LockedUntil: s.LockedUntil, State: jsonOrString(s.State), Closed: s.Closed, Blocked: s.Blocked,
 			CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt})
 	}
@@ -346,10 +285,7 @@ func (h *Handler) peek(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Messages    []messageJSON `json:"messages"`
-		NextFromSeq int64         `json:"next_from_seq"`
-	}{Messages: []messageJSON{}}
+	out := droverapi.MessageList{Messages: []droverapi.Message{}}
 	for _, m := range ms {
 		out.Messages = append(out.Messages, toMessageJSON(m))
 	}
@@ -394,20 +330,13 @@ func (h *Handler) listDeadLetters(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	type next struct {
-		AfterSession string `json:"after_session"`
-		AfterSeq     int64  `json:"after_seq"`
-	}
-	out := struct {
-		DeadLetters []messageJSON `json:"dead_letters"`
-		Next        *next         `json:"next"`
-	}{DeadLetters: []messageJSON{}}
+	out := droverapi.DeadLetterList{DeadLetters: []droverapi.Message{}}
 	for _, m := range ms {
 		out.DeadLetters = append(out.DeadLetters, toMessageJSON(m))
 	}
 	if len(ms) == limit {
 		last := ms[len(ms)-1]
-		out.Next = &next{AfterSession: last.SessionID, AfterSeq: last.Seq}
+		out.Next = &droverapi.DeadLetterCursor{AfterSession: last.SessionID, AfterSeq: last.Seq}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -455,29 +384,18 @@ func (h *Handler) resolveDeadLetter(w http.ResponseWriter, r *http.Request, acti
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queue": dt.LocalName(queue), "session_id": session, "seq": seq, "action": action})
+	writeJSON(w, http.StatusOK, droverapi.DeadLetterAction{Queue: dt.LocalName(queue), SessionID: session, Seq: seq, Action: action})
 	return nil
 }
 
-func toQueueJSON(q *convoy.Queue) queueJSON {
-	return queueJSON{Name: dt.LocalName(q.Name), MaxDeliveryCount: q.MaxDeliveryCount, PoisonPolicy: string(q.PoisonPolicy),
+func toQueueJSON(q *convoy.Queue) droverapi.Queue {
+	return droverapi.Queue{Name: dt.LocalName(q.Name), MaxDeliveryCount: q.MaxDeliveryCount, PoisonPolicy: string(q.PoisonPolicy),
 		DedupeWindowMS: q.DedupeWindow.Milliseconds(), LockDurationMS: q.LockDuration.Milliseconds(), CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt}
 }
 
-// PolicyChange is the body of PUT /v1/queues/{queue}/policy: the parts of
-// the policy to change, named as in the queue listing. At least one is
-// required.
-type PolicyChange struct {
-	MaxDeliveryCount *int    `json:"max_delivery_count"`
-	PoisonPolicy     *string `json:"poison_policy"`
-	// DedupeWindowMS 0 turns de-duplication off.
-	DedupeWindowMS *int64 `json:"dedupe_window_ms"`
-	LockDurationMS *int64 `json:"lock_duration_ms"`
-}
-
 // DecodePolicyChange decodes and checks the body of a policy change.
-func DecodePolicyChange(body []byte) (*PolicyChange, error) {
-	var p PolicyChange
+func DecodePolicyChange(body []byte) (*droverapi.PolicyChange, error) {
+	var p droverapi.PolicyChange
 	if err := decodeJSON(body, &p, true); err != nil {
 		return nil, err
 	}

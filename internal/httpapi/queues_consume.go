@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	dt "github.com/drover-run/drover/drovertype"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/drover-run/drover/droverapi"
+	dt "github.com/drover-run/drover/drovertype"
 
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/store"
@@ -58,63 +60,6 @@ func (t LockToken) ref(queue, session string) convoy.LockRef {
 	return convoy.LockRef{Queue: queue, SessionID: session, Token: t.Token, Holder: t.Holder}
 }
 
-// AcceptRequest is the body of POST /v1/queues/{queue}/sessions:accept.
-// Both fields are optional: without session the next available session is
-// accepted, waiting up to wait_ms (default 0).
-type AcceptRequest struct {
-	Session *string `json:"session"`
-	WaitMS  *int64  `json:"wait_ms"`
-}
-
-// ReceiveRequest is the body of POST .../sessions/{session}/receive.
-type ReceiveRequest struct {
-	LockToken *string `json:"lock_token"`
-	WaitMS    *int64  `json:"wait_ms"`
-}
-
-// SettleRequest is the body of POST .../sessions/{session}/settle.
-type SettleRequest struct {
-	LockToken *string `json:"lock_token"`
-	Seq       *int64  `json:"seq"`
-	Outcome   *string `json:"outcome"`
-	Reason    *string `json:"reason"`
-	DelayMS   *int64  `json:"delay_ms"`
-}
-
-// LockRequest is the body of renew and release.
-type LockRequest struct {
-	LockToken *string `json:"lock_token"`
-}
-
-type leaseJSON struct {
-	Queue          string     `json:"queue,omitempty"`
-	Session        *string    `json:"session"`
-	LockToken      string     `json:"lock_token,omitempty"`
-	LockedUntil    *time.Time `json:"locked_until,omitempty"`
-	LockDurationMS int64      `json:"lock_duration_ms,omitempty"`
-}
-
-type receivedJSON struct {
-	Queue         string          `json:"queue"`
-	SessionID     string          `json:"session_id"`
-	Seq           int64           `json:"seq"`
-	MessageID     string          `json:"message_id"`
-	Body          json.RawMessage `json:"body"`
-	DeliveryCount int             `json:"delivery_count"`
-	EndOfSequence bool            `json:"end_of_sequence"`
-	EnqueuedAt    time.Time       `json:"enqueued_at"`
-	AvailableAt   time.Time       `json:"available_at"`
-}
-
-type receiveResponse struct {
-	Message *receivedJSON `json:"message"`
-	// Blocked: the session is halted by a dead letter (nothing to receive
-	// until an operator resolves it); Ended: its end-of-sequence message
-	// was settled. Either way release the session.
-	Blocked bool `json:"blocked"`
-	Ended   bool `json:"ended"`
-}
-
 func waitField(ms *int64) (time.Duration, error) {
 	if ms == nil {
 		return 0, nil
@@ -146,7 +91,7 @@ func tokenField(t *string) (LockToken, error) {
 // DecodeAccept decodes and checks the body of an accept (it may be empty):
 // the session named ("" for the next available one) and the wait.
 func DecodeAccept(body []byte) (string, time.Duration, error) {
-	var req AcceptRequest
+	var req droverapi.AcceptRequest
 	if err := decodeJSON(body, &req, false); err != nil {
 		return "", 0, err
 	}
@@ -166,7 +111,7 @@ func DecodeAccept(body []byte) (string, time.Duration, error) {
 
 // DecodeReceive decodes and checks the body of a receive.
 func DecodeReceive(body []byte) (LockToken, time.Duration, error) {
-	var req ReceiveRequest
+	var req droverapi.ReceiveRequest
 	if err := decodeJSON(body, &req, true); err != nil {
 		return LockToken{}, 0, err
 	}
@@ -196,7 +141,7 @@ type Settle struct {
 
 // DecodeSettle decodes and checks the body of a settle.
 func DecodeSettle(body []byte) (*Settle, error) {
-	var req SettleRequest
+	var req droverapi.SettleRequest
 	if err := decodeJSON(body, &req, true); err != nil {
 		return nil, err
 	}
@@ -242,7 +187,7 @@ func DecodeSettle(body []byte) (*Settle, error) {
 
 // DecodeLock decodes and checks the body of a renew or release.
 func DecodeLock(body []byte) (LockToken, error) {
-	var req LockRequest
+	var req droverapi.LockRequest
 	if err := decodeJSON(body, &req, true); err != nil {
 		return LockToken{}, err
 	}
@@ -328,11 +273,11 @@ func (h *Handler) acceptSession(w http.ResponseWriter, r *http.Request) error {
 		return leaseErr(err)
 	}
 	if l == nil {
-		writeJSON(w, http.StatusOK, leaseJSON{})
+		writeJSON(w, http.StatusOK, droverapi.Lease{})
 		return nil
 	}
 	id := l.SessionID
-	writeJSON(w, http.StatusOK, leaseJSON{Queue: dt.LocalName(queue), Session: &id, LockToken: strconv.FormatInt(l.Token, 10) + "." + nonce, LockedUntil: &l.LockedUntil,
+	writeJSON(w, http.StatusOK, droverapi.Lease{Queue: dt.LocalName(queue), Session: &id, LockToken: strconv.FormatInt(l.Token, 10) + "." + nonce, LockedUntil: &l.LockedUntil,
 		LockDurationMS: l.LockDuration.Milliseconds()})
 	return nil
 }
@@ -353,7 +298,7 @@ func (h *Handler) receiveMessage(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer cancel()
 	m, err := h.convoy.LeaseReceive(ctx, tok.ref(queue, session), wait)
-	var out receiveResponse
+	var out droverapi.ReceiveResult
 	switch {
 	case errors.Is(err, convoy.ErrSessionBlocked):
 		out.Blocked = true
@@ -364,7 +309,7 @@ func (h *Handler) receiveMessage(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return leaseErr(err)
 	case m != nil:
-		out.Message = &receivedJSON{Queue: dt.LocalName(m.Queue), SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
+		out.Message = &droverapi.ReceivedMessage{Queue: dt.LocalName(m.Queue), SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
 			DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, EnqueuedAt: m.EnqueuedAt, AvailableAt: m.AvailableAt}
 		if out.Message.Body == nil {
 			out.Message.Body = json.RawMessage("null")
@@ -396,7 +341,7 @@ func (h *Handler) settleMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return leaseErr(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "session_id": session, "seq": s.Seq, "outcome": s.Outcome})
+	writeJSON(w, http.StatusOK, droverapi.SettleResult{Queue: queue, SessionID: session, Seq: s.Seq, Outcome: s.Outcome})
 	return nil
 }
 
@@ -410,7 +355,7 @@ func (h *Handler) renewLock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return leaseErr(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queue": dt.LocalName(ref.Queue), "session_id": ref.SessionID, "locked_until": until})
+	writeJSON(w, http.StatusOK, droverapi.LockRenewed{Queue: dt.LocalName(ref.Queue), SessionID: ref.SessionID, LockedUntil: until})
 	return nil
 }
 
@@ -423,7 +368,7 @@ func (h *Handler) releaseLock(w http.ResponseWriter, r *http.Request) error {
 	if err := h.convoy.LeaseRelease(r.Context(), ref); err != nil {
 		return leaseErr(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queue": dt.LocalName(ref.Queue), "session_id": ref.SessionID, "released": true})
+	writeJSON(w, http.StatusOK, droverapi.LockReleased{Queue: dt.LocalName(ref.Queue), SessionID: ref.SessionID, Released: true})
 	return nil
 }
 

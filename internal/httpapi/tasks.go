@@ -7,9 +7,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverapi"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
 )
@@ -56,73 +56,14 @@ func jsonOrString(b []byte) json.RawMessage {
 	return s
 }
 
-// taskJSON is a task in responses.
-type taskJSON struct {
-	ID               string          `json:"id"`
-	Workflow         string          `json:"workflow"`
-	WorkflowVersion  int             `json:"workflow_version,omitempty"`
-	State            string          `json:"state"`
-	Input            json.RawMessage `json:"input"`
-	Output           json.RawMessage `json:"output"`
-	LastError        string          `json:"last_error"`
-	LockedBy         string          `json:"locked_by"`
-	CompleteBy       *time.Time      `json:"complete_by"`
-	FailureCount     int             `json:"failure_count"`
-	CurrentStep      int             `json:"current_step"`
-	StepCount        int             `json:"step_count"`
-	OrderingKey      string          `json:"ordering_key"`
-	OrderingSeq      int64           `json:"ordering_seq"`
-	CallbackURL      string          `json:"callback_url,omitempty"`
-	CallbackEvents   []string        `json:"callback_events,omitempty"` // absent: final states
-	FailureThreshold int             `json:"failure_threshold"`
-	OnFailure        string          `json:"on_failure"`
-	RetryDelayMS     int64           `json:"retry_delay_ms"`
-	Wait             *waitJSON       `json:"wait,omitempty"` // absent: the task does not wait
-	AvailableAt      time.Time       `json:"available_at"`
-	CreatedAt        time.Time       `json:"created_at"`
-	UpdatedAt        time.Time       `json:"updated_at"`
-	Steps            []stepJSON      `json:"steps,omitempty"`
+func toWaitJSON(w drover.WaitPolicy) *droverapi.WaitPolicy {
+	return &droverapi.WaitPolicy{MaxWaits: w.MaxWaits, DelayMS: w.Delay.Milliseconds(), Multiplier: w.Multiplier, MaxDelayMS: w.MaxDelay.Milliseconds()}
 }
 
-// waitJSON is a WaitPolicy in responses.
-type waitJSON struct {
-	MaxWaits   int     `json:"max_waits"`
-	DelayMS    int64   `json:"delay_ms"`
-	Multiplier float64 `json:"multiplier"`
-	MaxDelayMS int64   `json:"max_delay_ms"`
-}
-
-func toWaitJSON(w drover.WaitPolicy) *waitJSON {
-	return &waitJSON{MaxWaits: w.MaxWaits, DelayMS: w.Delay.Milliseconds(), Multiplier: w.Multiplier, MaxDelayMS: w.MaxDelay.Milliseconds()}
-}
-
-type stepJSON struct {
-	Index             int             `json:"index"`
-	Name              string          `json:"name"`
-	Agent             string          `json:"agent"`
-	Compensation      string          `json:"compensation"`
-	TimeoutMS         int64           `json:"timeout_ms"`
-	State             string          `json:"state"`
-	CompensationState string          `json:"compensation_state"`
-	LockedBy          string          `json:"locked_by"`
-	CompleteBy        *time.Time      `json:"complete_by"`
-	FailureCount      int             `json:"failure_count"`
-	Attempt           int             `json:"attempt"`
-	IdempotencyKey    string          `json:"idempotency_key"`
-	Output            json.RawMessage `json:"output"`
-	LastError         string          `json:"last_error"`
-	StartedAt         *time.Time      `json:"started_at"`
-	FinishedAt        *time.Time      `json:"finished_at"`
-	UpdatedAt         time.Time       `json:"updated_at"`
-	// The step's own policy; absent: the task's.
-	OnFailure string    `json:"on_failure,omitempty"`
-	Wait      *waitJSON `json:"wait,omitempty"`
-}
-
-// taskJSON is the task as the request's caller sees it: its ID and
+// taskView is the task as the request's caller sees it: its ID and
 // ordering key without the namespace, its callback URL redacted unless
 // the caller is an operator.
-func (h *Handler) taskJSON(r *http.Request, t *drover.Task) taskJSON {
+func (h *Handler) taskView(r *http.Request, t *drover.Task) droverapi.Task {
 	out := toTaskJSON(t)
 	out.ID = dt.LocalName(t.ID)
 	out.OrderingKey = dt.LocalOrderingKey(t.OrderingKey)
@@ -132,8 +73,8 @@ func (h *Handler) taskJSON(r *http.Request, t *drover.Task) taskJSON {
 	return out
 }
 
-func toTaskJSON(t *drover.Task) taskJSON {
-	out := taskJSON{
+func toTaskJSON(t *drover.Task) droverapi.Task {
+	out := droverapi.Task{
 		ID: t.ID, Workflow: t.Workflow, State: string(t.ProcessState), Input: jsonOrString(t.Input),
 		Output: jsonOrString(t.Output), LastError: t.LastError, LockedBy: t.LockedBy, CompleteBy: t.CompleteBy,
 		FailureCount: t.FailureCount, CurrentStep: t.CurrentStep, StepCount: t.StepCount,
@@ -146,11 +87,11 @@ func toTaskJSON(t *drover.Task) taskJSON {
 		out.Wait = toWaitJSON(t.Wait)
 	}
 	for _, s := range t.Steps {
-		var wait *waitJSON
+		var wait *droverapi.WaitPolicy
 		if s.Wait != nil {
 			wait = toWaitJSON(*s.Wait)
 		}
-		out.Steps = append(out.Steps, stepJSON{
+		out.Steps = append(out.Steps, droverapi.Step{
 			OnFailure: string(s.OnFailure), Wait: wait,
 			Index: s.Index, Name: s.Name, Agent: s.Agent, Compensation: s.Compensation, TimeoutMS: s.Timeout.Milliseconds(),
 			State: string(s.ProcessState), CompensationState: string(s.CompensationState), LockedBy: s.LockedBy,
@@ -162,22 +103,9 @@ func toTaskJSON(t *drover.Task) taskJSON {
 	return out
 }
 
-// SubmitRequest is the body of POST /v1/tasks.
-type SubmitRequest struct {
-	Workflow    string          `json:"workflow"`
-	Input       json.RawMessage `json:"input"`
-	ID          string          `json:"id,omitempty"`
-	OrderingKey string          `json:"ordering_key,omitempty"`
-	// CallbackURL receives a signed webhook when the task is final.
-	CallbackURL string `json:"callback_url,omitempty"`
-	// CallbackEvents chooses what CallbackURL receives: "final", "alerts",
-	// event types. Absent: final.
-	CallbackEvents []string `json:"callback_events,omitempty"`
-}
-
 // DecodeSubmit decodes and checks the body of POST /v1/tasks.
-func DecodeSubmit(body []byte) (*SubmitRequest, error) {
-	var req SubmitRequest
+func DecodeSubmit(body []byte) (*droverapi.SubmitRequest, error) {
+	var req droverapi.SubmitRequest
 	if err := decodeJSON(body, &req, true); err != nil {
 		return nil, err
 	}
@@ -252,7 +180,7 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Location", "/v1/tasks/"+url.PathEscape(dt.LocalName(t.ID)))
-	writeJSON(w, status, h.taskJSON(r, full))
+	writeJSON(w, status, h.taskView(r, full))
 	return nil
 }
 
@@ -268,14 +196,8 @@ func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	writeJSON(w, http.StatusOK, h.taskJSON(r, t))
+	writeJSON(w, http.StatusOK, h.taskView(r, t))
 	return nil
-}
-
-type taskListJSON struct {
-	Tasks []taskJSON `json:"tasks"`
-	// NextAfter is the "after" of the next page; "" on the last page.
-	NextAfter string `json:"next_after"`
 }
 
 func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
@@ -312,9 +234,9 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := taskListJSON{Tasks: []taskJSON{}}
+	out := droverapi.TaskList{Tasks: []droverapi.Task{}}
 	for _, t := range ts {
-		out.Tasks = append(out.Tasks, h.taskJSON(r, t))
+		out.Tasks = append(out.Tasks, h.taskView(r, t))
 	}
 	if len(ts) == limit {
 		out.NextAfter = dt.LocalName(ts[len(ts)-1].ID)
@@ -323,17 +245,12 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// ResubmitRequest is the optional body of POST /v1/tasks/{id}/resubmit.
-type ResubmitRequest struct {
-	FromStep *int `json:"from_step"`
-}
-
 func (h *Handler) resubmitTask(w http.ResponseWriter, r *http.Request) error {
 	id, body, err := namedBody(r, "id", "task ID")
 	if err != nil {
 		return err
 	}
-	var req ResubmitRequest
+	var req droverapi.ResubmitRequest
 	if err := decodeJSON(body, &req, false); err != nil {
 		return err
 	}
@@ -348,13 +265,8 @@ func (h *Handler) resubmitTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, h.taskJSON(r, t))
+	writeJSON(w, http.StatusOK, h.taskView(r, t))
 	return nil
-}
-
-// CancelRequest is the optional body of POST /v1/tasks/{id}/cancel.
-type CancelRequest struct {
-	Reason string `json:"reason"`
 }
 
 func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
@@ -362,7 +274,7 @@ func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req CancelRequest
+	var req droverapi.CancelRequest
 	if err := decodeJSON(body, &req, false); err != nil {
 		return err
 	}
@@ -377,6 +289,6 @@ func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, h.taskJSON(r, t))
+	writeJSON(w, http.StatusOK, h.taskView(r, t))
 	return nil
 }

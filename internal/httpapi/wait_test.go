@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/droverapi"
 	"github.com/drover-run/drover/internal/testutil"
 )
 
@@ -29,11 +30,11 @@ func TestExtendedWaitVisible(t *testing.T) {
 	e.do("POST", "/v1/tasks", submitTok, `{"workflow":"patient","id":"p-1"}`).must(t, 201)
 	e.waitState("p-1", "Processing")
 	clk.Advance(remoteStepTimeout + time.Second) // nobody polls for worker: the step times out
-	var task taskJSON
+	var task droverapi.Task
 	if err := json.Unmarshal(e.waitState("p-1", "Pending").body, &task); err != nil {
 		t.Fatal(err)
 	}
-	if task.Wait == nil || *task.Wait != (waitJSON{MaxWaits: 2, DelayMS: 3600000, Multiplier: 2, MaxDelayMS: 3600000}) {
+	if task.Wait == nil || *task.Wait != (droverapi.WaitPolicy{MaxWaits: 2, DelayMS: 3600000, Multiplier: 2, MaxDelayMS: 3600000}) {
 		t.Errorf("task wait = %+v", task.Wait)
 	}
 	if s := task.Steps[1]; s.OnFailure != "compensate" || s.Wait == nil || s.Wait.MaxWaits != 0 || task.Steps[0].Wait != nil {
