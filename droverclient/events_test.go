@@ -77,6 +77,13 @@ func TestEventsManyEvents(t *testing.T) {
 	if _, _, err := c.SubmitTask(ctx, droverclient.SubmitRequest{Workflow: "external", ID: "busy"}); err != nil {
 		t.Fatal(err)
 	}
+	// Once its step is dispatched to the remote agent (which never polls
+	// here) the task's history stays still, so the lists compared below
+	// cannot differ by an event the scheduler wrote in between.
+	waitFor(t, "busy's step to be dispatched", func() bool {
+		tk, err := e.d.Task(ctx, "busy")
+		return err == nil && tk.ProcessState == drover.Processing && tk.Steps[0].ProcessState == drover.Processing
+	})
 	now := time.Now().UTC()
 	evs := make([]*dt.Event, 2500)
 	for i := range evs {
