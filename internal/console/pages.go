@@ -1,0 +1,301 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-run/drover"
+	dt "github.com/drover-run/drover/drovertype"
+)
+
+// states are the task states in the order the pages show them.
+var states = []dt.ProcessState{dt.Pending, dt.Processing, dt.Compensating, dt.Error, dt.Processed, dt.Compensated, dt.Cancelled}
+
+// pageSize is the tasks of one page of the task list.
+const pageSize = 50
+
+// alertsShown caps the open alerts the overview counts and the alerts
+// page lists at once.
+const alertsShown = 100
+
+var funcs = template.FuncMap{
+	"json":   prettyJSON,
+	"when":   when,
+	"state":  func(s dt.ProcessState) string { return strings.ToLower(string(s)) },
+	"states": func() []dt.ProcessState { return states },
+	"query": func(kv ...string) template.URL {
+		q := url.Values{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] != "" {
+				q.Set(kv[i], kv[i+1])
+			}
+		}
+		return template.URL(q.Encode())
+	},
+	"pathescape": url.PathEscape,
+	// hasSession tells an alert on a session ("session:<queue>/<id>")
+	// from one on a task.
+	"hasSession": func(subject string) bool { return strings.HasPrefix(subject, "session:") },
+}
+
+// prettyJSON indents a JSON document; anything else is shown as text.
+func prettyJSON(b []byte) string {
+	if len(b) == 0 {
+		return "(none)"
+	}
+	var out bytes.Buffer
+	if json.Indent(&out, b, "", "  ") == nil {
+		return out.String()
+	}
+	return string(b)
+}
+
+// when formats a time (or a *time.Time, nil as "-") to the second, UTC.
+func when(v any) string {
+	switch t := v.(type) {
+	case time.Time:
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	case *time.Time:
+		if t == nil {
+			return "-"
+		}
+		return when(*t)
+	}
+	return fmt.Sprint(v)
+}
+
+type overviewData struct {
+	Counts      map[dt.ProcessState]int
+	States      []dt.ProcessState
+	Active      int
+	OpenAlerts  int
+	MoreAlerts  bool
+	InstanceID  string
+	Supervising int64
+}
+
+func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	counts, err := c.d.Counts(ctx)
+	if err != nil {
+		return "", "", nil, err
+	}
+	active, err := c.d.Active(ctx)
+	if err != nil {
+		return "", "", nil, err
+	}
+	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown})
+	if err != nil {
+		return "", "", nil, err
+	}
+	return "overview", "Overview", &overviewData{Counts: counts, States: states, Active: active,
+		OpenAlerts: len(alerts), MoreAlerts: next != 0, InstanceID: c.d.InstanceID(), Supervising: c.d.SupervisorTerm()}, nil
+}
+
+type tasksData struct {
+	Workflow, State, ID, After string
+	Tasks                      []*drover.Task
+	Next                       string
+}
+
+// tasks lists tasks by ID with keyset pagination: ?workflow=, ?state=,
+// ?id= (an ID or the start of IDs), ?after= (the last ID of the previous
+// page). It reads one page of the index at a time, never a count.
+func (c *Console) tasks(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	q := r.URL.Query()
+	d := &tasksData{Workflow: strings.TrimSpace(q.Get("workflow")), State: q.Get("state"), ID: strings.TrimSpace(q.Get("id")), After: q.Get("after")}
+	p := drover.ListParams{Workflow: d.Workflow, AfterID: d.After, Limit: pageSize + 1}
+	if d.State != "" {
+		st := dt.ProcessState(d.State)
+		if !st.Valid() {
+			return "", "", nil, fmt.Errorf("%w: unknown state %q", drover.ErrInvalidInput, d.State)
+		}
+		p.States = []dt.ProcessState{st}
+	}
+	// IDs starting with d.ID follow d.ID itself in ID order: the page
+	// starts at d.ID and ends at the first ID without the prefix.
+	if d.ID != "" && d.After == "" {
+		t, err := c.d.Task(ctx, d.ID)
+		switch {
+		case err == nil && matches(t, p):
+			d.Tasks = append(d.Tasks, t)
+		case err != nil && !errors.Is(err, drover.ErrTaskNotFound) && !errors.Is(err, drover.ErrInvalidInput) && !errors.Is(err, drover.ErrInvalidTaskID):
+			return "", "", nil, err
+		}
+		p.AfterID = d.ID
+	}
+	ts, err := c.d.Tasks(ctx, p)
+	if err != nil {
+		return "", "", nil, err
+	}
+	for _, t := range ts {
+		if d.ID != "" && !strings.HasPrefix(t.ID, d.ID) {
+			break
+		}
+		d.Tasks = append(d.Tasks, t)
+	}
+	if len(d.Tasks) > pageSize {
+		d.Tasks = d.Tasks[:pageSize]
+		d.Next = d.Tasks[pageSize-1].ID
+	}
+	return "tasks", "Tasks", d, nil
+}
+
+// matches reports whether t passes the state and workflow filters of p.
+func matches(t *drover.Task, p drover.ListParams) bool {
+	if p.Workflow != "" && t.Workflow != p.Workflow {
+		return false
+	}
+	return len(p.States) == 0 || t.ProcessState == p.States[0]
+}
+
+type taskData struct {
+	Task    *drover.Task
+	Story   string
+	Events  []*drover.Event
+	More    bool
+	Actions actions
+}
+
+// actions are the operator actions a task's state allows.
+type actions struct{ Resubmit, Cancel bool }
+
+func allowed(t *drover.Task) actions {
+	switch t.ProcessState {
+	case dt.Error, dt.Cancelled, dt.Compensated:
+		return actions{Resubmit: true}
+	case dt.Pending, dt.Processing, dt.Compensating:
+		return actions{Cancel: true}
+	}
+	return actions{}
+}
+
+// eventsShown caps the history shown on a task's page.
+const eventsShown = 500
+
+func (c *Console) loadTask(ctx context.Context, r *http.Request) (*drover.Task, error) {
+	t, err := c.d.Task(ctx, r.PathValue("id"))
+	if errors.Is(err, drover.ErrTaskNotFound) {
+		return nil, fmt.Errorf("task %q not found: %w", r.PathValue("id"), err)
+	}
+	return t, err
+}
+
+func (c *Console) task(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	t, err := c.loadTask(ctx, r)
+	if err != nil {
+		return "", "", nil, err
+	}
+	evs, err := c.d.Events(ctx, drover.EventQuery{TaskID: t.ID, Limit: eventsShown + 1})
+	if err != nil {
+		return "", "", nil, err
+	}
+	d := &taskData{Task: t, Events: evs, Actions: allowed(t)}
+	if len(evs) > eventsShown {
+		d.Events, d.More = evs[:eventsShown], true
+	}
+	d.Story = explain(t, d.Events)
+	return "task", "Task " + t.ID, d, nil
+}
+
+type confirmData struct {
+	Task  *drover.Task
+	Story string
+	What  string // what the action will do
+}
+
+func (c *Console) confirmResubmit(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	t, err := c.loadTask(ctx, r)
+	if err != nil {
+		return "", "", nil, err
+	}
+	if !allowed(t).Resubmit {
+		return "", "", nil, fmt.Errorf("%w: task %s is %s; only Error, Cancelled and Compensated tasks can be resubmitted", drover.ErrNotResubmittable, t.ID, t.ProcessState)
+	}
+	return "confirm_resubmit", "Resubmit " + t.ID, &confirmData{Task: t, Story: explain(t, nil), What: resubmitWhat(t)}, nil
+}
+
+// resubmitWhat says what a resubmit of t will do.
+func resubmitWhat(t *drover.Task) string {
+	if t.ProcessState == dt.Compensated {
+		return fmt.Sprintf("The task goes back to Pending and runs again from step 0 as a new run: its completed steps were undone, so every step gets a new idempotency key and calls its service again.")
+	}
+	s := failedStep(t)
+	if s == nil {
+		return "The task goes back to Pending and runs again from its current step, with the same idempotency keys."
+	}
+	return fmt.Sprintf("The task goes back to Pending and runs again from step %d %q, with the same idempotency key (%s): a service that already applied the call recognises the retry. Steps before it keep their results.", s.Index, s.Name, s.IdempotencyKey)
+}
+
+func (c *Console) confirmCancel(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	t, err := c.loadTask(ctx, r)
+	if err != nil {
+		return "", "", nil, err
+	}
+	if !allowed(t).Cancel {
+		return "", "", nil, fmt.Errorf("%w: task %s is %s already", drover.ErrAlreadyFinal, t.ID, t.ProcessState)
+	}
+	what := "The task becomes Cancelled, a final state: no further step starts and it is not compensated."
+	if t.ProcessState == dt.Processing {
+		what += " The call in flight is not interrupted, but its reply is discarded."
+	}
+	return "confirm_cancel", "Cancel " + t.ID, &confirmData{Task: t, Story: explain(t, nil), What: what}, nil
+}
+
+func (c *Console) resubmit(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
+	id := r.PathValue("id")
+	if _, err := c.d.Resubmit(ctx, id, &drover.ResubmitOptions{Actor: v.id.Actor()}); err != nil {
+		return "", "", err
+	}
+	return "/tasks/" + url.PathEscape(id), "Resubmitted: the task is Pending again.", nil
+}
+
+func (c *Console) cancel(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
+	id := r.PathValue("id")
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	if reason == "" {
+		return "", "", fmt.Errorf("%w: give a reason for cancelling", drover.ErrInvalidInput)
+	}
+	if _, err := c.d.CancelAs(ctx, id, reason, v.id.Actor()); err != nil {
+		return "", "", err
+	}
+	return "/tasks/" + url.PathEscape(id), "Cancelled.", nil
+}
+
+type alertsData struct {
+	Alerts []drover.Alert
+	More   bool
+}
+
+func (c *Console) alerts(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown})
+	if err != nil {
+		return "", "", nil, err
+	}
+	return "alerts", "Alerts", &alertsData{Alerts: alerts, More: next != 0}, nil
+}
+
+func (c *Console) ack(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		return "", "", fmt.Errorf("%w: alert ID %q is not a positive number", drover.ErrInvalidInput, r.PathValue("id"))
+	}
+	if _, err := c.d.AckAlert(ctx, id, v.id.Actor()); err != nil {
+		if errors.Is(err, drover.ErrAlertNotFound) {
+			return "", "", fmt.Errorf("%w: %w", drover.ErrTaskNotFound, err)
+		}
+		return "", "", err
+	}
+	return "/alerts", fmt.Sprintf("Alert %d acknowledged.", id), nil
+}
