@@ -30,7 +30,7 @@ const alertsShown = 100
 var funcs = template.FuncMap{
 	"json":   prettyJSON,
 	"when":   when,
-	"state":  func(s dt.ProcessState) string { return strings.ToLower(string(s)) },
+	"state":  func(s dt.ProcessState) string { return "st-" + strings.ToLower(string(s)) },
 	"states": func() []dt.ProcessState { return states },
 	"query": func(kv ...string) template.URL {
 		q := url.Values{}
