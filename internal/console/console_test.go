@@ -39,6 +39,13 @@ type env struct {
 // fails permanently for inputs {"bad":true} until fixed is set.
 func startServer(t *testing.T, d store.Driver, noAuth bool) *env {
 	t.Helper()
+	return startServerTokens(t, d, noAuth, nil)
+}
+
+// startServerTokens is startServer with the given tokens (nil: the
+// reader, operator and agent tokens above).
+func startServerTokens(t *testing.T, d store.Driver, noAuth bool, tokens []server.Token) *env {
+	t.Helper()
 	fixed := &atomic.Bool{}
 	hold := make(chan struct{})
 	charge := func(ctx context.Context, req *drover.AgentRequest) ([]byte, error) {
@@ -57,7 +64,9 @@ func startServer(t *testing.T, d store.Driver, noAuth bool) *env {
 		return []byte(`{"charged":true}`), nil
 	}
 	h := &server.HTTPConfig{Listen: "127.0.0.1:0", Rate: -1, NoAuth: noAuth}
-	if !noAuth {
+	if !noAuth && tokens != nil {
+		h.Tokens = tokens
+	} else if !noAuth {
 		h.Tokens = []server.Token{
 			{Secret: readToken, Scopes: []server.Scope{server.ScopeSubmit}, Name: "reader"},
 			{Secret: opToken, Scopes: []server.Scope{server.ScopeOperator}, Name: "oncall"},
@@ -314,8 +323,31 @@ func TestSignIn(t *testing.T) {
 		t.Errorf("after sign-out GET /: %d, want a redirect", p.status)
 	}
 	// The API is still the API.
-	var tasks struct{ Tasks []any }
-	e.api("GET", "/v1/tasks", "", &tasks)
+	var none struct{ Tasks []any }
+	e.api("GET", "/v1/tasks", "", &none)
+}
+
+// A session opens on every server configured with the same tokens (many
+// processes behind one address), and on none whose token list differs.
+func TestSessionAcrossServers(t *testing.T) {
+	a := startServer(t, testutil.SQLite(t), false)
+	same := startServer(t, testutil.SQLite(t), false)
+	changed := startServerTokens(t, testutil.SQLite(t), false, []server.Token{
+		{Secret: opToken, Scopes: []server.Scope{server.ScopeOperator}, Name: "oncall"}})
+	c := browser(t)
+	a.signIn(c, opToken)
+	u, _ := url.Parse(a.base)
+	cookies := c.Jar.Cookies(u)
+	for _, e := range []*env{same, changed} {
+		v, _ := url.Parse(e.base)
+		c.Jar.SetCookies(v, cookies)
+	}
+	if p := same.get(c, "/"); p.status != 200 || !strings.Contains(p.body, "oncall · operator") {
+		t.Errorf("another server with the same tokens: %d", p.status)
+	}
+	if p := changed.get(c, "/"); p.status != http.StatusSeeOther || p.loc != "/signin" {
+		t.Errorf("a server with other tokens: %d %q, want 303 to /signin", p.status, p.loc)
+	}
 }
 
 // Actions need a valid session cookie, the operator scope and the
