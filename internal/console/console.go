@@ -357,7 +357,9 @@ func (c *Console) statusOf(err error) int { return c.api.Status(err) }
 // fail renders an error page.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, v *viewer, status int, msg string) {
 	if status >= 500 {
-		c.log.Error("console", "path", r.URL.Path, "err", msg)
+		// The page says no more than the API would: details go to the log.
+		c.log.Error("console: request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", msg)
+		msg = "The server could not answer this page (see its log); retry in a moment."
 	}
 	c.render(w, r, status, "error", &pageData{Title: http.StatusText(status), Viewer: v, Error: msg, Status: status})
 }
