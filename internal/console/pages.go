@@ -229,7 +229,7 @@ func (c *Console) confirmResubmit(ctx context.Context, r *http.Request, v *viewe
 // resubmitWhat says what a resubmit of t will do.
 func resubmitWhat(t *drover.Task) string {
 	if t.ProcessState == dt.Compensated {
-		return fmt.Sprintf("The task goes back to Pending and runs again from step 0 as a new run: its completed steps were undone, so every step gets a new idempotency key and calls its service again.")
+		return "The task goes back to Pending and runs again from step 0 as a new run: its completed steps were undone, so every step gets a new idempotency key and calls its service again."
 	}
 	s := failedStep(t)
 	if s == nil {
