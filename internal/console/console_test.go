@@ -278,7 +278,7 @@ func TestPages(t *testing.T) {
 
 		tp := e.get(c, "/tasks/bad-1")
 		wantIn(t, tp, `Step 0 “charge” failed at`, "card declined. It waits for an operator", "bad-1/0/charge", "<td>payments</td>", "step_failed", "&#34;bad&#34;: true")
-		wantOut(t, tp, "Resubmit…") // read-only
+		wantOut(t, tp, "Resubmit…", "Resubmit from here") // read-only
 		if p := e.get(c, "/tasks/nope"); p.status != http.StatusNotFound {
 			t.Errorf("unknown task: %d, want 404", p.status)
 		}
@@ -450,6 +450,28 @@ func TestCancelAndAcknowledge(t *testing.T) {
 	after := e.get(op, p.loc)
 	wantIn(t, after, "Alert "+m[1]+" acknowledged")
 	wantOut(t, after, `action="/alerts/`+m[1]+`/ack"`)
+
+	// Resubmit from a step: the confirmation names it, a step that does
+	// not exist is refused and changes nothing.
+	tp := e.get(op, "/tasks/bad-1")
+	wantIn(t, tp, `href="/tasks/bad-1/resubmit?from=0">Resubmit from here…`)
+	from := e.get(op, "/tasks/bad-1/resubmit?from=0")
+	wantIn(t, from, "runs again from step 0 &#34;charge&#34;: that step and every later one", `name="from_step" value="0"`)
+	if p := e.get(op, "/tasks/bad-1/resubmit?from=3"); p.status != http.StatusBadRequest || !strings.Contains(p.body, "has no step 3") {
+		t.Errorf("confirmation from step 3 of a one-step task: %d %s", p.status, p.body)
+	}
+	for _, bad := range []string{"3", "-1", "x"} {
+		if p := e.do(op, "POST", "/tasks/bad-1/resubmit", url.Values{"csrf": {csrf(t, from)}, "from_step": {bad}}); p.status != http.StatusBadRequest {
+			t.Errorf("resubmit from step %q: %d, want 400", bad, p.status)
+		}
+	}
+	if got := e.state("bad-1"); got != "Error" {
+		t.Fatalf("after refused resubmits the task is %s", got)
+	}
+	if p := e.do(op, "POST", "/tasks/bad-1/resubmit", url.Values{"csrf": {csrf(t, from)}, "from_step": {"0"}}); p.status != http.StatusSeeOther {
+		t.Fatalf("resubmit from step 0: %d %s", p.status, p.body)
+	}
+	e.waitState("bad-1", "Error") // still declined
 
 	// A final task cannot be cancelled, nor a running one resubmitted.
 	if p := e.get(op, "/tasks/bad-1/cancel"); p.status != http.StatusConflict {

@@ -166,6 +166,9 @@ type taskData struct {
 	Events  []*drover.Event
 	More    bool
 	Actions actions
+	// FromHere offers a resubmit from each step (an operator, a task
+	// resubmittable, not compensated: that one restarts from step 0).
+	FromHere bool
 }
 
 // actions are the operator actions a task's state allows.
@@ -202,6 +205,7 @@ func (c *Console) task(ctx context.Context, r *http.Request, v *viewer) (string,
 		return "", "", nil, err
 	}
 	d := &taskData{Task: t, Events: evs, Actions: allowed(t)}
+	d.FromHere = v.id.Operator() && d.Actions.Resubmit && t.ProcessState != dt.Compensated
 	if len(evs) > eventsShown {
 		d.Events, d.More = evs[:eventsShown], true
 	}
@@ -210,9 +214,24 @@ func (c *Console) task(ctx context.Context, r *http.Request, v *viewer) (string,
 }
 
 type confirmData struct {
-	Task  *drover.Task
-	Story string
-	What  string // what the action will do
+	Task     *drover.Task
+	Story    string
+	What     string // what the action will do
+	FromStep *int   // resubmit from this step (nil: from the failed one)
+}
+
+// fromStep reads the step a resubmit starts from: the query's "from" on
+// the confirmation page, the form's "from_step" on the action; nil when
+// absent.
+func fromStep(v string) (*int, error) {
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return nil, fmt.Errorf("%w: step %q is not a step index (0, 1, ...)", drover.ErrInvalidInput, v)
+	}
+	return &n, nil
 }
 
 func (c *Console) confirmResubmit(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
@@ -223,19 +242,38 @@ func (c *Console) confirmResubmit(ctx context.Context, r *http.Request, v *viewe
 	if !allowed(t).Resubmit {
 		return "", "", nil, fmt.Errorf("%w: task %s is %s; only Error, Cancelled and Compensated tasks can be resubmitted", drover.ErrNotResubmittable, t.ID, t.ProcessState)
 	}
-	return "confirm_resubmit", "Resubmit " + t.ID, &confirmData{Task: t, Story: explain(t, nil), What: resubmitWhat(t)}, nil
+	from, err := fromStep(r.URL.Query().Get("from"))
+	if err != nil {
+		return "", "", nil, err
+	}
+	what, err := resubmitWhat(t, from)
+	if err != nil {
+		return "", "", nil, err
+	}
+	return "confirm_resubmit", "Resubmit " + t.ID, &confirmData{Task: t, Story: explain(t, nil), What: what, FromStep: from}, nil
 }
 
-// resubmitWhat says what a resubmit of t will do.
-func resubmitWhat(t *drover.Task) string {
+// resubmitWhat says what a resubmit of t from step from (nil: the failed
+// one) will do, or why it cannot be done.
+func resubmitWhat(t *drover.Task, from *int) (string, error) {
 	if t.ProcessState == dt.Compensated {
-		return "The task goes back to Pending and runs again from step 0 as a new run: its completed steps were undone, so every step gets a new idempotency key and calls its service again."
+		if from != nil && *from != 0 {
+			return "", fmt.Errorf("%w: a compensated task runs again from step 0 only (its completed steps were undone)", drover.ErrNoSuchStep)
+		}
+		return "The task goes back to Pending and runs again from step 0 as a new run: its completed steps were undone, so every step gets a new idempotency key and calls its service again.", nil
+	}
+	if from != nil {
+		s := stepAt(t, *from)
+		if s == nil {
+			return "", fmt.Errorf("%w: task %s has no step %d (its steps are 0 to %d)", drover.ErrNoSuchStep, t.ID, *from, t.StepCount-1)
+		}
+		return fmt.Sprintf("The task goes back to Pending and runs again from step %d %q: that step and every later one go back to Pending and call their services again, with the same idempotency keys (step %d: %s). Steps before it keep their results.", s.Index, s.Name, s.Index, s.IdempotencyKey), nil
 	}
 	s := failedStep(t)
 	if s == nil {
-		return "The task goes back to Pending and runs again from its current step, with the same idempotency keys."
+		return "The task goes back to Pending and runs again from its current step, with the same idempotency keys.", nil
 	}
-	return fmt.Sprintf("The task goes back to Pending and runs again from step %d %q, with the same idempotency key (%s): a service that already applied the call recognises the retry. Steps before it keep their results.", s.Index, s.Name, s.IdempotencyKey)
+	return fmt.Sprintf("The task goes back to Pending and runs again from step %d %q, with the same idempotency key (%s): a service that already applied the call recognises the retry. Steps before it keep their results.", s.Index, s.Name, s.IdempotencyKey), nil
 }
 
 func (c *Console) confirmCancel(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
@@ -255,7 +293,11 @@ func (c *Console) confirmCancel(ctx context.Context, r *http.Request, v *viewer)
 
 func (c *Console) resubmit(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
 	id := r.PathValue("id")
-	if _, err := c.d.Resubmit(ctx, id, &drover.ResubmitOptions{Actor: v.id.Actor()}); err != nil {
+	from, err := fromStep(r.PostFormValue("from_step"))
+	if err != nil {
+		return "", "", err
+	}
+	if _, err := c.d.Resubmit(ctx, id, &drover.ResubmitOptions{FromStep: from, Actor: v.id.Actor()}); err != nil {
 		return "", "", err
 	}
 	return "/tasks/" + url.PathEscape(id), "Resubmitted: the task is Pending again.", nil
