@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/httpapi"
 )
@@ -30,6 +31,8 @@ var staticFS embed.FS
 type Options struct {
 	// Client is the task client the pages read and act through.
 	Client *drover.Client
+	// Queues is the session-queue client (the overview counts queues).
+	Queues *convoy.Client
 	// API authenticates tokens exactly as the HTTP API does.
 	API *httpapi.Handler
 	// Logger defaults to a discarding logger.
@@ -55,8 +58,8 @@ type Console struct {
 
 // New returns the console over opts.Client, authenticating with opts.API.
 func New(opts Options) (*Console, error) {
-	if opts.Client == nil || opts.API == nil {
-		return nil, errors.New("console: Options.Client and Options.API are required")
+	if opts.Client == nil || opts.Queues == nil || opts.API == nil {
+		return nil, errors.New("console: Options.Client, Options.Queues and Options.API are required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -252,8 +252,10 @@ func TestPages(t *testing.T) {
 			t.Fatalf("GET / without a session: %d %q, want 303 to /signin", p.status, p.loc)
 		}
 		e.signIn(c, readToken)
+		e.api("POST", "/v1/queues/ledger/messages", `{"messages":[{"session_id":"acct-1","body":"x"}]}`, nil)
 		ov := e.get(c, "/")
-		wantIn(t, ov, "Overview", "reader · read-only", `href="/tasks?state=Error">Error</a></td><td>1</td>`, "open alerts")
+		wantIn(t, ov, "Overview", "reader · read-only", `href="/tasks?state=Error">Error</a></td><td>1</td>`, "open alerts",
+			`<span class="num">1</span> session queues`)
 
 		errs := e.get(c, "/tasks?state=Error")
 		wantIn(t, errs, "bad-1", "card declined")

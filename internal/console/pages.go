@@ -20,6 +20,9 @@ import (
 // states are the task states in the order the pages show them.
 var states = []dt.ProcessState{dt.Pending, dt.Processing, dt.Compensating, dt.Error, dt.Processed, dt.Compensated, dt.Cancelled}
 
+// queuesCounted caps the session queues the overview counts.
+const queuesCounted = 100
+
 // pageSize is the tasks of one page of the task list.
 const pageSize = 50
 
@@ -82,6 +85,8 @@ type overviewData struct {
 	Active      int
 	OpenAlerts  int
 	MoreAlerts  bool
+	Queues      int
+	MoreQueues  bool
 	InstanceID  string
 	Supervising int64
 }
@@ -99,8 +104,12 @@ func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (str
 	if err != nil {
 		return "", "", nil, err
 	}
+	queues, err := c.opts.Queues.QueuesAfter(ctx, "", queuesCounted+1)
+	if err != nil {
+		return "", "", nil, err
+	}
 	return "overview", "Overview", &overviewData{Counts: counts, States: states, Active: active,
-		OpenAlerts: len(alerts), MoreAlerts: next != 0, InstanceID: c.d.InstanceID(), Supervising: c.d.SupervisorTerm()}, nil
+		OpenAlerts: len(alerts), MoreAlerts: next != 0, Queues: min(len(queues), queuesCounted), MoreQueues: len(queues) > queuesCounted, InstanceID: c.d.InstanceID(), Supervising: c.d.SupervisorTerm()}, nil
 }
 
 type tasksData struct {
