@@ -42,6 +42,9 @@ type AlertQuery struct {
 	AfterID        int64 // alerts with a greater event ID
 	Limit          int   // default 100
 	Unacknowledged bool  // leave out acknowledged alerts
+	// Namespace, when set, reads only that namespace's alerts
+	// (drovertype.DefaultNamespace: the default one's). Default "": all.
+	Namespace string
 }
 
 // Alerts returns up to q.Limit alerts in ID order, with their
@@ -52,10 +55,13 @@ func (c *Client) Alerts(ctx context.Context, q AlertQuery) (alerts []Alert, next
 	if q.Limit <= 0 {
 		q.Limit = 100
 	}
+	if err := checkListNamespace(q.Namespace); err != nil {
+		return nil, 0, err
+	}
 	x := c.store.Reader()
 	after := q.AfterID
 	for {
-		evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: after, Limit: q.Limit})
+		evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: after, Limit: q.Limit, Namespace: q.Namespace})
 		if err != nil {
 			return nil, 0, err
 		}
@@ -83,12 +89,22 @@ func (c *Client) Alerts(ctx context.Context, q AlertQuery) (alerts []Alert, next
 // alert is returned with its first acknowledgement. An unknown ID fails
 // with ErrAlertNotFound.
 func (c *Client) AckAlert(ctx context.Context, id int64, actor string) (Alert, error) {
+	return c.AckAlertIn(ctx, "", id, actor)
+}
+
+// AckAlertIn is AckAlert of an alert of the namespace ns (as in
+// AlertQuery.Namespace; "": any namespace): another namespace's alert
+// fails with ErrAlertNotFound, as an unknown ID does.
+func (c *Client) AckAlertIn(ctx context.Context, ns string, id int64, actor string) (Alert, error) {
 	var a Alert
 	if err := dt.CheckText(ErrInvalidInput, "actor", actor, 0); err != nil {
 		return a, err
 	}
+	if err := checkListNamespace(ns); err != nil {
+		return a, err
+	}
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: id - 1, Limit: 1, Lookup: true})
+		evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: id - 1, Limit: 1, Lookup: true, Namespace: ns})
 		if err != nil {
 			return err
 		}

@@ -67,6 +67,14 @@ type Config struct {
 	MaxInFlight int
 	// ClaimBatch caps the tasks claimed per transaction. Default 256.
 	ClaimBatch int
+	// NamespaceMaxInFlight caps the tasks of one namespace
+	// (SubmitOptions.Namespace) one scheduler holds at once, so that one
+	// namespace's slow tasks cannot take all of MaxInFlight. It applies
+	// once a scheduler has claimed a task of a namespace other than the
+	// default one; tasks of a namespace are never started at submission
+	// (see NoEagerStart). Default: three quarters of MaxInFlight; negative:
+	// no cap.
+	NamespaceMaxInFlight int
 	// NoEagerStart turns eager start off. By default, a Submit (and a
 	// SubmitMany of one task; not SubmitTx, nor SubmitMany of several) in
 	// a process running the scheduler role starts the new task in the
@@ -162,6 +170,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = 1024
+	}
+	if cfg.NamespaceMaxInFlight == 0 {
+		cfg.NamespaceMaxInFlight = max(1, cfg.MaxInFlight*3/4)
 	}
 	if cfg.ClaimBatch <= 0 {
 		cfg.ClaimBatch = 256
@@ -303,7 +314,7 @@ func (c *Client) Start(ctx context.Context) error {
 	c.done = make(chan struct{})
 	cfg := engine.Config{Store: c.store, Clock: c.clock, Log: c.log, Instance: c.cfg.InstanceID, Counters: &c.counters,
 		Fence: lease.check, ClaimBatch: c.cfg.ClaimBatch, MaxInFlight: c.cfg.MaxInFlight, PollInterval: c.cfg.PollInterval,
-		Supervisor: c.cfg.Roles.Supervisor, SupervisorInterval: c.cfg.SupervisorInterval, LeaseTTL: c.cfg.LeaseTTL,
+		NamespaceMaxInFlight: c.cfg.NamespaceMaxInFlight, Supervisor: c.cfg.Roles.Supervisor, SupervisorInterval: c.cfg.SupervisorInterval, LeaseTTL: c.cfg.LeaseTTL,
 		Retention: c.cfg.Retention}
 	if c.cfg.Roles.Scheduler {
 		cfg.Schedulers = c.cfg.Schedulers

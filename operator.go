@@ -38,6 +38,10 @@ type ListParams struct {
 	Workflow string
 	AfterID  string // keyset pagination
 	Limit    int    // default 100
+	// Namespace, when set, lists only that namespace's tasks (their IDs
+	// as stored, "<namespace>/<ID>"); drovertype.DefaultNamespace: those
+	// without a namespace. Default "": every task.
+	Namespace string
 }
 
 // Tasks lists tasks (without steps) ordered by ID.
@@ -60,7 +64,18 @@ func (c *Client) Tasks(ctx context.Context, p ListParams) ([]*Task, error) {
 			return nil, err
 		}
 	}
-	return c.store.Reader().TaskList(ctx, store.TaskListParams{States: p.States, Workflow: p.Workflow, AfterID: p.AfterID, Limit: p.Limit})
+	if err := checkListNamespace(p.Namespace); err != nil {
+		return nil, err
+	}
+	return c.store.Reader().TaskList(ctx, store.TaskListParams{States: p.States, Workflow: p.Workflow, AfterID: p.AfterID, Limit: p.Limit, Namespace: p.Namespace})
+}
+
+// checkListNamespace checks the Namespace filter of a listing.
+func checkListNamespace(ns string) error {
+	if ns == dt.DefaultNamespace {
+		return nil
+	}
+	return dt.CheckNamespace(ErrInvalidInput, ns)
 }
 
 type stateError struct{ s ProcessState }
@@ -180,6 +195,9 @@ type EventQuery struct {
 	AlertsOnly bool
 	AfterID    int64 // events with a greater ID
 	Limit      int   // default 1000
+	// Namespace, when set, reads only that namespace's events
+	// (drovertype.DefaultNamespace: the default one's). Default "": all.
+	Namespace string
 }
 
 // Events reads the durable event history in ID order.
@@ -192,7 +210,10 @@ func (c *Client) Events(ctx context.Context, q EventQuery) ([]*Event, error) {
 	if q.Limit <= 0 {
 		q.Limit = 1000
 	}
-	return c.store.Reader().EventList(ctx, store.EventListParams{TaskID: q.TaskID, AlertsOnly: q.AlertsOnly, AfterID: q.AfterID, Limit: q.Limit})
+	if err := checkListNamespace(q.Namespace); err != nil {
+		return nil, err
+	}
+	return c.store.Reader().EventList(ctx, store.EventListParams{TaskID: q.TaskID, AlertsOnly: q.AlertsOnly, AfterID: q.AfterID, Limit: q.Limit, Namespace: q.Namespace})
 }
 
 // Subscription selects what Subscribe delivers.
@@ -210,6 +231,9 @@ type Subscription struct {
 	// it a subscription lasts until ctx ends: it also sees what happens to
 	// a final task later (an alert's acknowledgement, a resubmission).
 	UntilFinal bool
+	// Namespace, when set, delivers only that namespace's events
+	// (drovertype.DefaultNamespace: the default one's). Default "": all.
+	Namespace string
 }
 
 // Subscribe streams events from the durable history, in order, until ctx
@@ -242,7 +266,7 @@ func (c *Client) Subscribe(ctx context.Context, s Subscription) <-chan *Event {
 					final = t.ProcessState.Final()
 				}
 			}
-			evs, err := c.Events(ctx, EventQuery{TaskID: s.TaskID, AlertsOnly: s.AlertsOnly, AfterID: after, Limit: 1000})
+			evs, err := c.Events(ctx, EventQuery{TaskID: s.TaskID, AlertsOnly: s.AlertsOnly, AfterID: after, Limit: 1000, Namespace: s.Namespace})
 			if err != nil && ctx.Err() == nil {
 				c.log.Warn("subscribe: read events", "err", err)
 			}

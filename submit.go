@@ -54,6 +54,12 @@ type SubmitOptions struct {
 	// error, cancelled, step_failed, step_waiting). Default (empty):
 	// final. Only with CallbackURL.
 	CallbackEvents []string
+	// Namespace puts the task in a namespace (drovertype.NamespaceProblem
+	// says which names are allowed): its stored ID is "<Namespace>/<ID>"
+	// (Task.ID; ID stays the caller's, unique within the namespace) and
+	// its OrderingKey orders only the namespace's tasks. Default "" (or
+	// drovertype.DefaultNamespace): the default namespace, IDs unchanged.
+	Namespace string
 }
 
 // MaxOrderingKeyBytes caps the length of SubmitOptions.OrderingKey.
@@ -144,7 +150,10 @@ func validateOrderingKey(k string) error {
 }
 
 // checkTaskID checks the ID of a task to look up or change.
-func checkTaskID(id string) error { return dt.CheckName(ErrInvalidTaskID, "task ID", id) }
+// A task of a namespace is named by its stored ID, "<namespace>/<ID>".
+func checkTaskID(id string) error {
+	return dt.CheckStoredName(ErrInvalidTaskID, "task ID", id)
+}
 
 // SubmitParams is one task of SubmitMany.
 type SubmitParams struct {
@@ -250,6 +259,12 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 	} else if err := dt.CheckNewTaskID(ErrInvalidTaskID, "task ID", id); err != nil {
 		return nil, err
 	}
+	if p.Options.Namespace != dt.DefaultNamespace {
+		if err := dt.CheckNamespace(ErrInvalidInput, p.Options.Namespace); err != nil {
+			return nil, err
+		}
+	}
+	id = dt.QualifyName(p.Options.Namespace, id)
 	if p.Options.OrderingKey != "" {
 		if err := validateOrderingKey(p.Options.OrderingKey); err != nil {
 			return nil, err
@@ -267,7 +282,7 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 	now := c.clock.Now().Truncate(time.Microsecond)
 	t := &dt.Task{
 		ID: id, Workflow: w.Name, Input: input, InputHash: flow.InputHash(w.Name, input),
-		ProcessState: dt.Pending, StepCount: len(w.Steps), OrderingKey: p.Options.OrderingKey,
+		ProcessState: dt.Pending, StepCount: len(w.Steps), OrderingKey: dt.QualifyOrderingKey(p.Options.Namespace, p.Options.OrderingKey),
 		FailureThreshold: w.FailureThreshold, OnFailure: w.OnFailure, RetryDelay: w.RetryDelay, Wait: w.Wait,
 		WorkflowVersion: w.Version, CallbackURL: p.Options.CallbackURL, CallbackEvents: events,
 		AvailableAt: now, CreatedAt: now, UpdatedAt: now,

@@ -99,7 +99,7 @@ func New(cfg Config) (*Client, error) {
 		_, _ = rand.Read(b[:])
 		cfg.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
-	if !validQueueName(cfg.InstanceID) {
+	if dt.NameProblem(cfg.InstanceID) != "" {
 		return nil, fmt.Errorf("%w: InstanceID %q must be 1-%d printable characters without spaces or \"/\"", ErrInvalidConfig, cfg.InstanceID, MaxQueueNameLen)
 	}
 	if cfg.PollInterval == 0 {
@@ -171,12 +171,13 @@ func (c *Client) forgetPolicy(queue string) {
 // ---- names ----
 
 // validQueueName: the rule of names (drovertype.NameProblem): no "/", as a
-// session's event subject is "session:<queue>/<session ID>".
-func validQueueName(s string) bool { return dt.NameProblem(s) == "" }
+// session's event subject is "session:<queue>/<session ID>"; a namespace's
+// queue is named "<namespace>/<queue>" (drovertype.QualifyName).
+func validQueueName(s string) bool { return dt.StoredNameProblem(s) == "" }
 
 func checkQueue(queue string) error {
 	if !validQueueName(queue) {
-		return fmt.Errorf("%w %q: must be 1-%d printable characters without spaces or \"/\"", ErrInvalidQueue, queue, MaxQueueNameLen)
+		return fmt.Errorf("%w %q: must be 1-%d printable characters without spaces or \"/\" (a namespace's queue: NAMESPACE/QUEUE)", ErrInvalidQueue, queue, MaxQueueNameLen)
 	}
 	return nil
 }

@@ -158,7 +158,7 @@ func TestOperatorListings(t *testing.T) {
 		if fmt.Sprint(types) != "[message_dead_lettered message_dead_lettered dead_letter_discarded dead_letter_resubmitted]" {
 			t.Fatalf("events %v", types)
 		}
-		if _, err := c.Sessions(ctx, "a/b", "", 0); !errors.Is(err, convoy.ErrInvalidQueue) {
+		if _, err := c.Sessions(ctx, "a/b/c", "", 0); !errors.Is(err, convoy.ErrInvalidQueue) {
 			t.Fatalf("bad queue: %v", err)
 		}
 	})

@@ -91,10 +91,17 @@ func (c *Client) Queues(ctx context.Context) ([]*Queue, error) {
 // QueuesAfter lists the queues with their policies in name order, after
 // the name after ("" from the start), at most limit (default 100).
 func (c *Client) QueuesAfter(ctx context.Context, after string, limit int) ([]*Queue, error) {
+	return c.QueuesIn(ctx, "", after, limit)
+}
+
+// QueuesIn is QueuesAfter of the namespace ns only (their names as stored,
+// "<ns>/<queue>"; drovertype.DefaultNamespace: the queues without a
+// namespace; "": every queue).
+func (c *Client) QueuesIn(ctx context.Context, ns, after string, limit int) ([]*Queue, error) {
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	return c.store.Reader().QueueList(ctx, store.QueueListParams{AfterName: after, Limit: limit})
+	return c.store.Reader().QueueList(ctx, store.QueueListParams{AfterName: after, Limit: limit, Namespace: ns})
 }
 
 func policyOf(q *dt.Queue) QueuePolicy {

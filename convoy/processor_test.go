@@ -496,7 +496,7 @@ func TestNewProcessorValidates(t *testing.T) {
 		want  error
 	}{
 		{"q", nil, convoy.ProcessorOptions{}, convoy.ErrInvalidConfig},
-		{"a/b", h, convoy.ProcessorOptions{}, convoy.ErrInvalidQueue},
+		{"a/b/c", h, convoy.ProcessorOptions{}, convoy.ErrInvalidQueue},
 		{"q", h, convoy.ProcessorOptions{MaxSessions: -1}, convoy.ErrInvalidConfig},
 		{"q", h, convoy.ProcessorOptions{IdleTimeout: -1}, convoy.ErrInvalidConfig},
 		{"q", h, convoy.ProcessorOptions{LockDuration: time.Millisecond}, convoy.ErrInvalidConfig},

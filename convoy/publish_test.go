@@ -47,7 +47,8 @@ func TestPublishRejectsBadInputAndStoresNothing(t *testing.T) {
 		mention     string
 	}{
 		{"empty queue", "", ok, convoy.ErrInvalidQueue, "queue"},
-		{"queue with slash", "a/b", ok, convoy.ErrInvalidQueue, `"a/b"`},
+		{"queue with two slashes", "a/b/c", ok, convoy.ErrInvalidQueue, `"a/b/c"`},
+		{"queue of a bad namespace", "a b/c", ok, convoy.ErrInvalidQueue, `"a b/c"`},
 		{"queue with space", "a b", ok, convoy.ErrInvalidQueue, `"a b"`},
 		{"long queue", strings.Repeat("q", convoy.MaxQueueNameLen+1), ok, convoy.ErrInvalidQueue, "200"},
 		{"empty session", "q", convoy.Message{}, convoy.ErrInvalidMessage, "SessionID"},

@@ -16,9 +16,10 @@ import (
 // Client calls one drover server. Its zero value is not usable; create it
 // with New.
 type Client struct {
-	base  *url.URL
-	token string
-	http  *http.Client
+	base      *url.URL
+	token     string
+	http      *http.Client
+	namespace string // the Drover-Namespace header; "": none
 }
 
 // Option configures a Client.
@@ -27,6 +28,23 @@ type Option func(*Client)
 // WithHTTPClient makes the client send its requests with hc (for TLS
 // settings or a custom transport). Default: http.DefaultClient.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
+
+// WithNamespace makes every request act in namespace ns (the
+// Drover-Namespace header), for a global token; a token of a namespace
+// acts in its own without it (naming another is 403). Default: the
+// token's namespace, or the default one.
+func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns } }
+
+// setAuth sets the headers of the client's identity on req: the token
+// and the namespace.
+func (c *Client) setAuth(req *http.Request) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.namespace != "" {
+		req.Header.Set("Drover-Namespace", c.namespace)
+	}
+}
 
 // New returns a client for the server at baseURL (for example
 // "http://127.0.0.1:8080") that authenticates with the bearer token
@@ -142,9 +160,7 @@ func (c *Client) do(ctx context.Context, method, rawURL string, body, out any) (
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
+	c.setAuth(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("droverclient: %s %s: %w", method, req.URL.Path, err)

@@ -338,3 +338,27 @@ func newStub(t *testing.T, fn http.HandlerFunc) string {
 	t.Cleanup(s.Close)
 	return s.URL
 }
+
+// TestWithNamespace: a global token's clients of two namespaces submit the
+// same ID without conflict and each reads its own task; the default
+// namespace has neither.
+func TestWithNamespace(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, ns := range []string{"a", "b"} {
+		c, err := droverclient.New(e.srv.URL, submitTok, droverclient.WithNamespace(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, created, err := c.SubmitTask(ctx, droverclient.SubmitRequest{Workflow: "external", ID: "same", Input: []byte(`"` + ns + `"`)}); err != nil || !created {
+			t.Fatalf("%s: submit: %v, created %v", ns, err, created)
+		}
+		task, err := c.Task(ctx, "same")
+		if err != nil || string(task.Input) != `"`+ns+`"` || task.ID != "same" {
+			t.Fatalf("%s: task %+v, %v", ns, task, err)
+		}
+	}
+	if _, err := e.client(t, submitTok).Task(ctx, "same"); !errors.Is(err, droverclient.ErrNotFound) {
+		t.Fatalf("the default namespace reads another's task: %v", err)
+	}
+}

@@ -124,9 +124,7 @@ func (c *Client) eventPage(ctx context.Context, taskID string, alerts bool, afte
 	}
 	// The Accept header selects the JSON list over the event stream.
 	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
+	c.setAuth(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("droverclient: GET %s: %w", req.URL.Path, err)
@@ -338,9 +336,7 @@ func (c *Client) openStream(ctx context.Context, taskID string, alerts, keepFoll
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
+	c.setAuth(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("droverclient: GET %s: %w", req.URL.Path, err)

@@ -133,6 +133,12 @@ func lengthProblem(s string, max int) string {
 // CheckName returns a *FieldError wrapping err if NameProblem finds s wrong.
 func CheckName(err error, field, s string) error { return check(err, field, s, NameProblem(s)) }
 
+// CheckStoredName returns a *FieldError wrapping err if StoredNameProblem
+// finds s wrong.
+func CheckStoredName(err error, field, s string) error {
+	return check(err, field, s, StoredNameProblem(s))
+}
+
 // CheckNewTaskID returns a *FieldError wrapping err if NewTaskIDProblem
 // finds s wrong.
 func CheckNewTaskID(err error, field, s string) error {

@@ -118,7 +118,13 @@ type Message struct {
 
 // SessionSubject is the subject under which a session's events (alerts) are
 // recorded, in the task ID field of the event history: "session:<queue>/<ID>".
-// A task ID never contains "/", so it never collides with one.
+// A task ID never contains "/", so it never collides with one. A queue of
+// a namespace ("<ns>/<queue>", QualifyName) puts the namespace first:
+// "<ns>/session:<queue>/<ID>", so the subject is in the queue's namespace
+// (NamespaceOf).
 func SessionSubject(queue, sessionID string) string {
+	if ns := NamespaceOf(queue); ns != "" {
+		return ns + "/session:" + queue[len(ns)+1:] + "/" + sessionID
+	}
 	return "session:" + queue + "/" + sessionID
 }

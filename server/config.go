@@ -46,6 +46,12 @@ type Config struct {
 	PollInterval       time.Duration
 	MaxInputBytes      int
 	NoEagerStart       bool
+	// NamespaceMaxInFlight is drover.Config.NamespaceMaxInFlight (0: its
+	// default) and HTTPMaxPerNamespace the built-in http agent's calls of
+	// one namespace at once (workflowdef.Options.HTTPMaxPerNamespace; 0:
+	// its default): see docs/security.md.
+	NamespaceMaxInFlight int
+	HTTPMaxPerNamespace  int
 	// ShutdownTimeout bounds the wait for calls and requests in flight
 	// once ctx ends. Default 30s.
 	ShutdownTimeout time.Duration
@@ -111,6 +117,11 @@ type HTTPConfig struct {
 	MaxStreamsPerToken int
 	MaxWaiting         int
 	MaxWaitingPerToken int
+	// MaxWaitingPerNamespace and MaxStreamsPerNamespace cap one
+	// namespace's waiting calls and streams (0: three quarters of
+	// MaxWaiting and MaxStreams).
+	MaxWaitingPerNamespace int
+	MaxStreamsPerNamespace int
 	// Heartbeat is the interval of keep-alive comments on idle streams.
 	Heartbeat time.Duration
 	// QueueCreate is who may create a session queue by publishing to it:
@@ -132,6 +143,9 @@ type Webhooks struct {
 	// CallbackURLPrefixes, when set, are the only prefixes tasks' own
 	// callback URLs may start with.
 	CallbackURLPrefixes []string
+	// MaxPerNamespace caps the requests in flight for one namespace's
+	// events (webhook.Options.MaxPerNamespace; 0: its default).
+	MaxPerNamespace int
 }
 
 // Token is a bearer token of the HTTP API and what it may do.

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/workflowdef"
 	"github.com/drover-run/drover/metrics"
 )
 
@@ -45,4 +46,17 @@ func serveMetrics(addr string, reg prometheus.Gatherer, log *slog.Logger) (*http
 		}
 	}()
 	return srv, ln, nil
+}
+
+// namespaceMetrics are the gauges of the per-namespace limits: the http
+// agent's calls and, with the API, the waiting calls and event streams
+// of each namespace.
+func namespaceMetrics(reg *workflowdef.Registry, api *apiServer) prometheus.Collector {
+	gauges := []metrics.NamespaceGauge{{Name: "drover_http_calls_in_flight", Help: "Calls of the built-in http agent in flight, per namespace.", Counts: reg.HTTPCalls}}
+	if api != nil {
+		gauges = append(gauges,
+			metrics.NamespaceGauge{Name: "drover_api_waiting_calls", Help: "Waiting API calls (polls, accepts, receives) held, per namespace, once namespaces are in use.", Counts: api.handler.NamespaceWaiting},
+			metrics.NamespaceGauge{Name: "drover_api_event_streams", Help: "Open event streams, per namespace, once namespaces are in use.", Counts: api.handler.NamespaceStreams})
+	}
+	return metrics.NewNamespaceCollector(gauges...)
 }

@@ -138,7 +138,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// runs the HTTP steps of versions stored by other servers.
 	// reg.RemoteInput maps the input of remote agents' requests.
 	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv, Logger: log, Reserved: s.reserved,
-		HTTP: httpagent.Options{Egress: s.outbound}})
+		HTTP: httpagent.Options{Egress: s.outbound}, HTTPMaxPerNamespace: cfg.HTTPMaxPerNamespace})
 	if err != nil {
 		return err
 	}
@@ -155,7 +155,8 @@ func (s *Server) Run(ctx context.Context) error {
 		Store: drv, InstanceID: cfg.InstanceID, Roles: cfg.Roles,
 		Schedulers: schedulers, SupervisorInterval: cfg.SupervisorInterval, LeaseTTL: cfg.LeaseTTL,
 		PollInterval: cfg.PollInterval, MaxInputBytes: cfg.MaxInputBytes, Logger: log, NoEagerStart: cfg.NoEagerStart,
-		Workflows: slices.Clone(cfg.Workflows),
+		NamespaceMaxInFlight: cfg.NamespaceMaxInFlight,
+		Workflows:            slices.Clone(cfg.Workflows),
 	}
 	if cfg.Roles.Agent {
 		dc.Agents = slices.Clone(cfg.Agents)
@@ -223,6 +224,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if hooks != nil {
 		metricsReg.MustRegister(hooks.Collector())
 	}
+	metricsReg.MustRegister(namespaceMetrics(reg, api))
 	started := []any{"instance", c.InstanceID(), "db", cfg.StoreName, "roles", rolesString(cfg.Roles),
 		"schedulers", schedulers, "supervisor_interval", cfg.SupervisorInterval, "workflows", len(c.Workflows()),
 		"egress_opened", s.outbound.Opened()}

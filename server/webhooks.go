@@ -53,7 +53,7 @@ func (s *Server) startWebhooks(ctx context.Context, c *drover.Client) (d *webhoo
 		return nil, func() {}, nil
 	}
 	d, err = webhook.New(c.Store(), webhook.Options{Secret: secret, Subscriptions: s.subs, AllowCallbacks: s.allow, Egress: s.outbound,
-		Instance: c.InstanceID(), Logger: log})
+		Instance: c.InstanceID(), Logger: log, MaxPerNamespace: s.cfg.Webhooks.MaxPerNamespace})
 	if err != nil {
 		return nil, nil, fmt.Errorf("webhooks: %w", err)
 	}

@@ -243,6 +243,9 @@ type MessageSettle struct {
 type QueueListParams struct {
 	AfterName string // keyset pagination: queues whose name sorts after AfterName
 	Limit     int    // 0: no limit
+	// Namespace, when set, lists only that namespace's queues
+	// (drovertype.DefaultNamespace: those stored without a namespace).
+	Namespace string
 }
 
 // SessionListParams filter SessionList. Limit 0 means no limit.

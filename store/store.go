@@ -236,8 +236,11 @@ func TopicReplies(scheduler string) string { return "replies:" + scheduler }
 type TaskListParams struct {
 	States   []drovertype.ProcessState
 	Workflow string
-	AfterID  string // keyset pagination: tasks with ID > AfterID
-	Limit    int
+	// Namespace, when set, lists only that namespace's tasks
+	// (drovertype.DefaultNamespace: the tasks stored without a namespace).
+	Namespace string
+	AfterID   string // keyset pagination: tasks with ID > AfterID
+	Limit     int
 }
 
 // TaskClaimParams are the arguments of TaskClaim.
@@ -288,8 +291,12 @@ type ReplyTakeParams struct {
 type EventListParams struct {
 	TaskID     string // "" for every task
 	AlertsOnly bool
-	AfterID    int64
-	Limit      int
+	// Namespace, when set, lists only that namespace's events
+	// (drovertype.NamespaceOf their subject; drovertype.DefaultNamespace:
+	// the default namespace's).
+	Namespace string
+	AfterID   int64
+	Limit     int
 	// Lookup asks for every matching event committed as of the read. By
 	// default a driver whose IDs do not follow commit order (PostgreSQL)
 	// returns none above an ID whose transaction may still commit, so that

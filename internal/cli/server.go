@@ -72,6 +72,8 @@ func (e *env) serverCmd() *cobra.Command {
 		wfDir        string
 		wfPoll       time.Duration
 		egressAllow  []string
+		httpMaxPerNS int
+		nsInFlight   int
 		hf           httpFlags
 		wh           webhookFlags
 		allowPerms   bool
@@ -264,9 +266,10 @@ not sent).`,
 				InstanceID: instanceID, Roles: r, Schedulers: schedulers,
 				SupervisorInterval: supInterval, LeaseTTL: leaseTTL, PollInterval: pollInterval,
 				MaxInputBytes: maxInput, NoEagerStart: noEagerStart, ShutdownTimeout: shutdown,
+				NamespaceMaxInFlight: nsInFlight, HTTPMaxPerNamespace: httpMaxPerNS,
 				WorkflowsDir: wfDir, WorkflowsPoll: wfPoll, EgressAllow: egressAllow,
 				HTTP: httpCfg, MetricsListen: hf.metrics,
-				Webhooks: server.Webhooks{Secret: hookSecret, URLs: wh.urls, CallbackURLPrefixes: wh.prefixes},
+				Webhooks: server.Webhooks{Secret: hookSecret, URLs: wh.urls, CallbackURLPrefixes: wh.prefixes, MaxPerNamespace: wh.maxPerNS},
 				OnReady: func(rd server.Ready) {
 					ready := fmt.Sprintf("%sinstance=%s db=%s roles=%s", ReadyPrefix, rd.InstanceID, t.Name(), rd.Roles)
 					if t.Postgres {
@@ -309,6 +312,8 @@ not sent).`,
 	f.StringVar(&wfDir, "workflows", "", "directory of declarative workflow files (*.yaml, *.yml, *.json) to load; reloaded on SIGHUP and on change")
 	f.DurationVar(&wfPoll, "workflows-poll", 2*time.Second, "how often to check --workflows for changed files (0: only on SIGHUP)")
 	f.BoolVar(&allowPerms, allowInsecurePermsFlag, false, "start although --tokens-file or --webhook-secret-file is open to group or others (a warning is printed); by default that refuses to start: chmod 600 the file")
+	f.IntVar(&nsInFlight, "namespace-max-in-flight", 0, "tasks of one namespace a scheduler holds at once, once namespaces are in use, so one namespace's slow tasks leave the others room (0: three quarters of the scheduler's 1024; negative: no cap)")
+	f.IntVar(&httpMaxPerNS, "http-max-per-namespace", 0, "calls of HTTP steps one namespace may make at once, once namespaces are in use; its further calls wait, so its slow hosts leave other namespaces slots (0: three quarters of the 256 calls of the process)")
 	f.StringArrayVar(&egressAllow, "egress-allow", nil, "open a destination of HTTP steps and webhooks that is refused by default (loopback, private, link-local and other special-purpose addresses): a host name, host:port, an IP address, [IPv6]:port or a CIDR prefix (repeatable), such as --egress-allow 127.0.0.1 or --egress-allow 10.0.0.0/8")
 	hf.register(cmd)
 	wh.register(cmd)

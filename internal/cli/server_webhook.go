@@ -20,6 +20,7 @@ const EnvWebhookSecret = "DROVER_WEBHOOK_SECRET"
 
 // webhookFlags are the server's webhook flags (docs/webhooks.md).
 type webhookFlags struct {
+	maxPerNS   int // --webhook-max-per-namespace
 	urls       []string
 	secretFile string
 	prefixes   []string
@@ -30,7 +31,8 @@ type webhookFlags struct {
 
 func (f *webhookFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringArrayVar(&f.urls, "webhook-url", nil, "send a signed webhook for every task that reaches a final state to this URL (repeatable); URL#events=LIST chooses the events instead: final, alerts, or event types (such as https://ops.example.com/hook#events=final,alerts); tasks' own callback URLs are sent too")
+	fl.StringArrayVar(&f.urls, "webhook-url", nil, "send a signed webhook for every task that reaches a final state to this URL (repeatable); URL#events=LIST chooses the events instead: final, alerts, or event types (such as https://ops.example.com/hook#events=final,alerts); URL#namespace=NAME (joined to events= by &) sends a namespace's events instead of the default namespace's; tasks' own callback URLs are sent too")
+	fl.IntVar(&f.maxPerNS, "webhook-max-per-namespace", 0, "webhook requests in flight for one namespace's events, once namespaces are in use, so one namespace's slow receivers leave the others room (0: three quarters of the dispatcher's concurrency)")
 	fl.StringVar(&f.secretFile, "webhook-secret-file", "", "file holding the webhook signing secret (at least 16 bytes; default: $"+EnvWebhookSecret+"); with a secret the server sends webhooks")
 	fl.StringArrayVar(&f.prefixes, "callback-url-prefix", nil, "allow tasks' callback URLs only under this prefix (repeatable; scheme, host and a path ending in \"/\", like https://hooks.example.com/): POST /v1/tasks refuses others with 400 and stored ones are not sent; default: any URL the egress policy allows (see --egress-allow)")
 }

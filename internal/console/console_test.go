@@ -502,6 +502,54 @@ func TestCancelAndAcknowledge(t *testing.T) {
 	wantIn(t, e.get(op, p.loc), "Cancelled at", "customer called", "http:oncall")
 }
 
+// A token of a namespace sees that namespace only, and no counts that
+// cover the others; task IDs show without the namespace.
+func TestNamespaceToken(t *testing.T) {
+	const acmeToken = "acme-operator-0123456789"
+	e := startServerTokens(t, testutil.SQLite(t), false, []server.Token{
+		{Secret: opToken, Scopes: []server.Scope{server.ScopeOperator}, Name: "oncall"},
+		{Secret: acmeToken, Scopes: []server.Scope{server.ScopeOperator}, Namespace: "acme", Name: "acme-oncall"}})
+	e.submit("bad-1", true) // the default namespace
+	e.waitState("bad-1", "Error")
+	req, _ := http.NewRequest("POST", e.base+"/v1/tasks", strings.NewReader(`{"workflow":"pay","id":"o-1","input":{"bad":true}}`))
+	req.Header.Set("Authorization", "Bearer "+acmeToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("submit in acme: %d", resp.StatusCode)
+	}
+	c := browser(t)
+	e.signIn(c, acmeToken)
+	ov := e.get(c, "/")
+	wantIn(t, ov, `id="no-counts"`)
+	wantOut(t, ov, "tasks not final")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(e.get(c, "/tasks?state=Error").body, `href="/tasks/o-1">o-1</a>`) {
+		if time.Now().After(deadline) {
+			t.Fatal("o-1 not listed in Error within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	list := e.get(c, "/tasks")
+	wantOut(t, list, "bad-1", "acme/")
+	if p := e.get(c, "/tasks/bad-1"); p.status != http.StatusNotFound {
+		t.Errorf("another namespace's task: %d, want 404", p.status)
+	}
+	tp := e.get(c, "/tasks/o-1")
+	wantIn(t, tp, "<code>o-1</code>", "card declined")
+	al := e.get(c, "/alerts")
+	wantIn(t, al, `href="/tasks/o-1"`)
+	wantOut(t, al, "bad-1")
+	conf := e.get(c, "/tasks/o-1/resubmit")
+	if p := e.do(c, "POST", "/tasks/bad-1/resubmit", url.Values{"csrf": {csrf(t, conf)}}); p.status != http.StatusNotFound || e.state("bad-1") != "Error" {
+		t.Errorf("resubmit of another namespace's task: %d", p.status)
+	}
+}
+
 // Without auth on loopback the console needs no sign-in, still checks
 // the CSRF token, and answers only a loopback Host.
 func TestNoAuth(t *testing.T) {

@@ -45,6 +45,8 @@ var funcs = template.FuncMap{
 		return template.URL(q.Encode())
 	},
 	"pathescape": url.PathEscape,
+	// local is a stored task ID or alert subject without its namespace.
+	"local": dt.LocalName,
 	// hasSession tells an alert on a session ("session:<queue>/<id>")
 	// from one on a task.
 	"hasSession": func(subject string) bool { return strings.HasPrefix(subject, "session:") },
@@ -80,6 +82,7 @@ func when(v any) string {
 }
 
 type overviewData struct {
+	Global      bool // Counts and Active are set (they cover every namespace)
 	Counts      map[dt.ProcessState]int
 	States      []dt.ProcessState
 	Active      int
@@ -92,24 +95,28 @@ type overviewData struct {
 }
 
 func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
-	counts, err := c.d.Counts(ctx)
+	d := &overviewData{States: states, InstanceID: c.d.InstanceID(), Supervising: c.d.SupervisorTerm()}
+	if d.Global = !v.id.Confined(); d.Global {
+		// The counts cover every namespace: not for a namespace's token.
+		var err error
+		if d.Counts, err = c.d.Counts(ctx); err != nil {
+			return "", "", nil, err
+		}
+		if d.Active, err = c.d.Active(ctx); err != nil {
+			return "", "", nil, err
+		}
+	}
+	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown, Namespace: v.id.ListNamespace()})
 	if err != nil {
 		return "", "", nil, err
 	}
-	active, err := c.d.Active(ctx)
+	queues, err := c.opts.Queues.QueuesIn(ctx, v.id.ListNamespace(), "", queuesCounted+1)
 	if err != nil {
 		return "", "", nil, err
 	}
-	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown})
-	if err != nil {
-		return "", "", nil, err
-	}
-	queues, err := c.opts.Queues.QueuesAfter(ctx, "", queuesCounted+1)
-	if err != nil {
-		return "", "", nil, err
-	}
-	return "overview", "Overview", &overviewData{Counts: counts, States: states, Active: active,
-		OpenAlerts: len(alerts), MoreAlerts: next != 0, Queues: min(len(queues), queuesCounted), MoreQueues: len(queues) > queuesCounted, InstanceID: c.d.InstanceID(), Supervising: c.d.SupervisorTerm()}, nil
+	d.OpenAlerts, d.MoreAlerts = len(alerts), next != 0
+	d.Queues, d.MoreQueues = min(len(queues), queuesCounted), len(queues) > queuesCounted
+	return "overview", "Overview", d, nil
 }
 
 type tasksData struct {
@@ -124,7 +131,11 @@ type tasksData struct {
 func (c *Console) tasks(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
 	q := r.URL.Query()
 	d := &tasksData{Workflow: strings.TrimSpace(q.Get("workflow")), State: q.Get("state"), ID: strings.TrimSpace(q.Get("id")), After: q.Get("after")}
-	p := drover.ListParams{Workflow: d.Workflow, AfterID: d.After, Limit: pageSize + 1}
+	p := drover.ListParams{Workflow: d.Workflow, Limit: pageSize + 1, Namespace: v.id.ListNamespace()}
+	if d.After != "" {
+		p.AfterID = v.id.Qualify(d.After)
+	}
+	prefix := v.id.Qualify(d.ID)
 	if d.State != "" {
 		st := dt.ProcessState(d.State)
 		if !st.Valid() {
@@ -135,28 +146,28 @@ func (c *Console) tasks(ctx context.Context, r *http.Request, v *viewer) (string
 	// IDs starting with d.ID follow d.ID itself in ID order: the page
 	// starts at d.ID and ends at the first ID without the prefix.
 	if d.ID != "" && d.After == "" {
-		t, err := c.d.Task(ctx, d.ID)
+		t, err := c.d.Task(ctx, prefix)
 		switch {
 		case err == nil && matches(t, p):
 			d.Tasks = append(d.Tasks, t)
 		case err != nil && !errors.Is(err, drover.ErrTaskNotFound) && !errors.Is(err, drover.ErrInvalidInput) && !errors.Is(err, drover.ErrInvalidTaskID):
 			return "", "", nil, err
 		}
-		p.AfterID = d.ID
+		p.AfterID = prefix
 	}
 	ts, err := c.d.Tasks(ctx, p)
 	if err != nil {
 		return "", "", nil, err
 	}
 	for _, t := range ts {
-		if d.ID != "" && !strings.HasPrefix(t.ID, d.ID) {
+		if d.ID != "" && !strings.HasPrefix(t.ID, prefix) {
 			break
 		}
 		d.Tasks = append(d.Tasks, t)
 	}
 	if len(d.Tasks) > pageSize {
 		d.Tasks = d.Tasks[:pageSize]
-		d.Next = d.Tasks[pageSize-1].ID
+		d.Next = dt.LocalName(d.Tasks[pageSize-1].ID)
 	}
 	return "tasks", "Tasks", d, nil
 }
@@ -196,8 +207,8 @@ func allowed(t *drover.Task) actions {
 // eventsShown caps the history shown on a task's page.
 const eventsShown = 500
 
-func (c *Console) loadTask(ctx context.Context, r *http.Request) (*drover.Task, error) {
-	t, err := c.d.Task(ctx, r.PathValue("id"))
+func (c *Console) loadTask(ctx context.Context, r *http.Request, v *viewer) (*drover.Task, error) {
+	t, err := c.d.Task(ctx, v.id.Qualify(r.PathValue("id")))
 	if errors.Is(err, drover.ErrTaskNotFound) {
 		return nil, fmt.Errorf("task %q not found: %w", r.PathValue("id"), err)
 	}
@@ -205,7 +216,7 @@ func (c *Console) loadTask(ctx context.Context, r *http.Request) (*drover.Task, 
 }
 
 func (c *Console) task(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
-	t, err := c.loadTask(ctx, r)
+	t, err := c.loadTask(ctx, r, v)
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -219,7 +230,7 @@ func (c *Console) task(ctx context.Context, r *http.Request, v *viewer) (string,
 		d.Events, d.More = evs[:eventsShown], true
 	}
 	d.Story = explain(t, d.Events)
-	return "task", "Task " + t.ID, d, nil
+	return "task", "Task " + dt.LocalName(t.ID), d, nil
 }
 
 type confirmData struct {
@@ -244,12 +255,12 @@ func fromStep(v string) (*int, error) {
 }
 
 func (c *Console) confirmResubmit(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
-	t, err := c.loadTask(ctx, r)
+	t, err := c.loadTask(ctx, r, v)
 	if err != nil {
 		return "", "", nil, err
 	}
 	if !allowed(t).Resubmit {
-		return "", "", nil, fmt.Errorf("%w: task %s is %s; only Error, Cancelled and Compensated tasks can be resubmitted", drover.ErrNotResubmittable, t.ID, t.ProcessState)
+		return "", "", nil, fmt.Errorf("%w: task %s is %s; only Error, Cancelled and Compensated tasks can be resubmitted", drover.ErrNotResubmittable, dt.LocalName(t.ID), t.ProcessState)
 	}
 	from, err := fromStep(r.URL.Query().Get("from"))
 	if err != nil {
@@ -259,7 +270,7 @@ func (c *Console) confirmResubmit(ctx context.Context, r *http.Request, v *viewe
 	if err != nil {
 		return "", "", nil, err
 	}
-	return "confirm_resubmit", "Resubmit " + t.ID, &confirmData{Task: t, Story: explain(t, nil), What: what, FromStep: from}, nil
+	return "confirm_resubmit", "Resubmit " + dt.LocalName(t.ID), &confirmData{Task: t, Story: explain(t, nil), What: what, FromStep: from}, nil
 }
 
 // resubmitWhat says what a resubmit of t from step from (nil: the failed
@@ -274,7 +285,7 @@ func resubmitWhat(t *drover.Task, from *int) (string, error) {
 	if from != nil {
 		s := stepAt(t, *from)
 		if s == nil {
-			return "", fmt.Errorf("%w: task %s has no step %d (its steps are 0 to %d)", drover.ErrNoSuchStep, t.ID, *from, t.StepCount-1)
+			return "", fmt.Errorf("%w: task %s has no step %d (its steps are 0 to %d)", drover.ErrNoSuchStep, dt.LocalName(t.ID), *from, t.StepCount-1)
 		}
 		return fmt.Sprintf("The task goes back to Pending and runs again from step %d %q: that step and every later one go back to Pending and call their services again, with the same idempotency keys (step %d: %s). Steps before it keep their results.", s.Index, s.Name, s.Index, s.IdempotencyKey), nil
 	}
@@ -286,18 +297,18 @@ func resubmitWhat(t *drover.Task, from *int) (string, error) {
 }
 
 func (c *Console) confirmCancel(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
-	t, err := c.loadTask(ctx, r)
+	t, err := c.loadTask(ctx, r, v)
 	if err != nil {
 		return "", "", nil, err
 	}
 	if !allowed(t).Cancel {
-		return "", "", nil, fmt.Errorf("%w: task %s is %s already", drover.ErrAlreadyFinal, t.ID, t.ProcessState)
+		return "", "", nil, fmt.Errorf("%w: task %s is %s already", drover.ErrAlreadyFinal, dt.LocalName(t.ID), t.ProcessState)
 	}
 	what := "The task becomes Cancelled, a final state: no further step starts and it is not compensated."
 	if t.ProcessState == dt.Processing {
 		what += " The call in flight is not interrupted, but its reply is discarded."
 	}
-	return "confirm_cancel", "Cancel " + t.ID, &confirmData{Task: t, Story: explain(t, nil), What: what}, nil
+	return "confirm_cancel", "Cancel " + dt.LocalName(t.ID), &confirmData{Task: t, Story: explain(t, nil), What: what}, nil
 }
 
 func (c *Console) resubmit(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
@@ -306,7 +317,7 @@ func (c *Console) resubmit(ctx context.Context, r *http.Request, v *viewer) (str
 	if err != nil {
 		return "", "", err
 	}
-	if _, err := c.d.Resubmit(ctx, id, &drover.ResubmitOptions{FromStep: from, Actor: v.id.Actor()}); err != nil {
+	if _, err := c.d.Resubmit(ctx, v.id.Qualify(id), &drover.ResubmitOptions{FromStep: from, Actor: v.id.Actor()}); err != nil {
 		return "", "", err
 	}
 	return "/tasks/" + url.PathEscape(id), "Resubmitted: the task is Pending again.", nil
@@ -318,7 +329,7 @@ func (c *Console) cancel(ctx context.Context, r *http.Request, v *viewer) (strin
 	if reason == "" {
 		return "", "", fmt.Errorf("%w: give a reason for cancelling", drover.ErrInvalidInput)
 	}
-	if _, err := c.d.CancelAs(ctx, id, reason, v.id.Actor()); err != nil {
+	if _, err := c.d.CancelAs(ctx, v.id.Qualify(id), reason, v.id.Actor()); err != nil {
 		return "", "", err
 	}
 	return "/tasks/" + url.PathEscape(id), "Cancelled.", nil
@@ -330,7 +341,7 @@ type alertsData struct {
 }
 
 func (c *Console) alerts(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
-	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown})
+	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown, Namespace: v.id.ListNamespace()})
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -342,7 +353,7 @@ func (c *Console) ack(ctx context.Context, r *http.Request, v *viewer) (string, 
 	if err != nil || id < 1 {
 		return "", "", fmt.Errorf("%w: alert ID %q is not a positive number", drover.ErrInvalidInput, r.PathValue("id"))
 	}
-	if _, err := c.d.AckAlert(ctx, id, v.id.Actor()); err != nil {
+	if _, err := c.d.AckAlertIn(ctx, v.id.ListNamespace(), id, v.id.Actor()); err != nil {
 		if errors.Is(err, drover.ErrAlertNotFound) {
 			return "", "", fmt.Errorf("%w: %w", drover.ErrTaskNotFound, err)
 		}

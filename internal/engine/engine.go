@@ -35,6 +35,9 @@ type Config struct {
 	ClaimBatch   int
 	MaxInFlight  int
 	PollInterval time.Duration
+	// NamespaceMaxInFlight caps the tasks of one namespace a scheduler
+	// holds (flow.Machine.NamespaceMaxInFlight).
+	NamespaceMaxInFlight int
 
 	// Agents are the agents this process runs; none runs no agent runtime.
 	Agents []agentrt.Spec
@@ -74,7 +77,7 @@ func New(cfg Config) *Engine {
 	}
 	for i := range cfg.Schedulers {
 		id := fmt.Sprintf("%s/scheduler-%d", cfg.Instance, i)
-		m := &flow.Machine{Instance: id, Counters: cfg.Counters}
+		m := &flow.Machine{Instance: id, Counters: cfg.Counters, NamespaceMaxInFlight: cfg.NamespaceMaxInFlight}
 		s := scheduler.New(cfg.Store, cfg.Clock, m, cfg.Log)
 		s.ClaimBatch, s.MaxInFlight, s.PollInterval = cfg.ClaimBatch, cfg.MaxInFlight, cfg.PollInterval
 		s.Fence = cfg.Fence

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -366,7 +367,9 @@ func (st *Start) Reserved() []*dt.AgentRequest { return st.reserved }
 
 // startable reports whether a new task may be started at submission.
 func startable(t *dt.Task, steps []*dt.Step, now time.Time) bool {
-	return t.OrderingKey == "" && t.ProcessState == dt.Pending && len(steps) > 0 && !t.AvailableAt.After(now)
+	// A namespace's task waits for a claim, where its namespace's share of
+	// the schedulers' room is checked (Machine.NamespaceMaxInFlight).
+	return t.OrderingKey == "" && dt.NamespaceOf(t.ID) == "" && t.ProcessState == dt.Pending && len(steps) > 0 && !t.AvailableAt.After(now)
 }
 
 // SubmitAndStart is Submit that also starts new tasks (see Start); start
@@ -580,11 +583,126 @@ type Machine struct {
 	// claimedBy and InProcess, is not stored, and must be handed to that
 	// runtime after commit (see Restore for a restart).
 	Reserve func(agent string) (claimedBy string, ok bool)
+
+	// NamespaceMaxInFlight, when positive, caps the tasks of one namespace
+	// (drovertype.NamespaceOf) the instance holds, once it has claimed a
+	// task of a namespace other than the default one: a claimed task of
+	// a namespace at its cap is let go of at once, claimable again after
+	// NamespaceDelay, so one namespace's slow tasks cannot take all the
+	// room of the instance. The counts are kept here and set again from
+	// the store by SetNamespaceHeld.
+	NamespaceMaxInFlight int
+	ns                   nsCounts
+}
+
+// NamespaceDelay is how long a claimed task whose namespace is at
+// Machine.NamespaceMaxInFlight waits before it is claimable again.
+const NamespaceDelay = 500 * time.Millisecond
+
+// nsCounts are the tasks held per namespace, and the changes of the
+// transaction in progress.
+type nsCounts struct {
+	mu      sync.Mutex
+	on      bool // a task of a namespace other than the default one was claimed
+	held    map[string]int
+	pending map[string]int
+}
+
+// SetNamespaceHeld replaces the counts of held tasks per namespace (from
+// the store: the supervisor and operators take tasks away without telling
+// the instance).
+func (m *Machine) SetNamespaceHeld(held map[string]int) {
+	m.ns.mu.Lock()
+	defer m.ns.mu.Unlock()
+	m.ns.held = held
+}
+
+// NamespacesInUse reports whether the instance claimed a task of a
+// namespace other than the default one: the per-namespace cap applies.
+func (m *Machine) NamespacesInUse() bool {
+	m.ns.mu.Lock()
+	defer m.ns.mu.Unlock()
+	return m.ns.on
+}
+
+// nsFull reports whether the namespace of a claimed task is at its cap;
+// if not, the task counts as held by the transaction in progress.
+func (m *Machine) nsFull(t *dt.Task) bool {
+	if m.NamespaceMaxInFlight <= 0 {
+		return false
+	}
+	ns := dt.NamespaceOf(t.ID)
+	m.ns.mu.Lock()
+	defer m.ns.mu.Unlock()
+	if ns != "" {
+		m.ns.on = true
+	}
+	if !m.ns.on {
+		return false
+	}
+	if m.ns.held[ns]+m.ns.pending[ns] >= m.NamespaceMaxInFlight {
+		return true
+	}
+	m.nsAddLocked(ns, 1)
+	return false
+}
+
+// nsLetGo counts a held task let go of by the transaction in progress.
+func (m *Machine) nsLetGo(t *dt.Task) {
+	if m.NamespaceMaxInFlight <= 0 {
+		return
+	}
+	m.ns.mu.Lock()
+	defer m.ns.mu.Unlock()
+	if m.ns.on {
+		m.nsAddLocked(dt.NamespaceOf(t.ID), -1)
+	}
+}
+
+func (m *Machine) nsAddLocked(ns string, d int) {
+	if m.ns.pending == nil {
+		m.ns.pending = map[string]int{}
+	}
+	m.ns.pending[ns] += d
+}
+
+// nsCommit applies (commit) or drops the counts of the transaction.
+func (m *Machine) nsCommit(commit bool) {
+	m.ns.mu.Lock()
+	defer m.ns.mu.Unlock()
+	if commit {
+		if m.ns.held == nil {
+			m.ns.held = map[string]int{}
+		}
+		for ns, d := range m.ns.pending {
+			if m.ns.held[ns] = max(0, m.ns.held[ns]+d); m.ns.held[ns] == 0 {
+				delete(m.ns.held, ns)
+			}
+		}
+	}
+	clear(m.ns.pending)
+}
+
+// putBack lets go of a claimed task whose namespace is at its cap: Pending
+// (or Compensating) again, claimable after NamespaceDelay.
+func (m *Machine) putBack(b *batch, t *dt.Task, now time.Time) {
+	if t.ProcessState == dt.Processing {
+		t.ProcessState = dt.Pending // as it was before the claim
+	}
+	t.AvailableAt = now.Add(NamespaceDelay)
+	if t.LockedBy == m.Instance {
+		b.released++
+	}
+	t.LockedBy = ""
+	t.CompleteBy = nil
+	t.UpdatedAt = now
+	b.task(t)
 }
 
 // Commit publishes the counts of the transaction that just committed.
 // Call it after every successful transaction that ran Machine methods.
 func (m *Machine) Commit() {
+	m.nsCommit(true)
 	m.Counters.add(m.pending)
 	m.pending = tally{}
 	if m.pendingSet {
@@ -594,7 +712,10 @@ func (m *Machine) Commit() {
 }
 
 // Discard drops the counts of a transaction that rolled back.
-func (m *Machine) Discard() { m.pending, m.pendingFloor, m.pendingSet = tally{}, nil, false }
+func (m *Machine) Discard() {
+	m.nsCommit(false)
+	m.pending, m.pendingFloor, m.pendingSet = tally{}, nil, false
+}
 
 // claimFloorTTL bounds how long a claim floor is used before a claim starts
 // from the first claimable task again.
@@ -714,6 +835,7 @@ func needsCompensation(s *dt.Step) bool {
 func (m *Machine) release(b *batch, t *dt.Task, now time.Time) {
 	if t.LockedBy == m.Instance {
 		b.released++
+		m.nsLetGo(t)
 	}
 	t.LockedBy = ""
 	t.CompleteBy = nil
@@ -929,6 +1051,10 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 		m.applyReply(b, held[rp.TaskID], rp, now)
 	}
 	for _, t := range cl {
+		if m.nsFull(t) {
+			m.putBack(b, t, now)
+			continue
+		}
 		if l := fresh[t.ID]; !m.quarantined(b, l, now) {
 			m.advance(b, l, now)
 		}
@@ -979,6 +1105,7 @@ func (m *Machine) quarantined(b *batch, l *loaded, now time.Time) bool {
 	}
 	if l.task.LockedBy == m.Instance {
 		b.released++
+		m.nsLetGo(l.task)
 	}
 	quarantine(b, l, why, m.Instance, now)
 	m.pending.alerts++

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -46,6 +47,17 @@ type Options struct {
 	MaxHosts int
 	// Breaker configures the circuit breaker of each host.
 	Breaker BreakerPolicy
+	// MaxConcurrent bounds the calls in flight of the Caller; further
+	// calls wait for a slot or the end of their context. Default 0: no
+	// bound (the agent's concurrency bounds them).
+	MaxConcurrent int
+	// MaxPerNamespace bounds the calls of one namespace (Request.Namespace)
+	// in flight, so that one namespace's calls to slow hosts cannot take
+	// every slot of MaxConcurrent: further calls of the namespace wait for
+	// one of its slots (or the end of their context) without holding one
+	// of MaxConcurrent. It applies once a call of a namespace other than
+	// the default one was made. Default 0: no bound.
+	MaxPerNamespace int
 	// MaxResponseBytes bounds a success body (default 1 MiB); a larger one
 	// is a permanent failure.
 	MaxResponseBytes int64
@@ -74,6 +86,10 @@ type Request struct {
 	Status StatusPolicy
 	// Egress, when set, replaces Options.Egress for this call.
 	Egress *egress.Policy
+	// Namespace is the namespace of the task making the call (as stored;
+	// "" for the default one). Each namespace has its own per-host slots
+	// and breakers, and at most Options.MaxPerNamespace calls in flight.
+	Namespace string
 }
 
 // Caller makes the HTTP agent's calls. It is safe for concurrent use; the
@@ -92,6 +108,13 @@ type Caller struct {
 
 	// waiting counts calls waiting for a concurrency slot (tests watch it).
 	waiting atomic.Int64
+
+	global     chan struct{} // MaxConcurrent's slots; nil: no bound
+	maxPerNS   int
+	namespaced atomic.Bool // a call of a namespace other than the default one was made
+	nsMu       sync.Mutex
+	perNS      map[string]int // calls in flight by namespace (entries > 0 only)
+	nsFreed    chan struct{}  // closed (and replaced) when a namespace's call ends
 }
 
 // host is the breaker and the call slots of one scheme+host+port.
@@ -111,6 +134,12 @@ func New(opts Options) *Caller {
 		maxBytes: opts.MaxResponseBytes,
 		log:      opts.Logger,
 		now:      time.Now,
+		maxPerNS: opts.MaxPerNamespace,
+		perNS:    map[string]int{},
+		nsFreed:  make(chan struct{}),
+	}
+	if opts.MaxConcurrent > 0 {
+		c.global = make(chan struct{}, opts.MaxConcurrent)
 	}
 	if c.egress == nil {
 		c.egress = egress.New(egress.Options{})
@@ -314,6 +343,10 @@ func (c *Caller) prepare(r *Request) (*call, error) {
 		return nil, fmt.Errorf("httpagent: %s %s: %w", cl.method, cl.safeURL, err)
 	}
 	cl.host = hostKey(u)
+	if r.Namespace != "" {
+		// A namespace's own slots and breaker for the host.
+		cl.host = r.Namespace + " " + cl.host
+	}
 	cl.header = r.Header.Clone()
 	if cl.header == nil {
 		cl.header = http.Header{}
@@ -337,6 +370,18 @@ func (c *Caller) Do(ctx context.Context, r *Request) ([]byte, error) {
 	cl, err := c.prepare(r)
 	if err != nil {
 		return nil, drover.Permanent(err)
+	}
+	if !c.enterNamespace(ctx, r.Namespace) {
+		return nil, fmt.Errorf("%s %s: waiting for one of the namespace's %d call slots: %w", cl.method, cl.safeURL, c.maxPerNS, ctx.Err())
+	}
+	defer c.leaveNamespace(r.Namespace)
+	if c.global != nil {
+		select {
+		case c.global <- struct{}{}:
+			defer func() { <-c.global }()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s %s: waiting for one of the %d call slots: %w", cl.method, cl.safeURL, cap(c.global), ctx.Err())
+		}
 	}
 	h := c.hosts.acquire(cl.host)
 	defer c.hosts.release(h)
@@ -399,6 +444,55 @@ func (c *Caller) Do(ctx context.Context, r *Request) ([]byte, error) {
 			return nil, c.stopped(ctx, cl, last)
 		}
 	}
+}
+
+// enterNamespace counts a call of ns in flight, waiting while ns has
+// MaxPerNamespace of them; false: ctx ended first.
+func (c *Caller) enterNamespace(ctx context.Context, ns string) bool {
+	if ns != "" {
+		c.namespaced.Store(true)
+	}
+	for {
+		c.nsMu.Lock()
+		if c.maxPerNS <= 0 || !c.namespaced.Load() || c.perNS[ns] < c.maxPerNS {
+			c.perNS[ns]++
+			c.nsMu.Unlock()
+			return true
+		}
+		freed := c.nsFreed
+		c.nsMu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// InFlight returns the calls of namespace ns (as stored) in flight.
+func (c *Caller) InFlight(ns string) int {
+	c.nsMu.Lock()
+	defer c.nsMu.Unlock()
+	return c.perNS[ns]
+}
+
+// NamespaceCalls returns the calls in flight per namespace (as stored;
+// only namespaces with any).
+func (c *Caller) NamespaceCalls() map[string]int {
+	c.nsMu.Lock()
+	defer c.nsMu.Unlock()
+	return maps.Clone(c.perNS)
+}
+
+// leaveNamespace ends a call enterNamespace counted.
+func (c *Caller) leaveNamespace(ns string) {
+	c.nsMu.Lock()
+	defer c.nsMu.Unlock()
+	if c.perNS[ns]--; c.perNS[ns] <= 0 {
+		delete(c.perNS, ns)
+	}
+	close(c.nsFreed)
+	c.nsFreed = make(chan struct{})
 }
 
 // stopped is the error of a Do whose ctx ended: the last failure, if any,

@@ -33,7 +33,7 @@ type ackJSON struct {
 }
 
 func toAlertJSON(e *dt.Event) alertJSON {
-	return alertJSON{ID: e.ID, Subject: e.TaskID, StepIndex: e.StepIndex, Type: string(e.Type), State: string(e.State),
+	return alertJSON{ID: e.ID, Subject: dt.LocalName(e.TaskID), StepIndex: e.StepIndex, Type: string(e.Type), State: string(e.State),
 		Actor: e.Actor, Attempt: e.Attempt, Message: e.Message, CreatedAt: e.CreatedAt}
 }
 
@@ -63,7 +63,7 @@ func (h *Handler) listAlerts(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	alerts, next, err := h.drover.Alerts(r.Context(), drover.AlertQuery{AfterID: after, Limit: limit, Unacknowledged: unacked})
+	alerts, next, err := h.drover.Alerts(r.Context(), drover.AlertQuery{AfterID: after, Limit: limit, Unacknowledged: unacked, Namespace: h.listNamespace(r)})
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (h *Handler) ackAlert(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(body, &empty, false); err != nil {
 		return err
 	}
-	a, err := h.drover.AckAlert(r.Context(), id, h.actor(r))
+	a, err := h.drover.AckAlertIn(r.Context(), h.listNamespace(r), id, h.actor(r))
 	if errors.Is(err, drover.ErrAlertNotFound) {
 		return errorf(http.StatusNotFound, "not_found", "alert %d not found", id)
 	}

@@ -44,6 +44,10 @@ const MinTokenLen = 16
 // tokens file separated by ";".
 const EnvTokens = "DROVER_API_TOKENS"
 
+// errGlobalScope: remote agents serve the requests of every namespace and
+// the metrics are the server's, so the scopes that reach them are global.
+const errGlobalScope = "the agent and metrics scopes are global (remote agents serve every namespace, metrics are the server's): a token with ns:NAME cannot have them"
+
 // agentScopePrefix starts a scope binding a token to one remote agent,
 // "agent:NAME".
 const agentScopePrefix = "agent:"
@@ -60,6 +64,14 @@ type Token struct {
 	// leaked token then serves any agent's requests). No token ever serves
 	// an agent that runs in the server (Options.RemoteAgent).
 	Agents []string
+	// Namespace, when set, confines the token to one namespace (in a
+	// tokens file, the scope "ns:NAME"): it sees and acts on that
+	// namespace's tasks, queues, alerts and events only, whatever its
+	// (drovertype.DefaultNamespace confines it to the default namespace)
+	// other scopes. Without it the token is global: it chooses the
+	// namespace of each request with the Drover-Namespace header, the
+	// default namespace without it.
+	Namespace string
 	// Name identifies the token's holder in the history: operator actions
 	// made with it are recorded with the actor "http:<Name>". Default: the
 	// first 8 hex digits of the token's SHA-256, "token-1a2b3c4d" (never the
@@ -124,7 +136,9 @@ func (t Token) String() string { return strings.TrimPrefix(t.actorName(), "http:
 // ParseTokens reads tokens, one "TOKEN SCOPE[,SCOPE] [NAME]" per line;
 // blank lines and lines starting with # are ignored. A scope is submit,
 // operator, metrics, agent:AGENT (binds the token to the remote agent
-// AGENT; repeat it for several) or agent (every remote agent; deprecated).
+// AGENT; repeat it for several), agent (every remote agent; deprecated)
+// or ns:NAMESPACE (the token's namespace, Token.Namespace; a token
+// without one is global).
 // Errors name the line, never the token.
 func ParseTokens(r io.Reader) ([]Token, error) {
 	var lines []string
@@ -184,6 +198,15 @@ func parseTokenLines(lines []string, what string) ([]Token, error) {
 				t.Scopes = append(t.Scopes, sc)
 			case sc == ScopeAgent:
 				plainAgent = true
+			case strings.HasPrefix(s, namespaceScopePrefix):
+				ns := strings.TrimPrefix(s, namespaceScopePrefix)
+				if p := dt.NamespaceProblem(ns); p != "" {
+					return nil, fmt.Errorf("tokens %s %d: scope %q: the namespace %s", what, i+1, s, p)
+				}
+				if t.Namespace != "" {
+					return nil, fmt.Errorf("tokens %s %d: a token belongs to one namespace; it names two", what, i+1)
+				}
+				t.Namespace = ns
 			case strings.HasPrefix(s, agentScopePrefix):
 				name := strings.TrimPrefix(s, agentScopePrefix)
 				if p := dt.NameProblem(name); p != "" {
@@ -191,7 +214,7 @@ func parseTokenLines(lines []string, what string) ([]Token, error) {
 				}
 				t.Agents = append(t.Agents, name)
 			default:
-				return nil, fmt.Errorf("tokens %s %d: unknown scope %q (want submit, operator, metrics, agent:AGENT or agent)", what, i+1, s)
+				return nil, fmt.Errorf("tokens %s %d: unknown scope %q (want submit, operator, metrics, agent:AGENT, agent or ns:NAMESPACE)", what, i+1, s)
 			}
 		}
 		if plainAgent && len(t.Agents) > 0 {
@@ -199,6 +222,9 @@ func parseTokenLines(lines []string, what string) ([]Token, error) {
 		}
 		if plainAgent || len(t.Agents) > 0 {
 			t.Scopes = append(t.Scopes, ScopeAgent)
+		}
+		if t.Namespace != "" && (slices.Contains(t.Scopes, ScopeAgent) || slices.Contains(t.Scopes, ScopeMetrics)) {
+			return nil, fmt.Errorf("tokens %s %d: %s", what, i+1, errGlobalScope)
 		}
 		out = append(out, t)
 	}
@@ -227,8 +253,16 @@ func newAuthenticator(tokens []Token) (*authenticator, error) {
 				return nil, fmt.Errorf("httpapi: token %d: unknown scope %q", i+1, sc)
 			}
 		}
+		if t.Namespace != "" && (slices.Contains(t.Scopes, ScopeAgent) || slices.Contains(t.Scopes, ScopeMetrics)) {
+			return nil, fmt.Errorf("httpapi: token %d: %s", i+1, errGlobalScope)
+		}
 		if len(t.Agents) > 0 && !slices.Contains(t.Scopes, ScopeAgent) {
 			return nil, fmt.Errorf("httpapi: token %d names agents but lacks the agent scope", i+1)
+		}
+		if t.Namespace != "" {
+			if p := dt.NamespaceProblem(t.Namespace); p != "" {
+				return nil, fmt.Errorf("httpapi: token %d: namespace %q %s", i+1, t.Namespace, p)
+			}
 		}
 		for _, name := range t.Agents {
 			if p := dt.NameProblem(name); p != "" {

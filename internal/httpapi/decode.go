@@ -54,7 +54,12 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	if ae.status >= 500 {
 		h.log.Error("http: request failed", "method", r.Method, "path", r.URL.Path, "status", ae.status, "err", err)
 	}
-	writeJSON(w, ae.status, errorBody{Error: errorDetail{Code: ae.code, Message: ae.message}})
+	msg := ae.message
+	if ns := h.ns(r); ns != "" {
+		// Names in messages as the caller knows them: without the namespace.
+		msg = strings.ReplaceAll(msg, `"`+ns+"/", `"`)
+	}
+	writeJSON(w, ae.status, errorBody{Error: errorDetail{Code: ae.code, Message: msg}})
 }
 
 // classify maps an error of the API, drover or convoy to a status and code.

@@ -45,7 +45,7 @@ type eventJSON struct {
 }
 
 func toEventJSON(e *dt.Event) eventJSON {
-	return eventJSON{ID: e.ID, Subject: e.TaskID, StepIndex: e.StepIndex, Type: string(e.Type), State: string(e.State),
+	return eventJSON{ID: e.ID, Subject: dt.LocalName(e.TaskID), StepIndex: e.StepIndex, Type: string(e.Type), State: string(e.State),
 		Alert: e.Alert, Actor: e.Actor, Attempt: e.Attempt, Message: e.Message, CreatedAt: e.CreatedAt}
 }
 
@@ -73,7 +73,7 @@ func (h *Handler) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	if err := checkName("task ID", id); err != nil {
 		return err
 	}
-	return h.events(w, r, id)
+	return h.events(w, r, h.qualify(r, id))
 }
 
 // eventListJSON is one page of the history (the JSON answer of the event
@@ -135,7 +135,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, taskID string) 
 		t, err := h.drover.Store().Reader().TaskGet(r.Context(), taskID)
 		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
-				return errorf(http.StatusNotFound, "not_found", "task %q not found", taskID)
+				return errorf(http.StatusNotFound, "not_found", "task %q not found", dt.LocalName(taskID))
 			}
 			return err
 		}
@@ -154,7 +154,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, taskID string) 
 		}
 	}
 	if list {
-		return h.listEvents(w, r, store.EventListParams{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: limit})
+		return h.listEvents(w, r, store.EventListParams{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: limit, Namespace: h.listNamespace(r)})
 	}
 	return h.streamEvents(w, r, taskID, alerts, after, taskID != "" && !follow)
 }
@@ -283,7 +283,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID st
 		return nil
 	}
 	events := h.drover.Subscribe(ctx, drover.Subscription{TaskID: taskID, AlertsOnly: alerts, AfterID: after,
-		PollInterval: h.opts.EventPollInterval, UntilFinal: untilFinal})
+		PollInterval: h.opts.EventPollInterval, UntilFinal: untilFinal, Namespace: h.listNamespace(r)})
 	tick := time.NewTicker(h.opts.Heartbeat)
 	defer tick.Stop()
 	last := after
@@ -320,7 +320,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID st
 // writeEnd sends the "end" event of a task stream whose task is final. It
 // has no id: a client resuming with the last event's ID gets 204.
 func (h *Handler) writeEnd(ctx context.Context, write func([]byte) bool, taskID string) {
-	end := endJSON{Subject: taskID}
+	end := endJSON{Subject: dt.LocalName(taskID)}
 	if t, err := h.drover.Store().Reader().TaskGet(ctx, taskID); err == nil {
 		end.State = string(t.ProcessState)
 	}

@@ -90,6 +90,15 @@ type Options struct {
 	// MaxWaitingPerToken caps the waiting calls of one token; more get 429
 	// with Retry-After. Default DefaultMaxWaitingPerToken.
 	MaxWaitingPerToken int
+	// MaxWaitingPerNamespace and MaxStreamsPerNamespace cap the waiting
+	// calls and event streams of one namespace (all its tokens, and global
+	// tokens acting in it), so that one namespace cannot take the whole
+	// server's; more get 429 with Retry-After. They apply once namespaces
+	// are in use (a token has one, or a request named one): a server
+	// without namespaces keeps only the server and token caps. Default:
+	// three quarters of MaxWaiting and MaxStreams (at least 1).
+	MaxWaitingPerNamespace int
+	MaxStreamsPerNamespace int
 	// RemoteAgent reports whether an agent runs in another process and is
 	// served by remote agents over this API. Polls, completions and
 	// failures for any other agent (the built-in http agent, agents that
@@ -144,6 +153,10 @@ type Handler struct {
 	authFail addrLimiter  // failed authentications per client address
 	waiting  atomic.Int64 // waiting calls being served (limits.go)
 	streams  atomic.Int64 // open event streams
+	// nsHolds counts waiting calls and streams per namespace, once
+	// namespaced is set (a token has a namespace, or a request named one).
+	nsHolds    nsHolds
+	namespaced atomic.Bool
 
 	draining atomic.Bool
 
@@ -218,6 +231,12 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 	if opts.MaxWaitingPerToken <= 0 {
 		opts.MaxWaitingPerToken = DefaultMaxWaitingPerToken
 	}
+	if opts.MaxWaitingPerNamespace <= 0 {
+		opts.MaxWaitingPerNamespace = max(1, opts.MaxWaiting*3/4)
+	}
+	if opts.MaxStreamsPerNamespace <= 0 {
+		opts.MaxStreamsPerNamespace = max(1, opts.MaxStreams*3/4)
+	}
 	if opts.RemoteAgent == nil {
 		opts.RemoteAgent = d.IsExternalAgent
 	}
@@ -252,6 +271,9 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 		h.callers = append(h.callers, c)
 	}
 	for _, t := range opts.Tokens {
+		if t.Namespace != "" {
+			h.namespaced.Store(true)
+		}
 		if t.unboundAgent() && !t.has(ScopeOperator) {
 			h.log.Warn("a token has the plain agent scope: it may serve every remote agent; bind it to the agents it serves with agent:NAME scopes",
 				"token", t.String())
@@ -420,6 +442,16 @@ func (h *Handler) wrap(rt route) http.Handler {
 				return
 			}
 			if !h.allow(sw, r, p.caller) {
+				return
+			}
+			ns, err := requestNamespace(r, p.token)
+			if err != nil {
+				h.writeError(sw, r, err)
+				return
+			}
+			p.ns = ns
+			if err := qualifyQueue(r, ns); err != nil {
+				h.writeError(sw, r, err)
 				return
 			}
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	dt "github.com/drover-run/drover/drovertype"
 )
 
 // What the operator console (internal/console) needs of the API's
@@ -99,6 +101,28 @@ func (id *Identity) Operator() bool {
 // Actor is who the history records for the identity's actions:
 // "http:<token name>", or Options.Actor without auth.
 func (id *Identity) Actor() string { return id.actor }
+
+// Confined reports whether the token belongs to one namespace
+// (Token.Namespace): it must see nothing of the others, not even counts.
+func (id *Identity) Confined() bool { return id.token != nil && id.token.Namespace != "" }
+
+// ListNamespace is the Namespace filter of the identity's listings, as
+// the API's (drovertype.DefaultNamespace for a global token: the console
+// has no Drover-Namespace header to choose another).
+func (id *Identity) ListNamespace() string {
+	if id.token != nil && id.token.Namespace != "" {
+		if ns := dt.StoredNamespace(id.token.Namespace); ns != "" {
+			return ns
+		}
+	}
+	return dt.DefaultNamespace
+}
+
+// Qualify is the stored name of a task ID (or queue name) the identity
+// gives: in its namespace.
+func (id *Identity) Qualify(name string) string {
+	return dt.QualifyName(id.ListNamespace(), name)
+}
 
 // Name is the token's name for display (never the secret); "" without
 // auth.

@@ -344,6 +344,10 @@ func TestParseTokens(t *testing.T) {
 		"abcdefghijklmnop1 submit bad/name",
 		"abcdefghijklmnop1 submit\nabcdefghijklmnop1 operator",
 		"abcdefghijklmnop\x01 submit",
+		"abcdefghijklmnop1 submit,ns:a/b",
+		"abcdefghijklmnop1 submit,ns:a,ns:b",
+		"abcdefghijklmnop1 ns:a,agent:payments",
+		"abcdefghijklmnop1 ns:a,metrics",
 	} {
 		_, err := ParseTokens(strings.NewReader(bad))
 		if err == nil {
@@ -353,6 +357,10 @@ func TestParseTokens(t *testing.T) {
 		if strings.Contains(err.Error(), "abcdefghijklmnop") {
 			t.Errorf("%q: the error shows the token: %v", bad, err)
 		}
+	}
+	toks, err = ParseTokens(strings.NewReader("abcdefghijklmnop1 submit,ns:tenant-a\nabcdefghijklmnop2 operator,ns:default\n"))
+	if err != nil || toks[0].Namespace != "tenant-a" || !toks[0].has(ScopeSubmit) || toks[1].Namespace != "default" {
+		t.Fatalf("namespaced tokens: %v %+v", err, toks)
 	}
 	a, _ := newAuthenticator(testTokens)
 	if a.find(submitTok) != 0 || a.find(operatorTok) != 1 || a.find("nope") != -1 || a.find("") != -1 {

@@ -51,6 +51,7 @@ type caller struct {
 type principal struct {
 	token  *Token
 	caller *caller
+	ns     string // the request's namespace as stored ("": default)
 }
 
 // principalKey carries the request's principal in its context.
@@ -98,10 +99,32 @@ func (h *Handler) hold(w http.ResponseWriter, r *http.Request, kind holdKind) (f
 			return nil, errorf(http.StatusTooManyRequests, code, "too many %s for this token (limit %d); retry later", what, perLimit)
 		}
 	}
+	// Once namespaces are in use, each holds at most its share, so one
+	// namespace's calls leave room for the others'.
+	ns, nsLimit, perNS := h.ns(r), h.opts.MaxWaitingPerNamespace, false
+	if kind == holdStream {
+		nsLimit = h.opts.MaxStreamsPerNamespace
+	}
+	if ns != "" {
+		h.namespaced.Store(true)
+	}
+	if h.namespaced.Load() {
+		if !h.nsHolds.take(ns, kind, nsLimit) {
+			if perToken != nil {
+				perToken.Add(-1)
+			}
+			w.Header().Set("Retry-After", strconv.Itoa(retry))
+			return nil, errorf(http.StatusTooManyRequests, code, "too many %s in this namespace (limit %d); retry later", what, nsLimit)
+		}
+		perNS = true
+	}
 	if n := global.Add(1); n > int64(limit) {
 		global.Add(-1)
 		if perToken != nil {
 			perToken.Add(-1)
+		}
+		if perNS {
+			h.nsHolds.give(ns, kind)
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(retry))
 		return nil, errorf(http.StatusServiceUnavailable, code, "too many %s on this server (limit %d); retry later", what, limit)
@@ -111,7 +134,69 @@ func (h *Handler) hold(w http.ResponseWriter, r *http.Request, kind holdKind) (f
 		if perToken != nil {
 			perToken.Add(-1)
 		}
+		if perNS {
+			h.nsHolds.give(ns, kind)
+		}
 	}, nil
+}
+
+// nsHolds counts the waiting calls and streams of each namespace holding
+// any (a namespace holding none has no entry: the map stays as small as
+// the namespaces in use).
+type nsHolds struct {
+	mu sync.Mutex
+	m  map[string]*[2]int
+}
+
+// take takes a slot of kind for ns unless it holds limit already.
+func (c *nsHolds) take(ns string, kind holdKind, limit int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.m[ns]
+	if n == nil {
+		if c.m == nil {
+			c.m = map[string]*[2]int{}
+		}
+		n = &[2]int{}
+		c.m[ns] = n
+	}
+	if n[kind] >= limit {
+		return false
+	}
+	n[kind]++
+	return true
+}
+
+// counts returns the slots of kind held per namespace (only namespaces
+// holding any).
+func (c *nsHolds) counts(kind holdKind) map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for ns, n := range c.m {
+		if n[kind] > 0 {
+			out[ns] = n[kind]
+		}
+	}
+	return out
+}
+
+// NamespaceWaiting and NamespaceStreams return the waiting calls and the
+// event streams held per namespace (as stored, "" for the default one;
+// counted once namespaces are in use).
+func (h *Handler) NamespaceWaiting() map[string]int { return h.nsHolds.counts(holdWaiting) }
+
+// NamespaceStreams: see NamespaceWaiting.
+func (h *Handler) NamespaceStreams() map[string]int { return h.nsHolds.counts(holdStream) }
+
+// give gives back a slot take took.
+func (c *nsHolds) give(ns string, kind holdKind) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.m[ns]
+	if n[kind]--; n[0] == 0 && n[1] == 0 {
+		delete(c.m, ns)
+	}
 }
 
 // Waiting returns the number of waiting calls being served.

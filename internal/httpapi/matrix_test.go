@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
@@ -8,9 +9,11 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
 )
 
@@ -231,4 +234,124 @@ func matrixRequest(t *testing.T, e *testEnv, o apiOp) (string, string) {
 		return v
 	})
 	return target, body
+}
+
+// TestNamespaceMatrix calls every operation of the served OpenAPI document
+// that acts in a namespace with tokens of namespace a (each scope, and a
+// global token naming a with the Drover-Namespace header), with the path
+// naming namespace b's objects (its task, queue, session and alert): a
+// listing or a creation may succeed in a, a call with b's session lock
+// token finds it stale (as any token of a session a does not hold), every
+// other call is 404 (or 403 without the scope), and no answer carries b's
+// data; b's objects are unchanged afterwards.
+func TestNamespaceMatrix(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		_, tokens := matrixCredentials()
+		tokens = append(tokens, nsTokens[:4]...)
+		e, _ := newAgentEnv(t, open(t), Options{Tokens: tokens, Metrics: prometheus.NewRegistry()})
+		ops := servedOps(t, e)
+		const marker = "b-secret-4711"
+		e.do("POST", "/v1/tasks", bSubmitTok, `{"workflow":"remote","id":"mx-1","input":{"m":"`+marker+`"}}`).must(t, 201)
+		e.do("POST", "/v1/queues/mq/messages", bSubmitTok, `{"session_id":"s","body":{"m":"`+marker+`"}}`).must(t, 201)
+		e.do("POST", "/v1/tasks/mx-1/cancel", bOperatorTok, `{"reason":"`+marker+`"}`).must(t, 200)
+		// An alert of b's task, and b's lock of its session: a caller in a
+		// that knows their IDs still cannot use them.
+		var alert dt.Event
+		if err := e.drv.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+			alert = dt.Event{TaskID: "b/mx-1", StepIndex: 0, Type: dt.EventStepFailed, State: dt.Cancelled, Alert: true, Message: marker, CreatedAt: time.Now()}
+			return x.EventInsertMany(ctx, []*dt.Event{&alert})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		lock := e.do("POST", "/v1/queues/mq/sessions:accept", bSubmitTok, `{}`).must(t, 200).str("lock_token")
+		if lock == "" {
+			t.Fatal("b's accept got no session")
+		}
+		before := e.snapshot()
+		// Routes that act in the caller's own namespace whatever the path:
+		// listings, and creations there.
+		own := map[string]bool{
+			"GET /v1/tasks": true, "GET /v1/events": true, "GET /v1/alerts": true, "GET /v1/queues": true,
+			"POST /v1/tasks": true, "POST /v1/queues/{queue}/messages": true, "PUT /v1/queues/{queue}/policy": true,
+			"POST /v1/queues/{queue}/sessions:accept": true,
+		}
+		type caller struct {
+			name, secret, ns string
+			scope            Scope
+		}
+		callers := []caller{
+			{"a submit", aSubmitTok, "", ScopeSubmit}, {"a operator", aOperatorTok, "", ScopeOperator},
+			{"global submit in a", submitTok, "a", ScopeSubmit}, {"global operator in a", operatorTok, "a", ScopeOperator},
+		}
+		for _, o := range ops {
+			if o.scope == "" || o.scope == ScopeMetrics || o.agent != "" {
+				continue // public, the server's metrics, remote agents: not in a namespace
+			}
+			for _, c := range callers {
+				target, body := matrixRequest(t, e, o)
+				switch o.String() {
+				case "POST /v1/alerts/{id}/ack":
+					target = "/v1/alerts/" + itoa(alert.ID) + "/ack"
+				case "POST /v1/tasks":
+					body = `{"workflow":"remote","id":"a-own"}`
+				case "POST /v1/queues/{queue}/messages":
+					body = `{"session_id":"a-own","body":1}`
+				case "PUT /v1/queues/{queue}/policy":
+					body = `{"max_delivery_count":7}`
+				case "POST /v1/queues/{queue}/sessions/{session}/settle":
+					body = `{"lock_token":"` + lock + `","seq":1,"outcome":"complete"}`
+				case "POST /v1/queues/{queue}/sessions/{session}/receive", "POST /v1/queues/{queue}/sessions/{session}/renew",
+					"POST /v1/queues/{queue}/sessions/{session}/release":
+					body = `{"lock_token":"` + lock + `"}`
+				}
+				req := newReq(o.method, target, body)
+				req.Header.Set("Accept", "application/json")
+				req.Header.Set("Authorization", "Bearer "+c.secret)
+				if c.ns != "" {
+					req.Header.Set(HeaderNamespace, c.ns)
+				}
+				r := e.serve(req)
+				if strings.Contains(string(r.body), marker) {
+					t.Errorf("%s with %s: b's data in the answer: %s", o, c.name, r.body)
+				}
+				switch {
+				case c.scope != ScopeOperator && o.scope == ScopeOperator:
+					if r.status != 403 {
+						t.Errorf("%s with %s: %d, want 403: %s", o, c.name, r.status, r.body)
+					}
+				case strings.Contains(body, "lock_token"):
+					// b's lock token is stale in a, as any token of a
+					// session a does not hold.
+					if r.status != 409 || r.errCode() != "lock_lost" {
+						t.Errorf("%s with %s: %d, want 409 lock_lost: %s", o, c.name, r.status, r.body)
+					}
+				case own[o.String()]:
+					if r.status >= 400 {
+						t.Errorf("%s with %s: %d, want it served in a: %s", o, c.name, r.status, r.body)
+					}
+				case r.status != 404:
+					t.Errorf("%s with %s: %d, want 404: %s", o, c.name, r.status, r.body)
+				}
+			}
+		}
+		// b's objects: what b sees is as before, apart from a's new ones.
+		for _, p := range []string{"/v1/tasks/mx-1", "/v1/queues/mq/sessions/s/messages"} {
+			r := e.do("GET", p, bSubmitTok, "").must(t, 200)
+			if !strings.Contains(string(r.body), marker) {
+				t.Errorf("%s: b's data gone: %s", p, r.body)
+			}
+		}
+		if r := e.do("GET", "/v1/tasks/mx-1", bSubmitTok, "").must(t, 200); r.str("state") != "Cancelled" {
+			t.Errorf("b's task is %s", r.str("state"))
+		}
+		if r := e.do("GET", "/v1/alerts", bSubmitTok, "").must(t, 200); strings.Contains(string(r.body), `"acknowledged":{`) {
+			t.Errorf("b's alert was acknowledged: %s", r.body)
+		}
+		after := e.snapshot()
+		for _, line := range strings.Split(before, "\n") {
+			if strings.Contains(line, "b/") && !strings.Contains(after, line) {
+				t.Errorf("b's object changed: %s", line)
+			}
+		}
+	})
 }

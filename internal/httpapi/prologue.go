@@ -10,8 +10,12 @@ import "net/http"
 // errors) and refuses any query parameter.
 func namedPath(r *http.Request, key, what string) (string, error) {
 	v := r.PathValue(key)
-	if err := checkName(what, v); err != nil {
-		return "", err
+	check := checkName(what, v)
+	if key == "queue" {
+		check = checkQueueName(v) // qualified by wrap
+	}
+	if check != nil {
+		return "", check
 	}
 	if err := noQuery(r); err != nil {
 		return "", err

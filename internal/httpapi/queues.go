@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	dt "github.com/drover-run/drover/drovertype"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -53,7 +54,7 @@ type messageJSON struct {
 }
 
 func toMessageJSON(m *convoy.StoredMessage) messageJSON {
-	return messageJSON{Queue: m.Queue, SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
+	return messageJSON{Queue: dt.LocalName(m.Queue), SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
 		DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, AvailableAt: m.AvailableAt, Dead: m.Dead,
 		DeadReason: m.DeadReason, DeadAt: m.DeadAt, EnqueuedAt: m.EnqueuedAt}
 }
@@ -200,7 +201,10 @@ func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request) error {
 			return paramCheck("after", err)
 		}
 	}
-	qs, err := h.convoy.QueuesAfter(r.Context(), after, limit)
+	if after != "" {
+		after = h.qualify(r, after)
+	}
+	qs, err := h.convoy.QueuesIn(r.Context(), h.listNamespace(r), after, limit)
 	if err != nil {
 		return err
 	}
@@ -212,7 +216,7 @@ func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request) error {
 		out.Queues = append(out.Queues, toQueueJSON(q))
 	}
 	if len(qs) == limit {
-		out.NextAfter = qs[len(qs)-1].Name
+		out.NextAfter = dt.LocalName(qs[len(qs)-1].Name)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -253,7 +257,7 @@ func (h *Handler) mayCreateQueue(r *http.Request, queue string) error {
 
 // queueExists answers 404 for a queue nothing was published to.
 func (h *Handler) queueExists(r *http.Request, queue string) error {
-	if err := checkName("queue name", queue); err != nil {
+	if err := checkQueueName(queue); err != nil {
 		return err
 	}
 	if _, err := h.convoy.QueuePolicy(r.Context(), queue); err != nil {
@@ -293,7 +297,7 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) error {
 		NextAfter string        `json:"next_after"`
 	}{Sessions: []sessionJSON{}}
 	for _, s := range ss {
-		out.Sessions = append(out.Sessions, sessionJSON{Queue: s.Queue, ID: s.ID, NextSeq: s.NextSeq, Pending: s.Pending, ReadyAt: s.ReadyAt,
+		out.Sessions = append(out.Sessions, sessionJSON{Queue: dt.LocalName(s.Queue), ID: s.ID, NextSeq: s.NextSeq, Pending: s.Pending, ReadyAt: s.ReadyAt,
 			LockHolder: s.LockHolder, LockedUntil: s.LockedUntil, State: jsonOrString(s.State), Closed: s.Closed, Blocked: s.Blocked,
 			CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt})
 	}
@@ -419,7 +423,7 @@ func (h *Handler) discardDeadLetter(w http.ResponseWriter, r *http.Request) erro
 
 func (h *Handler) resolveDeadLetter(w http.ResponseWriter, r *http.Request, action string) error {
 	queue, session := r.PathValue("queue"), r.PathValue("session")
-	if err := checkName("queue name", queue); err != nil {
+	if err := checkQueueName(queue); err != nil {
 		return err
 	}
 	if err := checkSession(session); err != nil {
@@ -451,12 +455,12 @@ func (h *Handler) resolveDeadLetter(w http.ResponseWriter, r *http.Request, acti
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "session_id": session, "seq": seq, "action": action})
+	writeJSON(w, http.StatusOK, map[string]any{"queue": dt.LocalName(queue), "session_id": session, "seq": seq, "action": action})
 	return nil
 }
 
 func toQueueJSON(q *convoy.Queue) queueJSON {
-	return queueJSON{Name: q.Name, MaxDeliveryCount: q.MaxDeliveryCount, PoisonPolicy: string(q.PoisonPolicy),
+	return queueJSON{Name: dt.LocalName(q.Name), MaxDeliveryCount: q.MaxDeliveryCount, PoisonPolicy: string(q.PoisonPolicy),
 		DedupeWindowMS: q.DedupeWindow.Milliseconds(), LockDurationMS: q.LockDuration.Milliseconds(), CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	dt "github.com/drover-run/drover/drovertype"
 	"net/http"
 	"strconv"
 	"time"
@@ -264,7 +265,7 @@ func leaseErr(err error) error {
 // sessionPath reads and checks the queue and session of a session route.
 func sessionPath(r *http.Request) (string, string, error) {
 	queue, session := r.PathValue("queue"), r.PathValue("session")
-	if err := checkName("queue name", queue); err != nil {
+	if err := checkQueueName(queue); err != nil {
 		return "", "", err
 	}
 	if err := checkSession(session); err != nil {
@@ -331,7 +332,7 @@ func (h *Handler) acceptSession(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	id := l.SessionID
-	writeJSON(w, http.StatusOK, leaseJSON{Queue: queue, Session: &id, LockToken: strconv.FormatInt(l.Token, 10) + "." + nonce, LockedUntil: &l.LockedUntil,
+	writeJSON(w, http.StatusOK, leaseJSON{Queue: dt.LocalName(queue), Session: &id, LockToken: strconv.FormatInt(l.Token, 10) + "." + nonce, LockedUntil: &l.LockedUntil,
 		LockDurationMS: l.LockDuration.Milliseconds()})
 	return nil
 }
@@ -363,7 +364,7 @@ func (h *Handler) receiveMessage(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return leaseErr(err)
 	case m != nil:
-		out.Message = &receivedJSON{Queue: m.Queue, SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
+		out.Message = &receivedJSON{Queue: dt.LocalName(m.Queue), SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
 			DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, EnqueuedAt: m.EnqueuedAt, AvailableAt: m.AvailableAt}
 		if out.Message.Body == nil {
 			out.Message.Body = json.RawMessage("null")
@@ -409,7 +410,7 @@ func (h *Handler) renewLock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return leaseErr(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queue": ref.Queue, "session_id": ref.SessionID, "locked_until": until})
+	writeJSON(w, http.StatusOK, map[string]any{"queue": dt.LocalName(ref.Queue), "session_id": ref.SessionID, "locked_until": until})
 	return nil
 }
 
@@ -422,7 +423,7 @@ func (h *Handler) releaseLock(w http.ResponseWriter, r *http.Request) error {
 	if err := h.convoy.LeaseRelease(r.Context(), ref); err != nil {
 		return leaseErr(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queue": ref.Queue, "session_id": ref.SessionID, "released": true})
+	writeJSON(w, http.StatusOK, map[string]any{"queue": dt.LocalName(ref.Queue), "session_id": ref.SessionID, "released": true})
 	return nil
 }
 

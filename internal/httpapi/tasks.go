@@ -119,6 +119,19 @@ type stepJSON struct {
 	Wait      *waitJSON `json:"wait,omitempty"`
 }
 
+// taskJSON is the task as the request's caller sees it: its ID and
+// ordering key without the namespace, its callback URL redacted unless
+// the caller is an operator.
+func (h *Handler) taskJSON(r *http.Request, t *drover.Task) taskJSON {
+	out := toTaskJSON(t)
+	out.ID = dt.LocalName(t.ID)
+	out.OrderingKey = dt.LocalOrderingKey(t.OrderingKey)
+	if out.CallbackURL != "" && !h.operator(r) {
+		out.CallbackURL = redactURL(out.CallbackURL)
+	}
+	return out
+}
+
 func toTaskJSON(t *drover.Task) taskJSON {
 	out := taskJSON{
 		ID: t.ID, Workflow: t.Workflow, State: string(t.ProcessState), Input: jsonOrString(t.Input),
@@ -223,14 +236,14 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	status := http.StatusCreated
 	if req.ID != "" {
 		// The same ID and input again returns the existing task: 200.
-		if _, err := h.drover.Store().Reader().TaskGet(r.Context(), req.ID); err == nil {
+		if _, err := h.drover.Store().Reader().TaskGet(r.Context(), h.qualify(r, req.ID)); err == nil {
 			status = http.StatusOK
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
 	}
 	t, err := h.drover.Submit(r.Context(), req.Workflow, req.Input, &drover.SubmitOptions{ID: req.ID, OrderingKey: req.OrderingKey,
-		CallbackURL: req.CallbackURL, CallbackEvents: req.CallbackEvents})
+		CallbackURL: req.CallbackURL, CallbackEvents: req.CallbackEvents, Namespace: h.ns(r)})
 	if err != nil {
 		return err
 	}
@@ -238,8 +251,8 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Location", "/v1/tasks/"+url.PathEscape(t.ID))
-	writeJSON(w, status, toTaskJSON(full))
+	w.Header().Set("Location", "/v1/tasks/"+url.PathEscape(dt.LocalName(t.ID)))
+	writeJSON(w, status, h.taskJSON(r, full))
 	return nil
 }
 
@@ -248,14 +261,14 @@ func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	t, err := h.drover.Task(r.Context(), id)
+	t, err := h.drover.Task(r.Context(), h.qualify(r, id))
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errorf(http.StatusNotFound, "not_found", "task %q not found", id)
 		}
 		return err
 	}
-	writeJSON(w, http.StatusOK, toTaskJSON(t))
+	writeJSON(w, http.StatusOK, h.taskJSON(r, t))
 	return nil
 }
 
@@ -274,7 +287,7 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p := drover.ListParams{Workflow: q.Get("workflow"), AfterID: q.Get("after"), Limit: limit}
+	p := drover.ListParams{Workflow: q.Get("workflow"), AfterID: q.Get("after"), Limit: limit, Namespace: h.listNamespace(r)}
 	for _, v := range q["state"] {
 		for _, s := range strings.Split(v, ",") {
 			st := dt.ProcessState(strings.TrimSpace(s))
@@ -293,6 +306,7 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 		if err := checkName("task ID", p.AfterID); err != nil {
 			return paramCheck("after", err)
 		}
+		p.AfterID = h.qualify(r, p.AfterID)
 	}
 	ts, err := h.drover.Tasks(r.Context(), p)
 	if err != nil {
@@ -300,10 +314,10 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := taskListJSON{Tasks: []taskJSON{}}
 	for _, t := range ts {
-		out.Tasks = append(out.Tasks, toTaskJSON(t))
+		out.Tasks = append(out.Tasks, h.taskJSON(r, t))
 	}
 	if len(ts) == limit {
-		out.NextAfter = ts[len(ts)-1].ID
+		out.NextAfter = dt.LocalName(ts[len(ts)-1].ID)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -326,6 +340,7 @@ func (h *Handler) resubmitTask(w http.ResponseWriter, r *http.Request) error {
 	if req.FromStep != nil && *req.FromStep < 0 {
 		return errorf(http.StatusBadRequest, "invalid_field", "field \"from_step\" must not be negative")
 	}
+	id = h.qualify(r, id)
 	if _, err := h.drover.Resubmit(r.Context(), id, &drover.ResubmitOptions{FromStep: req.FromStep, Actor: h.actor(r)}); err != nil {
 		return err
 	}
@@ -333,7 +348,7 @@ func (h *Handler) resubmitTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toTaskJSON(t))
+	writeJSON(w, http.StatusOK, h.taskJSON(r, t))
 	return nil
 }
 
@@ -354,6 +369,7 @@ func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
 	if err := checkText("reason", req.Reason, drover.MaxReasonBytes); err != nil {
 		return err
 	}
+	id = h.qualify(r, id)
 	if _, err := h.drover.CancelAs(r.Context(), id, req.Reason, h.actor(r)); err != nil {
 		return err
 	}
@@ -361,6 +377,6 @@ func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toTaskJSON(t))
+	writeJSON(w, http.StatusOK, h.taskJSON(r, t))
 	return nil
 }

@@ -366,6 +366,17 @@ func (s *Scheduler) recount(ctx context.Context) {
 		s.adopted -= adopted
 		s.roomMu.Unlock()
 	}
+	if s.Machine.NamespaceMaxInFlight > 0 && s.Machine.NamespacesInUse() {
+		// The held tasks per namespace, likewise.
+		ts, err := s.Driver.Reader().TaskListLockedBy(ctx, s.Instance(), 2*s.MaxInFlight)
+		if err == nil {
+			held := map[string]int{}
+			for _, t := range ts {
+				held[dt.NamespaceOf(t.ID)]++
+			}
+			s.Machine.SetNamespaceHeld(held)
+		}
+	}
 }
 
 // restoreOnce stores the requests of the steps this instance had handed

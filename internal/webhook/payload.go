@@ -23,7 +23,11 @@ type Payload struct {
 	Type string `json:"type"` // processed, compensated, error, cancelled, or an alert's type
 	// Subject is what the event is about: the task ID, or
 	// "session:<queue>/<session>".
-	Subject    string          `json:"subject"`
+	Subject string `json:"subject"`
+	// Namespace is the namespace of the task or session; absent: the
+	// default namespace. IDs and names here are as the namespace's
+	// callers know them (without the namespace).
+	Namespace  string          `json:"namespace,omitempty"`
 	TaskID     string          `json:"task_id"` // "" for a session's event
 	Workflow   string          `json:"workflow"`
 	State      string          `json:"state"`      // the task's state after the event
@@ -46,7 +50,8 @@ type SessionJSON struct {
 // SessionOf returns the session of an event subject of the form
 // "session:<queue>/<session>" (dt.SessionSubject), and whether it is one.
 func SessionOf(subject string) (SessionJSON, bool) {
-	rest, ok := strings.CutPrefix(subject, "session:")
+	// A namespace's session subject starts "<ns>/".
+	rest, ok := strings.CutPrefix(dt.LocalName(subject), "session:")
 	if !ok {
 		return SessionJSON{}, false
 	}
@@ -94,7 +99,8 @@ func jsonOrString(b []byte) json.RawMessage {
 // for an event of a session).
 func BuildPayload(ev *dt.Event, t *dt.Task) ([]byte, error) {
 	p := Payload{
-		ID: strconv.FormatInt(ev.ID, 10), Type: string(ev.Type), Subject: ev.TaskID, State: string(ev.State),
+		ID: strconv.FormatInt(ev.ID, 10), Type: string(ev.Type), Subject: dt.LocalName(ev.TaskID), State: string(ev.State),
+		Namespace: dt.NamespaceOf(ev.TaskID),
 		StepIndex: ev.StepIndex, Alert: ev.Alert, Output: json.RawMessage("null"), Message: ev.Message,
 		OccurredAt: ev.CreatedAt.UTC(),
 	}
@@ -105,12 +111,12 @@ func BuildPayload(ev *dt.Event, t *dt.Task) ([]byte, error) {
 		if p.State == "" {
 			p.State = string(t.ProcessState)
 		}
-		p.TaskID, p.Workflow, p.Output, p.LastError = t.ID, t.Workflow, jsonOrString(t.Output), t.LastError
+		p.TaskID, p.Workflow, p.Output, p.LastError = dt.LocalName(t.ID), t.Workflow, jsonOrString(t.Output), t.LastError
 		p.Task = &TaskJSON{
-			ID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, State: string(t.ProcessState),
+			ID: dt.LocalName(t.ID), Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, State: string(t.ProcessState),
 			Input: jsonOrString(t.Input), Output: jsonOrString(t.Output), LastError: t.LastError,
 			FailureCount: t.FailureCount, CurrentStep: t.CurrentStep, StepCount: t.StepCount,
-			OrderingKey: t.OrderingKey, OrderingSeq: t.OrderingSeq, FailureThreshold: t.FailureThreshold,
+			OrderingKey: dt.LocalOrderingKey(t.OrderingKey), OrderingSeq: t.OrderingSeq, FailureThreshold: t.FailureThreshold,
 			OnFailure: string(t.OnFailure), CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(),
 		}
 	}

@@ -121,6 +121,15 @@ type Options struct {
 	// is at the cap is put back, due a PollInterval later, without
 	// counting an attempt. Default 4.
 	MaxPerHost int
+	// MaxPerNamespace caps the requests in flight for the events of one
+	// namespace (drovertype.NamespaceOf the delivery's subject), so one
+	// namespace's slow receivers cannot hold every slot; MaxPerHost then
+	// counts per namespace and host. A delivery claimed at the cap is put
+	// back as at MaxPerHost. The cap applies once the dispatcher has seen
+	// an event or a delivery of a namespace other than the default one: a
+	// store without namespaces uses every slot, as before. Default: three quarters of Concurrency
+	// (at least 1).
+	MaxPerNamespace int
 	// MaxAttempts is the number of attempts before a delivery is marked
 	// failed. Default 12.
 	MaxAttempts int
@@ -182,6 +191,9 @@ type Dispatcher struct {
 	seenKnown atomic.Bool
 
 	enqueued, tooOld, attempts, delivered, retried, failed, stale, inFlight, postponed atomic.Int64
+	// namespaced: an event or delivery of a namespace other than the
+	// default one was seen; MaxPerNamespace applies from then on.
+	namespaced atomic.Bool
 }
 
 // New validates opts and returns a Dispatcher on d. It does not touch the
@@ -193,16 +205,17 @@ func New(d store.Driver, opts Options) (*Dispatcher, error) {
 	if len(opts.Secret) < MinSecretBytes {
 		return nil, fmt.Errorf("webhook: Secret is %d bytes, want at least %d", len(opts.Secret), MinSecretBytes)
 	}
-	// One subscription per URL, in the order first given, with the union
-	// of the events chosen.
+	// One subscription per URL and namespace, in the order first given,
+	// with the union of the events chosen.
 	var subs []Subscription
 	at := map[string]int{}
 	add := func(s Subscription) {
-		if i, ok := at[s.URL]; ok {
+		key := s.Namespace + "\x00" + s.URL
+		if i, ok := at[key]; ok {
 			subs[i].Events = subs[i].Events.Union(s.Events)
 			return
 		}
-		at[s.URL] = len(subs)
+		at[key] = len(subs)
 		subs = append(subs, s)
 	}
 	for i, u := range opts.URLs {
@@ -219,7 +232,12 @@ func New(d store.Driver, opts Options) (*Dispatcher, error) {
 		if err != nil {
 			return nil, fmt.Errorf("webhook: Subscriptions[%d] (%s): %w", i, redact(s.URL), err)
 		}
-		add(Subscription{URL: s.URL, Events: events})
+		if s.Namespace = dt.StoredNamespace(s.Namespace); s.Namespace != "" {
+			if p := dt.NamespaceProblem(s.Namespace); p != "" {
+				return nil, fmt.Errorf("webhook: Subscriptions[%d] (%s): namespace %q %s", i, redact(s.URL), s.Namespace, p)
+			}
+		}
+		add(Subscription{URL: s.URL, Events: events, Namespace: s.Namespace})
 	}
 	opts.Subscriptions, opts.URLs = subs, nil
 	opts.Secret = bytes.Clone(opts.Secret)
@@ -257,6 +275,9 @@ func New(d store.Driver, opts Options) (*Dispatcher, error) {
 	if opts.MaxPerHost == 0 {
 		opts.MaxPerHost = DefaultMaxPerHost
 	}
+	if opts.MaxPerNamespace <= 0 {
+		opts.MaxPerNamespace = max(1, opts.Concurrency*3/4)
+	}
 	if opts.MaxAttempts == 0 {
 		opts.MaxAttempts = DefaultMaxAttempts
 	}
@@ -293,6 +314,11 @@ func New(d store.Driver, opts Options) (*Dispatcher, error) {
 // Subscription is a URL and the events it receives.
 type Subscription struct {
 	URL string
+	// Namespace is the namespace whose events the URL receives ("#...&
+	// namespace=NAME" on the command line). Default "": the default
+	// namespace's only. A task's own callback URL receives its task's
+	// events, whatever the namespace.
+	Namespace string
 	// Events selects the events: "final", "alerts", event types
 	// (dt.ParseWebhookEvents). Empty: final states.
 	Events dt.WebhookEventSet
@@ -311,16 +337,30 @@ func ParseSubscription(s string) (Subscription, error) {
 	if !hasFrag {
 		return sub, nil
 	}
-	list, ok := strings.CutPrefix(frag, "events=")
-	if !ok {
-		return Subscription{}, fmt.Errorf("URL %q: the part after # must be events=LIST (such as events=final,alerts), not %q", redact(u), frag)
+	var list string
+	for _, part := range strings.Split(frag, "&") {
+		k, v, _ := strings.Cut(part, "=")
+		switch {
+		case k == "events" && list == "":
+			list = v
+			if list == "" {
+				return Subscription{}, fmt.Errorf("URL %q: events= lists no events", redact(u))
+			}
+		case k == "namespace" && sub.Namespace == "":
+			if p := dt.NamespaceProblem(v); p != "" {
+				return Subscription{}, fmt.Errorf("URL %q: namespace %q %s", redact(u), v, p)
+			}
+			sub.Namespace = dt.StoredNamespace(v)
+		default:
+			return Subscription{}, fmt.Errorf("URL %q: the part after # must be events=LIST (such as events=final,alerts) and/or namespace=NAME, joined by &, not %q", redact(u), frag)
+		}
+	}
+	if list == "" {
+		return sub, nil
 	}
 	events, err := dt.SplitWebhookEvents(list)
 	if err != nil {
 		return Subscription{}, fmt.Errorf("URL %q: events: %w", redact(u), err)
-	}
-	if list == "" {
-		return Subscription{}, fmt.Errorf("URL %q: events= lists no events", redact(u))
 	}
 	sub.Events = events
 	return sub, nil
@@ -387,11 +427,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// Requests outlive ctx: a stop lets them finish within Timeout.
 	sendCtx := context.WithoutCancel(ctx)
 	type sent struct {
-		res  store.WebhookResult
-		host string
+		res      store.WebhookResult
+		ns, host string
 	}
 	results := make(chan sent, d.opts.Concurrency)
-	perHost := map[string]int{} // requests in flight by host
+	perHost := map[string]int{} // requests in flight by namespace and host
+	perNS := map[string]int{}   // requests in flight by namespace
 	ticker := time.NewTicker(d.opts.PollInterval)
 	defer ticker.Stop()
 	var (
@@ -417,15 +458,20 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			cancel()
 			pending = append(pending[:0], left...)
 			for _, w := range claimed {
-				host := hostOf(w.URL)
-				if perHost[host] >= d.opts.MaxPerHost {
+				ns := dt.NamespaceOf(w.TaskID)
+				if ns != "" {
+					d.namespaced.Store(true)
+				}
+				host := ns + "\x00" + hostOf(w.URL)
+				if perHost[host] >= d.opts.MaxPerHost || d.namespaced.Load() && perNS[ns] >= d.opts.MaxPerNamespace {
 					pending = append(pending, d.postpone(w))
 					continue
 				}
 				perHost[host]++
+				perNS[ns]++
 				inflight++
 				d.inFlight.Add(1)
-				go func() { results <- sent{d.send(sendCtx, w), host} }()
+				go func() { results <- sent{d.send(sendCtx, w), ns, host} }()
 			}
 		}
 		select {
@@ -450,6 +496,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.inFlight.Add(-1)
 			if perHost[r.host]--; perHost[r.host] == 0 {
 				delete(perHost, r.host)
+			}
+			if perNS[r.ns]--; perNS[r.ns] == 0 {
+				delete(perNS, r.ns)
 			}
 			pending = append(pending, r.res)
 		}
@@ -630,6 +679,9 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 				continue
 			}
 			picked = append(picked, ev)
+			if dt.NamespaceOf(ev.TaskID) != "" {
+				d.namespaced.Store(true)
+			}
 			if _, session := SessionOf(ev.TaskID); !session && !idSet[ev.TaskID] {
 				idSet[ev.TaskID] = true
 				ids = append(ids, ev.TaskID)
@@ -703,8 +755,9 @@ func (d *Dispatcher) urlsFor(ev *dt.Event, t *dt.Task) []string {
 	if t != nil && t.CallbackURL != "" && t.CallbackEvents.Matches(ev) {
 		urls = append(urls, t.CallbackURL)
 	}
+	ns := dt.NamespaceOf(ev.TaskID)
 	for _, s := range d.opts.Subscriptions {
-		if s.Events.Matches(ev) && !slices.Contains(urls, s.URL) {
+		if s.Namespace == ns && s.Events.Matches(ev) && !slices.Contains(urls, s.URL) {
 			urls = append(urls, s.URL)
 		}
 	}

@@ -27,6 +27,13 @@ import (
 // limit of the HTTP caller applies within it.
 const DefaultHTTPConcurrency = 256
 
+// httpAgentSlots is how many requests the "http" agent takes per call slot
+// (Options.HTTPConcurrency): a request past the slots waits in the caller
+// (a goroutine), for its namespace's slots then the process's, rather
+// than unclaimed in the store, so that a namespace at its cap does not
+// keep another's requests from the caller.
+const httpAgentSlots = 4
+
 // Options configures a Registry.
 type Options struct {
 	// Store keeps the versions of every definition. Required.
@@ -40,8 +47,17 @@ type Options struct {
 	// Caller, when set, is used instead of one built from HTTP.
 	Caller *httpagent.Caller
 	// HTTPConcurrency caps the calls of the "http" agent in this process
-	// (default DefaultHTTPConcurrency).
+	// (default DefaultHTTPConcurrency): the calls the caller makes at once
+	// (httpagent.Options.MaxConcurrent) when the registry builds it. The
+	// agent takes up to httpAgentSlots times as many requests, which wait
+	// in the caller for their namespace's slots and these.
 	HTTPConcurrency int
+	// HTTPMaxPerNamespace caps the calls of the "http" agent of one
+	// namespace (httpagent.Options.MaxPerNamespace) when the registry
+	// builds the caller and HTTP.MaxPerNamespace is not set. Default:
+	// three quarters of HTTPConcurrency, so other namespaces always have
+	// slots left.
+	HTTPMaxPerNamespace int
 	// Reserved names the workflows defined in code (such as "orders"),
 	// which no file may take.
 	Reserved []string
@@ -86,11 +102,20 @@ func NewRegistry(opts Options) (*Registry, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.HTTPMaxPerNamespace <= 0 {
+		opts.HTTPMaxPerNamespace = max(1, opts.HTTPConcurrency*3/4)
+	}
 	caller := opts.Caller
 	if caller == nil {
 		h := opts.HTTP
 		if h.Logger == nil {
 			h.Logger = opts.Logger
+		}
+		if h.MaxPerNamespace <= 0 {
+			h.MaxPerNamespace = opts.HTTPMaxPerNamespace
+		}
+		if h.MaxConcurrent <= 0 {
+			h.MaxConcurrent = opts.HTTPConcurrency
 		}
 		caller = httpagent.New(h)
 	}
@@ -99,6 +124,10 @@ func NewRegistry(opts Options) (*Registry, error) {
 		defs: map[key]*Definition{}, current: map[string]*Definition{}, scanned: map[string]string{},
 	}, nil
 }
+
+// HTTPCalls returns the built-in http agent's calls in flight per
+// namespace (as stored, "" for the default one; only namespaces with any).
+func (r *Registry) HTTPCalls() map[string]int { return r.caller.NamespaceCalls() }
 
 // Client is what the registry uses of a *drover.Client.
 type Client interface {
@@ -540,7 +569,7 @@ func (r *Registry) Watch(ctx context.Context, poll time.Duration, hup <-chan os.
 // stop calls to others).
 func (r *Registry) HTTPAgent() drover.Agent {
 	return drover.Agent{
-		Name: HTTPAgentName, Func: r.callHTTP, Concurrency: r.opts.HTTPConcurrency,
+		Name: HTTPAgentName, Func: r.callHTTP, Concurrency: r.opts.HTTPConcurrency * httpAgentSlots,
 		Retry:   drover.RetryPolicy{MaxTries: 1},
 		Breaker: drover.BreakerPolicy{Failures: math.MaxUint32},
 	}
@@ -654,6 +683,7 @@ func (r *Registry) callHTTP(ctx context.Context, req *drover.AgentRequest) ([]by
 	hr.IdempotencyKey = req.IdempotencyKey
 	hr.Retry = res.action.Retry
 	hr.Egress = res.def.EgressPolicy(r.caller.Egress())
+	hr.Namespace = dt.NamespaceOf(req.TaskID)
 	return r.caller.Do(ctx, hr)
 }
 

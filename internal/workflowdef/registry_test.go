@@ -170,10 +170,19 @@ func start(t *testing.T, d store.Driver, dir string, startClient bool) *fixture 
 // startWith is start with the server-level egress policy pol.
 func startWith(t *testing.T, d store.Driver, dir string, startClient bool, pol *egress.Policy) *fixture {
 	t.Helper()
+	return startOpts(t, dir, startClient, Options{Store: d, Reserved: []string{"orders"}, HTTP: httpagent.Options{Egress: pol}})
+}
+
+// startOpts is startWith with the registry's options (their Logger is the
+// fixture's).
+func startOpts(t *testing.T, dir string, startClient bool, opts Options) *fixture {
+	t.Helper()
 	ctx := context.Background()
+	d := opts.Store
 	logs := &syncBuf{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	reg, err := NewRegistry(Options{Store: d, Logger: log, Reserved: []string{"orders"}, HTTP: httpagent.Options{Egress: pol}})
+	opts.Logger = log
+	reg, err := NewRegistry(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

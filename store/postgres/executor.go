@@ -410,6 +410,14 @@ func (e *executor) TaskList(ctx context.Context, p store.TaskListParams) ([]*dt.
 	if p.AfterID != "" {
 		where = append(where, `id > `+arg(p.AfterID))
 	}
+	if ns, ok := store.ListNamespace(p.Namespace); ok {
+		if ns == "" {
+			where = append(where, `strpos(id, '/') = 0`)
+		} else {
+			lo, hi := store.NamespaceRange(ns)
+			where = append(where, `id >= `+arg(lo)+` AND id < `+arg(hi))
+		}
+	}
 	q := e.d.q.taskList
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
@@ -1178,8 +1186,10 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 		alerts                   = make([]bool, n)
 		terms                    = make([]int64, n)
 		created                  = make([]time.Time, n)
+		namespaces               = make([]string, n)
 	)
 	for i, ev := range events {
+		namespaces[i] = dt.NamespaceOf(ev.TaskID)
 		if ev.StepIndex >= 0 {
 			stepVals[i] = int32(ev.StepIndex)
 			steps[i] = &stepVals[i]
@@ -1192,7 +1202,7 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 	}
 	var ids []int64
 	return e.laterTail(ctx, "insert events", e.d.q.eventInsert, []any{taskIDs, steps, types, states.ptrs, alerts, actors.ptrs,
-		terms, attempts, messages.ptrs, created}, scanIDs(&ids), func() error {
+		terms, attempts, messages.ptrs, created, namespaces}, scanIDs(&ids), func() error {
 		ids, err := sortedIDs(ids, n, "insert events")
 		if err != nil {
 			return err
@@ -1228,6 +1238,13 @@ func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*d
 	}
 	if p.AlertsOnly {
 		q += ` AND alert`
+	}
+	if ns, ok := store.ListNamespace(p.Namespace); ok {
+		args = append(args, ns)
+		q += fmt.Sprintf(` AND namespace = $%d`, len(args))
+		if ns != "" {
+			q += ` AND namespace <> ''` // the partial index events_namespace
+		}
 	}
 	q += ` ORDER BY id`
 	if p.Limit > 0 {

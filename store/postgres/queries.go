@@ -242,10 +242,10 @@ const (
    AND classid = $1::bigint::oid AND objid = $2::bigint::oid
    AND ($3::text[] IS NULL OR virtualtransaction = ANY($3::text[]))`
 
-	eventInsCols = `task_id, step_index, type, state, alert, actor, term, attempt, message, created_at`
+	eventInsCols = `task_id, step_index, type, state, alert, actor, term, attempt, message, created_at, namespace`
 	tEventInsert = `INSERT INTO {s}.events (` + eventInsCols + `)
  SELECT ` + eventInsCols + ` FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::text[],
-   $7::bigint[], $8::int[], $9::text[], $10::timestamptz[])
+   $7::bigint[], $8::int[], $9::text[], $10::timestamptz[], $11::text[])
    WITH ORDINALITY AS u(` + eventInsCols + `, ord)
  ORDER BY ord
  RETURNING id`

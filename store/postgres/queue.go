@@ -138,9 +138,19 @@ func (e *executor) QueueGet(ctx context.Context, name string) (*dt.Queue, error)
 
 func (e *executor) QueueList(ctx context.Context, p store.QueueListParams) ([]*dt.Queue, error) {
 	query, args := e.d.q.queueList, []any{p.AfterName}
+	if ns, ok := store.ListNamespace(p.Namespace); ok {
+		if ns == "" {
+			query += ` AND strpos(name, '/') = 0`
+		} else {
+			lo, hi := store.NamespaceRange(ns)
+			query += ` AND name >= $2 AND name < $3`
+			args = append(args, lo, hi)
+		}
+	}
+	query += ` ORDER BY name`
 	if p.Limit > 0 {
-		query += ` LIMIT $2`
 		args = append(args, p.Limit)
+		query += fmt.Sprintf(` LIMIT $%d`, len(args))
 	}
 	var out []*dt.Queue
 	if err := e.each(ctx, "list queues", query, args, scanQueue(&out)); err != nil {

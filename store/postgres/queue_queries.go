@@ -62,7 +62,7 @@ const (
    poison_policy = EXCLUDED.poison_policy, dedupe_window_us = EXCLUDED.dedupe_window_us,
    lock_duration_us = EXCLUDED.lock_duration_us, updated_at = EXCLUDED.updated_at`
 	tQueueGet  = `SELECT ` + sqQueueCols + ` FROM {s}.queues WHERE name = $1`
-	tQueueList = `SELECT ` + sqQueueCols + ` FROM {s}.queues WHERE name > $1 ORDER BY name`
+	tQueueList = `SELECT ` + sqQueueCols + ` FROM {s}.queues WHERE name > $1`
 
 	// tPublishPrepare returns, per message ($1 queues, $2 session IDs, $3
 	// message IDs): its queue's dedupe window (NULL: no queue yet), whether

@@ -29,3 +29,20 @@ func TestUpgradeFrom11(t *testing.T) {
 		return nil
 	})
 }
+
+// Migration 14 upgrades a store with events in place.
+func TestUpgradeTo14(t *testing.T) {
+	t.Parallel()
+	d := openFresh(t)
+	s := pgx.Identifier{d.Schema()}.Sanitize()
+	storetest.CheckUpgradeTo14(t, d, func(ctx context.Context) error {
+		for _, q := range []string{
+			`ALTER TABLE ` + s + `.events DROP COLUMN namespace`, `DELETE FROM ` + s + `.drover_migrations WHERE version = 14`,
+		} {
+			if _, err := d.Pool().Exec(ctx, q); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		return nil
+	})
+}

@@ -211,6 +211,15 @@ func (e *executor) TaskList(ctx context.Context, p store.TaskListParams) ([]*dt.
 		where = append(where, `id > ?`)
 		args = append(args, p.AfterID)
 	}
+	if ns, ok := store.ListNamespace(p.Namespace); ok {
+		if ns == "" {
+			where = append(where, `instr(id, '/') = 0`)
+		} else {
+			lo, hi := store.NamespaceRange(ns)
+			where = append(where, `id >= ? AND id < ?`)
+			args = append(args, lo, hi)
+		}
+	}
 	q := `SELECT ` + taskCols + ` FROM tasks`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
@@ -675,7 +684,7 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 			step = ev.StepIndex
 		}
 		rows[i] = []any{ev.TaskID, step, string(ev.Type), nullStr(string(ev.State)), ev.Alert, nullStr(ev.Actor),
-			ev.Term, ev.Attempt, nullStr(ev.Message), us(ev.CreatedAt)}
+			ev.Term, ev.Attempt, nullStr(ev.Message), us(ev.CreatedAt), dt.NamespaceOf(ev.TaskID)}
 	}
 	return e.execRows(ctx, "insert events", mEventInsert, rows, func(res sql.Result, first, n int) error {
 		// AUTOINCREMENT within one INSERT of a write transaction: consecutive IDs.
@@ -695,6 +704,13 @@ func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*d
 	}
 	if p.AlertsOnly {
 		q += ` AND alert = 1`
+	}
+	if ns, ok := store.ListNamespace(p.Namespace); ok {
+		q += ` AND namespace = ?`
+		args = append(args, ns)
+		if ns != "" {
+			q += ` AND namespace <> ''` // the partial index events_namespace
+		}
 	}
 	q += ` ORDER BY id`
 	if p.Limit > 0 {

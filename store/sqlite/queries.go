@@ -136,8 +136,8 @@ var (
 	mRequestDeleteByStep = newMultiRow(`DELETE FROM agent_requests WHERE (task_id, step_index) IN (VALUES `,
 		`(?,?)`, `)`)
 	mEventInsert = newMultiRow(`INSERT INTO events (task_id, step_index, type, state, alert, actor, term,
- attempt, message, created_at) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?)`, "")
+ attempt, message, created_at, namespace) VALUES `,
+		`(?,?,?,?,?,?,?,?,?,?,?)`, "")
 	mReplyInsert = newMultiRow(`INSERT INTO agent_replies (task_id, step_index, attempt, kind, output, failed,
  error, created_at) VALUES `,
 		`(?,?,?,?,?,?,?,?)`, "")

@@ -135,6 +135,16 @@ func (e *executor) QueueGet(ctx context.Context, name string) (*dt.Queue, error)
 
 func (e *executor) QueueList(ctx context.Context, p store.QueueListParams) ([]*dt.Queue, error) {
 	q, args := qQueueList, []any{p.AfterName}
+	if ns, ok := store.ListNamespace(p.Namespace); ok {
+		if ns == "" {
+			q += ` AND instr(name, '/') = 0`
+		} else {
+			lo, hi := store.NamespaceRange(ns)
+			q += ` AND name >= ? AND name < ?`
+			args = append(args, lo, hi)
+		}
+	}
+	q += ` ORDER BY name`
 	if p.Limit > 0 {
 		q += ` LIMIT ?`
 		args = append(args, p.Limit)

@@ -42,7 +42,7 @@ const (
    poison_policy = excluded.poison_policy, dedupe_window_us = excluded.dedupe_window_us,
    lock_duration_us = excluded.lock_duration_us, updated_at = excluded.updated_at`
 	qQueueGet    = `SELECT ` + queueCols + ` FROM queues WHERE name = ?`
-	qQueueList   = `SELECT ` + queueCols + ` FROM queues WHERE name > ? ORDER BY name`
+	qQueueList   = `SELECT ` + queueCols + ` FROM queues WHERE name > ?`
 	qQueueCreate = `INSERT INTO queues (name, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`
 	// qQueueWindows reads the dedupe windows of the queues in a JSON list.
 	qQueueWindows = `SELECT name, dedupe_window_us FROM queues WHERE name IN (SELECT value FROM json_each(?))`

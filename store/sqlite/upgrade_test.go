@@ -27,3 +27,18 @@ func TestUpgradeFrom11(t *testing.T) {
 		return nil
 	})
 }
+
+// Migration 14 upgrades a store with events in place.
+func TestUpgradeTo14(t *testing.T) {
+	d, _ := freshStore(t)
+	storetest.CheckUpgradeTo14(t, d, func(ctx context.Context) error {
+		for _, q := range []string{
+			`DROP INDEX events_namespace`, `ALTER TABLE events DROP COLUMN namespace`, `DELETE FROM drover_migrations WHERE version = 14`,
+		} {
+			if _, err := d.DB().ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		return nil
+	})
+}

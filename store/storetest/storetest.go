@@ -88,6 +88,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Driver) {
 		{"WorkflowDef", workflowDefCases()},
 		{"Webhook", webhookCases()},
 		{"Isolation", isolationCases()},
+		{"Namespace", namespaceCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -42,3 +42,40 @@ func CheckUpgradeFrom11(t *testing.T, d store.Driver, undo func(ctx context.Cont
 	checkEqual(t, "task stored after the upgrade", getTask(t, d, "new"), fresh)
 	checkEqual(t, "step stored after the upgrade", getSteps(t, d, "new")[0], freshSteps[0])
 }
+
+// CheckUpgradeTo14 checks that migration 14 (the events' namespace)
+// upgrades a store holding events in place: undo (driver-specific SQL)
+// takes it away again from d, a migrated store holding events, and Migrate
+// applies it again; the events stored before are the default namespace's,
+// and new events of a namespace are listed under it.
+func CheckUpgradeTo14(t *testing.T, d store.Driver, undo func(ctx context.Context) error) {
+	t.Helper()
+	ctx := context.Background()
+	insertTasks(t, d, newTask("old"))
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, []*dt.Event{{TaskID: "old", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: base}})
+	})
+	if err := undo(ctx); err != nil {
+		t.Fatalf("undo migration 14: %v", err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	insertTasks(t, d, newTask("a/new"))
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a/new", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: base}})
+	})
+	for ns, want := range map[string]string{"": "old,a/new", dt.DefaultNamespace: "old", "a": "a/new"} {
+		evs := listEvents(t, d, store.EventListParams{Namespace: ns, Lookup: true})
+		got := ""
+		for i, e := range evs {
+			if i > 0 {
+				got += ","
+			}
+			got += e.TaskID
+		}
+		if got != want {
+			t.Errorf("events of namespace %q after the upgrade: %s, want %s", ns, got, want)
+		}
+	}
+}

@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestServerNamespaces runs a real server with a tokens file of two
+// namespaces and the namespace flags: the same task ID in each names two
+// tasks, and each token reads and lists its own.
+func TestServerNamespaces(t *testing.T) {
+	bin := buildDroverBinary(t)
+	dir := t.TempDir()
+	const aTok, bTok = "ns-e2e-team-a-token-0123456789", "ns-e2e-team-b-token-0123456789"
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte(aTok+" submit,ns:team-a ci-a\n"+bTok+" submit,ns:team-b ci-b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wf := filepath.Join(dir, "wf")
+	if err := os.MkdirAll(wf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wf, "w.yaml"), []byte("name: w\nsteps: [{name: s, agent: far, timeout: 30s}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startServerProc(t, bin, nil, "--db", "sqlite:"+filepath.Join(dir, "d.db"), "--listen", "127.0.0.1:0",
+		"--tokens-file", tokens, "--workflows", wf, "--namespace-max-in-flight", "10", "--http-max-per-namespace", "4",
+		"--max-waiting-per-namespace", "8", "--max-streams-per-namespace", "8")
+	base := "http://" + p.addr
+	c := &http.Client{Timeout: 10 * time.Second}
+	for tok, in := range map[string]string{aTok: `"a"`, bTok: `"b"`} {
+		if code, m := call(t, c, "POST", base+"/v1/tasks", tok, `{"workflow":"w","id":"same","input":`+in+`}`); code != 201 || m["id"] != "same" {
+			t.Fatalf("submit: %d %v", code, m)
+		}
+	}
+	for tok, in := range map[string]string{aTok: "a", bTok: "b"} {
+		if code, m := call(t, c, "GET", base+"/v1/tasks/same", tok, ""); code != 200 || m["input"] != in {
+			t.Fatalf("get: %d %v, want input %q", code, m, in)
+		}
+		if code, m := call(t, c, "GET", base+"/v1/tasks", tok, ""); code != 200 || len(m["tasks"].([]any)) != 1 {
+			t.Fatalf("list: %d %v", code, m)
+		}
+	}
+
+}

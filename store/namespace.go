@@ -1,0 +1,20 @@
+package store
+
+import "github.com/drover-run/drover/drovertype"
+
+// NamespaceRange is the range [lo, hi) of stored names (task IDs, queue
+// names) of the namespace ns, which is not the default one: the names
+// starting "<ns>/". Drivers list a namespace's tasks and queues by it, on
+// the primary key's order; the default namespace's are those without "/".
+func NamespaceRange(ns string) (lo, hi string) {
+	return ns + "/", ns + string(rune('/'+1))
+}
+
+// ListNamespace is a listing's Namespace as stored ("" for the default
+// namespace) and whether the listing filters by namespace at all.
+func ListNamespace(ns string) (stored string, filter bool) {
+	if ns == "" {
+		return "", false
+	}
+	return drovertype.StoredNamespace(ns), true
+}
