@@ -86,7 +86,7 @@ func TestHostileIdentifiersAndReasons(t *testing.T) {
 				Task: &dt.Task{ID: "-old", Workflow: w.Name, Input: []byte(`{}`), InputHash: flow.InputHash(w.Name, []byte(`{}`)),
 					ProcessState: dt.Pending, StepCount: 1, FailureThreshold: 3, OnFailure: dt.PolicyError,
 					AvailableAt: now, CreatedAt: now, UpdatedAt: now},
-				Steps: []*dt.Step{{TaskID: "-old", Name: "charge", Agent: "payments", Timeout: time.Second,
+				Steps: []*dt.StepRecord{{TaskID: "-old", Name: "charge", Agent: "payments", Timeout: time.Second,
 					ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey("-old", 0, "charge"), UpdatedAt: now}},
 			}
 			if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {

@@ -220,7 +220,7 @@ func (c *Client) SubmitTx(ctx context.Context, tx any, workflow string, input []
 
 type prepared struct {
 	task  *dt.Task
-	steps []*dt.Step
+	steps []*dt.StepRecord
 }
 
 // prepare validates one submission and builds its records; it touches nothing.
@@ -287,9 +287,9 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 		WorkflowVersion: w.Version, CallbackURL: p.Options.CallbackURL, CallbackEvents: events,
 		AvailableAt: now, CreatedAt: now, UpdatedAt: now,
 	}
-	steps := make([]*dt.Step, len(w.Steps))
+	steps := make([]*dt.StepRecord, len(w.Steps))
 	for i, s := range w.Steps {
-		steps[i] = &dt.Step{
+		steps[i] = &dt.StepRecord{
 			TaskID: id, Index: i, Name: s.Name, Agent: s.Agent, Timeout: s.Timeout, Compensation: s.Compensation,
 			OnFailure: s.OnFailure, Wait: s.Wait, // never changed after registration: shared safely
 			ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, i, s.Name), UpdatedAt: now,

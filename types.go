@@ -13,7 +13,7 @@ type (
 	// Task is one run of a workflow and its state record.
 	Task = dt.Task
 	// TaskStep is the state record of one step of a task.
-	TaskStep = dt.Step
+	TaskStep = dt.StepRecord
 	// ProcessState is the state of a task or step.
 	ProcessState = dt.ProcessState
 	// FailurePolicy says what happens when a step fails for good.

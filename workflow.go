@@ -44,7 +44,8 @@ type Workflow struct {
 	Wait WaitPolicy
 }
 
-// Step is one step of a workflow.
+// Step is one step of a workflow: a definition. Its state while a task runs
+// is a TaskStep (Task.Steps).
 type Step struct {
 	Name  string
 	Agent string

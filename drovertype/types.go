@@ -157,11 +157,13 @@ type Task struct {
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 
-	Steps []Step // filled by calls that return a task with its steps
+	Steps []StepRecord // filled by calls that return a task with its steps
 }
 
-// Step is one step of a task and its state-store record.
-type Step struct {
+// StepRecord is the state-store record of one step of a task: its
+// definition (drover.Step in a workflow) and its state (ProcessState,
+// LockedBy, CompleteBy, FailureCount, attempt).
+type StepRecord struct {
 	TaskID       string
 	Index        int
 	Name         string
@@ -189,7 +191,7 @@ type Step struct {
 
 // PolicyOf returns the failure policy and the wait policy that apply to
 // step s of t: the step's own where it sets them, else the task's.
-func (t *Task) PolicyOf(s *Step) (FailurePolicy, WaitPolicy) {
+func (t *Task) PolicyOf(s *StepRecord) (FailurePolicy, WaitPolicy) {
 	policy, wait := t.OnFailure, t.Wait
 	if s.OnFailure != "" {
 		policy = s.OnFailure

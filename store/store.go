@@ -76,7 +76,7 @@ type Executor interface {
 	// first), so that a driver can fetch both in one round trip. On the
 	// Reader both reads see one snapshot of the database: the steps are
 	// those of the tasks as returned, never of a later state.
-	TaskGetManyWithSteps(ctx context.Context, ids []string) ([]*drovertype.Task, []*drovertype.Step, error)
+	TaskGetManyWithSteps(ctx context.Context, ids []string) ([]*drovertype.Task, []*drovertype.StepRecord, error)
 	TaskList(ctx context.Context, p TaskListParams) ([]*drovertype.Task, error)
 	TaskCountByState(ctx context.Context) (map[drovertype.ProcessState]int, error)
 	TaskCountLockedBy(ctx context.Context, instance string) (int, error)
@@ -93,7 +93,7 @@ type Executor interface {
 	// TaskClaimWithSteps is TaskClaim followed by StepListByTasks of the
 	// claimed tasks, in one call, so that a driver can do both in one round
 	// trip. The steps come by task ID and index.
-	TaskClaimWithSteps(ctx context.Context, p TaskClaimParams) ([]*drovertype.Task, []*drovertype.Step, error)
+	TaskClaimWithSteps(ctx context.Context, p TaskClaimParams) ([]*drovertype.Task, []*drovertype.StepRecord, error)
 	// TaskGetAndClaim is TaskGetManyWithSteps of ids, then
 	// TaskClaimWithSteps of p (when p.Limit > 0), in one call: the reads of
 	// a scheduler tick, which a driver can send in one round trip. (The
@@ -143,14 +143,14 @@ type Executor interface {
 	// task of it is ever deleted.
 	OrderingKeysPrune(ctx context.Context, keys []string) error
 
-	StepInsertMany(ctx context.Context, steps []*drovertype.Step) error
+	StepInsertMany(ctx context.Context, steps []*drovertype.StepRecord) error
 	// StepListByTasks returns the steps of the given tasks ordered by task
 	// then index.
-	StepListByTasks(ctx context.Context, taskIDs []string) ([]*drovertype.Step, error)
+	StepListByTasks(ctx context.Context, taskIDs []string) ([]*drovertype.StepRecord, error)
 	// StepUpdateMany writes the mutable fields of each step, including
 	// IdempotencyKey (it changes only when a Compensated task is
 	// resubmitted: a new run gets new keys).
-	StepUpdateMany(ctx context.Context, steps []*drovertype.Step) error
+	StepUpdateMany(ctx context.Context, steps []*drovertype.StepRecord) error
 
 	RequestInsertMany(ctx context.Context, reqs []*drovertype.AgentRequest) error
 	// RequestClaim hands up to Limit unclaimed requests for Agent, oldest
@@ -333,7 +333,7 @@ type StepAttempt struct {
 // ClaimThenListSteps is TaskClaimWithSteps as its two calls, TaskClaim then
 // StepListByTasks of the claimed tasks: for drivers, or paths of a driver,
 // that gain nothing from doing both at once.
-func ClaimThenListSteps(ctx context.Context, x Executor, p TaskClaimParams) ([]*drovertype.Task, []*drovertype.Step, error) {
+func ClaimThenListSteps(ctx context.Context, x Executor, p TaskClaimParams) ([]*drovertype.Task, []*drovertype.StepRecord, error) {
 	tasks, err := x.TaskClaim(ctx, p)
 	if err != nil || len(tasks) == 0 {
 		return tasks, nil, err
@@ -351,9 +351,9 @@ func ClaimThenListSteps(ctx context.Context, x Executor, p TaskClaimParams) ([]*
 
 // GetAndClaim is what TaskGetAndClaim read.
 type GetAndClaim struct {
-	Got     []*drovertype.Task // the tasks of ids, locked
-	Claimed []*drovertype.Task // the tasks claimed
-	Steps   []*drovertype.Step // the steps of the tasks in Got and Claimed, each once
+	Got     []*drovertype.Task       // the tasks of ids, locked
+	Claimed []*drovertype.Task       // the tasks claimed
+	Steps   []*drovertype.StepRecord // the steps of the tasks in Got and Claimed, each once
 	// Busy lists the tasks of ids that another transaction held locked and
 	// that were therefore left out of Got rather than waited for (a task
 	// that does not exist is in neither). A busy task can still be in
@@ -373,7 +373,7 @@ func GetThenClaim(ctx context.Context, x Executor, ids []string, p TaskClaimPara
 		}
 	}
 	if p.Limit > 0 {
-		var more []*drovertype.Step
+		var more []*drovertype.StepRecord
 		if r.Claimed, more, err = x.TaskClaimWithSteps(ctx, p); err != nil {
 			return GetAndClaim{}, err
 		}
@@ -384,7 +384,7 @@ func GetThenClaim(ctx context.Context, x Executor, ids []string, p TaskClaimPara
 
 // AppendStepsOfOthers appends to steps those of more whose task is not in
 // ids (whose steps steps already holds).
-func AppendStepsOfOthers(steps, more []*drovertype.Step, ids []string) []*drovertype.Step {
+func AppendStepsOfOthers(steps, more []*drovertype.StepRecord, ids []string) []*drovertype.StepRecord {
 	if len(ids) == 0 {
 		return append(steps, more...)
 	}

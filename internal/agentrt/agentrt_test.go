@@ -55,7 +55,7 @@ func setup(t *testing.T, n int, agent string, timeout time.Duration) (store.Driv
 		subs[i] = flow.Submission{
 			Task: &dt.Task{ID: id, Workflow: "wf", Input: in, InputHash: flow.InputHash("wf", in), ProcessState: dt.Pending,
 				StepCount: 1, FailureThreshold: 3, OnFailure: dt.PolicyError, AvailableAt: now, CreatedAt: now, UpdatedAt: now},
-			Steps: []*dt.Step{{TaskID: id, Index: 0, Name: "call", Agent: agent, Timeout: timeout, ProcessState: dt.Pending,
+			Steps: []*dt.StepRecord{{TaskID: id, Index: 0, Name: "call", Agent: agent, Timeout: timeout, ProcessState: dt.Pending,
 				IdempotencyKey: flow.IdempotencyKey(id, 0, "call"), UpdatedAt: now}},
 		}
 	}
@@ -479,7 +479,7 @@ func TestReserveAndDispatch(t *testing.T) {
 			subs = append(subs, flow.Submission{
 				Task: &dt.Task{ID: id, Workflow: "wf", Input: in, InputHash: flow.InputHash("wf", in), ProcessState: dt.Pending,
 					StepCount: 1, FailureThreshold: 3, OnFailure: dt.PolicyError, AvailableAt: now, CreatedAt: now, UpdatedAt: now},
-				Steps: []*dt.Step{{TaskID: id, Name: "s", Agent: "a", Timeout: 10 * time.Second, ProcessState: dt.Pending,
+				Steps: []*dt.StepRecord{{TaskID: id, Name: "s", Agent: "a", Timeout: 10 * time.Second, ProcessState: dt.Pending,
 					IdempotencyKey: flow.IdempotencyKey(id, 0, "s"), UpdatedAt: now}},
 			})
 		}

@@ -292,7 +292,7 @@ func TestConsumeIdleWaitsForARunningHandler(t *testing.T) {
 	db := []string{"--db", path}
 	mustRun(t, append([]string{"queue", "publish", "--queue", "slow", "--session", "s", "--body", "1"}, db...)...)
 	var sum ConsumeSummary
-	qrun(t, &sum, "", db, "queue", "consume", "--queue", "slow", "--sessions", "2", "--idle", "300ms", "--exec", "sleep 1.5")
+	qrun(t, &sum, "", db, "queue", "consume", "--queue", "slow", "--sessions", "2", "--idle", "1500ms", "--exec", "sleep 3.5")
 	if sum.Completed != 1 || sum.Abandoned != 0 {
 		t.Fatalf("consume = %+v, want the slow message completed", sum)
 	}

@@ -161,7 +161,7 @@ func remoteTask(t *droverclient.Task) *drover.Task {
 			w := remoteWait(s.Wait)
 			wait = &w
 		}
-		out.Steps = append(out.Steps, dt.Step{
+		out.Steps = append(out.Steps, dt.StepRecord{
 			OnFailure: dt.FailurePolicy(s.OnFailure), Wait: wait,
 			TaskID: t.ID, Index: s.Index, Name: s.Name, Agent: s.Agent, Timeout: time.Duration(s.TimeoutMS) * time.Millisecond,
 			Compensation: s.Compensation, ProcessState: dt.ProcessState(s.State), CompensationState: dt.ProcessState(s.CompensationState),

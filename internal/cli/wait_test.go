@@ -27,7 +27,7 @@ func TestStatusAndListShowExtendedWait(t *testing.T) {
 	tk := &dt.Task{ID: "w1", Workflow: "trip", Input: []byte(`{}`), InputHash: "h", ProcessState: dt.Pending,
 		FailureCount: 2, StepCount: 2, FailureThreshold: 2, OnFailure: dt.PolicyError, Wait: wait,
 		AvailableAt: next, CreatedAt: now, UpdatedAt: now}
-	steps := []*dt.Step{
+	steps := []*dt.StepRecord{
 		{TaskID: "w1", Index: 0, Name: "reserve", Agent: "inventory", Timeout: time.Second, ProcessState: dt.Pending,
 			FailureCount: 2, Attempt: 2, IdempotencyKey: flow.IdempotencyKey("w1", 0, "reserve"), UpdatedAt: now,
 			LastError: "step 0 (reserve) timed out 2 times; extended wait 1 of 3"},

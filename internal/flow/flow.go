@@ -90,16 +90,16 @@ type batch struct {
 	released  int  // tasks the instance let go of
 	claimable bool // some task became claimable: wake the schedulers
 	tasks     []*dt.Task
-	steps     []*dt.Step
+	steps     []*dt.StepRecord
 	dirtyT    map[*dt.Task]bool
-	dirtyS    map[*dt.Step]bool
+	dirtyS    map[*dt.StepRecord]bool
 	requests  []*dt.AgentRequest
 	deletes   []store.StepRef
 	events    []*dt.Event
 }
 
 func newBatch() *batch {
-	return &batch{dirtyT: map[*dt.Task]bool{}, dirtyS: map[*dt.Step]bool{}}
+	return &batch{dirtyT: map[*dt.Task]bool{}, dirtyS: map[*dt.StepRecord]bool{}}
 }
 
 func (b *batch) task(t *dt.Task) {
@@ -109,7 +109,7 @@ func (b *batch) task(t *dt.Task) {
 	}
 }
 
-func (b *batch) step(s *dt.Step) {
+func (b *batch) step(s *dt.StepRecord) {
 	if !b.dirtyS[s] {
 		b.dirtyS[s] = true
 		b.steps = append(b.steps, s)
@@ -235,7 +235,7 @@ func storedRequests(reqs []*dt.AgentRequest) []*dt.AgentRequest {
 // loaded is a task with its steps, read inside the transaction.
 type loaded struct {
 	task  *dt.Task
-	steps []*dt.Step
+	steps []*dt.StepRecord
 }
 
 func load(ctx context.Context, x store.Executor, tasks []*dt.Task) (map[string]*loaded, error) {
@@ -294,7 +294,7 @@ func quarantine(b *batch, l *loaded, why, actor string, now time.Time) *dt.Event
 }
 
 // group puts steps (ordered by task and index) with their tasks.
-func group(tasks []*dt.Task, steps []*dt.Step) map[string]*loaded {
+func group(tasks []*dt.Task, steps []*dt.StepRecord) map[string]*loaded {
 	m := make(map[string]*loaded, len(tasks))
 	for _, t := range tasks {
 		m[t.ID] = &loaded{task: t}
@@ -314,7 +314,7 @@ func ev(t *dt.Task, step int, typ dt.EventType, actor string, now time.Time) *dt
 // Submission is one task and its steps to insert.
 type Submission struct {
 	Task  *dt.Task
-	Steps []*dt.Step
+	Steps []*dt.StepRecord
 }
 
 // Submit inserts tasks and their steps. A task whose ID already exists with
@@ -366,7 +366,7 @@ type Start struct {
 func (st *Start) Reserved() []*dt.AgentRequest { return st.reserved }
 
 // startable reports whether a new task may be started at submission.
-func startable(t *dt.Task, steps []*dt.Step, now time.Time) bool {
+func startable(t *dt.Task, steps []*dt.StepRecord, now time.Time) bool {
 	// A namespace's task waits for a claim, where its namespace's share of
 	// the schedulers' room is checked (Machine.NamespaceMaxInFlight).
 	return t.OrderingKey == "" && dt.NamespaceOf(t.ID) == "" && t.ProcessState == dt.Pending && len(steps) > 0 && !t.AvailableAt.After(now)
@@ -416,7 +416,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		return nil, err
 	}
 	var (
-		steps   []*dt.Step
+		steps   []*dt.StepRecord
 		events  []*dt.Event
 		pending bool     // a new task was left Pending, for a claim
 		unused  []string // keys reserved for tasks that existed already
@@ -511,7 +511,7 @@ func startTasks(subs []Submission, fresh []*dt.Task, freshIdx []int, start *Star
 		}
 		c := *t
 		c.ProcessState = dt.Processing
-		steps := make([]*dt.Step, len(subs[i].Steps))
+		steps := make([]*dt.StepRecord, len(subs[i].Steps))
 		for j, st := range subs[i].Steps {
 			cs := *st
 			steps[j] = &cs
@@ -819,7 +819,7 @@ func (m *Machine) advance(b *batch, l *loaded, now time.Time) {
 // completed, or the supervisor marked it (its outcome is unknown: it timed
 // out, and the remote service may have applied it), and its compensation has
 // not finished.
-func needsCompensation(s *dt.Step) bool {
+func needsCompensation(s *dt.StepRecord) bool {
 	if s.Compensation == "" {
 		return false
 	}
@@ -843,7 +843,7 @@ func (m *Machine) release(b *batch, t *dt.Task, now time.Time) {
 	b.task(t)
 }
 
-func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.Step, prev []byte, kind dt.RequestKind, now time.Time) {
+func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.StepRecord, prev []byte, kind dt.RequestKind, now time.Time) {
 	dispatchStep(b, m.Instance, m.Reserve, t, s, prev, kind, now)
 	m.pending.dispatched++
 }
@@ -852,7 +852,7 @@ func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.Step, prev []byte, kind d
 // attempt (its fencing token) moves on and its deadline is set, and the
 // request goes to b (handed to an agent runtime of this process if reserve
 // takes it).
-func dispatchStep(b *batch, instance string, reserve func(agent string) (string, bool), t *dt.Task, s *dt.Step, prev []byte, kind dt.RequestKind, now time.Time) {
+func dispatchStep(b *batch, instance string, reserve func(agent string) (string, bool), t *dt.Task, s *dt.StepRecord, prev []byte, kind dt.RequestKind, now time.Time) {
 	deadline := now.Add(s.Timeout)
 	s.Attempt++
 	s.LockedBy = instance
@@ -1118,7 +1118,7 @@ func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Tim
 		m.pending.late++ // the reply is not applied
 		return
 	}
-	var s *dt.Step
+	var s *dt.StepRecord
 	if l != nil && r.StepIndex >= 0 && r.StepIndex < len(l.steps) {
 		s = l.steps[r.StepIndex]
 	}
@@ -1560,7 +1560,7 @@ func Resubmit(ctx context.Context, x store.Executor, id, actor string, fromStep 
 // service answer the redo from its idempotency store without doing it
 // again. Every step therefore gets the key of the next run (NextRunKey);
 // within the run, keys stay stable over attempts as always.
-func resubmitCompensated(ctx context.Context, x store.Executor, b *batch, t *dt.Task, steps []*dt.Step, actor string, now time.Time) (*dt.Task, error) {
+func resubmitCompensated(ctx context.Context, x store.Executor, b *batch, t *dt.Task, steps []*dt.StepRecord, actor string, now time.Time) (*dt.Task, error) {
 	run := 0
 	for _, s := range steps {
 		s.IdempotencyKey, run = NextRunKey(s.IdempotencyKey)

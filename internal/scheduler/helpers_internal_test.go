@@ -37,10 +37,10 @@ func submit(t *testing.T, d store.Driver, n int, timeout time.Duration, ids ...s
 	in := []byte(`{}`)
 	var subs []flow.Submission
 	for _, id := range ids {
-		var steps []*dt.Step
+		var steps []*dt.StepRecord
 		for i := range n {
 			name := fmt.Sprintf("s%d", i)
-			steps = append(steps, &dt.Step{TaskID: id, Index: i, Name: name, Agent: "a", Timeout: timeout,
+			steps = append(steps, &dt.StepRecord{TaskID: id, Index: i, Name: name, Agent: "a", Timeout: timeout,
 				ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, i, name), UpdatedAt: now})
 		}
 		subs = append(subs, flow.Submission{Task: &dt.Task{ID: id, Workflow: "wf", Input: in, InputHash: flow.InputHash("wf", in),

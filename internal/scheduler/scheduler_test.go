@@ -55,7 +55,7 @@ func seed(t *testing.T, d store.Driver, n, steps int, timeout time.Duration) []s
 			StepCount: steps, FailureThreshold: 3, OnFailure: dt.PolicyError, AvailableAt: now, CreatedAt: now, UpdatedAt: now}
 		for j := range steps {
 			name := fmt.Sprintf("s%d", j)
-			subs[i].Steps = append(subs[i].Steps, &dt.Step{TaskID: id, Index: j, Name: name, Agent: "a", Timeout: timeout,
+			subs[i].Steps = append(subs[i].Steps, &dt.StepRecord{TaskID: id, Index: j, Name: name, Agent: "a", Timeout: timeout,
 				ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, j, name), UpdatedAt: now})
 		}
 	}

@@ -39,7 +39,7 @@ func seed(t *testing.T, d store.Driver, n int, now time.Time) {
 		subs[i] = flow.Submission{
 			Task: &dt.Task{ID: id, Workflow: "wf", Input: in, InputHash: flow.InputHash("wf", in), ProcessState: dt.Pending,
 				StepCount: 1, FailureThreshold: 1000, OnFailure: dt.PolicyError, AvailableAt: now, CreatedAt: now, UpdatedAt: now},
-			Steps: []*dt.Step{{TaskID: id, Name: "s", Agent: "a", Timeout: stepTimeout, ProcessState: dt.Pending,
+			Steps: []*dt.StepRecord{{TaskID: id, Name: "s", Agent: "a", Timeout: stepTimeout, ProcessState: dt.Pending,
 				IdempotencyKey: flow.IdempotencyKey(id, 0, "s"), UpdatedAt: now}},
 		}
 	}

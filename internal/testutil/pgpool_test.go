@@ -75,9 +75,9 @@ func dirty(t *testing.T, d *postgres.Driver) {
 		in := []byte(`{}`)
 		task := &dt.Task{ID: "t1", Workflow: "wf", Input: in, InputHash: flow.InputHash("wf", in), ProcessState: dt.Pending,
 			StepCount: 1, OrderingKey: "k", FailureThreshold: 3, OnFailure: dt.PolicyError, AvailableAt: now, CreatedAt: now, UpdatedAt: now}
-		step := &dt.Step{TaskID: "t1", Name: "s", Agent: "a", Timeout: time.Second, ProcessState: dt.Pending,
+		step := &dt.StepRecord{TaskID: "t1", Name: "s", Agent: "a", Timeout: time.Second, ProcessState: dt.Pending,
 			IdempotencyKey: flow.IdempotencyKey("t1", 0, "s"), UpdatedAt: now}
-		if _, err := flow.Submit(ctx, x, []flow.Submission{{Task: task, Steps: []*dt.Step{step}}}); err != nil {
+		if _, err := flow.Submit(ctx, x, []flow.Submission{{Task: task, Steps: []*dt.StepRecord{step}}}); err != nil {
 			return err
 		}
 		_, _, err := x.LeaseAcquire(ctx, store.LeaseParams{Name: "l", Holder: "h", Now: now, TTL: time.Minute})

@@ -605,7 +605,7 @@ func claimedLater(ts []*dt.Task, p store.TaskClaimParams) {
 // TaskClaimWithSteps implements store.Executor. With WriteLater, in a
 // transaction, it is one statement (tTaskClaimLockSteps); otherwise the two
 // calls.
-func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, []*dt.Step, error) {
+func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, []*dt.StepRecord, error) {
 	if !p.WriteLater || e.p == nil {
 		return store.ClaimThenListSteps(ctx, e, p)
 	}
@@ -614,7 +614,7 @@ func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimPara
 	}
 	var (
 		tasks []*dt.Task
-		steps []*dt.Step
+		steps []*dt.StepRecord
 	)
 	at, id := claimAfter(p)
 	if err := e.each(ctx, "claim tasks", e.d.q.taskClaimLockSteps, []any{p.Now, p.Limit, at, id}, scanClaimWithSteps(&tasks, &steps)); err != nil {
@@ -647,7 +647,7 @@ func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.Ta
 	if err := e.write("claim tasks"); err != nil {
 		return r, err
 	}
-	var steps, more []*dt.Step
+	var steps, more []*dt.StepRecord
 	if len(ids) > 0 {
 		// The steps are read without locking them: only the steps of the
 		// tasks this read locked are kept, and every writer of steps locks
@@ -700,7 +700,7 @@ func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.Ta
 
 // scanClaimWithSteps reads the rows of tTaskClaimLockSteps: a task row, or
 // a step row (its first column, the task ID, NULL).
-func scanClaimWithSteps(tasks *[]*dt.Task, steps *[]*dt.Step) func(rows) error {
+func scanClaimWithSteps(tasks *[]*dt.Task, steps *[]*dt.StepRecord) func(rows) error {
 	asTask, asStep := scanTask(tasks), scanStep(steps)
 	return func(r rows) error {
 		pr, ok := r.(pgx.Rows)
@@ -717,7 +717,7 @@ func scanClaimWithSteps(tasks *[]*dt.Task, steps *[]*dt.Step) func(rows) error {
 // claimedWithSteps puts the rows of tTaskClaimLockSteps in order (a UNION
 // promises none): the tasks in claim order, the steps by task and index.
 // It also sets on the tasks what the caller will write.
-func claimedWithSteps(tasks []*dt.Task, steps []*dt.Step, p store.TaskClaimParams) {
+func claimedWithSteps(tasks []*dt.Task, steps []*dt.StepRecord, p store.TaskClaimParams) {
 	sort.Slice(tasks, func(i, j int) bool {
 		if !tasks[i].AvailableAt.Equal(tasks[j].AvailableAt) {
 			return tasks[i].AvailableAt.Before(tasks[j].AvailableAt)
@@ -831,7 +831,7 @@ func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int
 
 // ---- steps ----
 
-func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.Step) error {
+func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.StepRecord) error {
 	if len(steps) == 0 {
 		return nil
 	}
@@ -869,11 +869,11 @@ func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.Step) error {
 		onFailure, waitMax, waitDelay, waitMultiplier, waitMaxDelay}, nil, nil)
 }
 
-func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.Step, error) {
+func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.StepRecord, error) {
 	if len(taskIDs) == 0 {
 		return nil, nil
 	}
-	var out []*dt.Step
+	var out []*dt.StepRecord
 	if err := e.each(ctx, "list steps", e.pick(e.d.q.stepList, e.d.q.stepListLock), []any{taskIDs}, scanStep(&out)); err != nil {
 		return nil, err
 	}
@@ -884,7 +884,7 @@ func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt
 // reads go out in one pipeline, one round trip. On the Reader they run in a
 // read-only REPEATABLE READ transaction of their own, so that the steps are
 // those of the tasks as read (two round trips).
-func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) (tasks []*dt.Task, steps []*dt.Step, err error) {
+func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) (tasks []*dt.Task, steps []*dt.StepRecord, err error) {
 	if len(ids) == 0 {
 		return nil, nil, nil
 	}
@@ -911,7 +911,7 @@ func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) (task
 }
 
 // scanStep appends each row, read as stepCols, to out.
-func scanStep(out *[]*dt.Step) func(r rows) error {
+func scanStep(out *[]*dt.StepRecord) func(r rows) error {
 	var (
 		timeout                           int64
 		state, compState                  string
@@ -923,7 +923,7 @@ func scanStep(out *[]*dt.Step) func(r rows) error {
 		waitMultiplier                    pgtype.Float8
 	)
 	return func(r rows) error {
-		var s dt.Step
+		var s dt.StepRecord
 		if err := r.Scan(&s.TaskID, &s.Index, &s.Name, &s.Agent, &timeout, &s.Compensation, &state, &compState,
 			&lockedBy, &completeBy, &s.FailureCount, &s.Attempt, &s.IdempotencyKey, &s.Output, &lastErr,
 			&startedAt, &finishedAt, &s.UpdatedAt, &onFailure, &waitMax, &waitDelay, &waitMultiplier, &waitMaxDelay); err != nil {
@@ -948,7 +948,7 @@ func scanStep(out *[]*dt.Step) func(r rows) error {
 	}
 }
 
-func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.Step) error {
+func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.StepRecord) error {
 	if len(steps) == 0 {
 		return nil
 	}

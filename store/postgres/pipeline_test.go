@@ -68,7 +68,7 @@ func TestPipelinedTransactionRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 	insert(t, d, task("a", now), task("b", now))
-	step := &dt.Step{TaskID: "a", Index: 0, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending,
+	step := &dt.StepRecord{TaskID: "a", Index: 0, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending,
 		IdempotencyKey: "a/0/s", UpdatedAt: now}
 	ev := &dt.Event{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: now}
 	before := rt.n.Load()
@@ -83,7 +83,7 @@ func TestPipelinedTransactionRoundTrips(t *testing.T) {
 		for _, tk := range tasks {
 			tk.CurrentStep = 0
 		}
-		if err := x.StepInsertMany(ctx, []*dt.Step{step}); err != nil {
+		if err := x.StepInsertMany(ctx, []*dt.StepRecord{step}); err != nil {
 			return err
 		}
 		if err := x.TaskUpdateMany(ctx, tasks); err != nil {
@@ -174,8 +174,8 @@ func TestPipelinedWriteErrorRollsBack(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 	insert(t, d, task("a", now))
-	step := func(i int) *dt.Step {
-		return &dt.Step{TaskID: "a", Index: i, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending,
+	step := func(i int) *dt.StepRecord {
+		return &dt.StepRecord{TaskID: "a", Index: i, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending,
 			IdempotencyKey: "k", UpdatedAt: now}
 	}
 	for _, readAfter := range []bool{false, true} {
@@ -184,7 +184,7 @@ func TestPipelinedWriteErrorRollsBack(t *testing.T) {
 				return err
 			}
 			// The same step twice: a primary-key violation, found only when sent.
-			if err := x.StepInsertMany(ctx, []*dt.Step{step(0), step(0)}); err != nil {
+			if err := x.StepInsertMany(ctx, []*dt.StepRecord{step(0), step(0)}); err != nil {
 				return err
 			}
 			if readAfter {
@@ -883,7 +883,7 @@ func TestClaimWithStepsRoundTrips(t *testing.T) {
 	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 	insert(t, d, task("a", now), task("b", now))
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.StepInsertMany(ctx, []*dt.Step{
+		return x.StepInsertMany(ctx, []*dt.StepRecord{
 			{TaskID: "a", Index: 0, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending, IdempotencyKey: "a/0/s", UpdatedAt: now},
 			{TaskID: "b", Index: 0, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending, IdempotencyKey: "b/0/s", UpdatedAt: now},
 		})

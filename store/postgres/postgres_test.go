@@ -321,7 +321,7 @@ func extApp(t *testing.T, d *postgres.Driver) string {
 func submitIn(ctx context.Context, d *postgres.Driver, tx any, id string) error {
 	return d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
 		now := time.Now()
-		_, err := flow.Submit(ctx, x, []flow.Submission{{Task: task(id, now), Steps: []*dt.Step{{TaskID: id, Name: "s", Agent: "a",
+		_, err := flow.Submit(ctx, x, []flow.Submission{{Task: task(id, now), Steps: []*dt.StepRecord{{TaskID: id, Name: "s", Agent: "a",
 			Timeout: time.Second, ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, 0, "s"), UpdatedAt: now}}}})
 		return err
 	})
@@ -481,7 +481,7 @@ func TestReadsInTxLockRows(t *testing.T) {
 	held.ProcessState, held.LockedBy, held.CompleteBy = dt.Processing, "s", &now
 	insert(t, d, held)
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if err := x.StepInsertMany(ctx, []*dt.Step{{TaskID: "held", Name: "s", Agent: "a", ProcessState: dt.Processing,
+		if err := x.StepInsertMany(ctx, []*dt.StepRecord{{TaskID: "held", Name: "s", Agent: "a", ProcessState: dt.Processing,
 			IdempotencyKey: "k", UpdatedAt: now}}); err != nil {
 			return err
 		}
@@ -623,7 +623,7 @@ func TestTaskGetAndClaimSkipsLockedTasks(t *testing.T) {
 	}
 	insert(t, d, append(tasks, task("pending", now))...)
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.StepInsertMany(ctx, []*dt.Step{
+		return x.StepInsertMany(ctx, []*dt.StepRecord{
 			{TaskID: "free", Name: "s", Agent: "a", ProcessState: dt.Processing, IdempotencyKey: "k1", UpdatedAt: now},
 			{TaskID: "locked", Name: "s", Agent: "a", ProcessState: dt.Processing, IdempotencyKey: "k2", UpdatedAt: now},
 			{TaskID: "pending", Name: "s", Agent: "a", ProcessState: dt.Pending, IdempotencyKey: "k3", UpdatedAt: now},
@@ -684,7 +684,7 @@ func TestTaskGetAndClaimSkipsLockedTaskAndClaimsItWithSteps(t *testing.T) {
 	tk.ProcessState, tk.LockedBy, tk.CompleteBy = dt.Processing, "s", &now
 	insert(t, d, tk)
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.StepInsertMany(ctx, []*dt.Step{{TaskID: "t", Name: "s", Agent: "a", ProcessState: dt.Processing, IdempotencyKey: "k", UpdatedAt: now}})
+		return x.StepInsertMany(ctx, []*dt.StepRecord{{TaskID: "t", Name: "s", Agent: "a", ProcessState: dt.Processing, IdempotencyKey: "k", UpdatedAt: now}})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -804,7 +804,7 @@ func benchCycle(b *testing.B, procs int) {
 				id := fmt.Sprintf("b%06d", j)
 				tk := task(id, now)
 				tk.Input = []byte(fmt.Sprintf(`{"i":%d}`, j))
-				subs = append(subs, flow.Submission{Task: tk, Steps: []*dt.Step{{TaskID: id, Name: "a", Agent: "noop",
+				subs = append(subs, flow.Submission{Task: tk, Steps: []*dt.StepRecord{{TaskID: id, Name: "a", Agent: "noop",
 					Timeout: time.Minute, ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, 0, "a"), UpdatedAt: now}}})
 			}
 			if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {

@@ -408,7 +408,7 @@ func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int
 	return seqs, nil
 }
 
-func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.Step) error {
+func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.StepRecord) error {
 	rows := make([][]any, len(steps))
 	for i, s := range steps {
 		rows[i] = []any{s.TaskID, s.Index, s.Name, s.Agent, s.Timeout.Microseconds(), s.Compensation,
@@ -421,7 +421,7 @@ func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.Step) error {
 	}
 	return e.execRows(ctx, "insert steps", mStepInsert, rows, nil)
 }
-func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.Step, error) {
+func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.StepRecord, error) {
 	if len(taskIDs) == 0 {
 		return nil, nil
 	}
@@ -438,10 +438,10 @@ func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt
 		return nil, fmt.Errorf("sqlite: list steps: %w", err)
 	}
 	defer rows.Close()
-	var out []*dt.Step
+	var out []*dt.StepRecord
 	for rows.Next() {
 		var (
-			s                                 dt.Step
+			s                                 dt.StepRecord
 			timeout, updated                  int64
 			state, compState                  string
 			lockedBy, lastErr                 sql.NullString
@@ -474,7 +474,7 @@ func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt
 	return out, translate(rows.Err())
 }
 
-func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.Step) error {
+func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.StepRecord) error {
 	rows := make([][]any, len(steps))
 	for i, s := range steps {
 		rows[i] = []any{s.TaskID, s.Index, string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy),
@@ -813,7 +813,7 @@ func (e *executor) Notify(context.Context, string) error { return nil }
 // costs nothing, so it is the two reads. On the Reader they run in a read
 // transaction of their own (deferred: its snapshot is taken by the first
 // read), so that the steps are those of the tasks as read.
-func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) (tasks []*dt.Task, steps []*dt.Step, err error) {
+func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) (tasks []*dt.Task, steps []*dt.StepRecord, err error) {
 	if e.tx == nil {
 		tx, err := e.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -850,7 +850,7 @@ func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time
 
 // TaskClaimWithSteps implements store.Executor as the two calls: on SQLite
 // a round trip costs nothing.
-func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, []*dt.Step, error) {
+func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, []*dt.StepRecord, error) {
 	return store.ClaimThenListSteps(ctx, e, p)
 }
 

@@ -148,9 +148,9 @@ func (w workflow) submission(id string, input string, now time.Time) flow.Submis
 		StepCount: len(w.steps), FailureThreshold: w.threshold, OnFailure: w.policy, RetryDelay: w.retryDelay,
 		Wait: w.wait, AvailableAt: now, CreatedAt: now, UpdatedAt: now,
 	}
-	steps := make([]*dt.Step, len(w.steps))
+	steps := make([]*dt.StepRecord, len(w.steps))
 	for i, s := range w.steps {
-		steps[i] = &dt.Step{
+		steps[i] = &dt.StepRecord{
 			TaskID: id, Index: i, Name: s.name, Agent: s.agent, Timeout: w.timeout, Compensation: s.comp,
 			ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, i, s.name), UpdatedAt: now,
 			OnFailure: w.overrides[i].policy, Wait: w.overrides[i].wait,
@@ -271,7 +271,7 @@ func (e *env) mustSweep(sv *flow.Leader, now time.Time, want int) {
 	}
 }
 
-func (e *env) task(id string) (*dt.Task, []*dt.Step) {
+func (e *env) task(id string) (*dt.Task, []*dt.StepRecord) {
 	e.t.Helper()
 	return getTask(e.t, e.d, id), getSteps(e.t, e.d, id)
 }
@@ -321,7 +321,7 @@ func (e *env) wantEvents(id, want string) []*dt.Event {
 	return evs
 }
 
-func (e *env) wantState(id string, task dt.ProcessState, steps ...dt.ProcessState) (*dt.Task, []*dt.Step) {
+func (e *env) wantState(id string, task dt.ProcessState, steps ...dt.ProcessState) (*dt.Task, []*dt.StepRecord) {
 	e.t.Helper()
 	tk, ss := e.task(id)
 	var got []string

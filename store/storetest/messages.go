@@ -62,7 +62,7 @@ func setupPayload(t *testing.T, d store.Driver) *dt.Task {
 	task := newTask("t")
 	task.StepCount = 3
 	insertTasks(t, d, task)
-	var steps []*dt.Step
+	var steps []*dt.StepRecord
 	for i := range 3 {
 		s := newStep("t", i)
 		s.ProcessState = dt.Processed

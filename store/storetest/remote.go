@@ -31,7 +31,7 @@ func setupRemote(t *testing.T, d store.Driver) *dt.Task {
 	task := newTask("t")
 	task.StepCount = 3
 	insertTasks(t, d, task)
-	var steps []*dt.Step
+	var steps []*dt.StepRecord
 	for i := range 3 {
 		s := newStep("t", i)
 		s.ProcessState = dt.Processed

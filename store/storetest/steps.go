@@ -18,7 +18,7 @@ func stepCases() []testCase {
 	}
 }
 
-func fullStep(taskID string, i int) *dt.Step {
+func fullStep(taskID string, i int) *dt.StepRecord {
 	s := newStep(taskID, i)
 	s.Compensation = "undo-" + s.Name
 	s.ProcessState = dt.Processed
@@ -124,7 +124,7 @@ func testStepUpdateMany(t *testing.T, d store.Driver) {
 	b2.FinishedAt = nil
 	b2.UpdatedAt = at(4 * time.Second)
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.StepUpdateMany(ctx, []*dt.Step{&a2, &b2})
+		return x.StepUpdateMany(ctx, []*dt.StepRecord{&a2, &b2})
 	})
 	got := getSteps(t, d, "t")
 	checkEqual(t, "step 0 updated", got[0], &a2)
@@ -136,7 +136,7 @@ func testStepUpdateMany(t *testing.T, d store.Driver) {
 	b3.LockedBy, b3.CompleteBy, b3.Output, b3.LastError = "sched-2", tp(at(time.Hour)), []byte(`[1]`), "e2"
 	b3.StartedAt, b3.FinishedAt, b3.CompensationState = tp(at(5*time.Second)), tp(at(6*time.Second)), dt.Error
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.StepUpdateMany(ctx, []*dt.Step{&b3, &a3})
+		return x.StepUpdateMany(ctx, []*dt.StepRecord{&b3, &a3})
 	})
 	got = getSteps(t, d, "t")
 	checkEqual(t, "step 0 back to nulls", got[0], &a3)
@@ -147,7 +147,7 @@ func testStepUpdateMany(t *testing.T, d store.Driver) {
 	a4 := a3
 	a4.Name, a4.Agent, a4.Timeout, a4.Compensation, a4.IdempotencyKey = "x", "x", time.Hour, "x", a.IdempotencyKey+"/run-2"
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.StepUpdateMany(ctx, []*dt.Step{&a4})
+		return x.StepUpdateMany(ctx, []*dt.StepRecord{&a4})
 	})
 	g := getSteps(t, d, "t")[0]
 	if g.Name != a.Name || g.Agent != a.Agent || g.Timeout != a.Timeout || g.Compensation != a.Compensation {

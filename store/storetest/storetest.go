@@ -185,9 +185,9 @@ func fullTask(id string) *dt.Task {
 	return t
 }
 
-func newStep(taskID string, i int) *dt.Step {
+func newStep(taskID string, i int) *dt.StepRecord {
 	name := fmt.Sprintf("step%d", i)
-	return &dt.Step{
+	return &dt.StepRecord{
 		TaskID: taskID, Index: i, Name: name, Agent: "agent-" + name, Timeout: 1500 * time.Millisecond,
 		ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(taskID, i, name), UpdatedAt: base,
 	}
@@ -209,7 +209,7 @@ func insertTasks(t *testing.T, d store.Driver, tasks ...*dt.Task) {
 	})
 }
 
-func insertSteps(t *testing.T, d store.Driver, steps ...*dt.Step) {
+func insertSteps(t *testing.T, d store.Driver, steps ...*dt.StepRecord) {
 	t.Helper()
 	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.StepInsertMany(ctx, steps) })
 }
@@ -223,7 +223,7 @@ func getTask(t *testing.T, d store.Driver, id string) *dt.Task {
 	return got
 }
 
-func getSteps(t *testing.T, d store.Driver, id string) []*dt.Step {
+func getSteps(t *testing.T, d store.Driver, id string) []*dt.StepRecord {
 	t.Helper()
 	got, err := d.Reader().StepListByTasks(context.Background(), []string{id})
 	if err != nil {
@@ -397,7 +397,7 @@ func testInTxRollback(t *testing.T, d store.Driver) {
 		if _, err := x.TaskInsertMany(ctx, []*dt.Task{newTask("t1")}); err != nil {
 			return err
 		}
-		if err := x.StepInsertMany(ctx, []*dt.Step{newStep("t1", 0)}); err != nil {
+		if err := x.StepInsertMany(ctx, []*dt.StepRecord{newStep("t1", 0)}); err != nil {
 			return err
 		}
 		if err := x.RequestInsertMany(ctx, []*dt.AgentRequest{newRequest("t1", 0, "a", at(time.Minute))}); err != nil {

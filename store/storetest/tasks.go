@@ -181,7 +181,7 @@ func testTaskGetAndClaim(t *testing.T, d store.Driver) {
 	c1, c2 := newTask("c1"), newTask("c2")
 	insertTasks(t, d, held, late, c1, c2)
 	insertSteps(t, d, newStep("held", 0), newStep("late", 0), newStep("c1", 0), newStep("c1", 1), newStep("c2", 0))
-	stepKeys := func(steps []*dt.Step) []string {
+	stepKeys := func(steps []*dt.StepRecord) []string {
 		var out []string
 		for _, s := range steps {
 			out = append(out, fmt.Sprintf("%s/%d", s.TaskID, s.Index))
@@ -392,7 +392,7 @@ func claimTasks(ctx context.Context, x store.Executor, p store.TaskClaimParams, 
 	p.WriteLater = mode != plainClaim
 	var (
 		got   []*dt.Task
-		steps []*dt.Step
+		steps []*dt.StepRecord
 		err   error
 	)
 	if mode == withSteps {
@@ -435,8 +435,8 @@ func testTaskClaimWithSteps(t *testing.T, d store.Driver) {
 	for _, writeLater := range []bool{true, false} {
 		var (
 			got   []*dt.Task
-			steps []*dt.Step
-			want  []*dt.Step
+			steps []*dt.StepRecord
+			want  []*dt.StepRecord
 		)
 		err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 			var err error

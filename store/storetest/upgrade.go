@@ -18,7 +18,7 @@ import (
 func CheckUpgradeFrom11(t *testing.T, d store.Driver, undo func(ctx context.Context) error) {
 	t.Helper()
 	ctx := context.Background()
-	old, oldSteps := fullTask("old"), []*dt.Step{newStep("old", 0), fullStep("old", 1)}
+	old, oldSteps := fullTask("old"), []*dt.StepRecord{newStep("old", 0), fullStep("old", 1)}
 	old.Wait, old.CallbackEvents = dt.WaitPolicy{}, nil
 	oldSteps[1].OnFailure, oldSteps[1].Wait = "", nil
 	insertTasks(t, d, old)
@@ -36,7 +36,7 @@ func CheckUpgradeFrom11(t *testing.T, d store.Driver, undo func(ctx context.Cont
 	}
 	checkEqual(t, "step stored before the upgrade", steps[1], oldSteps[1])
 
-	fresh, freshSteps := fullTask("new"), []*dt.Step{fullStep("new", 0)}
+	fresh, freshSteps := fullTask("new"), []*dt.StepRecord{fullStep("new", 0)}
 	insertTasks(t, d, fresh)
 	insertSteps(t, d, freshSteps...)
 	checkEqual(t, "task stored after the upgrade", getTask(t, d, "new"), fresh)
