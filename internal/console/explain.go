@@ -82,7 +82,7 @@ func explain(t *drover.Task, evs []*drover.Event) string {
 }
 
 // failedStep is the step in Error, else the current step (nil if none).
-func failedStep(t *drover.Task) *dt.Step {
+func failedStep(t *drover.Task) *dt.StepRecord {
 	for i := range t.Steps {
 		if s := &t.Steps[i]; s.ProcessState == dt.Error {
 			return s
@@ -91,7 +91,7 @@ func failedStep(t *drover.Task) *dt.Step {
 	return stepAt(t, t.CurrentStep)
 }
 
-func stepAt(t *drover.Task, i int) *dt.Step {
+func stepAt(t *drover.Task, i int) *dt.StepRecord {
 	for k := range t.Steps {
 		if t.Steps[k].Index == i {
 			return &t.Steps[k]
