@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/console"
 	"github.com/drover-run/drover/internal/httpapi"
 	"github.com/drover-run/drover/internal/workflowdef"
 	"github.com/drover-run/drover/store"
@@ -59,9 +61,13 @@ func (s *Server) serveHTTP(ln net.Listener, c *drover.Client, drv store.Driver, 
 	if err != nil {
 		return nil, err
 	}
+	ui, err := console.New(console.Options{Client: c, Queues: q, API: handler, Logger: log})
+	if err != nil {
+		return nil, err
+	}
 	a := &apiServer{ln: ln, handler: handler, done: make(chan error, 1), tls: h.TLSCert != nil}
 	a.srv = &http.Server{
-		Handler:           handler,
+		Handler:           withConsole(handler, ui),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute,
 		WriteTimeout:      time.Minute,
@@ -88,6 +94,20 @@ func (s *Server) serveHTTP(ln net.Listener, c *drover.Client, drv store.Driver, 
 		a.done <- err
 	}()
 	return a, nil
+}
+
+// withConsole serves the API's paths (/v1, /healthz, /readyz,
+// /openapi.json, /metrics) with api and every other path with the
+// operator console.
+func withConsole(api, ui http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch p := r.URL.Path; {
+		case p == "/v1", strings.HasPrefix(p, "/v1/"), p == "/healthz", p == "/readyz", p == "/openapi.json", p == "/metrics":
+			api.ServeHTTP(w, r)
+		default:
+			ui.ServeHTTP(w, r)
+		}
+	})
 }
 
 // serverTLS is the API's TLS configuration: TLS 1.2 or later, and on 1.2

@@ -210,7 +210,7 @@ func (s *Server) Run(ctx context.Context) error {
 			stopClient()
 			return err
 		}
-		log.Info("HTTP API serving", "url", api.url(), "auth", !cfg.HTTP.NoAuth, "tls", cfg.HTTP.TLSCert != nil)
+		log.Info("HTTP API serving", "url", api.url(), "console", api.url()+"/", "auth", !cfg.HTTP.NoAuth, "tls", cfg.HTTP.TLSCert != nil)
 	}
 	if cfg.WorkflowsDir != "" {
 		stopWatch := watchWorkflows(ctx, reg, cfg.WorkflowsPoll)

@@ -27,6 +27,11 @@
 // wrong types, malformed JSON and trailing data are 400 errors naming the
 // problem. Every error is a JSON body {"error": {"code": ..., "message": ...}}.
 //
+// The operator console (internal/console), served beside the API,
+// authenticates with the same tokens through Handler.Authenticate and
+// Identity (identity.go), so a console session has exactly the
+// permissions of its token.
+//
 // Acknowledgements of alerts are recorded in the event history as events of
 // type "alert_acknowledged" on the alert's subject (its task, or its session
 // "session:<queue>/<id>"), with the message "acknowledged alert <id>": durable,

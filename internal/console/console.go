@@ -1,0 +1,386 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/httpapi"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Options configure a Console.
+type Options struct {
+	// Client is the task client the pages read and act through.
+	Client *drover.Client
+	// Queues is the session-queue client (the overview counts queues).
+	Queues *convoy.Client
+	// API authenticates tokens exactly as the HTTP API does.
+	API *httpapi.Handler
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+	// Clock defaults to the system clock.
+	Clock clock.Clock
+	// RequestTimeout bounds the store work of one page. Default 30s.
+	RequestTimeout time.Duration
+}
+
+// Console is the operator console's http.Handler.
+type Console struct {
+	opts   Options
+	d      *drover.Client
+	api    *httpapi.Handler
+	log    *slog.Logger
+	clock  clock.Clock
+	seal   *sealer
+	pages  map[string]*template.Template
+	mux    *http.ServeMux
+	static http.Handler
+}
+
+// New returns the console over opts.Client, authenticating with opts.API.
+func New(opts Options) (*Console, error) {
+	if opts.Client == nil || opts.Queues == nil || opts.API == nil {
+		return nil, errors.New("console: Options.Client, Options.Queues and Options.API are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 30 * time.Second
+	}
+	seal, err := newSealer(opts.API.SessionKey())
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	c := &Console{opts: opts, d: opts.Client, api: opts.API, log: opts.Logger, clock: opts.Clock, seal: seal,
+		pages: map[string]*template.Template{}, mux: http.NewServeMux()}
+	names, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if n == "templates/layout.html" {
+			continue
+		}
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", n)
+		if err != nil {
+			return nil, fmt.Errorf("console: %w", err)
+		}
+		c.pages[strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")] = t
+	}
+	sub, _ := fs.Sub(staticFS, "static")
+	c.static = http.StripPrefix("/static/", http.FileServerFS(sub))
+
+	c.mux.HandleFunc("GET /signin", c.signinForm)
+	c.mux.HandleFunc("POST /signin", c.signin)
+	c.mux.HandleFunc("POST /signout", c.signout)
+	c.mux.HandleFunc("GET /static/", c.static.ServeHTTP)
+	c.mux.Handle("GET /{$}", c.page(c.overview))
+	c.mux.Handle("GET /tasks", c.page(c.tasks))
+	c.mux.Handle("GET /tasks/{id}", c.page(c.task))
+	c.mux.Handle("GET /tasks/{id}/resubmit", c.page(c.confirmResubmit))
+	c.mux.Handle("POST /tasks/{id}/resubmit", c.action(c.resubmit))
+	c.mux.Handle("GET /tasks/{id}/cancel", c.page(c.confirmCancel))
+	c.mux.Handle("POST /tasks/{id}/cancel", c.action(c.cancel))
+	c.mux.Handle("GET /alerts", c.page(c.alerts))
+	c.mux.Handle("POST /alerts/{id}/ack", c.action(c.ack))
+	c.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, nil, http.StatusNotFound, "No page here.")
+	})
+	return c, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	if err := c.api.CheckBrowser(r); err != nil {
+		c.fail(w, r, nil, http.StatusForbidden, err.Error())
+		return
+	}
+	if r.Method == http.MethodPost && !sameOriginPost(r) {
+		c.fail(w, r, nil, http.StatusForbidden, "Cross-origin form refused.")
+		return
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+// sameOriginPost reports whether a POST's Origin, when sent, is the
+// request's own (a second guard beside the CSRF token).
+func sameOriginPost(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && strings.EqualFold(u.Host, r.Host)
+}
+
+// viewer is the signed-in caller of a request.
+type viewer struct {
+	sess *session
+	id   *httpapi.Identity
+	csrf string
+}
+
+// authenticate returns the request's viewer, or nil and a reason the
+// caller must sign in. Without auth a missing session is issued.
+func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*viewer, error) {
+	now := c.clock.Now()
+	var sess *session
+	if ck, err := r.Cookie(cookieName); err == nil {
+		sess, err = c.seal.open(ck.Value, now)
+		if err != nil && !c.api.NoAuth() {
+			return nil, err
+		}
+	}
+	if c.api.NoAuth() {
+		if sess == nil {
+			var err error
+			if sess, err = newSession("", now); err != nil {
+				return nil, err
+			}
+			v, err := c.seal.seal(sess)
+			if err != nil {
+				return nil, err
+			}
+			setCookie(w, r, v, int(SessionTTL/time.Second))
+		}
+		return &viewer{sess: sess, id: c.api.Anonymous(), csrf: c.seal.csrf(sess)}, nil
+	}
+	if sess == nil {
+		return nil, errNoSession
+	}
+	id, err := c.api.Authenticate(r, sess.Secret)
+	if err != nil {
+		return nil, err
+	}
+	if !id.CanRead() {
+		return nil, errors.New("this token may not read tasks (it needs the submit or operator scope)")
+	}
+	return &viewer{sess: sess, id: id, csrf: c.seal.csrf(sess)}, nil
+}
+
+// pageData is what every template gets.
+type pageData struct {
+	Title    string
+	Nav      string
+	Viewer   *viewer
+	NoAuth   bool
+	Flash    string
+	Error    string
+	Status   int
+	Data     any
+	Now      time.Time
+	SignedIn bool
+}
+
+// Operator reports whether the viewer may act.
+func (p *pageData) Operator() bool { return p.Viewer != nil && p.Viewer.id.Operator() }
+
+// CSRF is the viewer's CSRF token.
+func (p *pageData) CSRF() string {
+	if p.Viewer == nil {
+		return ""
+	}
+	return p.Viewer.csrf
+}
+
+// Who names the viewer.
+func (p *pageData) Who() string {
+	if p.Viewer == nil {
+		return ""
+	}
+	if n := p.Viewer.id.Name(); n != "" {
+		return n
+	}
+	return "no auth (loopback)"
+}
+
+// pageFunc renders a page: it returns the template, its title and data.
+type pageFunc func(ctx context.Context, r *http.Request, v *viewer) (tmpl, title string, data any, err error)
+
+// page wraps a GET page: the session, the store timeout, rendering.
+func (c *Console) page(fn pageFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := c.authenticate(w, r)
+		if err != nil {
+			c.toSignin(w, r, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), c.opts.RequestTimeout)
+		defer cancel()
+		tmpl, title, data, err := fn(ctx, r, v)
+		if err != nil {
+			c.fail(w, r, v, c.statusOf(err), err.Error())
+			return
+		}
+		c.render(w, r, http.StatusOK, tmpl, &pageData{Title: title, Viewer: v, Data: data, Flash: r.URL.Query().Get("done")})
+	})
+}
+
+// actionFunc performs a POST action and returns where to go next and a
+// sentence saying what was done.
+type actionFunc func(ctx context.Context, r *http.Request, v *viewer) (next, done string, err error)
+
+// action wraps a state-changing POST: a valid session, the operator
+// scope and the session's CSRF token, in that order; nothing is done
+// unless all hold.
+func (c *Console) action(fn actionFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := c.authenticate(w, r)
+		if err != nil {
+			c.fail(w, r, nil, http.StatusUnauthorized, "Sign in first: "+err.Error())
+			return
+		}
+		if !v.id.Operator() {
+			c.fail(w, r, v, http.StatusForbidden, "This token is read-only: actions need a token with the operator scope.")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		if !c.seal.checkCSRF(v.sess, r.PostFormValue("csrf")) {
+			c.fail(w, r, v, http.StatusForbidden, "The form's CSRF token is missing or wrong: reload the page and try again.")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), c.opts.RequestTimeout)
+		defer cancel()
+		next, done, err := fn(ctx, r, v)
+		if err != nil {
+			c.fail(w, r, v, c.statusOf(err), err.Error())
+			return
+		}
+		http.Redirect(w, r, next+"?done="+url.QueryEscape(done), http.StatusSeeOther)
+	})
+}
+
+func (c *Console) signinForm(w http.ResponseWriter, r *http.Request) {
+	if c.api.NoAuth() {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	c.render(w, r, http.StatusOK, "signin", &pageData{Title: "Sign in", Error: r.URL.Query().Get("why")})
+}
+
+func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
+	if c.api.NoAuth() {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	secret := strings.TrimSpace(r.PostFormValue("token"))
+	id, err := c.api.Authenticate(r, secret)
+	var rl *httpapi.RateLimitedError
+	switch {
+	case errors.As(err, &rl):
+		c.render(w, r, http.StatusTooManyRequests, "signin", &pageData{Title: "Sign in", Error: err.Error()})
+		return
+	case err != nil:
+		c.render(w, r, http.StatusUnauthorized, "signin", &pageData{Title: "Sign in", Error: "Unknown token."})
+		return
+	case !id.CanRead():
+		c.render(w, r, http.StatusForbidden, "signin", &pageData{Title: "Sign in", Error: "This token may not read tasks: the console needs a token with the submit or operator scope."})
+		return
+	}
+	sess, err := newSession(secret, c.clock.Now())
+	if err == nil {
+		var v string
+		if v, err = c.seal.seal(sess); err == nil {
+			setCookie(w, r, v, int(SessionTTL/time.Second))
+		}
+	}
+	if err != nil {
+		c.fail(w, r, nil, http.StatusInternalServerError, err.Error())
+		return
+	}
+	c.log.Info("console: signed in", "actor", id.Actor())
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
+	v, err := c.authenticate(w, r)
+	if err == nil && !c.seal.checkCSRF(v.sess, r.PostFormValue("csrf")) {
+		c.fail(w, r, v, http.StatusForbidden, "The form's CSRF token is missing or wrong.")
+		return
+	}
+	setCookie(w, r, "", -1)
+	http.Redirect(w, r, "/signin", http.StatusSeeOther)
+}
+
+// toSignin sends a caller without a valid session to the sign-in page.
+func (c *Console) toSignin(w http.ResponseWriter, r *http.Request, why error) {
+	msg := ""
+	if !errors.Is(why, errNoSession) || strings.Contains(why.Error(), "expired") {
+		msg = why.Error()
+	}
+	var rl *httpapi.RateLimitedError
+	if errors.As(why, &rl) {
+		c.fail(w, r, nil, http.StatusTooManyRequests, why.Error())
+		return
+	}
+	if errors.Is(why, httpapi.ErrUnknownToken) {
+		setCookie(w, r, "", -1)
+		msg = "The token of this session is no longer accepted."
+	}
+	target := "/signin"
+	if msg != "" {
+		target += "?why=" + url.QueryEscape(msg)
+	}
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+// statusOf is the status the API answers err with.
+func (c *Console) statusOf(err error) int { return c.api.Status(err) }
+
+// fail renders an error page.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, v *viewer, status int, msg string) {
+	if status >= 500 {
+		// The page says no more than the API would: details go to the log.
+		c.log.Error("console: request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", msg)
+		msg = "The server could not answer this page (see its log); retry in a moment."
+	}
+	c.render(w, r, status, "error", &pageData{Title: http.StatusText(status), Viewer: v, Error: msg, Status: status})
+}
+
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p *pageData) {
+	p.NoAuth = c.api.NoAuth()
+	p.SignedIn = p.Viewer != nil
+	p.Now = c.clock.Now()
+	if p.Nav == "" {
+		p.Nav = name
+	}
+	var buf bytes.Buffer
+	if err := c.pages[name].Execute(&buf, p); err != nil {
+		c.log.Error("console: render", "page", name, "err", err)
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}

@@ -1,0 +1,586 @@
+package console_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/server"
+	"github.com/drover-run/drover/store"
+)
+
+const (
+	readToken  = "read-token-0123456789"
+	opToken    = "operator-token-0123456789"
+	agentToken = "agent-token-0123456789"
+)
+
+// env is a running drover server with the console, and the agent switch
+// that makes the "pay" workflow's failing tasks succeed.
+type env struct {
+	t     *testing.T
+	base  string
+	fixed *atomic.Bool
+}
+
+// startServer runs server.Run on d with a "pay" workflow whose charge
+// fails permanently for inputs {"bad":true} until fixed is set.
+func startServer(t *testing.T, d store.Driver, noAuth bool) *env {
+	t.Helper()
+	return startServerTokens(t, d, noAuth, nil)
+}
+
+// startServerTokens is startServer with the given tokens (nil: the
+// reader, operator and agent tokens above).
+func startServerTokens(t *testing.T, d store.Driver, noAuth bool, tokens []server.Token) *env {
+	t.Helper()
+	fixed := &atomic.Bool{}
+	hold := make(chan struct{})
+	charge := func(ctx context.Context, req *drover.AgentRequest) ([]byte, error) {
+		var in struct{ Bad, Hold bool }
+		_ = json.Unmarshal(req.Input, &in)
+		if in.Hold {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+			}
+			return nil, ctx.Err()
+		}
+		if in.Bad && !fixed.Load() {
+			return nil, drover.Permanent(errors.New("card declined"))
+		}
+		return []byte(`{"charged":true}`), nil
+	}
+	h := &server.HTTPConfig{Listen: "127.0.0.1:0", Rate: -1, NoAuth: noAuth}
+	if !noAuth && tokens != nil {
+		h.Tokens = tokens
+	} else if !noAuth {
+		h.Tokens = []server.Token{
+			{Secret: readToken, Scopes: []server.Scope{server.ScopeSubmit}, Name: "reader"},
+			{Secret: opToken, Scopes: []server.Scope{server.ScopeOperator}, Name: "oncall"},
+			{Secret: agentToken, Scopes: []server.Scope{server.ScopeAgent}, Agents: []string{"elsewhere"}},
+		}
+	}
+	ready := make(chan server.Ready, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Run(ctx, server.Config{Store: d, HTTP: h, SupervisorInterval: 50 * time.Millisecond, PollInterval: 20 * time.Millisecond,
+			Workflows: []drover.Workflow{{Name: "pay", Steps: []drover.Step{{Name: "charge", Agent: "payments", Timeout: 5 * time.Second}}}},
+			Agents:    []drover.Agent{{Name: "payments", Func: charge}},
+			OnReady:   func(r server.Ready) { ready <- r }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server.Run: %v", err)
+		}
+	})
+	select {
+	case r := <-ready:
+		t.Cleanup(func() { close(hold) }) // runs before the server stops
+		return &env{t: t, base: r.URL, fixed: fixed}
+	case err := <-done:
+		t.Fatalf("server.Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("server not ready within 30s")
+	}
+	return nil
+}
+
+// browser is an HTTP client with a cookie jar that does not follow
+// redirects (the tests look at them).
+func browser(t *testing.T) *http.Client {
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+type page struct {
+	status int
+	body   string
+	loc    string
+}
+
+func (e *env) do(c *http.Client, method, path string, form url.Values) page {
+	e.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, e.base+path, body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return page{resp.StatusCode, string(b), resp.Header.Get("Location")}
+}
+
+func (e *env) get(c *http.Client, path string) page { return e.do(c, "GET", path, nil) }
+
+// signIn signs c in with token and checks it lands on the overview.
+func (e *env) signIn(c *http.Client, token string) {
+	e.t.Helper()
+	p := e.do(c, "POST", "/signin", url.Values{"token": {token}})
+	if p.status != http.StatusSeeOther || p.loc != "/" {
+		e.t.Fatalf("sign in: %d %q, want 303 to /: %s", p.status, p.loc, p.body)
+	}
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrf reads the CSRF token of a page's form.
+func csrf(t *testing.T, p page) string {
+	t.Helper()
+	m := csrfRE.FindStringSubmatch(p.body)
+	if m == nil {
+		t.Fatalf("no CSRF field on the page: %s", p.body)
+	}
+	return m[1]
+}
+
+// api calls the HTTP API with the operator token and decodes the answer.
+func (e *env) api(method, path, body string, out any) {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.base+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+opToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(resp.Body)
+		e.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func (e *env) submit(id string, bad bool) {
+	e.t.Helper()
+	e.api("POST", "/v1/tasks", fmt.Sprintf(`{"workflow":"pay","id":%q,"input":{"bad":%v}}`, id, bad), nil)
+}
+
+func (e *env) state(id string) string {
+	e.t.Helper()
+	var t struct{ State string }
+	e.api("GET", "/v1/tasks/"+id, "", &t)
+	return t.State
+}
+
+// waitState waits up to 30s for task id to reach want.
+func (e *env) waitState(id, want string) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := e.state(id)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("task %s is %s after 30s, want %s", id, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func stores(t *testing.T, fn func(t *testing.T, d store.Driver)) {
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); fn(t, testutil.SQLite(t)) })
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); fn(t, testutil.Postgres(t)) })
+}
+
+func wantIn(t *testing.T, p page, subs ...string) {
+	t.Helper()
+	for _, s := range subs {
+		if !strings.Contains(p.body, s) {
+			t.Errorf("page (status %d) lacks %q:\n%s", p.status, s, p.body)
+		}
+	}
+}
+
+func wantOut(t *testing.T, p page, subs ...string) {
+	t.Helper()
+	for _, s := range subs {
+		if strings.Contains(p.body, s) {
+			t.Errorf("page has %q, it should not", s)
+		}
+	}
+}
+
+// The pages render for a signed-in reader, the filters and the keyset
+// pagination of the task list work, and the task page explains a failure.
+func TestPages(t *testing.T) {
+	stores(t, func(t *testing.T, d store.Driver) {
+		e := startServer(t, d, false)
+		for i := range 52 {
+			e.submit(fmt.Sprintf("ok-%03d", i), false)
+		}
+		e.submit("bad-1", true)
+		e.waitState("bad-1", "Error")
+		e.waitState("ok-051", "Processed")
+
+		c := browser(t)
+		if p := e.get(c, "/"); p.status != http.StatusSeeOther || p.loc != "/signin" {
+			t.Fatalf("GET / without a session: %d %q, want 303 to /signin", p.status, p.loc)
+		}
+		e.signIn(c, readToken)
+		e.api("POST", "/v1/queues/ledger/messages", `{"messages":[{"session_id":"acct-1","body":"x"}]}`, nil)
+		ov := e.get(c, "/")
+		wantIn(t, ov, "Overview", "reader · read-only", `href="/tasks?state=Error">Error</a></td><td>1</td>`, "open alerts",
+			`<span class="num">1</span> session queues`)
+
+		errs := e.get(c, "/tasks?state=Error")
+		wantIn(t, errs, "bad-1", "card declined")
+		wantOut(t, errs, "ok-000")
+
+		first := e.get(c, "/tasks?workflow=pay")
+		wantIn(t, first, "bad-1", "ok-048", `rel="next" href="/tasks?after=ok-048&amp;workflow=pay"`)
+		wantOut(t, first, "ok-049")
+		next := e.get(c, "/tasks?after=ok-048&workflow=pay")
+		wantIn(t, next, "ok-049", "ok-051")
+		wantOut(t, next, "ok-048<", "rel=\"next\"")
+
+		byID := e.get(c, "/tasks?id=ok-05")
+		wantIn(t, byID, "ok-050", "ok-051")
+		wantOut(t, byID, "ok-049", "bad-1")
+		if p := e.get(c, "/tasks?workflow=nope"); p.status != 200 || !strings.Contains(p.body, "No task matches") {
+			t.Errorf("unknown workflow: %d %s", p.status, p.body)
+		}
+		if p := e.get(c, "/tasks?state=Bogus"); p.status != http.StatusBadRequest {
+			t.Errorf("unknown state: %d, want 400", p.status)
+		}
+
+		tp := e.get(c, "/tasks/bad-1")
+		wantIn(t, tp, `Step 0 “charge” failed at`, "card declined. It waits for an operator", "bad-1/0/charge", "<td>payments</td>", "step_failed", "&#34;bad&#34;: true")
+		wantOut(t, tp, "Resubmit…", "Resubmit from here") // read-only
+		if p := e.get(c, "/tasks/nope"); p.status != http.StatusNotFound {
+			t.Errorf("unknown task: %d, want 404", p.status)
+		}
+		al := e.get(c, "/alerts")
+		wantIn(t, al, `href="/tasks/bad-1"`, "card declined")
+		wantOut(t, al, "Acknowledge")
+	})
+}
+
+// Sign-in checks the token as the API does: unknown tokens and tokens
+// that may not read are refused and get no session.
+func TestSignIn(t *testing.T) {
+	e := startServer(t, testutil.SQLite(t), false)
+	for _, tc := range []struct {
+		token  string
+		status int
+	}{{"not-a-token-0123456789", 401}, {"", 401}, {agentToken, 403}} {
+		c := browser(t)
+		p := e.do(c, "POST", "/signin", url.Values{"token": {tc.token}})
+		if p.status != tc.status {
+			t.Errorf("sign in with %q: %d, want %d", tc.token, p.status, tc.status)
+		}
+		if p := e.get(c, "/tasks"); p.status != http.StatusSeeOther {
+			t.Errorf("after a refused sign-in GET /tasks: %d, want a redirect to sign in", p.status)
+		}
+	}
+	c := browser(t)
+	e.signIn(c, opToken)
+	u, _ := url.Parse(e.base)
+	for _, ck := range c.Jar.Cookies(u) {
+		if strings.Contains(ck.Value, opToken) {
+			t.Errorf("the cookie holds the token in clear")
+		}
+	}
+	ov := e.get(c, "/")
+	wantIn(t, ov, "oncall · operator")
+	so := e.do(c, "POST", "/signout", url.Values{"csrf": {csrf(t, ov)}})
+	if so.status != http.StatusSeeOther {
+		t.Fatalf("sign out: %d", so.status)
+	}
+	if p := e.get(c, "/"); p.status != http.StatusSeeOther {
+		t.Errorf("after sign-out GET /: %d, want a redirect", p.status)
+	}
+	// The API is still the API.
+	var none struct{ Tasks []any }
+	e.api("GET", "/v1/tasks", "", &none)
+}
+
+// A session opens on every server configured with the same tokens (many
+// processes behind one address), and on none whose token list differs.
+func TestSessionAcrossServers(t *testing.T) {
+	a := startServer(t, testutil.SQLite(t), false)
+	same := startServer(t, testutil.SQLite(t), false)
+	changed := startServerTokens(t, testutil.SQLite(t), false, []server.Token{
+		{Secret: opToken, Scopes: []server.Scope{server.ScopeOperator}, Name: "oncall"}})
+	c := browser(t)
+	a.signIn(c, opToken)
+	u, _ := url.Parse(a.base)
+	cookies := c.Jar.Cookies(u)
+	for _, e := range []*env{same, changed} {
+		v, _ := url.Parse(e.base)
+		c.Jar.SetCookies(v, cookies)
+	}
+	if p := same.get(c, "/"); p.status != 200 || !strings.Contains(p.body, "oncall · operator") {
+		t.Errorf("another server with the same tokens: %d", p.status)
+	}
+	if p := changed.get(c, "/"); p.status != http.StatusSeeOther || p.loc != "/signin" {
+		t.Errorf("a server with other tokens: %d %q, want 303 to /signin", p.status, p.loc)
+	}
+}
+
+// Actions need a valid session cookie, the operator scope and the
+// session's CSRF token; without any of them nothing changes.
+func TestActionsRefused(t *testing.T) {
+	stores(t, func(t *testing.T, d store.Driver) {
+		e := startServer(t, d, false)
+		e.submit("bad-1", true)
+		e.waitState("bad-1", "Error")
+
+		op := browser(t)
+		e.signIn(op, opToken)
+		conf := e.get(op, "/tasks/bad-1/resubmit")
+		wantIn(t, conf, `runs again from step 0 &#34;charge&#34;, with the same idempotency key (bad-1/0/charge)`)
+		token := csrf(t, conf)
+
+		reader := browser(t)
+		e.signIn(reader, readToken)
+		readerCSRF := csrf(t, e.get(reader, "/"))
+
+		forged := browser(t)
+		u, _ := url.Parse(e.base)
+		forged.Jar.SetCookies(u, []*http.Cookie{{Name: "drover_session", Value: "AAAA" + strings.Repeat("x", 80)}})
+
+		other := browser(t)
+		e.signIn(other, opToken)
+		otherCSRF := csrf(t, e.get(other, "/"))
+
+		for _, tc := range []struct {
+			name   string
+			c      *http.Client
+			form   url.Values
+			status int
+		}{
+			{"reader", reader, url.Values{"csrf": {readerCSRF}}, 403},
+			{"no csrf", op, url.Values{}, 403},
+			{"wrong csrf", op, url.Values{"csrf": {token + "x"}}, 403},
+			{"another session's csrf", op, url.Values{"csrf": {otherCSRF}}, 403},
+			{"forged cookie", forged, url.Values{"csrf": {token}}, 401},
+			{"no cookie", browser(t), url.Values{"csrf": {token}}, 401},
+		} {
+			for _, path := range []string{"/tasks/bad-1/resubmit", "/tasks/bad-1/cancel"} {
+				form := url.Values{"reason": {"test"}}
+				for k, v := range tc.form {
+					form[k] = v
+				}
+				if p := e.do(tc.c, "POST", path, form); p.status != tc.status {
+					t.Errorf("%s: POST %s: %d, want %d", tc.name, path, p.status, tc.status)
+				}
+			}
+			if got := e.state("bad-1"); got != "Error" {
+				t.Fatalf("%s: the task is %s, want it unchanged (Error)", tc.name, got)
+			}
+		}
+		// A cross-origin form is refused even with the right token.
+		req, _ := http.NewRequest("POST", e.base+"/tasks/bad-1/resubmit", strings.NewReader(url.Values{"csrf": {token}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", "https://evil.example")
+		resp, err := op.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 403 || e.state("bad-1") != "Error" {
+			t.Errorf("cross-origin POST: %d, task %s", resp.StatusCode, e.state("bad-1"))
+		}
+
+		// The operator with the token acts: the failed task is resubmitted
+		// and, its cause fixed, completes.
+		e.fixed.Store(true)
+		p := e.do(op, "POST", "/tasks/bad-1/resubmit", url.Values{"csrf": {token}})
+		if p.status != http.StatusSeeOther || !strings.HasPrefix(p.loc, "/tasks/bad-1?done=") {
+			t.Fatalf("resubmit: %d %q: %s", p.status, p.loc, p.body)
+		}
+		e.waitState("bad-1", "Processed")
+		tp := e.get(op, p.loc)
+		wantIn(t, tp, "Resubmitted", "Done: all 1 steps completed", "http:oncall")
+	})
+}
+
+// Cancel records the reason and the token's actor; acknowledging an
+// alert removes it from the open ones.
+func TestCancelAndAcknowledge(t *testing.T) {
+	e := startServer(t, testutil.SQLite(t), false)
+	e.submit("bad-1", true)
+	e.waitState("bad-1", "Error")
+	op := browser(t)
+	e.signIn(op, opToken)
+
+	al := e.get(op, "/alerts")
+	wantIn(t, al, "card declined", "Acknowledge")
+	m := regexp.MustCompile(`action="/alerts/(\d+)/ack"`).FindStringSubmatch(al.body)
+	if m == nil {
+		t.Fatalf("no acknowledge form: %s", al.body)
+	}
+	p := e.do(op, "POST", "/alerts/"+m[1]+"/ack", url.Values{"csrf": {csrf(t, al)}})
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("ack: %d %s", p.status, p.body)
+	}
+	after := e.get(op, p.loc)
+	wantIn(t, after, "Alert "+m[1]+" acknowledged")
+	wantOut(t, after, `action="/alerts/`+m[1]+`/ack"`)
+
+	// Resubmit from a step: the confirmation names it, a step that does
+	// not exist is refused and changes nothing.
+	tp := e.get(op, "/tasks/bad-1")
+	wantIn(t, tp, `href="/tasks/bad-1/resubmit?from=0">Resubmit from here…`)
+	from := e.get(op, "/tasks/bad-1/resubmit?from=0")
+	wantIn(t, from, "runs again from step 0 &#34;charge&#34;: that step and every later one", `name="from_step" value="0"`)
+	if p := e.get(op, "/tasks/bad-1/resubmit?from=3"); p.status != http.StatusBadRequest || !strings.Contains(p.body, "has no step 3") {
+		t.Errorf("confirmation from step 3 of a one-step task: %d %s", p.status, p.body)
+	}
+	for _, bad := range []string{"3", "-1", "x"} {
+		if p := e.do(op, "POST", "/tasks/bad-1/resubmit", url.Values{"csrf": {csrf(t, from)}, "from_step": {bad}}); p.status != http.StatusBadRequest {
+			t.Errorf("resubmit from step %q: %d, want 400", bad, p.status)
+		}
+	}
+	if got := e.state("bad-1"); got != "Error" {
+		t.Fatalf("after refused resubmits the task is %s", got)
+	}
+	if p := e.do(op, "POST", "/tasks/bad-1/resubmit", url.Values{"csrf": {csrf(t, from)}, "from_step": {"0"}}); p.status != http.StatusSeeOther {
+		t.Fatalf("resubmit from step 0: %d %s", p.status, p.body)
+	}
+	e.waitState("bad-1", "Error") // still declined
+
+	// A final task cannot be cancelled, nor a running one resubmitted.
+	if p := e.get(op, "/tasks/bad-1/cancel"); p.status != http.StatusConflict {
+		t.Errorf("cancel page of an Error task: %d, want 409", p.status)
+	}
+	e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"held-1","input":{"hold":true}}`, nil)
+	e.waitState("held-1", "Processing")
+	if p := e.get(op, "/tasks/held-1/resubmit"); p.status != http.StatusConflict {
+		t.Errorf("resubmit page of a Processing task: %d, want 409", p.status)
+	}
+	conf := e.get(op, "/tasks/held-1/cancel")
+	wantIn(t, conf, "becomes Cancelled", "The call in flight is not interrupted")
+	if p := e.do(op, "POST", "/tasks/held-1/cancel", url.Values{"csrf": {csrf(t, conf)}, "reason": {""}}); p.status != http.StatusBadRequest {
+		t.Errorf("cancel without a reason: %d, want 400", p.status)
+	}
+	if got := e.state("held-1"); got != "Processing" {
+		t.Fatalf("after a refused cancel the task is %s", got)
+	}
+	p = e.do(op, "POST", "/tasks/held-1/cancel", url.Values{"csrf": {csrf(t, conf)}, "reason": {"customer called"}})
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("cancel: %d %s", p.status, p.body)
+	}
+	if got := e.state("held-1"); got != "Cancelled" {
+		t.Fatalf("after cancel the task is %s", got)
+	}
+	wantIn(t, e.get(op, p.loc), "Cancelled at", "customer called", "http:oncall")
+}
+
+// A token of a namespace sees that namespace only, and no counts that
+// cover the others; task IDs show without the namespace.
+func TestNamespaceToken(t *testing.T) {
+	const acmeToken = "acme-operator-0123456789"
+	e := startServerTokens(t, testutil.SQLite(t), false, []server.Token{
+		{Secret: opToken, Scopes: []server.Scope{server.ScopeOperator}, Name: "oncall"},
+		{Secret: acmeToken, Scopes: []server.Scope{server.ScopeOperator}, Namespace: "acme", Name: "acme-oncall"}})
+	e.submit("bad-1", true) // the default namespace
+	e.waitState("bad-1", "Error")
+	req, _ := http.NewRequest("POST", e.base+"/v1/tasks", strings.NewReader(`{"workflow":"pay","id":"o-1","input":{"bad":true}}`))
+	req.Header.Set("Authorization", "Bearer "+acmeToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("submit in acme: %d", resp.StatusCode)
+	}
+	c := browser(t)
+	e.signIn(c, acmeToken)
+	ov := e.get(c, "/")
+	wantIn(t, ov, `id="no-counts"`)
+	wantOut(t, ov, "tasks not final")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(e.get(c, "/tasks?state=Error").body, `href="/tasks/o-1">o-1</a>`) {
+		if time.Now().After(deadline) {
+			t.Fatal("o-1 not listed in Error within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	list := e.get(c, "/tasks")
+	wantOut(t, list, "bad-1", "acme/")
+	if p := e.get(c, "/tasks/bad-1"); p.status != http.StatusNotFound {
+		t.Errorf("another namespace's task: %d, want 404", p.status)
+	}
+	tp := e.get(c, "/tasks/o-1")
+	wantIn(t, tp, "<code>o-1</code>", "card declined")
+	al := e.get(c, "/alerts")
+	wantIn(t, al, `href="/tasks/o-1"`)
+	wantOut(t, al, "bad-1")
+	conf := e.get(c, "/tasks/o-1/resubmit")
+	if p := e.do(c, "POST", "/tasks/bad-1/resubmit", url.Values{"csrf": {csrf(t, conf)}}); p.status != http.StatusNotFound || e.state("bad-1") != "Error" {
+		t.Errorf("resubmit of another namespace's task: %d", p.status)
+	}
+}
+
+// Without auth on loopback the console needs no sign-in, still checks
+// the CSRF token, and answers only a loopback Host.
+func TestNoAuth(t *testing.T) {
+	e := startServer(t, testutil.SQLite(t), true)
+	e.submit("bad-1", true)
+	e.waitState("bad-1", "Error")
+	c := browser(t)
+	ov := e.get(c, "/")
+	if ov.status != 200 {
+		t.Fatalf("GET /: %d %s", ov.status, ov.body)
+	}
+	wantIn(t, ov, "no auth (loopback) · operator")
+	wantOut(t, ov, "Sign out")
+	conf := e.get(c, "/tasks/bad-1/resubmit")
+	if p := e.do(c, "POST", "/tasks/bad-1/resubmit", url.Values{}); p.status != 403 || e.state("bad-1") != "Error" {
+		t.Errorf("POST without CSRF: %d", p.status)
+	}
+	req, _ := http.NewRequest("GET", e.base+"/", nil)
+	req.Host = "rebound.example:80"
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Errorf("GET / for Host rebound.example: %d, want 403", resp.StatusCode)
+	}
+	e.fixed.Store(true)
+	p := e.do(c, "POST", "/tasks/bad-1/resubmit", url.Values{"csrf": {csrf(t, conf)}})
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("resubmit: %d %s", p.status, p.body)
+	}
+	e.waitState("bad-1", "Processed")
+}

@@ -1,0 +1,129 @@
+package console
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/drover-run/drover"
+	dt "github.com/drover-run/drover/drovertype"
+)
+
+// explain is the sentence at the top of a task's page: where the task is
+// and why, from its state, its steps, its last error and its history's
+// alerts.
+func explain(t *drover.Task, evs []*drover.Event) string {
+	var b strings.Builder
+	cur := stepAt(t, t.CurrentStep)
+	switch t.ProcessState {
+	case dt.Pending:
+		switch {
+		case cur == nil:
+			b.WriteString("Waiting for a scheduler.")
+		case cur.FailureCount > 0:
+			fmt.Fprintf(&b, "Waiting to retry step %d %s (it failed %d time%s", cur.Index, quote(cur.Name), cur.FailureCount, plural(cur.FailureCount))
+			if cur.LastError != "" {
+				fmt.Fprintf(&b, ": %s", cur.LastError)
+			}
+			b.WriteString(")")
+			if t.AvailableAt.After(t.UpdatedAt) {
+				fmt.Fprintf(&b, ", not before %s", when(t.AvailableAt))
+			}
+			b.WriteString(".")
+		default:
+			fmt.Fprintf(&b, "Waiting for a scheduler to start step %d %s.", cur.Index, quote(cur.Name))
+		}
+	case dt.Processing:
+		if cur != nil {
+			fmt.Fprintf(&b, "Step %d %s is running (attempt %d", cur.Index, quote(cur.Name), cur.Attempt)
+			if cur.LockedBy != "" {
+				fmt.Fprintf(&b, ", held by %s", cur.LockedBy)
+			}
+			if cur.CompleteBy != nil {
+				fmt.Fprintf(&b, ", deadline %s", when(cur.CompleteBy))
+			}
+			b.WriteString(").")
+		} else {
+			b.WriteString("Running.")
+		}
+	case dt.Processed:
+		fmt.Fprintf(&b, "Done: all %d steps completed, the last at %s.", t.StepCount, when(t.UpdatedAt))
+	case dt.Error:
+		if s := failedStep(t); s != nil {
+			fmt.Fprintf(&b, "Step %d %s failed", s.Index, quote(s.Name))
+			if s.FinishedAt != nil {
+				fmt.Fprintf(&b, " at %s", when(s.FinishedAt))
+			}
+			fmt.Fprintf(&b, ": %s.", firstOf(s.LastError, t.LastError, "no error recorded"))
+		} else {
+			fmt.Fprintf(&b, "Failed: %s.", firstOf(t.LastError, "no error recorded"))
+		}
+		b.WriteString(" It waits for an operator: fix the cause, then resubmit.")
+	case dt.Compensating:
+		fmt.Fprintf(&b, "Undoing the completed steps")
+		if s := failedStep(t); s != nil {
+			fmt.Fprintf(&b, " after step %d %s failed: %s", s.Index, quote(s.Name), firstOf(s.LastError, t.LastError, "no error recorded"))
+		}
+		b.WriteString(".")
+	case dt.Compensated:
+		fmt.Fprintf(&b, "Failed and compensated: %s; the completed steps were undone.", firstOf(t.LastError, "no error recorded"))
+	case dt.Cancelled:
+		fmt.Fprintf(&b, "Cancelled at %s", when(t.UpdatedAt))
+		if t.LastError != "" {
+			fmt.Fprintf(&b, ": %s", t.LastError)
+		}
+		b.WriteString(".")
+	default:
+		fmt.Fprintf(&b, "In state %s.", t.ProcessState)
+	}
+	if n := alertCount(evs); n > 0 {
+		fmt.Fprintf(&b, " %d alert%s raised (see the history and Alerts).", n, plural(n))
+	}
+	return b.String()
+}
+
+// failedStep is the step in Error, else the current step (nil if none).
+func failedStep(t *drover.Task) *dt.StepRecord {
+	for i := range t.Steps {
+		if s := &t.Steps[i]; s.ProcessState == dt.Error {
+			return s
+		}
+	}
+	return stepAt(t, t.CurrentStep)
+}
+
+func stepAt(t *drover.Task, i int) *dt.StepRecord {
+	for k := range t.Steps {
+		if t.Steps[k].Index == i {
+			return &t.Steps[k]
+		}
+	}
+	return nil
+}
+
+func alertCount(evs []*drover.Event) int {
+	n := 0
+	for _, e := range evs {
+		if e.Alert {
+			n++
+		}
+	}
+	return n
+}
+
+func quote(s string) string { return "“" + s + "”" }
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func firstOf(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}

@@ -1,0 +1,363 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-run/drover"
+	dt "github.com/drover-run/drover/drovertype"
+)
+
+// states are the task states in the order the pages show them.
+var states = []dt.ProcessState{dt.Pending, dt.Processing, dt.Compensating, dt.Error, dt.Processed, dt.Compensated, dt.Cancelled}
+
+// queuesCounted caps the session queues the overview counts.
+const queuesCounted = 100
+
+// pageSize is the tasks of one page of the task list.
+const pageSize = 50
+
+// alertsShown caps the open alerts the overview counts and the alerts
+// page lists at once.
+const alertsShown = 100
+
+var funcs = template.FuncMap{
+	"json":   prettyJSON,
+	"when":   when,
+	"state":  func(s dt.ProcessState) string { return "st-" + strings.ToLower(string(s)) },
+	"states": func() []dt.ProcessState { return states },
+	"query": func(kv ...string) template.URL {
+		q := url.Values{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] != "" {
+				q.Set(kv[i], kv[i+1])
+			}
+		}
+		return template.URL(q.Encode())
+	},
+	"pathescape": url.PathEscape,
+	// local is a stored task ID or alert subject without its namespace.
+	"local": dt.LocalName,
+	// hasSession tells an alert on a session ("session:<queue>/<id>")
+	// from one on a task.
+	"hasSession": func(subject string) bool { return strings.HasPrefix(subject, "session:") },
+}
+
+// prettyJSON indents a JSON document; anything else is shown as text.
+func prettyJSON(b []byte) string {
+	if len(b) == 0 {
+		return "(none)"
+	}
+	var out bytes.Buffer
+	if json.Indent(&out, b, "", "  ") == nil {
+		return out.String()
+	}
+	return string(b)
+}
+
+// when formats a time (or a *time.Time, nil as "-") to the second, UTC.
+func when(v any) string {
+	switch t := v.(type) {
+	case time.Time:
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	case *time.Time:
+		if t == nil {
+			return "-"
+		}
+		return when(*t)
+	}
+	return fmt.Sprint(v)
+}
+
+type overviewData struct {
+	Global      bool // Counts and Active are set (they cover every namespace)
+	Counts      map[dt.ProcessState]int
+	States      []dt.ProcessState
+	Active      int
+	OpenAlerts  int
+	MoreAlerts  bool
+	Queues      int
+	MoreQueues  bool
+	InstanceID  string
+	Supervising int64
+}
+
+func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	d := &overviewData{States: states, InstanceID: c.d.InstanceID(), Supervising: c.d.SupervisorTerm()}
+	if d.Global = !v.id.Confined(); d.Global {
+		// The counts cover every namespace: not for a namespace's token.
+		var err error
+		if d.Counts, err = c.d.Counts(ctx); err != nil {
+			return "", "", nil, err
+		}
+		if d.Active, err = c.d.Active(ctx); err != nil {
+			return "", "", nil, err
+		}
+	}
+	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown, Namespace: v.id.ListNamespace()})
+	if err != nil {
+		return "", "", nil, err
+	}
+	queues, err := c.opts.Queues.QueuesIn(ctx, v.id.ListNamespace(), "", queuesCounted+1)
+	if err != nil {
+		return "", "", nil, err
+	}
+	d.OpenAlerts, d.MoreAlerts = len(alerts), next != 0
+	d.Queues, d.MoreQueues = min(len(queues), queuesCounted), len(queues) > queuesCounted
+	return "overview", "Overview", d, nil
+}
+
+type tasksData struct {
+	Workflow, State, ID, After string
+	Tasks                      []*drover.Task
+	Next                       string
+}
+
+// tasks lists tasks by ID with keyset pagination: ?workflow=, ?state=,
+// ?id= (an ID or the start of IDs), ?after= (the last ID of the previous
+// page). It reads one page of the index at a time, never a count.
+func (c *Console) tasks(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	q := r.URL.Query()
+	d := &tasksData{Workflow: strings.TrimSpace(q.Get("workflow")), State: q.Get("state"), ID: strings.TrimSpace(q.Get("id")), After: q.Get("after")}
+	p := drover.ListParams{Workflow: d.Workflow, Limit: pageSize + 1, Namespace: v.id.ListNamespace()}
+	if d.After != "" {
+		p.AfterID = v.id.Qualify(d.After)
+	}
+	prefix := v.id.Qualify(d.ID)
+	if d.State != "" {
+		st := dt.ProcessState(d.State)
+		if !st.Valid() {
+			return "", "", nil, fmt.Errorf("%w: unknown state %q", drover.ErrInvalidInput, d.State)
+		}
+		p.States = []dt.ProcessState{st}
+	}
+	// IDs starting with d.ID follow d.ID itself in ID order: the page
+	// starts at d.ID and ends at the first ID without the prefix.
+	if d.ID != "" && d.After == "" {
+		t, err := c.d.Task(ctx, prefix)
+		switch {
+		case err == nil && matches(t, p):
+			d.Tasks = append(d.Tasks, t)
+		case err != nil && !errors.Is(err, drover.ErrTaskNotFound) && !errors.Is(err, drover.ErrInvalidInput) && !errors.Is(err, drover.ErrInvalidTaskID):
+			return "", "", nil, err
+		}
+		p.AfterID = prefix
+	}
+	ts, err := c.d.Tasks(ctx, p)
+	if err != nil {
+		return "", "", nil, err
+	}
+	for _, t := range ts {
+		if d.ID != "" && !strings.HasPrefix(t.ID, prefix) {
+			break
+		}
+		d.Tasks = append(d.Tasks, t)
+	}
+	if len(d.Tasks) > pageSize {
+		d.Tasks = d.Tasks[:pageSize]
+		d.Next = dt.LocalName(d.Tasks[pageSize-1].ID)
+	}
+	return "tasks", "Tasks", d, nil
+}
+
+// matches reports whether t passes the state and workflow filters of p.
+func matches(t *drover.Task, p drover.ListParams) bool {
+	if p.Workflow != "" && t.Workflow != p.Workflow {
+		return false
+	}
+	return len(p.States) == 0 || t.ProcessState == p.States[0]
+}
+
+type taskData struct {
+	Task    *drover.Task
+	Story   string
+	Events  []*drover.Event
+	More    bool
+	Actions actions
+	// FromHere offers a resubmit from each step (an operator, a task
+	// resubmittable, not compensated: that one restarts from step 0).
+	FromHere bool
+}
+
+// actions are the operator actions a task's state allows.
+type actions struct{ Resubmit, Cancel bool }
+
+func allowed(t *drover.Task) actions {
+	switch t.ProcessState {
+	case dt.Error, dt.Cancelled, dt.Compensated:
+		return actions{Resubmit: true}
+	case dt.Pending, dt.Processing, dt.Compensating:
+		return actions{Cancel: true}
+	}
+	return actions{}
+}
+
+// eventsShown caps the history shown on a task's page.
+const eventsShown = 500
+
+func (c *Console) loadTask(ctx context.Context, r *http.Request, v *viewer) (*drover.Task, error) {
+	t, err := c.d.Task(ctx, v.id.Qualify(r.PathValue("id")))
+	if errors.Is(err, drover.ErrTaskNotFound) {
+		return nil, fmt.Errorf("task %q not found: %w", r.PathValue("id"), err)
+	}
+	return t, err
+}
+
+func (c *Console) task(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	t, err := c.loadTask(ctx, r, v)
+	if err != nil {
+		return "", "", nil, err
+	}
+	evs, err := c.d.Events(ctx, drover.EventQuery{TaskID: t.ID, Limit: eventsShown + 1})
+	if err != nil {
+		return "", "", nil, err
+	}
+	d := &taskData{Task: t, Events: evs, Actions: allowed(t)}
+	d.FromHere = v.id.Operator() && d.Actions.Resubmit && t.ProcessState != dt.Compensated
+	if len(evs) > eventsShown {
+		d.Events, d.More = evs[:eventsShown], true
+	}
+	d.Story = explain(t, d.Events)
+	return "task", "Task " + dt.LocalName(t.ID), d, nil
+}
+
+type confirmData struct {
+	Task     *drover.Task
+	Story    string
+	What     string // what the action will do
+	FromStep *int   // resubmit from this step (nil: from the failed one)
+}
+
+// fromStep reads the step a resubmit starts from: the query's "from" on
+// the confirmation page, the form's "from_step" on the action; nil when
+// absent.
+func fromStep(v string) (*int, error) {
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return nil, fmt.Errorf("%w: step %q is not a step index (0, 1, ...)", drover.ErrInvalidInput, v)
+	}
+	return &n, nil
+}
+
+func (c *Console) confirmResubmit(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	t, err := c.loadTask(ctx, r, v)
+	if err != nil {
+		return "", "", nil, err
+	}
+	if !allowed(t).Resubmit {
+		return "", "", nil, fmt.Errorf("%w: task %s is %s; only Error, Cancelled and Compensated tasks can be resubmitted", drover.ErrNotResubmittable, dt.LocalName(t.ID), t.ProcessState)
+	}
+	from, err := fromStep(r.URL.Query().Get("from"))
+	if err != nil {
+		return "", "", nil, err
+	}
+	what, err := resubmitWhat(t, from)
+	if err != nil {
+		return "", "", nil, err
+	}
+	return "confirm_resubmit", "Resubmit " + dt.LocalName(t.ID), &confirmData{Task: t, Story: explain(t, nil), What: what, FromStep: from}, nil
+}
+
+// resubmitWhat says what a resubmit of t from step from (nil: the failed
+// one) will do, or why it cannot be done.
+func resubmitWhat(t *drover.Task, from *int) (string, error) {
+	if t.ProcessState == dt.Compensated {
+		if from != nil && *from != 0 {
+			return "", fmt.Errorf("%w: a compensated task runs again from step 0 only (its completed steps were undone)", drover.ErrNoSuchStep)
+		}
+		return "The task goes back to Pending and runs again from step 0 as a new run: its completed steps were undone, so every step gets a new idempotency key and calls its service again.", nil
+	}
+	if from != nil {
+		s := stepAt(t, *from)
+		if s == nil {
+			return "", fmt.Errorf("%w: task %s has no step %d (its steps are 0 to %d)", drover.ErrNoSuchStep, dt.LocalName(t.ID), *from, t.StepCount-1)
+		}
+		return fmt.Sprintf("The task goes back to Pending and runs again from step %d %q: that step and every later one go back to Pending and call their services again, with the same idempotency keys (step %d: %s). Steps before it keep their results.", s.Index, s.Name, s.Index, s.IdempotencyKey), nil
+	}
+	s := failedStep(t)
+	if s == nil {
+		return "The task goes back to Pending and runs again from its current step, with the same idempotency keys.", nil
+	}
+	return fmt.Sprintf("The task goes back to Pending and runs again from step %d %q, with the same idempotency key (%s): a service that already applied the call recognises the retry. Steps before it keep their results.", s.Index, s.Name, s.IdempotencyKey), nil
+}
+
+func (c *Console) confirmCancel(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	t, err := c.loadTask(ctx, r, v)
+	if err != nil {
+		return "", "", nil, err
+	}
+	if !allowed(t).Cancel {
+		return "", "", nil, fmt.Errorf("%w: task %s is %s already", drover.ErrAlreadyFinal, dt.LocalName(t.ID), t.ProcessState)
+	}
+	what := "The task becomes Cancelled, a final state: no further step starts and it is not compensated."
+	if t.ProcessState == dt.Processing {
+		what += " The call in flight is not interrupted, but its reply is discarded."
+	}
+	return "confirm_cancel", "Cancel " + dt.LocalName(t.ID), &confirmData{Task: t, Story: explain(t, nil), What: what}, nil
+}
+
+func (c *Console) resubmit(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
+	id := r.PathValue("id")
+	from, err := fromStep(r.PostFormValue("from_step"))
+	if err != nil {
+		return "", "", err
+	}
+	if _, err := c.d.Resubmit(ctx, v.id.Qualify(id), &drover.ResubmitOptions{FromStep: from, Actor: v.id.Actor()}); err != nil {
+		return "", "", err
+	}
+	return "/tasks/" + url.PathEscape(id), "Resubmitted: the task is Pending again.", nil
+}
+
+func (c *Console) cancel(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
+	id := r.PathValue("id")
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	if reason == "" {
+		return "", "", fmt.Errorf("%w: give a reason for cancelling", drover.ErrInvalidInput)
+	}
+	if _, err := c.d.CancelAs(ctx, v.id.Qualify(id), reason, v.id.Actor()); err != nil {
+		return "", "", err
+	}
+	return "/tasks/" + url.PathEscape(id), "Cancelled.", nil
+}
+
+type alertsData struct {
+	Alerts []drover.Alert
+	More   bool
+}
+
+func (c *Console) alerts(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown, Namespace: v.id.ListNamespace()})
+	if err != nil {
+		return "", "", nil, err
+	}
+	return "alerts", "Alerts", &alertsData{Alerts: alerts, More: next != 0}, nil
+}
+
+func (c *Console) ack(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		return "", "", fmt.Errorf("%w: alert ID %q is not a positive number", drover.ErrInvalidInput, r.PathValue("id"))
+	}
+	if _, err := c.d.AckAlertIn(ctx, v.id.ListNamespace(), id, v.id.Actor()); err != nil {
+		if errors.Is(err, drover.ErrAlertNotFound) {
+			return "", "", fmt.Errorf("%w: %w", drover.ErrTaskNotFound, err)
+		}
+		return "", "", err
+	}
+	return "/alerts", fmt.Sprintf("Alert %d acknowledged.", id), nil
+}
