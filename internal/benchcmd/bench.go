@@ -166,21 +166,9 @@ error there (the server's synchronous_commit decides).`,
 					f.timeout = time.Minute + time.Duration(f.tasks*f.steps)*time.Millisecond
 				}
 			}
-			var explicit *clicore.DBTarget
-			tempSchema := false
-			if fl.Changed("db") {
-				t, err := e.Target()
-				if err != nil {
-					return err
-				}
-				explicit = &t
-				tempSchema = t.Postgres && !fl.Changed("schema")
-			}
-			if err := clicore.CheckSynchronous(cmd, derefTarget(explicit), f.synchronous); err != nil {
+			explicit, tempSchema, err := e.benchTarget(cmd, &f.synchronous)
+			if err != nil {
 				return err
-			}
-			if explicit != nil && explicit.Postgres {
-				f.synchronous = ""
 			}
 			return e.runBench(cmd.Context(), f, explicit, tempSchema, latency)
 		},
@@ -361,4 +349,27 @@ func (e *env) runThroughput(ctx context.Context, f benchFlags, drv *clicore.Data
 	fmt.Fprintf(e.Stdout, "drover bench: %d tasks × %d steps burned down in %.3fs: %.0f tasks/s, %.0f steps/s (inserted in %.3fs: %.0f/s; end to end %.0f tasks/s; %s, %d schedulers)\n",
 		r.Tasks, r.Steps, r.Seconds, r.TasksPerSec, r.StepsPerSec, r.InsertSeconds, r.InsertPerSec, r.EndToEndPerSec, benchStoreDesc(drv, f), r.Schedulers)
 	return nil
+}
+
+// benchTarget reads the store a bench run names: the --db target (nil: a
+// fresh temporary SQLite file), whether the run uses a temporary PostgreSQL
+// schema (--db on PostgreSQL without --schema), and checks --synchronous,
+// which it clears on PostgreSQL.
+func (e *env) benchTarget(cmd *cobra.Command, synchronous *string) (explicit *clicore.DBTarget, tempSchema bool, err error) {
+	fl := cmd.Flags()
+	if fl.Changed("db") {
+		t, err := e.Target()
+		if err != nil {
+			return nil, false, err
+		}
+		explicit = &t
+		tempSchema = t.Postgres && !fl.Changed("schema")
+	}
+	if err := clicore.CheckSynchronous(cmd, derefTarget(explicit), *synchronous); err != nil {
+		return nil, false, err
+	}
+	if explicit != nil && explicit.Postgres {
+		*synchronous = ""
+	}
+	return explicit, tempSchema, nil
 }

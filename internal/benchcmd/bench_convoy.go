@@ -105,7 +105,6 @@ under sessions named after the run, so runs on a kept store do not mix.`,
   drover bench convoy --messages 100000 --cpuprofile cpu.out && go tool pprof -top cpu.out`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fl := cmd.Flags()
 			switch {
 			case f.sessions <= 0:
 				return clicore.Usagef("--sessions must be positive, got %d", f.sessions)
@@ -135,21 +134,9 @@ under sessions named after the run, so runs on a kept store do not mix.`,
 			if f.timeout == 0 {
 				f.timeout = time.Minute + time.Duration(f.messages)*time.Millisecond
 			}
-			var explicit *clicore.DBTarget
-			tempSchema := false
-			if fl.Changed("db") {
-				t, err := e.Target()
-				if err != nil {
-					return err
-				}
-				explicit = &t
-				tempSchema = t.Postgres && !fl.Changed("schema")
-			}
-			if err := clicore.CheckSynchronous(cmd, derefTarget(explicit), f.synchronous); err != nil {
+			explicit, tempSchema, err := e.benchTarget(cmd, &f.synchronous)
+			if err != nil {
 				return err
-			}
-			if explicit != nil && explicit.Postgres {
-				f.synchronous = ""
 			}
 			return e.runBenchConvoy(cmd.Context(), f, explicit, tempSchema)
 		},
