@@ -552,8 +552,14 @@ func TestBenchProgress(t *testing.T) {
 	}
 }
 
+// cpuProfiler is held by the tests that run a command with --cpuprofile:
+// a process has one CPU profiler, so they take turns.
+var cpuProfiler sync.Mutex
+
 func TestBench(t *testing.T) {
 	t.Parallel()
+	cpuProfiler.Lock()
+	defer cpuProfiler.Unlock()
 	prof := filepath.Join(t.TempDir(), "cpu.out")
 	r := run(t, "", "bench", "--tasks", "2000", "--json", "--cpuprofile", prof, "--synchronous", "normal")
 	if r.code != 0 {

@@ -498,6 +498,8 @@ func benchConvoy(t *testing.T, args ...string) benchcmd.BenchConvoyResult {
 
 func TestBenchConvoy(t *testing.T) {
 	t.Parallel()
+	cpuProfiler.Lock()
+	defer cpuProfiler.Unlock()
 	prof := filepath.Join(t.TempDir(), "cpu.out")
 	b := benchConvoy(t, "--sessions", "20", "--messages", "2000", "--synchronous", "normal", "--cpuprofile", prof)
 	if b.Driver != "sqlite" || b.Sessions != 20 || b.Messages != 2000 || b.Consumers != 1 || b.MaxSessions != 20 || b.Handler != "go" {
