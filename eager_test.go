@@ -252,7 +252,7 @@ func TestEagerStartKeepsMaxInFlight(t *testing.T) {
 				t.Errorf("%d of 40 tasks started at submission, want at most %d", started, maxInFlight)
 			}
 			held := func() int {
-				n, err := d.Reader().TaskCountLockedBy(ctx, "cap/scheduler-0")
+				n, err := d.Reader().TaskCountLockedBy(ctx, &store.TaskCountLockedByParams{Instance: "cap/scheduler-0"})
 				if err != nil {
 					t.Fatal(err)
 				}

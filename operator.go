@@ -18,7 +18,7 @@ func (c *Client) Task(ctx context.Context, id string) (*Task, error) {
 	}
 	// One snapshot: read apart, a step could be newer than its task (a
 	// task Processing whose last step is already Processed).
-	tasks, steps, err := c.store.Reader().TaskGetManyWithSteps(ctx, []string{id})
+	tasks, steps, err := c.store.Reader().TaskGetManyWithSteps(ctx, &store.TaskGetManyWithStepsParams{IDs: []string{id}})
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func (c *Client) Tasks(ctx context.Context, p ListParams) ([]*Task, error) {
 	if err := checkListNamespace(p.Namespace); err != nil {
 		return nil, err
 	}
-	return c.store.Reader().TaskList(ctx, store.TaskListParams{States: p.States, Workflow: p.Workflow, AfterID: p.AfterID, Limit: p.Limit, Namespace: p.Namespace})
+	return c.store.Reader().TaskList(ctx, &store.TaskListParams{States: p.States, Workflow: p.Workflow, AfterID: p.AfterID, Limit: p.Limit, Namespace: p.Namespace})
 }
 
 // checkListNamespace checks the Namespace filter of a listing.
@@ -254,7 +254,7 @@ func (c *Client) Subscribe(ctx context.Context, s Subscription) <-chan *Event {
 			// read of the history has every event up to it.
 			final := false
 			if untilFinal {
-				t, err := c.store.Reader().TaskGet(ctx, s.TaskID)
+				t, err := c.store.Reader().TaskGet(ctx, &store.TaskGetParams{ID: s.TaskID})
 				switch {
 				case errors.Is(err, store.ErrNotFound):
 					final = true // deleted (retention): nothing more comes

@@ -401,7 +401,7 @@ func (c *Client) LeaseRelease(ctx context.Context, ref LockRef) error {
 			return err
 		}
 		if notify = s.Pending > 0 && !s.Blocked; notify {
-			return x.Notify(ctx, Topic(ref.Queue))
+			return store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(ref.Queue)})
 		}
 		return nil
 	})

@@ -100,7 +100,7 @@ func (c *Client) resolve(ctx context.Context, queue, sessionID string, seq int64
 		if err != nil {
 			return err
 		}
-		if err := x.Notify(ctx, Topic(queue)); err != nil {
+		if err := store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(queue)}); err != nil {
 			return err
 		}
 		return x.EventInsertMany(ctx, []*dt.Event{{

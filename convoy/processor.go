@@ -506,7 +506,7 @@ func (p *Processor) shutdown() {
 		if _, err := x.SessionRelease(ctx, refs, now); err != nil {
 			return err
 		}
-		return x.Notify(ctx, Topic(p.queue))
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(p.queue)})
 	})
 	if err != nil {
 		p.c.log.Warn("convoy: release sessions at stop; they are free once their locks expire", "queue", p.queue, "err", err)
@@ -853,7 +853,7 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 			return err
 		}
 		if notify {
-			if err := x.Notify(ctx, Topic(p.queue)); err != nil {
+			if err := store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(p.queue)}); err != nil {
 				return err
 			}
 		}

@@ -110,7 +110,7 @@ func (c *Client) publish(ctx context.Context, x store.Executor, queue string, ms
 	if err != nil {
 		return nil, err
 	}
-	if err := x.Notify(ctx, Topic(queue)); err != nil {
+	if err := store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(queue)}); err != nil {
 		return nil, err
 	}
 	out := make([]Published, len(res))

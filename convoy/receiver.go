@@ -505,7 +505,7 @@ func (r *SessionReceiver) Close(ctx context.Context) error {
 			return err
 		}
 		if notify = s.Pending > 0 && !s.Blocked; notify {
-			return x.Notify(ctx, Topic(r.queue))
+			return store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(r.queue)})
 		}
 		return nil
 	})

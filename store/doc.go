@@ -10,6 +10,6 @@
 // they return until the transaction ends (PostgreSQL: FOR UPDATE; SQLite holds
 // the database write lock for the whole transaction). The engine relies on that
 // to fence replies, recoveries and leader actions with read-check-write.
-// [Executor.OrderingSeqReserve] likewise locks the ordering keys it reserves
+// [Executor.OrderingKeyReserve] likewise locks the ordering keys it reserves
 // until the transaction ends, so positions within a key follow commit order.
 package store

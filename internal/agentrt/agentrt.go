@@ -547,7 +547,7 @@ func insertReplies(ctx context.Context, x store.Executor, batch []*dt.AgentReply
 	for _, r := range batch {
 		if r.Scheduler != "" && !seen[r.Scheduler] {
 			seen[r.Scheduler] = true
-			if err := x.Notify(ctx, store.TopicReplies(r.Scheduler)); err != nil {
+			if err := store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicReplies(r.Scheduler)}); err != nil {
 				return err
 			}
 		}

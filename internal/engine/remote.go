@@ -47,7 +47,7 @@ func (r Remote) ReleaseAll(ctx context.Context, agent, claimedBy string) error {
 		if _, err := x.RequestRelease(ctx, claimedBy); err != nil {
 			return err
 		}
-		return x.Notify(ctx, store.TopicRequests(agent))
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicRequests(agent)})
 	})
 }
 
@@ -65,7 +65,7 @@ func (r Remote) Release(ctx context.Context, id int64, claimedBy string, after s
 		if err != nil || after.First > 0 {
 			return err
 		}
-		return x.Notify(ctx, store.TopicRequests(q.Agent))
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicRequests(q.Agent)})
 	})
 }
 
@@ -108,6 +108,6 @@ func (r Remote) reply(ctx context.Context, id int64, claimedBy string, output []
 		if err := x.ReplyInsertMany(ctx, []*dt.AgentReply{reply}); err != nil {
 			return err
 		}
-		return x.Notify(ctx, store.TopicReplies(q.Scheduler))
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicReplies(q.Scheduler)})
 	})
 }

@@ -153,12 +153,12 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 		}
 	}
 	if len(b.steps) > 0 {
-		if err := x.StepUpdateMany(ctx, b.steps); err != nil {
+		if err := x.StepUpdateMany(ctx, &store.StepUpdateManyParams{Steps: b.steps}); err != nil {
 			return err
 		}
 	}
 	if len(b.tasks) > 0 {
-		if err := x.TaskUpdateMany(ctx, b.tasks); err != nil {
+		if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: b.tasks}); err != nil {
 			return err
 		}
 	}
@@ -176,7 +176,7 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 		return err
 	}
 	if b.claimable {
-		return x.Notify(ctx, store.TopicTasks)
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicTasks})
 	}
 	return nil
 }
@@ -203,7 +203,7 @@ func notifyRequests(ctx context.Context, x store.Executor, reqs []*dt.AgentReque
 	for _, r := range reqs {
 		if r.ClaimedBy == "" && !seen[r.Agent] {
 			seen[r.Agent] = true
-			if err := x.Notify(ctx, store.TopicRequests(r.Agent)); err != nil {
+			if err := store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicRequests(r.Agent)}); err != nil {
 				return err
 			}
 		}
@@ -243,7 +243,7 @@ func load(ctx context.Context, x store.Executor, tasks []*dt.Task) (map[string]*
 	for i, t := range tasks {
 		ids[i] = t.ID
 	}
-	steps, err := x.StepListByTasks(ctx, ids)
+	steps, err := x.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: ids})
 	if err != nil {
 		return nil, err
 	}
@@ -411,7 +411,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 			}
 		}
 	}
-	inserted, err := x.TaskInsertMany(ctx, fresh)
+	inserted, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: fresh})
 	if err != nil {
 		return nil, err
 	}
@@ -439,7 +439,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 			// Not new after all: drop what starting it dispatched.
 			sb.drop(t.ID, start)
 		}
-		cur, err := x.TaskGet(ctx, t.ID)
+		cur, err := x.TaskGet(ctx, &store.TaskGetParams{ID: t.ID})
 		if err != nil {
 			return nil, err
 		}
@@ -452,7 +452,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 	// no task uses; its row is pruned should no task have the key (the
 	// stored task has the same key, or conflict refused the call, so one
 	// normally does: the prune is a guard against a row kept for good).
-	if err := x.OrderingKeysPrune(ctx, unused); err != nil {
+	if err := x.OrderingKeyPrune(ctx, &store.OrderingKeyPruneParams{Keys: unused}); err != nil {
 		return nil, err
 	}
 	for i, s := range subs {
@@ -460,7 +460,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 			out[i] = out[first[s.Task.ID]]
 		}
 	}
-	if err := x.StepInsertMany(ctx, steps); err != nil {
+	if err := x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: steps}); err != nil {
 		return nil, err
 	}
 	if sb != nil {
@@ -484,7 +484,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		}
 	}
 	if pending && len(steps) > 0 {
-		return out, x.Notify(ctx, store.TopicTasks)
+		return out, store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicTasks})
 	}
 	return out, nil
 }
@@ -529,7 +529,7 @@ func startTasks(subs []Submission, fresh []*dt.Task, freshIdx []int, start *Star
 
 // reserveOrdering gives each task with an OrderingKey its position within
 // the key, in submission order. The reservation locks the keys until the
-// transaction ends (see store.Executor.OrderingSeqReserve), so positions
+// transaction ends (see store.Executor.OrderingKeyReserve), so positions
 // follow commit order. A task whose ID turns out to exist already is not
 // inserted and leaves a gap, which orders nothing.
 func reserveOrdering(ctx context.Context, x store.Executor, tasks []*dt.Task) error {
@@ -548,7 +548,7 @@ func reserveOrdering(ctx context.Context, x store.Executor, tasks []*dt.Task) er
 	if len(keys) == 0 {
 		return nil
 	}
-	seqs, err := x.OrderingSeqReserve(ctx, keys)
+	seqs, err := x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: keys})
 	if err != nil {
 		return err
 	}
@@ -908,7 +908,7 @@ func dispatchStep(b *batch, instance string, reserve func(agent string) (string,
 // CompleteBy. Steps whose CompleteBy has passed are left to the supervisor.
 // It looks at up to limit held tasks and returns the requests it stored.
 func (m *Machine) Restore(ctx context.Context, x store.Executor, now time.Time, limit int) ([]*dt.AgentRequest, error) {
-	held, err := x.TaskListLockedBy(ctx, m.Instance, limit)
+	held, err := x.TaskListLockedBy(ctx, &store.TaskListLockedByParams{Instance: m.Instance, Limit: limit})
 	if err != nil || len(held) == 0 {
 		return nil, err
 	}
@@ -917,7 +917,7 @@ func (m *Machine) Restore(ctx context.Context, x store.Executor, now time.Time, 
 		ids[i] = t.ID
 	}
 	// Read again, locked: the supervisor may be recovering some of them.
-	tasks, steps, err := x.TaskGetManyWithSteps(ctx, ids)
+	tasks, steps, err := x.TaskGetManyWithSteps(ctx, &store.TaskGetManyWithStepsParams{IDs: ids})
 	if err != nil {
 		return nil, err
 	}
@@ -1010,17 +1010,15 @@ func (m *Machine) Tick(ctx context.Context, x store.Executor, now time.Time, rep
 // tick is Tick; with wait it reads through store.GetThenClaim, which waits
 // for locked tasks instead of reporting them busy.
 func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, replies []*dt.AgentReply, limit int, wait bool) (TickResult, error) {
-	read := x.TaskGetAndClaim
+	read := store.TaskGetAndClaim
 	if wait {
-		read = func(ctx context.Context, ids []string, p store.TaskClaimParams) (store.GetAndClaim, error) {
-			return store.GetThenClaim(ctx, x, ids, p)
-		}
+		read = store.GetThenClaim
 	}
 	ids := replyTaskIDs(replies)
 	// WriteLater: advance writes every claimed task below (dispatch or
 	// release), so the claim need not write them too.
 	after := m.claimAfter(now)
-	r, err := read(ctx, ids, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true, After: after})
+	r, err := read(ctx, x, &store.TaskGetAndClaimParams{IDs: ids, Claim: store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true, After: after}})
 	if err != nil {
 		return TickResult{}, err
 	}
@@ -1260,7 +1258,7 @@ func (sv *Leader) Sweep(ctx context.Context, x store.Executor, now time.Time, li
 	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
-	tasks, err := x.TaskListExpired(ctx, now, limit)
+	tasks, err := x.TaskListExpired(ctx, &store.TaskListExpiredParams{Now: now, Limit: limit})
 	if err != nil || len(tasks) == 0 {
 		return 0, err
 	}
@@ -1296,7 +1294,7 @@ func (sv *Leader) Retain(ctx context.Context, x store.Executor, now time.Time, a
 	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
-	return x.TaskDeleteFinished(ctx, now.Add(-age), limit)
+	return x.TaskDeleteFinished(ctx, &store.TaskDeleteFinishedParams{Before: now.Add(-age), Limit: limit})
 }
 
 // ForgetDedupe deletes up to limit session-queue de-duplication entries
@@ -1438,7 +1436,7 @@ func backoff(base time.Duration, failures int) time.Duration {
 // Cancel moves a non-final task to Cancelled. An agent call in flight is not
 // interrupted, but its reply will be discarded by the fence.
 func Cancel(ctx context.Context, x store.Executor, id, actor, reason string, now time.Time) (*dt.Task, error) {
-	t, err := x.TaskGet(ctx, id)
+	t, err := x.TaskGet(ctx, &store.TaskGetParams{ID: id})
 	if err != nil {
 		return nil, err
 	}
@@ -1479,7 +1477,7 @@ func Cancel(ctx context.Context, x store.Executor, id, actor, reason string, now
 // fromStep < 0, from its first step not yet Processed. A Compensated task
 // starts a new run (resubmitCompensated).
 func Resubmit(ctx context.Context, x store.Executor, id, actor string, fromStep int, now time.Time) (*dt.Task, error) {
-	t, err := x.TaskGet(ctx, id)
+	t, err := x.TaskGet(ctx, &store.TaskGetParams{ID: id})
 	if err != nil {
 		return nil, err
 	}

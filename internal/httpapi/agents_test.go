@@ -743,7 +743,7 @@ func TestRemoteAgentNotifyWakesPoll(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for woken := false; !woken; {
 		if err := e.drv.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-			return x.Notify(ctx, store.TopicRequests("probe"))
+			return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicRequests("probe")})
 		}); err != nil {
 			t.Fatal(err)
 		}

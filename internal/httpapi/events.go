@@ -110,7 +110,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, taskID string) 
 		return err
 	}
 	if taskID != "" {
-		t, err := h.drover.Store().Reader().TaskGet(r.Context(), taskID)
+		t, err := h.drover.Store().Reader().TaskGet(r.Context(), &store.TaskGetParams{ID: taskID})
 		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return errorf(http.StatusNotFound, "not_found", "task %q not found", dt.LocalName(taskID))
@@ -292,7 +292,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID st
 // has no id: a client resuming with the last event's ID gets 204.
 func (h *Handler) writeEnd(ctx context.Context, write func([]byte) bool, taskID string) {
 	end := droverapi.End{Subject: dt.LocalName(taskID)}
-	if t, err := h.drover.Store().Reader().TaskGet(ctx, taskID); err == nil {
+	if t, err := h.drover.Store().Reader().TaskGet(ctx, &store.TaskGetParams{ID: taskID}); err == nil {
 		end.State = string(t.ProcessState)
 	}
 	data, err := json.Marshal(end)

@@ -28,7 +28,7 @@ func TestTickReadsClockUnderWriteLock(t *testing.T) {
 	if _, err := s.Tick(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	st, err := d.Reader().StepListByTasks(ctx, []string{"t1"})
+	st, err := d.Reader().StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: []string{"t1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestTickReadsClockUnderWriteLock(t *testing.T) {
 		t.Fatalf("Tick: %v", err)
 	}
 
-	st, err = d.Reader().StepListByTasks(ctx, []string{"t1", "t2"})
+	st, err = d.Reader().StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: []string{"t1", "t2"}})
 	if err != nil {
 		t.Fatal(err)
 	}

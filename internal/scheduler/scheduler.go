@@ -359,7 +359,7 @@ func (s *Scheduler) recount(ctx context.Context) {
 	s.roomMu.Lock()
 	adopted := s.adopted
 	s.roomMu.Unlock()
-	n, err := s.Driver.Reader().TaskCountLockedBy(ctx, s.Instance())
+	n, err := s.Driver.Reader().TaskCountLockedBy(ctx, &store.TaskCountLockedByParams{Instance: s.Instance()})
 	if err == nil {
 		s.roomMu.Lock()
 		s.setInFlightLocked(n)
@@ -368,7 +368,7 @@ func (s *Scheduler) recount(ctx context.Context) {
 	}
 	if s.Machine.NamespaceMaxInFlight > 0 && s.Machine.NamespacesInUse() {
 		// The held tasks per namespace, likewise.
-		ts, err := s.Driver.Reader().TaskListLockedBy(ctx, s.Instance(), 2*s.MaxInFlight)
+		ts, err := s.Driver.Reader().TaskListLockedBy(ctx, &store.TaskListLockedByParams{Instance: s.Instance(), Limit: 2 * s.MaxInFlight})
 		if err == nil {
 			held := map[string]int{}
 			for _, t := range ts {

@@ -111,7 +111,7 @@ func newScheduler(d store.Driver, instance string) *scheduler.Scheduler {
 // supervisor never had to step in.
 func checkNoRecovery(t *testing.T, d store.Driver, ids []string) {
 	t.Helper()
-	steps, err := d.Reader().StepListByTasks(context.Background(), ids)
+	steps, err := d.Reader().StepListByTasks(context.Background(), &store.StepListByTasksParams{TaskIDs: ids})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestRestartWithSameInstanceResumes(t *testing.T) {
 			s1 := newScheduler(d, "sched-A")
 			stop1 := runFn(t, s1.Run)
 			waitFor(t, "all tasks held by sched-A", func() bool {
-				n, err := d.Reader().TaskCountLockedBy(context.Background(), "sched-A")
+				n, err := d.Reader().TaskCountLockedBy(context.Background(), &store.TaskCountLockedByParams{Instance: "sched-A"})
 				return err == nil && n == 5
 			})
 			if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
@@ -296,7 +296,7 @@ func TestMaxInFlight(t *testing.T) {
 	s.OnDispatch = func(reqs []*dt.AgentRequest) { dispatched = append(dispatched, reqs...) }
 	ctx := context.Background()
 	held := func() int {
-		n, err := d.Reader().TaskCountLockedBy(ctx, "sched")
+		n, err := d.Reader().TaskCountLockedBy(ctx, &store.TaskCountLockedByParams{Instance: "sched"})
 		if err != nil {
 			t.Fatal(err)
 		}

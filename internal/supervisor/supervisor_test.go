@@ -224,7 +224,7 @@ func TestTwoSupervisorsOnlyLeaderActs(t *testing.T) {
 		if timedOut[id] != rounds {
 			t.Errorf("task %s recovered %d times in %d rounds", id, timedOut[id], rounds)
 		}
-		steps, err := d.Reader().StepListByTasks(context.Background(), []string{id})
+		steps, err := d.Reader().StepListByTasks(context.Background(), &store.StepListByTasksParams{TaskIDs: []string{id}})
 		if err != nil || steps[0].FailureCount != rounds || steps[0].Attempt != rounds {
 			t.Errorf("task %s step: FailureCount %d Attempt %d; want %d each", id, steps[0].FailureCount, steps[0].Attempt, rounds)
 		}

@@ -691,7 +691,7 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 		if len(picked) > 0 {
 			// The tasks are read without locks: their events are committed,
 			// so they are too, and nothing here decides their state.
-			tasks, err := d.store.Reader().TaskGetMany(ctx, ids)
+			tasks, err := d.store.Reader().TaskGetMany(ctx, &store.TaskGetManyParams{IDs: ids})
 			if err != nil {
 				return err
 			}

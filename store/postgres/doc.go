@@ -87,7 +87,7 @@
 // exactly that gap (numbers are taken at insert, rows become visible at
 // commit).
 //
-// OrderingSeqReserve closes it with a row lock: it upserts the keys' rows of
+// OrderingKeyReserve closes it with a row lock: it upserts the keys' rows of
 // ordering_keys (INSERT … ON CONFLICT (key) DO UPDATE SET last_seq =
 // last_seq + n RETURNING last_seq), which locks each row until the
 // transaction ends. A second transaction reserving the same key waits on that

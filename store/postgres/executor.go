@@ -90,7 +90,12 @@ type executor struct {
 	eventLocked bool
 }
 
-var _ store.Executor = (*executor)(nil)
+// The executor has every optional capability of store.Executor.
+var (
+	_ store.TaskClaimWithStepsExecutor = (*executor)(nil)
+	_ store.TaskGetAndClaimExecutor    = (*executor)(nil)
+	_ store.Notifier                   = (*executor)(nil)
+)
 
 var errReadOnly = errors.New("postgres: write outside a transaction (Reader is read-only)")
 
@@ -311,7 +316,8 @@ func (e *executor) tasks(ctx context.Context, what, query string, args ...any) (
 	return out, nil
 }
 
-func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool, error) {
+func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertManyParams) ([]bool, error) {
+	tasks := params.Tasks
 	inserted := make([]bool, len(tasks))
 	if len(tasks) == 0 {
 		return inserted, nil
@@ -370,7 +376,8 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 	return inserted, nil
 }
 
-func (e *executor) TaskGet(ctx context.Context, id string) (*dt.Task, error) {
+func (e *executor) TaskGet(ctx context.Context, params *store.TaskGetParams) (*dt.Task, error) {
+	id := params.ID
 	ts, err := e.tasks(ctx, "get task", e.pick(e.d.q.taskGet, e.d.q.taskGetLock), id)
 	if err != nil {
 		return nil, err
@@ -381,14 +388,15 @@ func (e *executor) TaskGet(ctx context.Context, id string) (*dt.Task, error) {
 	return ts[0], nil
 }
 
-func (e *executor) TaskGetMany(ctx context.Context, ids []string) ([]*dt.Task, error) {
+func (e *executor) TaskGetMany(ctx context.Context, params *store.TaskGetManyParams) ([]*dt.Task, error) {
+	ids := params.IDs
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	return e.tasks(ctx, "get tasks", e.pick(e.d.q.taskGetMany, e.d.q.taskGetManyLock), ids)
 }
 
-func (e *executor) TaskList(ctx context.Context, p store.TaskListParams) ([]*dt.Task, error) {
+func (e *executor) TaskList(ctx context.Context, p *store.TaskListParams) ([]*dt.Task, error) {
 	var (
 		where []string
 		args  []any
@@ -458,7 +466,8 @@ func (e *executor) TaskCountByState(ctx context.Context) (map[dt.ProcessState]in
 // on the Reader in a short transaction of its own, so that it too runs
 // with sequential scans off: without planner statistics it would otherwise
 // scan every task ever run (see begin in pipeline.go).
-func (e *executor) TaskCountLockedBy(ctx context.Context, instance string) (n int, err error) {
+func (e *executor) TaskCountLockedBy(ctx context.Context, params *store.TaskCountLockedByParams) (n int, err error) {
+	instance := params.Instance
 	err = e.indexed(ctx, func(x *executor) error {
 		n, err = x.count(ctx, "count held tasks", e.d.q.taskCountLockedBy, instance)
 		return err
@@ -494,7 +503,8 @@ func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
 	return e.count(ctx, "count active tasks", e.d.q.taskCountActive)
 }
 
-func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error) {
+func (e *executor) TaskDeleteFinished(ctx context.Context, params *store.TaskDeleteFinishedParams) (int, error) {
+	before, limit := params.Before, params.Limit
 	if err := e.write("retention"); err != nil {
 		return 0, err
 	}
@@ -558,11 +568,12 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	if err != nil {
 		return n, err
 	}
-	return n, e.OrderingKeysPrune(ctx, keys)
+	return n, e.OrderingKeyPrune(ctx, &store.OrderingKeyPruneParams{Keys: keys})
 }
 
-// OrderingKeysPrune implements store.Executor.
-func (e *executor) OrderingKeysPrune(ctx context.Context, keys []string) error {
+// OrderingKeyPrune implements store.Executor.
+func (e *executor) OrderingKeyPrune(ctx context.Context, params *store.OrderingKeyPruneParams) error {
+	keys := params.Keys
 	if len(keys) == 0 {
 		return nil
 	}
@@ -576,7 +587,7 @@ func (e *executor) OrderingKeysPrune(ctx context.Context, keys []string) error {
 // retentionPasses caps the picks of one TaskDeleteFinished.
 const retentionPasses = 4
 
-func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
+func (e *executor) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*dt.Task, error) {
 	if err := e.write("claim tasks"); err != nil {
 		return nil, err
 	}
@@ -592,7 +603,7 @@ func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*d
 
 // claimedLater sets what the claiming UPDATE would have on tasks a
 // WriteLater claim only locked; the caller writes them.
-func claimedLater(ts []*dt.Task, p store.TaskClaimParams) {
+func claimedLater(ts []*dt.Task, p *store.TaskClaimParams) {
 	for _, t := range ts {
 		t.LockedBy = p.Instance
 		if t.ProcessState == dt.Pending {
@@ -602,10 +613,10 @@ func claimedLater(ts []*dt.Task, p store.TaskClaimParams) {
 	}
 }
 
-// TaskClaimWithSteps implements store.Executor. With WriteLater, in a
+// TaskClaimWithSteps implements store.TaskClaimWithStepsExecutor. With WriteLater, in a
 // transaction, it is one statement (tTaskClaimLockSteps); otherwise the two
 // calls.
-func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, []*dt.StepRecord, error) {
+func (e *executor) TaskClaimWithSteps(ctx context.Context, p *store.TaskClaimParams) ([]*dt.Task, []*dt.StepRecord, error) {
 	if !p.WriteLater || e.p == nil {
 		return store.ClaimThenListSteps(ctx, e, p)
 	}
@@ -626,23 +637,24 @@ func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimPara
 
 // claimAfter is the claim's start as parameters: TaskClaimParams.After, or
 // -infinity (before every task) without it.
-func claimAfter(p store.TaskClaimParams) (any, string) {
+func claimAfter(p *store.TaskClaimParams) (any, string) {
 	if p.After == nil {
 		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, ""
 	}
 	return p.After.AvailableAt, p.After.ID
 }
 
-// TaskGetAndClaim implements store.Executor: in a pipelined transaction,
+// TaskGetAndClaim implements store.TaskGetAndClaimExecutor: in a pipelined transaction,
 // with WriteLater, the three reads (tasks of ids, their steps, the claim
 // with its steps) go out in one round trip. Tasks of ids that another
 // transaction holds locked are skipped (tTaskGetManySkip); only when some
 // task of ids is missing from the result does a second round trip find
 // out which of them exist, and so are busy.
-func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.TaskClaimParams) (store.GetAndClaim, error) {
+func (e *executor) TaskGetAndClaim(ctx context.Context, params *store.TaskGetAndClaimParams) (store.GetAndClaim, error) {
+	ids, p := params.IDs, &params.Claim
 	var r store.GetAndClaim
 	if e.p == nil || (p.Limit > 0 && !p.WriteLater) {
-		return store.GetThenClaim(ctx, e, ids, p)
+		return store.GetThenClaim(ctx, e, params)
 	}
 	if err := e.write("claim tasks"); err != nil {
 		return r, err
@@ -717,7 +729,7 @@ func scanClaimWithSteps(tasks *[]*dt.Task, steps *[]*dt.StepRecord) func(rows) e
 // claimedWithSteps puts the rows of tTaskClaimLockSteps in order (a UNION
 // promises none): the tasks in claim order, the steps by task and index.
 // It also sets on the tasks what the caller will write.
-func claimedWithSteps(tasks []*dt.Task, steps []*dt.StepRecord, p store.TaskClaimParams) {
+func claimedWithSteps(tasks []*dt.Task, steps []*dt.StepRecord, p *store.TaskClaimParams) {
 	sort.Slice(tasks, func(i, j int) bool {
 		if !tasks[i].AvailableAt.Equal(tasks[j].AvailableAt) {
 			return tasks[i].AvailableAt.Before(tasks[j].AvailableAt)
@@ -747,7 +759,8 @@ func (p padded) Scan(dest ...any) error {
 	return p.rows.Scan(all...)
 }
 
-func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit int) (ts []*dt.Task, err error) {
+func (e *executor) TaskListLockedBy(ctx context.Context, params *store.TaskListLockedByParams) (ts []*dt.Task, err error) {
+	instance, limit := params.Instance, params.Limit
 	err = e.indexed(ctx, func(x *executor) error {
 		ts, err = x.tasks(ctx, "list held tasks", e.d.q.taskListLockedBy, instance, limit)
 		return err
@@ -755,7 +768,8 @@ func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit 
 	return ts, err
 }
 
-func (e *executor) TaskListExpired(ctx context.Context, now time.Time, limit int) ([]*dt.Task, error) {
+func (e *executor) TaskListExpired(ctx context.Context, params *store.TaskListExpiredParams) ([]*dt.Task, error) {
+	now, limit := params.Now, params.Limit
 	if !e.tx {
 		return e.tasks(ctx, "list expired tasks", e.d.q.taskListExpired, now, limit)
 	}
@@ -765,7 +779,8 @@ func (e *executor) TaskListExpired(ctx context.Context, now time.Time, limit int
 	return ts, err
 }
 
-func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
+func (e *executor) TaskUpdateMany(ctx context.Context, params *store.TaskUpdateManyParams) error {
+	tasks := params.Tasks
 	if len(tasks) == 0 {
 		return nil
 	}
@@ -792,10 +807,11 @@ func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
 		outputs, lastErrs.ptrs, avail, updated}, nil, nil)
 }
 
-// OrderingSeqReserve implements store.Executor: one upsert of the keys'
+// OrderingKeyReserve implements store.Executor: one upsert of the keys'
 // rows in ordering_keys, in sorted key order, each row locked until the
 // transaction ends (see tOrderingReserve and doc.go).
-func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int64, error) {
+func (e *executor) OrderingKeyReserve(ctx context.Context, params *store.OrderingKeyReserveParams) ([]int64, error) {
+	keys := params.Keys
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -831,7 +847,8 @@ func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int
 
 // ---- steps ----
 
-func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.StepRecord) error {
+func (e *executor) StepInsertMany(ctx context.Context, params *store.StepInsertManyParams) error {
+	steps := params.Steps
 	if len(steps) == 0 {
 		return nil
 	}
@@ -869,7 +886,8 @@ func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.StepRecord) e
 		onFailure, waitMax, waitDelay, waitMultiplier, waitMaxDelay}, nil, nil)
 }
 
-func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.StepRecord, error) {
+func (e *executor) StepListByTasks(ctx context.Context, params *store.StepListByTasksParams) ([]*dt.StepRecord, error) {
+	taskIDs := params.TaskIDs
 	if len(taskIDs) == 0 {
 		return nil, nil
 	}
@@ -884,14 +902,15 @@ func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt
 // reads go out in one pipeline, one round trip. On the Reader they run in a
 // read-only REPEATABLE READ transaction of their own, so that the steps are
 // those of the tasks as read (two round trips).
-func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) (tasks []*dt.Task, steps []*dt.StepRecord, err error) {
+func (e *executor) TaskGetManyWithSteps(ctx context.Context, params *store.TaskGetManyWithStepsParams) (tasks []*dt.Task, steps []*dt.StepRecord, err error) {
+	ids := params.IDs
 	if len(ids) == 0 {
 		return nil, nil, nil
 	}
 	if !e.tx && e.p == nil {
 		err = e.d.inSnapshotTx(ctx, func(p *pipe) error {
 			var err error
-			tasks, steps, err = (&executor{d: e.d, p: p}).TaskGetManyWithSteps(ctx, ids)
+			tasks, steps, err = (&executor{d: e.d, p: p}).TaskGetManyWithSteps(ctx, &store.TaskGetManyWithStepsParams{IDs: ids})
 			return err
 		})
 		return tasks, steps, err
@@ -948,7 +967,8 @@ func scanStep(out *[]*dt.StepRecord) func(r rows) error {
 	}
 }
 
-func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.StepRecord) error {
+func (e *executor) StepUpdateMany(ctx context.Context, params *store.StepUpdateManyParams) error {
+	steps := params.Steps
 	if len(steps) == 0 {
 		return nil
 	}
@@ -1530,11 +1550,12 @@ func (e *executor) lockLease(ctx context.Context, name, query string) error {
 	return e.later(ctx, "lock lease", query, []any{lockKey("drover.lease."+name, e.d.Schema())}, nil, nil)
 }
 
-// Notify implements store.Executor with pg_notify on the schema's channel,
+// Notify implements store.Notifier with pg_notify on the schema's channel,
 // delivered only if the transaction commits. In drover's own transactions it
 // is sent just after the COMMIT (see pipe.notes); in a caller's transaction
 // it is part of it, and PostgreSQL delivers it at commit.
-func (e *executor) Notify(ctx context.Context, topic string) error {
+func (e *executor) Notify(ctx context.Context, params *store.NotifyParams) error {
+	topic := params.Topic
 	if err := e.write("notify"); err != nil {
 		return err
 	}

@@ -73,7 +73,7 @@ func TestPipelinedTransactionRoundTrips(t *testing.T) {
 	ev := &dt.Event{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: now}
 	before := rt.n.Load()
 	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		tasks, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s1", Now: now, Limit: 10})
+		tasks, err := x.TaskClaim(ctx, &store.TaskClaimParams{Instance: "s1", Now: now, Limit: 10})
 		if err != nil {
 			return err
 		}
@@ -83,16 +83,16 @@ func TestPipelinedTransactionRoundTrips(t *testing.T) {
 		for _, tk := range tasks {
 			tk.CurrentStep = 0
 		}
-		if err := x.StepInsertMany(ctx, []*dt.StepRecord{step}); err != nil {
+		if err := x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: []*dt.StepRecord{step}}); err != nil {
 			return err
 		}
-		if err := x.TaskUpdateMany(ctx, tasks); err != nil {
+		if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: tasks}); err != nil {
 			return err
 		}
 		if err := x.EventInsertMany(ctx, []*dt.Event{ev}); err != nil {
 			return err
 		}
-		return x.Notify(ctx, store.TopicTasks)
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicTasks})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -184,11 +184,11 @@ func TestPipelinedWriteErrorRollsBack(t *testing.T) {
 				return err
 			}
 			// The same step twice: a primary-key violation, found only when sent.
-			if err := x.StepInsertMany(ctx, []*dt.StepRecord{step(0), step(0)}); err != nil {
+			if err := x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: []*dt.StepRecord{step(0), step(0)}}); err != nil {
 				return err
 			}
 			if readAfter {
-				_, err := x.TaskGet(ctx, "a")
+				_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "a"})
 				return err
 			}
 			return nil
@@ -808,7 +808,7 @@ func TestLockTimeoutAndSettingsStayInTheTransaction(t *testing.T) {
 	bounded, cancel := context.WithTimeout(ctx, 10*time.Second) // without the timeout, the wait would not end
 	defer cancel()
 	err = d.InTx(bounded, func(ctx context.Context, x store.Executor) error {
-		_, err := x.TaskGet(ctx, "held")
+		_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "held"})
 		return err
 	})
 	if !errors.Is(err, store.ErrLocked) || time.Since(start) > 10*time.Second {
@@ -840,13 +840,13 @@ func TestLockTimeoutAndSettingsStayInTheTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = fd.InTx(bounded, func(ctx context.Context, x store.Executor) error {
-		_, err := x.TaskGet(ctx, "held")
+		_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "held"})
 		return err
 	})
 	if !errors.Is(err, store.ErrLocked) {
 		t.Errorf("InTx on a table locked elsewhere: %v, want ErrLocked", err)
 	}
-	if _, err := fd.Reader().TaskGet(bounded, "held"); !errors.Is(err, store.ErrLocked) {
+	if _, err := fd.Reader().TaskGet(bounded, &store.TaskGetParams{ID: "held"}); !errors.Is(err, store.ErrLocked) {
 		t.Errorf("Reader().TaskGet on a table locked elsewhere: %v, want ErrLocked", err)
 	}
 	if _, _, err := fd.SchemaVersion(bounded); !errors.Is(err, store.ErrLocked) {
@@ -855,7 +855,7 @@ func TestLockTimeoutAndSettingsStayInTheTransaction(t *testing.T) {
 	if err := otx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fd.Reader().TaskGet(ctx, "held"); err != nil {
+	if _, err := fd.Reader().TaskGet(ctx, &store.TaskGetParams{ID: "held"}); err != nil {
 		t.Errorf("Reader().TaskGet once the lock is gone: %v", err)
 	}
 
@@ -883,23 +883,23 @@ func TestClaimWithStepsRoundTrips(t *testing.T) {
 	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 	insert(t, d, task("a", now), task("b", now))
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.StepInsertMany(ctx, []*dt.StepRecord{
+		return x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: []*dt.StepRecord{
 			{TaskID: "a", Index: 0, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending, IdempotencyKey: "a/0/s", UpdatedAt: now},
 			{TaskID: "b", Index: 0, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending, IdempotencyKey: "b/0/s", UpdatedAt: now},
-		})
+		}})
 	}); err != nil {
 		t.Fatal(err)
 	}
 	before := rt.n.Load()
 	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		tasks, steps, err := x.TaskClaimWithSteps(ctx, store.TaskClaimParams{Instance: "s1", Now: now, Limit: 10, WriteLater: true})
+		tasks, steps, err := store.TaskClaimWithSteps(ctx, x, &store.TaskClaimParams{Instance: "s1", Now: now, Limit: 10, WriteLater: true})
 		if err != nil {
 			return err
 		}
 		if len(tasks) != 2 || len(steps) != 2 {
 			t.Errorf("claimed %d tasks with %d steps, want 2 and 2", len(tasks), len(steps))
 		}
-		if err := x.TaskUpdateMany(ctx, tasks); err != nil {
+		if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: tasks}); err != nil {
 			return err
 		}
 		return x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a", StepIndex: 0, Type: dt.EventStepStarted, CreatedAt: now}})
@@ -910,7 +910,7 @@ func TestClaimWithStepsRoundTrips(t *testing.T) {
 	if got := rt.n.Load() - before; got != 2 {
 		t.Errorf("claim tick took %d round trips, want 2", got)
 	}
-	if got, err := d.Reader().TaskGet(ctx, "a"); err != nil || got.LockedBy != "s1" {
+	if got, err := d.Reader().TaskGet(ctx, &store.TaskGetParams{ID: "a"}); err != nil || got.LockedBy != "s1" {
 		t.Errorf("task a after the tick: %+v, %v; want locked by s1", got, err)
 	}
 }

@@ -138,7 +138,8 @@ func scanTasks(rows *sql.Rows) ([]*dt.Task, error) {
 	return out, translate(rows.Err())
 }
 
-func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool, error) {
+func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertManyParams) ([]bool, error) {
+	tasks := params.Tasks
 	inserted := make([]bool, len(tasks))
 	if len(tasks) == 0 {
 		return inserted, nil
@@ -168,7 +169,8 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 	}
 	return inserted, nil
 }
-func (e *executor) TaskGet(ctx context.Context, id string) (*dt.Task, error) {
+func (e *executor) TaskGet(ctx context.Context, params *store.TaskGetParams) (*dt.Task, error) {
+	id := params.ID
 	rows, err := e.query(ctx, qTaskGet, id)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: get task: %w", err)
@@ -183,7 +185,8 @@ func (e *executor) TaskGet(ctx context.Context, id string) (*dt.Task, error) {
 	return ts[0], nil
 }
 
-func (e *executor) TaskGetMany(ctx context.Context, ids []string) ([]*dt.Task, error) {
+func (e *executor) TaskGetMany(ctx context.Context, params *store.TaskGetManyParams) ([]*dt.Task, error) {
+	ids := params.IDs
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -194,7 +197,7 @@ func (e *executor) TaskGetMany(ctx context.Context, ids []string) ([]*dt.Task, e
 	return scanTasks(rows)
 }
 
-func (e *executor) TaskList(ctx context.Context, p store.TaskListParams) ([]*dt.Task, error) {
+func (e *executor) TaskList(ctx context.Context, p *store.TaskListParams) ([]*dt.Task, error) {
 	var (
 		where []string
 		args  []any
@@ -254,7 +257,8 @@ func (e *executor) TaskCountByState(ctx context.Context) (map[dt.ProcessState]in
 	return out, translate(rows.Err())
 }
 
-func (e *executor) TaskCountLockedBy(ctx context.Context, instance string) (int, error) {
+func (e *executor) TaskCountLockedBy(ctx context.Context, params *store.TaskCountLockedByParams) (int, error) {
+	instance := params.Instance
 	rows, err := e.query(ctx, qTaskCountLockedBy, instance)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: count held tasks: %w", err)
@@ -284,7 +288,8 @@ func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
 	return n, translate(rows.Err())
 }
 
-func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error) {
+func (e *executor) TaskDeleteFinished(ctx context.Context, params *store.TaskDeleteFinishedParams) (int, error) {
+	before, limit := params.Before, params.Limit
 	rows, err := e.query(ctx, qTaskPickFinished, us(before), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: retention: %w", err)
@@ -315,14 +320,15 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 		}
 	}
 	// A key whose last task went starts again at position 1.
-	if err := e.OrderingKeysPrune(ctx, keys); err != nil {
+	if err := e.OrderingKeyPrune(ctx, &store.OrderingKeyPruneParams{Keys: keys}); err != nil {
 		return 0, err
 	}
 	return len(ids), nil
 }
 
-// OrderingKeysPrune implements store.Executor.
-func (e *executor) OrderingKeysPrune(ctx context.Context, keys []string) error {
+// OrderingKeyPrune implements store.Executor.
+func (e *executor) OrderingKeyPrune(ctx context.Context, params *store.OrderingKeyPruneParams) error {
+	keys := params.Keys
 	if len(keys) == 0 {
 		return nil
 	}
@@ -332,7 +338,7 @@ func (e *executor) OrderingKeysPrune(ctx context.Context, keys []string) error {
 	return nil
 }
 
-func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
+func (e *executor) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*dt.Task, error) {
 	afterAt, afterID := int64(math.MinInt64), ""
 	if p.After != nil {
 		afterAt, afterID = us(p.After.AvailableAt), p.After.ID
@@ -344,7 +350,8 @@ func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*d
 	return scanTasks(rows)
 }
 
-func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*dt.Task, error) {
+func (e *executor) TaskListLockedBy(ctx context.Context, params *store.TaskListLockedByParams) ([]*dt.Task, error) {
+	instance, limit := params.Instance, params.Limit
 	rows, err := e.query(ctx, qTaskListLockedBy, instance, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list held tasks: %w", err)
@@ -352,7 +359,8 @@ func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit 
 	return scanTasks(rows)
 }
 
-func (e *executor) TaskListExpired(ctx context.Context, now time.Time, limit int) ([]*dt.Task, error) {
+func (e *executor) TaskListExpired(ctx context.Context, params *store.TaskListExpiredParams) ([]*dt.Task, error) {
+	now, limit := params.Now, params.Limit
 	rows, err := e.query(ctx, qTaskListExpired, us(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list expired tasks: %w", err)
@@ -360,7 +368,8 @@ func (e *executor) TaskListExpired(ctx context.Context, now time.Time, limit int
 	return scanTasks(rows)
 }
 
-func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
+func (e *executor) TaskUpdateMany(ctx context.Context, params *store.TaskUpdateManyParams) error {
+	tasks := params.Tasks
 	rows := make([][]any, len(tasks))
 	for i, t := range tasks {
 		rows[i] = []any{t.ID, string(t.ProcessState), nullStr(t.LockedBy), usPtr(t.CompleteBy), t.FailureCount,
@@ -369,12 +378,13 @@ func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
 	return e.execRows(ctx, "update tasks", mTaskUpdate, rows, nil)
 }
 
-// OrderingSeqReserve implements store.Executor. SQLite has one writer: a
+// OrderingKeyReserve implements store.Executor. SQLite has one writer: a
 // transaction holds the write lock from its first write (drover's own
 // transactions from BEGIN IMMEDIATE) until it ends, and no other
 // transaction, in this process or another, writes meanwhile. So the upsert
 // needs no lock of its own for positions to follow commit order.
-func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int64, error) {
+func (e *executor) OrderingKeyReserve(ctx context.Context, params *store.OrderingKeyReserveParams) ([]int64, error) {
+	keys := params.Keys
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -408,7 +418,8 @@ func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int
 	return seqs, nil
 }
 
-func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.StepRecord) error {
+func (e *executor) StepInsertMany(ctx context.Context, params *store.StepInsertManyParams) error {
+	steps := params.Steps
 	rows := make([][]any, len(steps))
 	for i, s := range steps {
 		rows[i] = []any{s.TaskID, s.Index, s.Name, s.Agent, s.Timeout.Microseconds(), s.Compensation,
@@ -421,7 +432,8 @@ func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.StepRecord) e
 	}
 	return e.execRows(ctx, "insert steps", mStepInsert, rows, nil)
 }
-func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.StepRecord, error) {
+func (e *executor) StepListByTasks(ctx context.Context, params *store.StepListByTasksParams) ([]*dt.StepRecord, error) {
+	taskIDs := params.TaskIDs
 	if len(taskIDs) == 0 {
 		return nil, nil
 	}
@@ -474,7 +486,8 @@ func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt
 	return out, translate(rows.Err())
 }
 
-func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.StepRecord) error {
+func (e *executor) StepUpdateMany(ctx context.Context, params *store.StepUpdateManyParams) error {
+	steps := params.Steps
 	rows := make([][]any, len(steps))
 	for i, s := range steps {
 		rows[i] = []any{s.TaskID, s.Index, string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy),
@@ -813,20 +826,21 @@ func (e *executor) Notify(context.Context, string) error { return nil }
 // costs nothing, so it is the two reads. On the Reader they run in a read
 // transaction of their own (deferred: its snapshot is taken by the first
 // read), so that the steps are those of the tasks as read.
-func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) (tasks []*dt.Task, steps []*dt.StepRecord, err error) {
+func (e *executor) TaskGetManyWithSteps(ctx context.Context, params *store.TaskGetManyWithStepsParams) (tasks []*dt.Task, steps []*dt.StepRecord, err error) {
+	ids := params.IDs
 	if e.tx == nil {
 		tx, err := e.db.BeginTx(ctx, nil)
 		if err != nil {
 			return nil, nil, fmt.Errorf("sqlite: begin read: %w", translate(err))
 		}
 		defer func() { _ = tx.Rollback() }() // read-only: nothing to commit
-		return (&executor{d: e.d, tx: tx, db: e.db}).TaskGetManyWithSteps(ctx, ids)
+		return (&executor{d: e.d, tx: tx, db: e.db}).TaskGetManyWithSteps(ctx, &store.TaskGetManyWithStepsParams{IDs: ids})
 	}
-	tasks, err = e.TaskGetMany(ctx, ids)
+	tasks, err = e.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: ids})
 	if err != nil {
 		return nil, nil, err
 	}
-	steps, err = e.StepListByTasks(ctx, ids)
+	steps, err = e.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: ids})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -846,16 +860,4 @@ func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time
 		return fmt.Errorf("lease %q held by %q until %s: %w", name, l.Holder, l.ExpiresAt.Format(time.RFC3339Nano), store.ErrLeaseNotHeld)
 	}
 	return nil
-}
-
-// TaskClaimWithSteps implements store.Executor as the two calls: on SQLite
-// a round trip costs nothing.
-func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, []*dt.StepRecord, error) {
-	return store.ClaimThenListSteps(ctx, e, p)
-}
-
-// TaskGetAndClaim implements store.Executor as its calls.
-// SQLite runs one write transaction at a time, so no task is ever busy.
-func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.TaskClaimParams) (store.GetAndClaim, error) {
-	return store.GetThenClaim(ctx, e, ids, p)
 }

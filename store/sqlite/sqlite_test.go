@@ -160,7 +160,7 @@ func TestInExternalTxCommitAndRollback(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
-			_, err := x.TaskInsertMany(ctx, []*dt.Task{task(id, time.Now())})
+			_, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: []*dt.Task{task(id, time.Now())}})
 			return err
 		})
 		if err != nil {
@@ -175,7 +175,7 @@ func TestInExternalTxCommitAndRollback(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = d.Reader().TaskGet(ctx, id)
+		_, err = d.Reader().TaskGet(ctx, &store.TaskGetParams{ID: id})
 		if commit && err != nil {
 			t.Errorf("committed external tx: %v", err)
 		}
@@ -212,7 +212,7 @@ func TestLockedStore(t *testing.T) {
 	}
 	start := time.Now()
 	err = d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		_, err := x.TaskInsertMany(ctx, []*dt.Task{task("t", time.Now())})
+		_, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: []*dt.Task{task("t", time.Now())}})
 		return err
 	})
 	if !errors.Is(err, store.ErrLocked) {
@@ -233,7 +233,7 @@ func TestLockedStore(t *testing.T) {
 	}
 	// Once released, writes go through.
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		_, err := x.TaskInsertMany(ctx, []*dt.Task{task("t", time.Now())})
+		_, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: []*dt.Task{task("t", time.Now())}})
 		return err
 	}); err != nil {
 		t.Fatalf("InTx after the lock was released: %v", err)
@@ -253,7 +253,7 @@ func TestOpenPathWithSpecialCharacters(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-		_, err := x.TaskInsertMany(ctx, []*dt.Task{task("t", time.Now())})
+		_, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: []*dt.Task{task("t", time.Now())}})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ func TestOpenPathWithSpecialCharacters(t *testing.T) {
 		t.Fatalf("the database is not at the path given: %v", err)
 	}
 	again := openStore(t, path, sqlite.Options{})
-	if _, err := again.Reader().TaskGet(context.Background(), "t"); err != nil {
+	if _, err := again.Reader().TaskGet(context.Background(), &store.TaskGetParams{ID: "t"}); err != nil {
 		t.Errorf("reopened store: %v", err)
 	}
 }
@@ -305,7 +305,7 @@ func TestInTxReportsTheContextThatEndedBeforeCommit(t *testing.T) {
 		cancel()
 		// Wait until database/sql has rolled the transaction back.
 		for {
-			_, err := x.TaskGet(context.Background(), "none")
+			_, err := x.TaskGet(context.Background(), &store.TaskGetParams{ID: "none"})
 			// Done: the transaction, or (when the rollback lands between
 			// the statement's lookup and its use) its prepared statement,
 			// is closed; database/sql has no sentinel for the latter.

@@ -43,11 +43,11 @@ func testLeaseCheck(t *testing.T, d store.Driver) {
 			}
 			tk := newTask("t")
 			tk.ProcessState, tk.LastError = dt.Error, "fenced write by "+holder
-			if err := x.TaskUpdateMany(ctx, []*dt.Task{tk}); err != nil {
+			if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: []*dt.Task{tk}}); err != nil {
 				return err
 			}
 			if read {
-				_, err := x.TaskGet(ctx, "t")
+				_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "t"})
 				return err
 			}
 			return nil
@@ -312,7 +312,7 @@ func testEventTailing(t *testing.T, d store.Driver) {
 					if _, err := x.EventList(ctx, store.EventListParams{TaskID: "t", AfterID: 1 << 62}); err != nil {
 						return err
 					}
-					_, err := x.TaskGet(ctx, "t")
+					_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "t"})
 					return err
 				})
 				if errs[w] != nil {

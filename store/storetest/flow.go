@@ -446,7 +446,7 @@ func testFlowSubmitIdempotent(t *testing.T, d store.Driver) {
 	if after := e.snapshot([]string{"o1"}, orderAgents); after != before {
 		t.Errorf("a conflicting submit changed the store:\nbefore %s\nafter  %s", before, after)
 	}
-	if _, err := d.Reader().TaskGet(context.Background(), "o2"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := d.Reader().TaskGet(context.Background(), &store.TaskGetParams{ID: "o2"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("o2 exists after a rolled-back conflicting submit: %v", err)
 	}
 }

@@ -46,7 +46,7 @@ func testNamespaceLists(t *testing.T, d store.Driver) {
 	ctx := context.Background()
 	r := d.Reader()
 	taskIDs := func(p store.TaskListParams) string {
-		ts, err := r.TaskList(ctx, p)
+		ts, err := r.TaskList(ctx, &p)
 		return namesOf(t, ts, err, func(t *dt.Task) string { return t.ID })
 	}
 	eventSubjects := func(p store.EventListParams) string {

@@ -196,7 +196,9 @@ func testRemoteCompleteSuperseded(t *testing.T, d store.Driver) {
 	setupRemote(t, d)
 	steps := getSteps(t, d, "t")
 	steps[0].Attempt = 2
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.StepUpdateMany(ctx, steps[:1]) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.StepUpdateMany(ctx, &store.StepUpdateManyParams{Steps: steps[:1]})
+	})
 	r0 := newRequest("t", 0, "a", at(time.Minute)) // attempt 1
 	insertRequests(t, d, r0)
 	claimRequests(t, d, store.RequestClaimParams{Agent: "a", ClaimedBy: "remote:n", Now: base, Limit: 1})

@@ -53,7 +53,7 @@ func testTaskDeleteFinished(t *testing.T, d store.Driver) {
 	var n int
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		n, err = x.TaskDeleteFinished(ctx, cutoff, 3)
+		n, err = x.TaskDeleteFinished(ctx, &store.TaskDeleteFinishedParams{Before: cutoff, Limit: 3})
 		return err
 	})
 	if n != 3 {
@@ -61,7 +61,7 @@ func testTaskDeleteFinished(t *testing.T, d store.Driver) {
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		n, err = x.TaskDeleteFinished(ctx, cutoff, 100)
+		n, err = x.TaskDeleteFinished(ctx, &store.TaskDeleteFinishedParams{Before: cutoff, Limit: 100})
 		return err
 	})
 	if n != 1 {
@@ -69,13 +69,13 @@ func testTaskDeleteFinished(t *testing.T, d store.Driver) {
 	}
 	r := d.Reader()
 	for _, tk := range tasks {
-		_, err := r.TaskGet(ctx, tk.ID)
+		_, err := r.TaskGet(ctx, &store.TaskGetParams{ID: tk.ID})
 		gone := errors.Is(err, store.ErrNotFound)
 		wantGone := tk.ID[:4] == "old-" && tk.ProcessState.Final()
 		if gone != wantGone {
 			t.Errorf("task %s (%s): gone %v, want %v (err %v)", tk.ID, tk.ProcessState, gone, wantGone, err)
 		}
-		steps, err := r.StepListByTasks(ctx, []string{tk.ID})
+		steps, err := r.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: []string{tk.ID}})
 		if err != nil {
 			t.Fatal(err)
 		}

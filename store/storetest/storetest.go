@@ -196,7 +196,7 @@ func newStep(taskID string, i int) *dt.StepRecord {
 func insertTasks(t *testing.T, d store.Driver, tasks ...*dt.Task) {
 	t.Helper()
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		ins, err := x.TaskInsertMany(ctx, tasks)
+		ins, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: tasks})
 		if err != nil {
 			return err
 		}
@@ -211,12 +211,14 @@ func insertTasks(t *testing.T, d store.Driver, tasks ...*dt.Task) {
 
 func insertSteps(t *testing.T, d store.Driver, steps ...*dt.StepRecord) {
 	t.Helper()
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.StepInsertMany(ctx, steps) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: steps})
+	})
 }
 
 func getTask(t *testing.T, d store.Driver, id string) *dt.Task {
 	t.Helper()
-	got, err := d.Reader().TaskGet(context.Background(), id)
+	got, err := d.Reader().TaskGet(context.Background(), &store.TaskGetParams{ID: id})
 	if err != nil {
 		t.Fatalf("TaskGet(%s): %v", id, err)
 	}
@@ -225,7 +227,7 @@ func getTask(t *testing.T, d store.Driver, id string) *dt.Task {
 
 func getSteps(t *testing.T, d store.Driver, id string) []*dt.StepRecord {
 	t.Helper()
-	got, err := d.Reader().StepListByTasks(context.Background(), []string{id})
+	got, err := d.Reader().StepListByTasks(context.Background(), &store.StepListByTasksParams{TaskIDs: []string{id}})
 	if err != nil {
 		t.Fatalf("StepListByTasks(%s): %v", id, err)
 	}
@@ -394,10 +396,10 @@ func testInTxRollback(t *testing.T, d store.Driver) {
 	ctx := context.Background()
 	sentinel := errors.New("roll me back")
 	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.TaskInsertMany(ctx, []*dt.Task{newTask("t1")}); err != nil {
+		if _, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: []*dt.Task{newTask("t1")}}); err != nil {
 			return err
 		}
-		if err := x.StepInsertMany(ctx, []*dt.StepRecord{newStep("t1", 0)}); err != nil {
+		if err := x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: []*dt.StepRecord{newStep("t1", 0)}}); err != nil {
 			return err
 		}
 		if err := x.RequestInsertMany(ctx, []*dt.AgentRequest{newRequest("t1", 0, "a", at(time.Minute))}); err != nil {
@@ -413,7 +415,7 @@ func testInTxRollback(t *testing.T, d store.Driver) {
 			return err
 		}
 		// Reads inside the transaction see its own writes.
-		if _, err := x.TaskGet(ctx, "t1"); err != nil {
+		if _, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "t1"}); err != nil {
 			return fmt.Errorf("read own write: %w", err)
 		}
 		return sentinel
@@ -422,7 +424,7 @@ func testInTxRollback(t *testing.T, d store.Driver) {
 		t.Fatalf("InTx returned %v, want the callback's error", err)
 	}
 	r := d.Reader()
-	if _, err := r.TaskGet(ctx, "t1"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := r.TaskGet(ctx, &store.TaskGetParams{ID: "t1"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("task after rollback: err = %v, want ErrNotFound", err)
 	}
 	if s := getSteps(t, d, "t1"); len(s) != 0 {

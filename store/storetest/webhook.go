@@ -495,7 +495,7 @@ func testWebhookClaimConcurrent(t *testing.T, d store.Driver) {
 						return err
 					}
 					// Hold the claim's row locks a little, so others claim meanwhile.
-					_, err = x.TaskGet(ctx, "none")
+					_, err = x.TaskGet(ctx, &store.TaskGetParams{ID: "none"})
 					if errors.Is(err, store.ErrNotFound) {
 						err = nil
 					}

@@ -442,27 +442,27 @@ func testTaskVersionCallbackRoundTrip(t *testing.T, d store.Driver) {
 		checkEqual(t, "TaskGet "+id, getTask(t, d, id), w)
 	}
 	r := d.Reader()
-	many, err := r.TaskGetMany(ctx, []string{"pending", "held", "plain"})
+	many, err := r.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []string{"pending", "held", "plain"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("TaskGetMany", many, "pending", "held", "plain")
-	list, err := r.TaskList(ctx, store.TaskListParams{})
+	list, err := r.TaskList(ctx, &store.TaskListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("TaskList", list, "pending", "held", "plain")
-	list, err = r.TaskList(ctx, store.TaskListParams{States: []dt.ProcessState{dt.Processing}, Workflow: "wf", Limit: 5})
+	list, err = r.TaskList(ctx, &store.TaskListParams{States: []dt.ProcessState{dt.Processing}, Workflow: "wf", Limit: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("TaskList filtered", list, "held")
-	lockedBy, err := r.TaskListLockedBy(ctx, "sched-x", 10)
+	lockedBy, err := r.TaskListLockedBy(ctx, &store.TaskListLockedByParams{Instance: "sched-x", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("TaskListLockedBy", lockedBy, "held")
-	expired, err := r.TaskListExpired(ctx, at(time.Hour), 10)
+	expired, err := r.TaskListExpired(ctx, &store.TaskListExpiredParams{Now: at(time.Hour), Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,34 +471,34 @@ func testTaskVersionCallbackRoundTrip(t *testing.T, d store.Driver) {
 	// The same reads inside a write transaction (locking variants), then
 	// the claim and an update of the mutable fields.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		g, err := x.TaskGet(ctx, "held")
+		g, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "held"})
 		if err != nil {
 			return err
 		}
 		check("TaskGet in a transaction", []*dt.Task{g}, "held")
-		many, err := x.TaskGetMany(ctx, []string{"pending", "plain"})
+		many, err := x.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []string{"pending", "plain"}})
 		if err != nil {
 			return err
 		}
 		check("TaskGetMany in a transaction", many, "pending", "plain")
-		expired, err := x.TaskListExpired(ctx, at(time.Hour), 10)
+		expired, err := x.TaskListExpired(ctx, &store.TaskListExpiredParams{Now: at(time.Hour), Limit: 10})
 		if err != nil {
 			return err
 		}
 		check("TaskListExpired in a transaction", expired, "held")
-		lockedBy, err := x.TaskListLockedBy(ctx, "sched-x", 10)
+		lockedBy, err := x.TaskListLockedBy(ctx, &store.TaskListLockedByParams{Instance: "sched-x", Limit: 10})
 		if err != nil {
 			return err
 		}
 		check("TaskListLockedBy in a transaction", lockedBy, "held")
-		claimed, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s1", Now: base, Limit: 10})
+		claimed, err := x.TaskClaim(ctx, &store.TaskClaimParams{Instance: "s1", Now: base, Limit: 10})
 		if err != nil {
 			return err
 		}
 		check("TaskClaim", claimed, "pending")
 		g.ProcessState, g.LockedBy, g.CompleteBy, g.UpdatedAt = dt.Processed, "", nil, at(time.Minute)
 		g.WorkflowVersion, g.CallbackURL = 0, "" // not written by TaskUpdateMany
-		return x.TaskUpdateMany(ctx, []*dt.Task{g})
+		return x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: []*dt.Task{g}})
 	})
 	after := getTask(t, d, "held")
 	if after.ProcessState != dt.Processed {
@@ -510,7 +510,7 @@ func testTaskVersionCallbackRoundTrip(t *testing.T, d store.Driver) {
 		keys = append(keys, id)
 	}
 	sort.Strings(keys)
-	list, err = r.TaskList(ctx, store.TaskListParams{})
+	list, err = r.TaskList(ctx, &store.TaskListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
