@@ -213,7 +213,7 @@ func (c *Client) Events(ctx context.Context, q EventQuery) ([]*Event, error) {
 	if err := checkListNamespace(q.Namespace); err != nil {
 		return nil, err
 	}
-	return c.store.Reader().EventList(ctx, store.EventListParams{TaskID: q.TaskID, AlertsOnly: q.AlertsOnly, AfterID: q.AfterID, Limit: q.Limit, Namespace: q.Namespace})
+	return c.store.Reader().EventList(ctx, &store.EventListParams{TaskID: q.TaskID, AlertsOnly: q.AlertsOnly, AfterID: q.AfterID, Limit: q.Limit, Namespace: q.Namespace})
 }
 
 // Subscription selects what Subscribe delivers.

@@ -233,7 +233,7 @@ func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.Se
 			case s.Closed && s.Pending == 0:
 				outcome = ErrSessionEnded
 			}
-			return nil, outcome, x.EventInsertMany(ctx, events)
+			return nil, outcome, x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: events})
 		}
 		pol, err := c.policy(ctx, x, ref.Queue)
 		if err != nil {
@@ -241,7 +241,7 @@ func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.Se
 		}
 		settle, bad := poisoned(m, ref.Token, pol)
 		if !bad {
-			return m, nil, x.EventInsertMany(ctx, events)
+			return m, nil, x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: events})
 		}
 		serrs, err := x.MessageSettleMany(ctx, []store.MessageSettle{settle}, now)
 		if err != nil {
@@ -252,7 +252,7 @@ func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.Se
 		}
 		events = append(events, deadLetterEvent(ref.Queue, ref.SessionID, m.Seq, m.DeliveryCount, settle.Reason, settle.Block, c.cfg.InstanceID, now))
 		if settle.Block {
-			return nil, ErrSessionBlocked, x.EventInsertMany(ctx, events)
+			return nil, ErrSessionBlocked, x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: events})
 		}
 	}
 }
@@ -329,7 +329,7 @@ func (c *Client) leaseSettle(ctx context.Context, what, holder string, s store.M
 			deliveries = ms[0].DeliveryCount
 		}
 		ev := deadLetterEvent(s.Ref.Queue, s.Ref.SessionID, s.Seq, deliveries, s.Reason, s.Block, c.cfg.InstanceID, now)
-		return x.EventInsertMany(ctx, []*dt.Event{ev})
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{ev}})
 	})
 	switch {
 	case err != nil:

@@ -103,10 +103,10 @@ func (c *Client) resolve(ctx context.Context, queue, sessionID string, seq int64
 		if err := store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(queue)}); err != nil {
 			return err
 		}
-		return x.EventInsertMany(ctx, []*dt.Event{{
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{
 			TaskID: dt.SessionSubject(queue, sessionID), StepIndex: -1, Type: typ, Actor: "operator", CreatedAt: now,
 			Message: "dead-lettered message " + itoa(seq) + " " + what + "; the session is unblocked",
-		}})
+		}}})
 	})
 	if err != nil {
 		return err
@@ -125,5 +125,5 @@ func (c *Client) SessionEvents(ctx context.Context, queue, sessionID string, aft
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	return c.store.Reader().EventList(ctx, store.EventListParams{TaskID: dt.SessionSubject(queue, sessionID), AfterID: afterID, Limit: limit})
+	return c.store.Reader().EventList(ctx, &store.EventListParams{TaskID: dt.SessionSubject(queue, sessionID), AfterID: afterID, Limit: limit})
 }

@@ -998,7 +998,7 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 
 	// 7. Events last: on PostgreSQL readers of the history wait for an
 	// event-writing transaction to end, so it should end soon after.
-	return x.EventInsertMany(ctx, events)
+	return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: events})
 }
 
 // apply brings the pump's state in line with a committed round. It reports

@@ -416,7 +416,7 @@ func (r *SessionReceiver) settle(ctx context.Context, what string, m *ReceivedMe
 		}
 		if s.Action == store.SettleDeadLetter {
 			ev := deadLetterEvent(r.queue, r.id, m.Seq, m.DeliveryCount, s.Reason, s.Block, r.c.cfg.InstanceID, now)
-			return x.EventInsertMany(ctx, []*dt.Event{ev})
+			return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{ev}})
 		}
 		return nil
 	})

@@ -148,40 +148,47 @@ type Executor interface {
 	// resubmitted: a new run gets new keys).
 	StepUpdateMany(ctx context.Context, params *StepUpdateManyParams) error
 
-	RequestInsertMany(ctx context.Context, reqs []*drovertype.AgentRequest) error
+	// RequestInsertMany stores requests for agents.
+	RequestInsertMany(ctx context.Context, params *RequestInsertManyParams) error
 	// RequestClaim hands up to Limit unclaimed requests for Agent, oldest
 	// first, to ClaimedBy, with their payload joined in. Requests whose
 	// CompleteBy has passed are not handed out.
-	RequestClaim(ctx context.Context, p RequestClaimParams) ([]*drovertype.AgentRequest, error)
-	// RequestDeleteByStep deletes every request of the given steps.
-	RequestDeleteByStep(ctx context.Context, refs []StepRef) error
-	// StepMessagesExist reports, for each of the given step attempts,
-	// whether a request or reply of that attempt and kind is stored
-	// (exists[i] for attempts[i]): whether a message of it is still on its
+	RequestClaim(ctx context.Context, params *RequestClaimParams) ([]*drovertype.AgentRequest, error)
+	// RequestDeleteByStep deletes every request of the steps of Refs.
+	RequestDeleteByStep(ctx context.Context, params *RequestDeleteByStepParams) error
+	// StepMessagesExist reports, for each of the step attempts of
+	// Attempts, whether a request or reply of that attempt and kind is
+	// stored (exists[i] for Attempts[i]): whether a message of it is still on its
 	// way between scheduler and agent. Another attempt's (a late reply of
 	// an earlier one) does not count.
-	StepMessagesExist(ctx context.Context, attempts []StepAttempt) (exists []bool, err error)
-	// RequestRelease frees the requests claimed by an agent instance, so they
-	// are handed out again (used when that instance restarts).
-	RequestRelease(ctx context.Context, claimedBy string) (int, error)
-	// RequestDeleteExpired deletes requests whose CompleteBy is before now.
-	RequestDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error)
+	StepMessagesExist(ctx context.Context, params *StepMessagesExistParams) (exists []bool, err error)
+	// RequestRelease frees the requests claimed by ClaimedBy, an agent
+	// instance, so they are handed out again (used when that instance
+	// restarts), and returns how many.
+	RequestRelease(ctx context.Context, params *RequestReleaseParams) (int, error)
+	// RequestDeleteExpired deletes up to Limit requests whose CompleteBy
+	// is before Now, and returns how many.
+	RequestDeleteExpired(ctx context.Context, params *RequestDeleteExpiredParams) (int, error)
 
-	ReplyInsertMany(ctx context.Context, replies []*drovertype.AgentReply) error
+	// ReplyInsertMany stores replies for schedulers.
+	ReplyInsertMany(ctx context.Context, params *ReplyInsertManyParams) error
 	// ReplyTake deletes and returns up to Limit replies for tasks locked by
 	// Scheduler, or for tasks nobody holds (stale replies to discard).
-	ReplyTake(ctx context.Context, p ReplyTakeParams) ([]*drovertype.AgentReply, error)
+	ReplyTake(ctx context.Context, params *ReplyTakeParams) ([]*drovertype.AgentReply, error)
 
-	EventInsertMany(ctx context.Context, events []*drovertype.Event) error
-	EventList(ctx context.Context, p EventListParams) ([]*drovertype.Event, error)
+	// EventInsertMany appends events to the history and sets their ID.
+	EventInsertMany(ctx context.Context, params *EventInsertManyParams) error
+	// EventList returns the events params selects, in ID order.
+	EventList(ctx context.Context, params *EventListParams) ([]*drovertype.Event, error)
 
 	// LeaseAcquire takes or renews the named lease for Holder: it succeeds
 	// when the lease is free, expired at Now, or already Holder's. The term
 	// increments whenever the holder changes.
-	LeaseAcquire(ctx context.Context, p LeaseParams) (lease *drovertype.Lease, acquired bool, err error)
-	LeaseGet(ctx context.Context, name string) (*drovertype.Lease, error)
-	// LeaseCheck fails with ErrLeaseNotHeld unless holder holds the named
-	// lease at now (ExpiresAt after now); inside a transaction the lease
+	LeaseAcquire(ctx context.Context, params *LeaseAcquireParams) (lease *drovertype.Lease, acquired bool, err error)
+	// LeaseGet returns the named lease, or ErrNotFound.
+	LeaseGet(ctx context.Context, params *LeaseGetParams) (*drovertype.Lease, error)
+	// LeaseCheck fails with ErrLeaseNotHeld unless Holder holds the named
+	// lease at Now (ExpiresAt after Now); inside a transaction the lease
 	// cannot change hands until the transaction ends (LeaseAcquire and
 	// LeaseRelease wait for it), yet other transactions checking the same
 	// lease need not wait for it. It is the fence a holder runs first in
@@ -189,9 +196,9 @@ type Executor interface {
 	// check together with the transaction's next statement: its failure
 	// then surfaces from that statement or from the commit, and nothing of
 	// the transaction commits.
-	LeaseCheck(ctx context.Context, name, holder string, now time.Time) error
+	LeaseCheck(ctx context.Context, params *LeaseCheckParams) error
 	// LeaseRelease gives the lease up if Holder holds it in Term.
-	LeaseRelease(ctx context.Context, name, holder string, term int64) error
+	LeaseRelease(ctx context.Context, params *LeaseReleaseParams) error
 
 	// QueueExecutor: the session-queue (Sequential Convoy) primitives.
 	QueueExecutor
@@ -298,8 +305,8 @@ type EventListParams struct {
 	Lookup bool
 }
 
-// LeaseParams are the arguments of LeaseAcquire.
-type LeaseParams struct {
+// LeaseAcquireParams are the arguments of LeaseAcquire.
+type LeaseAcquireParams struct {
 	Name   string
 	Holder string
 	Now    time.Time
@@ -392,4 +399,59 @@ type TaskListLockedByParams struct {
 // TaskUpdateManyParams are the arguments of TaskUpdateMany.
 type TaskUpdateManyParams struct {
 	Tasks []*drovertype.Task
+}
+
+// EventInsertManyParams are the arguments of EventInsertMany.
+type EventInsertManyParams struct {
+	Events []*drovertype.Event
+}
+
+// LeaseCheckParams are the arguments of LeaseCheck.
+type LeaseCheckParams struct {
+	Name   string
+	Holder string
+	Now    time.Time
+}
+
+// LeaseGetParams are the arguments of LeaseGet.
+type LeaseGetParams struct {
+	Name string
+}
+
+// LeaseReleaseParams are the arguments of LeaseRelease.
+type LeaseReleaseParams struct {
+	Name   string
+	Holder string
+	Term   int64
+}
+
+// ReplyInsertManyParams are the arguments of ReplyInsertMany.
+type ReplyInsertManyParams struct {
+	Replies []*drovertype.AgentReply
+}
+
+// RequestDeleteByStepParams are the arguments of RequestDeleteByStep.
+type RequestDeleteByStepParams struct {
+	Refs []StepRef
+}
+
+// RequestDeleteExpiredParams are the arguments of RequestDeleteExpired.
+type RequestDeleteExpiredParams struct {
+	Now   time.Time
+	Limit int
+}
+
+// RequestInsertManyParams are the arguments of RequestInsertMany.
+type RequestInsertManyParams struct {
+	Requests []*drovertype.AgentRequest
+}
+
+// RequestReleaseParams are the arguments of RequestRelease.
+type RequestReleaseParams struct {
+	ClaimedBy string
+}
+
+// StepMessagesExistParams are the arguments of StepMessagesExist.
+type StepMessagesExistParams struct {
+	Attempts []StepAttempt
 }

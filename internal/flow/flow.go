@@ -148,7 +148,7 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 		}
 	}
 	if len(b.deletes) > 0 {
-		if err := x.RequestDeleteByStep(ctx, b.deletes); err != nil {
+		if err := x.RequestDeleteByStep(ctx, &store.RequestDeleteByStepParams{Refs: b.deletes}); err != nil {
 			return err
 		}
 	}
@@ -163,12 +163,12 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 		}
 	}
 	if stored := storedRequests(b.requests); len(stored) > 0 {
-		if err := x.RequestInsertMany(ctx, stored); err != nil {
+		if err := x.RequestInsertMany(ctx, &store.RequestInsertManyParams{Requests: stored}); err != nil {
 			return err
 		}
 	}
 	if len(b.events) > 0 {
-		if err := x.EventInsertMany(ctx, b.events); err != nil {
+		if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: b.events}); err != nil {
 			return err
 		}
 	}
@@ -468,13 +468,13 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		// a claim after the commit would have ordered them.
 		events = append(events, sb.events...)
 		if stored := storedRequests(sb.requests); len(stored) > 0 {
-			if err := x.RequestInsertMany(ctx, stored); err != nil {
+			if err := x.RequestInsertMany(ctx, &store.RequestInsertManyParams{Requests: stored}); err != nil {
 				return nil, err
 			}
 		}
 		start.Requests, start.Started = sb.requests, len(sb.requests)
 	}
-	if err := x.EventInsertMany(ctx, events); err != nil {
+	if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: events}); err != nil {
 		return nil, err
 	}
 	if sb != nil {
@@ -949,7 +949,7 @@ func (m *Machine) Restore(ctx context.Context, x store.Executor, now time.Time, 
 			Kind: kind, IdempotencyKey: key, CompleteBy: *s.CompleteBy, Scheduler: m.Instance, CreatedAt: now,
 		})
 	}
-	exists, err := x.StepMessagesExist(ctx, attempts)
+	exists, err := x.StepMessagesExist(ctx, &store.StepMessagesExistParams{Attempts: attempts})
 	if err != nil {
 		return nil, err
 	}
@@ -1236,7 +1236,7 @@ func (sv *Leader) Discard() { sv.pending = tally{} }
 // CheckLeader fails with ErrNotLeader unless the lease, read inside the
 // caller's transaction, is still ours in our term and unexpired at now.
 func (sv *Leader) CheckLeader(ctx context.Context, x store.Executor, now time.Time) error {
-	l, err := x.LeaseGet(ctx, sv.Lease)
+	l, err := x.LeaseGet(ctx, &store.LeaseGetParams{Name: sv.Lease})
 	if errors.Is(err, store.ErrNotFound) {
 		return ErrNotLeader
 	}
@@ -1285,7 +1285,7 @@ func (sv *Leader) ExpireRequests(ctx context.Context, x store.Executor, now time
 	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
-	return x.RequestDeleteExpired(ctx, now.Add(-RequestGrace), limit)
+	return x.RequestDeleteExpired(ctx, &store.RequestDeleteExpiredParams{Now: now.Add(-RequestGrace), Limit: limit})
 }
 
 // Retain deletes up to limit final tasks last updated more than age before

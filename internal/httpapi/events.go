@@ -121,7 +121,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, taskID string) 
 			// A client that has every event of a final task (an
 			// EventSource reconnecting after the end event) gets 204,
 			// which tells it not to reconnect again.
-			evs, err := h.drover.Store().Reader().EventList(r.Context(), store.EventListParams{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: 1})
+			evs, err := h.drover.Store().Reader().EventList(r.Context(), &store.EventListParams{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: 1})
 			if err != nil {
 				return err
 			}
@@ -143,7 +143,7 @@ const defaultEventListLimit = 100
 // listEvents answers one JSON page of the history. It is an ordinary
 // request (request timeout, no stream slot).
 func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request, p store.EventListParams) error {
-	evs, err := h.drover.Store().Reader().EventList(r.Context(), p)
+	evs, err := h.drover.Store().Reader().EventList(r.Context(), &p)
 	if err != nil {
 		return err
 	}

@@ -75,7 +75,7 @@ func TestTickReadsClockUnderWriteLock(t *testing.T) {
 		t.Errorf("t1: step 0 %s, step 1 dispatched %v: the reply, due at %s, was applied at %s (a clock read before the wait)",
 			st[0].ProcessState, st[1].CompleteBy != nil, cb0.Format("15:04:05.000"), committed.Format("15:04:05.000"))
 	}
-	evs, err := d.Reader().EventList(ctx, store.EventListParams{TaskID: "t1", Lookup: true})
+	evs, err := d.Reader().EventList(ctx, &store.EventListParams{TaskID: "t1", Lookup: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func TestReplyForLockedTaskIsDeferredNotLost(t *testing.T) {
 	// From the store's reply queue (an agent in another process).
 	queued := reqs[1]
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.ReplyInsertMany(ctx, []*dt.AgentReply{reply(queued)})
+		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: []*dt.AgentReply{reply(queued)}})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,9 @@ func TestPutBackRepliesDoNotMakeTickBusy(t *testing.T) {
 		ids = append(ids, r.TaskID)
 		replies = append(replies, reply(r))
 	}
-	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.ReplyInsertMany(ctx, replies) }); err != nil {
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: replies})
+	}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error {

@@ -526,7 +526,7 @@ func (s *Scheduler) run(ctx context.Context, replies []*dt.AgentReply, retried i
 		}
 		all := replies
 		if o.pollStore {
-			more, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: s.Instance(), Limit: storeLimit})
+			more, err := x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: s.Instance(), Limit: storeLimit})
 			if err != nil {
 				return err
 			}
@@ -564,7 +564,7 @@ func (s *Scheduler) run(ctx context.Context, replies []*dt.AgentReply, retried i
 		var back []*dt.AgentReply
 		deferred, back = splitDeferred(replies, res.Deferred)
 		if len(back) > 0 {
-			if err := x.ReplyInsertMany(ctx, back); err != nil {
+			if err := x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: back}); err != nil {
 				return err
 			}
 			putBack = len(back)
@@ -659,7 +659,7 @@ func (s *Scheduler) applyStoredApart(ctx context.Context, cause error) error {
 			s.logFailed(err, cause)
 			if errors.Is(err, store.ErrBadData) {
 				err = s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-					rs, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: s.Instance(), Limit: 1})
+					rs, err := x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: s.Instance(), Limit: 1})
 					res.fromStore = len(rs)
 					return err
 				})

@@ -637,7 +637,7 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 	// without locks spares the write transaction (and on SQLite the write
 	// lock) while nothing happens.
 	if d.seenKnown.Load() {
-		evs, err := d.store.Reader().EventList(ctx, store.EventListParams{AfterID: d.seen.Load(), Limit: 1})
+		evs, err := d.store.Reader().EventList(ctx, &store.EventListParams{AfterID: d.seen.Load(), Limit: 1})
 		if err != nil {
 			return false, err
 		}
@@ -658,7 +658,7 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 			return err // !ok: another dispatcher is enqueuing right now
 		}
 		cursor, locked = after, true
-		evs, err := x.EventList(ctx, store.EventListParams{AfterID: after, Limit: d.opts.Batch})
+		evs, err := x.EventList(ctx, &store.EventListParams{AfterID: after, Limit: d.opts.Batch})
 		if err != nil || len(evs) == 0 {
 			return err
 		}

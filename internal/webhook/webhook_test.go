@@ -294,7 +294,7 @@ func deliveries(t *testing.T, drv store.Driver, p store.WebhookDeliveryListParam
 // finalEvents returns the final-state events of the store, by ID.
 func finalEvents(t *testing.T, drv store.Driver) map[int64]*dt.Event {
 	t.Helper()
-	evs, err := drv.Reader().EventList(context.Background(), store.EventListParams{})
+	evs, err := drv.Reader().EventList(context.Background(), &store.EventListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -999,7 +999,8 @@ func (e *executor) StepUpdateMany(ctx context.Context, params *store.StepUpdateM
 
 // ---- agent requests ----
 
-func (e *executor) RequestInsertMany(ctx context.Context, reqs []*dt.AgentRequest) error {
+func (e *executor) RequestInsertMany(ctx context.Context, params *store.RequestInsertManyParams) error {
+	reqs := params.Requests
 	if len(reqs) == 0 {
 		return nil
 	}
@@ -1031,7 +1032,7 @@ func (e *executor) RequestInsertMany(ctx context.Context, reqs []*dt.AgentReques
 	})
 }
 
-func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams) ([]*dt.AgentRequest, error) {
+func (e *executor) RequestClaim(ctx context.Context, p *store.RequestClaimParams) ([]*dt.AgentRequest, error) {
 	if err := e.write("claim requests"); err != nil {
 		return nil, err
 	}
@@ -1064,7 +1065,8 @@ func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams)
 	return out, nil
 }
 
-func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef) error {
+func (e *executor) RequestDeleteByStep(ctx context.Context, params *store.RequestDeleteByStepParams) error {
+	refs := params.Refs
 	if len(refs) == 0 {
 		return nil
 	}
@@ -1078,7 +1080,8 @@ func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef
 	return e.later(ctx, "delete requests", e.d.q.requestDeleteByStep, []any{taskIDs, index}, nil, nil)
 }
 
-func (e *executor) StepMessagesExist(ctx context.Context, attempts []store.StepAttempt) ([]bool, error) {
+func (e *executor) StepMessagesExist(ctx context.Context, params *store.StepMessagesExistParams) ([]bool, error) {
+	attempts := params.Attempts
 	exists := make([]bool, len(attempts))
 	if len(attempts) == 0 {
 		return exists, nil
@@ -1098,7 +1101,8 @@ func (e *executor) StepMessagesExist(ctx context.Context, attempts []store.StepA
 	return exists, nil
 }
 
-func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, error) {
+func (e *executor) RequestRelease(ctx context.Context, params *store.RequestReleaseParams) (int, error) {
+	claimedBy := params.ClaimedBy
 	if err := e.write("release requests"); err != nil {
 		return 0, err
 	}
@@ -1106,7 +1110,8 @@ func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, e
 	return int(n), err
 }
 
-func (e *executor) RequestDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+func (e *executor) RequestDeleteExpired(ctx context.Context, params *store.RequestDeleteExpiredParams) (int, error) {
+	now, limit := params.Now, params.Limit
 	if err := e.write("delete expired requests"); err != nil {
 		return 0, err
 	}
@@ -1116,7 +1121,8 @@ func (e *executor) RequestDeleteExpired(ctx context.Context, now time.Time, limi
 
 // ---- agent replies ----
 
-func (e *executor) ReplyInsertMany(ctx context.Context, replies []*dt.AgentReply) error {
+func (e *executor) ReplyInsertMany(ctx context.Context, params *store.ReplyInsertManyParams) error {
+	replies := params.Replies
 	if len(replies) == 0 {
 		return nil
 	}
@@ -1151,7 +1157,7 @@ func (e *executor) ReplyInsertMany(ctx context.Context, replies []*dt.AgentReply
 	return nil
 }
 
-func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*dt.AgentReply, error) {
+func (e *executor) ReplyTake(ctx context.Context, p *store.ReplyTakeParams) ([]*dt.AgentReply, error) {
 	if err := e.write("take replies"); err != nil {
 		return nil, err
 	}
@@ -1184,7 +1190,8 @@ func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*d
 // transaction ends, so a reader tailing by ID can tell which transactions
 // may still commit events (EventList). See doc.go. In a pipelined
 // transaction both go out last, just before the COMMIT.
-func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) error {
+func (e *executor) EventInsertMany(ctx context.Context, params *store.EventInsertManyParams) error {
+	events := params.Events
 	if len(events) == 0 {
 		return nil
 	}
@@ -1238,7 +1245,7 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 // (eventsFinal), so that a reader tailing by AfterID never skips an event
 // committed after it read higher ones; in a transaction that has written
 // events, up to the last ID handed out; with Lookup, every one committed.
-func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*dt.Event, error) {
+func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*dt.Event, error) {
 	e.sendTail()
 	upTo := int64(math.MaxInt64)
 	var err error
@@ -1473,7 +1480,7 @@ func scanLease(out **dt.Lease) func(rows) error {
 	}
 }
 
-func (e *executor) LeaseAcquire(ctx context.Context, p store.LeaseParams) (*dt.Lease, bool, error) {
+func (e *executor) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (*dt.Lease, bool, error) {
 	if err := e.write("acquire lease"); err != nil {
 		return nil, false, err
 	}
@@ -1487,11 +1494,12 @@ func (e *executor) LeaseAcquire(ctx context.Context, p store.LeaseParams) (*dt.L
 	if l != nil {
 		return l, true, nil
 	}
-	cur, err := e.LeaseGet(ctx, p.Name)
+	cur, err := e.LeaseGet(ctx, &store.LeaseGetParams{Name: p.Name})
 	return cur, false, err
 }
 
-func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error) {
+func (e *executor) LeaseGet(ctx context.Context, params *store.LeaseGetParams) (*dt.Lease, error) {
+	name := params.Name
 	var l *dt.Lease
 	if err := e.each(ctx, "get lease", e.pick(e.d.q.leaseGet, e.d.q.leaseGetLock), []any{name}, scanLease(&l)); err != nil {
 		return nil, err
@@ -1509,7 +1517,8 @@ func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error)
 // the next statement (its result is checked when that one's is read), and
 // the COMMIT is never sent before the check has been read: see
 // pipe.unchecked.
-func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time.Time) error {
+func (e *executor) LeaseCheck(ctx context.Context, params *store.LeaseCheckParams) error {
+	name, holder, now := params.Name, params.Holder, params.Now
 	if e.tx {
 		if err := e.lockLease(ctx, name, tLeaseLockShared); err != nil {
 			return err
@@ -1531,7 +1540,8 @@ func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time
 	return err
 }
 
-func (e *executor) LeaseRelease(ctx context.Context, name, holder string, term int64) error {
+func (e *executor) LeaseRelease(ctx context.Context, params *store.LeaseReleaseParams) error {
+	name, holder, term := params.Name, params.Holder, params.Term
 	if err := e.write("release lease"); err != nil {
 		return err
 	}

@@ -89,7 +89,7 @@ func TestPipelinedTransactionRoundTrips(t *testing.T) {
 		if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: tasks}); err != nil {
 			return err
 		}
-		if err := x.EventInsertMany(ctx, []*dt.Event{ev}); err != nil {
+		if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{ev}}); err != nil {
 			return err
 		}
 		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicTasks})
@@ -103,7 +103,7 @@ func TestPipelinedTransactionRoundTrips(t *testing.T) {
 	if ev.ID == 0 {
 		t.Error("queued event insert did not report the event's ID by the time InTx returned")
 	}
-	evs, err := d.Reader().EventList(ctx, store.EventListParams{TaskID: "a"})
+	evs, err := d.Reader().EventList(ctx, &store.EventListParams{TaskID: "a"})
 	if err != nil || len(evs) != 1 || evs[0].ID != ev.ID {
 		t.Fatalf("events after commit: %v, %v; want the one inserted (ID %d)", evs, err, ev.ID)
 	}
@@ -180,7 +180,7 @@ func TestPipelinedWriteErrorRollsBack(t *testing.T) {
 	}
 	for _, readAfter := range []bool{false, true} {
 		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if err := x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: now}}); err != nil {
+			if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: now}}}); err != nil {
 				return err
 			}
 			// The same step twice: a primary-key violation, found only when sent.
@@ -197,7 +197,7 @@ func TestPipelinedWriteErrorRollsBack(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Code != "23505" {
 			t.Fatalf("readAfter=%v: InTx error %v; want a unique violation", readAfter, err)
 		}
-		evs, err := d.Reader().EventList(ctx, store.EventListParams{})
+		evs, err := d.Reader().EventList(ctx, &store.EventListParams{})
 		if err != nil || len(evs) != 0 {
 			t.Fatalf("readAfter=%v: events after the failed transaction: %d, %v; want none", readAfter, len(evs), err)
 		}
@@ -288,7 +288,7 @@ func TestTxOf(t *testing.T) {
 	events := `SELECT count(*) FROM ` + pgx.Identifier{d.Schema(), "events"}.Sanitize()
 	for _, fail := range []bool{true, false} {
 		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if err := x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: now}}); err != nil {
+			if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: now}}}); err != nil {
 				return err
 			}
 			tx, err := postgres.TxOf(x)
@@ -368,10 +368,10 @@ func holdWriter(t *testing.T, d *postgres.Driver, e *dt.Event, release <-chan st
 	sent, out := make(chan struct{}), make(chan error, 1)
 	go func() {
 		out <- d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-			if err := x.EventInsertMany(ctx, []*dt.Event{e}); err != nil {
+			if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{e}}); err != nil {
 				return err
 			}
-			if _, err := x.EventList(ctx, store.EventListParams{AfterID: 1 << 62}); err != nil {
+			if _, err := x.EventList(ctx, &store.EventListParams{AfterID: 1 << 62}); err != nil {
 				return err
 			}
 			close(sent)
@@ -397,7 +397,7 @@ type listed struct {
 func listLater(d *postgres.Driver, after int64) <-chan listed {
 	ch := make(chan listed, 1)
 	go func() {
-		evs, err := d.Reader().EventList(context.Background(), store.EventListParams{AfterID: after})
+		evs, err := d.Reader().EventList(context.Background(), &store.EventListParams{AfterID: after})
 		ch <- listed{evs, err}
 	}()
 	return ch
@@ -429,7 +429,7 @@ func TestEventTailWaitsForOpenWriters(t *testing.T) {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if err := d.InTx(wctx, func(ctx context.Context, x store.Executor) error {
-			return x.EventInsertMany(ctx, []*dt.Event{e})
+			return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{e}})
 		}); err != nil {
 			t.Fatalf("another transaction's events waited for the open one: %v", err)
 		}
@@ -458,7 +458,7 @@ func TestEventTailWaitsForOpenWriters(t *testing.T) {
 	}
 	// A lookup is not a tail: it gets what has committed, without waiting.
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	got, err := d.Reader().EventList(lctx, store.EventListParams{AfterID: second.ID - 1, Limit: 1, Lookup: true})
+	got, err := d.Reader().EventList(lctx, &store.EventListParams{AfterID: second.ID - 1, Limit: 1, Lookup: true})
 	cancel()
 	if err != nil || len(got) != 1 || got[0].ID != second.ID {
 		close(release)
@@ -507,7 +507,7 @@ func TestEventReadersShareOneWait(t *testing.T) {
 	release := make(chan struct{})
 	done := holdWriter(t, d, open, release)
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.EventInsertMany(ctx, []*dt.Event{other})
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{other}})
 	}); err != nil {
 		close(release)
 		t.Fatal(err)
@@ -517,7 +517,7 @@ func TestEventReadersShareOneWait(t *testing.T) {
 	errs := make(chan error, readers)
 	for range readers {
 		go func() {
-			evs, err := d.Reader().EventList(ctx, store.EventListParams{})
+			evs, err := d.Reader().EventList(ctx, &store.EventListParams{})
 			if err != nil {
 				errs <- err
 				return
@@ -568,7 +568,7 @@ func TestEventListInCallersTransactionWhileAReaderWaits(t *testing.T) {
 	tx := callersTx(t)
 	mine := submittedEvent("a", time.Now())
 	if err := d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
-		return x.EventInsertMany(ctx, []*dt.Event{mine})
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{mine}})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -583,7 +583,7 @@ func TestEventListInCallersTransactionWhileAReaderWaits(t *testing.T) {
 	var evs []*dt.Event
 	if err := d.InExternalTx(rctx, tx, func(ctx context.Context, x store.Executor) error {
 		var err error
-		evs, err = x.EventList(ctx, store.EventListParams{})
+		evs, err = x.EventList(ctx, &store.EventListParams{})
 		return err
 	}); err != nil {
 		t.Fatalf("reading its own events in the caller's transaction: %v", err)
@@ -612,10 +612,10 @@ func TestEventListInWritingTransaction(t *testing.T) {
 	ev := func(id string) *dt.Event { return submittedEvent(id, now) }
 	a, b, c := ev("a"), ev("b"), ev("c")
 	sent := func(x store.Executor, ctx context.Context, e *dt.Event) error {
-		if err := x.EventInsertMany(ctx, []*dt.Event{e}); err != nil {
+		if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{e}}); err != nil {
 			return err
 		}
-		_, err := x.EventList(ctx, store.EventListParams{AfterID: 1 << 62}) // sends the insert
+		_, err := x.EventList(ctx, &store.EventListParams{AfterID: 1 << 62}) // sends the insert
 		return err
 	}
 	release := make(chan struct{})
@@ -632,7 +632,7 @@ func TestEventListInWritingTransaction(t *testing.T) {
 			<-cCommitted
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			evs, err := x.EventList(rctx, store.EventListParams{})
+			evs, err := x.EventList(rctx, &store.EventListParams{})
 			if err != nil {
 				return fmt.Errorf("a writing transaction's read waited for another writer: %w", err)
 			}
@@ -655,7 +655,7 @@ func TestEventListInWritingTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.EventInsertMany(ctx, []*dt.Event{c})
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{c}})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -902,7 +902,7 @@ func TestClaimWithStepsRoundTrips(t *testing.T) {
 		if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: tasks}); err != nil {
 			return err
 		}
-		return x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a", StepIndex: 0, Type: dt.EventStepStarted, CreatedAt: now}})
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "a", StepIndex: 0, Type: dt.EventStepStarted, CreatedAt: now}}})
 	})
 	if err != nil {
 		t.Fatal(err)

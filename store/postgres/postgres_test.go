@@ -270,7 +270,7 @@ func TestSchemaIsolation(t *testing.T) {
 	insert(t, b, tb)
 	for _, d := range []*postgres.Driver{a, b} {
 		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			return x.EventInsertMany(ctx, []*dt.Event{{TaskID: "same", StepIndex: -1, Type: dt.EventSubmitted, Actor: d.Schema(), CreatedAt: now}})
+			return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "same", StepIndex: -1, Type: dt.EventSubmitted, Actor: d.Schema(), CreatedAt: now}}})
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +287,7 @@ func TestSchemaIsolation(t *testing.T) {
 		t.Errorf("schema a counts %v, %v; want 2 Pending", counts, err)
 	}
 	for _, d := range []*postgres.Driver{a, b} {
-		evs, err := d.Reader().EventList(ctx, store.EventListParams{})
+		evs, err := d.Reader().EventList(ctx, &store.EventListParams{})
 		if err != nil || len(evs) != 1 || evs[0].Actor != d.Schema() {
 			t.Errorf("events of %s: %v, %v", d.Schema(), evs, err)
 		}
@@ -337,7 +337,7 @@ func checkExternal(t *testing.T, d *postgres.Driver, table, id string, want bool
 	}
 	_, err := d.Reader().TaskGet(ctx, &store.TaskGetParams{ID: id})
 	steps, serr := d.Reader().StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: []string{id}})
-	evs, eerr := d.Reader().EventList(ctx, store.EventListParams{TaskID: id})
+	evs, eerr := d.Reader().EventList(ctx, &store.EventListParams{TaskID: id})
 	if serr != nil || eerr != nil {
 		t.Fatal(serr, eerr)
 	}
@@ -485,7 +485,7 @@ func TestReadsInTxLockRows(t *testing.T) {
 			IdempotencyKey: "k", UpdatedAt: now}}}); err != nil {
 			return err
 		}
-		_, _, err := x.LeaseAcquire(ctx, store.LeaseParams{Name: "sup", Holder: "A", Now: now, TTL: time.Minute})
+		_, _, err := x.LeaseAcquire(ctx, &store.LeaseAcquireParams{Name: "sup", Holder: "A", Now: now, TTL: time.Minute})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -510,7 +510,10 @@ func TestReadsInTxLockRows(t *testing.T) {
 			_, err := x.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: []string{"held"}})
 			return err
 		},
-		"LeaseGet": func(ctx context.Context, x store.Executor) error { _, err := x.LeaseGet(ctx, "sup"); return err },
+		"LeaseGet": func(ctx context.Context, x store.Executor) error {
+			_, err := x.LeaseGet(ctx, &store.LeaseGetParams{Name: "sup"})
+			return err
+		},
 		"TaskGetManyWithSteps": func(ctx context.Context, x store.Executor) error {
 			tasks, steps, err := x.TaskGetManyWithSteps(ctx, &store.TaskGetManyWithStepsParams{IDs: []string{"held"}})
 			if err == nil && (len(tasks) != 1 || len(steps) != 1) {
@@ -554,14 +557,14 @@ func TestLeaseCheckSharedWithChecksExclusiveWithWriters(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	acquire := func(ctx context.Context, x store.Executor, holder string, at time.Time) error {
-		_, ok, err := x.LeaseAcquire(ctx, store.LeaseParams{Name: "inst", Holder: holder, Now: at, TTL: time.Minute})
+		_, ok, err := x.LeaseAcquire(ctx, &store.LeaseAcquireParams{Name: "inst", Holder: holder, Now: at, TTL: time.Minute})
 		if err == nil && !ok {
 			err = fmt.Errorf("%s did not get the lease", holder)
 		}
 		return err
 	}
 	check := func(ctx context.Context, x store.Executor) error {
-		if err := x.LeaseCheck(ctx, "inst", "A", now); err != nil {
+		if err := x.LeaseCheck(ctx, &store.LeaseCheckParams{Name: "inst", Holder: "A", Now: now}); err != nil {
 			return err
 		}
 		_, err := x.TaskCountActive(ctx) // sends the queued check
@@ -586,7 +589,9 @@ func TestLeaseCheckSharedWithChecksExclusiveWithWriters(t *testing.T) {
 	}
 	cancel()
 	waits("a takeover", func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "B", now.Add(time.Hour)) })
-	waits("a release", func(ctx context.Context, x store.Executor) error { return x.LeaseRelease(ctx, "inst", "A", 1) })
+	waits("a release", func(ctx context.Context, x store.Executor) error {
+		return x.LeaseRelease(ctx, &store.LeaseReleaseParams{Name: "inst", Holder: "A", Term: 1})
+	})
 	waits("a renewal", func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "A", now) })
 	if err := release(); err != nil {
 		t.Fatal(err)

@@ -88,7 +88,8 @@ func scanRemoteRequest(rs rows, extra ...any) (*dt.AgentRequest, error) {
 	return &r, nil
 }
 
-func (e *executor) RequestGet(ctx context.Context, id int64) (*dt.AgentRequest, error) {
+func (e *executor) RequestGet(ctx context.Context, params *store.RequestGetParams) (*dt.AgentRequest, error) {
+	id := params.ID
 	var out *dt.AgentRequest
 	err := e.each(ctx, "get request", e.d.remoteQ().get, []any{id}, func(rs rows) error {
 		var (
@@ -116,7 +117,8 @@ func (e *executor) RequestGet(ctx context.Context, id int64) (*dt.AgentRequest, 
 	return out, nil
 }
 
-func (e *executor) RequestAvailable(ctx context.Context, agent string, now time.Time) (bool, error) {
+func (e *executor) RequestAvailable(ctx context.Context, params *store.RequestAvailableParams) (bool, error) {
+	agent, now := params.Agent, params.Now
 	var ok bool
 	err := e.each(ctx, "requests available", e.d.remoteQ().available, []any{agent, now}, func(rs rows) error {
 		return rs.Scan(&ok)
@@ -124,11 +126,13 @@ func (e *executor) RequestAvailable(ctx context.Context, agent string, now time.
 	return ok, err
 }
 
-func (e *executor) RequestComplete(ctx context.Context, id int64, claimedBy string, now time.Time) (*dt.AgentRequest, error) {
+func (e *executor) RequestComplete(ctx context.Context, params *store.RequestCompleteParams) (*dt.AgentRequest, error) {
+	id, claimedBy, now := params.ID, params.ClaimedBy, params.Now
 	return e.remoteFenced(ctx, "complete request", e.d.remoteQ().complete, id, claimedBy, now)
 }
 
-func (e *executor) RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time, after store.Redelivery) (*dt.AgentRequest, error) {
+func (e *executor) RequestReleaseOne(ctx context.Context, params *store.RequestReleaseOneParams) (*dt.AgentRequest, error) {
+	id, claimedBy, now, after := params.ID, params.ClaimedBy, params.Now, params.Redelivery
 	return e.remoteFenced(ctx, "release request", e.d.remoteQ().release, id, claimedBy, now,
 		after.First.Microseconds(), after.Max.Microseconds(), after.Doublings())
 }

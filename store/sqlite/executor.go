@@ -496,7 +496,8 @@ func (e *executor) StepUpdateMany(ctx context.Context, params *store.StepUpdateM
 	}
 	return e.execRows(ctx, "update steps", mStepUpdate, rows, nil)
 }
-func (e *executor) RequestInsertMany(ctx context.Context, reqs []*dt.AgentRequest) error {
+func (e *executor) RequestInsertMany(ctx context.Context, params *store.RequestInsertManyParams) error {
+	reqs := params.Requests
 	rows := make([][]any, len(reqs))
 	for i, r := range reqs {
 		rows[i] = []any{r.Agent, r.TaskID, r.StepIndex, r.Attempt, string(r.Kind), r.IdempotencyKey,
@@ -511,7 +512,7 @@ func (e *executor) RequestInsertMany(ctx context.Context, reqs []*dt.AgentReques
 		return err
 	})
 }
-func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams) ([]*dt.AgentRequest, error) {
+func (e *executor) RequestClaim(ctx context.Context, p *store.RequestClaimParams) ([]*dt.AgentRequest, error) {
 	rows, err := e.query(ctx, qRequestClaim, p.ClaimedBy, p.Agent, us(p.Now), p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim requests: %w", err)
@@ -568,14 +569,16 @@ func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams)
 	return out, translate(rows.Err())
 }
 
-func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef) error {
+func (e *executor) RequestDeleteByStep(ctx context.Context, params *store.RequestDeleteByStepParams) error {
+	refs := params.Refs
 	rows := make([][]any, len(refs))
 	for i, r := range refs {
 		rows[i] = []any{r.TaskID, r.Index}
 	}
 	return e.execRows(ctx, "delete requests", mRequestDeleteByStep, rows, nil)
 }
-func (e *executor) StepMessagesExist(ctx context.Context, attempts []store.StepAttempt) ([]bool, error) {
+func (e *executor) StepMessagesExist(ctx context.Context, params *store.StepMessagesExistParams) ([]bool, error) {
+	attempts := params.Attempts
 	exists := make([]bool, len(attempts))
 	if len(attempts) == 0 {
 		return exists, nil
@@ -633,7 +636,8 @@ func (e *executor) StepMessagesExist(ctx context.Context, attempts []store.StepA
 	return exists, nil
 }
 
-func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, error) {
+func (e *executor) RequestRelease(ctx context.Context, params *store.RequestReleaseParams) (int, error) {
+	claimedBy := params.ClaimedBy
 	r, err := e.exec(ctx, qRequestRelease, claimedBy)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: release requests: %w", err)
@@ -642,7 +646,8 @@ func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, e
 	return int(n), err
 }
 
-func (e *executor) RequestDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+func (e *executor) RequestDeleteExpired(ctx context.Context, params *store.RequestDeleteExpiredParams) (int, error) {
+	now, limit := params.Now, params.Limit
 	r, err := e.exec(ctx, qRequestDeleteExpired, us(now), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: delete expired requests: %w", err)
@@ -651,7 +656,8 @@ func (e *executor) RequestDeleteExpired(ctx context.Context, now time.Time, limi
 	return int(n), err
 }
 
-func (e *executor) ReplyInsertMany(ctx context.Context, replies []*dt.AgentReply) error {
+func (e *executor) ReplyInsertMany(ctx context.Context, params *store.ReplyInsertManyParams) error {
+	replies := params.Replies
 	rows := make([][]any, len(replies))
 	for i, r := range replies {
 		rows[i] = []any{r.TaskID, r.StepIndex, r.Attempt, string(r.Kind), r.Output, r.Failed, nullStr(r.Error), us(r.CreatedAt)}
@@ -664,7 +670,7 @@ func (e *executor) ReplyInsertMany(ctx context.Context, replies []*dt.AgentReply
 		return err
 	})
 }
-func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*dt.AgentReply, error) {
+func (e *executor) ReplyTake(ctx context.Context, p *store.ReplyTakeParams) ([]*dt.AgentReply, error) {
 	rows, err := e.query(ctx, qReplyTake, p.Scheduler, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: take replies: %w", err)
@@ -689,7 +695,8 @@ func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*d
 	return out, translate(rows.Err())
 }
 
-func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) error {
+func (e *executor) EventInsertMany(ctx context.Context, params *store.EventInsertManyParams) error {
+	events := params.Events
 	rows := make([][]any, len(events))
 	for i, ev := range events {
 		var step any
@@ -708,7 +715,7 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 		return err
 	})
 }
-func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*dt.Event, error) {
+func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*dt.Event, error) {
 	q := `SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at FROM events WHERE id > ?`
 	args := []any{p.AfterID}
 	if p.TaskID != "" {
@@ -763,7 +770,7 @@ func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*d
 	return out, translate(rows.Err())
 }
 
-func (e *executor) LeaseAcquire(ctx context.Context, p store.LeaseParams) (*dt.Lease, bool, error) {
+func (e *executor) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (*dt.Lease, bool, error) {
 	// One statement: insert a fresh lease, renew our own, or take an expired one.
 	rows, err := e.query(ctx, qLeaseAcquire, p.Name, p.Holder, us(p.Now), us(p.Now.Add(p.TTL)))
 	if err != nil {
@@ -776,7 +783,7 @@ func (e *executor) LeaseAcquire(ctx context.Context, p store.LeaseParams) (*dt.L
 	if l != nil {
 		return l, true, nil
 	}
-	cur, err := e.LeaseGet(ctx, p.Name)
+	cur, err := e.LeaseGet(ctx, &store.LeaseGetParams{Name: p.Name})
 	return cur, false, err
 }
 
@@ -796,7 +803,8 @@ func scanLease(rows *sql.Rows) (*dt.Lease, error) {
 	return &l, nil
 }
 
-func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error) {
+func (e *executor) LeaseGet(ctx context.Context, params *store.LeaseGetParams) (*dt.Lease, error) {
+	name := params.Name
 	rows, err := e.query(ctx, qLeaseGet, name)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: get lease: %w", err)
@@ -811,7 +819,8 @@ func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error)
 	return l, nil
 }
 
-func (e *executor) LeaseRelease(ctx context.Context, name, holder string, term int64) error {
+func (e *executor) LeaseRelease(ctx context.Context, params *store.LeaseReleaseParams) error {
+	name, holder, term := params.Name, params.Holder, params.Term
 	if _, err := e.exec(ctx, qLeaseRelease, name, holder, term); err != nil {
 		return fmt.Errorf("sqlite: release lease: %w", err)
 	}
@@ -848,8 +857,9 @@ func (e *executor) TaskGetManyWithSteps(ctx context.Context, params *store.TaskG
 }
 
 // LeaseCheck implements store.Executor.
-func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time.Time) error {
-	l, err := e.LeaseGet(ctx, name)
+func (e *executor) LeaseCheck(ctx context.Context, params *store.LeaseCheckParams) error {
+	name, holder, now := params.Name, params.Holder, params.Now
+	l, err := e.LeaseGet(ctx, &store.LeaseGetParams{Name: name})
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("lease %q: %w", name, store.ErrLeaseNotHeld)
 	}

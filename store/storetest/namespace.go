@@ -36,7 +36,9 @@ func testNamespaceLists(t *testing.T, d store.Driver) {
 	evs = append(evs,
 		&dt.Event{TaskID: dt.SessionSubject("q", "s/1"), StepIndex: -1, Type: dt.EventSessionBlocked, Alert: true, CreatedAt: base},
 		&dt.Event{TaskID: dt.SessionSubject(dt.QualifyName("a", "q"), "s/1"), StepIndex: -1, Type: dt.EventSessionBlocked, Alert: true, CreatedAt: base})
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.EventInsertMany(ctx, evs) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: evs})
+	})
 	for _, name := range []string{"q", "a/q", "a/r", "b/q", "a0"} {
 		inTx(t, d, func(ctx context.Context, x store.Executor) error {
 			return x.QueuePut(ctx, &dt.Queue{Name: name, MaxDeliveryCount: 1, PoisonPolicy: dt.PoisonBlock,
@@ -51,7 +53,7 @@ func testNamespaceLists(t *testing.T, d store.Driver) {
 	}
 	eventSubjects := func(p store.EventListParams) string {
 		p.Lookup = true
-		es, err := r.EventList(ctx, p)
+		es, err := r.EventList(ctx, &p)
 		return namesOf(t, es, err, func(e *dt.Event) string { return e.TaskID })
 	}
 	queueNames := func(p store.QueueListParams) string {

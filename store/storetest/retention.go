@@ -43,10 +43,10 @@ func testTaskDeleteFinished(t *testing.T, d store.Driver) {
 		for _, tk := range tasks {
 			evs = append(evs, &dt.Event{TaskID: tk.ID, StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: base})
 		}
-		if err := x.EventInsertMany(ctx, evs); err != nil {
+		if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: evs}); err != nil {
 			return err
 		}
-		return x.ReplyInsertMany(ctx, []*dt.AgentReply{{TaskID: "old-processed", Attempt: 1, Kind: dt.KindDo, CreatedAt: base}})
+		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: []*dt.AgentReply{{TaskID: "old-processed", Attempt: 1, Kind: dt.KindDo, CreatedAt: base}}})
 	})
 
 	cutoff := at(time.Minute)
@@ -79,7 +79,7 @@ func testTaskDeleteFinished(t *testing.T, d store.Driver) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		evs, err := r.EventList(ctx, store.EventListParams{TaskID: tk.ID})
+		evs, err := r.EventList(ctx, &store.EventListParams{TaskID: tk.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func testTaskDeleteFinished(t *testing.T, d store.Driver) {
 		}
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		rs, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: "s1", Limit: 10})
+		rs, err := x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: "s1", Limit: 10})
 		if err == nil && len(rs) != 0 {
 			t.Errorf("replies of a deleted task remain: %d", len(rs))
 		}

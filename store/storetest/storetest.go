@@ -236,7 +236,7 @@ func getSteps(t *testing.T, d store.Driver, id string) []*dt.StepRecord {
 
 func listEvents(t *testing.T, d store.Driver, p store.EventListParams) []*dt.Event {
 	t.Helper()
-	got, err := d.Reader().EventList(context.Background(), p)
+	got, err := d.Reader().EventList(context.Background(), &p)
 	if err != nil {
 		t.Fatalf("EventList(%+v): %v", p, err)
 	}
@@ -402,16 +402,16 @@ func testInTxRollback(t *testing.T, d store.Driver) {
 		if err := x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: []*dt.StepRecord{newStep("t1", 0)}}); err != nil {
 			return err
 		}
-		if err := x.RequestInsertMany(ctx, []*dt.AgentRequest{newRequest("t1", 0, "a", at(time.Minute))}); err != nil {
+		if err := x.RequestInsertMany(ctx, &store.RequestInsertManyParams{Requests: []*dt.AgentRequest{newRequest("t1", 0, "a", at(time.Minute))}}); err != nil {
 			return err
 		}
-		if err := x.ReplyInsertMany(ctx, []*dt.AgentReply{{TaskID: "t1", Attempt: 1, Kind: dt.KindDo, CreatedAt: base}}); err != nil {
+		if err := x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: []*dt.AgentReply{{TaskID: "t1", Attempt: 1, Kind: dt.KindDo, CreatedAt: base}}}); err != nil {
 			return err
 		}
-		if err := x.EventInsertMany(ctx, []*dt.Event{{TaskID: "t1", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: base}}); err != nil {
+		if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "t1", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: base}}}); err != nil {
 			return err
 		}
-		if _, _, err := x.LeaseAcquire(ctx, store.LeaseParams{Name: "l", Holder: "h", Now: base, TTL: time.Minute}); err != nil {
+		if _, _, err := x.LeaseAcquire(ctx, &store.LeaseAcquireParams{Name: "l", Holder: "h", Now: base, TTL: time.Minute}); err != nil {
 			return err
 		}
 		// Reads inside the transaction see its own writes.
@@ -433,18 +433,18 @@ func testInTxRollback(t *testing.T, d store.Driver) {
 	if e := listEvents(t, d, store.EventListParams{}); len(e) != 0 {
 		t.Errorf("events after rollback: %d", len(e))
 	}
-	if _, err := r.LeaseGet(ctx, "l"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := r.LeaseGet(ctx, &store.LeaseGetParams{Name: "l"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("lease after rollback: err = %v, want ErrNotFound", err)
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		reqs, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: "a", ClaimedBy: "rt", Now: base, Limit: 10})
+		reqs, err := x.RequestClaim(ctx, &store.RequestClaimParams{Agent: "a", ClaimedBy: "rt", Now: base, Limit: 10})
 		if err != nil {
 			return err
 		}
 		if len(reqs) != 0 {
 			t.Errorf("requests after rollback: %d", len(reqs))
 		}
-		reps, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: "s", Limit: 10})
+		reps, err := x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: "s", Limit: 10})
 		if err != nil {
 			return err
 		}

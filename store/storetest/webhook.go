@@ -120,7 +120,9 @@ func lockCursor(t *testing.T, d store.Driver) int64 {
 
 func insertEvents(t *testing.T, d store.Driver, evs ...*dt.Event) {
 	t.Helper()
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.EventInsertMany(ctx, evs) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: evs})
+	})
 }
 
 func testWebhookCursorStart(t *testing.T, d store.Driver) {
@@ -232,7 +234,7 @@ func testWebhookConcurrentEnqueue(t *testing.T, d store.Driver) {
 			}
 			return false, err
 		}
-		evs, err := x.EventList(ctx, store.EventListParams{AfterID: after, Limit: 7})
+		evs, err := x.EventList(ctx, &store.EventListParams{AfterID: after, Limit: 7})
 		if err != nil || len(evs) == 0 {
 			return false, err
 		}
@@ -271,7 +273,7 @@ func testWebhookConcurrentEnqueue(t *testing.T, d store.Driver) {
 			for i := range perWriter {
 				ev := &dt.Event{TaskID: fmt.Sprintf("w%d-%d", w, i), StepIndex: -1, Type: types[i%len(types)], CreatedAt: base}
 				if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-					return x.EventInsertMany(ctx, []*dt.Event{ev})
+					return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{ev}})
 				}); err != nil {
 					fail(err)
 					return
