@@ -22,7 +22,7 @@ func (c *Client) Sessions(ctx context.Context, queue, after string, limit int) (
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	return c.store.Reader().SessionList(ctx, store.SessionListParams{Queue: queue, AfterID: after, Limit: limit})
+	return c.store.Reader().SessionList(ctx, &store.SessionListParams{Queue: queue, AfterID: after, Limit: limit})
 }
 
 // Session returns one session's record, or an error wrapping ErrNotFound.
@@ -30,7 +30,7 @@ func (c *Client) Session(ctx context.Context, queue, sessionID string) (*Session
 	if err := checkQueue(queue); err != nil {
 		return nil, err
 	}
-	return c.store.Reader().SessionGet(ctx, queue, sessionID)
+	return c.store.Reader().SessionGet(ctx, &store.SessionGetParams{Queue: queue, SessionID: sessionID})
 }
 
 // Peek returns a session's messages from sequence number fromSeq on, in
@@ -43,7 +43,7 @@ func (c *Client) Peek(ctx context.Context, queue, sessionID string, fromSeq int6
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	return c.store.Reader().MessagePeek(ctx, store.MessagePeekParams{Queue: queue, SessionID: sessionID, FromSeq: fromSeq, Limit: limit})
+	return c.store.Reader().MessagePeek(ctx, &store.MessagePeekParams{Queue: queue, SessionID: sessionID, FromSeq: fromSeq, Limit: limit})
 }
 
 // DeadLetterCursor is a position in a dead-letter listing: the listing goes
@@ -64,7 +64,7 @@ func (c *Client) DeadLetters(ctx context.Context, queue, sessionID string, after
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	return c.store.Reader().DeadLetterList(ctx, store.DeadLetterListParams{Queue: queue, SessionID: sessionID,
+	return c.store.Reader().DeadLetterList(ctx, &store.DeadLetterListParams{Queue: queue, SessionID: sessionID,
 		AfterSessionID: after.SessionID, AfterSeq: after.Seq, Limit: limit})
 }
 
@@ -92,9 +92,9 @@ func (c *Client) resolve(ctx context.Context, queue, sessionID string, seq int64
 		var err error
 		what := "resubmitted to the head of the session"
 		if typ == EventDeadLetterResubmitted {
-			err = x.DeadLetterResubmit(ctx, queue, sessionID, seq, now)
+			err = x.DeadLetterResubmit(ctx, &store.DeadLetterResubmitParams{Queue: queue, SessionID: sessionID, Seq: seq, Now: now})
 		} else {
-			err = x.DeadLetterDiscard(ctx, queue, sessionID, seq, now)
+			err = x.DeadLetterDiscard(ctx, &store.DeadLetterDiscardParams{Queue: queue, SessionID: sessionID, Seq: seq, Now: now})
 			what = "discarded"
 		}
 		if err != nil {

@@ -106,7 +106,7 @@ func (c *Client) publish(ctx context.Context, x store.Executor, queue string, ms
 	if len(pms) == 0 {
 		return []Published{}, nil
 	}
-	res, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: pms, Now: c.now()})
+	res, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: pms, Now: c.now()})
 	if err != nil {
 		return nil, err
 	}

@@ -1303,7 +1303,7 @@ func (sv *Leader) ForgetDedupe(ctx context.Context, x store.Executor, now time.T
 	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
-	return x.DedupeDeleteExpired(ctx, now, limit)
+	return x.DedupeDeleteExpired(ctx, &store.DedupeDeleteExpiredParams{Now: now, Limit: limit})
 }
 
 func (sv *Leader) event(b *batch, t *dt.Task, step int, typ dt.EventType, now time.Time) *dt.Event {

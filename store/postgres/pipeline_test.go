@@ -125,17 +125,17 @@ func TestSettleReceiveRoundTrips(t *testing.T) {
 	}
 	var refs []store.SessionRef
 	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: msgs, Now: now}); err != nil {
+		if _, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: msgs, Now: now}); err != nil {
 			return err
 		}
-		ss, err := x.SessionAccept(ctx, store.SessionAcceptParams{Queue: "q", Holder: "h", Now: now, Limit: 10})
+		ss, err := x.SessionAccept(ctx, &store.SessionAcceptParams{Queue: "q", Holder: "h", Now: now, Limit: 10})
 		for _, s := range ss {
 			refs = append(refs, store.SessionRef{Queue: "q", SessionID: s.ID, Token: s.LockToken})
 		}
 		if err != nil {
 			return err
 		}
-		_, _, err = x.MessageReceiveMany(ctx, refs, now)
+		_, _, err = x.MessageReceiveMany(ctx, &store.MessageReceiveManyParams{Refs: refs, Now: now})
 		return err
 	})
 	if err != nil || len(refs) != 3 {
@@ -147,7 +147,7 @@ func TestSettleReceiveRoundTrips(t *testing.T) {
 	}
 	before := rt.n.Load()
 	err = d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		got, errs, err := x.MessageSettleReceiveMany(ctx, settles, now)
+		got, errs, err := x.MessageSettleReceiveMany(ctx, &store.MessageSettleReceiveManyParams{Settles: settles, Now: now})
 		if err != nil {
 			return err
 		}

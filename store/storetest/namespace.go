@@ -41,8 +41,8 @@ func testNamespaceLists(t *testing.T, d store.Driver) {
 	})
 	for _, name := range []string{"q", "a/q", "a/r", "b/q", "a0"} {
 		inTx(t, d, func(ctx context.Context, x store.Executor) error {
-			return x.QueuePut(ctx, &dt.Queue{Name: name, MaxDeliveryCount: 1, PoisonPolicy: dt.PoisonBlock,
-				LockDuration: time.Second, CreatedAt: base, UpdatedAt: base})
+			return x.QueuePut(ctx, &store.QueuePutParams{Queue: &dt.Queue{Name: name, MaxDeliveryCount: 1, PoisonPolicy: dt.PoisonBlock,
+				LockDuration: time.Second, CreatedAt: base, UpdatedAt: base}})
 		})
 	}
 	ctx := context.Background()
@@ -57,7 +57,7 @@ func testNamespaceLists(t *testing.T, d store.Driver) {
 		return namesOf(t, es, err, func(e *dt.Event) string { return e.TaskID })
 	}
 	queueNames := func(p store.QueueListParams) string {
-		qs, err := r.QueueList(ctx, p)
+		qs, err := r.QueueList(ctx, &p)
 		return namesOf(t, qs, err, func(q *dt.Queue) string { return q.Name })
 	}
 	for _, c := range []struct{ got, want string }{
