@@ -64,7 +64,9 @@ func (c *Client) SetQueuePolicy(ctx context.Context, p QueuePolicy) error {
 	}
 	now := c.now()
 	q.CreatedAt, q.UpdatedAt = now, now
-	err = c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.QueuePut(ctx, &store.QueuePutParams{Queue: q}) })
+	err = c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.QueuePut(ctx, &store.QueuePutParams{Queue: q})
+	})
 	c.forgetPolicy(p.Name)
 	return err
 }

@@ -511,7 +511,7 @@ func (d *Dispatcher) release(ctx context.Context) bool {
 	var n int
 	err := d.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		var err error
-		n, err = x.WebhookDeliveryRelease(ctx, d.opts.Instance, d.clock.Now())
+		n, err = x.WebhookDeliveryRelease(ctx, &store.WebhookDeliveryReleaseParams{ClaimedBy: d.opts.Instance, Now: d.clock.Now()})
 		return err
 	})
 	if err != nil {
@@ -581,11 +581,11 @@ func (d *Dispatcher) roundTx(ctx context.Context, results []store.WebhookResult,
 			}
 		}
 		var err error
-		if applied, err = x.WebhookDeliveryFinishMany(ctx, results); err != nil {
+		if applied, err = x.WebhookDeliveryFinishMany(ctx, &store.WebhookDeliveryFinishManyParams{Results: results}); err != nil {
 			return err
 		}
 		if free > 0 {
-			claimed, err = x.WebhookDeliveryClaim(ctx, store.WebhookClaimParams{
+			claimed, err = x.WebhookDeliveryClaim(ctx, &store.WebhookDeliveryClaimParams{
 				ClaimedBy: d.opts.Instance, Now: d.clock.Now(), Lease: d.lease, Limit: free})
 		}
 		return err
@@ -720,7 +720,7 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 				}
 			}
 		}
-		ins, err := x.WebhookDeliveryInsertMany(ctx, ds)
+		ins, err := x.WebhookDeliveryInsertMany(ctx, &store.WebhookDeliveryInsertManyParams{Deliveries: ds})
 		if err != nil {
 			return err
 		}
@@ -730,7 +730,7 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 			}
 		}
 		cursor = evs[len(evs)-1].ID
-		return x.WebhookCursorSet(ctx, cursor)
+		return x.WebhookCursorSet(ctx, &store.WebhookCursorSetParams{After: cursor})
 	})
 	if err != nil {
 		return false, err

@@ -177,7 +177,8 @@ func (e *executor) WebhookCursorLock(ctx context.Context) (int64, bool, error) {
 }
 
 // WebhookCursorSet implements store.WebhookExecutor.
-func (e *executor) WebhookCursorSet(ctx context.Context, after int64) error {
+func (e *executor) WebhookCursorSet(ctx context.Context, params *store.WebhookCursorSetParams) error {
+	after := params.After
 	if err := e.write("set webhook cursor"); err != nil {
 		return err
 	}
@@ -186,7 +187,8 @@ func (e *executor) WebhookCursorSet(ctx context.Context, after int64) error {
 
 // WebhookDeliveryInsertMany implements store.WebhookExecutor: one
 // statement, ON CONFLICT (event_id, url) DO NOTHING.
-func (e *executor) WebhookDeliveryInsertMany(ctx context.Context, ds []*dt.WebhookDelivery) ([]bool, error) {
+func (e *executor) WebhookDeliveryInsertMany(ctx context.Context, params *store.WebhookDeliveryInsertManyParams) ([]bool, error) {
+	ds := params.Deliveries
 	inserted := make([]bool, len(ds))
 	if len(ds) == 0 {
 		return inserted, nil
@@ -238,7 +240,7 @@ func (e *executor) WebhookDeliveryInsertMany(ctx context.Context, ds []*dt.Webho
 }
 
 // WebhookDeliveryClaim implements store.WebhookExecutor (SKIP LOCKED).
-func (e *executor) WebhookDeliveryClaim(ctx context.Context, p store.WebhookClaimParams) ([]*dt.WebhookDelivery, error) {
+func (e *executor) WebhookDeliveryClaim(ctx context.Context, p *store.WebhookDeliveryClaimParams) ([]*dt.WebhookDelivery, error) {
 	if err := e.write("claim webhook deliveries"); err != nil {
 		return nil, err
 	}
@@ -255,7 +257,8 @@ func (e *executor) WebhookDeliveryClaim(ctx context.Context, p store.WebhookClai
 
 // WebhookDeliveryFinishMany implements store.WebhookExecutor: one statement
 // for the batch, fenced by (claimed_by, attempts).
-func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, rs []store.WebhookResult) ([]bool, error) {
+func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, params *store.WebhookDeliveryFinishManyParams) ([]bool, error) {
+	rs := params.Results
 	applied := make([]bool, len(rs))
 	if len(rs) == 0 {
 		return applied, nil
@@ -311,7 +314,8 @@ func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, rs []store.Web
 }
 
 // WebhookDeliveryRelease implements store.WebhookExecutor.
-func (e *executor) WebhookDeliveryRelease(ctx context.Context, claimedBy string, now time.Time) (int, error) {
+func (e *executor) WebhookDeliveryRelease(ctx context.Context, params *store.WebhookDeliveryReleaseParams) (int, error) {
+	claimedBy, now := params.ClaimedBy, params.Now
 	if err := e.write("release webhook deliveries"); err != nil {
 		return 0, err
 	}
@@ -320,7 +324,7 @@ func (e *executor) WebhookDeliveryRelease(ctx context.Context, claimedBy string,
 }
 
 // WebhookDeliveryList implements store.WebhookExecutor.
-func (e *executor) WebhookDeliveryList(ctx context.Context, p store.WebhookDeliveryListParams) ([]*dt.WebhookDelivery, error) {
+func (e *executor) WebhookDeliveryList(ctx context.Context, p *store.WebhookDeliveryListParams) ([]*dt.WebhookDelivery, error) {
 	q := e.d.whq().list
 	args := []any{p.AfterID}
 	if p.TaskID != "" {
@@ -355,7 +359,8 @@ func (e *executor) WebhookDeliveryList(ctx context.Context, p store.WebhookDeliv
 }
 
 // WebhookDeliveryDeleteFinished implements store.WebhookExecutor.
-func (e *executor) WebhookDeliveryDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error) {
+func (e *executor) WebhookDeliveryDeleteFinished(ctx context.Context, params *store.WebhookDeliveryDeleteFinishedParams) (int, error) {
+	before, limit := params.Before, params.Limit
 	if err := e.write("delete finished webhook deliveries"); err != nil {
 		return 0, err
 	}
