@@ -67,7 +67,8 @@ func (e *executor) workflowDefs(ctx context.Context, what, query string, args ..
 }
 
 // WorkflowDefPut implements store.WorkflowDefExecutor.
-func (e *executor) WorkflowDefPut(ctx context.Context, def *dt.WorkflowDef) (*dt.WorkflowDef, bool, error) {
+func (e *executor) WorkflowDefPut(ctx context.Context, params *store.WorkflowDefPutParams) (*dt.WorkflowDef, bool, error) {
+	def := params.Def
 	const what = "put workflow definition"
 	if err := e.write(what); err != nil {
 		return nil, false, err
@@ -101,7 +102,8 @@ func (e *executor) WorkflowDefPut(ctx context.Context, def *dt.WorkflowDef) (*dt
 }
 
 // WorkflowDefGet implements store.WorkflowDefExecutor.
-func (e *executor) WorkflowDefGet(ctx context.Context, name string, version int) (*dt.WorkflowDef, error) {
+func (e *executor) WorkflowDefGet(ctx context.Context, params *store.WorkflowDefGetParams) (*dt.WorkflowDef, error) {
+	name, version := params.Name, params.Version
 	got, err := e.workflowDefs(ctx, "get workflow definition", e.wdq(tWorkflowDefGet), name, version)
 	if err != nil {
 		return nil, err
@@ -113,7 +115,8 @@ func (e *executor) WorkflowDefGet(ctx context.Context, name string, version int)
 }
 
 // WorkflowDefList implements store.WorkflowDefExecutor.
-func (e *executor) WorkflowDefList(ctx context.Context, name string) ([]*dt.WorkflowDef, error) {
+func (e *executor) WorkflowDefList(ctx context.Context, params *store.WorkflowDefListParams) ([]*dt.WorkflowDef, error) {
+	name := params.Name
 	if name == "" {
 		return e.workflowDefs(ctx, "list workflow definitions", e.wdq(tWorkflowDefListAll))
 	}
