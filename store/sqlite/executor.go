@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,12 +18,14 @@ import (
 
 // executor runs the primitives on a write transaction (tx), or on the read
 // pool (db). prepared is set for drover's own transactions, whose connection
-// is the one the cached statements live on.
+// is the one the cached statements live on; unprepared collects the hot
+// statements they ran that were not prepared yet (InTx prepares them).
 type executor struct {
-	d        *Driver
-	tx       *sql.Tx
-	db       *sql.DB
-	prepared bool
+	d          *Driver
+	tx         *sql.Tx
+	db         *sql.DB
+	prepared   bool
+	unprepared []string
 }
 
 var _ store.Executor = (*executor)(nil)
@@ -36,6 +39,7 @@ func (e *executor) exec(ctx context.Context, query string, args ...any) (sql.Res
 			r, err := e.tx.StmtContext(ctx, s).ExecContext(ctx, args...)
 			return r, translate(err)
 		}
+		e.missed(query)
 	}
 	r, err := e.tx.ExecContext(ctx, query, args...)
 	return r, translate(err)
@@ -52,9 +56,19 @@ func (e *executor) query(ctx context.Context, query string, args ...any) (*sql.R
 	case e.prepared && e.d.stmt(query) != nil:
 		rows, err = e.tx.StmtContext(ctx, e.d.stmt(query)).QueryContext(ctx, args...)
 	default:
+		if e.prepared {
+			e.missed(query)
+		}
 		rows, err = e.tx.QueryContext(ctx, query, args...)
 	}
 	return rows, translate(err)
+}
+
+// missed notes a statement run unprepared, if it is a hot one.
+func (e *executor) missed(query string) {
+	if isHot(query) && !slices.Contains(e.unprepared, query) {
+		e.unprepared = append(e.unprepared, query)
+	}
 }
 
 // Time helpers: the schema stores microseconds since the epoch.
