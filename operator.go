@@ -87,13 +87,13 @@ func (e *stateError) Unwrap() error { return ErrInvalidInput }
 
 // Counts returns the number of tasks in each state.
 func (c *Client) Counts(ctx context.Context) (map[ProcessState]int, error) {
-	return c.store.Reader().TaskCountByState(ctx)
+	return c.store.Reader().TaskCountByState(ctx, &store.TaskCountByStateParams{})
 }
 
 // Active returns how many tasks are not final yet (Pending, Processing or
 // Compensating): the depth of the work queue. It reads indexes only.
 func (c *Client) Active(ctx context.Context) (int, error) {
-	return c.store.Reader().TaskCountActive(ctx)
+	return c.store.Reader().TaskCountActive(ctx, &store.TaskCountActiveParams{})
 }
 
 // ResubmitOptions are optional settings of Resubmit.

@@ -14,8 +14,13 @@
 // Every Executor method is named noun then verb (TaskClaim, RequestClaim,
 // ReplyTake, OrderingKeyReserve, SessionAccept, WebhookDeliveryClaim) and
 // takes ctx and a pointer to a parameters struct named after it
-// (TaskClaim takes *[TaskClaimParams]), as River's riverdriver does; the
-// methods without parameters take ctx alone. Results come back as values.
+// (TaskClaim takes *[TaskClaimParams]), as River's riverdriver does, even
+// when it has no field yet ([TaskCountByStateParams]), so that one can be
+// added without changing the method. Results come back as values. The
+// verbs keep one meaning: Claim hands rows to a claimant and keeps them
+// (TaskClaim, RequestClaim, WebhookDeliveryClaim), Take deletes the rows it
+// returns (ReplyTake), Release gives what was claimed, accepted or
+// acquired back.
 // The Executor is split by subject into [QueueExecutor] (session queues),
 // [RemoteAgentExecutor] (agents reached over HTTP), [WebhookExecutor] and
 // [WorkflowDefExecutor], all part of Executor.

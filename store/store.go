@@ -86,12 +86,12 @@ type Executor interface {
 	// TaskList returns the tasks params selects, in ID order.
 	TaskList(ctx context.Context, params *TaskListParams) ([]*drovertype.Task, error)
 	// TaskCountByState counts the tasks in each state.
-	TaskCountByState(ctx context.Context) (map[drovertype.ProcessState]int, error)
+	TaskCountByState(ctx context.Context, params *TaskCountByStateParams) (map[drovertype.ProcessState]int, error)
 	// TaskCountLockedBy counts the tasks Instance holds.
 	TaskCountLockedBy(ctx context.Context, params *TaskCountLockedByParams) (int, error)
 	// TaskCountActive counts the tasks not yet final: Pending, Processing or
 	// Compensating. Cheap (index-only), for queue-depth monitoring.
-	TaskCountActive(ctx context.Context) (int, error)
+	TaskCountActive(ctx context.Context, params *TaskCountActiveParams) (int, error)
 	// TaskClaim atomically locks up to Limit claimable tasks for Instance:
 	// Pending ones, and Compensating ones nobody holds, available at Now.
 	// A Pending task with an OrderingKey is claimable only when no task with
@@ -455,3 +455,10 @@ type RequestReleaseParams struct {
 type StepMessagesExistParams struct {
 	Attempts []StepAttempt
 }
+
+// TaskCountByStateParams are the arguments of TaskCountByState: none yet.
+// (A filter, such as a namespace, would go here.)
+type TaskCountByStateParams struct{}
+
+// TaskCountActiveParams are the arguments of TaskCountActive: none yet.
+type TaskCountActiveParams struct{}

@@ -28,7 +28,7 @@ type WebhookExecutor interface {
 	// cursor (a driver whose writers overlap skips it instead of waiting),
 	// or when a missing cursor cannot be made yet (while a transaction
 	// writing events stays open): nothing is locked, try again later. Write transactions only.
-	WebhookCursorLock(ctx context.Context) (after int64, ok bool, err error)
+	WebhookCursorLock(ctx context.Context, params *WebhookCursorLockParams) (after int64, ok bool, err error)
 	// WebhookCursorSet moves the cursor to After. Call it only in the
 	// transaction that locked the cursor.
 	WebhookCursorSet(ctx context.Context, params *WebhookCursorSetParams) error
@@ -140,3 +140,7 @@ type WebhookDeliveryReleaseParams struct {
 	ClaimedBy string
 	Now       time.Time
 }
+
+// WebhookCursorLockParams are the arguments of WebhookCursorLock: none
+// yet.
+type WebhookCursorLockParams struct{}

@@ -94,7 +94,7 @@ func runFn(t *testing.T, f func(context.Context) error) func() {
 
 func count(t *testing.T, d store.Driver, s dt.ProcessState) int {
 	t.Helper()
-	c, err := d.Reader().TaskCountByState(context.Background())
+	c, err := d.Reader().TaskCountByState(context.Background(), &store.TaskCountByStateParams{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func newSup(d store.Driver, c clock.Clock, instance string) *supervisor.Supervis
 
 func counts(t *testing.T, d store.Driver) map[dt.ProcessState]int {
 	t.Helper()
-	c, err := d.Reader().TaskCountByState(context.Background())
+	c, err := d.Reader().TaskCountByState(context.Background(), &store.TaskCountByStateParams{})
 	if err != nil {
 		t.Fatal(err)
 	}

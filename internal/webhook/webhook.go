@@ -653,7 +653,7 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 	)
 	err = d.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		queued, tooOld, more, locked = 0, 0, false, false
-		after, ok, err := x.WebhookCursorLock(ctx)
+		after, ok, err := x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{})
 		if err != nil || !ok {
 			return err // !ok: another dispatcher is enqueuing right now
 		}

@@ -443,7 +443,7 @@ func (e *executor) count(ctx context.Context, what, query string, args ...any) (
 	return int(n), err
 }
 
-func (e *executor) TaskCountByState(ctx context.Context) (map[dt.ProcessState]int, error) {
+func (e *executor) TaskCountByState(ctx context.Context, _ *store.TaskCountByStateParams) (map[dt.ProcessState]int, error) {
 	out := map[dt.ProcessState]int{}
 	err := e.each(ctx, "count tasks", e.d.q.taskCountByState, nil, func(r rows) error {
 		var (
@@ -499,7 +499,7 @@ func (e *executor) indexed(ctx context.Context, fn func(x *executor) error) erro
 	})
 }
 
-func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
+func (e *executor) TaskCountActive(ctx context.Context, _ *store.TaskCountActiveParams) (int, error) {
 	return e.count(ctx, "count active tasks", e.d.q.taskCountActive)
 }
 

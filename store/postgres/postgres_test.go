@@ -282,7 +282,7 @@ func TestSchemaIsolation(t *testing.T) {
 	if _, err := b.Reader().TaskGet(ctx, &store.TaskGetParams{ID: "only-a"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("schema b sees schema a's task: %v", err)
 	}
-	counts, err := a.Reader().TaskCountByState(ctx)
+	counts, err := a.Reader().TaskCountByState(ctx, &store.TaskCountByStateParams{})
 	if err != nil || counts[dt.Pending] != 2 {
 		t.Errorf("schema a counts %v, %v; want 2 Pending", counts, err)
 	}
@@ -567,7 +567,7 @@ func TestLeaseCheckSharedWithChecksExclusiveWithWriters(t *testing.T) {
 		if err := x.LeaseCheck(ctx, &store.LeaseCheckParams{Name: "inst", Holder: "A", Now: now}); err != nil {
 			return err
 		}
-		_, err := x.TaskCountActive(ctx) // sends the queued check
+		_, err := x.TaskCountActive(ctx, &store.TaskCountActiveParams{}) // sends the queued check
 		return err
 	}
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "A", now) }); err != nil {
@@ -841,7 +841,7 @@ func benchCycle(b *testing.B, procs int) {
 		if err := errors.Join(errs...); err != nil {
 			b.Fatal(err)
 		}
-		counts, err := d.Reader().TaskCountByState(ctx)
+		counts, err := d.Reader().TaskCountByState(ctx, &store.TaskCountByStateParams{})
 		if err != nil || counts[dt.Processed] != n {
 			b.Fatalf("after the run: %v, %v; want %d Processed", counts, err, n)
 		}

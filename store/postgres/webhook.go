@@ -115,7 +115,7 @@ func scanDelivery(out *[]*dt.WebhookDelivery) func(rows) error {
 }
 
 // WebhookCursorLock implements store.WebhookExecutor.
-func (e *executor) WebhookCursorLock(ctx context.Context) (int64, bool, error) {
+func (e *executor) WebhookCursorLock(ctx context.Context, _ *store.WebhookCursorLockParams) (int64, bool, error) {
 	if err := e.write("lock webhook cursor"); err != nil {
 		return 0, false, err
 	}

@@ -253,7 +253,7 @@ func (e *executor) TaskList(ctx context.Context, p *store.TaskListParams) ([]*dt
 	return scanTasks(rows)
 }
 
-func (e *executor) TaskCountByState(ctx context.Context) (map[dt.ProcessState]int, error) {
+func (e *executor) TaskCountByState(ctx context.Context, _ *store.TaskCountByStateParams) (map[dt.ProcessState]int, error) {
 	rows, err := e.query(ctx, qTaskCountByState)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: count tasks: %w", err)
@@ -287,7 +287,7 @@ func (e *executor) TaskCountLockedBy(ctx context.Context, params *store.TaskCoun
 	return n, translate(rows.Err())
 }
 
-func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
+func (e *executor) TaskCountActive(ctx context.Context, _ *store.TaskCountActiveParams) (int, error) {
 	rows, err := e.query(ctx, qTaskCountActive)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: count active tasks: %w", err)

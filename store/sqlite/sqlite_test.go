@@ -225,7 +225,7 @@ func TestLockedStore(t *testing.T) {
 		t.Errorf("Migrate while locked: err = %v, want nil or ErrLocked", err)
 	}
 	// Readers are not blocked (WAL).
-	if _, err := d.Reader().TaskCountByState(ctx); err != nil {
+	if _, err := d.Reader().TaskCountByState(ctx, &store.TaskCountByStateParams{}); err != nil {
 		t.Errorf("read while locked: %v", err)
 	}
 	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {

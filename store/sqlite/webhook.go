@@ -76,7 +76,7 @@ func scanDelivery(r *sql.Rows) (*dt.WebhookDelivery, error) {
 }
 
 // WebhookCursorLock implements store.WebhookExecutor.
-func (e *executor) WebhookCursorLock(ctx context.Context) (int64, bool, error) {
+func (e *executor) WebhookCursorLock(ctx context.Context, _ *store.WebhookCursorLockParams) (int64, bool, error) {
 	if e.tx == nil {
 		return 0, false, fmt.Errorf("sqlite: lock webhook cursor: write outside a transaction")
 	}

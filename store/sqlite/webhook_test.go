@@ -31,7 +31,7 @@ func TestWebhookCursorOfUpgradedStore(t *testing.T) {
 		var after int64
 		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
-			after, _, err = x.WebhookCursorLock(ctx)
+			after, _, err = x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{})
 			return err
 		}); err != nil {
 			t.Fatal(err)

@@ -326,7 +326,7 @@ func testTaskList(t *testing.T, d store.Driver) {
 
 func testTaskCountByState(t *testing.T, d store.Driver) {
 	ctx := context.Background()
-	counts, err := d.Reader().TaskCountByState(ctx)
+	counts, err := d.Reader().TaskCountByState(ctx, &store.TaskCountByStateParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func testTaskCountByState(t *testing.T, d store.Driver) {
 			t.Errorf("empty store: count[%s] = %d", s, n)
 		}
 	}
-	if n, err := d.Reader().TaskCountActive(ctx); err != nil || n != 0 {
+	if n, err := d.Reader().TaskCountActive(ctx, &store.TaskCountActiveParams{}); err != nil || n != 0 {
 		t.Errorf("empty store: TaskCountActive = %d, %v", n, err)
 	}
 	want := map[dt.ProcessState]int{dt.Pending: 3, dt.Processing: 1, dt.Error: 2, dt.Cancelled: 1,
@@ -354,7 +354,7 @@ func testTaskCountByState(t *testing.T, d store.Driver) {
 			i++
 		}
 	}
-	counts, err = d.Reader().TaskCountByState(ctx)
+	counts, err = d.Reader().TaskCountByState(ctx, &store.TaskCountByStateParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,11 +364,11 @@ func testTaskCountByState(t *testing.T, d store.Driver) {
 		}
 	}
 	// Active: not final (Pending, Processing, Compensating), held or not.
-	if n, err := d.Reader().TaskCountActive(ctx); err != nil || n != 6 {
+	if n, err := d.Reader().TaskCountActive(ctx, &store.TaskCountActiveParams{}); err != nil || n != 6 {
 		t.Errorf("TaskCountActive = %d, %v; want 6", n, err)
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		n, err := x.TaskCountActive(ctx)
+		n, err := x.TaskCountActive(ctx, &store.TaskCountActiveParams{})
 		if err != nil || n != 6 {
 			t.Errorf("TaskCountActive in a transaction = %d, %v; want 6", n, err)
 		}

@@ -109,7 +109,7 @@ func lockCursor(t *testing.T, d store.Driver) int64 {
 			ok  bool
 			err error
 		)
-		after, ok, err = x.WebhookCursorLock(ctx)
+		after, ok, err = x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{})
 		if err == nil && !ok {
 			err = errors.New("cursor not locked with no other transaction running")
 		}
@@ -139,7 +139,7 @@ func testWebhookCursorStart(t *testing.T, d store.Driver) {
 	all := listEvents(t, d, store.EventListParams{})
 	max := all[len(all)-1].ID
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		if _, _, err := x.WebhookCursorLock(ctx); err != nil {
+		if _, _, err := x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{}); err != nil {
 			return err
 		}
 		return x.WebhookCursorSet(ctx, &store.WebhookCursorSetParams{After: max})
@@ -156,7 +156,7 @@ func testWebhookCursorStart(t *testing.T, d store.Driver) {
 		t.Fatalf("WebhookCursorLock after Migrate = %d, want %d", got, max)
 	}
 	// The Reader refuses writes.
-	if _, _, err := d.Reader().WebhookCursorLock(context.Background()); err == nil {
+	if _, _, err := d.Reader().WebhookCursorLock(context.Background(), &store.WebhookCursorLockParams{}); err == nil {
 		t.Error("Reader().WebhookCursorLock succeeded, want an error")
 	}
 }
@@ -167,7 +167,7 @@ func testWebhookCursorRollback(t *testing.T, d store.Driver) {
 	}
 	sentinel := errors.New("roll back")
 	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-		if _, _, err := x.WebhookCursorLock(ctx); err != nil {
+		if _, _, err := x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{}); err != nil {
 			return err
 		}
 		if err := x.WebhookCursorSet(ctx, &store.WebhookCursorSetParams{After: 99}); err != nil {
@@ -204,7 +204,7 @@ func testWebhookConcurrentEnqueue(t *testing.T, d store.Driver) {
 	insertEvents(t, d, &dt.Event{TaskID: "old", StepIndex: -1, Type: dt.EventProcessed, CreatedAt: base})
 	start := listEvents(t, d, store.EventListParams{})[0].ID
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		if _, _, err := x.WebhookCursorLock(ctx); err != nil {
+		if _, _, err := x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{}); err != nil {
 			return err
 		}
 		return x.WebhookCursorSet(ctx, &store.WebhookCursorSetParams{After: start}) // the old event is history
@@ -225,7 +225,7 @@ func testWebhookConcurrentEnqueue(t *testing.T, d store.Driver) {
 		mu.Unlock()
 	}
 	enqueue := func(ctx context.Context, x store.Executor) (moved bool, err error) {
-		after, ok, err := x.WebhookCursorLock(ctx)
+		after, ok, err := x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{})
 		if err != nil || !ok {
 			if err == nil {
 				mu.Lock()
