@@ -99,7 +99,8 @@ type Executor interface {
 	// Processing or Compensating); Compensating tasks have started and are
 	// not held back. Pending tasks become Processing. Oldest first.
 	TaskClaim(ctx context.Context, params *TaskClaimParams) ([]*drovertype.Task, error)
-	// TaskListLockedBy returns the non-final tasks an instance holds.
+	// TaskListLockedBy returns up to Limit of the non-final tasks Instance
+	// holds.
 	TaskListLockedBy(ctx context.Context, params *TaskListLockedByParams) ([]*drovertype.Task, error)
 	// TaskListExpired returns held tasks whose CompleteBy is before Now.
 	TaskListExpired(ctx context.Context, params *TaskListExpiredParams) ([]*drovertype.Task, error)
