@@ -430,8 +430,10 @@ func TestRemoteConsumerBadInput(t *testing.T) {
 			// A foreign token: another session's, or one never handed out.
 			{"/v1/queues/q/sessions/s/settle", fmt.Sprintf(`{"lock_token":%q,"seq":2,"outcome":"complete"}`, tok), "lock_lost"},
 			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%q,"seq":1,"outcome":"complete"}`, retoken(tok, tokNum(tok)+1)), "lock_lost"},
-			{"/v1/queues/q/sessions/nope/release", fmt.Sprintf(`{"lock_token":%q}`, tok), "lock_lost"},
-			{"/v1/queues/other/sessions/t/renew", fmt.Sprintf(`{"lock_token":%q}`, tok), "lock_lost"},
+			// A session or queue that does not exist (in the caller's
+			// namespace: another's answers alike).
+			{"/v1/queues/q/sessions/nope/release", fmt.Sprintf(`{"lock_token":%q}`, tok), "not_found"},
+			{"/v1/queues/other/sessions/t/renew", fmt.Sprintf(`{"lock_token":%q}`, tok), "not_found"},
 		} {
 			t.Run(c.path+" "+c.body[:min(len(c.body), 50)], func(t *testing.T) {
 				r := e.do("POST", c.path, submitTok, c.body)
