@@ -44,11 +44,12 @@ const (
 type env struct {
 	*clicore.Env
 
-	// --server, --token, --token-file (remote.go); remote is the API
-	// client when the command runs against a server.
+	// --server, --token, --token-file, --namespace (remote.go); remote is
+	// the API client when the command runs against a server.
 	serverURL string
 	token     string
 	tokenFile string
+	namespace string
 	remote    *droverclient.Client
 	hasToken  bool
 
@@ -130,7 +131,9 @@ alerts and queues (submit, status, list, resubmit, cancel, events, alerts,
 queue publish/peek/sessions/list/dlq/resolve) go through a running drover
 server's HTTP API instead of the database, with the bearer token of --token,
 --token-file or $` + EnvToken + `, and print the same output. The other commands
-refuse --server; --db and --server exclude each other.`,
+refuse --server; --db and --server exclude each other. With a global token,
+--namespace NAME (else $` + EnvNamespace + `) acts in namespace NAME (the
+Drover-Namespace header); a token of a namespace acts in its own without it.`,
 		Example: `  drover migrate --db sqlite:./drover.db
   drover server --demo &
   drover submit orders '{"order_id":"o-1","amount":1234}' --id order-o-1
@@ -177,6 +180,7 @@ refuse --server; --db and --server exclude each other.`,
 	pf.StringVar(&e.serverURL, "server", "", "run the command against a drover server's HTTP API (http://HOST:PORT or https://…) instead of the database; for the commands that read or change tasks, alerts and queues (env "+EnvServer+")")
 	pf.StringVar(&e.token, "token", "", "bearer token for --server (env "+EnvToken+"); prefer --token-file, as arguments are visible to other users")
 	pf.StringVar(&e.tokenFile, "token-file", "", "read the bearer token for --server from this file")
+	pf.StringVar(&e.namespace, "namespace", "", "the namespace --server acts in, for a global token (env "+EnvNamespace+"); a token of a namespace acts in its own without it, and naming another is refused")
 
 	root.AddCommand(
 		e.migrateCmd(),

@@ -25,10 +25,11 @@ import (
 // (package droverclient) instead of the database, and print the same
 // output.
 
-// Environment variables of --server and --token.
+// Environment variables of --server, --token and --namespace.
 const (
-	EnvServer = "DROVER_SERVER"
-	EnvToken  = "DROVER_TOKEN"
+	EnvServer    = "DROVER_SERVER"
+	EnvToken     = "DROVER_TOKEN"
+	EnvNamespace = "DROVER_NAMESPACE"
 )
 
 // remoteCommands are the commands that work against a server, by path.
@@ -51,12 +52,21 @@ func (e *env) setupRemote(cmd *cobra.Command) error {
 		e.serverURL = e.Getenv(EnvServer)
 	}
 	tokenFlags := fl.Changed("token") || fl.Changed("token-file")
+	nsFlag := fl.Changed("namespace")
+	if !nsFlag {
+		e.namespace = e.Getenv(EnvNamespace)
+	}
 	if e.serverURL == "" {
 		if serverFlag {
 			return clicore.Usagef("--server is empty: want http://HOST:PORT or https://HOST:PORT")
 		}
 		if tokenFlags {
 			return clicore.Usagef("--token and --token-file go with --server (or $%s)", EnvServer)
+		}
+		if nsFlag {
+			// The database has no tokens to confine a caller: namespaces
+			// are the server's.
+			return clicore.Usagef("--namespace goes with --server (or $%s)", EnvServer)
 		}
 		return nil
 	}
@@ -94,9 +104,20 @@ func (e *env) setupRemote(cmd *cobra.Command) error {
 	default:
 		token = strings.TrimSpace(e.Getenv(EnvToken))
 	}
+	opts := []droverclient.Option{droverclient.WithHTTPClient(&http.Client{})}
+	if e.namespace != "" {
+		if e.namespace != dt.DefaultNamespace {
+			if p := dt.NamespaceProblem(e.namespace); p != "" {
+				return clicore.Usagef("--namespace %q: %s", e.namespace, p)
+			}
+		}
+		opts = append(opts, droverclient.WithNamespace(e.namespace))
+	} else if nsFlag {
+		return clicore.Usagef("--namespace is empty: want a namespace name, or leave it out for the token's own (or the default one)")
+	}
 	// No overall timeout: it would cut event streams; requests end with
 	// the command's context.
-	c, err := droverclient.New(e.serverURL, token, droverclient.WithHTTPClient(&http.Client{}))
+	c, err := droverclient.New(e.serverURL, token, opts...)
 	if err != nil {
 		return clicore.Usagef("--server: %s", strings.TrimPrefix(err.Error(), "droverclient: "))
 	}
@@ -119,6 +140,8 @@ func (e *env) remoteErr(err error) error {
 			msg += fmt.Sprintf(" (no token given: use --token, --token-file or $%s)", EnvToken)
 		case ae.Status == http.StatusUnauthorized:
 			msg += " (the server does not accept this token)"
+		case ae.Status == http.StatusForbidden && e.namespace != "" && strings.Contains(ae.Message, "namespace"):
+			msg += " (this token belongs to a namespace and acts in it only: leave out --namespace, or use a global token)"
 		case ae.Status == http.StatusForbidden:
 			msg += " (resubmit, cancel, alert acknowledgement, dead-letter actions and queue policy changes need an operator token)"
 		}
