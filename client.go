@@ -70,10 +70,10 @@ type Config struct {
 	// NamespaceMaxInFlight caps the tasks of one namespace
 	// (SubmitOptions.Namespace) one scheduler holds at once, so that one
 	// namespace's slow tasks cannot take all of MaxInFlight. It applies
-	// once a scheduler has claimed a task of a namespace other than the
-	// default one; tasks of a namespace are never started at submission
-	// (see NoEagerStart). Default: three quarters of MaxInFlight; negative:
-	// no cap.
+	// once a scheduler has claimed or started a task of a namespace other
+	// than the default one, to claims and to starts at submission (see
+	// NoEagerStart) alike: a task over the cap waits Pending for a claim.
+	// Default: three quarters of MaxInFlight; negative: no cap.
 	NamespaceMaxInFlight int
 	// NoEagerStart turns eager start off. By default, a Submit (and a
 	// SubmitMany of one task; not SubmitTx, nor SubmitMany of several) in
