@@ -83,6 +83,10 @@ type Executor interface {
 	// TaskCountActive counts the tasks not yet final: Pending, Processing or
 	// Compensating. Cheap (index-only), for queue-depth monitoring.
 	TaskCountActive(ctx context.Context) (int, error)
+	// TaskCountActiveBySubmitter counts the tasks not yet final (as
+	// TaskCountActive) whose Submitter is submitter, which is not "".
+	// Index-only, for the quota of tasks in flight per token.
+	TaskCountActiveBySubmitter(ctx context.Context, submitter string) (int, error)
 	// TaskClaim atomically locks up to Limit claimable tasks for Instance:
 	// Pending ones, and Compensating ones nobody holds, available at Now.
 	// A Pending task with an OrderingKey is claimable only when no task with

@@ -10,7 +10,8 @@ import (
 
 // TestServerNamespaces runs a real server with a tokens file of two
 // namespaces and the namespace flags: the same task ID in each names two
-// tasks, and each token reads and lists its own.
+// tasks, and each token reads and lists its own; a token beyond
+// --max-in-flight-per-token gets 429 quota_exceeded.
 func TestServerNamespaces(t *testing.T) {
 	bin := buildDroverBinary(t)
 	dir := t.TempDir()
@@ -28,7 +29,7 @@ func TestServerNamespaces(t *testing.T) {
 	}
 	p := startServerProc(t, bin, nil, "--db", "sqlite:"+filepath.Join(dir, "d.db"), "--listen", "127.0.0.1:0",
 		"--tokens-file", tokens, "--workflows", wf, "--namespace-max-in-flight", "10", "--http-max-per-namespace", "4",
-		"--max-waiting-per-namespace", "8", "--max-streams-per-namespace", "8")
+		"--max-waiting-per-namespace", "8", "--max-streams-per-namespace", "8", "--max-in-flight-per-token", "2")
 	base := "http://" + p.addr
 	c := &http.Client{Timeout: 10 * time.Second}
 	for tok, in := range map[string]string{aTok: `"a"`, bTok: `"b"`} {
@@ -43,6 +44,16 @@ func TestServerNamespaces(t *testing.T) {
 		if code, m := call(t, c, "GET", base+"/v1/tasks", tok, ""); code != 200 || len(m["tasks"].([]any)) != 1 {
 			t.Fatalf("list: %d %v", code, m)
 		}
+	}
+	if code, m := call(t, c, "POST", base+"/v1/tasks", aTok, `{"workflow":"w","id":"second"}`); code != 201 {
+		t.Fatalf("a's second task: %d %v", code, m)
+	}
+	code, m := call(t, c, "POST", base+"/v1/tasks", aTok, `{"workflow":"w","id":"third"}`)
+	if e, _ := m["error"].(map[string]any); code != 429 || e["code"] != "quota_exceeded" {
+		t.Fatalf("a's third task: %d %v, want 429 quota_exceeded", code, m)
+	}
+	if code, m := call(t, c, "POST", base+"/v1/tasks", bTok, `{"workflow":"w","id":"second"}`); code != 201 {
+		t.Fatalf("b's second task: %d %v", code, m)
 	}
 
 }

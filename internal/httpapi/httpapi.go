@@ -99,6 +99,16 @@ type Options struct {
 	// three quarters of MaxWaiting and MaxStreams (at least 1).
 	MaxWaitingPerNamespace int
 	MaxStreamsPerNamespace int
+	// MaxInFlightPerToken caps the tasks one token has in flight: those it
+	// submitted that are not final yet (Pending, Processing or
+	// Compensating). A submit of a new task beyond it gets 429
+	// quota_exceeded; submitting an existing ID again is not refused.
+	// Tokens are told apart by their name (tokens sharing one share the
+	// quota), else by a hash of the secret; the store records that name
+	// with each task (drovertype.Task.Submitter), so the quota holds
+	// across restarts and processes. Default 0: no quota. Without auth
+	// there is none.
+	MaxInFlightPerToken int
 	// RemoteAgent reports whether an agent runs in another process and is
 	// served by remote agents over this API. Polls, completions and
 	// failures for any other agent (the built-in http agent, agents that

@@ -116,7 +116,7 @@ func scanTasks(rows *sql.Rows) ([]*dt.Task, error) {
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
 			&t.FailureThreshold, &onFailure, &retryDelay, &avail, &created, &updtd, &orderingSeq,
 			&t.WorkflowVersion, &t.CallbackURL, &t.Wait.MaxWaits, &waitDelay, &t.Wait.Multiplier, &waitMaxDelay,
-			&callbackEvents); err != nil {
+			&callbackEvents, &t.Submitter); err != nil {
 			return nil, translate(err)
 		}
 		t.Wait.Delay = time.Duration(waitDelay) * time.Microsecond
@@ -149,7 +149,8 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 			usPtr(t.CompleteBy), t.FailureCount, t.CurrentStep, t.StepCount, nullStr(t.OrderingKey), t.Output,
 			nullStr(t.LastError), t.FailureThreshold, string(t.OnFailure), t.RetryDelay.Microseconds(),
 			us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt), nullSeq(t.OrderingSeq), t.WorkflowVersion, t.CallbackURL,
-			t.Wait.MaxWaits, t.Wait.Delay.Microseconds(), t.Wait.Multiplier, t.Wait.MaxDelay.Microseconds(), t.CallbackEvents.String()}
+			t.Wait.MaxWaits, t.Wait.Delay.Microseconds(), t.Wait.Multiplier, t.Wait.MaxDelay.Microseconds(), t.CallbackEvents.String(),
+			t.Submitter}
 	}
 	got := make(map[string]bool, len(tasks))
 	err := e.queryRows(ctx, "insert tasks", mTaskInsert, rows, func(r *sql.Rows) error {
@@ -270,7 +271,15 @@ func (e *executor) TaskCountLockedBy(ctx context.Context, instance string) (int,
 }
 
 func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
-	rows, err := e.query(ctx, qTaskCountActive)
+	return e.countActive(ctx, qTaskCountActive)
+}
+
+func (e *executor) TaskCountActiveBySubmitter(ctx context.Context, submitter string) (int, error) {
+	return e.countActive(ctx, qTaskCountActiveBySubmitter, submitter)
+}
+
+func (e *executor) countActive(ctx context.Context, query string, args ...any) (int, error) {
+	rows, err := e.query(ctx, query, args...)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: count active tasks: %w", err)
 	}
