@@ -447,3 +447,15 @@ func (c *Client) SupervisorTerm() int64 {
 	}
 	return 0
 }
+
+// NamespaceHeld returns how many tasks of each namespace this process's
+// schedulers hold (keyed by stored namespace, "" for the default one),
+// counted once a task of a namespace other than the default one was
+// claimed or started; empty before, and when the process runs no
+// scheduler.
+func (c *Client) NamespaceHeld() map[string]int {
+	if e := c.runningEngine(); e != nil {
+		return e.NamespaceHeld()
+	}
+	return nil
+}

@@ -42,7 +42,7 @@ func (f *httpFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "", "serve the HTTP API on this address (host:port; :0 picks a port, shown in the ready line); default: no HTTP API")
 	fl.StringVar(&f.metrics, "metrics-listen", "", "also serve Prometheus metrics (GET /metrics, no token) on this address, with or without --listen; bind an address only your monitoring reaches")
-	fl.StringVar(&f.tokensFile, "tokens-file", "", "file of API bearer tokens, one \"TOKEN SCOPE[,SCOPE] [NAME]\" per line (scopes: submit, agent:AGENT, metrics, operator, ns:NAMESPACE, which confines the token to a namespace; NAME is recorded as the actor of its operator actions); default: $"+httpapi.EnvTokens+" (entries separated by \";\")")
+	fl.StringVar(&f.tokensFile, "tokens-file", "", "file of API bearer tokens, one \"TOKEN SCOPE[,SCOPE] [NAME]\" per line (scopes: submit, agent:AGENT, metrics, operator, ns:NAMESPACE, which confines the token to a namespace (a metrics token to its namespace's series); NAME is recorded as the actor of its operator actions); default: $"+httpapi.EnvTokens+" (entries separated by \";\")")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve the HTTP API over TLS (and HTTP/2) with this PEM certificate file (needs --tls-key)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve the HTTP API without tokens; allowed on a loopback address only")

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -11,13 +12,15 @@ import (
 // TestServerNamespaces runs a real server with a tokens file of two
 // namespaces and the namespace flags: the same task ID in each names two
 // tasks, and each token reads and lists its own; a token beyond
-// --max-in-flight-per-token gets 429 quota_exceeded.
+// --max-in-flight-per-token gets 429 quota_exceeded; team-a's metrics
+// token scrapes team-a's series only.
 func TestServerNamespaces(t *testing.T) {
 	bin := buildDroverBinary(t)
 	dir := t.TempDir()
 	const aTok, bTok = "ns-e2e-team-a-token-0123456789", "ns-e2e-team-b-token-0123456789"
+	const aMetricsTok = "ns-e2e-team-a-metrics-0123456789"
 	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte(aTok+" submit,ns:team-a ci-a\n"+bTok+" submit,ns:team-b ci-b\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(aTok+" submit,ns:team-a ci-a\n"+bTok+" submit,ns:team-b ci-b\n"+aMetricsTok+" metrics,ns:team-a prom-a\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	wf := filepath.Join(dir, "wf")
@@ -54,6 +57,23 @@ func TestServerNamespaces(t *testing.T) {
 	}
 	if code, m := call(t, c, "POST", base+"/v1/tasks", bTok, `{"workflow":"w","id":"second"}`); code != 201 {
 		t.Fatalf("b's second task: %d %v", code, m)
+	}
+	// The schedulers hold team-a's two tasks: its scrape shows that, and
+	// nothing of team-b's or of the server's own series.
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(body, `drover_namespace_tasks_held{namespace="team-a"} 2`); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("team-a's scrape:\n%s", body)
+		}
+		var status int
+		if status, body = getText(t, c, base+"/metrics", aMetricsTok); status != 200 {
+			t.Fatalf("GET /metrics: %d %s", status, body)
+		}
+	}
+	for _, not := range []string{"team-b", "go_goroutines", "drover_tasks_active "} {
+		if strings.Contains(body, not) {
+			t.Errorf("team-a's scrape shows %q:\n%s", not, body)
+		}
 	}
 
 }

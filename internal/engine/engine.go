@@ -140,6 +140,18 @@ func (e *Engine) Stop() { e.services.Stop() }
 // Runtime returns the agent runtime, nil if the process runs no agents.
 func (e *Engine) Runtime() *agentrt.Runtime { return e.runtime }
 
+// NamespaceHeld returns the tasks of each namespace the schedulers hold
+// (flow.Machine.NamespaceHeld), summed.
+func (e *Engine) NamespaceHeld() map[string]int {
+	out := map[string]int{}
+	for _, s := range e.order {
+		for ns, n := range s.Machine.NamespaceHeld() {
+			out[ns] += n
+		}
+	}
+	return out
+}
+
 // SupervisorTerm returns the term the supervisor leads in, or 0.
 func (e *Engine) SupervisorTerm() int64 {
 	if e.supervisor == nil {

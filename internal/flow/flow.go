@@ -652,6 +652,20 @@ func (m *Machine) SetNamespaceHeld(held map[string]int) {
 	m.ns.held = held
 }
 
+// NamespaceHeld returns a copy of the tasks held per namespace (stored
+// namespace, "" for the default one), counted once namespaces are in use.
+func (m *Machine) NamespaceHeld() map[string]int {
+	m.ns.mu.Lock()
+	defer m.ns.mu.Unlock()
+	out := make(map[string]int, len(m.ns.held))
+	for ns, n := range m.ns.held {
+		if n > 0 {
+			out[ns] = n
+		}
+	}
+	return out
+}
+
 // NamespacesInUse reports whether the instance claimed a task of a
 // namespace other than the default one: the per-namespace cap applies.
 func (m *Machine) NamespacesInUse() bool {

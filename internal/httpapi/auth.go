@@ -44,9 +44,10 @@ const MinTokenLen = 16
 // tokens file separated by ";".
 const EnvTokens = "DROVER_API_TOKENS"
 
-// errGlobalScope: remote agents serve the requests of every namespace and
-// the metrics are the server's, so the scopes that reach them are global.
-const errGlobalScope = "the agent and metrics scopes are global (remote agents serve every namespace, metrics are the server's): a token with ns:NAME cannot have them"
+// errGlobalScope: remote agents serve the requests of every namespace, so
+// the scope that reaches them is global. (A namespace's metrics token
+// scrapes its namespace's series only.)
+const errGlobalScope = "the agent scope is global (remote agents serve every namespace): a token with ns:NAME cannot have it"
 
 // agentScopePrefix starts a scope binding a token to one remote agent,
 // "agent:NAME".
@@ -223,7 +224,7 @@ func parseTokenLines(lines []string, what string) ([]Token, error) {
 		if plainAgent || len(t.Agents) > 0 {
 			t.Scopes = append(t.Scopes, ScopeAgent)
 		}
-		if t.Namespace != "" && (slices.Contains(t.Scopes, ScopeAgent) || slices.Contains(t.Scopes, ScopeMetrics)) {
+		if t.Namespace != "" && slices.Contains(t.Scopes, ScopeAgent) {
 			return nil, fmt.Errorf("tokens %s %d: %s", what, i+1, errGlobalScope)
 		}
 		out = append(out, t)
@@ -253,7 +254,7 @@ func newAuthenticator(tokens []Token) (*authenticator, error) {
 				return nil, fmt.Errorf("httpapi: token %d: unknown scope %q", i+1, sc)
 			}
 		}
-		if t.Namespace != "" && (slices.Contains(t.Scopes, ScopeAgent) || slices.Contains(t.Scopes, ScopeMetrics)) {
+		if t.Namespace != "" && slices.Contains(t.Scopes, ScopeAgent) {
 			return nil, fmt.Errorf("httpapi: token %d: %s", i+1, errGlobalScope)
 		}
 		if len(t.Agents) > 0 && !slices.Contains(t.Scopes, ScopeAgent) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
+	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/webhook"
 	"github.com/drover-run/drover/metrics"
@@ -144,7 +145,9 @@ type Options struct {
 	// refuse on sight (a loopback, private or link-local address...).
 	CallbackAllow *webhook.Allow
 	// Metrics, when set, is served at GET /metrics in Prometheus's text
-	// format (scope metrics); without it that route answers 404.
+	// format (scope metrics); without it that route answers 404. A token
+	// of a namespace gets only the series labelled with its namespace
+	// (metrics.ForNamespace).
 	Metrics prometheus.Gatherer
 }
 
@@ -173,7 +176,8 @@ type Handler struct {
 	pollsWaiting atomic.Int64 // remote-agent polls waiting for requests (agents.go)
 	agentWake    agentWaker   // wakes them on the store's notifications (agents.go)
 
-	metrics http.Handler // Options.Metrics served, or nil
+	metrics   http.Handler            // Options.Metrics served, or nil
+	nsMetrics map[string]http.Handler // by stored namespace: its series of Options.Metrics
 
 	streamCtx   context.Context
 	stopStreams context.CancelFunc
@@ -292,6 +296,14 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 	h.streamCtx, h.stopStreams = context.WithCancel(context.Background())
 	if opts.Metrics != nil {
 		h.metrics = metrics.Handler(opts.Metrics, opts.Logger, 0) // the request timeout bounds it
+		// A namespace's tokens scrape its own series only: one handler per
+		// namespace of the tokens, each with its own bound on scrapes.
+		h.nsMetrics = map[string]http.Handler{}
+		for _, t := range opts.Tokens {
+			if ns := dt.StoredNamespace(t.Namespace); t.Namespace != "" && h.nsMetrics[ns] == nil {
+				h.nsMetrics[ns] = metrics.Handler(metrics.ForNamespace(opts.Metrics, t.Namespace), opts.Logger, 0)
+			}
+		}
 	}
 	h.routes = []route{
 		{"GET", "/healthz", "", h.healthz},

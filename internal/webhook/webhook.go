@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -194,6 +195,18 @@ type Dispatcher struct {
 	// namespaced: an event or delivery of a namespace other than the
 	// default one was seen; MaxPerNamespace applies from then on.
 	namespaced atomic.Bool
+	// nsInFlight is a copy of the requests in flight per namespace (the
+	// run loop's own map changes without a lock), for the metrics.
+	nsInFlight atomic.Pointer[map[string]int]
+}
+
+// NamespaceInFlight returns the webhook requests in flight per namespace
+// (stored namespace, "" for the default one), once namespaces are in use.
+func (d *Dispatcher) NamespaceInFlight() map[string]int {
+	if m := d.nsInFlight.Load(); m != nil && d.namespaced.Load() {
+		return *m
+	}
+	return nil
 }
 
 // New validates opts and returns a Dispatcher on d. It does not touch the
@@ -469,6 +482,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				}
 				perHost[host]++
 				perNS[ns]++
+				d.publishNS(perNS)
 				inflight++
 				d.inFlight.Add(1)
 				go func() { results <- sent{d.send(sendCtx, w), ns, host} }()
@@ -500,8 +514,17 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			if perNS[r.ns]--; perNS[r.ns] == 0 {
 				delete(perNS, r.ns)
 			}
+			d.publishNS(perNS)
 			pending = append(pending, r.res)
 		}
+	}
+}
+
+// publishNS publishes a copy of the run loop's requests per namespace.
+func (d *Dispatcher) publishNS(perNS map[string]int) {
+	if d.namespaced.Load() {
+		c := maps.Clone(perNS)
+		d.nsInFlight.Store(&c)
 	}
 }
 
