@@ -85,8 +85,9 @@ const (
 )
 
 // matrixCredentials are no token, an unknown token, one token of each
-// scope, an agent token bound to the agent the routes use ("worker"), one
-// bound to another agent, and an unbound one.
+// scope, global and (but for the agent scope, which is global only) of
+// namespace a, an agent token bound to the agent the routes use
+// ("worker"), one bound to another agent, and an unbound one.
 func matrixCredentials() ([]credential, []Token) {
 	public := func(op apiOp) bool { return op.scope == "" }
 	var tokens []Token
@@ -114,10 +115,13 @@ func matrixCredentials() ([]credential, []Token) {
 			add("agent (unbound)", Token{Secret: unboundTok, Scopes: []Scope{ScopeAgent}})
 		case ScopeMetrics:
 			add("metrics", Token{Secret: metricsTok, Scopes: []Scope{sc}})
+			add("metrics,ns:a", Token{Secret: "matrix-a-metrics-token-0123456789", Scopes: []Scope{sc}, Namespace: "a"})
 		case ScopeSubmit:
 			add("submit", Token{Secret: submitTok, Scopes: []Scope{sc}})
+			add("submit,ns:a", Token{Secret: "matrix-a-submit-token-0123456789", Scopes: []Scope{sc}, Namespace: "a"})
 		case ScopeOperator:
 			add("operator", Token{Secret: operatorTok, Scopes: []Scope{sc}})
+			add("operator,ns:a", Token{Secret: "matrix-a-operator-token-0123456789", Scopes: []Scope{sc}, Namespace: "a"})
 		default:
 			panic("no credential for scope " + sc)
 		}
