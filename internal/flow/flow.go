@@ -618,12 +618,13 @@ type Machine struct {
 	Reserve func(agent string) (claimedBy string, ok bool)
 
 	// NamespaceMaxInFlight, when positive, caps the tasks of one namespace
-	// (drovertype.NamespaceOf) the instance holds, once it has claimed a
-	// task of a namespace other than the default one: a claimed task of
-	// a namespace at its cap is let go of at once, claimable again after
-	// NamespaceDelay, so one namespace's slow tasks cannot take all the
-	// room of the instance. The counts are kept here and set again from
-	// the store by SetNamespaceHeld.
+	// (drovertype.NamespaceOf) the instance holds, once it has claimed or
+	// started a task of a namespace other than the default one: a claimed
+	// task of a namespace at its cap is let go of at once, claimable again
+	// after NamespaceDelay, and a Start leaves it Pending, so one
+	// namespace's slow tasks cannot take all the room of the instance. The
+	// counts are kept here and set again from the store by
+	// SetNamespaceHeld.
 	NamespaceMaxInFlight int
 	ns                   nsCounts
 }

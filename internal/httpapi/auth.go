@@ -67,14 +67,16 @@ type Token struct {
 	Agents []string
 	// Namespace, when set, confines the token to one namespace (in a
 	// tokens file, the scope "ns:NAME"): it sees and acts on that
-	// namespace's tasks, queues, alerts and events only, whatever its
-	// (drovertype.DefaultNamespace confines it to the default namespace)
-	// other scopes. Without it the token is global: it chooses the
+	// namespace's tasks, queues, alerts and events only, and scrapes its
+	// series of the metrics only, whatever its other scopes
+	// (drovertype.DefaultNamespace confines it to the default namespace).
+	// It cannot have ScopeAgent. Without it the token is global: it chooses the
 	// namespace of each request with the Drover-Namespace header, the
 	// default namespace without it.
 	Namespace string
 	// Name identifies the token's holder in the history: operator actions
-	// made with it are recorded with the actor "http:<Name>". Default: the
+	// made with it are recorded with the actor "http:<Name>", and so are
+	// the tasks it submits (Options.MaxInFlightPerToken). Default: the
 	// first 8 hex digits of the token's SHA-256, "token-1a2b3c4d" (never the
 	// token itself).
 	Name string
