@@ -1,5 +1,10 @@
 // Package cli is the drover command line: the code behind cmd/drover, kept
-// here so it can be tested by calling Main.
+// here so it can be tested by calling Main. It holds the commands' flags,
+// their checks and messages, and printing, nothing more: the task, alert
+// and queue commands read and change state through package backend
+// (local: the store; remote: a server, with --server), "drover server"
+// fills a server.Config and calls server.Run, and "drover demo" and
+// "drover bench" are packages democmd and benchcmd.
 //
 // Every command reports a failure as one line on stderr, "drover: <message>",
 // and exits 1; a usage error (unknown command or flag, wrong arguments, a bad
@@ -17,14 +22,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/drover-run/drover"
-	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/backend"
 	"github.com/drover-run/drover/internal/benchcmd"
 	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/democmd"
 	"github.com/drover-run/drover/internal/oneline"
-	"github.com/drover-run/drover/internal/orders"
-	"github.com/drover-run/drover/store"
 )
 
 // EnvDatabaseURL names the environment variable that sets --db.
@@ -44,13 +46,12 @@ const (
 type env struct {
 	*clicore.Env
 
-	// --server, --token, --token-file (remote.go); remote is the API
-	// client when the command runs against a server.
+	// --server, --token, --token-file (remote.go); remote is set when
+	// the command runs against a server.
 	serverURL string
 	token     string
 	tokenFile string
-	remote    *droverclient.Client
-	hasToken  bool
+	remote    *backend.Remote
 
 	entered bool // a command's own code started: errors are not usage errors
 }
@@ -211,16 +212,5 @@ func wrapArgs(c *cobra.Command) {
 	}
 	for _, sub := range c.Commands() {
 		wrapArgs(sub)
-	}
-}
-
-// clientConfig is the base client configuration of the CLI: it knows the
-// orders workflow, whose agents run in a server.
-func clientConfig(drv store.Driver, maxInput int, stepTimeout time.Duration) drover.Config {
-	return drover.Config{
-		Store:          drv,
-		Workflows:      []drover.Workflow{orders.Workflow(orders.Options{StepTimeout: stepTimeout})},
-		ExternalAgents: orders.AgentNames(),
-		MaxInputBytes:  maxInput,
 	}
 }
