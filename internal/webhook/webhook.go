@@ -49,6 +49,7 @@ import (
 	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/fault"
 	"github.com/drover-run/drover/internal/maintenance"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/startstop"
 	"github.com/drover-run/drover/store"
 )
@@ -112,7 +113,9 @@ type Options struct {
 	// private, link-local and other special-purpose addresses.
 	Egress *egress.Policy
 	// PollInterval is how often the history is scanned for new final
-	// states and due retries are claimed. Default 1s.
+	// states and due retries are claimed. Default 1s. On a store that
+	// notifies (PostgreSQL) a new final state or alert wakes the scan at
+	// once; the poll finds the rest (retries, other selected events).
 	PollInterval time.Duration
 	// Concurrency caps the requests in flight. Default 8.
 	Concurrency int
@@ -435,6 +438,18 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	perNS := map[string]int{}   // requests in flight by namespace
 	ticker := time.NewTicker(d.opts.PollInterval)
 	defer ticker.Stop()
+	// Another transaction's final state or alert wakes the scan at once
+	// (PostgreSQL); without notifications the ticker finds it.
+	wake := make(chan struct{}, 1)
+	unsubscribe := notifier.For(d.store).Subscribe(func(t notifier.Topic) {
+		if t.Kind == notifier.Events || t.Kind == notifier.All {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer unsubscribe()
 	var (
 		inflight int
 		pending  []store.WebhookResult
@@ -490,6 +505,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.log.Info("webhook dispatcher stopped")
 			return nil
 		case <-ticker.C:
+			scan = true
+		case <-wake:
 			scan = true
 		case r := <-results:
 			inflight--
