@@ -86,8 +86,11 @@ available for --idle, or when interrupted; then it prints a summary. With
 --json every message is one JSON line and the summary the last line.
 
 With --server URL (and a token) the sessions are held through the server's
-session-consumer endpoints, their locks renewed in the background; bodies
-then arrive as JSON (a body that is not JSON as a JSON string).`,
+session-consumer endpoints, their locks renewed in the background (sooner
+when round trips are long); bodies then arrive as JSON (a body that is not
+JSON as a JSON string). Sessions lost with nothing completed make it wait
+before accepting again; when round trips take over half the queue's lock
+duration it stops with an error saying to raise --lock-duration.`,
 		Example: `  drover queue consume --queue orders --count 10
   drover queue consume --queue orders --sessions 8 --idle 5s --json
   drover queue consume --queue orders --exec './apply-order.sh' --retry-delay 5s`,
