@@ -9,6 +9,7 @@ import (
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -117,7 +118,7 @@ func (c *Client) AckAlertIn(ctx context.Context, ns string, id int64, actor stri
 			a.Ack = acks[id]
 			return err // already acknowledged: nothing changes
 		}
-		return x.EventInsertMany(ctx, []*dt.Event{{TaskID: a.TaskID, StepIndex: a.StepIndex, Type: EventAlertAcknowledged,
+		return notifier.InsertEvents(ctx, x, []*dt.Event{{TaskID: a.TaskID, StepIndex: a.StepIndex, Type: EventAlertAcknowledged,
 			Actor: actor, Message: ackPrefix + strconv.FormatInt(id, 10), CreatedAt: c.clock.Now().Truncate(time.Microsecond)}})
 	})
 	if err != nil || a.Ack != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -103,7 +104,7 @@ func (c *Client) resolve(ctx context.Context, queue, sessionID string, seq int64
 		if err := x.Notify(ctx, Topic(queue)); err != nil {
 			return err
 		}
-		return x.EventInsertMany(ctx, []*dt.Event{{
+		return notifier.InsertEvents(ctx, x, []*dt.Event{{
 			TaskID: dt.SessionSubject(queue, sessionID), StepIndex: -1, Type: typ, Actor: "operator", CreatedAt: now,
 			Message: "dead-lettered message " + itoa(seq) + " " + what + "; the session is unblocked",
 		}})

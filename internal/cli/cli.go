@@ -1,9 +1,3 @@
-// Package cli is the drover command line: the code behind cmd/drover, kept
-// here so it can be tested by calling Main.
-//
-// Every command reports a failure as one line on stderr, "drover: <message>",
-// and exits 1; a usage error (unknown command or flag, wrong arguments, a bad
-// flag value) exits 2. Help goes to stdout and exits 0.
 package cli
 
 import (
@@ -17,14 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/drover-run/drover"
-	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/backend"
 	"github.com/drover-run/drover/internal/benchcmd"
 	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/democmd"
 	"github.com/drover-run/drover/internal/oneline"
-	"github.com/drover-run/drover/internal/orders"
-	"github.com/drover-run/drover/store"
 )
 
 // EnvDatabaseURL names the environment variable that sets --db.
@@ -44,14 +35,13 @@ const (
 type env struct {
 	*clicore.Env
 
-	// --server, --token, --token-file, --namespace (remote.go); remote is
-	// the API client when the command runs against a server.
+	// --server, --token, --token-file, --namespace (remote.go); remote
+	// is set when the command runs against a server.
 	serverURL string
 	token     string
 	tokenFile string
 	namespace string
-	remote    *droverclient.Client
-	hasToken  bool
+	remote    *backend.Remote
 
 	entered bool // a command's own code started: errors are not usage errors
 }
@@ -215,16 +205,5 @@ func wrapArgs(c *cobra.Command) {
 	}
 	for _, sub := range c.Commands() {
 		wrapArgs(sub)
-	}
-}
-
-// clientConfig is the base client configuration of the CLI: it knows the
-// orders workflow, whose agents run in a server.
-func clientConfig(drv store.Driver, maxInput int, stepTimeout time.Duration) drover.Config {
-	return drover.Config{
-		Store:          drv,
-		Workflows:      []drover.Workflow{orders.Workflow(orders.Options{StepTimeout: stepTimeout})},
-		ExternalAgents: orders.AgentNames(),
-		MaxInputBytes:  maxInput,
 	}
 }

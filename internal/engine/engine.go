@@ -174,9 +174,10 @@ func (e *Engine) WakeFor(t notifier.Topic) {
 		if s := e.schedulers[t.Name]; s != nil {
 			s.WakeReplies()
 		}
-	case notifier.Queue:
-		// Session-queue publishes (package convoy) are no work for the
-		// task roles; convoy's consumers subscribe themselves.
+	case notifier.Queue, notifier.Events:
+		// Session-queue publishes (package convoy) and events for
+		// webhooks are no work for the task roles; convoy's consumers
+		// and the webhook dispatcher subscribe themselves.
 	default: // notifier.All
 		for _, s := range e.order {
 			s.WakeReplies()

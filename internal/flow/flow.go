@@ -16,6 +16,7 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/fault"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -180,7 +181,7 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 		}
 	}
 	if len(b.events) > 0 {
-		if err := x.EventInsertMany(ctx, b.events); err != nil {
+		if err := notifier.InsertEvents(ctx, x, b.events); err != nil {
 			return err
 		}
 	}
@@ -497,7 +498,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		}
 		start.Requests, start.Started = sb.requests, len(sb.requests)
 	}
-	if err := x.EventInsertMany(ctx, events); err != nil {
+	if err := notifier.InsertEvents(ctx, x, events); err != nil {
 		return nil, err
 	}
 	if sb != nil {

@@ -39,9 +39,6 @@ const (
 	maxBatch = 1000
 )
 
-// Clock tells the handler the time (rate limits); tests inject their own.
-type Clock interface{ Now() time.Time }
-
 // Options configure a Handler.
 type Options struct {
 	// Tokens are the accepted bearer tokens. Required unless NoAuth.
@@ -70,8 +67,9 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// Logger defaults to a discarding logger. Tokens are never logged.
 	Logger *slog.Logger
-	// Clock defaults to the system clock.
-	Clock Clock
+	// Clock tells the handler the time (rate limits, remote agents'
+	// deadlines); tests inject their own. Default: the system clock.
+	Clock clock.Clock
 	// Actor is recorded as the actor of operator actions. Default "http-api".
 	Actor string
 	// Heartbeat is the interval of the ": ping" comments on event streams
@@ -157,7 +155,7 @@ type Handler struct {
 	convoy *convoy.Client
 	opts   Options
 	log    *slog.Logger
-	clock  Clock
+	clock  clock.Clock
 	mux    *http.ServeMux
 	auth   *authenticator
 	routes []route

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/store"
 )
 
@@ -134,7 +135,7 @@ func TestStreamCapPerToken(t *testing.T) {
 // address gets 429 before its token is looked at (even a good one), other
 // addresses are not affected, and the limit refills with time.
 func TestAuthFailureLimit(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	e := newEnv(t, testutilSQLite(t), Options{AuthFailRate: 1, AuthFailBurst: 3, Clock: clk})
 	from := func(addr, token string) *response {
 		req := newReq("GET", "/v1/queues", "")
@@ -152,7 +153,7 @@ func TestAuthFailureLimit(t *testing.T) {
 	}
 	from("198.51.100.7:40001", "guess-0123456789abcdef").mustError(t, 429, "rate_limited") // another port: the same client
 	from(b, submitTok).must(t, 200)
-	clk.Add(time.Second)
+	clk.Advance(time.Second)
 	from(a, submitTok).must(t, 200)
 	from(a, "guess-0123456789abcdef").mustError(t, 401, "unauthorized")
 	from(a, "guess-0123456789abcdef").mustError(t, 429, "rate_limited")

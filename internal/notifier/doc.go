@@ -6,6 +6,8 @@
 // process (For), holds one listening connection while anyone subscribes,
 // parses each payload once into a typed Topic and hands it to every
 // subscriber: the task roles (package drover's Client), session-queue
-// consumers (package convoy) and the HTTP API's waiting remote-agent polls.
+// consumers (package convoy), the HTTP API's waiting remote-agent polls and
+// the webhook dispatcher (the Events topic, which InsertEvents sends when
+// it writes a final state or an alert).
 // Without a store.Listener (SQLite) nothing arrives and every role polls.
 package notifier
