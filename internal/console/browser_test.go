@@ -14,8 +14,8 @@ import (
 	"github.com/drover-run/drover/store"
 )
 
-// ScreenshotsEnv names a directory the browser test writes a 1280×800
-// screenshot of each page it visits to (not set: none are written).
+// ScreenshotsEnv names a directory the browser tests write a 1280×800
+// screenshot of each page they visit to (not set: none are written).
 const ScreenshotsEnv = "DROVER_CONSOLE_SCREENSHOTS"
 
 // chromium finds the browser: Debian's chromium (scripts/test installs it).
@@ -30,84 +30,153 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
+// tab is a headless Chromium tab of a test, 1280×800.
+type tab struct {
+	t     *testing.T
+	ctx   context.Context
+	shots string // ScreenshotsEnv's directory, "" for none
+	// actions counts the page actions: links followed, forms sent.
+	actions int
+}
+
+func newTab(t *testing.T) *tab {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium(t)), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 800), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelA)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	ctx, cancelT := context.WithTimeout(ctx, 120*time.Second)
+	t.Cleanup(cancelT)
+	return &tab{t: t, ctx: ctx, shots: os.Getenv(ScreenshotsEnv)}
+}
+
+// shot writes a screenshot of the page's first 1280×800 pixels, named
+// after the test's store and name, when ScreenshotsEnv is set. Only the
+// SQLite run writes them: the pages look alike on both stores.
+func (b *tab) shot(name string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		if b.shots == "" || !strings.HasSuffix(b.t.Name(), "/sqlite") {
+			return nil
+		}
+		png, err := chromedp.CaptureScreenshot()(ctx, tg) // the viewport: 1280×800
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(b.shots, 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644)
+	})
+}
+
+// text is the text of the element CSS selector sel finds.
+func (b *tab) text(sel chromedp.CSS) string {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Text(sel))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return v
+}
+
+func (b *tab) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// signIn signs the tab in with token from the sign-in page.
+func (b *tab) signIn(base, token string) {
+	b.t.Helper()
+	b.do(chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		b.shot("signin"),
+		chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Submit(chromedp.ID("token")),
+		chromedp.WaitVisible(chromedp.CSS(`a.card[href="/alerts"]`)))
+}
+
+// follow clicks the first link to href (a page action), waits for the
+// element wait of the next page and takes its screenshot name.
+func (b *tab) follow(href string, wait chromedp.ID, name string) {
+	b.t.Helper()
+	b.actions++
+	b.do(chromedp.Click(chromedp.CSS(`a[href="`+href+`"]`)), chromedp.WaitVisible(wait), b.shot(name))
+}
+
+// press submits the main form whose action ends with action (a page
+// action) and waits for the flash that says what was done.
+func (b *tab) press(action string) {
+	b.t.Helper()
+	b.actions++
+	b.do(chromedp.Click(chromedp.CSS(`main form[action$="`+action+`"] button`)), chromedp.WaitVisible(chromedp.CSS(".flash")))
+}
+
+// want checks that the text of the element sel finds holds every sub.
+func (b *tab) want(sel chromedp.CSS, subs ...string) {
+	b.t.Helper()
+	got := b.text(sel)
+	for _, s := range subs {
+		if !strings.Contains(got, s) {
+			b.t.Errorf("%s says %q, want %q in it", sel, got, s)
+		}
+	}
+}
+
 // In a real headless Chromium an operator signs in, goes from the
 // overview to the open alert, reads on the task page why the order
 // failed, resubmits it after confirming, and sees it done.
 func TestBrowserResubmitFailedTask(t *testing.T) {
-	exe := chromium(t)
 	stores(t, func(t *testing.T, d store.Driver) {
 		e := startServer(t, d, false)
 		e.submit("order-7", true)
 		e.waitState("order-7", "Error")
 
-		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
-			chromedp.WindowSize(1280, 800), chromedp.Flag("disable-dev-shm-usage", true))
-		actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-		defer cancelA()
-		ctx, cancel := chromedp.NewContext(actx)
-		defer cancel()
-		ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-		defer cancelT()
-
-		shots := os.Getenv(ScreenshotsEnv)
-		shot := func(name string) chromedp.Action[chromedp.Void] {
-			return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-				if shots == "" {
-					return nil
-				}
-				png, err := chromedp.FullScreenshot(100)(ctx, tg) // quality 100: PNG
-				if err != nil {
-					return err
-				}
-				if err := os.MkdirAll(shots, 0o755); err != nil {
-					return err
-				}
-				return os.WriteFile(filepath.Join(shots, strings.ReplaceAll(t.Name(), "/", "-")+"-"+name+".png"), png, 0o644)
-			})
-		}
-		text := func(sel chromedp.ID) string {
-			t.Helper()
-			v, err := chromedp.Run(ctx, chromedp.Text(sel))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v
-		}
-		do := func(steps ...chromedp.Action[chromedp.Void]) {
-			t.Helper()
-			if err := chromedp.Do(ctx, steps...); err != nil {
-				t.Fatal(err)
-			}
-		}
-		do(chromedp.Navigate(e.base+"/"),
-			chromedp.WaitVisible(chromedp.ID("token")),
-			shot("signin"),
-			chromedp.SendKeys(chromedp.ID("token"), opToken),
-			chromedp.Submit(chromedp.ID("token")),
-			chromedp.WaitVisible(chromedp.CSS(`a.card[href="/alerts"]`)),
-			shot("overview"),
-			chromedp.Click(chromedp.CSS(`a.card[href="/alerts"]`)),
-			chromedp.WaitVisible(chromedp.CSS(`a[href="/tasks/order-7"]`)),
-			shot("alerts"),
-			chromedp.Click(chromedp.CSS(`a[href="/tasks/order-7"]`)),
-			chromedp.WaitVisible(chromedp.ID("story")),
-			shot("task"))
-		if story := text("story"); !strings.Contains(story, "failed") || !strings.Contains(story, "card declined") {
-			t.Errorf("task page sentence: %q", story)
-		}
-		do(chromedp.Click(chromedp.CSS(`a[href="/tasks/order-7/resubmit"]`)),
-			chromedp.WaitVisible(chromedp.ID("what")),
-			shot("confirm-resubmit"))
-		if what := text("what"); !strings.Contains(what, "runs again from step 0") {
-			t.Errorf("confirmation: %q", what)
-		}
+		b := newTab(t)
+		b.signIn(e.base, opToken)
+		b.do(b.shot("overview"))
+		b.follow("/alerts", "alerts-list", "alerts")
+		b.follow("/tasks/order-7", "story", "task")
+		b.want("#story", "failed", "card declined")
+		b.follow("/tasks/order-7/resubmit", "what", "confirm-resubmit")
+		b.want("#what", "runs again from step 0")
 		e.fixed.Store(true) // the operator fixed the cause
-		do(chromedp.Click(chromedp.CSS(`form[action="/tasks/order-7/resubmit"] button`)),
-			chromedp.WaitVisible(chromedp.CSS(`.flash`)))
+		b.press("/tasks/order-7/resubmit")
 		e.waitState("order-7", "Processed")
-		do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("story")), shot("task-done"))
-		if after := text("story"); !strings.HasPrefix(after, "Done:") {
+		b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("story")), b.shot("task-done"))
+		if after := b.text("#story"); !strings.HasPrefix(after, "Done:") {
 			t.Errorf("after the resubmit the sentence is %q", after)
 		}
+	})
+}
+
+// A blocked session in a real Chromium: from the overview to the queue,
+// the dead letter's reason, the session, the resubmit confirmation, and
+// the session unblocked, which then drains in order.
+func TestBrowserResolveDeadLetter(t *testing.T) {
+	stores(t, func(t *testing.T, d store.Driver) {
+		e := startServer(t, d, false)
+		q := e.ledger()
+
+		b := newTab(t)
+		b.signIn(e.base, opToken)
+		b.follow("/queues", "queues-list", "queues")
+		b.follow("/queues/ledger", "dead-letters", "queue")
+		b.want("table.dead tbody", "bad amount")
+		b.follow("/queues/ledger/sessions/acct-1", "session-story", "session")
+		b.want("#session-story", "Blocked: message 1")
+		b.follow("/queues/ledger/sessions/acct-1/deadletters/1/resubmit", "what", "confirm-dead-letter")
+		b.press("/deadletters/1/resubmit")
+		if story := b.text("#session-story"); strings.HasPrefix(story, "Blocked") {
+			t.Errorf("after the resubmit the session is still blocked: %q", story)
+		}
+		if got, want := strings.Join(drain(t, q), " "), `{"n":1} {"n":2} {"n":3}`; got != want {
+			t.Errorf("the session drained %s, want %s", got, want)
+		}
+		b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("session-story")))
+		b.want("#session-story", "Idle")
 	})
 }

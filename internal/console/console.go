@@ -106,6 +106,11 @@ func New(opts Options) (*Console, error) {
 	c.mux.Handle("POST /tasks/{id}/cancel", c.action(c.cancel))
 	c.mux.Handle("GET /alerts", c.page(c.alerts))
 	c.mux.Handle("POST /alerts/{id}/ack", c.action(c.ack))
+	c.mux.Handle("GET /queues", c.page(c.queues))
+	c.mux.Handle("GET /queues/{queue}", c.page(c.queue))
+	c.mux.Handle("GET /queues/{queue}/sessions/{session}", c.page(c.session))
+	c.mux.Handle("GET /queues/{queue}/sessions/{session}/deadletters/{seq}/{action}", c.page(c.confirmDead))
+	c.mux.Handle("POST /queues/{queue}/sessions/{session}/deadletters/{seq}/{action}", c.action(c.resolveDead))
 	c.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "No page here.")
 	})

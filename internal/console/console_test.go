@@ -33,6 +33,7 @@ type env struct {
 	t     *testing.T
 	base  string
 	fixed *atomic.Bool
+	drv   store.Driver
 }
 
 // startServer runs server.Run on d with a "pay" workflow whose charge
@@ -91,7 +92,7 @@ func startServerTokens(t *testing.T, d store.Driver, noAuth bool, tokens []serve
 	select {
 	case r := <-ready:
 		t.Cleanup(func() { close(hold) }) // runs before the server stops
-		return &env{t: t, base: r.URL, fixed: fixed}
+		return &env{t: t, base: r.URL, fixed: fixed, drv: d}
 	case err := <-done:
 		t.Fatalf("server.Run: %v", err)
 	case <-time.After(30 * time.Second):

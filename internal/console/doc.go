@@ -4,7 +4,9 @@
 //
 // It reads and acts through the same calls as the HTTP API
 // (drover.Client's Tasks, Task, Events, Counts, Active, Alerts, Resubmit,
-// CancelAs, AckAlert; convoy.Client's QueuesAfter) and authenticates with the API's tokens
+// CancelAs, AckAlertIn; convoy.Client's QueuesIn, QueuePolicy, Sessions,
+// Session, Peek, DeadLetters, SessionEvents, ResubmitDeadLetter,
+// DiscardDeadLetter) and authenticates with the API's tokens
 // (httpapi.Handler.Authenticate): a token with the submit scope sees
 // every page, actions need the operator scope.
 //

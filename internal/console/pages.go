@@ -47,9 +47,16 @@ var funcs = template.FuncMap{
 	"pathescape": url.PathEscape,
 	// local is a stored task ID or alert subject without its namespace.
 	"local": dt.LocalName,
-	// hasSession tells an alert on a session ("session:<queue>/<id>")
-	// from one on a task.
-	"hasSession": func(subject string) bool { return strings.HasPrefix(subject, "session:") },
+	// sessionLink is the page of an alert's session subject (namespace
+	// removed), "" for a task's.
+	"sessionLink": func(subject string) string {
+		if q, s, ok := sessionOf(subject); ok {
+			return sessionPath(q, s)
+		}
+		return ""
+	},
+	"sessionPath":  sessionPath,
+	"sessionStory": sessionStory,
 }
 
 // prettyJSON indents a JSON document; anything else is shown as text.
