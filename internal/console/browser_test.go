@@ -49,7 +49,9 @@ func newTab(t *testing.T) *tab {
 	t.Cleanup(cancel)
 	ctx, cancelT := context.WithTimeout(ctx, 120*time.Second)
 	t.Cleanup(cancelT)
-	return &tab{t: t, ctx: ctx, shots: os.Getenv(ScreenshotsEnv)}
+	b := &tab{t: t, ctx: ctx, shots: os.Getenv(ScreenshotsEnv)}
+	b.do(chromedp.EmulateViewport(1280, 800)) // the window's frame takes some of WindowSize
+	return b
 }
 
 // shot writes a screenshot of the page's first 1280×800 pixels, named
@@ -178,5 +180,18 @@ func TestBrowserResolveDeadLetter(t *testing.T) {
 		}
 		b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("session-story")))
 		b.want("#session-story", "Idle")
+	})
+}
+
+// The Workflows page in a real Chromium: each version drawn as its steps,
+// the compensation under the step it undoes.
+func TestBrowserWorkflows(t *testing.T) {
+	stores(t, func(t *testing.T, d store.Driver) {
+		e := startWithShip(t, d)
+		b := newTab(t)
+		b.signIn(e.base, opToken)
+		b.follow("/workflows", "workflows-list", "workflows")
+		b.want("#wf-ship article.current ol.flow", "0 label", "labels", "2s", "undo: voids", "1 pickup", "couriers")
+		b.want("#wf-pay", "defined in code", "charge", "payments")
 	})
 }

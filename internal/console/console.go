@@ -33,6 +33,10 @@ type Options struct {
 	Client *drover.Client
 	// Queues is the session-queue client (the overview counts queues).
 	Queues *convoy.Client
+	// Versions, when set, returns every stored version of the declarative
+	// workflows (workflowdef.Registry.Versions); the Workflows page shows
+	// them beside the workflows the client has registered.
+	Versions func(ctx context.Context) ([]drover.Workflow, error)
 	// API authenticates tokens exactly as the HTTP API does.
 	API *httpapi.Handler
 	// Logger defaults to a discarding logger.
@@ -54,6 +58,7 @@ type Console struct {
 	pages  map[string]*template.Template
 	mux    *http.ServeMux
 	static http.Handler
+	counts countCache
 }
 
 // New returns the console over opts.Client, authenticating with opts.API.
@@ -106,6 +111,7 @@ func New(opts Options) (*Console, error) {
 	c.mux.Handle("POST /tasks/{id}/cancel", c.action(c.cancel))
 	c.mux.Handle("GET /alerts", c.page(c.alerts))
 	c.mux.Handle("POST /alerts/{id}/ack", c.action(c.ack))
+	c.mux.Handle("GET /workflows", c.page(c.workflows))
 	c.mux.Handle("GET /queues", c.page(c.queues))
 	c.mux.Handle("GET /queues/{queue}", c.page(c.queue))
 	c.mux.Handle("GET /queues/{queue}/sessions/{session}", c.page(c.session))

@@ -47,6 +47,13 @@ func startServer(t *testing.T, d store.Driver, noAuth bool) *env {
 // reader, operator and agent tokens above).
 func startServerTokens(t *testing.T, d store.Driver, noAuth bool, tokens []server.Token) *env {
 	t.Helper()
+	return startServerWith(t, d, noAuth, tokens, nil)
+}
+
+// startServerWith is startServerTokens with edit applied to the server's
+// configuration (nil: none).
+func startServerWith(t *testing.T, d store.Driver, noAuth bool, tokens []server.Token, edit func(*server.Config)) *env {
+	t.Helper()
 	fixed := &atomic.Bool{}
 	hold := make(chan struct{})
 	charge := func(ctx context.Context, req *drover.AgentRequest) ([]byte, error) {
@@ -77,12 +84,14 @@ func startServerTokens(t *testing.T, d store.Driver, noAuth bool, tokens []serve
 	ready := make(chan server.Ready, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, server.Config{Store: d, HTTP: h, SupervisorInterval: 50 * time.Millisecond, PollInterval: 20 * time.Millisecond,
-			Workflows: []drover.Workflow{{Name: "pay", Steps: []drover.Step{{Name: "charge", Agent: "payments", Timeout: 5 * time.Second}}}},
-			Agents:    []drover.Agent{{Name: "payments", Func: charge}},
-			OnReady:   func(r server.Ready) { ready <- r }})
-	}()
+	cfg := server.Config{Store: d, HTTP: h, SupervisorInterval: 50 * time.Millisecond, PollInterval: 20 * time.Millisecond,
+		Workflows: []drover.Workflow{{Name: "pay", Steps: []drover.Step{{Name: "charge", Agent: "payments", Timeout: 5 * time.Second}}}},
+		Agents:    []drover.Agent{{Name: "payments", Func: charge}},
+		OnReady:   func(r server.Ready) { ready <- r }}
+	if edit != nil {
+		edit(&cfg)
+	}
+	go func() { done <- server.Run(ctx, cfg) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -56,6 +56,8 @@ var funcs = template.FuncMap{
 		return ""
 	},
 	"sessionPath":  sessionPath,
+	"anchor":       anchor,
+	"countCap":     func() int { return countCap },
 	"sessionStory": sessionStory,
 }
 
