@@ -152,6 +152,12 @@ func TestBrowserResubmitFailedTask(t *testing.T) {
 		if after := b.text("#story"); !strings.HasPrefix(after, "Done:") {
 			t.Errorf("after the resubmit the sentence is %q", after)
 		}
+		// The timeline shows both attempts: the declined one, then the
+		// one after the resubmit.
+		b.want("table.attempts tbody", "failed", "card declined", "processed")
+		if n := b.text("table.attempts tbody"); strings.Count(n, "0 charge") != 2 {
+			t.Errorf("attempts: %q, want two of step 0", n)
+		}
 	})
 }
 

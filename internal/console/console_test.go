@@ -290,6 +290,8 @@ func TestPages(t *testing.T) {
 
 		tp := e.get(c, "/tasks/bad-1")
 		wantIn(t, tp, `Step 0 “charge” failed at`, "card declined. It waits for an operator", "bad-1/0/charge", "<td>payments</td>", "step_failed", "&#34;bad&#34;: true")
+		wantIn(t, tp, `<h2 id="attempts">Attempts</h2>`, `<text class="tl-label" x="4" y="38.0">0 charge #1</text>`, `class="tl-bar tl-failed"`,
+			`<span class="outcome tl-failed">failed</span></td><td class="err">permanent error: card declined</td>`)
 		wantOut(t, tp, "Resubmit…", "Resubmit from here") // read-only
 		if p := e.get(c, "/tasks/nope"); p.status != http.StatusNotFound {
 			t.Errorf("unknown task: %d, want 404", p.status)

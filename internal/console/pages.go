@@ -58,6 +58,7 @@ var funcs = template.FuncMap{
 	"sessionPath":  sessionPath,
 	"anchor":       anchor,
 	"countCap":     func() int { return countCap },
+	"add":          func(a, b float64) float64 { return a + b },
 	"sessionStory": sessionStory,
 }
 
@@ -195,6 +196,8 @@ type taskData struct {
 	Events  []*drover.Event
 	More    bool
 	Actions actions
+	// Timeline pictures every attempt (nil before the first dispatch).
+	Timeline *timeline
 	// FromHere offers a resubmit from each step (an operator, a task
 	// resubmittable, not compensated: that one restarts from step 0).
 	FromHere bool
@@ -239,6 +242,7 @@ func (c *Console) task(ctx context.Context, r *http.Request, v *viewer) (string,
 		d.Events, d.More = evs[:eventsShown], true
 	}
 	d.Story = explain(t, d.Events)
+	d.Timeline = buildTimeline(t, d.Events, d.More, c.clock.Now())
 	return "task", "Task " + dt.LocalName(t.ID), d, nil
 }
 
