@@ -54,12 +54,12 @@ func newTab(t *testing.T) *tab {
 	return b
 }
 
-// shot writes a screenshot of the page's first 1280×800 pixels, named
-// after the test's store and name, when ScreenshotsEnv is set. Only the
-// SQLite run writes them: the pages look alike on both stores.
+// shot writes a screenshot of the page's 1280×800 viewport to name.png
+// when ScreenshotsEnv is set ("" writes none: one test writes each name).
+// Only the SQLite run writes them: the pages look alike on both stores.
 func (b *tab) shot(name string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		if b.shots == "" || !strings.HasSuffix(b.t.Name(), "/sqlite") {
+		if name == "" || b.shots == "" || !strings.HasSuffix(b.t.Name(), "/sqlite") {
 			return nil
 		}
 		png, err := chromedp.CaptureScreenshot()(ctx, tg) // the viewport: 1280×800
@@ -90,12 +90,13 @@ func (b *tab) do(steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
-// signIn signs the tab in with token from the sign-in page.
-func (b *tab) signIn(base, token string) {
+// signIn signs the tab in with token from the sign-in page, whose
+// screenshot it takes as shot.
+func (b *tab) signIn(base, token, shot string) {
 	b.t.Helper()
 	b.do(chromedp.Navigate(base+"/"),
 		chromedp.WaitVisible(chromedp.ID("token")),
-		b.shot("signin"),
+		b.shot(shot),
 		chromedp.SendKeys(chromedp.ID("token"), token),
 		chromedp.Submit(chromedp.ID("token")),
 		chromedp.WaitVisible(chromedp.CSS(`a.card[href="/alerts"]`)))
@@ -138,17 +139,16 @@ func TestBrowserResubmitFailedTask(t *testing.T) {
 		e.waitState("order-7", "Error")
 
 		b := newTab(t)
-		b.signIn(e.base, opToken)
-		b.do(b.shot("overview"))
-		b.follow("/alerts", "alerts-list", "alerts")
-		b.follow("/tasks/order-7", "story", "task")
+		b.signIn(e.base, opToken, "signin")
+		b.follow("/alerts", "alerts-list", "")
+		b.follow("/tasks/order-7", "story", "")
 		b.want("#story", "failed", "card declined")
-		b.follow("/tasks/order-7/resubmit", "what", "confirm-resubmit")
+		b.follow("/tasks/order-7/resubmit", "what", "")
 		b.want("#what", "runs again from step 0")
 		e.fixed.Store(true) // the operator fixed the cause
 		b.press("/tasks/order-7/resubmit")
 		e.waitState("order-7", "Processed")
-		b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("story")), b.shot("task-done"))
+		b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("story")))
 		if after := b.text("#story"); !strings.HasPrefix(after, "Done:") {
 			t.Errorf("after the resubmit the sentence is %q", after)
 		}
@@ -170,7 +170,7 @@ func TestBrowserResolveDeadLetter(t *testing.T) {
 		q := e.ledger()
 
 		b := newTab(t)
-		b.signIn(e.base, opToken)
+		b.signIn(e.base, opToken, "")
 		b.follow("/queues", "queues-list", "queues")
 		b.follow("/queues/ledger", "dead-letters", "queue")
 		b.want("table.dead tbody", "bad amount")
@@ -190,13 +190,19 @@ func TestBrowserResolveDeadLetter(t *testing.T) {
 }
 
 // The Workflows page in a real Chromium: each version drawn as its steps,
-// the compensation under the step it undoes.
+// the compensation under the step it undoes (and, on the way, the task
+// list and a cancel's confirmation).
 func TestBrowserWorkflows(t *testing.T) {
 	stores(t, func(t *testing.T, d store.Driver) {
 		e := startWithShip(t, d)
+		e.api("POST", "/v1/tasks", `{"workflow":"ship","id":"s-1","input":{}}`, nil) // no agent serves it: it stays unfinished
 		b := newTab(t)
-		b.signIn(e.base, opToken)
-		b.follow("/workflows", "workflows-list", "workflows")
+		b.signIn(e.base, opToken, "")
+		b.follow("/tasks", "tasks-list", "")
+		b.follow("/tasks/s-1", "story", "")
+		b.follow("/tasks/s-1/cancel", "what", "confirm-cancel")
+		b.want("#what", "becomes Cancelled")
+		b.follow("/workflows", "workflows-list", "")
 		b.want("#wf-ship article.current ol.flow", "0 label", "labels", "2s", "undo: voids", "1 pickup", "couriers")
 		b.want("#wf-pay", "defined in code", "charge", "payments")
 	})

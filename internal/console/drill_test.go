@@ -124,9 +124,18 @@ func TestBrowserIncidentDrill(t *testing.T) {
 			b.actions++
 			b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("story")), b.shot("task-done"))
 			b.want("#story", "Done: all 3 steps completed")
+			b.want("table.attempts tbody", "rejected", "processed")
+			b.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				_, err := chromedp.Evaluate[bool](`(document.getElementById("attempts").scrollIntoView(), true)`)(ctx, tg)
+				return err
+			}), b.shot("task-attempts"))
 			if b.actions > 6 {
 				t.Errorf("the drill took %d page actions, want at most 6", b.actions)
 			}
+			// The rest of the demo's console, for the screenshots.
+			b.follow("/tasks", "tasks-list", "tasks")
+			b.follow("/workflows", "workflows-list", "workflows")
+			b.want("#wf-orders", "reserve", "inventory-release", "charge", "payments-refund", "ship")
 		})
 	}
 }
