@@ -118,6 +118,38 @@ func (b *tab) press(action string) {
 	b.do(chromedp.Click(chromedp.CSS(`main form[action$="`+action+`"] button`)), chromedp.WaitVisible(chromedp.CSS(".flash")))
 }
 
+// keyTo presses Tab until the focused element is the link to target (or,
+// with form set, the button of the form whose action ends with target),
+// checks the focus is visible (an outline), then presses Enter (a page
+// action) and waits for wait: the keyboard alone gets there.
+func (b *tab) keyTo(target string, form bool, wait chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	probe := `(e => e.getAttribute("href") || "")(document.activeElement)`
+	if form {
+		probe = `(e => e.form ? e.form.getAttribute("action") : "")(document.activeElement)`
+	}
+	for range 80 {
+		b.do(chromedp.KeyEvent("\t"))
+		got, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](probe))
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if got == target || form && strings.HasSuffix(got, target) {
+			outline, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`getComputedStyle(document.activeElement).outlineStyle`))
+			if err != nil {
+				b.t.Fatal(err)
+			}
+			if outline == "none" {
+				b.t.Errorf("the focus on %s is not visible (no outline)", target)
+			}
+			b.actions++
+			b.do(chromedp.KeyEvent("\r"), wait)
+			return
+		}
+	}
+	b.t.Fatalf("80 Tabs never reached %s", target)
+}
+
 // want checks that the text of the element sel finds holds every sub.
 func (b *tab) want(sel chromedp.CSS, subs ...string) {
 	b.t.Helper()
@@ -161,9 +193,10 @@ func TestBrowserResubmitFailedTask(t *testing.T) {
 	})
 }
 
-// A blocked session in a real Chromium: from the overview to the queue,
-// the dead letter's reason, the session, the resubmit confirmation, and
-// the session unblocked, which then drains in order.
+// A blocked session in a real Chromium, with the keyboard alone: from the
+// overview to the queue, the dead letter's reason, the session, the
+// resubmit confirmation, and the session unblocked, which then drains in
+// order.
 func TestBrowserResolveDeadLetter(t *testing.T) {
 	stores(t, func(t *testing.T, d store.Driver) {
 		e := startServer(t, d, false)
@@ -171,13 +204,18 @@ func TestBrowserResolveDeadLetter(t *testing.T) {
 
 		b := newTab(t)
 		b.signIn(e.base, opToken, "")
-		b.follow("/queues", "queues-list", "queues")
-		b.follow("/queues/ledger", "dead-letters", "queue")
+		// With the keyboard alone: Tab to each link and button, Enter.
+		b.keyTo("/queues", false, chromedp.WaitVisible(chromedp.ID("queues-list")))
+		b.do(b.shot("queues"))
+		b.keyTo("/queues/ledger", false, chromedp.WaitVisible(chromedp.ID("dead-letters")))
+		b.do(b.shot("queue"))
 		b.want("table.dead tbody", "bad amount")
-		b.follow("/queues/ledger/sessions/acct-1", "session-story", "session")
+		b.keyTo("/queues/ledger/sessions/acct-1", false, chromedp.WaitVisible(chromedp.ID("session-story")))
+		b.do(b.shot("session"))
 		b.want("#session-story", "Blocked: message 1")
-		b.follow("/queues/ledger/sessions/acct-1/deadletters/1/resubmit", "what", "confirm-dead-letter")
-		b.press("/deadletters/1/resubmit")
+		b.keyTo("/queues/ledger/sessions/acct-1/deadletters/1/resubmit", false, chromedp.WaitVisible(chromedp.ID("what")))
+		b.do(b.shot("confirm-dead-letter"))
+		b.keyTo("/deadletters/1/resubmit", true, chromedp.WaitVisible(chromedp.CSS(".flash")))
 		if story := b.text("#session-story"); strings.HasPrefix(story, "Blocked") {
 			t.Errorf("after the resubmit the session is still blocked: %q", story)
 		}
