@@ -245,3 +245,30 @@ func TestBrowserWorkflows(t *testing.T) {
 		b.want("#wf-pay", "defined in code", "charge", "payments")
 	})
 }
+
+// A task page follows the task live: cancelled by someone else (the API
+// here), the page shows it with no action of the operator's.
+func TestBrowserLiveTask(t *testing.T) {
+	stores(t, func(t *testing.T, d store.Driver) {
+		e := startServer(t, d, false)
+		e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"held-1","input":{"hold":true}}`, nil)
+		e.waitState("held-1", "Processing")
+		b := newTab(t)
+		b.signIn(e.base, readToken, "")
+		b.do(chromedp.Navigate(e.base+"/tasks/held-1"), chromedp.WaitVisible(chromedp.ID("story")))
+		b.want("#story", "is running")
+		e.api("POST", "/v1/tasks/held-1/cancel", `{"reason":"customer called"}`, nil)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			// The page reloads under the test: read what is there now.
+			story, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`(s => s ? s.textContent : "")(document.getElementById("story"))`))
+			if err == nil && strings.HasPrefix(story, "Cancelled") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("30s after the cancel the page says %q (%v)", story, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}

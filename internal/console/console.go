@@ -59,6 +59,10 @@ type Console struct {
 	mux    *http.ServeMux
 	static http.Handler
 	counts countCache
+
+	streams     chan struct{} // a slot per live stream
+	streamCtx   context.Context
+	stopStreams context.CancelFunc
 }
 
 // New returns the console over opts.Client, authenticating with opts.API.
@@ -80,7 +84,8 @@ func New(opts Options) (*Console, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	c := &Console{opts: opts, d: opts.Client, api: opts.API, log: opts.Logger, clock: opts.Clock, seal: seal,
-		pages: map[string]*template.Template{}, mux: http.NewServeMux()}
+		pages: map[string]*template.Template{}, mux: http.NewServeMux(), streams: make(chan struct{}, maxLiveStreams)}
+	c.streamCtx, c.stopStreams = context.WithCancel(context.Background())
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {
 		return nil, err
@@ -105,6 +110,7 @@ func New(opts Options) (*Console, error) {
 	c.mux.Handle("GET /{$}", c.page(c.overview))
 	c.mux.Handle("GET /tasks", c.page(c.tasks))
 	c.mux.Handle("GET /tasks/{id}", c.page(c.task))
+	c.mux.HandleFunc("GET /tasks/{id}/live", c.live)
 	c.mux.Handle("GET /tasks/{id}/resubmit", c.page(c.confirmResubmit))
 	c.mux.Handle("POST /tasks/{id}/resubmit", c.action(c.resubmit))
 	c.mux.Handle("GET /tasks/{id}/cancel", c.page(c.confirmCancel))
@@ -130,7 +136,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	if err := c.api.CheckBrowser(r); err != nil {
 		c.fail(w, r, nil, http.StatusForbidden, err.Error())
 		return
@@ -210,6 +216,8 @@ type pageData struct {
 	Data     any
 	Now      time.Time
 	SignedIn bool
+	// Live is the URL of the page's live stream ("": none).
+	Live string
 }
 
 // Operator reports whether the viewer may act.
@@ -252,7 +260,11 @@ func (c *Console) page(fn pageFunc) http.Handler {
 			c.fail(w, r, v, c.statusOf(err), err.Error())
 			return
 		}
-		c.render(w, r, http.StatusOK, tmpl, &pageData{Title: title, Viewer: v, Data: data, Flash: r.URL.Query().Get("done")})
+		p := &pageData{Title: title, Viewer: v, Data: data, Flash: r.URL.Query().Get("done")}
+		if l, ok := data.(interface{ live() string }); ok {
+			p.Live = l.live()
+		}
+		c.render(w, r, http.StatusOK, tmpl, p)
 	})
 }
 

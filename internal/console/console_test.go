@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -595,4 +596,49 @@ func TestNoAuth(t *testing.T) {
 		t.Fatalf("resubmit: %d %s", p.status, p.body)
 	}
 	e.waitState("bad-1", "Processed")
+}
+
+// The live stream of a task page needs a session, answers 404 for
+// another's task, and sends a change when the task's history grows.
+func TestLiveStream(t *testing.T) {
+	e := startServer(t, testutil.SQLite(t), false)
+	e.submit("bad-1", true)
+	e.waitState("bad-1", "Error")
+	if p := e.get(browser(t), "/tasks/bad-1/live"); p.status != http.StatusUnauthorized {
+		t.Errorf("live without a session: %d, want 401", p.status)
+	}
+	c := browser(t)
+	e.signIn(c, readToken)
+	tp := e.get(c, "/tasks/bad-1")
+	m := regexp.MustCompile(`data-live="(/tasks/bad-1/live\?after=\d+)"`).FindStringSubmatch(tp.body)
+	if m == nil {
+		t.Fatalf("no live stream on the task page: %s", tp.body)
+	}
+	wantIn(t, tp, `<script src="/static/live.js" defer></script>`)
+	if p := e.get(c, "/tasks/nope/live"); p.status != http.StatusNotFound {
+		t.Errorf("live of an unknown task: %d, want 404", p.status)
+	}
+	req, _ := http.NewRequest("GET", e.base+m[1], nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("live: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	e.fixed.Store(true)
+	e.api("POST", "/v1/tasks/bad-1/resubmit", `{}`, nil)
+	r := bufio.NewReader(resp.Body)
+	for {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended before a change: %v", err)
+		}
+		if l == "event: change\n" {
+			break
+		}
+	}
 }

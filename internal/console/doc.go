@@ -1,6 +1,7 @@
 // Package console is the operator console: HTML pages served by drover
 // server at /, rendered on the server with html/template, its stylesheet
-// embedded (no script, no request to another host).
+// and its one script (live updates of the task page over server-sent
+// events) embedded; no request to another host.
 //
 // It reads and acts through the same calls as the HTTP API
 // (drover.Client's Tasks, Task, Events, Counts, Active, Alerts, Resubmit,

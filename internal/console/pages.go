@@ -198,6 +198,9 @@ type taskData struct {
 	Actions actions
 	// Timeline pictures every attempt (nil before the first dispatch).
 	Timeline *timeline
+	// Live is the page's stream of changes ("" when the history shown is
+	// cut short).
+	Live string
 	// FromHere offers a resubmit from each step (an operator, a task
 	// resubmittable, not compensated: that one restarts from step 0).
 	FromHere bool
@@ -243,6 +246,13 @@ func (c *Console) task(ctx context.Context, r *http.Request, v *viewer) (string,
 	}
 	d.Story = explain(t, d.Events)
 	d.Timeline = buildTimeline(t, d.Events, d.More, c.clock.Now())
+	if !d.More { // a history cut short has no last event to follow from
+		var last int64
+		if n := len(d.Events); n > 0 {
+			last = d.Events[n-1].ID
+		}
+		d.Live = liveURL(dt.LocalName(t.ID), last)
+	}
 	return "task", "Task " + dt.LocalName(t.ID), d, nil
 }
 
@@ -374,3 +384,5 @@ func (c *Console) ack(ctx context.Context, r *http.Request, v *viewer) (string, 
 	}
 	return "/alerts", fmt.Sprintf("Alert %d acknowledged.", id), nil
 }
+
+func (d *taskData) live() string { return d.Live }
