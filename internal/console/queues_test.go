@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/server"
 	"github.com/drover-run/drover/store"
 )
 
@@ -147,4 +149,41 @@ func TestQueuePages(t *testing.T) {
 		}
 		wantIn(t, e.get(op, "/queues/ledger/sessions/acct-1"), "Idle: every message published so far was settled.")
 	})
+}
+
+// A namespace's token sees and resolves its namespace's queues only.
+func TestQueuesNamespace(t *testing.T) {
+	const acmeToken = "acme-operator-0123456789"
+	e := startServerTokens(t, testutil.SQLite(t), false, []server.Token{
+		{Secret: opToken, Scopes: []server.Scope{server.ScopeOperator}, Name: "oncall"},
+		{Secret: acmeToken, Scopes: []server.Scope{server.ScopeOperator}, Namespace: "acme", Name: "acme-oncall"}})
+	e.ledger() // in the default namespace
+	req, _ := http.NewRequest("POST", e.base+"/v1/queues/orders/messages", strings.NewReader(`{"session_id":"s-1","body":1}`))
+	req.Header.Set("Authorization", "Bearer "+acmeToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("publish in acme: %d", resp.StatusCode)
+	}
+	c := browser(t)
+	e.signIn(c, acmeToken)
+	list := e.get(c, "/queues")
+	wantIn(t, list, `href="/queues/orders">orders</a>`)
+	wantOut(t, list, "ledger", "acme/")
+	if p := e.get(c, "/queues/ledger"); p.status != http.StatusNotFound {
+		t.Errorf("another namespace's queue: %d, want 404", p.status)
+	}
+	wantIn(t, e.get(c, "/queues/orders/sessions/s-1"), "Waiting for a consumer: 1 message pending")
+	conf := e.get(c, "/queues/orders")
+	if p := e.do(c, "POST", "/queues/ledger/sessions/acct-1/deadletters/1/discard", url.Values{"csrf": {csrf(t, conf)}}); p.status != http.StatusNotFound {
+		t.Errorf("discarding another namespace's dead letter: %d, want 404", p.status)
+	}
+	op := browser(t)
+	e.signIn(op, opToken)
+	wantIn(t, e.get(op, "/queues/ledger"), "bad amount") // still there
+	wantOut(t, e.get(op, "/queues"), "orders")
 }
