@@ -117,6 +117,7 @@ func New(opts Options) (*Console, error) {
 	c.mux.Handle("POST /tasks/{id}/cancel", c.action(c.cancel))
 	c.mux.Handle("GET /alerts", c.page(c.alerts))
 	c.mux.Handle("POST /alerts/{id}/ack", c.action(c.ack))
+	c.mux.Handle("POST /alerts/ack", c.action(c.ackMany))
 	c.mux.Handle("GET /workflows", c.page(c.workflows))
 	c.mux.Handle("GET /queues", c.page(c.queues))
 	c.mux.Handle("GET /queues/{queue}", c.page(c.queue))

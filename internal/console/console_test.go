@@ -299,7 +299,7 @@ func TestPages(t *testing.T) {
 		}
 		al := e.get(c, "/alerts")
 		wantIn(t, al, `href="/tasks/bad-1"`, "card declined")
-		wantOut(t, al, "Acknowledge")
+		wantOut(t, al, `action="/alerts/`, `name="id"`)
 	})
 }
 
@@ -641,4 +641,46 @@ func TestLiveStream(t *testing.T) {
 			break
 		}
 	}
+}
+
+// The Alerts page filters by kind, shows the acknowledged ones on demand,
+// and acknowledges several at once (an operator with the CSRF token only).
+func TestAlertsFilterAndAckMany(t *testing.T) {
+	e := startServer(t, testutil.SQLite(t), false)
+	e.submit("bad-1", true)
+	e.submit("bad-2", true)
+	e.waitState("bad-1", "Error")
+	e.waitState("bad-2", "Error")
+	op := browser(t)
+	e.signIn(op, opToken)
+	all := e.get(op, "/alerts")
+	ids := regexp.MustCompile(`name="id" value="(\d+)"`).FindAllStringSubmatch(all.body, -1)
+	if len(ids) != 4 {
+		t.Fatalf("%d alerts to select, want 4 (step_failed and error of each task): %s", len(ids), all.body)
+	}
+	errorsOnly := e.get(op, "/alerts?kind=error")
+	wantIn(t, errorsOnly, "<td>error</td>", `<option value="error" selected>`)
+	wantOut(t, errorsOnly, "<td>step_failed</td>")
+	if p := e.get(op, "/alerts?kind=bogus"); p.status != http.StatusBadRequest {
+		t.Errorf("unknown kind: %d, want 400", p.status)
+	}
+	form := url.Values{"id": {ids[0][1], ids[1][1]}}
+	reader := browser(t)
+	e.signIn(reader, readToken)
+	if p := e.do(reader, "POST", "/alerts/ack", url.Values{"id": form["id"], "csrf": {csrf(t, e.get(reader, "/"))}}); p.status != http.StatusForbidden {
+		t.Errorf("reader acknowledges: %d, want 403", p.status)
+	}
+	if p := e.do(op, "POST", "/alerts/ack", form); p.status != http.StatusForbidden {
+		t.Errorf("no CSRF: %d, want 403", p.status)
+	}
+	wantIn(t, e.get(op, "/alerts"), `value="`+ids[0][1]+`"`) // unchanged
+	form.Set("csrf", csrf(t, all))
+	p := e.do(op, "POST", "/alerts/ack", form)
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("acknowledge two: %d %s", p.status, p.body)
+	}
+	after := e.get(op, p.loc)
+	wantIn(t, after, "2 alerts acknowledged.", `value="`+ids[2][1]+`"`)
+	wantOut(t, after, `value="`+ids[0][1]+`"`, `value="`+ids[1][1]+`"`)
+	wantIn(t, e.get(op, "/alerts?all=1"), "by http:oncall at")
 }

@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -358,17 +359,81 @@ func (c *Console) cancel(ctx context.Context, r *http.Request, v *viewer) (strin
 	return "/tasks/" + url.PathEscape(id), "Cancelled.", nil
 }
 
+// alertKinds are the kinds of alert the Alerts page filters on.
+var alertKinds = []dt.EventType{dt.EventStepFailed, dt.EventStepWaiting, dt.EventError, dt.EventSessionBlocked}
+
 type alertsData struct {
 	Alerts []drover.Alert
-	More   bool
+	Kinds  []dt.EventType
+	Kind   string // the kind shown ("" every kind)
+	All    bool   // acknowledged alerts shown too
+	AllQ   string // All as the query's value ("1" or "")
+	After  string
+	Next   string // the after= of the next page ("" on the last)
 }
 
+// alerts lists the alerts in ID order, alertsShown read at a time
+// (?after= the last ID read): the open ones, or with ?all=1 the
+// acknowledged ones too, of one kind with ?kind=.
 func (c *Console) alerts(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
-	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown, Namespace: v.id.ListNamespace()})
+	q := r.URL.Query()
+	d := &alertsData{Kinds: alertKinds, Kind: q.Get("kind"), All: q.Get("all") == "1", After: q.Get("after")}
+	var after int64
+	if d.After != "" {
+		var err error
+		if after, err = strconv.ParseInt(d.After, 10, 64); err != nil || after < 0 {
+			return "", "", nil, fmt.Errorf("%w: after %q is not an alert ID", drover.ErrInvalidInput, d.After)
+		}
+	}
+	if d.Kind != "" && !slices.Contains(alertKinds, dt.EventType(d.Kind)) {
+		return "", "", nil, fmt.Errorf("%w: no kind of alert %q", drover.ErrInvalidInput, d.Kind)
+	}
+	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{AfterID: after, Unacknowledged: !d.All, Limit: alertsShown, Namespace: v.id.ListNamespace()})
 	if err != nil {
 		return "", "", nil, err
 	}
-	return "alerts", "Alerts", &alertsData{Alerts: alerts, More: next != 0}, nil
+	for _, a := range alerts {
+		if d.Kind == "" || string(a.Type) == d.Kind {
+			d.Alerts = append(d.Alerts, a)
+		}
+	}
+	if next != 0 {
+		d.Next = strconv.FormatInt(next, 10)
+	}
+	if d.All {
+		d.AllQ = "1"
+	}
+	return "alerts", "Alerts", d, nil
+}
+
+// ackMany acknowledges the alerts checked on the Alerts page (the form's
+// "id" values), each as the single acknowledge does, in order; it stops
+// at the first that is not found (those before it stay acknowledged).
+func (c *Console) ackMany(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
+	ids := r.PostForm["id"]
+	if len(ids) == 0 {
+		return "", "", fmt.Errorf("%w: check the alerts to acknowledge", drover.ErrInvalidInput)
+	}
+	if len(ids) > alertsShown {
+		return "", "", fmt.Errorf("%w: at most %d alerts at once", drover.ErrInvalidInput, alertsShown)
+	}
+	var nums []int64
+	for _, s := range ids {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id < 1 {
+			return "", "", fmt.Errorf("%w: alert ID %q is not a positive number", drover.ErrInvalidInput, s)
+		}
+		nums = append(nums, id)
+	}
+	for _, id := range nums {
+		if _, err := c.d.AckAlertIn(ctx, v.id.ListNamespace(), id, v.id.Actor()); err != nil {
+			if errors.Is(err, drover.ErrAlertNotFound) {
+				return "", "", fmt.Errorf("%w: %w", drover.ErrTaskNotFound, err)
+			}
+			return "", "", err
+		}
+	}
+	return "/alerts", fmt.Sprintf("%d alert%s acknowledged.", len(nums), plural(len(nums))), nil
 }
 
 func (c *Console) ack(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
