@@ -119,6 +119,7 @@ func New(opts Options) (*Console, error) {
 	c.mux.Handle("POST /alerts/{id}/ack", c.action(c.ack))
 	c.mux.Handle("POST /alerts/ack", c.action(c.ackMany))
 	c.mux.Handle("GET /workflows", c.page(c.workflows))
+	c.mux.Handle("GET /agents", c.page(c.agents))
 	c.mux.Handle("GET /queues", c.page(c.queues))
 	c.mux.Handle("GET /queues/{queue}", c.page(c.queue))
 	c.mux.Handle("GET /queues/{queue}/sessions/{session}", c.page(c.session))

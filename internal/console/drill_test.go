@@ -136,6 +136,8 @@ func TestBrowserIncidentDrill(t *testing.T) {
 			b.follow("/tasks", "tasks-list", "tasks")
 			b.follow("/workflows", "workflows-list", "workflows")
 			b.want("#wf-orders", "reserve", "inventory-release", "charge", "payments-refund", "ship")
+			b.follow("/agents", "agents-list", "agents")
+			b.want("table.agents", "inventory-release", "orders undoes step 0 reserve", "shipping")
 		})
 	}
 }

@@ -36,6 +36,16 @@ type taskCounts struct {
 	Running, Failed           map[versionKey]int
 	RunningCapped, FailCapped bool
 	At                        time.Time
+	// Held counts the running tasks a scheduler holds, by the step (or
+	// compensation) in flight: the calls its agent is making.
+	Held map[heldKey]int
+}
+
+// heldKey is a step of a workflow version in flight, or its compensation.
+type heldKey struct {
+	versionKey
+	Step int
+	Undo bool
 }
 
 // countCache keeps the last counts of each namespace for countTTL.
@@ -55,12 +65,17 @@ func (c *Console) versionCounts(ctx context.Context, ns string) (*taskCounts, er
 		return tc, nil
 	}
 	c.counts.mu.Unlock()
-	tc := &taskCounts{Running: map[versionKey]int{}, Failed: map[versionKey]int{}, At: now}
+	tc := &taskCounts{Running: map[versionKey]int{}, Failed: map[versionKey]int{}, Held: map[heldKey]int{}, At: now}
 	var err error
-	if tc.RunningCapped, err = c.countInto(ctx, ns, runningStates, tc.Running); err != nil {
+	held := func(t *drover.Task) {
+		if t.LockedBy != "" {
+			tc.Held[heldKey{versionKey{t.Workflow, t.WorkflowVersion}, t.CurrentStep, t.ProcessState == dt.Compensating}]++
+		}
+	}
+	if tc.RunningCapped, err = c.countInto(ctx, ns, runningStates, tc.Running, held); err != nil {
 		return nil, err
 	}
-	if tc.FailCapped, err = c.countInto(ctx, ns, []dt.ProcessState{dt.Error}, tc.Failed); err != nil {
+	if tc.FailCapped, err = c.countInto(ctx, ns, []dt.ProcessState{dt.Error}, tc.Failed, nil); err != nil {
 		return nil, err
 	}
 	c.counts.mu.Lock()
@@ -72,7 +87,9 @@ func (c *Console) versionCounts(ctx context.Context, ns string) (*taskCounts, er
 	return tc, nil
 }
 
-func (c *Console) countInto(ctx context.Context, ns string, states []dt.ProcessState, into map[versionKey]int) (capped bool, err error) {
+// countInto counts the tasks in states per version into into, and calls
+// each (when not nil) with every task read.
+func (c *Console) countInto(ctx context.Context, ns string, states []dt.ProcessState, into map[versionKey]int, each func(*drover.Task)) (capped bool, err error) {
 	ts, err := c.d.Tasks(ctx, drover.ListParams{States: states, Namespace: ns, Limit: countCap + 1})
 	if err != nil {
 		return false, err
@@ -82,6 +99,9 @@ func (c *Console) countInto(ctx context.Context, ns string, states []dt.ProcessS
 	}
 	for _, t := range ts {
 		into[versionKey{t.Workflow, t.WorkflowVersion}]++
+		if each != nil {
+			each(t)
+		}
 	}
 	return capped, nil
 }

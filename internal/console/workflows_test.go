@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/internal/workflowdef"
 	"github.com/drover-run/drover/server"
 	"github.com/drover-run/drover/store"
@@ -61,4 +62,20 @@ func TestWorkflowsPage(t *testing.T) {
 			"undo: <strong>voids</strong>", "<span class=\"idx\">1</span> pickup", "<dd>couriers</dd>", "<dd>30s</dd>",
 			"compensate the completed steps", "until it failed 5 times", "<strong>1</strong> running")
 	})
+}
+
+// The Agents page lists every agent the workflows name, where it runs,
+// the steps it serves and the calls in flight.
+func TestAgentsPage(t *testing.T) {
+	e := startWithShip(t, testutil.SQLite(t))
+	e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"held-1","input":{"hold":true}}`, nil)
+	e.waitState("held-1", "Processing")
+	c := browser(t)
+	e.signIn(c, readToken)
+	p := e.get(c, "/agents")
+	wantIn(t, p, `href="/agents" aria-current="page"`,
+		"<td><strong>payments</strong></td><td>in this server&#39;s process (a Go agent)</td><td>1</td>", "<li>pay step 0 charge</li>",
+		"<td><strong>couriers</strong></td><td>remote: another process polls the API for its requests</td>",
+		"<li>ship v2 step 1 pickup</li>", "<li>ship v2 undoes step 0 label</li>", "<li>ship v1 step 0 label</li>",
+		`<dl class="facts" id="agent-stats">`)
 }
