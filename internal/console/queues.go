@@ -217,8 +217,8 @@ func (c *Console) confirmDead(ctx context.Context, r *http.Request, v *viewer) (
 	}
 	var what string
 	if a == actResubmit {
-		what = fmt.Sprintf("Message %d goes back to the head of session %q with a fresh delivery count, and the session is unblocked: it is delivered next, before the session's %d pending message%s.",
-			seq, s.ID, s.Pending, plural(s.Pending))
+		what = fmt.Sprintf("Message %d goes back to the head of session %s with a fresh delivery count, and the session is unblocked: it is delivered next, before the session's %d pending message%s.",
+			seq, quote(s.ID), s.Pending, plural(s.Pending))
 	} else {
 		what = fmt.Sprintf("Message %d is deleted for good, and the session is unblocked: it goes on with its next message (%d pending). Its body is not kept anywhere else.",
 			seq, s.Pending)

@@ -108,7 +108,7 @@ func TestQueuePages(t *testing.T) {
 		wantIn(t, e.get(op, "/queues/ledger"), `href="/queues/ledger/sessions/acct-1/deadletters/1/resubmit">Resubmit…</a>`)
 		const path = "/queues/ledger/sessions/acct-1/deadletters/1/"
 		conf := e.get(op, path+"resubmit")
-		wantIn(t, conf, "goes back to the head of session &#34;acct-1&#34;", "before the session&#39;s 2 pending messages", "bad amount")
+		wantIn(t, conf, "goes back to the head of session “acct-1”", "before the session&#39;s 2 pending messages", "bad amount")
 		wantIn(t, e.get(op, path+"discard"), "is deleted for good")
 		if p := e.get(op, "/queues/ledger/sessions/acct-1/deadletters/2/resubmit"); p.status != http.StatusNotFound {
 			t.Errorf("confirmation of a message that is not dead: %d, want 404", p.status)
