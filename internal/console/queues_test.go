@@ -91,6 +91,8 @@ func TestQueuePages(t *testing.T) {
 		wantIn(t, qp, `href="/queues/ledger/sessions/acct-1">acct-1</a>`, `<span class="state st-error">blocked</span>`, "bad amount",
 			`<td>2</td>`, "Poison policy <strong>block</strong>")
 		wantOut(t, qp, "Resubmit…", "Discard…")
+		// The session's alert links to the session's page.
+		wantIn(t, e.get(reader, "/alerts?kind=session_blocked"), `<a href="/queues/ledger/sessions/acct-1">session:ledger/acct-1</a>`)
 		sp := e.get(reader, "/queues/ledger/sessions/acct-1")
 		wantIn(t, sp, "Blocked: message 1 was dead-lettered at", "(bad amount). The 2 messages behind it wait for an operator")
 		if p := e.get(reader, "/queues/nope"); p.status != http.StatusNotFound {
