@@ -61,7 +61,7 @@ func (s *Server) serveHTTP(ln net.Listener, c *drover.Client, drv store.Driver, 
 	if err != nil {
 		return nil, err
 	}
-	ui, err := console.New(console.Options{Client: c, Queues: q, API: handler, Logger: log})
+	ui, err := console.New(console.Options{Client: c, Queues: q, API: handler, Versions: reg.Versions, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -78,6 +78,7 @@ func (s *Server) serveHTTP(ln net.Listener, c *drover.Client, drv store.Driver, 
 	// Open event streams end on Shutdown instead of holding it until its
 	// deadline (shutdown's SetDraining ends them too).
 	a.srv.RegisterOnShutdown(handler.CloseStreams)
+	a.srv.RegisterOnShutdown(ui.CloseStreams)
 	if h.TLSCert != nil {
 		a.srv.TLSConfig = serverTLS(h.TLSCert)
 	}
