@@ -9,6 +9,7 @@ import (
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -117,8 +118,8 @@ func (c *Client) AckAlertIn(ctx context.Context, ns string, id int64, actor stri
 			a.Ack = acks[id]
 			return err // already acknowledged: nothing changes
 		}
-		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: a.TaskID, StepIndex: a.StepIndex, Type: EventAlertAcknowledged,
-			Actor: actor, Message: ackPrefix + strconv.FormatInt(id, 10), CreatedAt: c.clock.Now().Truncate(time.Microsecond)}}})
+		return notifier.InsertEvents(ctx, x, []*dt.Event{{TaskID: a.TaskID, StepIndex: a.StepIndex, Type: EventAlertAcknowledged,
+			Actor: actor, Message: ackPrefix + strconv.FormatInt(id, 10), CreatedAt: c.clock.Now().Truncate(time.Microsecond)}})
 	})
 	if err != nil || a.Ack != nil {
 		return a, err

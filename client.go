@@ -70,10 +70,10 @@ type Config struct {
 	// NamespaceMaxInFlight caps the tasks of one namespace
 	// (SubmitOptions.Namespace) one scheduler holds at once, so that one
 	// namespace's slow tasks cannot take all of MaxInFlight. It applies
-	// once a scheduler has claimed a task of a namespace other than the
-	// default one; tasks of a namespace are never started at submission
-	// (see NoEagerStart). Default: three quarters of MaxInFlight; negative:
-	// no cap.
+	// once a scheduler has claimed or started a task of a namespace other
+	// than the default one, to claims and to starts at submission (see
+	// NoEagerStart) alike: a task over the cap waits Pending for a claim.
+	// Default: three quarters of MaxInFlight; negative: no cap.
 	NamespaceMaxInFlight int
 	// NoEagerStart turns eager start off. By default, a Submit (and a
 	// SubmitMany of one task; not SubmitTx, nor SubmitMany of several) in
@@ -446,4 +446,16 @@ func (c *Client) SupervisorTerm() int64 {
 		return e.SupervisorTerm()
 	}
 	return 0
+}
+
+// NamespaceHeld returns how many tasks of each namespace this process's
+// schedulers hold (keyed by stored namespace, "" for the default one),
+// counted once a task of a namespace other than the default one was
+// claimed or started; empty before, and when the process runs no
+// scheduler.
+func (c *Client) NamespaceHeld() map[string]int {
+	if e := c.runningEngine(); e != nil {
+		return e.NamespaceHeld()
+	}
+	return nil
 }

@@ -96,6 +96,16 @@ func (c *Client) Active(ctx context.Context) (int, error) {
 	return c.store.Reader().TaskCountActive(ctx, &store.TaskCountActiveParams{})
 }
 
+// ActiveTasksOf returns how many tasks submitted with
+// SubmitOptions.Submitter submitter are not final yet (Pending, Processing
+// or Compensating), for a quota per submitter. It reads an index only.
+func (c *Client) ActiveTasksOf(ctx context.Context, submitter string) (int, error) {
+	if submitter == "" {
+		return 0, fmt.Errorf("%w: ActiveTasksOf: an empty submitter", ErrInvalidInput)
+	}
+	return c.store.Reader().TaskCountActiveBySubmitter(ctx, &store.TaskCountActiveBySubmitterParams{Submitter: submitter})
+}
+
 // ResubmitOptions are optional settings of Resubmit.
 type ResubmitOptions struct {
 	// FromStep re-runs the task from this step index (steps from it on go

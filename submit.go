@@ -60,10 +60,17 @@ type SubmitOptions struct {
 	// its OrderingKey orders only the namespace's tasks. Default "" (or
 	// drovertype.DefaultNamespace): the default namespace, IDs unchanged.
 	Namespace string
+	// Submitter names who submits the task (Task.Submitter), for a quota
+	// of tasks in flight per submitter (Client.ActiveTasksOf); the HTTP
+	// API sets its token's name. Never a secret. Default "": none.
+	Submitter string
 }
 
 // MaxOrderingKeyBytes caps the length of SubmitOptions.OrderingKey.
 const MaxOrderingKeyBytes = 256
+
+// MaxSubmitterBytes caps the length of SubmitOptions.Submitter.
+const MaxSubmitterBytes = 200
 
 // MaxCallbackURLBytes caps the length of SubmitOptions.CallbackURL.
 const MaxCallbackURLBytes = 2048
@@ -270,6 +277,11 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 			return nil, err
 		}
 	}
+	if p.Options.Submitter != "" {
+		if err := dt.CheckKey(ErrInvalidInput, "Submitter", p.Options.Submitter, MaxSubmitterBytes); err != nil {
+			return nil, err
+		}
+	}
 	if err := ValidateCallbackURL(p.Options.CallbackURL); err != nil {
 		return nil, err
 	}
@@ -285,7 +297,7 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 		ProcessState: dt.Pending, StepCount: len(w.Steps), OrderingKey: dt.QualifyOrderingKey(p.Options.Namespace, p.Options.OrderingKey),
 		FailureThreshold: w.FailureThreshold, OnFailure: w.OnFailure, RetryDelay: w.RetryDelay, Wait: w.Wait,
 		WorkflowVersion: w.Version, CallbackURL: p.Options.CallbackURL, CallbackEvents: events,
-		AvailableAt: now, CreatedAt: now, UpdatedAt: now,
+		Submitter: p.Options.Submitter, AvailableAt: now, CreatedAt: now, UpdatedAt: now,
 	}
 	steps := make([]*dt.StepRecord, len(w.Steps))
 	for i, s := range w.Steps {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sync"
 
-	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/engine"
 	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/store"
@@ -173,7 +172,7 @@ func (c *Client) submitInTx(ctx context.Context, subs []flow.Submission) (out []
 	// claim, and its transaction may wait for the key meanwhile.
 	n := 0
 	for _, sub := range subs {
-		if sub.Task.OrderingKey == "" && dt.NamespaceOf(sub.Task.ID) == "" {
+		if sub.Task.OrderingKey == "" {
 			n++
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -233,7 +234,7 @@ func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.Se
 			case s.Closed && s.Pending == 0:
 				outcome = ErrSessionEnded
 			}
-			return nil, outcome, x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: events})
+			return nil, outcome, notifier.InsertEvents(ctx, x, events)
 		}
 		pol, err := c.policy(ctx, x, ref.Queue)
 		if err != nil {
@@ -241,7 +242,7 @@ func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.Se
 		}
 		settle, bad := poisoned(m, ref.Token, pol)
 		if !bad {
-			return m, nil, x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: events})
+			return m, nil, notifier.InsertEvents(ctx, x, events)
 		}
 		serrs, err := x.MessageSettleMany(ctx, &store.MessageSettleManyParams{Settles: []store.MessageSettle{settle}, Now: now})
 		if err != nil {
@@ -252,7 +253,7 @@ func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.Se
 		}
 		events = append(events, deadLetterEvent(ref.Queue, ref.SessionID, m.Seq, m.DeliveryCount, settle.Reason, settle.Block, c.cfg.InstanceID, now))
 		if settle.Block {
-			return nil, ErrSessionBlocked, x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: events})
+			return nil, ErrSessionBlocked, notifier.InsertEvents(ctx, x, events)
 		}
 	}
 }
@@ -329,7 +330,7 @@ func (c *Client) leaseSettle(ctx context.Context, what, holder string, s store.M
 			deliveries = ms[0].DeliveryCount
 		}
 		ev := deadLetterEvent(s.Ref.Queue, s.Ref.SessionID, s.Seq, deliveries, s.Reason, s.Block, c.cfg.InstanceID, now)
-		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{ev}})
+		return notifier.InsertEvents(ctx, x, []*dt.Event{ev})
 	})
 	switch {
 	case err != nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -103,10 +104,10 @@ func (c *Client) resolve(ctx context.Context, queue, sessionID string, seq int64
 		if err := store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(queue)}); err != nil {
 			return err
 		}
-		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{
+		return notifier.InsertEvents(ctx, x, []*dt.Event{{
 			TaskID: dt.SessionSubject(queue, sessionID), StepIndex: -1, Type: typ, Actor: "operator", CreatedAt: now,
 			Message: "dead-lettered message " + itoa(seq) + " " + what + "; the session is unblocked",
-		}}})
+		}})
 	})
 	if err != nil {
 		return err

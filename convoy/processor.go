@@ -15,6 +15,7 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/fault"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -998,7 +999,7 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 
 	// 7. Events last: on PostgreSQL readers of the history wait for an
 	// event-writing transaction to end, so it should end soon after.
-	return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: events})
+	return notifier.InsertEvents(ctx, x, events)
 }
 
 // apply brings the pump's state in line with a committed round. It reports

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -416,7 +417,7 @@ func (r *SessionReceiver) settle(ctx context.Context, what string, m *ReceivedMe
 		}
 		if s.Action == store.SettleDeadLetter {
 			ev := deadLetterEvent(r.queue, r.id, m.Seq, m.DeliveryCount, s.Reason, s.Block, r.c.cfg.InstanceID, now)
-			return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{ev}})
+			return notifier.InsertEvents(ctx, x, []*dt.Event{ev})
 		}
 		return nil
 	})

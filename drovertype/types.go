@@ -143,6 +143,10 @@ type Task struct {
 	// final state). "" means none.
 	CallbackURL    string
 	CallbackEvents WebhookEventSet
+	// Submitter names who submitted the task, for quotas per submitter:
+	// the HTTP API records its token's actor name (never the secret).
+	// "" for tasks submitted in-process. Set at submit and never changed.
+	Submitter string
 
 	// Policy copied from the workflow at submit, so the supervisor needs no
 	// workflow code and a running task keeps the version it started with.

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -23,6 +24,54 @@ drover_test_calls{namespace="default"} 2
 drover_test_calls{namespace="team-a"} 5
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "drover_test_calls"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNamespaceCollectorBounded: a gauge reports at most
+// MaxNamespaceSeries namespaces, those with the largest values.
+func TestNamespaceCollectorBounded(t *testing.T) {
+	counts := map[string]int{}
+	for i := range metrics.MaxNamespaceSeries + 50 {
+		counts[fmt.Sprintf("ns-%03d", i)] = i + 1
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewNamespaceCollector(metrics.NamespaceGauge{Name: "drover_test_calls", Help: "Calls.",
+		Counts: func() map[string]int { return counts }}))
+	if n := testutil.CollectAndCount(reg, "drover_test_calls"); n != metrics.MaxNamespaceSeries {
+		t.Fatalf("%d series, want %d", n, metrics.MaxNamespaceSeries)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mfs[0].Metric {
+		if m.GetGauge().GetValue() <= 50 {
+			t.Fatalf("a small namespace kept over larger ones: %v", m)
+		}
+	}
+}
+
+// TestForNamespace: only the series labelled with the namespace are
+// gathered; families left empty are dropped.
+func TestForNamespace(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewNamespaceCollector(metrics.NamespaceGauge{Name: "drover_test_calls", Help: "Calls.",
+		Counts: func() map[string]int { return map[string]int{"": 2, "team-a": 5, "team-b": 7} }}))
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "drover_test_global", Help: "Global."})
+	reg.MustRegister(g)
+	want := `# HELP drover_test_calls Calls.
+# TYPE drover_test_calls gauge
+drover_test_calls{namespace="team-a"} 5
+`
+	if err := testutil.GatherAndCompare(metrics.ForNamespace(reg, "team-a"), strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	want = `# HELP drover_test_calls Calls.
+# TYPE drover_test_calls gauge
+drover_test_calls{namespace="default"} 2
+`
+	if err := testutil.GatherAndCompare(metrics.ForNamespace(reg, "default"), strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
 }

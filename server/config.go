@@ -122,6 +122,9 @@ type HTTPConfig struct {
 	// MaxWaiting and MaxStreams).
 	MaxWaitingPerNamespace int
 	MaxStreamsPerNamespace int
+	// MaxInFlightPerToken caps the tasks one token has submitted that are
+	// not final yet; more submits get 429 quota_exceeded (0: no quota).
+	MaxInFlightPerToken int
 	// Heartbeat is the interval of keep-alive comments on idle streams.
 	Heartbeat time.Duration
 	// QueueCreate is who may create a session queue by publishing to it:

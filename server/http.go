@@ -55,13 +55,13 @@ func (s *Server) serveHTTP(ln net.Listener, c *drover.Client, drv store.Driver, 
 	}
 	handler, err := httpapi.New(c, q, httpapi.Options{Tokens: h.Tokens, NoAuth: h.NoAuth, MaxBodyBytes: h.MaxBodyBytes,
 		Rate: h.Rate, Burst: h.Burst, MaxStreams: h.MaxStreams, MaxStreamsPerToken: h.MaxStreamsPerToken, MaxWaiting: h.MaxWaiting, MaxWaitingPerToken: h.MaxWaitingPerToken,
-		MaxWaitingPerNamespace: h.MaxWaitingPerNamespace, MaxStreamsPerNamespace: h.MaxStreamsPerNamespace,
+		MaxWaitingPerNamespace: h.MaxWaitingPerNamespace, MaxStreamsPerNamespace: h.MaxStreamsPerNamespace, MaxInFlightPerToken: h.MaxInFlightPerToken,
 		Heartbeat: h.Heartbeat, RemoteInput: reg.RemoteInput, RemoteAgent: s.remoteAgent(reg), QueueCreate: h.QueueCreate, Logger: log,
 		Metrics: metrics, CallbackAllow: s.allow, Redelivery: h.Redelivery})
 	if err != nil {
 		return nil, err
 	}
-	ui, err := console.New(console.Options{Client: c, Queues: q, API: handler, Logger: log})
+	ui, err := console.New(console.Options{Client: c, Queues: q, API: handler, Versions: reg.Versions, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -78,6 +78,7 @@ func (s *Server) serveHTTP(ln net.Listener, c *drover.Client, drv store.Driver, 
 	// Open event streams end on Shutdown instead of holding it until its
 	// deadline (shutdown's SetDraining ends them too).
 	a.srv.RegisterOnShutdown(handler.CloseStreams)
+	a.srv.RegisterOnShutdown(ui.CloseStreams)
 	if h.TLSCert != nil {
 		a.srv.TLSConfig = serverTLS(h.TLSCert)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/webhook"
 	"github.com/drover-run/drover/internal/workflowdef"
 	"github.com/drover-run/drover/metrics"
 )
@@ -48,11 +49,18 @@ func serveMetrics(addr string, reg prometheus.Gatherer, log *slog.Logger) (*http
 	return srv, ln, nil
 }
 
-// namespaceMetrics are the gauges of the per-namespace limits: the http
-// agent's calls and, with the API, the waiting calls and event streams
-// of each namespace.
-func namespaceMetrics(reg *workflowdef.Registry, api *apiServer) prometheus.Collector {
-	gauges := []metrics.NamespaceGauge{{Name: "drover_http_calls_in_flight", Help: "Calls of the built-in http agent in flight, per namespace.", Counts: reg.HTTPCalls}}
+// namespaceMetrics are the gauges of the per-namespace limits, the series
+// a namespace's metrics token scrapes: the tasks the schedulers hold, the
+// http agent's calls, the webhook requests and, with the API, the waiting
+// calls and event streams of each namespace.
+func namespaceMetrics(c *drover.Client, reg *workflowdef.Registry, hooks *webhook.Dispatcher, api *apiServer) prometheus.Collector {
+	gauges := []metrics.NamespaceGauge{
+		{Name: "drover_namespace_tasks_held", Help: "Tasks this process's schedulers hold, per namespace, once namespaces are in use.", Counts: c.NamespaceHeld},
+		{Name: "drover_http_calls_in_flight", Help: "Calls of the built-in http agent in flight, per namespace.", Counts: reg.HTTPCalls},
+	}
+	if hooks != nil {
+		gauges = append(gauges, metrics.NamespaceGauge{Name: "drover_webhook_namespace_in_flight", Help: "Webhook requests in flight, per namespace of their events, once namespaces are in use.", Counts: hooks.NamespaceInFlight})
+	}
 	if api != nil {
 		gauges = append(gauges,
 			metrics.NamespaceGauge{Name: "drover_api_waiting_calls", Help: "Waiting API calls (polls, accepts, receives) held, per namespace, once namespaces are in use.", Counts: api.handler.NamespaceWaiting},

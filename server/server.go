@@ -224,7 +224,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if hooks != nil {
 		metricsReg.MustRegister(hooks.Collector())
 	}
-	metricsReg.MustRegister(namespaceMetrics(reg, api))
+	metricsReg.MustRegister(namespaceMetrics(c, reg, hooks, api))
 	started := []any{"instance", c.InstanceID(), "db", cfg.StoreName, "roles", rolesString(cfg.Roles),
 		"schedulers", schedulers, "supervisor_interval", cfg.SupervisorInterval, "workflows", len(c.Workflows()),
 		"egress_opened", s.outbound.Opened()}

@@ -92,6 +92,10 @@ type Executor interface {
 	// TaskCountActive counts the tasks not yet final: Pending, Processing or
 	// Compensating. Cheap (index-only), for queue-depth monitoring.
 	TaskCountActive(ctx context.Context, params *TaskCountActiveParams) (int, error)
+	// TaskCountActiveBySubmitter counts the tasks not yet final (as
+	// TaskCountActive) whose Submitter is Submitter, which is not "".
+	// Index-only, for the quota of tasks in flight per token.
+	TaskCountActiveBySubmitter(ctx context.Context, params *TaskCountActiveBySubmitterParams) (int, error)
 	// TaskClaim atomically locks up to Limit claimable tasks for Instance:
 	// Pending ones, and Compensating ones nobody holds, available at Now.
 	// A Pending task with an OrderingKey is claimable only when no task with
@@ -463,3 +467,9 @@ type TaskCountByStateParams struct{}
 
 // TaskCountActiveParams are the arguments of TaskCountActive: none yet.
 type TaskCountActiveParams struct{}
+
+// TaskCountActiveBySubmitterParams are the arguments of
+// TaskCountActiveBySubmitter.
+type TaskCountActiveBySubmitterParams struct {
+	Submitter string
+}

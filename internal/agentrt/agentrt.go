@@ -1,9 +1,3 @@
-// Package agentrt is the Agent role: it pulls requests from the store's request
-// queue, calls each agent's function with retries, a circuit breaker and a hard
-// deadline (the request's CompleteBy), and sends replies back to the Scheduler.
-//
-// Once CompleteBy passes the runtime abandons the call and sends nothing, not
-// even an error: the Supervisor recovers the step instead.
 package agentrt
 
 import (

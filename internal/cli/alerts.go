@@ -46,20 +46,6 @@ func alertFromAPI(a *droverapi.Alert) AlertJSON {
 	return j
 }
 
-func alertFromStore(a drover.Alert) AlertJSON {
-	e := a.Event
-	j := AlertJSON{ID: e.ID, Subject: e.TaskID, Type: string(e.Type), State: string(e.State), Actor: e.Actor,
-		Attempt: e.Attempt, Message: e.Message, CreatedAt: e.CreatedAt}
-	if a.Ack != nil {
-		j.Acknowledged = &AckJSON{EventID: a.Ack.EventID, Actor: a.Ack.Actor, At: a.Ack.At}
-	}
-	if e.StepIndex >= 0 {
-		i := e.StepIndex
-		j.Step = &i
-	}
-	return j
-}
-
 func (e *env) alertsCmd() *cobra.Command {
 	var (
 		after   int64
@@ -94,15 +80,19 @@ its history. Acknowledging again changes nothing.`,
 				return err
 			}
 			defer b.Close()
-			alerts, next, err := b.Alerts(ctx, drover.AlertQuery{AfterID: after, Limit: limit, Unacknowledged: unacked})
+			page, next, err := b.Alerts(ctx, drover.AlertQuery{AfterID: after, Limit: limit, Unacknowledged: unacked})
 			if err != nil {
 				return err
+			}
+			alerts := []AlertJSON{}
+			for i := range page {
+				alerts = append(alerts, alertFromAPI(&page[i]))
 			}
 			if e.JSON {
 				out := struct {
 					Alerts    []AlertJSON `json:"alerts"`
 					NextAfter int64       `json:"next_after,omitempty"`
-				}{Alerts: append([]AlertJSON{}, alerts...), NextAfter: next}
+				}{Alerts: alerts, NextAfter: next}
 				return clicore.WriteJSON(e.Stdout, out)
 			}
 			tw := newTable(e.Stdout)
@@ -157,10 +147,11 @@ acknowledgement. It does not change the task: resubmit it to retry.`,
 				return err
 			}
 			defer b.Close()
-			out, err := b.AckAlert(ctx, id)
+			a, err := b.AckAlert(ctx, id)
 			if err != nil {
 				return err
 			}
+			out := alertFromAPI(a)
 			if e.JSON {
 				return clicore.WriteJSON(e.Stdout, out)
 			}

@@ -1,9 +1,3 @@
-// Package cli is the drover command line: the code behind cmd/drover, kept
-// here so it can be tested by calling Main.
-//
-// Every command reports a failure as one line on stderr, "drover: <message>",
-// and exits 1; a usage error (unknown command or flag, wrong arguments, a bad
-// flag value) exits 2. Help goes to stdout and exits 0.
 package cli
 
 import (
@@ -17,14 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/drover-run/drover"
-	"github.com/drover-run/drover/droverclient"
+	"github.com/drover-run/drover/internal/backend"
 	"github.com/drover-run/drover/internal/benchcmd"
 	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/democmd"
 	"github.com/drover-run/drover/internal/oneline"
-	"github.com/drover-run/drover/internal/orders"
-	"github.com/drover-run/drover/store"
 )
 
 // EnvDatabaseURL names the environment variable that sets --db.
@@ -44,13 +35,13 @@ const (
 type env struct {
 	*clicore.Env
 
-	// --server, --token, --token-file (remote.go); remote is the API
-	// client when the command runs against a server.
+	// --server, --token, --token-file, --namespace (remote.go); remote
+	// is set when the command runs against a server.
 	serverURL string
 	token     string
 	tokenFile string
-	remote    *droverclient.Client
-	hasToken  bool
+	namespace string
+	remote    *backend.Remote
 
 	entered bool // a command's own code started: errors are not usage errors
 }
@@ -130,7 +121,9 @@ alerts and queues (submit, status, list, resubmit, cancel, events, alerts,
 queue publish/peek/sessions/list/dlq/resolve) go through a running drover
 server's HTTP API instead of the database, with the bearer token of --token,
 --token-file or $` + EnvToken + `, and print the same output. The other commands
-refuse --server; --db and --server exclude each other.`,
+refuse --server; --db and --server exclude each other. With a global token,
+--namespace NAME (else $` + EnvNamespace + `) acts in namespace NAME (the
+Drover-Namespace header); a token of a namespace acts in its own without it.`,
 		Example: `  drover migrate --db sqlite:./drover.db
   drover server --demo &
   drover submit orders '{"order_id":"o-1","amount":1234}' --id order-o-1
@@ -177,6 +170,7 @@ refuse --server; --db and --server exclude each other.`,
 	pf.StringVar(&e.serverURL, "server", "", "run the command against a drover server's HTTP API (http://HOST:PORT or https://…) instead of the database; for the commands that read or change tasks, alerts and queues (env "+EnvServer+")")
 	pf.StringVar(&e.token, "token", "", "bearer token for --server (env "+EnvToken+"); prefer --token-file, as arguments are visible to other users")
 	pf.StringVar(&e.tokenFile, "token-file", "", "read the bearer token for --server from this file")
+	pf.StringVar(&e.namespace, "namespace", "", "the namespace --server acts in, for a global token (env "+EnvNamespace+"); a token of a namespace acts in its own without it, and naming another is refused")
 
 	root.AddCommand(
 		e.migrateCmd(),
@@ -211,16 +205,5 @@ func wrapArgs(c *cobra.Command) {
 	}
 	for _, sub := range c.Commands() {
 		wrapArgs(sub)
-	}
-}
-
-// clientConfig is the base client configuration of the CLI: it knows the
-// orders workflow, whose agents run in a server.
-func clientConfig(drv store.Driver, maxInput int, stepTimeout time.Duration) drover.Config {
-	return drover.Config{
-		Store:          drv,
-		Workflows:      []drover.Workflow{orders.Workflow(orders.Options{StepTimeout: stepTimeout})},
-		ExternalAgents: orders.AgentNames(),
-		MaxInputBytes:  maxInput,
 	}
 }

@@ -44,19 +44,9 @@ migrated they fail and say to run "drover migrate".`,
 				return err
 			}
 			defer d.Close()
-			before, latest, err := d.SchemaVersion(ctx)
+			before, after, latest, err := d.MigrateAll(ctx)
 			if err != nil {
-				return d.StoreErr(err)
-			}
-			if before > latest {
-				return fmt.Errorf("database %s is at schema version %d, this drover knows %d (%w): upgrade drover", d.Desc(), before, latest, drover.ErrSchemaTooNew)
-			}
-			if err := d.Migrate(ctx); err != nil {
-				return d.StoreErr(err)
-			}
-			after, _, err := d.SchemaVersion(ctx)
-			if err != nil {
-				return d.StoreErr(err)
+				return err
 			}
 			if e.JSON {
 				out := map[string]any{"db": d.Label, "driver": d.DriverName(), "from_version": before, "to_version": after, "latest_version": latest}

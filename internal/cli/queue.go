@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/backend"
 	"github.com/drover-run/drover/internal/clicore"
 )
 
@@ -584,7 +585,7 @@ processes pick it up within a few seconds.`,
 			if !change {
 				q, err = b.Policy(ctx, queue)
 			} else {
-				var ch policyChange
+				var ch backend.PolicyChange
 				if fl.Changed("max-delivery") {
 					ch.MaxDelivery = &maxDelivery
 				}

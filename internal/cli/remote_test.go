@@ -21,6 +21,7 @@ import (
 const (
 	remoteSubmitTok   = "cli-remote-submit-token-0123456789"
 	remoteOperatorTok = "cli-remote-operator-token-0123456789"
+	remoteTeamATok    = "cli-remote-team-a-token-0123456789"
 )
 
 // remoteEnv is a real API server over a started drover client on a
@@ -61,6 +62,7 @@ func newRemoteEnv(t *testing.T) *remoteEnv {
 	s := apitest.Start(t, cfg, httpapi.Options{Rate: -1, EventPollInterval: 10 * time.Millisecond, Tokens: []httpapi.Token{
 		{Secret: remoteSubmitTok, Scopes: []httpapi.Scope{httpapi.ScopeSubmit}},
 		{Secret: remoteOperatorTok, Scopes: []httpapi.Scope{httpapi.ScopeOperator}, Name: "oncall"},
+		{Secret: remoteTeamATok, Scopes: []httpapi.Scope{httpapi.ScopeSubmit}, Namespace: "team-a"},
 	}}, nil)
 	return &remoteEnv{db: db, url: s.URL, q: s.Convoy}
 }
@@ -502,6 +504,44 @@ func TestRemoteUsage(t *testing.T) {
 	}
 }
 
+// TestRemoteNamespace: --namespace (or $DROVER_NAMESPACE) makes a global
+// token act in that namespace; a namespace's token acts in its own without
+// it and is refused another; the flag is checked before any request.
+func TestRemoteNamespace(t *testing.T) {
+	e := newRemoteEnv(t)
+	mustRun(t, "submit", "echo", `{"n":1}`, "--id", "n-1", "--server", e.url, "--token", remoteSubmitTok, "--namespace", "team-a")
+	// team-a's token sees it; the global token sees it in team-a only.
+	if out := mustRun(t, "status", "n-1", "--json", "--server", e.url, "--token", remoteTeamATok); !strings.Contains(out, `"id":"n-1"`) {
+		t.Fatalf("team-a's token: %s", out)
+	}
+	r := run(t, "", "status", "n-1", "--server", e.url, "--token", remoteSubmitTok)
+	wantFailure(t, r, 1, "server: 404 not_found")
+	if out := mustRun(t, "status", "n-1", "--json", "--server", e.url, "--token", remoteSubmitTok, "--namespace", "team-a"); !strings.Contains(out, `"id":"n-1"`) {
+		t.Fatalf("global token with --namespace: %s", out)
+	}
+	if out := mustRun(t, "list", "--json", "--server", e.url, "--token", remoteSubmitTok, "--namespace", "default"); strings.Contains(out, `"n-1"`) {
+		t.Fatalf("the default namespace lists team-a's task: %s", out)
+	}
+	// A namespace's token naming another: 403 with a hint.
+	r = run(t, "", "list", "--server", e.url, "--token", remoteTeamATok, "--namespace", "team-b")
+	wantFailure(t, r, 1, "server: 403 forbidden")
+	if !strings.Contains(r.stderr, "leave out --namespace") {
+		t.Errorf("403 without a hint: %q", r.stderr)
+	}
+	// Refused before any request.
+	r = run(t, "", "list", "--server", e.url, "--token", remoteSubmitTok, "--namespace", "no spaces")
+	wantFailure(t, r, 2, `--namespace "no spaces"`)
+	r = run(t, "", "list", "--server", e.url, "--token", remoteSubmitTok, "--namespace", "")
+	wantFailure(t, r, 2, "--namespace is empty")
+	r = run(t, "", "list", "--db", e.db, "--namespace", "team-a")
+	wantFailure(t, r, 2, "--namespace goes with --server")
+	// The environment.
+	t.Setenv(EnvNamespace, "team-a")
+	if out := mustRun(t, "status", "n-1", "--json", "--server", e.url, "--token", remoteSubmitTok); !strings.Contains(out, `"id":"n-1"`) {
+		t.Fatalf("global token with $%s: %s", EnvNamespace, out)
+	}
+}
+
 // Every command's help mentions --server (a global flag).
 func TestRemoteHelp(t *testing.T) {
 	for _, args := range [][]string{
@@ -511,7 +551,7 @@ func TestRemoteHelp(t *testing.T) {
 		{"queue", "list", "--help"}, {"queue", "dlq", "--help"}, {"queue", "resolve", "--help"}, {"migrate", "--help"},
 	} {
 		r := run(t, "", args...)
-		if r.code != 0 || !strings.Contains(r.stdout, "--server") || !strings.Contains(r.stdout, "--token-file") {
+		if r.code != 0 || !strings.Contains(r.stdout, "--server") || !strings.Contains(r.stdout, "--token-file") || !strings.Contains(r.stdout, "--namespace") {
 			t.Errorf("drover %s: exit %d, no --server in %q", strings.Join(args, " "), r.code, r.stdout)
 		}
 	}

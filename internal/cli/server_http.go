@@ -31,6 +31,7 @@ type httpFlags struct {
 	maxWaitingTk int // --max-waiting-per-token
 	maxWaitingNS int // --max-waiting-per-namespace
 	maxStreamsNS int // --max-streams-per-namespace
+	maxTasksTk   int // --max-in-flight-per-token
 	heartbeat    time.Duration
 	queueCreate  string
 	metrics      string // --metrics-listen
@@ -41,7 +42,7 @@ func (f *httpFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "", "serve the HTTP API on this address (host:port; :0 picks a port, shown in the ready line); default: no HTTP API")
 	fl.StringVar(&f.metrics, "metrics-listen", "", "also serve Prometheus metrics (GET /metrics, no token) on this address, with or without --listen; bind an address only your monitoring reaches")
-	fl.StringVar(&f.tokensFile, "tokens-file", "", "file of API bearer tokens, one \"TOKEN SCOPE[,SCOPE] [NAME]\" per line (scopes: submit, agent:AGENT, metrics, operator, ns:NAMESPACE, which confines the token to a namespace; NAME is recorded as the actor of its operator actions); default: $"+httpapi.EnvTokens+" (entries separated by \";\")")
+	fl.StringVar(&f.tokensFile, "tokens-file", "", "file of API bearer tokens, one \"TOKEN SCOPE[,SCOPE] [NAME]\" per line (scopes: submit, agent:AGENT, metrics, operator, ns:NAMESPACE, which confines the token to a namespace (a metrics token to its namespace's series); NAME is recorded as the actor of its operator actions); default: $"+httpapi.EnvTokens+" (entries separated by \";\")")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve the HTTP API over TLS (and HTTP/2) with this PEM certificate file (needs --tls-key)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve the HTTP API without tokens; allowed on a loopback address only")
@@ -54,6 +55,7 @@ func (f *httpFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.maxWaitingTk, "max-waiting-per-token", httpapi.DefaultMaxWaitingPerToken, "waiting calls one token may hold; more get 429 with Retry-After")
 	fl.IntVar(&f.maxWaitingNS, "max-waiting-per-namespace", 0, "waiting calls one namespace may hold (all its tokens), once namespaces are in use; more get 429 with Retry-After (0: three quarters of --max-waiting)")
 	fl.IntVar(&f.maxStreamsNS, "max-streams-per-namespace", 0, "event streams one namespace may hold open, once namespaces are in use; more get 429 with Retry-After (0: three quarters of --max-streams)")
+	fl.IntVar(&f.maxTasksTk, "max-in-flight-per-token", 0, "tasks one token may have in flight (submitted and not yet final: Pending, Processing or Compensating); a submit of a new task beyond it gets 429 quota_exceeded (0: no quota; tokens sharing a name share it)")
 	fl.StringVar(&f.queueCreate, "queue-create", string(httpapi.QueueCreateSubmit), "who may create a session queue by publishing to it over the API: submit (any token that may publish) or operator (operator tokens only; others publish to existing queues, 403 otherwise)")
 	fl.DurationVar(&f.heartbeat, "stream-heartbeat", httpapi.DefaultHeartbeat, "interval of the keep-alive comments on idle event streams")
 	fl.DurationVar(&f.redelivery.First, "agent-redelivery-delay", httpapi.DefaultRedeliveryFirst, "how long a request a remote agent failed transiently waits before it is delivered again; doubles with each transient failure of the request (0: at once)")
@@ -71,7 +73,7 @@ func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags, allowPerms bool) 
 	return &server.HTTPConfig{Listen: f.listen, Tokens: tokens, NoAuth: f.insecure, TLSCert: cert, MaxBodyBytes: f.maxBodyBytes,
 		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, MaxStreamsPerToken: f.maxStreamsTk,
 		MaxWaiting: f.maxWaiting, MaxWaitingPerToken: f.maxWaitingTk, Heartbeat: f.heartbeat,
-		MaxWaitingPerNamespace: f.maxWaitingNS, MaxStreamsPerNamespace: f.maxStreamsNS,
+		MaxWaitingPerNamespace: f.maxWaitingNS, MaxStreamsPerNamespace: f.maxStreamsNS, MaxInFlightPerToken: f.maxTasksTk,
 		QueueCreate: server.QueueCreate(f.queueCreate), Redelivery: f.apiRedelivery()}, nil
 }
 
@@ -81,7 +83,7 @@ func (e *env) checkHTTPFlagValues(cmd *cobra.Command, f *httpFlags, allowPerms b
 	if f.listen == "" {
 		for _, name := range []string{"tokens-file", "tls-cert", "tls-key", "insecure-no-auth", "max-body-bytes", "rate-limit", "rate-burst", "max-streams", "stream-heartbeat",
 			"agent-redelivery-delay", "agent-redelivery-max-delay", "max-streams-per-token", "max-waiting", "max-waiting-per-token", "queue-create",
-			"max-waiting-per-namespace", "max-streams-per-namespace"} {
+			"max-waiting-per-namespace", "max-streams-per-namespace", "max-in-flight-per-token"} {
 			if cmd.Flags().Changed(name) {
 				return nil, nil, clicore.Usagef("--%s needs --listen", name)
 			}
@@ -102,7 +104,7 @@ func (e *env) checkHTTPFlagValues(cmd *cobra.Command, f *httpFlags, allowPerms b
 			return nil, nil, clicore.Usagef("%s must be positive, got %d", name, n)
 		}
 	}
-	for name, n := range map[string]int{"--max-waiting-per-namespace": f.maxWaitingNS, "--max-streams-per-namespace": f.maxStreamsNS} {
+	for name, n := range map[string]int{"--max-waiting-per-namespace": f.maxWaitingNS, "--max-streams-per-namespace": f.maxStreamsNS, "--max-in-flight-per-token": f.maxTasksTk} {
 		if n < 0 {
 			return nil, nil, clicore.Usagef("%s must not be negative, got %d", name, n)
 		}

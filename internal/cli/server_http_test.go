@@ -109,6 +109,26 @@ func startServerProc(t *testing.T, bin string, env []string, args ...string) *se
 }
 
 // call sends one plain HTTP request, as curl would.
+// getText GETs url with the token and returns the status and body.
+func getText(t *testing.T, client *http.Client, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
 func call(t *testing.T, client *http.Client, method, url, token, body string) (int, map[string]any) {
 	t.Helper()
 	var rd io.Reader
@@ -188,17 +208,10 @@ func TestServerHTTPEndToEnd(t *testing.T) {
 		}
 	}
 	// The scraper's token reads /metrics: the task's counters are there.
-	req, _ := http.NewRequest("GET", base+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+metricsTok)
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	status, body := getText(t, c, base+"/metrics", metricsTok)
 	for _, want := range []string{"\ndrover_tasks_finished_total 1\n", "\ndrover_supervisor_leader 1\n", "\ngo_goroutines ", "\nprocess_cpu_seconds_total "} {
-		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
-			t.Fatalf("GET /metrics: %d, no %q in:\n%s", resp.StatusCode, want, body)
+		if status != 200 || !strings.Contains(body, want) {
+			t.Fatalf("GET /metrics: %d, no %q in:\n%s", status, want, body)
 		}
 	}
 	if code, _ := call(t, c, "GET", base+"/v1/tasks/order-1", metricsTok, ""); code != 403 {
@@ -319,6 +332,8 @@ func TestServerHTTPFlags(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-waiting-per-token", "0"}, ExitUsage, "--max-waiting-per-token must be positive"},
 		{[]string{"--max-waiting", "5"}, ExitUsage, "--max-waiting needs --listen"},
 		{[]string{"--max-waiting-per-namespace", "5"}, ExitUsage, "--max-waiting-per-namespace needs --listen"},
+		{[]string{"--max-in-flight-per-token", "5"}, ExitUsage, "--max-in-flight-per-token needs --listen"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-in-flight-per-token", "-1"}, ExitUsage, "--max-in-flight-per-token must not be negative"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-streams-per-namespace", "-1"}, ExitUsage, "--max-streams-per-namespace must not be negative"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--queue-create", "admin"}, ExitUsage, `--queue-create "admin": want submit or operator`},
 		{[]string{"--queue-create", "operator"}, ExitUsage, "--queue-create needs --listen"},

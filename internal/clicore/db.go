@@ -278,6 +278,26 @@ func (d *Database) ready(ctx context.Context, migrate bool) error {
 	return nil
 }
 
+// MigrateAll applies the migrations d lacks ("drover migrate") and
+// returns its schema version before and after, and the latest this drover
+// knows. A database newer than this drover is refused, untouched.
+func (d *Database) MigrateAll(ctx context.Context) (before, after, latest int, err error) {
+	before, latest, err = d.SchemaVersion(ctx)
+	if err != nil {
+		return 0, 0, 0, d.StoreErr(err)
+	}
+	if before > latest {
+		return 0, 0, 0, fmt.Errorf("database %s is at schema version %d, this drover knows %d (%w): upgrade drover", d.Desc(), before, latest, drover.ErrSchemaTooNew)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		return 0, 0, 0, d.StoreErr(err)
+	}
+	if after, _, err = d.SchemaVersion(ctx); err != nil {
+		return 0, 0, 0, d.StoreErr(err)
+	}
+	return before, after, latest, nil
+}
+
 // StoreErr explains store errors about the database itself.
 func (d *Database) StoreErr(err error) error {
 	if err == nil {

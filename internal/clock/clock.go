@@ -1,4 +1,3 @@
-// Package clock injects time so tests control it.
 package clock
 
 import (

@@ -14,8 +14,8 @@ import (
 	"github.com/drover-run/drover/store"
 )
 
-// ScreenshotsEnv names a directory the browser test writes a 1280×800
-// screenshot of each page it visits to (not set: none are written).
+// ScreenshotsEnv names a directory the browser tests write a 1280×800
+// screenshot of each page they visit to (not set: none are written).
 const ScreenshotsEnv = "DROVER_CONSOLE_SCREENSHOTS"
 
 // chromium finds the browser: Debian's chromium (scripts/test installs it).
@@ -30,84 +30,245 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
+// tab is a headless Chromium tab of a test, 1280×800.
+type tab struct {
+	t     *testing.T
+	ctx   context.Context
+	shots string // ScreenshotsEnv's directory, "" for none
+	// actions counts the page actions: links followed, forms sent.
+	actions int
+}
+
+func newTab(t *testing.T) *tab {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium(t)), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 800), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelA)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	ctx, cancelT := context.WithTimeout(ctx, 120*time.Second)
+	t.Cleanup(cancelT)
+	b := &tab{t: t, ctx: ctx, shots: os.Getenv(ScreenshotsEnv)}
+	b.do(chromedp.EmulateViewport(1280, 800)) // the window's frame takes some of WindowSize
+	return b
+}
+
+// shot writes a screenshot of the page's 1280×800 viewport to name.png
+// when ScreenshotsEnv is set ("" writes none: one test writes each name).
+// Only the SQLite run writes them: the pages look alike on both stores.
+func (b *tab) shot(name string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		if name == "" || b.shots == "" || !strings.HasSuffix(b.t.Name(), "/sqlite") {
+			return nil
+		}
+		png, err := chromedp.CaptureScreenshot()(ctx, tg) // the viewport: 1280×800
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(b.shots, 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644)
+	})
+}
+
+// text is the text of the element CSS selector sel finds.
+func (b *tab) text(sel chromedp.CSS) string {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Text(sel))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return v
+}
+
+func (b *tab) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// signIn signs the tab in with token from the sign-in page, whose
+// screenshot it takes as shot.
+func (b *tab) signIn(base, token, shot string) {
+	b.t.Helper()
+	b.do(chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		b.shot(shot),
+		chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Submit(chromedp.ID("token")),
+		chromedp.WaitVisible(chromedp.CSS(`a.card[href="/alerts"]`)))
+}
+
+// follow clicks the first link to href (a page action), waits for the
+// element wait of the next page and takes its screenshot name.
+func (b *tab) follow(href string, wait chromedp.ID, name string) {
+	b.t.Helper()
+	b.actions++
+	b.do(chromedp.Click(chromedp.CSS(`a[href="`+href+`"]`)), chromedp.WaitVisible(wait), b.shot(name))
+}
+
+// press submits the main form whose action ends with action (a page
+// action) and waits for the flash that says what was done.
+func (b *tab) press(action string) {
+	b.t.Helper()
+	b.actions++
+	b.do(chromedp.Click(chromedp.CSS(`main form[action$="`+action+`"] button`)), chromedp.WaitVisible(chromedp.CSS(".flash")))
+}
+
+// keyTo presses Tab until the focused element is the link to target (or,
+// with form set, the button of the form whose action ends with target),
+// checks the focus is visible (an outline), then presses Enter (a page
+// action) and waits for wait: the keyboard alone gets there.
+func (b *tab) keyTo(target string, form bool, wait chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	probe := `(e => e.getAttribute("href") || "")(document.activeElement)`
+	if form {
+		probe = `(e => e.form ? e.form.getAttribute("action") : "")(document.activeElement)`
+	}
+	for range 80 {
+		b.do(chromedp.KeyEvent("\t"))
+		got, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](probe))
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if got == target || form && strings.HasSuffix(got, target) {
+			outline, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`getComputedStyle(document.activeElement).outlineStyle`))
+			if err != nil {
+				b.t.Fatal(err)
+			}
+			if outline == "none" {
+				b.t.Errorf("the focus on %s is not visible (no outline)", target)
+			}
+			b.actions++
+			b.do(chromedp.KeyEvent("\r"), wait)
+			return
+		}
+	}
+	b.t.Fatalf("80 Tabs never reached %s", target)
+}
+
+// want checks that the text of the element sel finds holds every sub.
+func (b *tab) want(sel chromedp.CSS, subs ...string) {
+	b.t.Helper()
+	got := b.text(sel)
+	for _, s := range subs {
+		if !strings.Contains(got, s) {
+			b.t.Errorf("%s says %q, want %q in it", sel, got, s)
+		}
+	}
+}
+
 // In a real headless Chromium an operator signs in, goes from the
 // overview to the open alert, reads on the task page why the order
 // failed, resubmits it after confirming, and sees it done.
 func TestBrowserResubmitFailedTask(t *testing.T) {
-	exe := chromium(t)
 	stores(t, func(t *testing.T, d store.Driver) {
 		e := startServer(t, d, false)
 		e.submit("order-7", true)
 		e.waitState("order-7", "Error")
 
-		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
-			chromedp.WindowSize(1280, 800), chromedp.Flag("disable-dev-shm-usage", true))
-		actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-		defer cancelA()
-		ctx, cancel := chromedp.NewContext(actx)
-		defer cancel()
-		ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-		defer cancelT()
-
-		shots := os.Getenv(ScreenshotsEnv)
-		shot := func(name string) chromedp.Action[chromedp.Void] {
-			return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-				if shots == "" {
-					return nil
-				}
-				png, err := chromedp.FullScreenshot(100)(ctx, tg) // quality 100: PNG
-				if err != nil {
-					return err
-				}
-				if err := os.MkdirAll(shots, 0o755); err != nil {
-					return err
-				}
-				return os.WriteFile(filepath.Join(shots, strings.ReplaceAll(t.Name(), "/", "-")+"-"+name+".png"), png, 0o644)
-			})
-		}
-		text := func(sel chromedp.ID) string {
-			t.Helper()
-			v, err := chromedp.Run(ctx, chromedp.Text(sel))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v
-		}
-		do := func(steps ...chromedp.Action[chromedp.Void]) {
-			t.Helper()
-			if err := chromedp.Do(ctx, steps...); err != nil {
-				t.Fatal(err)
-			}
-		}
-		do(chromedp.Navigate(e.base+"/"),
-			chromedp.WaitVisible(chromedp.ID("token")),
-			shot("signin"),
-			chromedp.SendKeys(chromedp.ID("token"), opToken),
-			chromedp.Submit(chromedp.ID("token")),
-			chromedp.WaitVisible(chromedp.CSS(`a.card[href="/alerts"]`)),
-			shot("overview"),
-			chromedp.Click(chromedp.CSS(`a.card[href="/alerts"]`)),
-			chromedp.WaitVisible(chromedp.CSS(`a[href="/tasks/order-7"]`)),
-			shot("alerts"),
-			chromedp.Click(chromedp.CSS(`a[href="/tasks/order-7"]`)),
-			chromedp.WaitVisible(chromedp.ID("story")),
-			shot("task"))
-		if story := text("story"); !strings.Contains(story, "failed") || !strings.Contains(story, "card declined") {
-			t.Errorf("task page sentence: %q", story)
-		}
-		do(chromedp.Click(chromedp.CSS(`a[href="/tasks/order-7/resubmit"]`)),
-			chromedp.WaitVisible(chromedp.ID("what")),
-			shot("confirm-resubmit"))
-		if what := text("what"); !strings.Contains(what, "runs again from step 0") {
-			t.Errorf("confirmation: %q", what)
-		}
+		b := newTab(t)
+		b.signIn(e.base, opToken, "signin")
+		b.follow("/alerts", "alerts-list", "")
+		b.follow("/tasks/order-7", "story", "")
+		b.want("#story", "failed", "card declined")
+		b.follow("/tasks/order-7/resubmit", "what", "")
+		b.want("#what", "runs again from step 0")
 		e.fixed.Store(true) // the operator fixed the cause
-		do(chromedp.Click(chromedp.CSS(`form[action="/tasks/order-7/resubmit"] button`)),
-			chromedp.WaitVisible(chromedp.CSS(`.flash`)))
+		b.press("/tasks/order-7/resubmit")
 		e.waitState("order-7", "Processed")
-		do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("story")), shot("task-done"))
-		if after := text("story"); !strings.HasPrefix(after, "Done:") {
+		b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("story")))
+		if after := b.text("#story"); !strings.HasPrefix(after, "Done:") {
 			t.Errorf("after the resubmit the sentence is %q", after)
+		}
+		// The timeline shows both attempts: the declined one, then the
+		// one after the resubmit.
+		b.want("table.attempts tbody", "failed", "card declined", "processed")
+		if n := b.text("table.attempts tbody"); strings.Count(n, "0 charge") != 2 {
+			t.Errorf("attempts: %q, want two of step 0", n)
+		}
+	})
+}
+
+// A blocked session in a real Chromium, with the keyboard alone: from the
+// overview to the queue, the dead letter's reason, the session, the
+// resubmit confirmation, and the session unblocked, which then drains in
+// order.
+func TestBrowserResolveDeadLetter(t *testing.T) {
+	stores(t, func(t *testing.T, d store.Driver) {
+		e := startServer(t, d, false)
+		q := e.ledger()
+
+		b := newTab(t)
+		b.signIn(e.base, opToken, "")
+		// With the keyboard alone: Tab to each link and button, Enter.
+		b.keyTo("/queues", false, chromedp.WaitVisible(chromedp.ID("queues-list")))
+		b.do(b.shot("queues"))
+		b.keyTo("/queues/ledger", false, chromedp.WaitVisible(chromedp.ID("dead-letters")))
+		b.do(b.shot("queue"))
+		b.want("table.dead tbody", "bad amount")
+		b.keyTo("/queues/ledger/sessions/acct-1", false, chromedp.WaitVisible(chromedp.ID("session-story")))
+		b.do(b.shot("session"))
+		b.want("#session-story", "Blocked: message 1")
+		b.keyTo("/queues/ledger/sessions/acct-1/deadletters/1/resubmit", false, chromedp.WaitVisible(chromedp.ID("what")))
+		b.do(b.shot("confirm-dead-letter"))
+		b.keyTo("/deadletters/1/resubmit", true, chromedp.WaitVisible(chromedp.CSS(".flash")))
+		if story := b.text("#session-story"); strings.HasPrefix(story, "Blocked") {
+			t.Errorf("after the resubmit the session is still blocked: %q", story)
+		}
+		if got, want := strings.Join(drain(t, q), " "), `{"n":1} {"n":2} {"n":3}`; got != want {
+			t.Errorf("the session drained %s, want %s", got, want)
+		}
+		b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("session-story")))
+		b.want("#session-story", "Idle")
+	})
+}
+
+// The Workflows page in a real Chromium: each version drawn as its steps,
+// the compensation under the step it undoes (and, on the way, the task
+// list and a cancel's confirmation).
+func TestBrowserWorkflows(t *testing.T) {
+	stores(t, func(t *testing.T, d store.Driver) {
+		e := startWithShip(t, d)
+		e.api("POST", "/v1/tasks", `{"workflow":"ship","id":"s-1","input":{}}`, nil) // no agent serves it: it stays unfinished
+		b := newTab(t)
+		b.signIn(e.base, opToken, "")
+		b.follow("/tasks", "tasks-list", "")
+		b.follow("/tasks/s-1", "story", "")
+		b.follow("/tasks/s-1/cancel", "what", "confirm-cancel")
+		b.want("#what", "becomes Cancelled")
+		b.follow("/workflows", "workflows-list", "")
+		b.want("#wf-ship article.current ol.flow", "0 label", "labels", "2s", "undo: voids", "1 pickup", "couriers")
+		b.want("#wf-pay", "defined in code", "charge", "payments")
+	})
+}
+
+// A task page follows the task live: cancelled by someone else (the API
+// here), the page shows it with no action of the operator's.
+func TestBrowserLiveTask(t *testing.T) {
+	stores(t, func(t *testing.T, d store.Driver) {
+		e := startServer(t, d, false)
+		e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"held-1","input":{"hold":true}}`, nil)
+		e.waitState("held-1", "Processing")
+		b := newTab(t)
+		b.signIn(e.base, readToken, "")
+		b.do(chromedp.Navigate(e.base+"/tasks/held-1"), chromedp.WaitVisible(chromedp.ID("story")))
+		b.want("#story", "is running")
+		e.api("POST", "/v1/tasks/held-1/cancel", `{"reason":"customer called"}`, nil)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			// The page reloads under the test: read what is there now.
+			story, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`(s => s ? s.textContent : "")(document.getElementById("story"))`))
+			if err == nil && strings.HasPrefix(story, "Cancelled") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("30s after the cancel the page says %q (%v)", story, err)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
 }

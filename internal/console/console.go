@@ -33,6 +33,10 @@ type Options struct {
 	Client *drover.Client
 	// Queues is the session-queue client (the overview counts queues).
 	Queues *convoy.Client
+	// Versions, when set, returns every stored version of the declarative
+	// workflows (workflowdef.Registry.Versions); the Workflows page shows
+	// them beside the workflows the client has registered.
+	Versions func(ctx context.Context) ([]drover.Workflow, error)
 	// API authenticates tokens exactly as the HTTP API does.
 	API *httpapi.Handler
 	// Logger defaults to a discarding logger.
@@ -54,6 +58,11 @@ type Console struct {
 	pages  map[string]*template.Template
 	mux    *http.ServeMux
 	static http.Handler
+	counts countCache
+
+	streams     chan struct{} // a slot per live stream
+	streamCtx   context.Context
+	stopStreams context.CancelFunc
 }
 
 // New returns the console over opts.Client, authenticating with opts.API.
@@ -75,7 +84,8 @@ func New(opts Options) (*Console, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	c := &Console{opts: opts, d: opts.Client, api: opts.API, log: opts.Logger, clock: opts.Clock, seal: seal,
-		pages: map[string]*template.Template{}, mux: http.NewServeMux()}
+		pages: map[string]*template.Template{}, mux: http.NewServeMux(), streams: make(chan struct{}, maxLiveStreams)}
+	c.streamCtx, c.stopStreams = context.WithCancel(context.Background())
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {
 		return nil, err
@@ -100,12 +110,21 @@ func New(opts Options) (*Console, error) {
 	c.mux.Handle("GET /{$}", c.page(c.overview))
 	c.mux.Handle("GET /tasks", c.page(c.tasks))
 	c.mux.Handle("GET /tasks/{id}", c.page(c.task))
+	c.mux.HandleFunc("GET /tasks/{id}/live", c.live)
 	c.mux.Handle("GET /tasks/{id}/resubmit", c.page(c.confirmResubmit))
 	c.mux.Handle("POST /tasks/{id}/resubmit", c.action(c.resubmit))
 	c.mux.Handle("GET /tasks/{id}/cancel", c.page(c.confirmCancel))
 	c.mux.Handle("POST /tasks/{id}/cancel", c.action(c.cancel))
 	c.mux.Handle("GET /alerts", c.page(c.alerts))
 	c.mux.Handle("POST /alerts/{id}/ack", c.action(c.ack))
+	c.mux.Handle("POST /alerts/ack", c.action(c.ackMany))
+	c.mux.Handle("GET /workflows", c.page(c.workflows))
+	c.mux.Handle("GET /agents", c.page(c.agents))
+	c.mux.Handle("GET /queues", c.page(c.queues))
+	c.mux.Handle("GET /queues/{queue}", c.page(c.queue))
+	c.mux.Handle("GET /queues/{queue}/sessions/{session}", c.page(c.session))
+	c.mux.Handle("GET /queues/{queue}/sessions/{session}/deadletters/{seq}/{action}", c.page(c.confirmDead))
+	c.mux.Handle("POST /queues/{queue}/sessions/{session}/deadletters/{seq}/{action}", c.action(c.resolveDead))
 	c.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "No page here.")
 	})
@@ -119,7 +138,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	if err := c.api.CheckBrowser(r); err != nil {
 		c.fail(w, r, nil, http.StatusForbidden, err.Error())
 		return
@@ -199,6 +218,8 @@ type pageData struct {
 	Data     any
 	Now      time.Time
 	SignedIn bool
+	// Live is the URL of the page's live stream ("": none).
+	Live string
 }
 
 // Operator reports whether the viewer may act.
@@ -241,7 +262,11 @@ func (c *Console) page(fn pageFunc) http.Handler {
 			c.fail(w, r, v, c.statusOf(err), err.Error())
 			return
 		}
-		c.render(w, r, http.StatusOK, tmpl, &pageData{Title: title, Viewer: v, Data: data, Flash: r.URL.Query().Get("done")})
+		p := &pageData{Title: title, Viewer: v, Data: data, Flash: r.URL.Query().Get("done")}
+		if l, ok := data.(interface{ live() string }); ok {
+			p.Live = l.live()
+		}
+		c.render(w, r, http.StatusOK, tmpl, p)
 	})
 }
 

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,6 +34,7 @@ type env struct {
 	t     *testing.T
 	base  string
 	fixed *atomic.Bool
+	drv   store.Driver
 }
 
 // startServer runs server.Run on d with a "pay" workflow whose charge
@@ -45,6 +47,13 @@ func startServer(t *testing.T, d store.Driver, noAuth bool) *env {
 // startServerTokens is startServer with the given tokens (nil: the
 // reader, operator and agent tokens above).
 func startServerTokens(t *testing.T, d store.Driver, noAuth bool, tokens []server.Token) *env {
+	t.Helper()
+	return startServerWith(t, d, noAuth, tokens, nil)
+}
+
+// startServerWith is startServerTokens with edit applied to the server's
+// configuration (nil: none).
+func startServerWith(t *testing.T, d store.Driver, noAuth bool, tokens []server.Token, edit func(*server.Config)) *env {
 	t.Helper()
 	fixed := &atomic.Bool{}
 	hold := make(chan struct{})
@@ -76,12 +85,14 @@ func startServerTokens(t *testing.T, d store.Driver, noAuth bool, tokens []serve
 	ready := make(chan server.Ready, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, server.Config{Store: d, HTTP: h, SupervisorInterval: 50 * time.Millisecond, PollInterval: 20 * time.Millisecond,
-			Workflows: []drover.Workflow{{Name: "pay", Steps: []drover.Step{{Name: "charge", Agent: "payments", Timeout: 5 * time.Second}}}},
-			Agents:    []drover.Agent{{Name: "payments", Func: charge}},
-			OnReady:   func(r server.Ready) { ready <- r }})
-	}()
+	cfg := server.Config{Store: d, HTTP: h, SupervisorInterval: 50 * time.Millisecond, PollInterval: 20 * time.Millisecond,
+		Workflows: []drover.Workflow{{Name: "pay", Steps: []drover.Step{{Name: "charge", Agent: "payments", Timeout: 5 * time.Second}}}},
+		Agents:    []drover.Agent{{Name: "payments", Func: charge}},
+		OnReady:   func(r server.Ready) { ready <- r }}
+	if edit != nil {
+		edit(&cfg)
+	}
+	go func() { done <- server.Run(ctx, cfg) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -91,7 +102,7 @@ func startServerTokens(t *testing.T, d store.Driver, noAuth bool, tokens []serve
 	select {
 	case r := <-ready:
 		t.Cleanup(func() { close(hold) }) // runs before the server stops
-		return &env{t: t, base: r.URL, fixed: fixed}
+		return &env{t: t, base: r.URL, fixed: fixed, drv: d}
 	case err := <-done:
 		t.Fatalf("server.Run: %v", err)
 	case <-time.After(30 * time.Second):
@@ -280,13 +291,15 @@ func TestPages(t *testing.T) {
 
 		tp := e.get(c, "/tasks/bad-1")
 		wantIn(t, tp, `Step 0 “charge” failed at`, "card declined. It waits for an operator", "bad-1/0/charge", "<td>payments</td>", "step_failed", "&#34;bad&#34;: true")
+		wantIn(t, tp, `<h2 id="attempts">Attempts</h2>`, `<text class="tl-label" x="4" y="38.0">0 charge #1</text>`, `class="tl-bar tl-failed"`,
+			`<span class="outcome tl-failed">failed</span></td><td class="err">permanent error: card declined</td>`)
 		wantOut(t, tp, "Resubmit…", "Resubmit from here") // read-only
 		if p := e.get(c, "/tasks/nope"); p.status != http.StatusNotFound {
 			t.Errorf("unknown task: %d, want 404", p.status)
 		}
 		al := e.get(c, "/alerts")
 		wantIn(t, al, `href="/tasks/bad-1"`, "card declined")
-		wantOut(t, al, "Acknowledge")
+		wantOut(t, al, `action="/alerts/`, `name="id"`)
 	})
 }
 
@@ -583,4 +596,91 @@ func TestNoAuth(t *testing.T) {
 		t.Fatalf("resubmit: %d %s", p.status, p.body)
 	}
 	e.waitState("bad-1", "Processed")
+}
+
+// The live stream of a task page needs a session, answers 404 for
+// another's task, and sends a change when the task's history grows.
+func TestLiveStream(t *testing.T) {
+	e := startServer(t, testutil.SQLite(t), false)
+	e.submit("bad-1", true)
+	e.waitState("bad-1", "Error")
+	if p := e.get(browser(t), "/tasks/bad-1/live"); p.status != http.StatusUnauthorized {
+		t.Errorf("live without a session: %d, want 401", p.status)
+	}
+	c := browser(t)
+	e.signIn(c, readToken)
+	tp := e.get(c, "/tasks/bad-1")
+	m := regexp.MustCompile(`data-live="(/tasks/bad-1/live\?after=\d+)"`).FindStringSubmatch(tp.body)
+	if m == nil {
+		t.Fatalf("no live stream on the task page: %s", tp.body)
+	}
+	wantIn(t, tp, `<script src="/static/live.js" defer></script>`)
+	if p := e.get(c, "/tasks/nope/live"); p.status != http.StatusNotFound {
+		t.Errorf("live of an unknown task: %d, want 404", p.status)
+	}
+	req, _ := http.NewRequest("GET", e.base+m[1], nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("live: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	e.fixed.Store(true)
+	e.api("POST", "/v1/tasks/bad-1/resubmit", `{}`, nil)
+	r := bufio.NewReader(resp.Body)
+	for {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended before a change: %v", err)
+		}
+		if l == "event: change\n" {
+			break
+		}
+	}
+}
+
+// The Alerts page filters by kind, shows the acknowledged ones on demand,
+// and acknowledges several at once (an operator with the CSRF token only).
+func TestAlertsFilterAndAckMany(t *testing.T) {
+	e := startServer(t, testutil.SQLite(t), false)
+	e.submit("bad-1", true)
+	e.submit("bad-2", true)
+	e.waitState("bad-1", "Error")
+	e.waitState("bad-2", "Error")
+	op := browser(t)
+	e.signIn(op, opToken)
+	all := e.get(op, "/alerts")
+	ids := regexp.MustCompile(`name="id" value="(\d+)"`).FindAllStringSubmatch(all.body, -1)
+	if len(ids) != 4 {
+		t.Fatalf("%d alerts to select, want 4 (step_failed and error of each task): %s", len(ids), all.body)
+	}
+	errorsOnly := e.get(op, "/alerts?kind=error")
+	wantIn(t, errorsOnly, "<td>error</td>", `<option value="error" selected>`)
+	wantOut(t, errorsOnly, "<td>step_failed</td>")
+	if p := e.get(op, "/alerts?kind=bogus"); p.status != http.StatusBadRequest {
+		t.Errorf("unknown kind: %d, want 400", p.status)
+	}
+	form := url.Values{"id": {ids[0][1], ids[1][1]}}
+	reader := browser(t)
+	e.signIn(reader, readToken)
+	if p := e.do(reader, "POST", "/alerts/ack", url.Values{"id": form["id"], "csrf": {csrf(t, e.get(reader, "/"))}}); p.status != http.StatusForbidden {
+		t.Errorf("reader acknowledges: %d, want 403", p.status)
+	}
+	if p := e.do(op, "POST", "/alerts/ack", form); p.status != http.StatusForbidden {
+		t.Errorf("no CSRF: %d, want 403", p.status)
+	}
+	wantIn(t, e.get(op, "/alerts"), `value="`+ids[0][1]+`"`) // unchanged
+	form.Set("csrf", csrf(t, all))
+	p := e.do(op, "POST", "/alerts/ack", form)
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("acknowledge two: %d %s", p.status, p.body)
+	}
+	after := e.get(op, p.loc)
+	wantIn(t, after, "2 alerts acknowledged.", `value="`+ids[2][1]+`"`)
+	wantOut(t, after, `value="`+ids[0][1]+`"`, `value="`+ids[1][1]+`"`)
+	wantIn(t, e.get(op, "/alerts?all=1"), "by http:oncall at")
 }

@@ -1,10 +1,13 @@
 // Package console is the operator console: HTML pages served by drover
 // server at /, rendered on the server with html/template, its stylesheet
-// embedded (no script, no request to another host).
+// and its one script (live updates of the task page over server-sent
+// events) embedded; no request to another host.
 //
 // It reads and acts through the same calls as the HTTP API
 // (drover.Client's Tasks, Task, Events, Counts, Active, Alerts, Resubmit,
-// CancelAs, AckAlert; convoy.Client's QueuesAfter) and authenticates with the API's tokens
+// CancelAs, AckAlertIn; convoy.Client's QueuesIn, QueuePolicy, Sessions,
+// Session, Peek, DeadLetters, SessionEvents, ResubmitDeadLetter,
+// DiscardDeadLetter) and authenticates with the API's tokens
 // (httpapi.Handler.Authenticate): a token with the submit scope sees
 // every page, actions need the operator scope.
 //

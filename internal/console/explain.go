@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/convoy"
 	dt "github.com/drover-run/drover/drovertype"
 )
 
@@ -124,6 +125,47 @@ func firstOf(ss ...string) string {
 		if s != "" {
 			return s
 		}
+	}
+	return ""
+}
+
+// sessionStory is the sentence at the top of a session's page: whether it
+// is blocked and by which message, held, or idle. msgs are its first
+// messages (Peek from the head).
+func sessionStory(s *convoy.Session, msgs []*convoy.StoredMessage) string {
+	var b strings.Builder
+	var dead *convoy.StoredMessage
+	for _, m := range msgs {
+		if m.Dead {
+			dead = m
+			break
+		}
+	}
+	switch {
+	case s.Blocked && dead != nil:
+		fmt.Fprintf(&b, "Blocked: message %d was dead-lettered at %s (%s). The %d message%s behind it wait%s for an operator to resubmit or discard it.",
+			dead.Seq, when(dead.DeadAt), firstOf(dead.DeadReason, "no reason recorded"), s.Pending, plural(s.Pending), verbS(s.Pending))
+	case s.Blocked:
+		b.WriteString("Blocked by a dead letter: resubmit or discard it to let the session go on.")
+	case s.LockHolder != "" && s.LockedUntil != nil:
+		fmt.Fprintf(&b, "Held by %s until %s; %d message%s pending.", s.LockHolder, when(s.LockedUntil), s.Pending, plural(s.Pending))
+	case s.Pending > 0:
+		fmt.Fprintf(&b, "Waiting for a consumer: %d message%s pending, the first available at %s.", s.Pending, plural(s.Pending), when(s.ReadyAt))
+	case s.Closed:
+		b.WriteString("Done: every message was settled and the session is closed.")
+	default:
+		b.WriteString("Idle: every message published so far was settled.")
+	}
+	if dead != nil && !s.Blocked {
+		fmt.Fprintf(&b, " Message %d is a dead letter (the queue skips them): see below.", dead.Seq)
+	}
+	return b.String()
+}
+
+// verbS is the third person's "s" for n subjects.
+func verbS(n int) string {
+	if n == 1 {
+		return "s"
 	}
 	return ""
 }

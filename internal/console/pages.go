@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,9 +48,19 @@ var funcs = template.FuncMap{
 	"pathescape": url.PathEscape,
 	// local is a stored task ID or alert subject without its namespace.
 	"local": dt.LocalName,
-	// hasSession tells an alert on a session ("session:<queue>/<id>")
-	// from one on a task.
-	"hasSession": func(subject string) bool { return strings.HasPrefix(subject, "session:") },
+	// sessionLink is the page of an alert's session subject (namespace
+	// removed), "" for a task's.
+	"sessionLink": func(subject string) string {
+		if q, s, ok := sessionOf(subject); ok {
+			return sessionPath(q, s)
+		}
+		return ""
+	},
+	"sessionPath":  sessionPath,
+	"anchor":       anchor,
+	"countCap":     func() int { return countCap },
+	"add":          func(a, b float64) float64 { return a + b },
+	"sessionStory": sessionStory,
 }
 
 // prettyJSON indents a JSON document; anything else is shown as text.
@@ -186,6 +197,11 @@ type taskData struct {
 	Events  []*drover.Event
 	More    bool
 	Actions actions
+	// Timeline pictures every attempt (nil before the first dispatch).
+	Timeline *timeline
+	// Live is the page's stream of changes ("" when the history shown is
+	// cut short).
+	Live string
 	// FromHere offers a resubmit from each step (an operator, a task
 	// resubmittable, not compensated: that one restarts from step 0).
 	FromHere bool
@@ -230,6 +246,14 @@ func (c *Console) task(ctx context.Context, r *http.Request, v *viewer) (string,
 		d.Events, d.More = evs[:eventsShown], true
 	}
 	d.Story = explain(t, d.Events)
+	d.Timeline = buildTimeline(t, d.Events, d.More, c.clock.Now())
+	if !d.More { // a history cut short has no last event to follow from
+		var last int64
+		if n := len(d.Events); n > 0 {
+			last = d.Events[n-1].ID
+		}
+		d.Live = liveURL(dt.LocalName(t.ID), last)
+	}
 	return "task", "Task " + dt.LocalName(t.ID), d, nil
 }
 
@@ -335,17 +359,81 @@ func (c *Console) cancel(ctx context.Context, r *http.Request, v *viewer) (strin
 	return "/tasks/" + url.PathEscape(id), "Cancelled.", nil
 }
 
+// alertKinds are the kinds of alert the Alerts page filters on.
+var alertKinds = []dt.EventType{dt.EventStepFailed, dt.EventStepWaiting, dt.EventError, dt.EventSessionBlocked}
+
 type alertsData struct {
 	Alerts []drover.Alert
-	More   bool
+	Kinds  []dt.EventType
+	Kind   string // the kind shown ("" every kind)
+	All    bool   // acknowledged alerts shown too
+	AllQ   string // All as the query's value ("1" or "")
+	After  string
+	Next   string // the after= of the next page ("" on the last)
 }
 
+// alerts lists the alerts in ID order, alertsShown read at a time
+// (?after= the last ID read): the open ones, or with ?all=1 the
+// acknowledged ones too, of one kind with ?kind=.
 func (c *Console) alerts(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
-	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown, Namespace: v.id.ListNamespace()})
+	q := r.URL.Query()
+	d := &alertsData{Kinds: alertKinds, Kind: q.Get("kind"), All: q.Get("all") == "1", After: q.Get("after")}
+	var after int64
+	if d.After != "" {
+		var err error
+		if after, err = strconv.ParseInt(d.After, 10, 64); err != nil || after < 0 {
+			return "", "", nil, fmt.Errorf("%w: after %q is not an alert ID", drover.ErrInvalidInput, d.After)
+		}
+	}
+	if d.Kind != "" && !slices.Contains(alertKinds, dt.EventType(d.Kind)) {
+		return "", "", nil, fmt.Errorf("%w: no kind of alert %q", drover.ErrInvalidInput, d.Kind)
+	}
+	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{AfterID: after, Unacknowledged: !d.All, Limit: alertsShown, Namespace: v.id.ListNamespace()})
 	if err != nil {
 		return "", "", nil, err
 	}
-	return "alerts", "Alerts", &alertsData{Alerts: alerts, More: next != 0}, nil
+	for _, a := range alerts {
+		if d.Kind == "" || string(a.Type) == d.Kind {
+			d.Alerts = append(d.Alerts, a)
+		}
+	}
+	if next != 0 {
+		d.Next = strconv.FormatInt(next, 10)
+	}
+	if d.All {
+		d.AllQ = "1"
+	}
+	return "alerts", "Alerts", d, nil
+}
+
+// ackMany acknowledges the alerts checked on the Alerts page (the form's
+// "id" values), each as the single acknowledge does, in order; it stops
+// at the first that is not found (those before it stay acknowledged).
+func (c *Console) ackMany(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
+	ids := r.PostForm["id"]
+	if len(ids) == 0 {
+		return "", "", fmt.Errorf("%w: check the alerts to acknowledge", drover.ErrInvalidInput)
+	}
+	if len(ids) > alertsShown {
+		return "", "", fmt.Errorf("%w: at most %d alerts at once", drover.ErrInvalidInput, alertsShown)
+	}
+	var nums []int64
+	for _, s := range ids {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id < 1 {
+			return "", "", fmt.Errorf("%w: alert ID %q is not a positive number", drover.ErrInvalidInput, s)
+		}
+		nums = append(nums, id)
+	}
+	for _, id := range nums {
+		if _, err := c.d.AckAlertIn(ctx, v.id.ListNamespace(), id, v.id.Actor()); err != nil {
+			if errors.Is(err, drover.ErrAlertNotFound) {
+				return "", "", fmt.Errorf("%w: %w", drover.ErrTaskNotFound, err)
+			}
+			return "", "", err
+		}
+	}
+	return "/alerts", fmt.Sprintf("%d alert%s acknowledged.", len(nums), plural(len(nums))), nil
 }
 
 func (c *Console) ack(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
@@ -361,3 +449,5 @@ func (c *Console) ack(ctx context.Context, r *http.Request, v *viewer) (string, 
 	}
 	return "/alerts", fmt.Sprintf("Alert %d acknowledged.", id), nil
 }
+
+func (d *taskData) live() string { return d.Live }

@@ -18,6 +18,8 @@ import (
 	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/remotesim"
+	"github.com/drover-run/drover/server"
+	"github.com/drover-run/drover/store"
 )
 
 // DemoSummary is what "drover demo orders" reports; with --json it is the
@@ -67,6 +69,7 @@ type demoFlags struct {
 	supInterval time.Duration
 	schedulers  int
 	timeout     time.Duration
+	console     string
 }
 
 func (e *env) demoCmd() *cobra.Command {
@@ -103,6 +106,13 @@ The exit code is 1 if any effect was applied twice, if some order did not end
 Processed, Compensated or Error, if an Error task has no alert, or if the
 orders did not finish within --timeout.
 
+With --console ADDR (a loopback address such as 127.0.0.1:8080) the demo does
+not end after its summary: it keeps its store and serves the operator console
+(and the HTTP API, without auth) on ADDR, with the orders workflow and its
+agents running and the simulated service's faults turned off, until
+interrupted. Open http://ADDR/ to see the failed orders, why they failed, and
+resubmit them.
+
 The database is a fresh temporary SQLite file, deleted afterwards, unless --db
 is given explicitly (the DROVER_DATABASE_URL variable is not used here). With
 an explicit --db (SQLite or PostgreSQL, in the schema --schema) the store is
@@ -110,6 +120,7 @@ migrated if needed and kept, the task IDs get a random prefix, and the
 summary says how to inspect them.`,
 		Example: `  drover demo orders
   drover demo orders --orders 500 --transient-rate 0.2 --hang-rate 0.05 --permanent-rate 0.02 --json
+  drover demo orders --orders 50 --console 127.0.0.1:8080
   drover demo orders --orders 50 --db sqlite:./demo.db && drover list --db sqlite:./demo.db --state Error
   drover demo orders --orders 500 --db postgres://postgres@127.0.0.1:5432/postgres --schema drover_demo`,
 		Args: cobra.NoArgs,
@@ -138,6 +149,7 @@ summary says how to inspect them.`,
 	fl.DurationVar(&f.supInterval, "supervisor-interval", 200*time.Millisecond, "time between supervisor sweeps")
 	fl.IntVar(&f.schedulers, "schedulers", 2, "scheduler instances")
 	fl.DurationVar(&f.timeout, "timeout", 0, "give up if the orders are not all final by then (default: 30s + 100ms per order)")
+	fl.StringVar(&f.console, "console", "", "then keep the store and serve the operator console on this loopback address (e.g. 127.0.0.1:8080) until interrupted")
 	demo.AddCommand(ordersCmd)
 	demo.AddCommand(e.demoLedgerCmd())
 	demo.AddCommand(e.demoServiceCmd())
@@ -287,7 +299,9 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *clicore.DBTarg
 		}
 	}
 	stop()
-	stopRemote()
+	if f.console == "" {
+		stopRemote()
+	}
 
 	s, err := e.demoSummary(ctx, c, prefix, counts)
 	if err != nil {
@@ -327,8 +341,37 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *clicore.DBTarg
 	if s.ErrorTasksWithoutAlert > 0 {
 		problems = append(problems, fmt.Sprintf("%d Error tasks have no alert", s.ErrorTasksWithoutAlert))
 	}
+	if f.console != "" {
+		// The operator fixed the service: a resubmitted order completes.
+		svc.SetRates(0, 0, 0)
+		svc.Forgive()
+		if err := e.serveConsole(ctx, f, drv.Driver, url, opts, log, s); err != nil {
+			return err
+		}
+	}
 	if len(problems) > 0 {
 		return &clicore.ExitError{Code: clicore.ExitFailure, Msg: "demo failed: " + strings.Join(problems, "; ")}
+	}
+	return nil
+}
+
+// serveConsole serves the operator console and the HTTP API (without
+// auth, so on loopback only) on the demo's store at f.console until ctx
+// ends, with the orders workflow and its agents running on the simulated
+// service at remoteURL, so that a resubmitted order runs again.
+func (e *env) serveConsole(ctx context.Context, f demoFlags, d store.Driver, remoteURL string, opts orders.Options, log *slog.Logger, s *DemoSummary) error {
+	err := server.Run(ctx, server.Config{
+		Store: d, Logger: log, StoreName: "the demo's store",
+		HTTP:      &server.HTTPConfig{Listen: f.console, NoAuth: true},
+		Workflows: []drover.Workflow{orders.Workflow(opts)}, Agents: orders.Agents(remoteURL, opts), AgentsProvider: demoProvider,
+		Schedulers: f.schedulers, SupervisorInterval: f.supInterval, LeaseTTL: max(2*time.Second, 5*f.supInterval), PollInterval: 50 * time.Millisecond,
+		OnReady: func(r server.Ready) {
+			fmt.Fprintf(e.Stderr, "demo: the operator console shows this demo's orders at %s/ (%d in Error, %d compensated; see Alerts).\n"+
+				"demo: the simulated service's faults are off now: a resubmitted order completes. Ctrl-C stops.\n", r.URL, s.Error, s.Compensated)
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("serve the console on %s: %w", f.console, err)
 	}
 	return nil
 }

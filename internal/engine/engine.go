@@ -140,6 +140,18 @@ func (e *Engine) Stop() { e.services.Stop() }
 // Runtime returns the agent runtime, nil if the process runs no agents.
 func (e *Engine) Runtime() *agentrt.Runtime { return e.runtime }
 
+// NamespaceHeld returns the tasks of each namespace the schedulers hold
+// (flow.Machine.NamespaceHeld), summed.
+func (e *Engine) NamespaceHeld() map[string]int {
+	out := map[string]int{}
+	for _, s := range e.order {
+		for ns, n := range s.Machine.NamespaceHeld() {
+			out[ns] += n
+		}
+	}
+	return out
+}
+
 // SupervisorTerm returns the term the supervisor leads in, or 0.
 func (e *Engine) SupervisorTerm() int64 {
 	if e.supervisor == nil {
@@ -162,9 +174,10 @@ func (e *Engine) WakeFor(t notifier.Topic) {
 		if s := e.schedulers[t.Name]; s != nil {
 			s.WakeReplies()
 		}
-	case notifier.Queue:
-		// Session-queue publishes (package convoy) are no work for the
-		// task roles; convoy's consumers subscribe themselves.
+	case notifier.Queue, notifier.Events:
+		// Session-queue publishes (package convoy) and events for
+		// webhooks are no work for the task roles; convoy's consumers
+		// and the webhook dispatcher subscribe themselves.
 	default: // notifier.All
 		for _, s := range e.order {
 			s.WakeReplies()

@@ -2,9 +2,9 @@ package engine
 
 import (
 	"context"
-	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/store"
 )
 
@@ -19,7 +19,7 @@ import (
 type Remote struct {
 	Store store.Driver
 	// Clock tells the time written and checked against CompleteBy.
-	Clock interface{ Now() time.Time }
+	Clock clock.Clock
 }
 
 // Available reports whether agent has an unclaimed request ready: a

@@ -50,6 +50,7 @@ func (st *Start) Abort() {
 	}
 	st.done = true
 	st.unreserve(st.Flow.Reserved())
+	st.Flow.Settle(false)
 	st.sched.Adopt(0, st.Flow.Room)
 }
 
@@ -58,6 +59,7 @@ func (st *Start) Abort() {
 func (st *Start) Commit() {
 	st.done = true
 	f := st.Flow
+	f.Settle(true)
 	st.unreserve(f.Dropped)
 	st.sched.Adopt(f.Started, f.Room)
 	if f.Started > 0 {

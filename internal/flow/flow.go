@@ -16,6 +16,7 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/fault"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -120,15 +121,27 @@ func (b *batch) event(e *dt.Event) { b.events = append(b.events, e) }
 
 // drop removes task id's requests and events from a batch of started tasks
 // (see Start), moving its requests to start.Dropped.
-func (b *batch) drop(id string, start *Start) {
+func (b *batch) drop(id string, start *Start) (dropped bool) {
 	b.requests = slices.DeleteFunc(b.requests, func(r *dt.AgentRequest) bool {
 		if r.TaskID == id {
 			start.Dropped = append(start.Dropped, r)
+			dropped = true
 			return true
 		}
 		return false
 	})
 	b.events = slices.DeleteFunc(b.events, func(e *dt.Event) bool { return e.TaskID == id })
+	return dropped
+}
+
+// unstart gives back the namespace count of a started task that existed
+// already.
+func (st *Start) unstart(id string) {
+	ns := dt.NamespaceOf(id)
+	if i := slices.Index(st.starting, ns); i >= 0 {
+		st.starting = slices.Delete(st.starting, i, i+1)
+		st.Machine.nsStartDone([]string{ns}, false)
+	}
 }
 
 func (b *batch) flush(ctx context.Context, x store.Executor) error {
@@ -168,7 +181,7 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 		}
 	}
 	if len(b.events) > 0 {
-		if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: b.events}); err != nil {
+		if err := notifier.InsertEvents(ctx, x, b.events); err != nil {
 			return err
 		}
 	}
@@ -359,17 +372,25 @@ type Start struct {
 	Started           int
 
 	reserved []*dt.AgentRequest // every request dispatched
+	starting []string           // namespaces of started tasks counted against Machine.NamespaceMaxInFlight
+}
+
+// Settle ends the namespace counts of the started tasks once the
+// transaction committed (commit) or failed: committed, they count as held
+// by the Machine; failed, they are given back.
+func (st *Start) Settle(commit bool) {
+	st.Machine.nsStartDone(st.starting, commit)
+	st.starting = nil
 }
 
 // Reserved lists every request SubmitAndStart dispatched: after a rollback,
 // the agent slots to return.
 func (st *Start) Reserved() []*dt.AgentRequest { return st.reserved }
 
-// startable reports whether a new task may be started at submission.
+// startable reports whether a new task may be started at submission (its
+// namespace's cap is checked apart, by Machine.nsStart).
 func startable(t *dt.Task, steps []*dt.StepRecord, now time.Time) bool {
-	// A namespace's task waits for a claim, where its namespace's share of
-	// the schedulers' room is checked (Machine.NamespaceMaxInFlight).
-	return t.OrderingKey == "" && dt.NamespaceOf(t.ID) == "" && t.ProcessState == dt.Pending && len(steps) > 0 && !t.AvailableAt.After(now)
+	return t.OrderingKey == "" && t.ProcessState == dt.Pending && len(steps) > 0 && !t.AvailableAt.After(now)
 }
 
 // SubmitAndStart is Submit that also starts new tasks (see Start); start
@@ -377,6 +398,7 @@ func startable(t *dt.Task, steps []*dt.StepRecord, now time.Time) bool {
 // with the same Start after a rollback.
 func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, start *Start) ([]*dt.Task, error) {
 	if start != nil {
+		start.Settle(false) // a failed try's counts
 		start.Requests, start.Dropped, start.Started, start.reserved = nil, nil, 0, nil
 	}
 	out := make([]*dt.Task, len(subs))
@@ -437,7 +459,9 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		}
 		if sb != nil {
 			// Not new after all: drop what starting it dispatched.
-			sb.drop(t.ID, start)
+			if sb.drop(t.ID, start) {
+				start.unstart(t.ID)
+			}
 		}
 		cur, err := x.TaskGet(ctx, &store.TaskGetParams{ID: t.ID})
 		if err != nil {
@@ -474,7 +498,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		}
 		start.Requests, start.Started = sb.requests, len(sb.requests)
 	}
-	if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: events}); err != nil {
+	if err := notifier.InsertEvents(ctx, x, events); err != nil {
 		return nil, err
 	}
 	if sb != nil {
@@ -505,6 +529,16 @@ func startTasks(subs []Submission, fresh []*dt.Task, freshIdx []int, start *Star
 		i := freshIdx[k]
 		if !startable(t, subs[i].Steps, start.Now) {
 			continue
+		}
+		// Its namespace's cap applies as to a claim: at the cap, the task
+		// waits Pending for one.
+		ns := dt.NamespaceOf(t.ID)
+		ok, counted := start.Machine.nsStart(ns)
+		if !ok {
+			continue
+		}
+		if counted {
+			start.starting = append(start.starting, ns)
 		}
 		if sb == nil {
 			sb, subs = newBatch(), slices.Clone(subs)
@@ -585,12 +619,13 @@ type Machine struct {
 	Reserve func(agent string) (claimedBy string, ok bool)
 
 	// NamespaceMaxInFlight, when positive, caps the tasks of one namespace
-	// (drovertype.NamespaceOf) the instance holds, once it has claimed a
-	// task of a namespace other than the default one: a claimed task of
-	// a namespace at its cap is let go of at once, claimable again after
-	// NamespaceDelay, so one namespace's slow tasks cannot take all the
-	// room of the instance. The counts are kept here and set again from
-	// the store by SetNamespaceHeld.
+	// (drovertype.NamespaceOf) the instance holds, once it has claimed or
+	// started a task of a namespace other than the default one: a claimed
+	// task of a namespace at its cap is let go of at once, claimable again
+	// after NamespaceDelay, and a Start leaves it Pending, so one
+	// namespace's slow tasks cannot take all the room of the instance. The
+	// counts are kept here and set again from the store by
+	// SetNamespaceHeld.
 	NamespaceMaxInFlight int
 	ns                   nsCounts
 }
@@ -599,13 +634,15 @@ type Machine struct {
 // Machine.NamespaceMaxInFlight waits before it is claimable again.
 const NamespaceDelay = 500 * time.Millisecond
 
-// nsCounts are the tasks held per namespace, and the changes of the
-// transaction in progress.
+// nsCounts are the tasks held per namespace, the changes of the
+// transaction in progress, and the tasks being started at submission
+// (Start), whose transactions have not committed yet.
 type nsCounts struct {
-	mu      sync.Mutex
-	on      bool // a task of a namespace other than the default one was claimed
-	held    map[string]int
-	pending map[string]int
+	mu       sync.Mutex
+	on       bool // a task of a namespace other than the default one was claimed or started
+	held     map[string]int
+	pending  map[string]int
+	starting map[string]int
 }
 
 // SetNamespaceHeld replaces the counts of held tasks per namespace (from
@@ -615,6 +652,20 @@ func (m *Machine) SetNamespaceHeld(held map[string]int) {
 	m.ns.mu.Lock()
 	defer m.ns.mu.Unlock()
 	m.ns.held = held
+}
+
+// NamespaceHeld returns a copy of the tasks held per namespace (stored
+// namespace, "" for the default one), counted once namespaces are in use.
+func (m *Machine) NamespaceHeld() map[string]int {
+	m.ns.mu.Lock()
+	defer m.ns.mu.Unlock()
+	out := make(map[string]int, len(m.ns.held))
+	for ns, n := range m.ns.held {
+		if n > 0 {
+			out[ns] = n
+		}
+	}
+	return out
 }
 
 // NamespacesInUse reports whether the instance claimed a task of a
@@ -640,11 +691,58 @@ func (m *Machine) nsFull(t *dt.Task) bool {
 	if !m.ns.on {
 		return false
 	}
-	if m.ns.held[ns]+m.ns.pending[ns] >= m.NamespaceMaxInFlight {
+	if m.ns.held[ns]+m.ns.pending[ns]+m.ns.starting[ns] >= m.NamespaceMaxInFlight {
 		return true
 	}
 	m.nsAddLocked(ns, 1)
 	return false
+}
+
+// nsStart reports whether a task of namespace ns may be started at
+// submission (Start) under the cap nsFull applies to claims; counted says
+// it now counts as starting, until nsStartDone. Starts run in other
+// goroutines than the instance's ticks, hence counts of their own.
+func (m *Machine) nsStart(ns string) (ok, counted bool) {
+	if m.NamespaceMaxInFlight <= 0 {
+		return true, false
+	}
+	m.ns.mu.Lock()
+	defer m.ns.mu.Unlock()
+	if ns != "" {
+		m.ns.on = true
+	}
+	if !m.ns.on {
+		return true, false
+	}
+	if m.ns.held[ns]+m.ns.pending[ns]+m.ns.starting[ns] >= m.NamespaceMaxInFlight {
+		return false, false
+	}
+	if m.ns.starting == nil {
+		m.ns.starting = map[string]int{}
+	}
+	m.ns.starting[ns]++
+	return true, true
+}
+
+// nsStartDone ends the counts nsStart made: held once committed, else
+// given back.
+func (m *Machine) nsStartDone(nss []string, commit bool) {
+	if len(nss) == 0 {
+		return
+	}
+	m.ns.mu.Lock()
+	defer m.ns.mu.Unlock()
+	for _, ns := range nss {
+		if m.ns.starting[ns]--; m.ns.starting[ns] <= 0 {
+			delete(m.ns.starting, ns)
+		}
+		if commit {
+			if m.ns.held == nil {
+				m.ns.held = map[string]int{}
+			}
+			m.ns.held[ns]++
+		}
+	}
 }
 
 // nsLetGo counts a held task let go of by the transaction in progress.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
 )
@@ -407,7 +408,7 @@ func TestNoAuthBrowserDefences(t *testing.T) {
 }
 
 func TestRateLimit(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	e := newEnv(t, testutilSQLite(t), Options{Rate: 1, Burst: 2, Clock: clk})
 	e.do("GET", "/v1/queues", submitTok, "").must(t, 200)
 	e.do("GET", "/v1/queues", submitTok, "").must(t, 200)
@@ -424,7 +425,7 @@ func TestRateLimit(t *testing.T) {
 	}
 	// Health endpoints are not limited.
 	e.do("GET", "/healthz", "", "").must(t, 200)
-	clk.Add(time.Second)
+	clk.Advance(time.Second)
 	e.do("GET", "/v1/queues", submitTok, "").must(t, 200)
 	e.do("GET", "/v1/queues", submitTok, "").mustError(t, 429, "rate_limited")
 }

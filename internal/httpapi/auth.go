@@ -44,9 +44,10 @@ const MinTokenLen = 16
 // tokens file separated by ";".
 const EnvTokens = "DROVER_API_TOKENS"
 
-// errGlobalScope: remote agents serve the requests of every namespace and
-// the metrics are the server's, so the scopes that reach them are global.
-const errGlobalScope = "the agent and metrics scopes are global (remote agents serve every namespace, metrics are the server's): a token with ns:NAME cannot have them"
+// errGlobalScope: remote agents serve the requests of every namespace, so
+// the scope that reaches them is global. (A namespace's metrics token
+// scrapes its namespace's series only.)
+const errGlobalScope = "the agent scope is global (remote agents serve every namespace): a token with ns:NAME cannot have it"
 
 // agentScopePrefix starts a scope binding a token to one remote agent,
 // "agent:NAME".
@@ -66,14 +67,16 @@ type Token struct {
 	Agents []string
 	// Namespace, when set, confines the token to one namespace (in a
 	// tokens file, the scope "ns:NAME"): it sees and acts on that
-	// namespace's tasks, queues, alerts and events only, whatever its
-	// (drovertype.DefaultNamespace confines it to the default namespace)
-	// other scopes. Without it the token is global: it chooses the
+	// namespace's tasks, queues, alerts and events only, and scrapes its
+	// series of the metrics only, whatever its other scopes
+	// (drovertype.DefaultNamespace confines it to the default namespace).
+	// It cannot have ScopeAgent. Without it the token is global: it chooses the
 	// namespace of each request with the Drover-Namespace header, the
 	// default namespace without it.
 	Namespace string
 	// Name identifies the token's holder in the history: operator actions
-	// made with it are recorded with the actor "http:<Name>". Default: the
+	// made with it are recorded with the actor "http:<Name>", and so are
+	// the tasks it submits (Options.MaxInFlightPerToken). Default: the
 	// first 8 hex digits of the token's SHA-256, "token-1a2b3c4d" (never the
 	// token itself).
 	Name string
@@ -223,7 +226,7 @@ func parseTokenLines(lines []string, what string) ([]Token, error) {
 		if plainAgent || len(t.Agents) > 0 {
 			t.Scopes = append(t.Scopes, ScopeAgent)
 		}
-		if t.Namespace != "" && (slices.Contains(t.Scopes, ScopeAgent) || slices.Contains(t.Scopes, ScopeMetrics)) {
+		if t.Namespace != "" && slices.Contains(t.Scopes, ScopeAgent) {
 			return nil, fmt.Errorf("tokens %s %d: %s", what, i+1, errGlobalScope)
 		}
 		out = append(out, t)
@@ -253,7 +256,7 @@ func newAuthenticator(tokens []Token) (*authenticator, error) {
 				return nil, fmt.Errorf("httpapi: token %d: unknown scope %q", i+1, sc)
 			}
 		}
-		if t.Namespace != "" && (slices.Contains(t.Scopes, ScopeAgent) || slices.Contains(t.Scopes, ScopeMetrics)) {
+		if t.Namespace != "" && slices.Contains(t.Scopes, ScopeAgent) {
 			return nil, fmt.Errorf("httpapi: token %d: %s", i+1, errGlobalScope)
 		}
 		if len(t.Agents) > 0 && !slices.Contains(t.Scopes, ScopeAgent) {

@@ -68,6 +68,10 @@ func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request) error {
 	if err := noQuery(r); err != nil {
 		return err
 	}
+	if p := principalOf(r); p != nil && p.token != nil && p.token.Namespace != "" {
+		h.nsMetrics[p.ns].ServeHTTP(w, r)
+		return nil
+	}
 	h.metrics.ServeHTTP(w, r)
 	return nil
 }

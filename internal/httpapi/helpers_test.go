@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,19 +27,6 @@ const (
 var testTokens = []Token{
 	{Secret: submitTok, Scopes: []Scope{ScopeSubmit}},
 	{Secret: operatorTok, Scopes: []Scope{ScopeOperator}},
-}
-
-// fakeClock is a settable clock for the rate limiter.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }
 
 type testEnv struct {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
+	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/webhook"
 	"github.com/drover-run/drover/metrics"
@@ -37,9 +38,6 @@ const (
 	// maxBatch caps the messages of one publish.
 	maxBatch = 1000
 )
-
-// Clock tells the handler the time (rate limits); tests inject their own.
-type Clock interface{ Now() time.Time }
 
 // Options configure a Handler.
 type Options struct {
@@ -69,8 +67,9 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// Logger defaults to a discarding logger. Tokens are never logged.
 	Logger *slog.Logger
-	// Clock defaults to the system clock.
-	Clock Clock
+	// Clock tells the handler the time (rate limits, remote agents'
+	// deadlines); tests inject their own. Default: the system clock.
+	Clock clock.Clock
 	// Actor is recorded as the actor of operator actions. Default "http-api".
 	Actor string
 	// Heartbeat is the interval of the ": ping" comments on event streams
@@ -99,6 +98,16 @@ type Options struct {
 	// three quarters of MaxWaiting and MaxStreams (at least 1).
 	MaxWaitingPerNamespace int
 	MaxStreamsPerNamespace int
+	// MaxInFlightPerToken caps the tasks one token has in flight: those it
+	// submitted that are not final yet (Pending, Processing or
+	// Compensating). A submit of a new task beyond it gets 429
+	// quota_exceeded; submitting an existing ID again is not refused.
+	// Tokens are told apart by their name (tokens sharing one share the
+	// quota), else by a hash of the secret; the store records that name
+	// with each task (drovertype.Task.Submitter), so the quota holds
+	// across restarts and processes. Default 0: no quota. Without auth
+	// there is none.
+	MaxInFlightPerToken int
 	// RemoteAgent reports whether an agent runs in another process and is
 	// served by remote agents over this API. Polls, completions and
 	// failures for any other agent (the built-in http agent, agents that
@@ -134,7 +143,9 @@ type Options struct {
 	// refuse on sight (a loopback, private or link-local address...).
 	CallbackAllow *webhook.Allow
 	// Metrics, when set, is served at GET /metrics in Prometheus's text
-	// format (scope metrics); without it that route answers 404.
+	// format (scope metrics); without it that route answers 404. A token
+	// of a namespace gets only the series labelled with its namespace
+	// (metrics.ForNamespace).
 	Metrics prometheus.Gatherer
 }
 
@@ -144,7 +155,7 @@ type Handler struct {
 	convoy *convoy.Client
 	opts   Options
 	log    *slog.Logger
-	clock  Clock
+	clock  clock.Clock
 	mux    *http.ServeMux
 	auth   *authenticator
 	routes []route
@@ -163,7 +174,8 @@ type Handler struct {
 	pollsWaiting atomic.Int64 // remote-agent polls waiting for requests (agents.go)
 	agentWake    agentWaker   // wakes them on the store's notifications (agents.go)
 
-	metrics http.Handler // Options.Metrics served, or nil
+	metrics   http.Handler            // Options.Metrics served, or nil
+	nsMetrics map[string]http.Handler // by stored namespace: its series of Options.Metrics
 
 	streamCtx   context.Context
 	stopStreams context.CancelFunc
@@ -282,6 +294,14 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 	h.streamCtx, h.stopStreams = context.WithCancel(context.Background())
 	if opts.Metrics != nil {
 		h.metrics = metrics.Handler(opts.Metrics, opts.Logger, 0) // the request timeout bounds it
+		// A namespace's tokens scrape its own series only: one handler per
+		// namespace of the tokens, each with its own bound on scrapes.
+		h.nsMetrics = map[string]http.Handler{}
+		for _, t := range opts.Tokens {
+			if ns := dt.StoredNamespace(t.Namespace); t.Namespace != "" && h.nsMetrics[ns] == nil {
+				h.nsMetrics[ns] = metrics.Handler(metrics.ForNamespace(opts.Metrics, t.Namespace), opts.Logger, 0)
+			}
+		}
 	}
 	h.routes = []route{
 		{"GET", "/healthz", "", h.healthz},

@@ -347,7 +347,6 @@ func TestParseTokens(t *testing.T) {
 		"abcdefghijklmnop1 submit,ns:a/b",
 		"abcdefghijklmnop1 submit,ns:a,ns:b",
 		"abcdefghijklmnop1 ns:a,agent:payments",
-		"abcdefghijklmnop1 ns:a,metrics",
 	} {
 		_, err := ParseTokens(strings.NewReader(bad))
 		if err == nil {
@@ -358,8 +357,8 @@ func TestParseTokens(t *testing.T) {
 			t.Errorf("%q: the error shows the token: %v", bad, err)
 		}
 	}
-	toks, err = ParseTokens(strings.NewReader("abcdefghijklmnop1 submit,ns:tenant-a\nabcdefghijklmnop2 operator,ns:default\n"))
-	if err != nil || toks[0].Namespace != "tenant-a" || !toks[0].has(ScopeSubmit) || toks[1].Namespace != "default" {
+	toks, err = ParseTokens(strings.NewReader("abcdefghijklmnop1 submit,ns:tenant-a\nabcdefghijklmnop2 operator,ns:default\nabcdefghijklmnop3 metrics,ns:tenant-a\n"))
+	if err != nil || toks[0].Namespace != "tenant-a" || !toks[0].has(ScopeSubmit) || toks[1].Namespace != "default" || !toks[2].has(ScopeMetrics) {
 		t.Fatalf("namespaced tokens: %v %+v", err, toks)
 	}
 	a, _ := newAuthenticator(testTokens)

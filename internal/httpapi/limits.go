@@ -41,9 +41,41 @@ const (
 // streams it holds. A later grouping of tokens (a namespace) keeps the
 // same counters one level up.
 type caller struct {
-	limiter *rate.Limiter // nil: no rate limit
-	waiting atomic.Int64
-	streams atomic.Int64
+	limiter    *rate.Limiter // nil: no rate limit
+	waiting    atomic.Int64
+	streams    atomic.Int64
+	submitting atomic.Int64 // submits in progress, not yet counted by the store (quotaCheck)
+}
+
+// quotaCheck refuses a submit of a new task by a token holding
+// Options.MaxInFlightPerToken tasks in flight already, or returns the
+// function to call once the submit ended, and the submitter to record.
+// Submits of the token in progress count too (those already committed
+// may count twice: the check errs on the side of refusing), so that
+// concurrent submits cannot pass the quota together.
+func (h *Handler) quotaCheck(r *http.Request) (submitter string, done func(), err error) {
+	p := principalOf(r)
+	if p == nil || p.token == nil {
+		return "", func() {}, nil
+	}
+	submitter = p.token.actorName()
+	limit := h.opts.MaxInFlightPerToken
+	if limit <= 0 {
+		return submitter, func() {}, nil
+	}
+	others := p.caller.submitting.Add(1) - 1
+	done = func() { p.caller.submitting.Add(-1) }
+	n, err := h.drover.ActiveTasksOf(r.Context(), submitter)
+	if err != nil {
+		done()
+		return "", nil, err
+	}
+	if int64(n)+others >= int64(limit) {
+		done()
+		return "", nil, errorf(http.StatusTooManyRequests, "quota_exceeded",
+			"this token has %d tasks in flight (not yet final), its quota max-in-flight-per-token is %d: wait for some to finish", n, limit)
+	}
+	return submitter, done, nil
 }
 
 // principal is who makes a request: the token (nil without auth) and its

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/store"
 )
 
@@ -133,7 +135,7 @@ func TestStreamCapPerToken(t *testing.T) {
 // address gets 429 before its token is looked at (even a good one), other
 // addresses are not affected, and the limit refills with time.
 func TestAuthFailureLimit(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	e := newEnv(t, testutilSQLite(t), Options{AuthFailRate: 1, AuthFailBurst: 3, Clock: clk})
 	from := func(addr, token string) *response {
 		req := newReq("GET", "/v1/queues", "")
@@ -151,7 +153,7 @@ func TestAuthFailureLimit(t *testing.T) {
 	}
 	from("198.51.100.7:40001", "guess-0123456789abcdef").mustError(t, 429, "rate_limited") // another port: the same client
 	from(b, submitTok).must(t, 200)
-	clk.Add(time.Second)
+	clk.Advance(time.Second)
 	from(a, submitTok).must(t, 200)
 	from(a, "guess-0123456789abcdef").mustError(t, 401, "unauthorized")
 	from(a, "guess-0123456789abcdef").mustError(t, 429, "rate_limited")
@@ -240,6 +242,60 @@ func TestIdleAcceptsWriteNothing(t *testing.T) {
 		e.do("POST", "/v1/queues/q/messages", submitTok, `{"session_id":"now","body":2}`).must(t, 201)
 		if status := <-w.done; status != 200 || counted.n.Load() == before {
 			t.Fatalf("accept of an available session: %d, %d writes", status, counted.n.Load()-before)
+		}
+	})
+}
+
+// TestInFlightQuotaPerToken: a token holding MaxInFlightPerToken tasks
+// not yet final gets 429 quota_exceeded for a new one, naming the quota;
+// submitting an existing ID again is served; another token is not
+// affected; once one of its tasks is final the token submits again. The
+// store records the token's name with each task, never the secret.
+func TestInFlightQuotaPerToken(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		const ciTok = "ci-token-with-a-quota-0123456789"
+		tokens := append([]Token{{Secret: ciTok, Scopes: []Scope{ScopeSubmit}, Name: "ci"}}, testTokens...)
+		e := newEnv(t, open(t), Options{Tokens: tokens, MaxInFlightPerToken: 3})
+		for i := range 3 {
+			e.do("POST", "/v1/tasks", ciTok, `{"workflow":"external","id":"q-`+itoa(int64(i))+`"}`).must(t, 201)
+		}
+		r := e.do("POST", "/v1/tasks", ciTok, `{"workflow":"external","id":"q-3"}`).mustError(t, 429, "quota_exceeded")
+		if !strings.Contains(r.errMsg(), "max-in-flight-per-token is 3") || !strings.Contains(r.errMsg(), "3 tasks in flight") {
+			t.Errorf("the error does not name the quota: %s", r.body)
+		}
+		if _, err := e.d.Task(context.Background(), "q-3"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("the refused task was stored: %v", err)
+		}
+		e.do("POST", "/v1/tasks", ciTok, `{"workflow":"external","id":"q-0"}`).must(t, 200)
+		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"external","id":"other"}`).must(t, 201)
+		task, err := e.drv.Reader().TaskGet(context.Background(), &store.TaskGetParams{ID: "q-0"})
+		if err != nil || task.Submitter != "http:ci" {
+			t.Fatalf("q-0's submitter: %q, %v", task.Submitter, err)
+		}
+		e.do("POST", "/v1/tasks/q-0/cancel", operatorTok, `{}`).must(t, 200)
+		e.do("POST", "/v1/tasks", ciTok, `{"workflow":"external","id":"q-3"}`).must(t, 201)
+		e.do("POST", "/v1/tasks", ciTok, `{"workflow":"external","id":"q-4"}`).mustError(t, 429, "quota_exceeded")
+
+		// Concurrent submits do not pass the quota together.
+		e2 := newEnv(t, open(t), Options{Tokens: tokens, MaxInFlightPerToken: 3})
+		codes := make(chan int, 12)
+		for i := range 12 {
+			go func() {
+				codes <- e2.do("POST", "/v1/tasks", ciTok, `{"workflow":"external","id":"c-`+itoa(int64(i))+`"}`).status
+			}()
+		}
+		created := 0
+		for range 12 {
+			switch c := <-codes; c {
+			case 201:
+				created++
+			case 429:
+			default:
+				t.Errorf("concurrent submit: %d", c)
+			}
+		}
+		if n, err := e2.d.ActiveTasksOf(context.Background(), "http:ci"); err != nil || created > 3 || n != created {
+			t.Errorf("%d created, %d in flight (%v), want at most 3", created, n, err)
 		}
 	})
 }

@@ -22,7 +22,8 @@ import (
 // the lock at a third of its duration and releases the session. Every call
 // goes through convoy's lease functions, so ordering, delivery counts,
 // poison handling and events are those of in-process consumers. A stale
-// lock token answers 409 lock_lost and changes nothing.
+// lock token answers 409 lock_lost and changes nothing; one for a session
+// the caller's namespace does not have answers 404.
 //
 // The lock token is "<session lock token>.<nonce>": each accept draws 128
 // random bits and locks the session under a holder derived from them (see
@@ -194,6 +195,18 @@ func DecodeLock(body []byte) (LockToken, error) {
 	return tokenField(req.LockToken)
 }
 
+// sessionLeaseErr is leaseErr for a call naming a session: a lock lost
+// on a session the caller's namespace does not have answers 404, as every
+// other route does for another namespace's objects, not 409.
+func (h *Handler) sessionLeaseErr(r *http.Request, queue, session string, err error) error {
+	if errors.Is(err, convoy.ErrLockLost) {
+		if _, serr := h.convoy.Session(r.Context(), queue, session); errors.Is(serr, store.ErrNotFound) {
+			return errorf(http.StatusNotFound, "not_found", "session %q of queue %q not found", session, dt.LocalName(queue))
+		}
+	}
+	return leaseErr(err)
+}
+
 // leaseErr maps the lease errors of convoy to answers.
 func leaseErr(err error) error {
 	switch {
@@ -307,7 +320,7 @@ func (h *Handler) receiveMessage(w http.ResponseWriter, r *http.Request) error {
 	case err != nil && ctx.Err() != nil && r.Context().Err() == nil:
 		// Draining ended the wait before anything was received.
 	case err != nil:
-		return leaseErr(err)
+		return h.sessionLeaseErr(r, queue, session, err)
 	case m != nil:
 		out.Message = &droverapi.ReceivedMessage{Queue: dt.LocalName(m.Queue), SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
 			DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, EnqueuedAt: m.EnqueuedAt, AvailableAt: m.AvailableAt}
@@ -339,7 +352,7 @@ func (h *Handler) settleMessage(w http.ResponseWriter, r *http.Request) error {
 		err = h.convoy.LeaseDeadLetter(r.Context(), ref, s.Seq, s.Reason)
 	}
 	if err != nil {
-		return leaseErr(err)
+		return h.sessionLeaseErr(r, queue, session, err)
 	}
 	writeJSON(w, http.StatusOK, droverapi.SettleResult{Queue: queue, SessionID: session, Seq: s.Seq, Outcome: s.Outcome})
 	return nil
@@ -353,7 +366,7 @@ func (h *Handler) renewLock(w http.ResponseWriter, r *http.Request) error {
 	}
 	until, err := h.convoy.LeaseRenew(r.Context(), ref)
 	if err != nil {
-		return leaseErr(err)
+		return h.sessionLeaseErr(r, ref.Queue, ref.SessionID, err)
 	}
 	writeJSON(w, http.StatusOK, droverapi.LockRenewed{Queue: dt.LocalName(ref.Queue), SessionID: ref.SessionID, LockedUntil: until})
 	return nil
@@ -366,7 +379,7 @@ func (h *Handler) releaseLock(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := h.convoy.LeaseRelease(r.Context(), ref); err != nil {
-		return leaseErr(err)
+		return h.sessionLeaseErr(r, ref.Queue, ref.SessionID, err)
 	}
 	writeJSON(w, http.StatusOK, droverapi.LockReleased{Queue: dt.LocalName(ref.Queue), SessionID: ref.SessionID, Released: true})
 	return nil

@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/store"
 )
 
 // newConsumeEnv is newEnv whose queue client (and so the lock expiries)
 // reads clk.
-func newConsumeEnv(t *testing.T, drv store.Driver, clk *fakeClock) *testEnv {
+func newConsumeEnv(t *testing.T, drv store.Driver, clk *clock.Fake) *testEnv {
 	t.Helper()
 	e := newEnv(t, drv, Options{})
 	q, err := convoy.New(convoy.Config{Store: drv, PollInterval: 10 * time.Millisecond, Clock: clk})
@@ -260,7 +261,7 @@ func TestRemoteConsumersFIFO(t *testing.T) {
 // (409 lock_lost) and changes nothing; the message is delivered again.
 func TestRemoteConsumerLockExpiry(t *testing.T) {
 	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
-		clk := &fakeClock{t: time.Now()}
+		clk := clock.NewFake(time.Now())
 		e := newConsumeEnv(t, open(t), clk)
 		e.do("PUT", "/v1/queues/q/policy", operatorTok, `{"lock_duration_ms":1000}`).must(t, 201)
 		e.do("POST", "/v1/queues/q/messages", submitTok, `{"session_id":"s","body":"hello"}`).must(t, 201)
@@ -274,13 +275,13 @@ func TestRemoteConsumerLockExpiry(t *testing.T) {
 			t.Fatalf("receive: %v", m)
 		}
 		// A renewal moves the expiry.
-		clk.Add(600 * time.Millisecond)
+		clk.Advance(600 * time.Millisecond)
 		r = e.do("POST", "/v1/queues/q/sessions/s/renew", submitTok, fmt.Sprintf(`{"lock_token":%q}`, tok)).must(t, 200)
 		until, err := time.Parse(time.RFC3339Nano, r.str("locked_until"))
 		if err != nil || !until.After(clk.Now().Add(900*time.Millisecond)) {
 			t.Fatalf("renew: %s (%v)", r.body, err)
 		}
-		clk.Add(1500 * time.Millisecond) // past the renewed lock
+		clk.Advance(1500 * time.Millisecond) // past the renewed lock
 		before := e.snapshot()
 		e.settle("q", "s", tok, 1, "complete").mustError(t, 409, "lock_lost")
 		e.settle("q", "s", tok, 1, "dead_letter").mustError(t, 409, "lock_lost")
@@ -430,8 +431,10 @@ func TestRemoteConsumerBadInput(t *testing.T) {
 			// A foreign token: another session's, or one never handed out.
 			{"/v1/queues/q/sessions/s/settle", fmt.Sprintf(`{"lock_token":%q,"seq":2,"outcome":"complete"}`, tok), "lock_lost"},
 			{"/v1/queues/q/sessions/t/settle", fmt.Sprintf(`{"lock_token":%q,"seq":1,"outcome":"complete"}`, retoken(tok, tokNum(tok)+1)), "lock_lost"},
-			{"/v1/queues/q/sessions/nope/release", fmt.Sprintf(`{"lock_token":%q}`, tok), "lock_lost"},
-			{"/v1/queues/other/sessions/t/renew", fmt.Sprintf(`{"lock_token":%q}`, tok), "lock_lost"},
+			// A session or queue that does not exist (in the caller's
+			// namespace: another's answers alike).
+			{"/v1/queues/q/sessions/nope/release", fmt.Sprintf(`{"lock_token":%q}`, tok), "not_found"},
+			{"/v1/queues/other/sessions/t/renew", fmt.Sprintf(`{"lock_token":%q}`, tok), "not_found"},
 		} {
 			t.Run(c.path+" "+c.body[:min(len(c.body), 50)], func(t *testing.T) {
 				r := e.do("POST", c.path, submitTok, c.body)

@@ -170,8 +170,13 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	submitter, done, err := h.submitterOf(r, status == http.StatusOK)
+	if err != nil {
+		return err
+	}
+	defer done()
 	t, err := h.drover.Submit(r.Context(), req.Workflow, req.Input, &drover.SubmitOptions{ID: req.ID, OrderingKey: req.OrderingKey,
-		CallbackURL: req.CallbackURL, CallbackEvents: req.CallbackEvents, Namespace: h.ns(r)})
+		CallbackURL: req.CallbackURL, CallbackEvents: req.CallbackEvents, Namespace: h.ns(r), Submitter: submitter})
 	if err != nil {
 		return err
 	}
@@ -182,6 +187,18 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Location", "/v1/tasks/"+url.PathEscape(dt.LocalName(t.ID)))
 	writeJSON(w, status, h.taskView(r, full))
 	return nil
+}
+
+// submitterOf is the submitter a submit records, after the quota check
+// (none for a task that exists already: submitting it again adds nothing).
+func (h *Handler) submitterOf(r *http.Request, exists bool) (string, func(), error) {
+	if exists {
+		if p := principalOf(r); p != nil && p.token != nil {
+			return p.token.actorName(), func() {}, nil
+		}
+		return "", func() {}, nil
+	}
+	return h.quotaCheck(r)
 }
 
 func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {

@@ -1,7 +1,3 @@
-// Package leader elects one leader among several instances through a lease row
-// in the store. The lease has a term that grows every time the holder changes;
-// the leader passes its term to every action it fences (see flow.Leader),
-// so a deposed leader cannot act once another has taken the lease.
 package leader
 
 import (

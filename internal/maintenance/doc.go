@@ -1,6 +1,7 @@
 // Package maintenance runs drover's leader-only chores: one small Service
 // per chore (step recovery, request expiry, retention, expiry of
-// session-queue dedupe entries, webhook retention), run in batches by whichever process holds the chore's lease.
+// session-queue dedupe entries, webhook retention), run in batches by
+// whichever process holds the chore's lease.
 // A Runner holds one lease (package leader) and runs its services every
 // Interval while it leads; each batch is its own transaction fenced by
 // the lease (flow.Leader.CheckLeader), so a deposed leader cannot act

@@ -2,10 +2,12 @@ package notifier
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
 
+	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
 )
 
@@ -25,6 +27,9 @@ const (
 	Replies
 	// Queue: a session of the queue Topic.Name may have become available.
 	Queue
+	// Events: history events a webhook may send (final states, alerts)
+	// were written.
+	Events
 )
 
 // Topic is a parsed notification topic.
@@ -42,15 +47,40 @@ const (
 	queuePrefix    = "queue:"
 )
 
+// EventsTopic is the wire form of the Events topic.
+const EventsTopic = "events"
+
+// InsertEvents appends events to the history in x and, when a webhook may
+// send one of them (dt.WebhookCandidate: a final state or an alert),
+// notifies EventsTopic, so dispatchers wake at once instead of at their
+// next poll. Other events notify nothing: most transactions write some,
+// and a notification serializes commits on PostgreSQL.
+func InsertEvents(ctx context.Context, x store.Executor, events []*dt.Event) error {
+	if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: events}); err != nil {
+		return err
+	}
+	for _, e := range events {
+		if dt.WebhookCandidate(e) {
+			if err := store.Notify(ctx, x, &store.NotifyParams{Topic: EventsTopic}); err != nil {
+				return fmt.Errorf("notify %s: %w", EventsTopic, err)
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
 // QueueTopic is the wire form of the topic of a session queue.
 func QueueTopic(queue string) string { return queuePrefix + queue }
 
-// Parse reads a topic as sent with store.Executor.Notify. A topic it does
+// Parse reads a topic as sent with store.Notify. A topic it does
 // not know reads as All, so a newer sender never leaves a role asleep.
 func Parse(s string) Topic {
 	switch {
 	case s == store.TopicTasks:
 		return Topic{Kind: Tasks}
+	case s == EventsTopic:
+		return Topic{Kind: Events}
 	case strings.HasPrefix(s, requestsPrefix):
 		return Topic{Kind: Requests, Name: s[len(requestsPrefix):]}
 	case strings.HasPrefix(s, repliesPrefix):

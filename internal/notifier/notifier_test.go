@@ -24,6 +24,7 @@ func TestParse(t *testing.T) {
 		store.TopicRequests("a"):  {Kind: notifier.Requests, Name: "a"},
 		store.TopicReplies("s/1"): {Kind: notifier.Replies, Name: "s/1"},
 		convoy.Topic("q"):         {Kind: notifier.Queue, Name: "q"},
+		notifier.EventsTopic:      {Kind: notifier.Events},
 		store.TopicAll:            {Kind: notifier.All},
 		"from-a-newer-version":    {Kind: notifier.All},
 	} {

@@ -170,7 +170,12 @@ func TestPermanentIsStickyPerKey(t *testing.T) {
 	if _, err := c.Call(t.Context(), "charge", "k2", "o-1", 5); err != nil {
 		t.Fatal(err)
 	}
-	want := Stats{Calls: 3, Applied: 1, Permanent: 2}
+	// Forgiven, the rejected key is served anew.
+	svc.Forgive()
+	if _, err := c.Call(t.Context(), "charge", "k", "o-2", 5); err != nil {
+		t.Fatalf("the rejected key after Forgive: %v", err)
+	}
+	want := Stats{Calls: 4, Applied: 2, Permanent: 2}
 	if got := svc.Stats(); got != want {
 		t.Fatalf("Stats = %+v, want %+v", got, want)
 	}

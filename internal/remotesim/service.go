@@ -139,6 +139,19 @@ func (s *Service) SetRejectAmountAbove(limit int64) {
 	s.rejectAbove = limit
 }
 
+// Forgive forgets the permanent rejections of earlier calls, so a call
+// repeated with a rejected key is served anew: the operator fixed the
+// cause (the demo's console does, so resubmitted orders complete).
+func (s *Service) Forgive() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, r := range s.keys {
+		if r.permanent {
+			delete(s.keys, k)
+		}
+	}
+}
+
 // Stats returns a snapshot of the counters.
 func (s *Service) Stats() Stats {
 	s.mu.Lock()

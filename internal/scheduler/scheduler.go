@@ -1,11 +1,3 @@
-// Package scheduler is the Scheduler role: it claims Pending tasks from the
-// state store (setting LockedBy), dispatches each task's steps in order as
-// request messages to agents, and applies the agents' replies, fenced by
-// attempt and CompleteBy.
-//
-// One Scheduler is one instance (one LockedBy value). It works in batches:
-// each loop applies every reply that has arrived and claims new tasks up to
-// its in-flight limit, all in one transaction.
 package scheduler
 
 import (

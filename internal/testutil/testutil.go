@@ -1,4 +1,3 @@
-// Package testutil holds helpers shared by drover's tests.
 package testutil
 
 import (

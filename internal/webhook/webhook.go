@@ -1,27 +1,3 @@
-// Package webhook sends signed webhooks when tasks reach a final state
-// (Processed, Compensated, Error or Cancelled) and, for subscriptions that
-// choose them, on operator alerts (a permanent step failure, a failure that
-// starts compensation, an extended wait, a blocked session).
-//
-// A Dispatcher turns the events of the durable history that subscriptions
-// select (dt.WebhookEventSet: final states by default) into durable
-// deliveries (one per event and URL: the task's callback URL and every
-// globally configured URL), POSTs each as JSON signed with
-// HMAC-SHA256 (with a key of the destination's, over the event ID, the
-// time and the body, so a request one receiver got does not verify at
-// another), and retries failures with exponential back-off and jitter
-// until a 2xx answer, MaxAttempts or MaxAge. Every request goes through
-// an egress policy (loopback, private, link-local... destinations fail at
-// once unless opened), at most MaxPerHost at a time to one host, with a
-// short ConnectTimeout. Any number of dispatchers, in
-// any number of processes sharing a store, cooperate: the enqueue cursor is
-// locked by one at a time and deliveries are claimed (PostgreSQL: SKIP
-// LOCKED) with a lease, so no (event, URL) is queued twice or sent by two
-// dispatchers at once, and none is lost when a process dies: its claims
-// expire and another dispatcher (or the same instance restarted) sends them
-// again. Delivery is at least once; receivers de-duplicate on the
-// Drover-Event-Id header (or the body's "id"), which is the same on every
-// attempt. The user guide is docs/webhooks.md.
 package webhook
 
 import (
@@ -33,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -49,6 +26,7 @@ import (
 	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/fault"
 	"github.com/drover-run/drover/internal/maintenance"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/startstop"
 	"github.com/drover-run/drover/store"
 )
@@ -112,7 +90,9 @@ type Options struct {
 	// private, link-local and other special-purpose addresses.
 	Egress *egress.Policy
 	// PollInterval is how often the history is scanned for new final
-	// states and due retries are claimed. Default 1s.
+	// states and due retries are claimed. Default 1s. On a store that
+	// notifies (PostgreSQL) a new final state or alert wakes the scan at
+	// once; the poll finds the rest (retries, other selected events).
 	PollInterval time.Duration
 	// Concurrency caps the requests in flight. Default 8.
 	Concurrency int
@@ -194,6 +174,18 @@ type Dispatcher struct {
 	// namespaced: an event or delivery of a namespace other than the
 	// default one was seen; MaxPerNamespace applies from then on.
 	namespaced atomic.Bool
+	// nsInFlight is a copy of the requests in flight per namespace (the
+	// run loop's own map changes without a lock), for the metrics.
+	nsInFlight atomic.Pointer[map[string]int]
+}
+
+// NamespaceInFlight returns the webhook requests in flight per namespace
+// (stored namespace, "" for the default one), once namespaces are in use.
+func (d *Dispatcher) NamespaceInFlight() map[string]int {
+	if m := d.nsInFlight.Load(); m != nil && d.namespaced.Load() {
+		return *m
+	}
+	return nil
 }
 
 // New validates opts and returns a Dispatcher on d. It does not touch the
@@ -435,6 +427,18 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	perNS := map[string]int{}   // requests in flight by namespace
 	ticker := time.NewTicker(d.opts.PollInterval)
 	defer ticker.Stop()
+	// Another transaction's final state or alert wakes the scan at once
+	// (PostgreSQL); without notifications the ticker finds it.
+	wake := make(chan struct{}, 1)
+	unsubscribe := notifier.For(d.store).Subscribe(func(t notifier.Topic) {
+		if t.Kind == notifier.Events || t.Kind == notifier.All {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer unsubscribe()
 	var (
 		inflight int
 		pending  []store.WebhookResult
@@ -469,6 +473,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				}
 				perHost[host]++
 				perNS[ns]++
+				d.publishNS(perNS)
 				inflight++
 				d.inFlight.Add(1)
 				go func() { results <- sent{d.send(sendCtx, w), ns, host} }()
@@ -491,6 +496,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			return nil
 		case <-ticker.C:
 			scan = true
+		case <-wake:
+			scan = true
 		case r := <-results:
 			inflight--
 			d.inFlight.Add(-1)
@@ -500,8 +507,17 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			if perNS[r.ns]--; perNS[r.ns] == 0 {
 				delete(perNS, r.ns)
 			}
+			d.publishNS(perNS)
 			pending = append(pending, r.res)
 		}
+	}
+}
+
+// publishNS publishes a copy of the run loop's requests per namespace.
+func (d *Dispatcher) publishNS(perNS map[string]int) {
+	if d.namespaced.Load() {
+		c := maps.Clone(perNS)
+		d.nsInFlight.Store(&c)
 	}
 }
 

@@ -38,13 +38,7 @@ func drivers(t *testing.T, fn func(t *testing.T, open func(t *testing.T) store.D
 // waitFor polls cond until it holds or 30s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitFor(t, what, cond)
 }
 
 // ---- a receiver ----
@@ -928,4 +922,31 @@ func TestPrunesOldDeliveries(t *testing.T) {
 			t.Errorf("the pending delivery, last updated 71 minutes ago, is gone or changed: %s", show(w))
 		}
 	})
+}
+
+// A final state notified by another transaction wakes the dispatcher: with
+// an hour's poll the webhook still goes out at once. (SQLite has no
+// notifications: its dispatchers find work at the poll.)
+func TestNotifiedFinalStateWakesDispatcher(t *testing.T) {
+	t.Parallel()
+	drv := testutil.Postgres(t)
+	rc := newReceiver(t)
+	c := startClient(t, drv)
+	opts := fastOptions(&logBuffer{})
+	opts.PollInterval = time.Hour
+	stop := run(t, newDispatcher(t, drv, opts))
+	defer stop()
+	// A notification sent before the LISTEN is up would be lost.
+	waitFor(t, "the LISTEN connection", func() bool {
+		var n int
+		err := drv.Pool().QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, "drover_"+drv.Schema()).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	submit(t, c, "echo", "woken-1", rc.url("/cb/woken-1"))
+	wait(t, c, "woken-1", drover.Processed)
+	waitFor(t, "the webhook, long before the hour's poll", func() bool { return len(rc.okCount()) == 1 })
 }

@@ -262,6 +262,28 @@ func (r *Registry) Workflows() []drover.Workflow {
 	return out
 }
 
+// Versions returns every stored version of every declarative workflow,
+// compiled, in name then version order: what the operator console draws.
+// It reads the store first, so versions other processes stored are in.
+func (r *Registry) Versions(ctx context.Context) ([]drover.Workflow, error) {
+	if err := r.loadStored(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]drover.Workflow, 0, len(r.defs))
+	for _, d := range r.defs {
+		out = append(out, d.Workflow())
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Version < out[j].Version
+	})
+	return out, nil
+}
+
 // ExternalAgents lists the remote agents named by any loaded version.
 func (r *Registry) ExternalAgents() []string {
 	src := r.RemoteAgentSources()

@@ -284,7 +284,7 @@ func scanTask(out *[]*dt.Task) func(rows) error {
 		if err := r.Scan(&t.ID, &t.Workflow, &t.Input, &t.InputHash, &state, &lockedBy, &completeBy,
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
 			&t.FailureThreshold, &onFailure, &retryDelay, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt, &orderingSeq,
-			&workflowVersion, &t.CallbackURL, &waitMax, &waitDelay, &t.Wait.Multiplier, &waitMaxDelay, &callbackEvents); err != nil {
+			&workflowVersion, &t.CallbackURL, &waitMax, &waitDelay, &t.Wait.Multiplier, &waitMaxDelay, &callbackEvents, &t.Submitter); err != nil {
 			return err
 		}
 		t.Wait.MaxWaits = int(waitMax)
@@ -340,10 +340,10 @@ func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertM
 		waitMax                                   = make([]int32, n)
 		waitDelay, waitMaxDelay                   = make([]int64, n), make([]int64, n)
 		waitMultiplier                            = make([]float64, n)
-		callbackEvents                            = make([]string, n)
+		callbackEvents, submitters                = make([]string, n), make([]string, n)
 	)
 	for i, t := range tasks {
-		callbackEvents[i] = t.CallbackEvents.String()
+		callbackEvents[i], submitters[i] = t.CallbackEvents.String(), t.Submitter
 		workflowVersions[i], callbackURLs[i] = int32(t.WorkflowVersion), t.CallbackURL
 		waitMax[i], waitDelay[i], waitMultiplier[i], waitMaxDelay[i] = int32(t.Wait.MaxWaits), t.Wait.Delay.Microseconds(), t.Wait.Multiplier, t.Wait.MaxDelay.Microseconds()
 		ids[i], workflows[i], inputs[i], hashes[i], states[i] = t.ID, t.Workflow, nonNil(t.Input), t.InputHash, string(t.ProcessState)
@@ -359,7 +359,7 @@ func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertM
 	err := e.each(ctx, "insert tasks", e.d.q.taskInsert, []any{ids, workflows, inputs, hashes, states, lockedBy,
 		completeBy, failures, current, stepCount, orderingKeys, outputs, lastErrs, threshold, onFailure, retryDelay,
 		avail, created, updated, orderingSeqs, workflowVersions, callbackURLs, waitMax, waitDelay, waitMultiplier, waitMaxDelay,
-		callbackEvents}, func(r rows) error {
+		callbackEvents, submitters}, func(r rows) error {
 		var id string
 		if err := r.Scan(&id); err != nil {
 			return err
@@ -501,6 +501,10 @@ func (e *executor) indexed(ctx context.Context, fn func(x *executor) error) erro
 
 func (e *executor) TaskCountActive(ctx context.Context, _ *store.TaskCountActiveParams) (int, error) {
 	return e.count(ctx, "count active tasks", e.d.q.taskCountActive)
+}
+
+func (e *executor) TaskCountActiveBySubmitter(ctx context.Context, params *store.TaskCountActiveBySubmitterParams) (int, error) {
+	return e.count(ctx, "count active tasks of a submitter", e.d.q.taskCountActiveBySubmitter, params.Submitter)
 }
 
 func (e *executor) TaskDeleteFinished(ctx context.Context, params *store.TaskDeleteFinishedParams) (int, error) {

@@ -12,7 +12,7 @@ import "strings"
 const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
  current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
  retry_delay_us, available_at, created_at, updated_at, ordering_seq, workflow_version, callback_url,
- wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events`
+ wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events, submitter`
 
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
@@ -48,6 +48,10 @@ const (
 	tTaskCountActive = `SELECT (SELECT count(*) FROM {s}.tasks
    WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating'))
  + (SELECT count(*) FROM {s}.tasks WHERE locked_by IS NOT NULL)`
+
+	// tTaskCountActiveBySubmitter counts through tasks_submitter_active.
+	tTaskCountActiveBySubmitter = `SELECT count(*) FROM {s}.tasks
+ WHERE submitter = $1 AND submitter <> '' AND process_state IN ('Pending','Processing','Compensating')`
 
 	// tTaskDeleteFinished deletes a batch of old final tasks and everything
 	// that hangs off them, in one statement.
@@ -104,7 +108,7 @@ const (
  SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
    $8::int[], $9::int[], $10::int[], $11::text[], $12::bytea[], $13::text[], $14::int[], $15::text[], $16::bigint[],
    $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::bigint[], $21::int[], $22::text[],
-   $23::int[], $24::bigint[], $25::float8[], $26::bigint[], $27::text[])
+   $23::int[], $24::bigint[], $25::float8[], $26::bigint[], $27::text[], $28::text[])
    AS u(` + taskCols + `)
  ORDER BY id
  ON CONFLICT (id) DO NOTHING
@@ -375,7 +379,7 @@ var (
 // queries holds every statement with the schema filled in.
 type queries struct {
 	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
-	taskCountActive, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskGetManySkip, taskExisting, taskListLockedBy, taskListExpired, taskListExpiredLock,
+	taskCountActive, taskCountActiveBySubmitter, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskGetManySkip, taskExisting, taskListLockedBy, taskListExpired, taskListExpiredLock,
 	taskInsert, taskUpdate, taskList, taskPickFinished string
 	orderingReserve, orderingPrune string
 
@@ -414,28 +418,29 @@ type queries struct {
 func newQueries(quotedSchema string) *queries {
 	r := func(s string) string { return strings.ReplaceAll(s, "{s}", quotedSchema) }
 	return &queries{
-		taskGet:             r(tTaskGet),
-		taskGetLock:         r(tTaskGetLock),
-		taskGetMany:         r(tTaskGetMany),
-		taskGetManyLock:     r(tTaskGetManyLock),
-		taskCountByState:    r(tTaskCountByState),
-		taskCountLockedBy:   r(tTaskCountLockedBy),
-		taskCountActive:     r(tTaskCountActive),
-		taskDeleteFinished:  r(tTaskDeleteFinished),
-		taskPickFinished:    r(tTaskPickFinished),
-		taskClaim:           r(tTaskClaim),
-		taskClaimLock:       r(tTaskClaimLock),
-		taskClaimLockSteps:  r(tTaskClaimLockSteps),
-		taskGetManySkip:     r(tTaskGetManySkip),
-		taskExisting:        r(tTaskExisting),
-		taskListLockedBy:    r(tTaskListLockedBy),
-		taskListExpired:     r(tTaskListExpired),
-		taskListExpiredLock: r(tTaskListExpiredLock),
-		taskInsert:          r(tTaskInsert),
-		taskUpdate:          r(tTaskUpdate),
-		taskList:            r(`SELECT ` + taskCols + ` FROM {s}.tasks`),
-		orderingReserve:     r(tOrderingReserve),
-		orderingPrune:       r(tOrderingPrune),
+		taskGet:                    r(tTaskGet),
+		taskGetLock:                r(tTaskGetLock),
+		taskGetMany:                r(tTaskGetMany),
+		taskGetManyLock:            r(tTaskGetManyLock),
+		taskCountByState:           r(tTaskCountByState),
+		taskCountLockedBy:          r(tTaskCountLockedBy),
+		taskCountActive:            r(tTaskCountActive),
+		taskCountActiveBySubmitter: r(tTaskCountActiveBySubmitter),
+		taskDeleteFinished:         r(tTaskDeleteFinished),
+		taskPickFinished:           r(tTaskPickFinished),
+		taskClaim:                  r(tTaskClaim),
+		taskClaimLock:              r(tTaskClaimLock),
+		taskClaimLockSteps:         r(tTaskClaimLockSteps),
+		taskGetManySkip:            r(tTaskGetManySkip),
+		taskExisting:               r(tTaskExisting),
+		taskListLockedBy:           r(tTaskListLockedBy),
+		taskListExpired:            r(tTaskListExpired),
+		taskListExpiredLock:        r(tTaskListExpiredLock),
+		taskInsert:                 r(tTaskInsert),
+		taskUpdate:                 r(tTaskUpdate),
+		taskList:                   r(`SELECT ` + taskCols + ` FROM {s}.tasks`),
+		orderingReserve:            r(tOrderingReserve),
+		orderingPrune:              r(tOrderingPrune),
 
 		stepList:     r(tStepList),
 		stepListLock: r(tStepListLock),

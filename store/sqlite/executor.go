@@ -130,7 +130,7 @@ func scanTasks(rows *sql.Rows) ([]*dt.Task, error) {
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
 			&t.FailureThreshold, &onFailure, &retryDelay, &avail, &created, &updtd, &orderingSeq,
 			&t.WorkflowVersion, &t.CallbackURL, &t.Wait.MaxWaits, &waitDelay, &t.Wait.Multiplier, &waitMaxDelay,
-			&callbackEvents); err != nil {
+			&callbackEvents, &t.Submitter); err != nil {
 			return nil, translate(err)
 		}
 		t.Wait.Delay = time.Duration(waitDelay) * time.Microsecond
@@ -164,7 +164,8 @@ func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertM
 			usPtr(t.CompleteBy), t.FailureCount, t.CurrentStep, t.StepCount, nullStr(t.OrderingKey), t.Output,
 			nullStr(t.LastError), t.FailureThreshold, string(t.OnFailure), t.RetryDelay.Microseconds(),
 			us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt), nullSeq(t.OrderingSeq), t.WorkflowVersion, t.CallbackURL,
-			t.Wait.MaxWaits, t.Wait.Delay.Microseconds(), t.Wait.Multiplier, t.Wait.MaxDelay.Microseconds(), t.CallbackEvents.String()}
+			t.Wait.MaxWaits, t.Wait.Delay.Microseconds(), t.Wait.Multiplier, t.Wait.MaxDelay.Microseconds(), t.CallbackEvents.String(),
+			t.Submitter}
 	}
 	got := make(map[string]bool, len(tasks))
 	err := e.queryRows(ctx, "insert tasks", mTaskInsert, rows, func(r *sql.Rows) error {
@@ -288,7 +289,15 @@ func (e *executor) TaskCountLockedBy(ctx context.Context, params *store.TaskCoun
 }
 
 func (e *executor) TaskCountActive(ctx context.Context, _ *store.TaskCountActiveParams) (int, error) {
-	rows, err := e.query(ctx, qTaskCountActive)
+	return e.countActive(ctx, qTaskCountActive)
+}
+
+func (e *executor) TaskCountActiveBySubmitter(ctx context.Context, params *store.TaskCountActiveBySubmitterParams) (int, error) {
+	return e.countActive(ctx, qTaskCountActiveBySubmitter, params.Submitter)
+}
+
+func (e *executor) countActive(ctx context.Context, query string, args ...any) (int, error) {
+	rows, err := e.query(ctx, query, args...)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: count active tasks: %w", err)
 	}

@@ -7,7 +7,7 @@ package sqlite
 const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
  current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
  retry_delay_us, available_at, created_at, updated_at, ordering_seq, workflow_version, callback_url,
- wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events`
+ wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events, submitter`
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
  on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us`
@@ -33,6 +33,10 @@ const (
 	qTaskCountActive = `SELECT (SELECT count(*) FROM tasks INDEXED BY tasks_claimable
    WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating'))
  + (SELECT count(*) FROM tasks INDEXED BY tasks_held WHERE locked_by IS NOT NULL)`
+
+	// qTaskCountActiveBySubmitter counts through tasks_submitter_active.
+	qTaskCountActiveBySubmitter = `SELECT count(*) FROM tasks INDEXED BY tasks_submitter_active
+ WHERE submitter = ? AND submitter <> '' AND process_state IN ('Pending','Processing','Compensating')`
 
 	qTaskGet = `SELECT ` + taskCols + ` FROM tasks WHERE id = ?`
 
@@ -113,7 +117,7 @@ const (
 // Multi-row statements: see multiRow. Blobs are bound as []byte.
 var (
 	mTaskInsert = newMultiRow(`INSERT INTO tasks (`+taskCols+`) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
 	// mOrderingReserve moves each key's last position on by the number of
 	// positions wanted (column 2) and returns the new last position; a new
 	// key starts at 0. Keys within one statement are distinct.

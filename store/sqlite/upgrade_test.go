@@ -5,40 +5,46 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/drover-run/drover/store/sqlite"
 	"github.com/drover-run/drover/store/storetest"
 )
 
-// The migrations after version 11 upgrade a store with tasks in place.
-func TestUpgradeFrom11(t *testing.T) {
-	d, _ := freshStore(t)
-	storetest.CheckUpgradeFrom11(t, d, func(ctx context.Context) error {
-		for _, q := range []string{
-			`ALTER TABLE tasks DROP COLUMN callback_events`, `DELETE FROM drover_migrations WHERE version = 13`,
-			`ALTER TABLE tasks DROP COLUMN wait_max`, `ALTER TABLE tasks DROP COLUMN wait_delay_us`,
-			`ALTER TABLE tasks DROP COLUMN wait_multiplier`, `ALTER TABLE tasks DROP COLUMN wait_max_delay_us`,
-			`ALTER TABLE steps DROP COLUMN on_failure`, `ALTER TABLE steps DROP COLUMN wait_max`,
-			`ALTER TABLE steps DROP COLUMN wait_delay_us`, `ALTER TABLE steps DROP COLUMN wait_multiplier`,
-			`ALTER TABLE steps DROP COLUMN wait_max_delay_us`, `DELETE FROM drover_migrations WHERE version = 12`,
-		} {
+// undo returns the function that runs the statements, in order, on d: it
+// takes migrations away again for the upgrade checks.
+func undo(d *sqlite.Driver, qs ...string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		for _, q := range qs {
 			if _, err := d.DB().ExecContext(ctx, q); err != nil {
 				return fmt.Errorf("%s: %w", q, err)
 			}
 		}
 		return nil
-	})
+	}
+}
+
+// The migrations after version 11 upgrade a store with tasks in place.
+func TestUpgradeFrom11(t *testing.T) {
+	d, _ := freshStore(t)
+	storetest.CheckUpgradeFrom11(t, d, undo(d,
+		`ALTER TABLE tasks DROP COLUMN callback_events`, `DELETE FROM drover_migrations WHERE version = 13`,
+		`ALTER TABLE tasks DROP COLUMN wait_max`, `ALTER TABLE tasks DROP COLUMN wait_delay_us`,
+		`ALTER TABLE tasks DROP COLUMN wait_multiplier`, `ALTER TABLE tasks DROP COLUMN wait_max_delay_us`,
+		`ALTER TABLE steps DROP COLUMN on_failure`, `ALTER TABLE steps DROP COLUMN wait_max`,
+		`ALTER TABLE steps DROP COLUMN wait_delay_us`, `ALTER TABLE steps DROP COLUMN wait_multiplier`,
+		`ALTER TABLE steps DROP COLUMN wait_max_delay_us`, `DELETE FROM drover_migrations WHERE version = 12`,
+	))
 }
 
 // Migration 14 upgrades a store with events in place.
 func TestUpgradeTo14(t *testing.T) {
 	d, _ := freshStore(t)
-	storetest.CheckUpgradeTo14(t, d, func(ctx context.Context) error {
-		for _, q := range []string{
-			`DROP INDEX events_namespace`, `ALTER TABLE events DROP COLUMN namespace`, `DELETE FROM drover_migrations WHERE version = 14`,
-		} {
-			if _, err := d.DB().ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("%s: %w", q, err)
-			}
-		}
-		return nil
-	})
+	storetest.CheckUpgradeTo14(t, d, undo(d,
+		`DROP INDEX events_namespace`, `ALTER TABLE events DROP COLUMN namespace`, `DELETE FROM drover_migrations WHERE version = 14`))
+}
+
+// Migration 15 upgrades a store with tasks in place.
+func TestUpgradeTo15(t *testing.T) {
+	d, _ := freshStore(t)
+	storetest.CheckUpgradeTo15(t, d, undo(d,
+		`DROP INDEX tasks_submitter_active`, `ALTER TABLE tasks DROP COLUMN submitter`, `DELETE FROM drover_migrations WHERE version = 15`))
 }

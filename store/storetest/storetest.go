@@ -179,6 +179,7 @@ func fullTask(id string) *dt.Task {
 	t.Wait = dt.WaitPolicy{MaxWaits: 4, Delay: 90 * time.Second, Multiplier: 1.5, MaxDelay: 2*time.Hour + time.Microsecond}
 	t.CallbackURL = "https://hooks.example.com/t?k=1"
 	t.CallbackEvents = dt.WebhookEventSet{"alerts", "final"}
+	t.Submitter = "http:ci"
 	t.AvailableAt = at(-time.Second)
 	t.CreatedAt = at(-time.Hour)
 	t.UpdatedAt = at(time.Minute)

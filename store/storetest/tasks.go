@@ -23,6 +23,7 @@ func taskCases() []testCase {
 		{"GetManyWithStepsOneSnapshot", testTaskGetManyWithStepsOneSnapshot},
 		{"List", testTaskList},
 		{"CountByState", testTaskCountByState},
+		{"CountActiveBySubmitter", testTaskCountActiveBySubmitter},
 		{"ClaimClaimable", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, plainClaim) }},
 		{"ClaimClaimableWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, writeLater) }},
 		{"ClaimClaimableWithSteps", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, withSteps) }},
@@ -374,6 +375,66 @@ func testTaskCountByState(t *testing.T, d store.Driver) {
 		}
 		return err
 	})
+}
+
+// testTaskCountActiveBySubmitter: a submitter's tasks not yet final are
+// counted, not another's nor those without a submitter; a task that
+// becomes final no longer counts.
+func testTaskCountActiveBySubmitter(t *testing.T, d store.Driver) {
+	ctx := context.Background()
+	count := func(who string) int {
+		t.Helper()
+		n, err := d.Reader().TaskCountActiveBySubmitter(ctx, &store.TaskCountActiveBySubmitterParams{Submitter: who})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count("http:a"); n != 0 {
+		t.Fatalf("empty store: %d", n)
+	}
+	i := 0
+	for who, states := range map[string][]dt.ProcessState{
+		"http:a": {dt.Pending, dt.Pending, dt.Processing, dt.Compensating, dt.Processed, dt.Error, dt.Compensated, dt.Cancelled},
+		"http:b": {dt.Pending},
+		"":       {dt.Pending, dt.Processing},
+	} {
+		for _, s := range states {
+			tk := newTask(fmt.Sprintf("s%d", i))
+			tk.ProcessState, tk.Submitter = s, who
+			if s == dt.Processing {
+				tk.LockedBy, tk.CompleteBy = "sched", tp(at(time.Minute))
+			}
+			insertTasks(t, d, tk)
+			i++
+		}
+	}
+	if a, b := count("http:a"), count("http:b"); a != 4 || b != 1 {
+		t.Fatalf("http:a %d (want 4), http:b %d (want 1)", a, b)
+	}
+	// One of a's tasks ends; read in a transaction, too.
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		ts, err := x.TaskList(ctx, &store.TaskListParams{States: []dt.ProcessState{dt.Processing}, Limit: 10})
+		if err != nil {
+			return err
+		}
+		for _, tk := range ts {
+			if tk.Submitter == "http:a" {
+				tk.ProcessState, tk.LockedBy, tk.CompleteBy = dt.Processed, "", nil
+				if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: []*dt.Task{tk}}); err != nil {
+					return err
+				}
+			}
+		}
+		n, err := x.TaskCountActiveBySubmitter(ctx, &store.TaskCountActiveBySubmitterParams{Submitter: "http:a"})
+		if err == nil && n != 3 {
+			t.Errorf("http:a in the transaction: %d, want 3", n)
+		}
+		return err
+	})
+	if n := count("http:a"); n != 3 {
+		t.Errorf("http:a after a task ended: %d, want 3", n)
+	}
 }
 
 // claimMode picks how claimTasks claims.

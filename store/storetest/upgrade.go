@@ -79,3 +79,29 @@ func CheckUpgradeTo14(t *testing.T, d store.Driver, undo func(ctx context.Contex
 		}
 	}
 }
+
+// CheckUpgradeTo15 checks that migration 15 (the tasks' submitter)
+// upgrades a store holding tasks in place: undo (driver-specific SQL)
+// takes it away again from d, a migrated store holding a task, and
+// Migrate applies it again; the task stored before has no submitter and
+// counts for none, and new tasks store theirs and are counted.
+func CheckUpgradeTo15(t *testing.T, d store.Driver, undo func(ctx context.Context) error) {
+	t.Helper()
+	ctx := context.Background()
+	old := newTask("old")
+	insertTasks(t, d, old)
+	if err := undo(ctx); err != nil {
+		t.Fatalf("undo migration 15: %v", err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	checkEqual(t, "task stored before the upgrade", getTask(t, d, "old"), old)
+	fresh := newTask("new")
+	fresh.Submitter = "http:ci"
+	insertTasks(t, d, fresh)
+	checkEqual(t, "task stored after the upgrade", getTask(t, d, "new"), fresh)
+	if n, err := d.Reader().TaskCountActiveBySubmitter(ctx, &store.TaskCountActiveBySubmitterParams{Submitter: "http:ci"}); err != nil || n != 1 {
+		t.Errorf("active tasks of http:ci after the upgrade: %d, %v; want 1", n, err)
+	}
+}

@@ -1,4 +1,4 @@
-package cli
+package backend
 
 import (
 	"context"
@@ -15,14 +15,17 @@ import (
 	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/workflowdef"
+	"github.com/drover-run/drover/store"
 )
 
-// taskBackend is where the task and alert commands (submit, status, list,
-// resubmit, cancel, events, alerts) read and change tasks: the store through a
-// drover.Client (localTasks), or a server's HTTP API (remoteTasks),
-// chosen by --server. Errors come back explained for the user.
-type taskBackend interface {
+// Tasks is where the task and alert commands (submit, status, list,
+// resubmit, cancel, events, alerts) read and change tasks: the store through
+// a drover.Client, or a server's HTTP API. Errors come back explained for
+// the user.
+type Tasks interface {
 	// Submit submits a task; with full the answer has its steps.
+	// stepTimeout and maxInput apply to the local path only (the server
+	// has its own).
 	Submit(ctx context.Context, workflow string, input []byte, opts *drover.SubmitOptions, stepTimeout time.Duration, maxInput int, full bool) (*drover.Task, error)
 	Task(ctx context.Context, id string) (*drover.Task, error)
 	// TaskEvents is every event of one task.
@@ -39,29 +42,29 @@ type taskBackend interface {
 	// Follow calls fn for each new event until ctx ends or, with a task,
 	// the task is final.
 	Follow(ctx context.Context, s drover.Subscription, fn func(*drover.Event) error) error
-	// Alerts is one page of alerts and the ID to pass as AfterID for the
-	// next (0: none); AckAlert acknowledges one.
-	Alerts(ctx context.Context, q drover.AlertQuery) ([]AlertJSON, int64, error)
-	AckAlert(ctx context.Context, id int64) (AlertJSON, error)
+	// Alerts is one page of alerts, in the API's shape, and the ID to pass
+	// as AfterID for the next (0: none); AckAlert acknowledges one.
+	Alerts(ctx context.Context, q drover.AlertQuery) ([]droverapi.Alert, int64, error)
+	AckAlert(ctx context.Context, id int64) (*droverapi.Alert, error)
 	Close()
 }
 
-// tasks opens the backend of the task commands. Local ones need a
-// migrated store.
-func (e *env) tasks(ctx context.Context) (taskBackend, error) {
-	if e.remote != nil {
-		return &remoteTasks{e}, nil
+// OpenTasks opens the backend of the task commands: remote when remote is
+// not nil, else the store of env's --db, which must be migrated.
+func OpenTasks(ctx context.Context, env *clicore.Env, remote *Remote) (Tasks, error) {
+	if remote != nil {
+		return &remoteTasks{remote}, nil
 	}
-	drv, err := e.OpenStore(ctx, clicore.OpenOpts{LockTimeout: true})
+	drv, err := env.OpenStore(ctx, clicore.OpenOpts{LockTimeout: true})
 	if err != nil {
 		return nil, err
 	}
-	return &localTasks{e: e, drv: drv}, nil
+	return &localTasks{env: env, drv: drv}, nil
 }
 
 // localTasks runs the task commands on the store.
 type localTasks struct {
-	e   *env
+	env *clicore.Env
 	drv *clicore.Database
 	c   *drover.Client // made on first use; Submit makes its own
 }
@@ -80,7 +83,7 @@ func (l *localTasks) client() (*drover.Client, error) {
 }
 
 func (l *localTasks) Submit(ctx context.Context, workflow string, input []byte, opts *drover.SubmitOptions, stepTimeout time.Duration, maxInput int, full bool) (*drover.Task, error) {
-	c, err := l.e.submitClient(ctx, l.drv, workflow, maxInput, stepTimeout)
+	c, err := submitClient(ctx, l.env, l.drv, workflow, maxInput, stepTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +183,7 @@ func (l *localTasks) Follow(ctx context.Context, s drover.Subscription, fn func(
 	return nil // interrupted, or the task is final: a normal end of --follow
 }
 
-func (l *localTasks) Alerts(ctx context.Context, q drover.AlertQuery) ([]AlertJSON, int64, error) {
+func (l *localTasks) Alerts(ctx context.Context, q drover.AlertQuery) ([]droverapi.Alert, int64, error) {
 	c, err := l.client()
 	if err != nil {
 		return nil, 0, err
@@ -189,54 +192,54 @@ func (l *localTasks) Alerts(ctx context.Context, q drover.AlertQuery) ([]AlertJS
 	if err != nil {
 		return nil, 0, l.drv.StoreErr(err)
 	}
-	var out []AlertJSON
+	var out []droverapi.Alert
 	for _, a := range page {
-		out = append(out, alertFromStore(a))
+		out = append(out, *apiAlert(a))
 	}
 	return out, next, nil
 }
 
-func (l *localTasks) AckAlert(ctx context.Context, id int64) (AlertJSON, error) {
+func (l *localTasks) AckAlert(ctx context.Context, id int64) (*droverapi.Alert, error) {
 	c, err := l.client()
 	if err != nil {
-		return AlertJSON{}, err
+		return nil, err
 	}
 	a, err := c.AckAlert(ctx, id, "cli")
 	if errors.Is(err, drover.ErrAlertNotFound) {
-		return AlertJSON{}, fmt.Errorf("alert %d not found (see 'drover alerts')", id)
+		return nil, fmt.Errorf("alert %d not found (see 'drover alerts')", id)
 	}
 	if err != nil {
-		return AlertJSON{}, l.drv.StoreErr(err)
+		return nil, l.drv.StoreErr(err)
 	}
-	return alertFromStore(a), nil
+	return apiAlert(a), nil
 }
 
 // remoteTasks runs the task commands against a server.
-type remoteTasks struct{ e *env }
+type remoteTasks struct{ r *Remote }
 
 func (r *remoteTasks) Close() {}
 
 func (r *remoteTasks) Submit(ctx context.Context, workflow string, input []byte, opts *drover.SubmitOptions, _ time.Duration, _ int, _ bool) (*drover.Task, error) {
-	t, _, err := r.e.remote.SubmitTask(ctx, droverapi.SubmitRequest{Workflow: workflow, Input: input, ID: opts.ID,
+	t, _, err := r.r.Client.SubmitTask(ctx, droverapi.SubmitRequest{Workflow: workflow, Input: input, ID: opts.ID,
 		OrderingKey: opts.OrderingKey, CallbackURL: opts.CallbackURL, CallbackEvents: opts.CallbackEvents})
 	if err != nil {
-		return nil, r.e.remoteErr(err)
+		return nil, r.r.Err(err)
 	}
 	return remoteTask(t), nil
 }
 
 func (r *remoteTasks) Task(ctx context.Context, id string) (*drover.Task, error) {
-	t, err := r.e.remote.Task(ctx, id)
+	t, err := r.r.Client.Task(ctx, id)
 	if err != nil {
-		return nil, r.e.remoteErr(err)
+		return nil, r.r.Err(err)
 	}
 	return remoteTask(t), nil
 }
 
 func (r *remoteTasks) TaskEvents(ctx context.Context, id string) ([]*drover.Event, error) {
-	evs, err := r.e.remote.Events(ctx, droverclient.EventParams{TaskID: id})
+	evs, err := r.r.Client.Events(ctx, droverclient.EventParams{TaskID: id})
 	if err != nil {
-		return nil, r.e.remoteErr(err)
+		return nil, r.r.Err(err)
 	}
 	out := []*drover.Event{}
 	for i := range evs {
@@ -250,9 +253,9 @@ func (r *remoteTasks) Tasks(ctx context.Context, p drover.ListParams) ([]*drover
 	for _, st := range p.States {
 		names = append(names, string(st))
 	}
-	page, err := r.e.remote.Tasks(ctx, droverclient.ListParams{States: names, Workflow: p.Workflow, After: p.AfterID, Limit: p.Limit})
+	page, err := r.r.Client.Tasks(ctx, droverclient.ListParams{States: names, Workflow: p.Workflow, After: p.AfterID, Limit: p.Limit})
 	if err != nil {
-		return nil, "", r.e.remoteErr(err)
+		return nil, "", r.r.Err(err)
 	}
 	var ts []*drover.Task
 	for i := range page.Tasks {
@@ -262,17 +265,17 @@ func (r *remoteTasks) Tasks(ctx context.Context, p drover.ListParams) ([]*drover
 }
 
 func (r *remoteTasks) Resubmit(ctx context.Context, id string, opts *drover.ResubmitOptions, _ bool) (*drover.Task, error) {
-	t, err := r.e.remote.Resubmit(ctx, id, &droverapi.ResubmitRequest{FromStep: opts.FromStep})
+	t, err := r.r.Client.Resubmit(ctx, id, &droverapi.ResubmitRequest{FromStep: opts.FromStep})
 	if err != nil {
-		return nil, r.e.remoteErr(err)
+		return nil, r.r.Err(err)
 	}
 	return remoteTask(t), nil
 }
 
 func (r *remoteTasks) Cancel(ctx context.Context, id, reason string, _ bool) (*drover.Task, error) {
-	t, err := r.e.remote.Cancel(ctx, id, reason)
+	t, err := r.r.Client.Cancel(ctx, id, reason)
 	if err != nil {
-		return nil, r.e.remoteErr(err)
+		return nil, r.r.Err(err)
 	}
 	return remoteTask(t), nil
 }
@@ -283,9 +286,9 @@ func (r *remoteTasks) Events(ctx context.Context, q drover.EventQuery) ([]*drove
 		// Alerts have an exact, paged listing.
 		after := q.AfterID
 		for len(evs) < q.Limit {
-			page, err := r.e.remote.Alerts(ctx, droverclient.AlertParams{After: after, Limit: min(q.Limit-len(evs), 1000)})
+			page, err := r.r.Client.Alerts(ctx, droverclient.AlertParams{After: after, Limit: min(q.Limit-len(evs), 1000)})
 			if err != nil {
-				return nil, r.e.remoteErr(err)
+				return nil, r.r.Err(err)
 			}
 			for _, a := range page.Alerts {
 				evs = append(evs, &drover.Event{ID: a.ID, TaskID: a.Subject, StepIndex: a.StepIndex, Type: dt.EventType(a.Type),
@@ -298,9 +301,9 @@ func (r *remoteTasks) Events(ctx context.Context, q drover.EventQuery) ([]*drove
 		}
 		return evs, nil
 	}
-	list, err := r.e.remote.Events(ctx, droverclient.EventParams{TaskID: q.TaskID, AlertsOnly: q.AlertsOnly, After: q.AfterID, Limit: q.Limit})
+	list, err := r.r.Client.Events(ctx, droverclient.EventParams{TaskID: q.TaskID, AlertsOnly: q.AlertsOnly, After: q.AfterID, Limit: q.Limit})
 	if err != nil {
-		return nil, r.e.remoteErr(err)
+		return nil, r.r.Err(err)
 	}
 	for i := range list {
 		evs = append(evs, remoteEvent(&list[i]))
@@ -309,44 +312,37 @@ func (r *remoteTasks) Events(ctx context.Context, q drover.EventQuery) ([]*drove
 }
 
 func (r *remoteTasks) Follow(ctx context.Context, s drover.Subscription, fn func(*drover.Event) error) error {
-	e := r.e
-	err := e.remote.FollowEvents(ctx, droverclient.FollowOptions{TaskID: s.TaskID, AlertsOnly: s.AlertsOnly, After: s.AfterID,
-		OnReconnect: func(err error, wait time.Duration) {
-			e.reconnecting(err, wait)
-		}},
+	err := r.r.Client.FollowEvents(ctx, droverclient.FollowOptions{TaskID: s.TaskID, AlertsOnly: s.AlertsOnly, After: s.AfterID,
+		OnReconnect: r.r.OnReconnect},
 		func(ev *droverapi.Event) error { return fn(remoteEvent(ev)) })
 	if ctx.Err() != nil {
 		return nil // interrupted: a normal end of --follow
 	}
-	return e.remoteErr(err) // nil when the task is final
+	return r.r.Err(err) // nil when the task is final
 }
 
-func (r *remoteTasks) Alerts(ctx context.Context, q drover.AlertQuery) ([]AlertJSON, int64, error) {
-	page, err := r.e.remote.Alerts(ctx, droverclient.AlertParams{After: q.AfterID, Limit: q.Limit, Unacknowledged: q.Unacknowledged})
+func (r *remoteTasks) Alerts(ctx context.Context, q drover.AlertQuery) ([]droverapi.Alert, int64, error) {
+	page, err := r.r.Client.Alerts(ctx, droverclient.AlertParams{After: q.AfterID, Limit: q.Limit, Unacknowledged: q.Unacknowledged})
 	if err != nil {
-		return nil, 0, r.e.remoteErr(err)
+		return nil, 0, r.r.Err(err)
 	}
-	var out []AlertJSON
-	for i := range page.Alerts {
-		out = append(out, alertFromAPI(&page.Alerts[i]))
-	}
-	return out, page.NextAfter, nil
+	return page.Alerts, page.NextAfter, nil
 }
 
-func (r *remoteTasks) AckAlert(ctx context.Context, id int64) (AlertJSON, error) {
-	a, err := r.e.remote.AckAlert(ctx, id)
+func (r *remoteTasks) AckAlert(ctx context.Context, id int64) (*droverapi.Alert, error) {
+	a, err := r.r.Client.AckAlert(ctx, id)
 	if err != nil {
-		return AlertJSON{}, r.e.remoteErr(err)
+		return nil, r.r.Err(err)
 	}
-	return alertFromAPI(a), nil
+	return a, nil
 }
 
 // submitClient opens the store and a client that can submit workflow: the
 // latest stored version of a declarative workflow or, when no declarative
 // workflow has that name, the orders demo's workflow (whose input it checks).
-func (e *env) submitClient(ctx context.Context, drv *clicore.Database, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, error) {
+func submitClient(ctx context.Context, env *clicore.Env, drv *clicore.Database, workflow string, maxInput int, stepTimeout time.Duration) (*drover.Client, error) {
 	fail := func(err error) (*drover.Client, error) { return nil, err }
-	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv.Driver, Logger: e.Logger(slog.LevelWarn)})
+	reg, err := workflowdef.NewRegistry(workflowdef.Options{Store: drv.Driver, Logger: env.Logger(slog.LevelWarn)})
 	if err == nil {
 		err = reg.LoadStored(ctx)
 	}
@@ -369,4 +365,27 @@ func (e *env) submitClient(ctx context.Context, drv *clicore.Database, workflow 
 		return fail(fmt.Errorf("%w %q (this database knows: %s)", drover.ErrUnknownWorkflow, workflow, strings.Join(known, ", ")))
 	}
 	return drover.New(cfg)
+}
+
+// apiAlert is a stored alert in the API's shape, so both paths print the
+// same.
+func apiAlert(a drover.Alert) *droverapi.Alert {
+	e := a.Event
+	out := &droverapi.Alert{ID: e.ID, Subject: e.TaskID, StepIndex: e.StepIndex, Type: string(e.Type), State: string(e.State),
+		Actor: e.Actor, Attempt: e.Attempt, Message: e.Message, CreatedAt: e.CreatedAt}
+	if a.Ack != nil {
+		out.Acknowledged = &droverapi.Ack{EventID: a.Ack.EventID, Actor: a.Ack.Actor, At: a.Ack.At}
+	}
+	return out
+}
+
+// clientConfig is the base client configuration of the command line: it
+// knows the orders workflow, whose agents run in a server.
+func clientConfig(drv store.Driver, maxInput int, stepTimeout time.Duration) drover.Config {
+	return drover.Config{
+		Store:          drv,
+		Workflows:      []drover.Workflow{orders.Workflow(orders.Options{StepTimeout: stepTimeout})},
+		ExternalAgents: orders.AgentNames(),
+		MaxInputBytes:  maxInput,
+	}
 }

@@ -1,4 +1,4 @@
-package cli
+package backend
 
 import (
 	"context"
@@ -18,11 +18,10 @@ import (
 	"github.com/drover-run/drover/store"
 )
 
-// queueBackend is where the queue commands read and change session
-// queues: the store through a convoy.Client (localQueues), or a server's
-// HTTP API (remoteQueues), chosen by --server. Errors come back explained
-// for the user; a queue or session the command names must exist.
-type queueBackend interface {
+// Queues is where the queue commands read and change session queues: the
+// store through a convoy.Client, or a server's HTTP API. Errors come back
+// explained for the user; a queue or session the command names must exist.
+type Queues interface {
 	// Publish publishes one message.
 	Publish(ctx context.Context, queue string, m convoy.Message) (convoy.Published, error)
 	// Peek is the session and one page of its messages from seq from,
@@ -35,32 +34,33 @@ type queueBackend interface {
 	// Policy is a queue's policy; SetPolicy changes what ch sets, creating
 	// the queue if needed (created).
 	Policy(ctx context.Context, queue string) (*convoy.Queue, error)
-	SetPolicy(ctx context.Context, queue string, ch policyChange) (q *convoy.Queue, created bool, err error)
+	SetPolicy(ctx context.Context, queue string, ch PolicyChange) (q *convoy.Queue, created bool, err error)
 	// DeadLetters is one page of dead letters (of one session, or all) and
 	// the cursor of the next (nil: none).
 	DeadLetters(ctx context.Context, queue, session string, after convoy.DeadLetterCursor, limit int) ([]*convoy.StoredMessage, *convoy.DeadLetterCursor, error)
 	// Resolve resubmits or discards a dead letter and returns its session.
 	Resolve(ctx context.Context, queue, session string, seq int64, resubmit bool) (*convoy.Session, error)
-	// Consumer is the source of "queue consume".
-	Consumer(queue string) consumeSource
+	// Consumer is the source of "queue consume" on queue.
+	Consumer(queue string) Consumer
 	Close()
 }
 
-// policyChange is what "queue policy" sets: nil fields stay.
-type policyChange struct {
+// PolicyChange is what "queue policy" sets: nil fields stay.
+type PolicyChange struct {
 	MaxDelivery *int
 	Poison      *string
 	Dedupe      *time.Duration
 	Lock        *time.Duration
 }
 
-// queues opens the backend of the queue commands; maxBody bounds a
-// published body (0: the default).
-func (e *env) queues(ctx context.Context, maxBody int) (queueBackend, error) {
-	if e.remote != nil {
-		return &remoteQueues{e}, nil
+// OpenQueues opens the backend of the queue commands: remote when remote
+// is not nil, else the store of env's --db. maxBody bounds a published
+// body (0: the default).
+func OpenQueues(ctx context.Context, env *clicore.Env, remote *Remote, maxBody int) (Queues, error) {
+	if remote != nil {
+		return &remoteQueues{remote}, nil
 	}
-	c, drv, err := e.queueClient(ctx, maxBody)
+	c, drv, err := queueClient(ctx, env, maxBody)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func (l *localQueues) Policy(ctx context.Context, queue string) (*convoy.Queue, 
 	return mustQueue(ctx, l.drv, queue)
 }
 
-func (l *localQueues) SetPolicy(ctx context.Context, queue string, ch policyChange) (*convoy.Queue, bool, error) {
+func (l *localQueues) SetPolicy(ctx context.Context, queue string, ch PolicyChange) (*convoy.Queue, bool, error) {
 	created := false
 	p, err := l.c.QueuePolicy(ctx, queue)
 	switch {
@@ -195,12 +195,12 @@ func (l *localQueues) Resolve(ctx context.Context, queue, session string, seq in
 	return s, l.drv.StoreErr(err)
 }
 
-func (l *localQueues) Consumer(queue string) consumeSource {
-	return localConsumeSource{c: l.c, drv: l.drv, queue: queue}
+func (l *localQueues) Consumer(queue string) Consumer {
+	return localConsumer{c: l.c, drv: l.drv, queue: queue}
 }
 
 // remoteQueues runs the queue commands against a server.
-type remoteQueues struct{ e *env }
+type remoteQueues struct{ r *Remote }
 
 func (r *remoteQueues) Close() {}
 
@@ -212,9 +212,9 @@ func (r *remoteQueues) Publish(ctx context.Context, queue string, m convoy.Messa
 	if !m.NotBefore.IsZero() {
 		pm.NotBefore = &m.NotBefore
 	}
-	res, err := r.e.remote.Publish(ctx, queue, pm)
+	res, err := r.r.Client.Publish(ctx, queue, pm)
 	if err != nil {
-		return convoy.Published{}, r.e.remoteErr(err)
+		return convoy.Published{}, r.r.Err(err)
 	}
 	if len(res) != 1 {
 		return convoy.Published{}, fmt.Errorf("server: publish answered %d results for one message", len(res))
@@ -223,11 +223,11 @@ func (r *remoteQueues) Publish(ctx context.Context, queue string, m convoy.Messa
 }
 
 func (r *remoteQueues) Peek(ctx context.Context, queue, session string, from int64, limit int) (*convoy.Session, []*convoy.StoredMessage, int64, error) {
-	page, err := r.e.remote.Peek(ctx, queue, session, from, limit)
+	page, err := r.r.Client.Peek(ctx, queue, session, from, limit)
 	if err != nil {
-		return nil, nil, 0, r.e.remoteErr(err)
+		return nil, nil, 0, r.r.Err(err)
 	}
-	s, err := r.e.findSession(ctx, queue, session)
+	s, err := r.r.findSession(ctx, queue, session)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -239,9 +239,9 @@ func (r *remoteQueues) Peek(ctx context.Context, queue, session string, from int
 }
 
 func (r *remoteQueues) Sessions(ctx context.Context, queue, after string, limit int) ([]*convoy.Session, string, error) {
-	page, err := r.e.remote.Sessions(ctx, queue, after, limit)
+	page, err := r.r.Client.Sessions(ctx, queue, after, limit)
 	if err != nil {
-		return nil, "", r.e.remoteErr(err)
+		return nil, "", r.r.Err(err)
 	}
 	var ss []*convoy.Session
 	for i := range page.Sessions {
@@ -251,9 +251,9 @@ func (r *remoteQueues) Sessions(ctx context.Context, queue, after string, limit 
 }
 
 func (r *remoteQueues) Queues(ctx context.Context) ([]*convoy.Queue, error) {
-	list, err := r.e.remote.Queues(ctx)
+	list, err := r.r.Client.Queues(ctx)
 	if err != nil {
-		return nil, r.e.remoteErr(err)
+		return nil, r.r.Err(err)
 	}
 	var qs []*convoy.Queue
 	for i := range list {
@@ -263,14 +263,14 @@ func (r *remoteQueues) Queues(ctx context.Context) ([]*convoy.Queue, error) {
 }
 
 func (r *remoteQueues) Policy(ctx context.Context, queue string) (*convoy.Queue, error) {
-	q, err := r.e.remote.Policy(ctx, queue)
+	q, err := r.r.Client.Policy(ctx, queue)
 	if err != nil {
-		return nil, r.e.remoteErr(err)
+		return nil, r.r.Err(err)
 	}
 	return remoteQueue(q), nil
 }
 
-func (r *remoteQueues) SetPolicy(ctx context.Context, queue string, ch policyChange) (*convoy.Queue, bool, error) {
+func (r *remoteQueues) SetPolicy(ctx context.Context, queue string, ch PolicyChange) (*convoy.Queue, bool, error) {
 	// The API takes milliseconds.
 	if (ch.Dedupe != nil && *ch.Dedupe%time.Millisecond != 0) || (ch.Lock != nil && *ch.Lock%time.Millisecond != 0) {
 		return nil, false, clicore.Usagef("with --server, --dedupe-window and --lock-duration must be whole milliseconds")
@@ -284,9 +284,9 @@ func (r *remoteQueues) SetPolicy(ctx context.Context, queue string, ch policyCha
 		ms := ch.Lock.Milliseconds()
 		api.LockDurationMS = &ms
 	}
-	q, created, err := r.e.remote.SetPolicy(ctx, queue, api)
+	q, created, err := r.r.Client.SetPolicy(ctx, queue, api)
 	if err != nil {
-		return nil, false, r.e.remoteErr(err)
+		return nil, false, r.r.Err(err)
 	}
 	return remoteQueue(q), created, nil
 }
@@ -296,9 +296,9 @@ func (r *remoteQueues) DeadLetters(ctx context.Context, queue, session string, a
 	if after.SessionID != "" || after.Seq > 0 {
 		p.After = &droverclient.DeadLetterCursor{AfterSession: after.SessionID, AfterSeq: after.Seq}
 	}
-	page, err := r.e.remote.DeadLetters(ctx, queue, p)
+	page, err := r.r.Client.DeadLetters(ctx, queue, p)
 	if err != nil {
-		return nil, nil, r.e.remoteErr(err)
+		return nil, nil, r.r.Err(err)
 	}
 	var ms []*convoy.StoredMessage
 	for i := range page.DeadLetters {
@@ -314,24 +314,24 @@ func (r *remoteQueues) DeadLetters(ctx context.Context, queue, session string, a
 func (r *remoteQueues) Resolve(ctx context.Context, queue, session string, seq int64, resubmit bool) (*convoy.Session, error) {
 	var err error
 	if resubmit {
-		err = r.e.remote.ResubmitDeadLetter(ctx, queue, session, seq)
+		err = r.r.Client.ResubmitDeadLetter(ctx, queue, session, seq)
 	} else {
-		err = r.e.remote.DiscardDeadLetter(ctx, queue, session, seq)
+		err = r.r.Client.DiscardDeadLetter(ctx, queue, session, seq)
 	}
 	if err != nil {
-		return nil, r.e.remoteErr(err)
+		return nil, r.r.Err(err)
 	}
-	return r.e.findSession(ctx, queue, session)
+	return r.r.findSession(ctx, queue, session)
 }
 
-func (r *remoteQueues) Consumer(queue string) consumeSource {
-	return &remoteConsumeSource{e: r.e, queue: queue}
+func (r *remoteQueues) Consumer(queue string) Consumer {
+	return &remoteConsumer{r: r.r, queue: queue}
 }
 
 // queueClient opens the store (never creating or migrating it) and a convoy
 // client on it. The caller closes the database.
-func (e *env) queueClient(ctx context.Context, maxBody int) (*convoy.Client, *clicore.Database, error) {
-	drv, err := e.OpenStore(ctx, clicore.OpenOpts{LockTimeout: true})
+func queueClient(ctx context.Context, env *clicore.Env, maxBody int) (*convoy.Client, *clicore.Database, error) {
+	drv, err := env.OpenStore(ctx, clicore.OpenOpts{LockTimeout: true})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -342,7 +342,7 @@ func (e *env) queueClient(ctx context.Context, maxBody int) (*convoy.Client, *cl
 		}
 		return r
 	}, fmt.Sprintf("drover-cli-%s-%d", host, os.Getpid()))
-	c, err := convoy.New(convoy.Config{Store: drv.Driver, InstanceID: id, MaxBodyBytes: maxBody, Logger: e.Logger(slog.LevelWarn)})
+	c, err := convoy.New(convoy.Config{Store: drv.Driver, InstanceID: id, MaxBodyBytes: maxBody, Logger: env.Logger(slog.LevelWarn)})
 	if err != nil {
 		drv.Close()
 		return nil, nil, err

@@ -1,0 +1,112 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/workflowdef"
+)
+
+// agentView is one agent the workflows name.
+type agentView struct {
+	Name  string
+	Where string   // where it runs, from this server's point of view
+	Uses  []string // "orders v2 step 0 reserve", "… undoes step 0 reserve"
+	// InFlight counts the steps held by a scheduler whose call it makes
+	// (among the running tasks read).
+	InFlight int
+}
+
+type agentsData struct {
+	Agents    []*agentView
+	Capped    bool
+	CountedAt time.Time
+	Stats     drover.Stats
+	Instance  string
+}
+
+// agents is the Agents page: every agent the workflows (every version)
+// name, where it runs, the steps it serves and the calls it has in
+// flight, with this process's agent counters.
+func (c *Console) agents(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	ws, err := c.allVersions(ctx)
+	if err != nil {
+		return "", "", nil, err
+	}
+	tc, err := c.versionCounts(ctx, v.id.ListNamespace())
+	if err != nil {
+		return "", "", nil, err
+	}
+	byName := map[string]*agentView{}
+	use := func(agent, what string, n int) {
+		a := byName[agent]
+		if a == nil {
+			a = &agentView{Name: agent, Where: c.where(agent)}
+			byName[agent] = a
+		}
+		a.Uses = append(a.Uses, what)
+		a.InFlight += n
+	}
+	for _, w := range ws {
+		label := w.Name
+		if w.Version > 0 {
+			label += fmt.Sprintf(" v%d", w.Version)
+		}
+		for i, s := range w.Steps {
+			k := versionKey{w.Name, w.Version}
+			use(s.Agent, fmt.Sprintf("%s step %d %s", label, i, s.Name), tc.Held[heldKey{k, i, false}])
+			if s.Compensation != "" {
+				use(s.Compensation, fmt.Sprintf("%s undoes step %d %s", label, i, s.Name), tc.Held[heldKey{k, i, true}])
+			}
+		}
+	}
+	d := &agentsData{Capped: tc.RunningCapped, CountedAt: tc.At, Stats: c.d.Stats(), Instance: c.d.InstanceID()}
+	for _, a := range byName {
+		a.Uses = slices.Compact(a.Uses)
+		d.Agents = append(d.Agents, a)
+	}
+	slices.SortFunc(d.Agents, func(a, b *agentView) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return "agents", "Agents", d, nil
+}
+
+// where says where an agent runs as this server knows it.
+func (c *Console) where(agent string) string {
+	switch {
+	case agent == workflowdef.HTTPAgentName:
+		return "built-in HTTP agent (in every server with the agent role)"
+	case c.d.IsExternalAgent(agent):
+		return "remote: another process polls the API for its requests"
+	}
+	return "in this server's process (a Go agent)"
+}
+
+// allVersions is every workflow the client runs and every stored version
+// of the declarative ones (a version in both once).
+func (c *Console) allVersions(ctx context.Context) ([]drover.Workflow, error) {
+	ws := c.d.Workflows()
+	if c.opts.Versions == nil {
+		return ws, nil
+	}
+	stored, err := c.opts.Versions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range stored {
+		if !slices.ContainsFunc(ws, func(w drover.Workflow) bool { return w.Name == s.Name && w.Version == s.Version }) {
+			ws = append(ws, s)
+		}
+	}
+	return ws, nil
+}

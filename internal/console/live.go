@@ -1,0 +1,98 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/drover-run/drover"
+)
+
+// Live updates: the task page names a stream of server-sent events
+// (data-live on <main>); static/live.js reloads the page when the stream
+// says the task's history grew. The pages work without it.
+
+// maxLiveStreams caps the live streams one console serves at once; past
+// it a page is not updated live (its script gets 503 and gives up).
+const maxLiveStreams = 64
+
+// livePoll is how often a live stream reads the history: slower than a
+// library subscriber's default, a person is watching.
+const livePoll = 500 * time.Millisecond
+
+// liveBeat is the interval of the comments that keep a quiet stream's
+// connection open through proxies.
+const liveBeat = 15 * time.Second
+
+// liveURL is the stream of a task page shown up to event after.
+func liveURL(localID string, after int64) string {
+	return "/tasks/" + url.PathEscape(localID) + "/live?after=" + strconv.FormatInt(after, 10)
+}
+
+// live streams an event "change" (id: the history's event ID) for every
+// event of the task after ?after= (or the Last-Event-ID a reconnecting
+// browser sends), until the browser leaves or the server shuts down.
+func (c *Console) live(w http.ResponseWriter, r *http.Request) {
+	v, err := c.authenticate(w, r)
+	if err != nil {
+		http.Error(w, "sign in first", http.StatusUnauthorized)
+		return
+	}
+	after, err := strconv.ParseInt(firstOf(r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after"), "0"), 10, 64)
+	if err != nil || after < 0 {
+		http.Error(w, "after: want an event ID", http.StatusBadRequest)
+		return
+	}
+	rctx, cancel := context.WithTimeout(r.Context(), c.opts.RequestTimeout)
+	t, err := c.loadTask(rctx, r, v)
+	cancel()
+	if err != nil {
+		http.Error(w, err.Error(), c.statusOf(err))
+		return
+	}
+	select {
+	case c.streams <- struct{}{}:
+		defer func() { <-c.streams }()
+	default:
+		http.Error(w, "too many live pages open on this server", http.StatusServiceUnavailable)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(c.streamCtx, cancel)()
+	rc := http.NewResponseController(w)
+	// A stream outlives the server's write timeout; the beats and the
+	// browser's going away end it. (Where it cannot be lifted the stream
+	// ends at the timeout and the browser reconnects with Last-Event-ID.)
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	evs := c.d.Subscribe(ctx, drover.Subscription{TaskID: t.ID, AfterID: after, PollInterval: livePoll})
+	beat := time.NewTicker(liveBeat)
+	defer beat.Stop()
+	for {
+		var err error
+		select {
+		case e, ok := <-evs:
+			if !ok {
+				return
+			}
+			_, err = fmt.Fprintf(w, "id: %d\nevent: change\ndata: %s\n\n", e.ID, e.Type)
+		case <-beat.C:
+			_, err = fmt.Fprint(w, ": still here\n\n")
+		}
+		if err != nil || rc.Flush() != nil {
+			return
+		}
+	}
+}
+
+// CloseStreams ends the live streams (a server shutting down: they would
+// otherwise hold it until its deadline).
+func (c *Console) CloseStreams() { c.stopStreams() }
