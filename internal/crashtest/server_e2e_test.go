@@ -124,7 +124,10 @@ func TestServerModeEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopInv()
-	payments := remotesim.New(remotesim.Config{Seed: 2, TransientRate: 0.3, RejectAmountAbove: 1000})
+	// 0.2, not more: five transient failures in a row across the orders
+	// open the host's breaker for 5 s, and a few such runs exhaust an
+	// order's failure threshold by chance (seen at 0.3 on a loaded machine).
+	payments := remotesim.New(remotesim.Config{Seed: 2, TransientRate: 0.2, RejectAmountAbove: 1000})
 	payURL, stopPay, err := payments.Serve(ctx, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
