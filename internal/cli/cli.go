@@ -160,6 +160,9 @@ Drover-Namespace header); a token of a namespace acts in its own without it.`,
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
+	// --version prints what "drover version" does, without a database.
+	root.Version = "-"
+	root.SetVersionTemplate(currentVersion().text())
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return clicore.Usage(err) })
 	pf := root.PersistentFlags()
 	pf.StringVar(&e.DBURL, "db", DefaultDatabaseURL, "database URL: sqlite:PATH, sqlite://PATH, file:PATH or PATH, or postgres://USER@HOST:PORT/DB (env "+EnvDatabaseURL+")")
@@ -185,6 +188,7 @@ Drover-Namespace header); a token of a namespace acts in its own without it.`,
 		benchcmd.Command(e.Env),
 		e.queueCmd(),
 		e.alertsCmd(),
+		e.versionCmd(),
 	)
 	// Arguments errors are usage errors.
 	for _, c := range root.Commands() {
