@@ -137,15 +137,8 @@ Drover-Namespace header); a token of a namespace acts in its own without it.`,
 		// Commands that run set e.entered; see MainIO.
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			e.entered = true
-			if !cmd.Flags().Changed("db") {
-				if v := e.Getenv(EnvDatabaseURL); v != "" {
-					e.DBURL = v
-				}
-			}
-			if !cmd.Flags().Changed("schema") {
-				if v := e.Getenv(clicore.EnvSchema); v != "" {
-					e.Schema = v
-				}
+			if err := e.resolveSettings(cmd); err != nil {
+				return err
 			}
 			if err := clicore.ValidSchema(e.Schema); err != nil {
 				return err
@@ -159,7 +152,6 @@ Drover-Namespace header); a token of a namespace acts in its own without it.`,
 			return e.setupRemote(cmd)
 		},
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
 	// --version prints what "drover version" does, without a database.
 	root.Version = "-"
 	root.SetVersionTemplate(currentVersion().text())
@@ -190,6 +182,7 @@ Drover-Namespace header); a token of a namespace acts in its own without it.`,
 		e.alertsCmd(),
 		e.versionCmd(),
 	)
+	e.setupCompletion(root)
 	// Arguments errors are usage errors.
 	for _, c := range root.Commands() {
 		wrapArgs(c)
@@ -210,4 +203,20 @@ func wrapArgs(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		wrapArgs(sub)
 	}
+}
+
+// resolveSettings fills the flags not given on the command line from the
+// environment.
+func (e *env) resolveSettings(cmd *cobra.Command) error {
+	if !cmd.Flags().Changed("db") {
+		if v := e.Getenv(EnvDatabaseURL); v != "" {
+			e.DBURL = v
+		}
+	}
+	if !cmd.Flags().Changed("schema") {
+		if v := e.Getenv(clicore.EnvSchema); v != "" {
+			e.Schema = v
+		}
+	}
+	return nil
 }
