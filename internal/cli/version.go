@@ -127,7 +127,7 @@ platform it was built with, the schema version it migrates databases to, and
 the versions of its SQLite and PostgreSQL drivers. "drover --version" prints
 the same.
 
-With --db (or $` + EnvDatabaseURL + `) it also opens that database, read only,
+With --db (or $` + EnvDatabaseURL + `, or db in the config file) it also opens that database, read only,
 and prints the schema version applied there; it fails if the database cannot
 be opened. It never migrates or creates anything.`,
 		Example: `  drover version
@@ -150,10 +150,9 @@ be opened. It never migrates or creates anything.`,
 	}
 }
 
-// dbGiven reports whether the database was named rather than defaulted.
-func (e *env) dbGiven(cmd *cobra.Command) bool {
-	return cmd.Flags().Changed("db") || e.Getenv(EnvDatabaseURL) != ""
-}
+// dbGiven reports whether the database was named (by the flag, the
+// environment or the config file) rather than defaulted.
+func (e *env) dbGiven(cmd *cobra.Command) bool { return cmd.Flags().Changed("db") }
 
 // appliedSchema reads the schema version applied in the store of --db.
 func (e *env) appliedSchema(ctx context.Context, v *versionInfo) error {
