@@ -195,6 +195,7 @@ bench take --db and --schema from their command line only.`,
 		e.queueCmd(),
 		e.alertsCmd(),
 		e.versionCmd(),
+		e.healthcheckCmd(),
 	)
 	e.setupCompletion(root)
 	// Arguments errors are usage errors.
