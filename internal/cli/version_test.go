@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/store/postgres"
 	"github.com/drover-run/drover/store/sqlite"
 )
 
@@ -98,5 +100,29 @@ func TestVersionCommand(t *testing.T) {
 	cmd := exec.Command(bin, "version", "--db", "sqlite:"+t.TempDir()+"/missing.db")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "does not exist") {
 		t.Errorf("version --db on a missing file: %v\n%s", err, out)
+	}
+}
+
+// TestVersionPostgres reads the applied schema version of a PostgreSQL
+// schema: 0 before "drover migrate" (nothing is created), the latest after.
+func TestVersionPostgres(t *testing.T) {
+	url, schema := testutil.PostgresURL(t), testutil.FreshSchema(t)
+	latest, err := postgres.LatestSchemaVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := func() int {
+		var v versionInfo
+		if err := json.Unmarshal([]byte(mustRun(t, "version", "--json", "--db", url, "--schema", schema)), &v); err != nil || v.SchemaApplied == nil {
+			t.Fatalf("version --json: %v %+v", err, v)
+		}
+		return *v.SchemaApplied
+	}
+	if got := applied(); got != 0 {
+		t.Errorf("before migrate: applied %d", got)
+	}
+	mustRun(t, "migrate", "--db", url, "--schema", schema)
+	if got := applied(); got != latest {
+		t.Errorf("after migrate: applied %d, want %d", got, latest)
 	}
 }
