@@ -25,11 +25,12 @@ RUN CGO_ENABLED=1 go build -trimpath -ldflags='-s -w' -o /out/drover ./cmd/drove
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/drover /usr/local/bin/drover
-# The SQLite store's directory, writable by nonroot (uid 65532).
+# The working directory, writable by nonroot (uid 65532), holds the
+# default SQLite store (./drover.db). No DROVER_* variable is set here: it
+# would outrank a --config file's settings.
 COPY --from=build --chown=65532:65532 /out/data /var/lib/drover
 WORKDIR /var/lib/drover
 USER nonroot:nonroot
-ENV DROVER_DATABASE_URL=sqlite:/var/lib/drover/drover.db
 EXPOSE 8080
 # The image has no curl: the binary checks its own /healthz.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
