@@ -62,7 +62,7 @@ func (c *Client) Alerts(ctx context.Context, q AlertQuery) (alerts []Alert, next
 	x := c.store.Reader()
 	after := q.AfterID
 	for {
-		evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: after, Limit: q.Limit, Namespace: q.Namespace})
+		evs, err := x.EventList(ctx, &store.EventListParams{AlertsOnly: true, AfterID: after, Limit: q.Limit, Namespace: q.Namespace})
 		if err != nil {
 			return nil, 0, err
 		}
@@ -105,7 +105,7 @@ func (c *Client) AckAlertIn(ctx context.Context, ns string, id int64, actor stri
 		return a, err
 	}
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		evs, err := x.EventList(ctx, store.EventListParams{AlertsOnly: true, AfterID: id - 1, Limit: 1, Lookup: true, Namespace: ns})
+		evs, err := x.EventList(ctx, &store.EventListParams{AlertsOnly: true, AfterID: id - 1, Limit: 1, Lookup: true, Namespace: ns})
 		if err != nil {
 			return err
 		}
@@ -141,7 +141,7 @@ func alertAcks(ctx context.Context, x store.Executor, alerts []*dt.Event) (map[i
 	}
 	for subject, after := range first {
 		for {
-			evs, err := x.EventList(ctx, store.EventListParams{TaskID: subject, AfterID: after, Limit: 1000, Lookup: true})
+			evs, err := x.EventList(ctx, &store.EventListParams{TaskID: subject, AfterID: after, Limit: 1000, Lookup: true})
 			if err != nil {
 				return nil, err
 			}

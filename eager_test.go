@@ -252,7 +252,7 @@ func TestEagerStartKeepsMaxInFlight(t *testing.T) {
 				t.Errorf("%d of 40 tasks started at submission, want at most %d", started, maxInFlight)
 			}
 			held := func() int {
-				n, err := d.Reader().TaskCountLockedBy(ctx, "cap/scheduler-0")
+				n, err := d.Reader().TaskCountLockedBy(ctx, &store.TaskCountLockedByParams{Instance: "cap/scheduler-0"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -334,7 +334,7 @@ func TestEagerStartWithTheInstanceLeaseLost(t *testing.T) {
 			// Taken over as if it had expired (an hour from now); the
 			// process renews only every 20 seconds, after the test.
 			err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-				_, ok, err := x.LeaseAcquire(ctx, store.LeaseParams{Name: "instance:lost", Holder: "thief", Now: time.Now().Add(time.Hour), TTL: time.Hour})
+				_, ok, err := x.LeaseAcquire(ctx, &store.LeaseAcquireParams{Name: "instance:lost", Holder: "thief", Now: time.Now().Add(time.Hour), TTL: time.Hour})
 				if err == nil && !ok {
 					err = errors.New("not acquired")
 				}

@@ -37,7 +37,7 @@ func (c *Client) acquireInstance(ctx context.Context) (*instanceLease, error) {
 		return nil, fmt.Errorf("instance lease: %w", err)
 	}
 	if term == 0 {
-		l, _ := c.store.Reader().LeaseGet(ctx, el.Name)
+		l, _ := c.store.Reader().LeaseGet(ctx, &store.LeaseGetParams{Name: el.Name})
 		until := ""
 		if l != nil {
 			until = fmt.Sprintf(" (its lease runs until %s unless renewed)", l.ExpiresAt.Format(time.RFC3339))
@@ -75,7 +75,7 @@ func (l *instanceLease) keep(ctx context.Context, every time.Duration) error {
 func (l *instanceLease) check(ctx context.Context, x store.Executor, now time.Time) error {
 	// LeaseCheck, not LeaseGet: a driver can send the check with the
 	// transaction's first real statement instead of a round trip of its own.
-	err := x.LeaseCheck(ctx, l.el.Name, l.el.Instance, now)
+	err := x.LeaseCheck(ctx, &store.LeaseCheckParams{Name: l.el.Name, Holder: l.el.Instance, Now: now})
 	if errors.Is(err, store.ErrLeaseNotHeld) {
 		return fmt.Errorf("%w: %w", errInstanceLost, err)
 	}

@@ -18,7 +18,7 @@ func (c *Client) Task(ctx context.Context, id string) (*Task, error) {
 	}
 	// One snapshot: read apart, a step could be newer than its task (a
 	// task Processing whose last step is already Processed).
-	tasks, steps, err := c.store.Reader().TaskGetManyWithSteps(ctx, []string{id})
+	tasks, steps, err := c.store.Reader().TaskGetManyWithSteps(ctx, &store.TaskGetManyWithStepsParams{IDs: []string{id}})
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func (c *Client) Tasks(ctx context.Context, p ListParams) ([]*Task, error) {
 	if err := checkListNamespace(p.Namespace); err != nil {
 		return nil, err
 	}
-	return c.store.Reader().TaskList(ctx, store.TaskListParams{States: p.States, Workflow: p.Workflow, AfterID: p.AfterID, Limit: p.Limit, Namespace: p.Namespace})
+	return c.store.Reader().TaskList(ctx, &store.TaskListParams{States: p.States, Workflow: p.Workflow, AfterID: p.AfterID, Limit: p.Limit, Namespace: p.Namespace})
 }
 
 // checkListNamespace checks the Namespace filter of a listing.
@@ -87,13 +87,13 @@ func (e *stateError) Unwrap() error { return ErrInvalidInput }
 
 // Counts returns the number of tasks in each state.
 func (c *Client) Counts(ctx context.Context) (map[ProcessState]int, error) {
-	return c.store.Reader().TaskCountByState(ctx)
+	return c.store.Reader().TaskCountByState(ctx, &store.TaskCountByStateParams{})
 }
 
 // Active returns how many tasks are not final yet (Pending, Processing or
 // Compensating): the depth of the work queue. It reads indexes only.
 func (c *Client) Active(ctx context.Context) (int, error) {
-	return c.store.Reader().TaskCountActive(ctx)
+	return c.store.Reader().TaskCountActive(ctx, &store.TaskCountActiveParams{})
 }
 
 // ActiveTasksOf returns how many tasks submitted with
@@ -103,7 +103,7 @@ func (c *Client) ActiveTasksOf(ctx context.Context, submitter string) (int, erro
 	if submitter == "" {
 		return 0, fmt.Errorf("%w: ActiveTasksOf: an empty submitter", ErrInvalidInput)
 	}
-	return c.store.Reader().TaskCountActiveBySubmitter(ctx, submitter)
+	return c.store.Reader().TaskCountActiveBySubmitter(ctx, &store.TaskCountActiveBySubmitterParams{Submitter: submitter})
 }
 
 // ResubmitOptions are optional settings of Resubmit.
@@ -223,7 +223,7 @@ func (c *Client) Events(ctx context.Context, q EventQuery) ([]*Event, error) {
 	if err := checkListNamespace(q.Namespace); err != nil {
 		return nil, err
 	}
-	return c.store.Reader().EventList(ctx, store.EventListParams{TaskID: q.TaskID, AlertsOnly: q.AlertsOnly, AfterID: q.AfterID, Limit: q.Limit, Namespace: q.Namespace})
+	return c.store.Reader().EventList(ctx, &store.EventListParams{TaskID: q.TaskID, AlertsOnly: q.AlertsOnly, AfterID: q.AfterID, Limit: q.Limit, Namespace: q.Namespace})
 }
 
 // Subscription selects what Subscribe delivers.
@@ -264,7 +264,7 @@ func (c *Client) Subscribe(ctx context.Context, s Subscription) <-chan *Event {
 			// read of the history has every event up to it.
 			final := false
 			if untilFinal {
-				t, err := c.store.Reader().TaskGet(ctx, s.TaskID)
+				t, err := c.store.Reader().TaskGet(ctx, &store.TaskGetParams{ID: s.TaskID})
 				switch {
 				case errors.Is(err, store.ErrNotFound):
 					final = true // deleted (retention): nothing more comes

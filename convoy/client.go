@@ -148,7 +148,7 @@ func (c *Client) policy(ctx context.Context, x store.Executor, queue string) (dt
 	if ok && time.Since(p.at) < policyTTL {
 		return p.q, nil
 	}
-	q, err := x.QueueGet(ctx, queue)
+	q, err := x.QueueGet(ctx, &store.QueueGetParams{Name: queue})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		q = &dt.Queue{Name: queue, MaxDeliveryCount: dt.DefaultMaxDeliveryCount, PoisonPolicy: dt.DefaultPoisonPolicy,

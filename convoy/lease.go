@@ -51,7 +51,7 @@ func checkHolder(ctx context.Context, x store.Executor, ref LockRef) error {
 	if ref.Holder == "" {
 		return nil
 	}
-	s, err := x.SessionGet(ctx, ref.Queue, ref.SessionID)
+	s, err := x.SessionGet(ctx, &store.SessionGetParams{Queue: ref.Queue, SessionID: ref.SessionID})
 	if errors.Is(err, store.ErrNotFound) {
 		return ErrLockLost
 	}
@@ -128,7 +128,7 @@ func (c *Client) acceptLease(ctx context.Context, queue, sessionID, holder strin
 	)
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		s = nil
-		got, err := x.SessionAccept(ctx, store.SessionAcceptParams{Queue: queue, SessionID: sessionID, Holder: holder, Now: now, Limit: 1})
+		got, err := x.SessionAccept(ctx, &store.SessionAcceptParams{Queue: queue, SessionID: sessionID, Holder: holder, Now: now, Limit: 1})
 		if err != nil || len(got) == 0 {
 			return err
 		}
@@ -215,7 +215,7 @@ func (c *Client) receiveRef(ctx context.Context, ref LockRef) (*ReceivedMessage,
 func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.SessionRef, now time.Time) (got *dt.Message, outcome, err error) {
 	var events []*dt.Event
 	for {
-		msgs, errs, err := x.MessageReceiveMany(ctx, []store.SessionRef{ref}, now)
+		msgs, errs, err := x.MessageReceiveMany(ctx, &store.MessageReceiveManyParams{Refs: []store.SessionRef{ref}, Now: now})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -224,7 +224,7 @@ func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.Se
 		}
 		m := msgs[0]
 		if m == nil {
-			s, err := x.SessionGet(ctx, ref.Queue, ref.SessionID)
+			s, err := x.SessionGet(ctx, &store.SessionGetParams{Queue: ref.Queue, SessionID: ref.SessionID})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -244,7 +244,7 @@ func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.Se
 		if !bad {
 			return m, nil, notifier.InsertEvents(ctx, x, events)
 		}
-		serrs, err := x.MessageSettleMany(ctx, []store.MessageSettle{settle}, now)
+		serrs, err := x.MessageSettleMany(ctx, &store.MessageSettleManyParams{Settles: []store.MessageSettle{settle}, Now: now})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -314,14 +314,14 @@ func (c *Client) leaseSettle(ctx context.Context, what, holder string, s store.M
 			s.Block = pol.PoisonPolicy == PoisonBlock
 		}
 		var err error
-		if errs, err = x.MessageSettleMany(ctx, []store.MessageSettle{s}, now); err != nil || errs[0] != nil {
+		if errs, err = x.MessageSettleMany(ctx, &store.MessageSettleManyParams{Settles: []store.MessageSettle{s}, Now: now}); err != nil || errs[0] != nil {
 			return err
 		}
 		if s.Action != store.SettleDeadLetter {
 			return nil
 		}
 		// The dead message is kept: its delivery count names the event.
-		ms, err := x.MessagePeek(ctx, store.MessagePeekParams{Queue: s.Ref.Queue, SessionID: s.Ref.SessionID, FromSeq: s.Seq, Limit: 1})
+		ms, err := x.MessagePeek(ctx, &store.MessagePeekParams{Queue: s.Ref.Queue, SessionID: s.Ref.SessionID, FromSeq: s.Seq, Limit: 1})
 		if err != nil {
 			return err
 		}
@@ -361,7 +361,7 @@ func (c *Client) LeaseRenew(ctx context.Context, ref LockRef) (time.Time, error)
 		if err := checkHolder(ctx, x, ref); err != nil {
 			return err
 		}
-		errs, err := x.SessionRenew(ctx, []store.SessionRef{ref.sessionRef()}, now, until)
+		errs, err := x.SessionRenew(ctx, &store.SessionRenewParams{Refs: []store.SessionRef{ref.sessionRef()}, Now: now, Until: until})
 		if err != nil {
 			return err
 		}
@@ -390,19 +390,19 @@ func (c *Client) LeaseRelease(ctx context.Context, ref LockRef) error {
 		if err := checkHolder(ctx, x, ref); err != nil {
 			return err
 		}
-		errs, err := x.SessionRelease(ctx, []store.SessionRef{ref.sessionRef()}, now)
+		errs, err := x.SessionRelease(ctx, &store.SessionReleaseParams{Refs: []store.SessionRef{ref.sessionRef()}, Now: now})
 		if err != nil {
 			return err
 		}
 		if errs[0] != nil {
 			return errs[0]
 		}
-		s, err := x.SessionGet(ctx, ref.Queue, ref.SessionID)
+		s, err := x.SessionGet(ctx, &store.SessionGetParams{Queue: ref.Queue, SessionID: ref.SessionID})
 		if err != nil {
 			return err
 		}
 		if notify = s.Pending > 0 && !s.Blocked; notify {
-			return x.Notify(ctx, Topic(ref.Queue))
+			return store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(ref.Queue)})
 		}
 		return nil
 	})

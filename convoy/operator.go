@@ -23,7 +23,7 @@ func (c *Client) Sessions(ctx context.Context, queue, after string, limit int) (
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	return c.store.Reader().SessionList(ctx, store.SessionListParams{Queue: queue, AfterID: after, Limit: limit})
+	return c.store.Reader().SessionList(ctx, &store.SessionListParams{Queue: queue, AfterID: after, Limit: limit})
 }
 
 // Session returns one session's record, or an error wrapping ErrNotFound.
@@ -31,7 +31,7 @@ func (c *Client) Session(ctx context.Context, queue, sessionID string) (*Session
 	if err := checkQueue(queue); err != nil {
 		return nil, err
 	}
-	return c.store.Reader().SessionGet(ctx, queue, sessionID)
+	return c.store.Reader().SessionGet(ctx, &store.SessionGetParams{Queue: queue, SessionID: sessionID})
 }
 
 // Peek returns a session's messages from sequence number fromSeq on, in
@@ -44,7 +44,7 @@ func (c *Client) Peek(ctx context.Context, queue, sessionID string, fromSeq int6
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	return c.store.Reader().MessagePeek(ctx, store.MessagePeekParams{Queue: queue, SessionID: sessionID, FromSeq: fromSeq, Limit: limit})
+	return c.store.Reader().MessagePeek(ctx, &store.MessagePeekParams{Queue: queue, SessionID: sessionID, FromSeq: fromSeq, Limit: limit})
 }
 
 // DeadLetterCursor is a position in a dead-letter listing: the listing goes
@@ -65,7 +65,7 @@ func (c *Client) DeadLetters(ctx context.Context, queue, sessionID string, after
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	return c.store.Reader().DeadLetterList(ctx, store.DeadLetterListParams{Queue: queue, SessionID: sessionID,
+	return c.store.Reader().DeadLetterList(ctx, &store.DeadLetterListParams{Queue: queue, SessionID: sessionID,
 		AfterSessionID: after.SessionID, AfterSeq: after.Seq, Limit: limit})
 }
 
@@ -93,15 +93,15 @@ func (c *Client) resolve(ctx context.Context, queue, sessionID string, seq int64
 		var err error
 		what := "resubmitted to the head of the session"
 		if typ == EventDeadLetterResubmitted {
-			err = x.DeadLetterResubmit(ctx, queue, sessionID, seq, now)
+			err = x.DeadLetterResubmit(ctx, &store.DeadLetterResubmitParams{Queue: queue, SessionID: sessionID, Seq: seq, Now: now})
 		} else {
-			err = x.DeadLetterDiscard(ctx, queue, sessionID, seq, now)
+			err = x.DeadLetterDiscard(ctx, &store.DeadLetterDiscardParams{Queue: queue, SessionID: sessionID, Seq: seq, Now: now})
 			what = "discarded"
 		}
 		if err != nil {
 			return err
 		}
-		if err := x.Notify(ctx, Topic(queue)); err != nil {
+		if err := store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(queue)}); err != nil {
 			return err
 		}
 		return notifier.InsertEvents(ctx, x, []*dt.Event{{
@@ -126,5 +126,5 @@ func (c *Client) SessionEvents(ctx context.Context, queue, sessionID string, aft
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	return c.store.Reader().EventList(ctx, store.EventListParams{TaskID: dt.SessionSubject(queue, sessionID), AfterID: afterID, Limit: limit})
+	return c.store.Reader().EventList(ctx, &store.EventListParams{TaskID: dt.SessionSubject(queue, sessionID), AfterID: afterID, Limit: limit})
 }

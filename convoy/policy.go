@@ -64,7 +64,9 @@ func (c *Client) SetQueuePolicy(ctx context.Context, p QueuePolicy) error {
 	}
 	now := c.now()
 	q.CreatedAt, q.UpdatedAt = now, now
-	err = c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.QueuePut(ctx, q) })
+	err = c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.QueuePut(ctx, &store.QueuePutParams{Queue: q})
+	})
 	c.forgetPolicy(p.Name)
 	return err
 }
@@ -75,7 +77,7 @@ func (c *Client) QueuePolicy(ctx context.Context, name string) (QueuePolicy, err
 	if err := checkQueue(name); err != nil {
 		return QueuePolicy{}, err
 	}
-	q, err := c.store.Reader().QueueGet(ctx, name)
+	q, err := c.store.Reader().QueueGet(ctx, &store.QueueGetParams{Name: name})
 	if err != nil {
 		return QueuePolicy{}, err
 	}
@@ -85,7 +87,7 @@ func (c *Client) QueuePolicy(ctx context.Context, name string) (QueuePolicy, err
 // Queues returns every queue with its policy, in name order. QueuesAfter
 // reads them a page at a time.
 func (c *Client) Queues(ctx context.Context) ([]*Queue, error) {
-	return c.store.Reader().QueueList(ctx, store.QueueListParams{})
+	return c.store.Reader().QueueList(ctx, &store.QueueListParams{})
 }
 
 // QueuesAfter lists the queues with their policies in name order, after
@@ -101,7 +103,7 @@ func (c *Client) QueuesIn(ctx context.Context, ns, after string, limit int) ([]*
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	return c.store.Reader().QueueList(ctx, store.QueueListParams{AfterName: after, Limit: limit, Namespace: ns})
+	return c.store.Reader().QueueList(ctx, &store.QueueListParams{AfterName: after, Limit: limit, Namespace: ns})
 }
 
 func policyOf(q *dt.Queue) QueuePolicy {

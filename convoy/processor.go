@@ -505,10 +505,10 @@ func (p *Processor) shutdown() {
 	defer cancel()
 	now := p.c.now()
 	err := p.c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.SessionRelease(ctx, refs, now); err != nil {
+		if _, err := x.SessionRelease(ctx, &store.SessionReleaseParams{Refs: refs, Now: now}); err != nil {
 			return err
 		}
-		return x.Notify(ctx, Topic(p.queue))
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(p.queue)})
 	})
 	if err != nil {
 		p.c.log.Warn("convoy: release sessions at stop; they are free once their locks expire", "queue", p.queue, "err", err)
@@ -770,7 +770,7 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 		for i, s := range held {
 			refs[i] = s.ref
 		}
-		errs, err := x.SessionRenew(ctx, refs, now, o.until)
+		errs, err := x.SessionRenew(ctx, &store.SessionRenewParams{Refs: refs, Now: now, Until: o.until})
 		if err != nil {
 			return err
 		}
@@ -818,7 +818,7 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 			}
 		}
 		if len(batch) > 0 {
-			msgs, errs, err := x.MessageSettleReceiveMany(ctx, batch, now)
+			msgs, errs, err := x.MessageSettleReceiveMany(ctx, &store.MessageSettleReceiveManyParams{Settles: batch, Now: now})
 			if err != nil {
 				return err
 			}
@@ -851,11 +851,11 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 		}
 	}
 	if len(refs) > 0 {
-		if _, err := x.SessionRelease(ctx, refs, now); err != nil {
+		if _, err := x.SessionRelease(ctx, &store.SessionReleaseParams{Refs: refs, Now: now}); err != nil {
 			return err
 		}
 		if notify {
-			if err := x.Notify(ctx, Topic(p.queue)); err != nil {
+			if err := store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(p.queue)}); err != nil {
 				return err
 			}
 		}
@@ -863,7 +863,7 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 
 	// 4. Accepts.
 	if acceptN > 0 {
-		got, err := x.SessionAccept(ctx, store.SessionAcceptParams{Queue: p.queue, Holder: p.c.cfg.InstanceID, Now: now,
+		got, err := x.SessionAccept(ctx, &store.SessionAcceptParams{Queue: p.queue, Holder: p.c.cfg.InstanceID, Now: now,
 			LockDuration: lockDur, Limit: acceptN})
 		if err != nil {
 			return err
@@ -901,7 +901,7 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 		for i, s := range targets {
 			refs[i] = s.ref
 		}
-		msgs, errs, err := x.MessageReceiveMany(ctx, refs, now)
+		msgs, errs, err := x.MessageReceiveMany(ctx, &store.MessageReceiveManyParams{Refs: refs, Now: now})
 		if err != nil {
 			return err
 		}
@@ -931,7 +931,7 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 			o.received = append(o.received, s)
 		}
 		if len(poison) > 0 {
-			errs, err := x.MessageSettleMany(ctx, poison, now)
+			errs, err := x.MessageSettleMany(ctx, &store.MessageSettleManyParams{Settles: poison, Now: now})
 			if err != nil {
 				return err
 			}
@@ -985,7 +985,7 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 			o.txSettles[of[i]] = st
 			batch = append(batch, st)
 		}
-		errs, err := x.MessageSettleMany(ctx, batch, now)
+		errs, err := x.MessageSettleMany(ctx, &store.MessageSettleManyParams{Settles: batch, Now: now})
 		if err != nil {
 			return err
 		}

@@ -106,11 +106,11 @@ func (c *Client) publish(ctx context.Context, x store.Executor, queue string, ms
 	if len(pms) == 0 {
 		return []Published{}, nil
 	}
-	res, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: pms, Now: c.now()})
+	res, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: pms, Now: c.now()})
 	if err != nil {
 		return nil, err
 	}
-	if err := x.Notify(ctx, Topic(queue)); err != nil {
+	if err := store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(queue)}); err != nil {
 		return nil, err
 	}
 	out := make([]Published, len(res))

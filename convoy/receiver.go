@@ -125,7 +125,7 @@ func (c *Client) mayAccept(ctx context.Context, queue, sessionID string, now tim
 	if sessionID != "" {
 		return true, nil
 	}
-	ok, err := c.store.Reader().SessionAvailable(ctx, queue, now)
+	ok, err := c.store.Reader().SessionAvailable(ctx, &store.SessionAvailableParams{Queue: queue, Now: now})
 	if err != nil {
 		return false, err
 	}
@@ -145,7 +145,7 @@ func (c *Client) accept(ctx context.Context, queue, sessionID string) (*SessionR
 	)
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		s = nil
-		got, err := x.SessionAccept(ctx, store.SessionAcceptParams{Queue: queue, SessionID: sessionID, Holder: c.cfg.InstanceID, Now: now, Limit: 1})
+		got, err := x.SessionAccept(ctx, &store.SessionAcceptParams{Queue: queue, SessionID: sessionID, Holder: c.cfg.InstanceID, Now: now, Limit: 1})
 		if err != nil || len(got) == 0 {
 			return err
 		}
@@ -233,7 +233,7 @@ func (r *SessionReceiver) renewLoop(ctx context.Context) {
 		var errs []error
 		err := r.c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
-			errs, err = x.SessionRenew(ctx, []store.SessionRef{r.ref()}, now, until)
+			errs, err = x.SessionRenew(ctx, &store.SessionRenewParams{Refs: []store.SessionRef{r.ref()}, Now: now, Until: until})
 			return err
 		})
 		switch {
@@ -413,7 +413,7 @@ func (r *SessionReceiver) settle(ctx context.Context, what string, m *ReceivedMe
 			s.Block = pol.PoisonPolicy == PoisonBlock
 		}
 		var err error
-		if errs, err = x.MessageSettleMany(ctx, []store.MessageSettle{s}, now); err != nil || errs[0] != nil {
+		if errs, err = x.MessageSettleMany(ctx, &store.MessageSettleManyParams{Settles: []store.MessageSettle{s}, Now: now}); err != nil || errs[0] != nil {
 			return err
 		}
 		if s.Action == store.SettleDeadLetter {
@@ -442,7 +442,7 @@ func (r *SessionReceiver) settle(ctx context.Context, what string, m *ReceivedMe
 
 // State returns the session's state blob (nil when never set).
 func (r *SessionReceiver) State(ctx context.Context) ([]byte, error) {
-	s, err := r.c.store.Reader().SessionGet(ctx, r.queue, r.id)
+	s, err := r.c.store.Reader().SessionGet(ctx, &store.SessionGetParams{Queue: r.queue, SessionID: r.id})
 	if err != nil {
 		return nil, err
 	}
@@ -462,7 +462,7 @@ func (r *SessionReceiver) SetState(ctx context.Context, state []byte) error {
 	}
 	now := r.c.now()
 	err := r.c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.SessionStateSet(ctx, r.ref(), state, now)
+		return x.SessionStateSet(ctx, &store.SessionStateSetParams{Ref: r.ref(), State: state, Now: now})
 	})
 	if errors.Is(err, ErrLockLost) {
 		r.markLost()
@@ -498,16 +498,16 @@ func (r *SessionReceiver) Close(ctx context.Context) error {
 	notify := false
 	err := r.c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		notify = false
-		errs, err := x.SessionRelease(ctx, []store.SessionRef{r.ref()}, now)
+		errs, err := x.SessionRelease(ctx, &store.SessionReleaseParams{Refs: []store.SessionRef{r.ref()}, Now: now})
 		if err != nil || errs[0] != nil {
 			return err // a lost lock has nothing to release
 		}
-		s, err := x.SessionGet(ctx, r.queue, r.id)
+		s, err := x.SessionGet(ctx, &store.SessionGetParams{Queue: r.queue, SessionID: r.id})
 		if err != nil {
 			return err
 		}
 		if notify = s.Pending > 0 && !s.Blocked; notify {
-			return x.Notify(ctx, Topic(r.queue))
+			return store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(r.queue)})
 		}
 		return nil
 	})

@@ -91,7 +91,7 @@ func TestEventsManyEvents(t *testing.T) {
 			Alert: i%10 == 0, Actor: "test", Message: strconv.Itoa(i), CreatedAt: now}
 	}
 	if err := e.d.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.EventInsertMany(ctx, evs)
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: evs})
 	}); err != nil {
 		t.Fatal(err)
 	}

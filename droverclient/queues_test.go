@@ -144,7 +144,7 @@ func TestQueuesPages(t *testing.T) {
 		msgs[i] = store.PublishMessage{Queue: fmt.Sprintf("q%04d", i), SessionID: "s", Body: []byte("1")}
 	}
 	if err := e.d.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		_, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: msgs, Now: time.Now()})
+		_, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: msgs, Now: time.Now()})
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -36,49 +36,49 @@ var (
 // error means applied. Items of one call for the same session apply in call
 // order, as if made one after the other.
 //
-// On PostgreSQL, calls that change a session lock its row until the
-// transaction ends; publishing to a session therefore waits for another
-// transaction publishing to (or settling in) the same session to end. That
-// wait is what makes sequence numbers follow commit order. One call locks its
-// sessions, existing and new alike, in key order, so calls never deadlock
-// each other; a transaction making several calls over different sets of
-// sessions can (PostgreSQL then aborts one transaction with an error wrapping
-// ErrConflict, to be retried).
+// Calls that change a session lock it until the transaction ends;
+// publishing to a session therefore waits for another transaction
+// publishing to (or settling in) the same session to end. That wait is what
+// makes sequence numbers follow commit order. One call locks its sessions,
+// existing and new alike, in key order, so calls never deadlock each other;
+// a transaction making several calls over different sets of sessions can,
+// in a driver whose writers overlap (the database then aborts one
+// transaction with an error wrapping ErrConflict, to be retried).
 type QueueExecutor interface {
 	// QueuePut creates the queue or replaces its policy. CreatedAt is kept
 	// when the queue exists.
-	QueuePut(ctx context.Context, q *drovertype.Queue) error
+	QueuePut(ctx context.Context, params *QueuePutParams) error
 	// QueueGet returns the queue, or ErrNotFound. It locks nothing.
-	QueueGet(ctx context.Context, name string) (*drovertype.Queue, error)
+	QueueGet(ctx context.Context, params *QueueGetParams) (*drovertype.Queue, error)
 	// QueueList returns the queues in name order (keyset pagination).
-	QueueList(ctx context.Context, p QueueListParams) ([]*drovertype.Queue, error)
+	QueueList(ctx context.Context, params *QueueListParams) ([]*drovertype.Queue, error)
 
 	// MessagePublishMany stores messages, creating missing queues (default
-	// policy) and sessions. results[i] is the outcome of p.Messages[i]:
+	// policy) and sessions. results[i] is the outcome of Messages[i]:
 	// messages of one session get consecutive sequence numbers in call
 	// order. A message whose MessageID was published to the queue within
 	// its dedupe window (or earlier in the same call) is not stored: its
 	// result is Duplicate with the original's Seq. If any other message
 	// targets a closed session, or follows an end-of-sequence message of its
 	// session in the call, the whole call fails with ErrSessionClosed and
-	// writes nothing. (Except in one race on PostgreSQL: a session closed
-	// by another transaction after this call looked; the error then comes
-	// after other sessions were written, and the transaction must be rolled
-	// back, as after any error.)
-	MessagePublishMany(ctx context.Context, p PublishParams) (results []PublishResult, err error)
+	// writes nothing. (Except, in a driver whose writers overlap, when a
+	// session is closed by another transaction after this call looked: the
+	// error then comes after other sessions were written, and the
+	// transaction must be rolled back, as after any error.)
+	MessagePublishMany(ctx context.Context, params *MessagePublishManyParams) (results []PublishResult, err error)
 
-	// SessionAccept locks sessions of p.Queue to p.Holder: the named one
-	// (p.SessionID; ErrNotFound if it does not exist, ErrSessionLocked if its
-	// lock is held and unexpired), or else up to p.Limit of the sessions
-	// whose head is available at p.Now, not blocked and not locked (or lock
+	// SessionAccept locks sessions of Queue to Holder: the named one
+	// (SessionID; ErrNotFound if it does not exist, ErrSessionLocked if its
+	// lock is held and unexpired), or else up to Limit of the sessions
+	// whose head is available at Now, not blocked and not locked (or lock
 	// expired), oldest ReadyAt first; locked rows are skipped, never waited
 	// for. Each accept increments the session's LockToken and sets
 	// LockedUntil to Now plus the lock duration.
 	//
 	// Which sessions are available is decided from a ready time the store
 	// keeps per session. It is exact for a session no one holds. While a
-	// session is held, a driver may leave it stale (PostgreSQL does, so
-	// that settles and receives do not rewrite indexed columns): it then
+	// session is held, a driver may leave it stale (so that settles and
+	// receives do not rewrite indexed columns): it then
 	// tells only whether something is pending, and is otherwise no later
 	// than the time the session last had a ready head (or than the accept
 	// or publish that set it). SessionRelease brings it up to date. So a
@@ -88,66 +88,67 @@ type QueueExecutor interface {
 	// holder): receive then returns nothing for it until its head is due.
 	// The ReadyAt that SessionAccept, SessionGet and SessionList return is
 	// always the head's exact available time.
-	SessionAccept(ctx context.Context, p SessionAcceptParams) ([]*drovertype.Session, error)
+	SessionAccept(ctx context.Context, params *SessionAcceptParams) ([]*drovertype.Session, error)
 	// SessionAvailable reports whether SessionAccept of the next available
-	// sessions of queue would take one at now: a cheap read (it takes no
+	// sessions of Queue would take one at Now: a cheap read (it takes no
 	// write lock), for waiting accepts to call before SessionAccept.
-	SessionAvailable(ctx context.Context, queue string, now time.Time) (bool, error)
-	// SessionRenew extends each held lock to until.
-	SessionRenew(ctx context.Context, refs []SessionRef, now, until time.Time) (errs []error, err error)
-	// SessionRelease frees each held session (its token stays, so the ref
+	SessionAvailable(ctx context.Context, params *SessionAvailableParams) (bool, error)
+	// SessionRenew extends the lock of each session of Refs to Until.
+	SessionRenew(ctx context.Context, params *SessionRenewParams) (errs []error, err error)
+	// SessionRelease frees each session of Refs (its token stays, so the ref
 	// is stale from then on) and brings its ready time up to date (see
 	// SessionAccept).
-	SessionRelease(ctx context.Context, refs []SessionRef, now time.Time) (errs []error, err error)
+	SessionRelease(ctx context.Context, params *SessionReleaseParams) (errs []error, err error)
 
 	// MessageReceiveMany returns, for each held session whose head message
-	// is available at now (and that is not blocked), that head with its
-	// DeliveryCount incremented. msgs[i] is nil when refs[i] has nothing to
+	// is available at Now (and that is not blocked), that head with its
+	// DeliveryCount incremented. msgs[i] is nil when Refs[i] has nothing to
 	// receive or errs[i] is set (ErrLockLost).
-	MessageReceiveMany(ctx context.Context, refs []SessionRef, now time.Time) (msgs []*drovertype.Message, errs []error, err error)
-	// MessageSettleMany applies each settle to its session's head message.
+	MessageReceiveMany(ctx context.Context, params *MessageReceiveManyParams) (msgs []*drovertype.Message, errs []error, err error)
+	// MessageSettleMany applies each of Settles to its session's head
+	// message.
 	// errs[i] is ErrLockLost (lock not held), ErrNotHead (Seq is not the
 	// head) or nil (applied). Pending, ReadyAt and Blocked follow. It
 	// ignores ReceiveNext.
-	MessageSettleMany(ctx context.Context, settles []MessageSettle, now time.Time) (errs []error, err error)
+	MessageSettleMany(ctx context.Context, params *MessageSettleManyParams) (errs []error, err error)
 	// MessageSettleReceiveMany is MessageSettleMany that also receives:
 	// right after a settle with ReceiveNext applied, its session's head
 	// (the next message after a complete or dead-letter, the same one after
 	// an abandon) is received as MessageReceiveMany would: only if it is
-	// available at now and the session is not blocked, with its
+	// available at Now and the session is not blocked, with its
 	// DeliveryCount incremented. msgs[i] is that message; nil when
-	// settles[i] has no ReceiveNext, nothing was available, or errs[i] is
+	// Settles[i] has no ReceiveNext, nothing was available, or errs[i] is
 	// set (a rejected settle receives nothing). It is the consumer's
 	// steady state in one call: complete n, receive n+1.
-	MessageSettleReceiveMany(ctx context.Context, settles []MessageSettle, now time.Time) (msgs []*drovertype.Message, errs []error, err error)
+	MessageSettleReceiveMany(ctx context.Context, params *MessageSettleReceiveManyParams) (msgs []*drovertype.Message, errs []error, err error)
 
 	// SessionGet returns the session, or ErrNotFound. Inside a transaction
 	// it locks the session's row.
-	SessionGet(ctx context.Context, queue, sessionID string) (*drovertype.Session, error)
+	SessionGet(ctx context.Context, params *SessionGetParams) (*drovertype.Session, error)
 	// SessionList returns a queue's sessions in ID order (keyset pagination).
-	SessionList(ctx context.Context, p SessionListParams) ([]*drovertype.Session, error)
-	// SessionStateSet sets the session state under a held lock (nil clears
-	// it); ErrLockLost otherwise.
-	SessionStateSet(ctx context.Context, ref SessionRef, state []byte, now time.Time) error
+	SessionList(ctx context.Context, params *SessionListParams) ([]*drovertype.Session, error)
+	// SessionStateSet sets the state of the session of Ref to State under
+	// its held lock (nil clears it); ErrLockLost otherwise.
+	SessionStateSet(ctx context.Context, params *SessionStateSetParams) error
 
-	// MessagePeek returns a session's messages from p.FromSeq on, in
+	// MessagePeek returns a session's messages from FromSeq on, in
 	// sequence order, dead ones included, changing nothing.
-	MessagePeek(ctx context.Context, p MessagePeekParams) ([]*drovertype.Message, error)
+	MessagePeek(ctx context.Context, params *MessagePeekParams) ([]*drovertype.Message, error)
 	// DeadLetterList returns dead messages of a queue (or one of its
 	// sessions) in (session, seq) order.
-	DeadLetterList(ctx context.Context, p DeadLetterListParams) ([]*drovertype.Message, error)
+	DeadLetterList(ctx context.Context, params *DeadLetterListParams) ([]*drovertype.Message, error)
 	// DeadLetterResubmit makes a dead message pending again, available at
-	// now with delivery count 0: having the smallest sequence number, it is
+	// Now with delivery count 0: having the smallest sequence number, it is
 	// its session's head again. The session is unblocked. ErrNotFound if no
 	// such dead message exists.
-	DeadLetterResubmit(ctx context.Context, queue, sessionID string, seq int64, now time.Time) error
+	DeadLetterResubmit(ctx context.Context, params *DeadLetterResubmitParams) error
 	// DeadLetterDiscard deletes a dead message and unblocks its session.
 	// ErrNotFound if no such dead message exists.
-	DeadLetterDiscard(ctx context.Context, queue, sessionID string, seq int64, now time.Time) error
+	DeadLetterDiscard(ctx context.Context, params *DeadLetterDiscardParams) error
 
-	// DedupeDeleteExpired deletes up to limit message IDs whose dedupe
-	// window ended at or before now, and returns how many.
-	DedupeDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error)
+	// DedupeDeleteExpired deletes up to Limit message IDs whose dedupe
+	// window ended at or before Now, and returns how many.
+	DedupeDeleteExpired(ctx context.Context, params *DedupeDeleteExpiredParams) (int, error)
 }
 
 // SessionRef names a session held under a lock token.
@@ -172,8 +173,8 @@ type PublishMessage struct {
 	AvailableAt time.Time
 }
 
-// PublishParams are the arguments of MessagePublishMany.
-type PublishParams struct {
+// MessagePublishManyParams are the arguments of MessagePublishMany.
+type MessagePublishManyParams struct {
 	Messages []PublishMessage
 	Now      time.Time
 }
@@ -271,4 +272,86 @@ type DeadLetterListParams struct {
 	AfterSessionID string
 	AfterSeq       int64
 	Limit          int
+}
+
+// DeadLetterDiscardParams are the arguments of DeadLetterDiscard.
+type DeadLetterDiscardParams struct {
+	Queue     string
+	SessionID string
+	Seq       int64
+	Now       time.Time
+}
+
+// DeadLetterResubmitParams are the arguments of DeadLetterResubmit.
+type DeadLetterResubmitParams struct {
+	Queue     string
+	SessionID string
+	Seq       int64
+	Now       time.Time
+}
+
+// DedupeDeleteExpiredParams are the arguments of DedupeDeleteExpired.
+type DedupeDeleteExpiredParams struct {
+	Now   time.Time
+	Limit int
+}
+
+// MessageReceiveManyParams are the arguments of MessageReceiveMany.
+type MessageReceiveManyParams struct {
+	Refs []SessionRef
+	Now  time.Time
+}
+
+// MessageSettleManyParams are the arguments of MessageSettleMany.
+type MessageSettleManyParams struct {
+	Settles []MessageSettle
+	Now     time.Time
+}
+
+// MessageSettleReceiveManyParams are the arguments of MessageSettleReceiveMany.
+type MessageSettleReceiveManyParams struct {
+	Settles []MessageSettle
+	Now     time.Time
+}
+
+// QueueGetParams are the arguments of QueueGet.
+type QueueGetParams struct {
+	Name string
+}
+
+// QueuePutParams are the arguments of QueuePut.
+type QueuePutParams struct {
+	Queue *drovertype.Queue
+}
+
+// SessionAvailableParams are the arguments of SessionAvailable.
+type SessionAvailableParams struct {
+	Queue string
+	Now   time.Time
+}
+
+// SessionGetParams are the arguments of SessionGet.
+type SessionGetParams struct {
+	Queue     string
+	SessionID string
+}
+
+// SessionReleaseParams are the arguments of SessionRelease.
+type SessionReleaseParams struct {
+	Refs []SessionRef
+	Now  time.Time
+}
+
+// SessionRenewParams are the arguments of SessionRenew.
+type SessionRenewParams struct {
+	Refs  []SessionRef
+	Now   time.Time
+	Until time.Time
+}
+
+// SessionStateSetParams are the arguments of SessionStateSet.
+type SessionStateSetParams struct {
+	Ref   SessionRef
+	State []byte
+	Now   time.Time
 }

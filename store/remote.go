@@ -32,27 +32,27 @@ type RemoteAgentExecutor interface {
 	// RequestGet returns one request with its payload joined in as
 	// RequestClaim joins it (Workflow, StepName, Input, PreviousOutput,
 	// StepOutput), or ErrNotFound.
-	RequestGet(ctx context.Context, id int64) (*drovertype.AgentRequest, error)
-	// RequestAvailable reports whether agent has an unclaimed request whose
-	// CompleteBy is after now: a cheap read (it takes no write lock) for
+	RequestGet(ctx context.Context, params *RequestGetParams) (*drovertype.AgentRequest, error)
+	// RequestAvailable reports whether Agent has an unclaimed request whose
+	// CompleteBy is after Now: a cheap read (it takes no write lock) for
 	// long-polls to call before RequestClaim.
-	RequestAvailable(ctx context.Context, agent string, now time.Time) (bool, error)
-	// RequestComplete deletes request id if it is claimed by claimedBy,
-	// now is before its CompleteBy and its step's attempt is still the
+	RequestAvailable(ctx context.Context, params *RequestAvailableParams) (bool, error)
+	// RequestComplete deletes request ID if it is claimed by ClaimedBy,
+	// Now is before its CompleteBy and its step's attempt is still the
 	// request's, and returns it (without payload). Otherwise it changes
 	// nothing and returns ErrStale, or ErrNotFound when no request has
-	// that id (never had, or already completed or deleted). Write
+	// that ID (never had, or already completed or deleted). Write
 	// transactions only.
-	RequestComplete(ctx context.Context, id int64, claimedBy string, now time.Time) (*drovertype.AgentRequest, error)
-	// RequestReleaseOne gives request id back (unclaimed) so any agent can
-	// claim it again once the redelivery delay after has passed (counting
-	// this release), if it is claimed by claimedBy and now is before its
+	RequestComplete(ctx context.Context, params *RequestCompleteParams) (*drovertype.AgentRequest, error)
+	// RequestReleaseOne gives request ID back (unclaimed) so any agent can
+	// claim it again once the delay of Redelivery has passed (counting
+	// this release), if it is claimed by ClaimedBy and Now is before its
 	// CompleteBy, and returns it (without payload). RequestClaim and
 	// RequestAvailable pass it over until then; a delay that reaches past
 	// CompleteBy leaves the step to the supervisor. Otherwise it changes
 	// nothing and returns ErrStale, or ErrNotFound when no request has
-	// that id. Write transactions only.
-	RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time, after Redelivery) (*drovertype.AgentRequest, error)
+	// that ID. Write transactions only.
+	RequestReleaseOne(ctx context.Context, params *RequestReleaseOneParams) (*drovertype.AgentRequest, error)
 }
 
 // Redelivery is how long a request given back with RequestReleaseOne waits
@@ -92,4 +92,30 @@ func (r Redelivery) Validate() error {
 		return fmt.Errorf("redelivery max delay %s is below the first delay %s", r.Max, r.First)
 	}
 	return nil
+}
+
+// RequestAvailableParams are the arguments of RequestAvailable.
+type RequestAvailableParams struct {
+	Agent string
+	Now   time.Time
+}
+
+// RequestCompleteParams are the arguments of RequestComplete.
+type RequestCompleteParams struct {
+	ID        int64
+	ClaimedBy string
+	Now       time.Time
+}
+
+// RequestGetParams are the arguments of RequestGet.
+type RequestGetParams struct {
+	ID int64
+}
+
+// RequestReleaseOneParams are the arguments of RequestReleaseOne.
+type RequestReleaseOneParams struct {
+	ID         int64
+	ClaimedBy  string
+	Now        time.Time
+	Redelivery Redelivery
 }

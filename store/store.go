@@ -24,15 +24,14 @@ var (
 	// ErrNotMigrated: the database has no drover schema yet.
 	ErrNotMigrated = errors.New("store is not migrated")
 	// ErrConflict: the database aborted the transaction because it
-	// conflicted with another one (PostgreSQL: a deadlock, SQLSTATE 40P01,
-	// or a serialization failure, 40001). Nothing of it committed and the
+	// conflicted with another one (a deadlock or a serialization failure).
+	// Nothing of it committed and the
 	// work itself is not at fault: roll back and run the transaction again.
 	// The driver's own error stays in the chain (errors.As).
 	ErrConflict = errors.New("transaction conflicted with another; retry it")
 	// ErrBadData: the database refused a value the transaction wrote
-	// (PostgreSQL: a data exception, SQLSTATE class 22, such as a NUL
-	// character or invalid UTF-8 in text; a value too large for the
-	// database). Nothing of the transaction committed, and running it
+	// (a data exception, such as a NUL character or invalid UTF-8 in
+	// text; a value too large for the database). Nothing of the transaction committed, and running it
 	// again fails the same way: the fault is in the data of some item of
 	// it, so a caller that wrote many items in one transaction writes them
 	// apart to find the one at fault and commit the rest. The driver's
@@ -53,8 +52,8 @@ type Driver interface {
 	SchemaVersion(ctx context.Context) (applied, latest int, err error)
 	// InTx runs fn in one write transaction, committed if fn returns nil.
 	InTx(ctx context.Context, fn func(ctx context.Context, x Executor) error) error
-	// InExternalTx runs fn inside a transaction the caller owns (for SQLite a
-	// *sql.Tx on the same database file); the caller commits or rolls back.
+	// InExternalTx runs fn inside a transaction the caller owns, of the
+	// type the driver documents; the caller commits or rolls back.
 	InExternalTx(ctx context.Context, tx any, fn func(ctx context.Context, x Executor) error) error
 	// Reader returns an Executor for reads outside any write transaction.
 	Reader() Executor
@@ -62,70 +61,67 @@ type Driver interface {
 	Close() error
 }
 
-// Executor runs the store primitives. Every method takes ctx first. Methods that
-// take slices apply all of them in order; drivers may batch them.
+// Executor runs the store primitives. Every method takes ctx and a pointer
+// to its own parameters struct, named after it (TaskGet takes
+// *TaskGetParams), so that a parameter can be added without changing the
+// method's signature; the callee does not keep or change the struct.
+// Methods that take slices apply all of them in order; drivers may batch
+// them. What only some drivers do in fewer calls is an optional interface
+// (see TaskGetAndClaim), not part of Executor.
 type Executor interface {
 	// TaskInsertMany inserts tasks whose ID is not taken yet; inserted[i]
-	// reports whether tasks[i] was inserted (false: the ID exists, nothing
+	// reports whether Tasks[i] was inserted (false: the ID exists, nothing
 	// changed). IDs within one call must be distinct.
-	TaskInsertMany(ctx context.Context, tasks []*drovertype.Task) (inserted []bool, err error)
-	TaskGet(ctx context.Context, id string) (*drovertype.Task, error)
-	TaskGetMany(ctx context.Context, ids []string) ([]*drovertype.Task, error)
+	TaskInsertMany(ctx context.Context, params *TaskInsertManyParams) (inserted []bool, err error)
+	// TaskGet returns one task, or ErrNotFound.
+	TaskGet(ctx context.Context, params *TaskGetParams) (*drovertype.Task, error)
+	// TaskGetMany returns the tasks of IDs that exist.
+	TaskGetMany(ctx context.Context, params *TaskGetManyParams) ([]*drovertype.Task, error)
 	// TaskGetManyWithSteps is TaskGetMany and StepListByTasks of the same
 	// IDs in one call (inside a transaction both lock their rows, the tasks
 	// first), so that a driver can fetch both in one round trip. On the
 	// Reader both reads see one snapshot of the database: the steps are
 	// those of the tasks as returned, never of a later state.
-	TaskGetManyWithSteps(ctx context.Context, ids []string) ([]*drovertype.Task, []*drovertype.StepRecord, error)
-	TaskList(ctx context.Context, p TaskListParams) ([]*drovertype.Task, error)
-	TaskCountByState(ctx context.Context) (map[drovertype.ProcessState]int, error)
-	TaskCountLockedBy(ctx context.Context, instance string) (int, error)
+	TaskGetManyWithSteps(ctx context.Context, params *TaskGetManyWithStepsParams) ([]*drovertype.Task, []*drovertype.StepRecord, error)
+	// TaskList returns the tasks params selects, in ID order.
+	TaskList(ctx context.Context, params *TaskListParams) ([]*drovertype.Task, error)
+	// TaskCountByState counts the tasks in each state.
+	TaskCountByState(ctx context.Context, params *TaskCountByStateParams) (map[drovertype.ProcessState]int, error)
+	// TaskCountLockedBy counts the tasks Instance holds.
+	TaskCountLockedBy(ctx context.Context, params *TaskCountLockedByParams) (int, error)
 	// TaskCountActive counts the tasks not yet final: Pending, Processing or
 	// Compensating. Cheap (index-only), for queue-depth monitoring.
-	TaskCountActive(ctx context.Context) (int, error)
+	TaskCountActive(ctx context.Context, params *TaskCountActiveParams) (int, error)
 	// TaskCountActiveBySubmitter counts the tasks not yet final (as
-	// TaskCountActive) whose Submitter is submitter, which is not "".
+	// TaskCountActive) whose Submitter is Submitter, which is not "".
 	// Index-only, for the quota of tasks in flight per token.
-	TaskCountActiveBySubmitter(ctx context.Context, submitter string) (int, error)
+	TaskCountActiveBySubmitter(ctx context.Context, params *TaskCountActiveBySubmitterParams) (int, error)
 	// TaskClaim atomically locks up to Limit claimable tasks for Instance:
 	// Pending ones, and Compensating ones nobody holds, available at Now.
 	// A Pending task with an OrderingKey is claimable only when no task with
 	// the same key and a smaller OrderingSeq is still non-final (Pending,
 	// Processing or Compensating); Compensating tasks have started and are
 	// not held back. Pending tasks become Processing. Oldest first.
-	TaskClaim(ctx context.Context, p TaskClaimParams) ([]*drovertype.Task, error)
-	// TaskClaimWithSteps is TaskClaim followed by StepListByTasks of the
-	// claimed tasks, in one call, so that a driver can do both in one round
-	// trip. The steps come by task ID and index.
-	TaskClaimWithSteps(ctx context.Context, p TaskClaimParams) ([]*drovertype.Task, []*drovertype.StepRecord, error)
-	// TaskGetAndClaim is TaskGetManyWithSteps of ids, then
-	// TaskClaimWithSteps of p (when p.Limit > 0), in one call: the reads of
-	// a scheduler tick, which a driver can send in one round trip. (The
-	// steps of ids need not be locked: their tasks are, and every writer of
-	// steps locks the task first.) A task
-	// of ids that is claimable (and, being locked by this transaction, not
-	// skipped) may come back in both sets. A task of ids that another
-	// transaction holds locked may be left out instead of waited for: it
-	// is then listed in Busy.
-	TaskGetAndClaim(ctx context.Context, ids []string, p TaskClaimParams) (GetAndClaim, error)
-	// TaskListLockedBy returns the non-final tasks an instance holds.
-	TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*drovertype.Task, error)
+	TaskClaim(ctx context.Context, params *TaskClaimParams) ([]*drovertype.Task, error)
+	// TaskListLockedBy returns up to Limit of the non-final tasks Instance
+	// holds.
+	TaskListLockedBy(ctx context.Context, params *TaskListLockedByParams) ([]*drovertype.Task, error)
 	// TaskListExpired returns held tasks whose CompleteBy is before Now.
-	TaskListExpired(ctx context.Context, now time.Time, limit int) ([]*drovertype.Task, error)
-	// TaskDeleteFinished deletes up to limit final tasks (Processed, Error,
-	// Compensated, Cancelled) last updated before before, oldest first, with
+	TaskListExpired(ctx context.Context, params *TaskListExpiredParams) ([]*drovertype.Task, error)
+	// TaskDeleteFinished deletes up to Limit final tasks (Processed, Error,
+	// Compensated, Cancelled) last updated before Before, oldest first, with
 	// their steps, requests, replies and events. It returns how many.
 	// A key whose last task it deletes loses its ordering_keys row (the
 	// schema counts each key's tasks), so the key's next task starts again
 	// at position 1: no task of the key is left to order against. It never
-	// waits for a submit: on PostgreSQL it leaves the tasks of keys a
-	// submitting transaction holds for a later call.
-	TaskDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error)
+	// waits for a submit: a driver whose writers overlap leaves the tasks of
+	// keys a submitting transaction holds for a later call.
+	TaskDeleteFinished(ctx context.Context, params *TaskDeleteFinishedParams) (int, error)
 	// TaskUpdateMany writes the mutable fields of each task.
-	TaskUpdateMany(ctx context.Context, tasks []*drovertype.Task) error
+	TaskUpdateMany(ctx context.Context, params *TaskUpdateManyParams) error
 
-	// OrderingSeqReserve hands out positions within ordering keys: for
-	// each entry of keys (a key may repeat) the next position of that key,
+	// OrderingKeyReserve hands out positions within ordering keys: for
+	// each entry of Keys (a key may repeat) the next position of that key,
 	// consecutive per key in input order, starting at 1 for a new key.
 	// Positions are never handed out twice, but a rolled-back transaction
 	// gives its back, and a reservation whose task is not inserted leaves
@@ -135,61 +131,69 @@ type Executor interface {
 	// transaction reserving the same key waits until the first commits or
 	// rolls back. That is what makes positions follow commit order: a task
 	// with a higher position never becomes visible before one with a lower
-	// position of the same key. (PostgreSQL: the key's row in
-	// ordering_keys, locked in sorted key order; SQLite: the write lock.)
-	// Reserve and insert in the same transaction.
-	OrderingSeqReserve(ctx context.Context, keys []string) ([]int64, error)
-	// OrderingKeysPrune deletes the ordering_keys rows of keys that no
+	// position of the same key. Transactions reserving several keys never
+	// deadlock each other over them. Reserve and insert in the same
+	// transaction.
+	OrderingKeyReserve(ctx context.Context, params *OrderingKeyReserveParams) ([]int64, error)
+	// OrderingKeyPrune deletes the ordering_keys rows of Keys that no
 	// task has (a key may repeat; unknown keys are ignored), so that their
 	// next task starts again at position 1. Call it in the transaction
 	// that reserved them, after inserting: a submit whose task existed
 	// already would otherwise leave a new key's row behind for good, as no
 	// task of it is ever deleted.
-	OrderingKeysPrune(ctx context.Context, keys []string) error
+	OrderingKeyPrune(ctx context.Context, params *OrderingKeyPruneParams) error
 
-	StepInsertMany(ctx context.Context, steps []*drovertype.StepRecord) error
+	// StepInsertMany inserts steps.
+	StepInsertMany(ctx context.Context, params *StepInsertManyParams) error
 	// StepListByTasks returns the steps of the given tasks ordered by task
 	// then index.
-	StepListByTasks(ctx context.Context, taskIDs []string) ([]*drovertype.StepRecord, error)
+	StepListByTasks(ctx context.Context, params *StepListByTasksParams) ([]*drovertype.StepRecord, error)
 	// StepUpdateMany writes the mutable fields of each step, including
 	// IdempotencyKey (it changes only when a Compensated task is
 	// resubmitted: a new run gets new keys).
-	StepUpdateMany(ctx context.Context, steps []*drovertype.StepRecord) error
+	StepUpdateMany(ctx context.Context, params *StepUpdateManyParams) error
 
-	RequestInsertMany(ctx context.Context, reqs []*drovertype.AgentRequest) error
+	// RequestInsertMany stores requests for agents.
+	RequestInsertMany(ctx context.Context, params *RequestInsertManyParams) error
 	// RequestClaim hands up to Limit unclaimed requests for Agent, oldest
 	// first, to ClaimedBy, with their payload joined in. Requests whose
 	// CompleteBy has passed are not handed out.
-	RequestClaim(ctx context.Context, p RequestClaimParams) ([]*drovertype.AgentRequest, error)
-	// RequestDeleteByStep deletes every request of the given steps.
-	RequestDeleteByStep(ctx context.Context, refs []StepRef) error
-	// StepMessagesExist reports, for each of the given step attempts,
-	// whether a request or reply of that attempt and kind is stored
-	// (exists[i] for attempts[i]): whether a message of it is still on its
+	RequestClaim(ctx context.Context, params *RequestClaimParams) ([]*drovertype.AgentRequest, error)
+	// RequestDeleteByStep deletes every request of the steps of Refs.
+	RequestDeleteByStep(ctx context.Context, params *RequestDeleteByStepParams) error
+	// StepMessagesExist reports, for each of the step attempts of
+	// Attempts, whether a request or reply of that attempt and kind is
+	// stored (exists[i] for Attempts[i]): whether a message of it is still on its
 	// way between scheduler and agent. Another attempt's (a late reply of
 	// an earlier one) does not count.
-	StepMessagesExist(ctx context.Context, attempts []StepAttempt) (exists []bool, err error)
-	// RequestRelease frees the requests claimed by an agent instance, so they
-	// are handed out again (used when that instance restarts).
-	RequestRelease(ctx context.Context, claimedBy string) (int, error)
-	// RequestDeleteExpired deletes requests whose CompleteBy is before now.
-	RequestDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error)
+	StepMessagesExist(ctx context.Context, params *StepMessagesExistParams) (exists []bool, err error)
+	// RequestRelease frees the requests claimed by ClaimedBy, an agent
+	// instance, so they are handed out again (used when that instance
+	// restarts), and returns how many.
+	RequestRelease(ctx context.Context, params *RequestReleaseParams) (int, error)
+	// RequestDeleteExpired deletes up to Limit requests whose CompleteBy
+	// is before Now, and returns how many.
+	RequestDeleteExpired(ctx context.Context, params *RequestDeleteExpiredParams) (int, error)
 
-	ReplyInsertMany(ctx context.Context, replies []*drovertype.AgentReply) error
+	// ReplyInsertMany stores replies for schedulers.
+	ReplyInsertMany(ctx context.Context, params *ReplyInsertManyParams) error
 	// ReplyTake deletes and returns up to Limit replies for tasks locked by
 	// Scheduler, or for tasks nobody holds (stale replies to discard).
-	ReplyTake(ctx context.Context, p ReplyTakeParams) ([]*drovertype.AgentReply, error)
+	ReplyTake(ctx context.Context, params *ReplyTakeParams) ([]*drovertype.AgentReply, error)
 
-	EventInsertMany(ctx context.Context, events []*drovertype.Event) error
-	EventList(ctx context.Context, p EventListParams) ([]*drovertype.Event, error)
+	// EventInsertMany appends events to the history and sets their ID.
+	EventInsertMany(ctx context.Context, params *EventInsertManyParams) error
+	// EventList returns the events params selects, in ID order.
+	EventList(ctx context.Context, params *EventListParams) ([]*drovertype.Event, error)
 
 	// LeaseAcquire takes or renews the named lease for Holder: it succeeds
 	// when the lease is free, expired at Now, or already Holder's. The term
 	// increments whenever the holder changes.
-	LeaseAcquire(ctx context.Context, p LeaseParams) (lease *drovertype.Lease, acquired bool, err error)
-	LeaseGet(ctx context.Context, name string) (*drovertype.Lease, error)
-	// LeaseCheck fails with ErrLeaseNotHeld unless holder holds the named
-	// lease at now (ExpiresAt after now); inside a transaction the lease
+	LeaseAcquire(ctx context.Context, params *LeaseAcquireParams) (lease *drovertype.Lease, acquired bool, err error)
+	// LeaseGet returns the named lease, or ErrNotFound.
+	LeaseGet(ctx context.Context, params *LeaseGetParams) (*drovertype.Lease, error)
+	// LeaseCheck fails with ErrLeaseNotHeld unless Holder holds the named
+	// lease at Now (ExpiresAt after Now); inside a transaction the lease
 	// cannot change hands until the transaction ends (LeaseAcquire and
 	// LeaseRelease wait for it), yet other transactions checking the same
 	// lease need not wait for it. It is the fence a holder runs first in
@@ -197,14 +201,9 @@ type Executor interface {
 	// check together with the transaction's next statement: its failure
 	// then surfaces from that statement or from the commit, and nothing of
 	// the transaction commits.
-	LeaseCheck(ctx context.Context, name, holder string, now time.Time) error
+	LeaseCheck(ctx context.Context, params *LeaseCheckParams) error
 	// LeaseRelease gives the lease up if Holder holds it in Term.
-	LeaseRelease(ctx context.Context, name, holder string, term int64) error
-
-	// Notify signals topic to other processes once the transaction commits
-	// (see Listener). Drivers without cross-process notifications do nothing;
-	// every role also polls, so a lost notification only costs latency.
-	Notify(ctx context.Context, topic string) error
+	LeaseRelease(ctx context.Context, params *LeaseReleaseParams) error
 
 	// QueueExecutor: the session-queue (Sequential Convoy) primitives.
 	QueueExecutor
@@ -265,9 +264,10 @@ type TaskClaimParams struct {
 	// order (AvailableAt, then ID). A scheduler working through a backlog
 	// passes the last task it claimed, so the claim starts where the last
 	// one ended instead of walking past the index entries of every task
-	// claimed before (on PostgreSQL they stay until VACUUM). Tasks that
-	// become claimable before After are found by a claim without it. (On
-	// SQLite, whose index drops those entries at once, it is only a filter.)
+	// claimed before (in a database whose index keeps them until a later
+	// cleanup). Tasks that become claimable before After are found by a
+	// claim without it. (Where the index drops those entries at once, it is
+	// only a filter.)
 	After *ClaimPosition
 }
 
@@ -302,8 +302,7 @@ type EventListParams struct {
 	AfterID   int64
 	Limit     int
 	// Lookup asks for every matching event committed as of the read. By
-	// default a driver whose IDs do not follow commit order (PostgreSQL)
-	// returns none above an ID whose transaction may still commit, so that
+	// default a driver whose IDs do not follow commit order returns none above an ID whose transaction may still commit, so that
 	// a reader resuming after the last ID it saw never skips one; that can
 	// hold back committed events (and wait up to a second for an open
 	// transaction). A point lookup or a check does not resume anywhere and
@@ -311,8 +310,8 @@ type EventListParams struct {
 	Lookup bool
 }
 
-// LeaseParams are the arguments of LeaseAcquire.
-type LeaseParams struct {
+// LeaseAcquireParams are the arguments of LeaseAcquire.
+type LeaseAcquireParams struct {
 	Name   string
 	Holder string
 	Now    time.Time
@@ -334,72 +333,143 @@ type StepAttempt struct {
 	Kind    drovertype.RequestKind
 }
 
-// ClaimThenListSteps is TaskClaimWithSteps as its two calls, TaskClaim then
-// StepListByTasks of the claimed tasks: for drivers, or paths of a driver,
-// that gain nothing from doing both at once.
-func ClaimThenListSteps(ctx context.Context, x Executor, p TaskClaimParams) ([]*drovertype.Task, []*drovertype.StepRecord, error) {
-	tasks, err := x.TaskClaim(ctx, p)
-	if err != nil || len(tasks) == 0 {
-		return tasks, nil, err
-	}
-	ids := make([]string, len(tasks))
-	for i, t := range tasks {
-		ids[i] = t.ID
-	}
-	steps, err := x.StepListByTasks(ctx, ids)
-	if err != nil {
-		return nil, nil, err
-	}
-	return tasks, steps, nil
+// OrderingKeyPruneParams are the arguments of OrderingKeyPrune.
+type OrderingKeyPruneParams struct {
+	Keys []string
 }
 
-// GetAndClaim is what TaskGetAndClaim read.
-type GetAndClaim struct {
-	Got     []*drovertype.Task       // the tasks of ids, locked
-	Claimed []*drovertype.Task       // the tasks claimed
-	Steps   []*drovertype.StepRecord // the steps of the tasks in Got and Claimed, each once
-	// Busy lists the tasks of ids that another transaction held locked and
-	// that were therefore left out of Got rather than waited for (a task
-	// that does not exist is in neither). A busy task can still be in
-	// Claimed, if that transaction made it claimable and committed before
-	// the claim ran. A driver whose transactions never overlap, or that
-	// waits, reports none.
-	Busy []string
+// OrderingKeyReserveParams are the arguments of OrderingKeyReserve.
+type OrderingKeyReserveParams struct {
+	Keys []string
 }
 
-// GetThenClaim is TaskGetAndClaim as its calls, TaskGetManyWithSteps then
-// TaskClaimWithSteps: for drivers, or paths of a driver, that gain nothing
-// from doing both at once. It waits for locked tasks (Busy stays empty).
-func GetThenClaim(ctx context.Context, x Executor, ids []string, p TaskClaimParams) (r GetAndClaim, err error) {
-	if len(ids) > 0 {
-		if r.Got, r.Steps, err = x.TaskGetManyWithSteps(ctx, ids); err != nil {
-			return GetAndClaim{}, err
-		}
-	}
-	if p.Limit > 0 {
-		var more []*drovertype.StepRecord
-		if r.Claimed, more, err = x.TaskClaimWithSteps(ctx, p); err != nil {
-			return GetAndClaim{}, err
-		}
-		r.Steps = AppendStepsOfOthers(r.Steps, more, ids)
-	}
-	return r, nil
+// StepInsertManyParams are the arguments of StepInsertMany.
+type StepInsertManyParams struct {
+	Steps []*drovertype.StepRecord
 }
 
-// AppendStepsOfOthers appends to steps those of more whose task is not in
-// ids (whose steps steps already holds).
-func AppendStepsOfOthers(steps, more []*drovertype.StepRecord, ids []string) []*drovertype.StepRecord {
-	if len(ids) == 0 {
-		return append(steps, more...)
-	}
-	have := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		have[id] = true
-	}
-	for _, s := range more {
-		if !have[s.TaskID] {
-			steps = append(steps, s)
-		}
-	}
-	return steps
+// StepListByTasksParams are the arguments of StepListByTasks.
+type StepListByTasksParams struct {
+	TaskIDs []string
+}
+
+// StepUpdateManyParams are the arguments of StepUpdateMany.
+type StepUpdateManyParams struct {
+	Steps []*drovertype.StepRecord
+}
+
+// TaskCountLockedByParams are the arguments of TaskCountLockedBy.
+type TaskCountLockedByParams struct {
+	Instance string
+}
+
+// TaskDeleteFinishedParams are the arguments of TaskDeleteFinished.
+type TaskDeleteFinishedParams struct {
+	Before time.Time // tasks last updated before it
+	Limit  int
+}
+
+// TaskGetParams are the arguments of TaskGet.
+type TaskGetParams struct {
+	ID string
+}
+
+// TaskGetManyParams are the arguments of TaskGetMany.
+type TaskGetManyParams struct {
+	IDs []string
+}
+
+// TaskGetManyWithStepsParams are the arguments of TaskGetManyWithSteps.
+type TaskGetManyWithStepsParams struct {
+	IDs []string
+}
+
+// TaskInsertManyParams are the arguments of TaskInsertMany.
+type TaskInsertManyParams struct {
+	Tasks []*drovertype.Task
+}
+
+// TaskListExpiredParams are the arguments of TaskListExpired.
+type TaskListExpiredParams struct {
+	Now   time.Time
+	Limit int
+}
+
+// TaskListLockedByParams are the arguments of TaskListLockedBy.
+type TaskListLockedByParams struct {
+	Instance string
+	Limit    int
+}
+
+// TaskUpdateManyParams are the arguments of TaskUpdateMany.
+type TaskUpdateManyParams struct {
+	Tasks []*drovertype.Task
+}
+
+// EventInsertManyParams are the arguments of EventInsertMany.
+type EventInsertManyParams struct {
+	Events []*drovertype.Event
+}
+
+// LeaseCheckParams are the arguments of LeaseCheck.
+type LeaseCheckParams struct {
+	Name   string
+	Holder string
+	Now    time.Time
+}
+
+// LeaseGetParams are the arguments of LeaseGet.
+type LeaseGetParams struct {
+	Name string
+}
+
+// LeaseReleaseParams are the arguments of LeaseRelease.
+type LeaseReleaseParams struct {
+	Name   string
+	Holder string
+	Term   int64
+}
+
+// ReplyInsertManyParams are the arguments of ReplyInsertMany.
+type ReplyInsertManyParams struct {
+	Replies []*drovertype.AgentReply
+}
+
+// RequestDeleteByStepParams are the arguments of RequestDeleteByStep.
+type RequestDeleteByStepParams struct {
+	Refs []StepRef
+}
+
+// RequestDeleteExpiredParams are the arguments of RequestDeleteExpired.
+type RequestDeleteExpiredParams struct {
+	Now   time.Time
+	Limit int
+}
+
+// RequestInsertManyParams are the arguments of RequestInsertMany.
+type RequestInsertManyParams struct {
+	Requests []*drovertype.AgentRequest
+}
+
+// RequestReleaseParams are the arguments of RequestRelease.
+type RequestReleaseParams struct {
+	ClaimedBy string
+}
+
+// StepMessagesExistParams are the arguments of StepMessagesExist.
+type StepMessagesExistParams struct {
+	Attempts []StepAttempt
+}
+
+// TaskCountByStateParams are the arguments of TaskCountByState: none yet.
+// (A filter, such as a namespace, would go here.)
+type TaskCountByStateParams struct{}
+
+// TaskCountActiveParams are the arguments of TaskCountActive: none yet.
+type TaskCountActiveParams struct{}
+
+// TaskCountActiveBySubmitterParams are the arguments of
+// TaskCountActiveBySubmitter.
+type TaskCountActiveBySubmitterParams struct {
+	Submitter string
 }

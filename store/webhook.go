@@ -24,53 +24,52 @@ type WebhookExecutor interface {
 	// cursor starts at the highest event ID recorded when the store was
 	// migrated to the webhook schema (0 for a new store), so the history
 	// of an upgraded store is not sent (drivers recreate it there if the
-	// row is missing). ok is false when another transaction holds the cursor
-	// (PostgreSQL skips the locked row instead of waiting; SQLite's single
-	// writer never sees that), or when a missing cursor cannot be made yet
-	// (PostgreSQL, while an event writer stays open): nothing is locked, try
-	// again later. Write transactions only.
-	WebhookCursorLock(ctx context.Context) (after int64, ok bool, err error)
-	// WebhookCursorSet moves the cursor to after. Call it only in the
+	// row is missing). ok is false when another transaction holds the
+	// cursor (a driver whose writers overlap skips it instead of waiting),
+	// or when a missing cursor cannot be made yet (while a transaction
+	// writing events stays open): nothing is locked, try again later. Write transactions only.
+	WebhookCursorLock(ctx context.Context, params *WebhookCursorLockParams) (after int64, ok bool, err error)
+	// WebhookCursorSet moves the cursor to After. Call it only in the
 	// transaction that locked the cursor.
-	WebhookCursorSet(ctx context.Context, after int64) error
+	WebhookCursorSet(ctx context.Context, params *WebhookCursorSetParams) error
 
 	// WebhookDeliveryInsertMany queues the deliveries whose (EventID, URL)
 	// is not queued yet and sets their ID; inserted[i] reports whether
-	// ds[i] was (false: already queued, nothing changed). Pairs within one
+	// Deliveries[i] was (false: already queued, nothing changed). Pairs within one
 	// call must be distinct. Attempts, ClaimedBy, DeliveredAt, FailedAt,
 	// LastError and LastStatus are stored as given (normally zero).
-	WebhookDeliveryInsertMany(ctx context.Context, ds []*drovertype.WebhookDelivery) (inserted []bool, err error)
+	WebhookDeliveryInsertMany(ctx context.Context, params *WebhookDeliveryInsertManyParams) (inserted []bool, err error)
 	// WebhookDeliveryClaim hands up to Limit pending deliveries due at Now
 	// (NextAttemptAt ≤ Now), earliest due first, to ClaimedBy: Attempts
 	// increments, NextAttemptAt becomes Now + Lease (a claim not finished
 	// by then is due again, so a dead dispatcher's attempts are taken
 	// over), UpdatedAt Now. The returned deliveries carry the new values.
-	// Competing claimers get different deliveries (PostgreSQL: SKIP
-	// LOCKED).
-	WebhookDeliveryClaim(ctx context.Context, p WebhookClaimParams) ([]*drovertype.WebhookDelivery, error)
-	// WebhookDeliveryFinishMany records the outcome of attempts. Each
+	// Competing claimers get different deliveries, without waiting for
+	// each other.
+	WebhookDeliveryClaim(ctx context.Context, params *WebhookDeliveryClaimParams) ([]*drovertype.WebhookDelivery, error)
+	// WebhookDeliveryFinishMany records the outcome of attempts, Results. Each
 	// applies only if the delivery is still pending and held by the same
 	// claim (ClaimedBy and Attempts equal the result's), so the result of
 	// an attempt whose claim expired and was taken over changes nothing;
-	// applied[i] reports whether rs[i] did. An applied result clears
+	// applied[i] reports whether Results[i] did. An applied result clears
 	// ClaimedBy; a Postponed one also takes back the claim's attempt.
-	WebhookDeliveryFinishMany(ctx context.Context, rs []WebhookResult) (applied []bool, err error)
+	WebhookDeliveryFinishMany(ctx context.Context, params *WebhookDeliveryFinishManyParams) (applied []bool, err error)
 	// WebhookDeliveryRelease makes the pending deliveries claimed by
-	// claimedBy due at now and unclaimed, for a dispatcher restarting with
+	// ClaimedBy due at Now and unclaimed, for a dispatcher restarting with
 	// the same instance name: attempts it had in flight when it stopped
 	// are redone at once instead of after their lease. Attempts keeps
 	// counting them.
-	WebhookDeliveryRelease(ctx context.Context, claimedBy string, now time.Time) (int, error)
-	// WebhookDeliveryList returns deliveries in ID order, filtered by p.
-	WebhookDeliveryList(ctx context.Context, p WebhookDeliveryListParams) ([]*drovertype.WebhookDelivery, error)
-	// WebhookDeliveryDeleteFinished deletes up to limit delivered or
-	// failed deliveries last updated before before, oldest first, and
+	WebhookDeliveryRelease(ctx context.Context, params *WebhookDeliveryReleaseParams) (int, error)
+	// WebhookDeliveryList returns deliveries in ID order, filtered by params.
+	WebhookDeliveryList(ctx context.Context, params *WebhookDeliveryListParams) ([]*drovertype.WebhookDelivery, error)
+	// WebhookDeliveryDeleteFinished deletes up to Limit delivered or
+	// failed deliveries last updated before Before, oldest first, and
 	// returns how many.
-	WebhookDeliveryDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error)
+	WebhookDeliveryDeleteFinished(ctx context.Context, params *WebhookDeliveryDeleteFinishedParams) (int, error)
 }
 
-// WebhookClaimParams are the arguments of WebhookDeliveryClaim.
-type WebhookClaimParams struct {
+// WebhookDeliveryClaimParams are the arguments of WebhookDeliveryClaim.
+type WebhookDeliveryClaimParams struct {
 	ClaimedBy string
 	Now       time.Time
 	Lease     time.Duration
@@ -114,3 +113,34 @@ func CallbackEvents(s string) drovertype.WebhookEventSet {
 	}
 	return strings.Split(s, ",")
 }
+
+// WebhookCursorSetParams are the arguments of WebhookCursorSet.
+type WebhookCursorSetParams struct {
+	After int64
+}
+
+// WebhookDeliveryDeleteFinishedParams are the arguments of WebhookDeliveryDeleteFinished.
+type WebhookDeliveryDeleteFinishedParams struct {
+	Before time.Time
+	Limit  int
+}
+
+// WebhookDeliveryFinishManyParams are the arguments of WebhookDeliveryFinishMany.
+type WebhookDeliveryFinishManyParams struct {
+	Results []WebhookResult
+}
+
+// WebhookDeliveryInsertManyParams are the arguments of WebhookDeliveryInsertMany.
+type WebhookDeliveryInsertManyParams struct {
+	Deliveries []*drovertype.WebhookDelivery
+}
+
+// WebhookDeliveryReleaseParams are the arguments of WebhookDeliveryRelease.
+type WebhookDeliveryReleaseParams struct {
+	ClaimedBy string
+	Now       time.Time
+}
+
+// WebhookCursorLockParams are the arguments of WebhookCursorLock: none
+// yet.
+type WebhookCursorLockParams struct{}

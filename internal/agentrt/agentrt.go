@@ -236,7 +236,7 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	}
 	// Requests this instance had claimed before a restart are ours to redo.
 	if err := rt.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		n, err := x.RequestRelease(ctx, rt.Instance)
+		n, err := x.RequestRelease(ctx, &store.RequestReleaseParams{ClaimedBy: rt.Instance})
 		if n > 0 {
 			rt.Log.Info("agent runtime resumed requests claimed before restart", "count", n)
 		}
@@ -324,7 +324,7 @@ func (rt *Runtime) pull(ctx context.Context) (more bool, err error) {
 				continue
 			}
 			taken[name] = n
-			reqs, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: name, ClaimedBy: rt.Instance, Now: now, Limit: n})
+			reqs, err := x.RequestClaim(ctx, &store.RequestClaimParams{Agent: name, ClaimedBy: rt.Instance, Now: now, Limit: n})
 			if err != nil {
 				return err
 			}
@@ -541,14 +541,14 @@ func insertReplies(ctx context.Context, x store.Executor, batch []*dt.AgentReply
 			}
 		}
 	}
-	if err := x.ReplyInsertMany(ctx, batch); err != nil {
+	if err := x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: batch}); err != nil {
 		return err
 	}
 	seen := map[string]bool{}
 	for _, r := range batch {
 		if r.Scheduler != "" && !seen[r.Scheduler] {
 			seen[r.Scheduler] = true
-			if err := x.Notify(ctx, store.TopicReplies(r.Scheduler)); err != nil {
+			if err := store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicReplies(r.Scheduler)}); err != nil {
 				return err
 			}
 		}

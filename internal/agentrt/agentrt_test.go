@@ -141,7 +141,7 @@ func storedReplies(t *testing.T, d store.Driver) []*dt.AgentReply {
 	var out []*dt.AgentReply
 	if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 		var err error
-		out, err = x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: "sched", Limit: 1000})
+		out, err = x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: "sched", Limit: 1000})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -404,7 +404,7 @@ func TestRestartRedoesClaimedRequests(t *testing.T) {
 	d, reqs := setup(t, 3, "a", 10*time.Second)
 	// The previous incarnation claimed every request, then crashed.
 	if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-		got, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: "a", ClaimedBy: "rt-1", Now: time.Now(), Limit: 10})
+		got, err := x.RequestClaim(ctx, &store.RequestClaimParams{Agent: "a", ClaimedBy: "rt-1", Now: time.Now(), Limit: 10})
 		if len(got) != 3 {
 			return fmt.Errorf("claimed %d", len(got))
 		}
@@ -414,7 +414,7 @@ func TestRestartRedoesClaimedRequests(t *testing.T) {
 	}
 	// While claimed, no other instance gets them.
 	if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-		got, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: "a", ClaimedBy: "rt-2", Now: time.Now(), Limit: 10})
+		got, err := x.RequestClaim(ctx, &store.RequestClaimParams{Agent: "a", ClaimedBy: "rt-2", Now: time.Now(), Limit: 10})
 		if len(got) != 0 {
 			t.Errorf("rt-2 claimed %d requests rt-1 holds", len(got))
 		}
@@ -562,7 +562,7 @@ type pausedExecutor struct {
 	d *pausedClaims
 }
 
-func (x pausedExecutor) RequestClaim(ctx context.Context, p store.RequestClaimParams) ([]*dt.AgentRequest, error) {
+func (x pausedExecutor) RequestClaim(ctx context.Context, p *store.RequestClaimParams) ([]*dt.AgentRequest, error) {
 	select {
 	case x.d.entered <- struct{}{}:
 	default:

@@ -60,7 +60,7 @@ func TestStoreRepliesIsolatesRefusedReply(t *testing.T) {
 			}
 			var got []*dt.AgentReply
 			if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-				got, err = x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: "sched-1", Limit: 100})
+				got, err = x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: "sched-1", Limit: 100})
 				return err
 			}); err != nil {
 				t.Fatal(err)

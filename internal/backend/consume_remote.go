@@ -200,7 +200,9 @@ func (s *heldSession) renewLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, max(s.l.LockDuration/3, time.Second))
+		// A renewal helps until the lock ends, however slow the server:
+		// cut sooner, a round trip longer than the cut never renews.
+		rctx, cancel := context.WithTimeout(ctx, max(s.l.LockDuration, time.Second))
 		err := s.timed(func() error { return s.c.Renew(rctx, s.l) })
 		cancel()
 		if droverclient.IsLockLost(err) {

@@ -363,7 +363,7 @@ func queueErr(d *clicore.Database, err error) error {
 
 // mustQueue fails unless the queue exists.
 func mustQueue(ctx context.Context, drv *clicore.Database, name string) (*convoy.Queue, error) {
-	q, err := drv.Reader().QueueGet(ctx, name)
+	q, err := drv.Reader().QueueGet(ctx, &store.QueueGetParams{Name: name})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, clicore.Wrap(fmt.Sprintf("queue %q not found: nothing was published to it and no policy was set (see 'drover queue list')", name), err)
 	}

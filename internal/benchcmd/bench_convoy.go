@@ -344,7 +344,7 @@ func (e *env) runBenchConvoy(ctx context.Context, f benchConvoyFlags, explicit *
 func sessionTotals(ctx context.Context, x store.Executor, queue, prefix string) (pending, published int64, err error) {
 	after := prefix
 	for {
-		ss, err := x.SessionList(ctx, store.SessionListParams{Queue: queue, AfterID: after, Limit: 1000})
+		ss, err := x.SessionList(ctx, &store.SessionListParams{Queue: queue, AfterID: after, Limit: 1000})
 		if err != nil {
 			return 0, 0, err
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/drover-run/drover/internal/clicore"
 	"github.com/drover-run/drover/internal/democmd"
 	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/store"
 	"github.com/drover-run/drover/store/sqlite"
 )
 
@@ -103,7 +104,7 @@ func taskCount(t *testing.T, path string) int {
 		t.Fatal(err)
 	}
 	defer drv.Close()
-	counts, err := drv.Reader().TaskCountByState(t.Context())
+	counts, err := drv.Reader().TaskCountByState(t.Context(), &store.TaskCountByStateParams{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func (e *env) taskIDs(cmd *cobra.Command, prefix string) []string {
 	}
 	defer d.Close()
 	// IDs are listed in ID order from the first above the prefix.
-	tasks, err := d.Reader().TaskList(ctx, store.TaskListParams{AfterID: prefix, Limit: completionLimit})
+	tasks, err := d.Reader().TaskList(ctx, &store.TaskListParams{AfterID: prefix, Limit: completionLimit})
 	if err != nil {
 		return nil
 	}
@@ -78,7 +78,7 @@ func (e *env) completeWorkflows(cmd *cobra.Command, toComplete string) ([]string
 	defer cancel()
 	names := map[string]bool{"orders": true}
 	if d := e.completionStore(ctx, cmd); d != nil {
-		defs, err := d.Reader().WorkflowDefList(ctx, "")
+		defs, err := d.Reader().WorkflowDefList(ctx, &store.WorkflowDefListParams{})
 		d.Close()
 		if err == nil {
 			for _, w := range defs {

@@ -40,10 +40,10 @@ func TestStatusAndListShowExtendedWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := drv.InTx(t.Context(), func(ctx context.Context, x store.Executor) error {
-		if _, err := x.TaskInsertMany(ctx, []*dt.Task{tk}); err != nil {
+		if _, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: []*dt.Task{tk}}); err != nil {
 			return err
 		}
-		return x.StepInsertMany(ctx, steps)
+		return x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: steps})
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/remotesim"
 	"github.com/drover-run/drover/internal/supervisor"
+	"github.com/drover-run/drover/store"
 	"github.com/drover-run/drover/store/postgres"
 )
 
@@ -354,7 +355,7 @@ func (c *chaos) busySlot() int {
 // leaderSlot returns the slot whose process holds an unexpired supervisor
 // lease, or -1.
 func (c *chaos) leaderSlot() int {
-	l, err := c.client.Store().Reader().LeaseGet(context.Background(), supervisor.LeaseName)
+	l, err := c.client.Store().Reader().LeaseGet(context.Background(), &store.LeaseGetParams{Name: supervisor.LeaseName})
 	if err != nil || !time.Now().Before(l.ExpiresAt) {
 		return -1
 	}
@@ -413,7 +414,7 @@ func (c *chaos) restartDatabase(pg *pgCluster, sub *submitter) outageResult {
 			if !p.alive() {
 				t.Fatalf("server %s died when PostgreSQL restarted: %v; last lines: %s", p.id, p.waitErr, p.logTail(10))
 			}
-			l, err := c.client.Store().Reader().LeaseGet(ctx, "instance:"+p.id)
+			l, err := c.client.Store().Reader().LeaseGet(ctx, &store.LeaseGetParams{Name: "instance:" + p.id})
 			if err == nil && l.ExpiresAt.After(back.Add(clusterLeaseTTL)) {
 				break
 			}

@@ -26,7 +26,7 @@ type Remote struct {
 // cheap read that takes no write lock, for long-polls to call before
 // Claim.
 func (r Remote) Available(ctx context.Context, agent string) (bool, error) {
-	return r.Store.Reader().RequestAvailable(ctx, agent, r.Clock.Now())
+	return r.Store.Reader().RequestAvailable(ctx, &store.RequestAvailableParams{Agent: agent, Now: r.Clock.Now()})
 }
 
 // Claim claims up to limit requests for agent under claimedBy.
@@ -34,7 +34,7 @@ func (r Remote) Claim(ctx context.Context, agent, claimedBy string, limit int) (
 	var reqs []*dt.AgentRequest
 	err := r.Store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		var err error
-		reqs, err = x.RequestClaim(ctx, store.RequestClaimParams{Agent: agent, ClaimedBy: claimedBy, Now: r.Clock.Now(), Limit: limit})
+		reqs, err = x.RequestClaim(ctx, &store.RequestClaimParams{Agent: agent, ClaimedBy: claimedBy, Now: r.Clock.Now(), Limit: limit})
 		return err
 	})
 	return reqs, err
@@ -44,10 +44,10 @@ func (r Remote) Claim(ctx context.Context, agent, claimedBy string, limit int) (
 // whose client went away) and wakes agent's other polls.
 func (r Remote) ReleaseAll(ctx context.Context, agent, claimedBy string) error {
 	return r.Store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.RequestRelease(ctx, claimedBy); err != nil {
+		if _, err := x.RequestRelease(ctx, &store.RequestReleaseParams{ClaimedBy: claimedBy}); err != nil {
 			return err
 		}
-		return x.Notify(ctx, store.TopicRequests(agent))
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicRequests(agent)})
 	})
 }
 
@@ -58,14 +58,14 @@ func (r Remote) ReleaseAll(ctx context.Context, agent, claimedBy string) error {
 // request at a later look.
 func (r Remote) Release(ctx context.Context, id int64, claimedBy string, after store.Redelivery, check func(*dt.AgentRequest) error) error {
 	return r.Store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		q, err := x.RequestReleaseOne(ctx, id, claimedBy, r.Clock.Now(), after)
+		q, err := x.RequestReleaseOne(ctx, &store.RequestReleaseOneParams{ID: id, ClaimedBy: claimedBy, Now: r.Clock.Now(), Redelivery: after})
 		if err == nil && check != nil {
 			err = check(q)
 		}
 		if err != nil || after.First > 0 {
 			return err
 		}
-		return x.Notify(ctx, store.TopicRequests(q.Agent))
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicRequests(q.Agent)})
 	})
 }
 
@@ -74,7 +74,7 @@ func (r Remote) Release(ctx context.Context, id int64, claimedBy string, after s
 // prepare yet (waking its own poll would only repeat the failure).
 func (r Remote) Defer(ctx context.Context, id int64, claimedBy string, after store.Redelivery) error {
 	return r.Store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		_, err := x.RequestReleaseOne(ctx, id, claimedBy, r.Clock.Now(), after)
+		_, err := x.RequestReleaseOne(ctx, &store.RequestReleaseOneParams{ID: id, ClaimedBy: claimedBy, Now: r.Clock.Now(), Redelivery: after})
 		return err
 	})
 }
@@ -94,7 +94,7 @@ func (r Remote) Fail(ctx context.Context, id int64, claimedBy, reason string, ch
 func (r Remote) reply(ctx context.Context, id int64, claimedBy string, output []byte, failure string, failed bool, check func(*dt.AgentRequest) error) error {
 	return r.Store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		now := r.Clock.Now()
-		q, err := x.RequestComplete(ctx, id, claimedBy, now)
+		q, err := x.RequestComplete(ctx, &store.RequestCompleteParams{ID: id, ClaimedBy: claimedBy, Now: now})
 		if err != nil {
 			return err
 		}
@@ -105,9 +105,9 @@ func (r Remote) reply(ctx context.Context, id int64, claimedBy string, output []
 		}
 		reply := &dt.AgentReply{TaskID: q.TaskID, StepIndex: q.StepIndex, Attempt: q.Attempt, Kind: q.Kind,
 			Output: output, Failed: failed, Error: failure, CreatedAt: now, Scheduler: q.Scheduler}
-		if err := x.ReplyInsertMany(ctx, []*dt.AgentReply{reply}); err != nil {
+		if err := x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: []*dt.AgentReply{reply}}); err != nil {
 			return err
 		}
-		return x.Notify(ctx, store.TopicReplies(q.Scheduler))
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicReplies(q.Scheduler)})
 	})
 }

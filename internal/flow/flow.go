@@ -161,22 +161,22 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 		}
 	}
 	if len(b.deletes) > 0 {
-		if err := x.RequestDeleteByStep(ctx, b.deletes); err != nil {
+		if err := x.RequestDeleteByStep(ctx, &store.RequestDeleteByStepParams{Refs: b.deletes}); err != nil {
 			return err
 		}
 	}
 	if len(b.steps) > 0 {
-		if err := x.StepUpdateMany(ctx, b.steps); err != nil {
+		if err := x.StepUpdateMany(ctx, &store.StepUpdateManyParams{Steps: b.steps}); err != nil {
 			return err
 		}
 	}
 	if len(b.tasks) > 0 {
-		if err := x.TaskUpdateMany(ctx, b.tasks); err != nil {
+		if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: b.tasks}); err != nil {
 			return err
 		}
 	}
 	if stored := storedRequests(b.requests); len(stored) > 0 {
-		if err := x.RequestInsertMany(ctx, stored); err != nil {
+		if err := x.RequestInsertMany(ctx, &store.RequestInsertManyParams{Requests: stored}); err != nil {
 			return err
 		}
 	}
@@ -189,7 +189,7 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 		return err
 	}
 	if b.claimable {
-		return x.Notify(ctx, store.TopicTasks)
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicTasks})
 	}
 	return nil
 }
@@ -216,7 +216,7 @@ func notifyRequests(ctx context.Context, x store.Executor, reqs []*dt.AgentReque
 	for _, r := range reqs {
 		if r.ClaimedBy == "" && !seen[r.Agent] {
 			seen[r.Agent] = true
-			if err := x.Notify(ctx, store.TopicRequests(r.Agent)); err != nil {
+			if err := store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicRequests(r.Agent)}); err != nil {
 				return err
 			}
 		}
@@ -256,7 +256,7 @@ func load(ctx context.Context, x store.Executor, tasks []*dt.Task) (map[string]*
 	for i, t := range tasks {
 		ids[i] = t.ID
 	}
-	steps, err := x.StepListByTasks(ctx, ids)
+	steps, err := x.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: ids})
 	if err != nil {
 		return nil, err
 	}
@@ -433,7 +433,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 			}
 		}
 	}
-	inserted, err := x.TaskInsertMany(ctx, fresh)
+	inserted, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: fresh})
 	if err != nil {
 		return nil, err
 	}
@@ -463,7 +463,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 				start.unstart(t.ID)
 			}
 		}
-		cur, err := x.TaskGet(ctx, t.ID)
+		cur, err := x.TaskGet(ctx, &store.TaskGetParams{ID: t.ID})
 		if err != nil {
 			return nil, err
 		}
@@ -476,7 +476,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 	// no task uses; its row is pruned should no task have the key (the
 	// stored task has the same key, or conflict refused the call, so one
 	// normally does: the prune is a guard against a row kept for good).
-	if err := x.OrderingKeysPrune(ctx, unused); err != nil {
+	if err := x.OrderingKeyPrune(ctx, &store.OrderingKeyPruneParams{Keys: unused}); err != nil {
 		return nil, err
 	}
 	for i, s := range subs {
@@ -484,7 +484,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 			out[i] = out[first[s.Task.ID]]
 		}
 	}
-	if err := x.StepInsertMany(ctx, steps); err != nil {
+	if err := x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: steps}); err != nil {
 		return nil, err
 	}
 	if sb != nil {
@@ -492,7 +492,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		// a claim after the commit would have ordered them.
 		events = append(events, sb.events...)
 		if stored := storedRequests(sb.requests); len(stored) > 0 {
-			if err := x.RequestInsertMany(ctx, stored); err != nil {
+			if err := x.RequestInsertMany(ctx, &store.RequestInsertManyParams{Requests: stored}); err != nil {
 				return nil, err
 			}
 		}
@@ -508,7 +508,7 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		}
 	}
 	if pending && len(steps) > 0 {
-		return out, x.Notify(ctx, store.TopicTasks)
+		return out, store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicTasks})
 	}
 	return out, nil
 }
@@ -563,7 +563,7 @@ func startTasks(subs []Submission, fresh []*dt.Task, freshIdx []int, start *Star
 
 // reserveOrdering gives each task with an OrderingKey its position within
 // the key, in submission order. The reservation locks the keys until the
-// transaction ends (see store.Executor.OrderingSeqReserve), so positions
+// transaction ends (see store.Executor.OrderingKeyReserve), so positions
 // follow commit order. A task whose ID turns out to exist already is not
 // inserted and leaves a gap, which orders nothing.
 func reserveOrdering(ctx context.Context, x store.Executor, tasks []*dt.Task) error {
@@ -582,7 +582,7 @@ func reserveOrdering(ctx context.Context, x store.Executor, tasks []*dt.Task) er
 	if len(keys) == 0 {
 		return nil
 	}
-	seqs, err := x.OrderingSeqReserve(ctx, keys)
+	seqs, err := x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: keys})
 	if err != nil {
 		return err
 	}
@@ -1006,7 +1006,7 @@ func dispatchStep(b *batch, instance string, reserve func(agent string) (string,
 // CompleteBy. Steps whose CompleteBy has passed are left to the supervisor.
 // It looks at up to limit held tasks and returns the requests it stored.
 func (m *Machine) Restore(ctx context.Context, x store.Executor, now time.Time, limit int) ([]*dt.AgentRequest, error) {
-	held, err := x.TaskListLockedBy(ctx, m.Instance, limit)
+	held, err := x.TaskListLockedBy(ctx, &store.TaskListLockedByParams{Instance: m.Instance, Limit: limit})
 	if err != nil || len(held) == 0 {
 		return nil, err
 	}
@@ -1015,7 +1015,7 @@ func (m *Machine) Restore(ctx context.Context, x store.Executor, now time.Time, 
 		ids[i] = t.ID
 	}
 	// Read again, locked: the supervisor may be recovering some of them.
-	tasks, steps, err := x.TaskGetManyWithSteps(ctx, ids)
+	tasks, steps, err := x.TaskGetManyWithSteps(ctx, &store.TaskGetManyWithStepsParams{IDs: ids})
 	if err != nil {
 		return nil, err
 	}
@@ -1047,7 +1047,7 @@ func (m *Machine) Restore(ctx context.Context, x store.Executor, now time.Time, 
 			Kind: kind, IdempotencyKey: key, CompleteBy: *s.CompleteBy, Scheduler: m.Instance, CreatedAt: now,
 		})
 	}
-	exists, err := x.StepMessagesExist(ctx, attempts)
+	exists, err := x.StepMessagesExist(ctx, &store.StepMessagesExistParams{Attempts: attempts})
 	if err != nil {
 		return nil, err
 	}
@@ -1108,17 +1108,15 @@ func (m *Machine) Tick(ctx context.Context, x store.Executor, now time.Time, rep
 // tick is Tick; with wait it reads through store.GetThenClaim, which waits
 // for locked tasks instead of reporting them busy.
 func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, replies []*dt.AgentReply, limit int, wait bool) (TickResult, error) {
-	read := x.TaskGetAndClaim
+	read := store.TaskGetAndClaim
 	if wait {
-		read = func(ctx context.Context, ids []string, p store.TaskClaimParams) (store.GetAndClaim, error) {
-			return store.GetThenClaim(ctx, x, ids, p)
-		}
+		read = store.GetThenClaim
 	}
 	ids := replyTaskIDs(replies)
 	// WriteLater: advance writes every claimed task below (dispatch or
 	// release), so the claim need not write them too.
 	after := m.claimAfter(now)
-	r, err := read(ctx, ids, store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true, After: after})
+	r, err := read(ctx, x, &store.TaskGetAndClaimParams{IDs: ids, Claim: store.TaskClaimParams{Instance: m.Instance, Now: now, Limit: limit, WriteLater: true, After: after}})
 	if err != nil {
 		return TickResult{}, err
 	}
@@ -1340,7 +1338,7 @@ func (sv *Leader) Discard() { sv.pending = tally{} }
 // CheckLeader fails with ErrNotLeader unless the lease, read inside the
 // caller's transaction, is still ours in our term and unexpired at now.
 func (sv *Leader) CheckLeader(ctx context.Context, x store.Executor, now time.Time) error {
-	l, err := x.LeaseGet(ctx, sv.Lease)
+	l, err := x.LeaseGet(ctx, &store.LeaseGetParams{Name: sv.Lease})
 	if errors.Is(err, store.ErrNotFound) {
 		return ErrNotLeader
 	}
@@ -1362,7 +1360,7 @@ func (sv *Leader) Sweep(ctx context.Context, x store.Executor, now time.Time, li
 	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
-	tasks, err := x.TaskListExpired(ctx, now, limit)
+	tasks, err := x.TaskListExpired(ctx, &store.TaskListExpiredParams{Now: now, Limit: limit})
 	if err != nil || len(tasks) == 0 {
 		return 0, err
 	}
@@ -1395,7 +1393,7 @@ func (sv *Leader) ExpireRequests(ctx context.Context, x store.Executor, now time
 	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
-	return x.RequestDeleteExpired(ctx, now.Add(-RequestGrace), limit)
+	return x.RequestDeleteExpired(ctx, &store.RequestDeleteExpiredParams{Now: now.Add(-RequestGrace), Limit: limit})
 }
 
 // Retain deletes up to limit final tasks last updated more than age before
@@ -1404,7 +1402,7 @@ func (sv *Leader) Retain(ctx context.Context, x store.Executor, now time.Time, a
 	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
-	return x.TaskDeleteFinished(ctx, now.Add(-age), limit)
+	return x.TaskDeleteFinished(ctx, &store.TaskDeleteFinishedParams{Before: now.Add(-age), Limit: limit})
 }
 
 // ForgetDedupe deletes up to limit session-queue de-duplication entries
@@ -1413,7 +1411,7 @@ func (sv *Leader) ForgetDedupe(ctx context.Context, x store.Executor, now time.T
 	if err := sv.CheckLeader(ctx, x, now); err != nil {
 		return 0, err
 	}
-	return x.DedupeDeleteExpired(ctx, now, limit)
+	return x.DedupeDeleteExpired(ctx, &store.DedupeDeleteExpiredParams{Now: now, Limit: limit})
 }
 
 func (sv *Leader) event(b *batch, t *dt.Task, step int, typ dt.EventType, now time.Time) *dt.Event {
@@ -1546,7 +1544,7 @@ func backoff(base time.Duration, failures int) time.Duration {
 // Cancel moves a non-final task to Cancelled. An agent call in flight is not
 // interrupted, but its reply will be discarded by the fence.
 func Cancel(ctx context.Context, x store.Executor, id, actor, reason string, now time.Time) (*dt.Task, error) {
-	t, err := x.TaskGet(ctx, id)
+	t, err := x.TaskGet(ctx, &store.TaskGetParams{ID: id})
 	if err != nil {
 		return nil, err
 	}
@@ -1587,7 +1585,7 @@ func Cancel(ctx context.Context, x store.Executor, id, actor, reason string, now
 // fromStep < 0, from its first step not yet Processed. A Compensated task
 // starts a new run (resubmitCompensated).
 func Resubmit(ctx context.Context, x store.Executor, id, actor string, fromStep int, now time.Time) (*dt.Task, error) {
-	t, err := x.TaskGet(ctx, id)
+	t, err := x.TaskGet(ctx, &store.TaskGetParams{ID: id})
 	if err != nil {
 		return nil, err
 	}

@@ -522,10 +522,10 @@ func TestRemoteAgentBadInput(t *testing.T) {
 			t.Fatalf("bad requests changed the store:\n%s\n---\n%s", before, after)
 		}
 		ctx := context.Background()
-		if q, err := e.drv.Reader().RequestGet(ctx, waitingID); err != nil || q.ClaimedBy != "" {
+		if q, err := e.drv.Reader().RequestGet(ctx, &store.RequestGetParams{ID: waitingID}); err != nil || q.ClaimedBy != "" {
 			t.Fatalf("the waiting request: %+v, %v; want it unclaimed", q, err)
 		}
-		if q, err := e.drv.Reader().RequestGet(ctx, held.ID); err != nil || q.ClaimedBy == "" {
+		if q, err := e.drv.Reader().RequestGet(ctx, &store.RequestGetParams{ID: held.ID}); err != nil || q.ClaimedBy == "" {
 			t.Fatalf("the held request: %+v, %v; want it still claimed", q, err)
 		}
 		// The held token still works after all that.
@@ -542,7 +542,7 @@ func waitRequest(t *testing.T, e *testEnv, agent string, from int64) int64 {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		for id := from; id < from+100; id++ {
-			q, err := e.drv.Reader().RequestGet(context.Background(), id)
+			q, err := e.drv.Reader().RequestGet(context.Background(), &store.RequestGetParams{ID: id})
 			if errors.Is(err, store.ErrNotFound) {
 				continue
 			}
@@ -743,7 +743,7 @@ func TestRemoteAgentNotifyWakesPoll(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for woken := false; !woken; {
 		if err := e.drv.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-			return x.Notify(ctx, store.TopicRequests("probe"))
+			return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicRequests("probe")})
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -818,7 +818,7 @@ func TestRemotePollErrorReleasesClaim(t *testing.T) {
 	if r := e.do("POST", "/v1/agents/worker/poll", agentTok, `{"wait_ms":0}`); r.status < 500 {
 		t.Fatalf("poll with a failing input mapping: %d %s, want a 5xx", r.status, r.body)
 	}
-	q, err := e.drv.Reader().RequestGet(context.Background(), id)
+	q, err := e.drv.Reader().RequestGet(context.Background(), &store.RequestGetParams{ID: id})
 	if err != nil {
 		t.Fatal(err)
 	}

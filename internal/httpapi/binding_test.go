@@ -53,7 +53,7 @@ func (e *testEnv) pollAs(token, agent, body string) *response {
 // requestWaits reports whether agent has an unclaimed request.
 func (e *testEnv) requestWaits(agent string) bool {
 	e.t.Helper()
-	ok, err := e.drv.Reader().RequestAvailable(context.Background(), agent, time.Now())
+	ok, err := e.drv.Reader().RequestAvailable(context.Background(), &store.RequestAvailableParams{Agent: agent, Now: time.Now()})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, taskID string) 
 		return err
 	}
 	if taskID != "" {
-		t, err := h.drover.Store().Reader().TaskGet(r.Context(), taskID)
+		t, err := h.drover.Store().Reader().TaskGet(r.Context(), &store.TaskGetParams{ID: taskID})
 		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return errorf(http.StatusNotFound, "not_found", "task %q not found", dt.LocalName(taskID))
@@ -121,7 +121,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, taskID string) 
 			// A client that has every event of a final task (an
 			// EventSource reconnecting after the end event) gets 204,
 			// which tells it not to reconnect again.
-			evs, err := h.drover.Store().Reader().EventList(r.Context(), store.EventListParams{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: 1})
+			evs, err := h.drover.Store().Reader().EventList(r.Context(), &store.EventListParams{TaskID: taskID, AlertsOnly: alerts, AfterID: after, Limit: 1})
 			if err != nil {
 				return err
 			}
@@ -143,7 +143,7 @@ const defaultEventListLimit = 100
 // listEvents answers one JSON page of the history. It is an ordinary
 // request (request timeout, no stream slot).
 func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request, p store.EventListParams) error {
-	evs, err := h.drover.Store().Reader().EventList(r.Context(), p)
+	evs, err := h.drover.Store().Reader().EventList(r.Context(), &p)
 	if err != nil {
 		return err
 	}
@@ -292,7 +292,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, taskID st
 // has no id: a client resuming with the last event's ID gets 204.
 func (h *Handler) writeEnd(ctx context.Context, write func([]byte) bool, taskID string) {
 	end := droverapi.End{Subject: dt.LocalName(taskID)}
-	if t, err := h.drover.Store().Reader().TaskGet(ctx, taskID); err == nil {
+	if t, err := h.drover.Store().Reader().TaskGet(ctx, &store.TaskGetParams{ID: taskID}); err == nil {
 		end.State = string(t.ProcessState)
 	}
 	data, err := json.Marshal(end)

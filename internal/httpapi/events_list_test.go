@@ -95,7 +95,7 @@ func (e *testEnv) insertEvents(subject string, n int, alertEvery int) {
 			Alert: alertEvery > 0 && i%alertEvery == 0, Actor: "test", Message: "m" + strconv.Itoa(i), CreatedAt: now}
 	}
 	if err := e.drv.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-		return x.EventInsertMany(ctx, evs)
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: evs})
 	}); err != nil {
 		e.t.Fatal(err)
 	}

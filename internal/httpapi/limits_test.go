@@ -268,7 +268,7 @@ func TestInFlightQuotaPerToken(t *testing.T) {
 		}
 		e.do("POST", "/v1/tasks", ciTok, `{"workflow":"external","id":"q-0"}`).must(t, 200)
 		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"external","id":"other"}`).must(t, 201)
-		task, err := e.drv.Reader().TaskGet(context.Background(), "q-0")
+		task, err := e.drv.Reader().TaskGet(context.Background(), &store.TaskGetParams{ID: "q-0"})
 		if err != nil || task.Submitter != "http:ci" {
 			t.Fatalf("q-0's submitter: %q, %v", task.Submitter, err)
 		}

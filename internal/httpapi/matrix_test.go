@@ -263,7 +263,7 @@ func TestNamespaceMatrix(t *testing.T) {
 		var alert dt.Event
 		if err := e.drv.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 			alert = dt.Event{TaskID: "b/mx-1", StepIndex: 0, Type: dt.EventStepFailed, State: dt.Cancelled, Alert: true, Message: marker, CreatedAt: time.Now()}
-			return x.EventInsertMany(ctx, []*dt.Event{&alert})
+			return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{&alert}})
 		}); err != nil {
 			t.Fatal(err)
 		}

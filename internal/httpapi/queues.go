@@ -187,7 +187,7 @@ func (h *Handler) mayCreateQueue(r *http.Request, queue string) error {
 	if p := principalOf(r); p == nil || p.token == nil || p.token.has(ScopeOperator) {
 		return nil
 	}
-	if _, err := h.drover.Store().Reader().QueueGet(r.Context(), queue); err != nil {
+	if _, err := h.drover.Store().Reader().QueueGet(r.Context(), &store.QueueGetParams{Name: queue}); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errorf(http.StatusForbidden, "forbidden",
 				"queue %q does not exist, and on this server only operator tokens create queues: an operator creates it (PUT /v1/queues/%s/policy)", queue, url.PathEscape(queue))
@@ -430,7 +430,7 @@ func (h *Handler) getPolicy(w http.ResponseWriter, r *http.Request) error {
 	if err := h.queueExists(r, queue); err != nil {
 		return err
 	}
-	q, err := h.convoy.Store().Reader().QueueGet(r.Context(), queue)
+	q, err := h.convoy.Store().Reader().QueueGet(r.Context(), &store.QueueGetParams{Name: queue})
 	if err != nil {
 		return err
 	}
@@ -478,7 +478,7 @@ func (h *Handler) putPolicy(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	q, err := h.convoy.Store().Reader().QueueGet(r.Context(), queue)
+	q, err := h.convoy.Store().Reader().QueueGet(r.Context(), &store.QueueGetParams{Name: queue})
 	if err != nil {
 		return err
 	}

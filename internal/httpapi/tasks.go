@@ -164,7 +164,7 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	status := http.StatusCreated
 	if req.ID != "" {
 		// The same ID and input again returns the existing task: 200.
-		if _, err := h.drover.Store().Reader().TaskGet(r.Context(), h.qualify(r, req.ID)); err == nil {
+		if _, err := h.drover.Store().Reader().TaskGet(r.Context(), &store.TaskGetParams{ID: h.qualify(r, req.ID)}); err == nil {
 			status = http.StatusOK
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err

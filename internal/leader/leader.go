@@ -45,7 +45,7 @@ func (e *Elector) TryAcquire(ctx context.Context) (int64, error) {
 	now := e.Clock.Now()
 	err := e.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		var err error
-		l, ok, err = x.LeaseAcquire(ctx, store.LeaseParams{Name: e.Name, Holder: e.Instance, Now: now, TTL: e.TTL})
+		l, ok, err = x.LeaseAcquire(ctx, &store.LeaseAcquireParams{Name: e.Name, Holder: e.Instance, Now: now, TTL: e.TTL})
 		return err
 	})
 	if err != nil {
@@ -70,6 +70,6 @@ func (e *Elector) Resign(ctx context.Context) error {
 		return nil
 	}
 	return e.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.LeaseRelease(ctx, e.Name, e.Instance, t)
+		return x.LeaseRelease(ctx, &store.LeaseReleaseParams{Name: e.Name, Holder: e.Instance, Term: t})
 	})
 }

@@ -71,7 +71,7 @@ func TestAcquireRenewAndFailoverOnExpiry(t *testing.T) {
 	if term := try(t, a); term != 0 {
 		t.Fatalf("deposed A re-acquired: term %d", term)
 	}
-	l, err := d.Reader().LeaseGet(context.Background(), "sup")
+	l, err := d.Reader().LeaseGet(context.Background(), &store.LeaseGetParams{Name: "sup"})
 	if err != nil || l.Holder != "B" || l.Term != 2 {
 		t.Fatalf("lease %+v, %v; want B term 2", l, err)
 	}
@@ -99,7 +99,7 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 	if err := a.Resign(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := d.Reader().LeaseGet(context.Background(), "sup"); l.Holder != "B" || !l.ExpiresAt.Equal(clk.Now().Add(ttl)) {
+	if l, _ := d.Reader().LeaseGet(context.Background(), &store.LeaseGetParams{Name: "sup"}); l.Holder != "B" || !l.ExpiresAt.Equal(clk.Now().Add(ttl)) {
 		t.Errorf("A's second resign touched B's lease: %+v", l)
 	}
 }

@@ -82,7 +82,7 @@ func WebhookRetention(age time.Duration) Service {
 			if err := sv.CheckLeader(ctx, x, now); err != nil {
 				return 0, err
 			}
-			return x.WebhookDeliveryDeleteFinished(ctx, now.Add(-age), limit)
+			return x.WebhookDeliveryDeleteFinished(ctx, &store.WebhookDeliveryDeleteFinishedParams{Before: now.Add(-age), Limit: limit})
 		}}
 }
 

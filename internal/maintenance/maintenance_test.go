@@ -36,15 +36,15 @@ func TestDedupeExpiry(t *testing.T) {
 			ctx := context.Background()
 			clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 			if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-				if err := x.QueuePut(ctx, &dt.Queue{Name: "q", MaxDeliveryCount: 10, PoisonPolicy: dt.PoisonBlock,
-					DedupeWindow: time.Minute, LockDuration: time.Minute, CreatedAt: clk.Now(), UpdatedAt: clk.Now()}); err != nil {
+				if err := x.QueuePut(ctx, &store.QueuePutParams{Queue: &dt.Queue{Name: "q", MaxDeliveryCount: 10, PoisonPolicy: dt.PoisonBlock,
+					DedupeWindow: time.Minute, LockDuration: time.Minute, CreatedAt: clk.Now(), UpdatedAt: clk.Now()}}); err != nil {
 					return err
 				}
 				var msgs []store.PublishMessage
 				for i := range 40 {
 					msgs = append(msgs, store.PublishMessage{Queue: "q", SessionID: "s", MessageID: fmt.Sprintf("m%d", i), Body: []byte("x")})
 				}
-				_, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: msgs, Now: clk.Now()})
+				_, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: msgs, Now: clk.Now()})
 				return err
 			}); err != nil {
 				t.Fatal(err)

@@ -1,6 +1,6 @@
 // Package notifier is the process's one hub of cross-process wake-ups.
 //
-// Every transaction that creates work calls store.Executor.Notify with a
+// Every transaction that creates work calls store.Notify with a
 // topic; on a driver with a store.Listener (PostgreSQL's LISTEN/NOTIFY)
 // the topics other processes send arrive here. A Hub, one per driver per
 // process (For), holds one listening connection while anyone subscribes,

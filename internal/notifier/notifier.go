@@ -56,12 +56,12 @@ const EventsTopic = "events"
 // next poll. Other events notify nothing: most transactions write some,
 // and a notification serializes commits on PostgreSQL.
 func InsertEvents(ctx context.Context, x store.Executor, events []*dt.Event) error {
-	if err := x.EventInsertMany(ctx, events); err != nil {
+	if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: events}); err != nil {
 		return err
 	}
 	for _, e := range events {
 		if dt.WebhookCandidate(e) {
-			if err := x.Notify(ctx, EventsTopic); err != nil {
+			if err := store.Notify(ctx, x, &store.NotifyParams{Topic: EventsTopic}); err != nil {
 				return fmt.Errorf("notify %s: %w", EventsTopic, err)
 			}
 			return nil
@@ -73,7 +73,7 @@ func InsertEvents(ctx context.Context, x store.Executor, events []*dt.Event) err
 // QueueTopic is the wire form of the topic of a session queue.
 func QueueTopic(queue string) string { return queuePrefix + queue }
 
-// Parse reads a topic as sent with store.Executor.Notify. A topic it does
+// Parse reads a topic as sent with store.Notify. A topic it does
 // not know reads as All, so a newer sender never leaves a role asleep.
 func Parse(s string) Topic {
 	switch {

@@ -36,7 +36,10 @@ func TestBackoffGrowsOnlyForTheSameReplies(t *testing.T) {
 		s.Deliver(&dt.AgentReply{TaskID: id, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind, Output: []byte(`1`), Scheduler: "A"})
 	}
 	lock := func(id string) func() error {
-		return testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error { _, err := x.TaskGet(ctx, id); return err })
+		return testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error {
+			_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: id})
+			return err
+		})
 	}
 
 	unlockA := lock("a")

@@ -28,7 +28,7 @@ func TestTickReadsClockUnderWriteLock(t *testing.T) {
 	if _, err := s.Tick(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	st, err := d.Reader().StepListByTasks(ctx, []string{"t1"})
+	st, err := d.Reader().StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: []string{"t1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestTickReadsClockUnderWriteLock(t *testing.T) {
 		t.Fatalf("Tick: %v", err)
 	}
 
-	st, err = d.Reader().StepListByTasks(ctx, []string{"t1", "t2"})
+	st, err = d.Reader().StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: []string{"t1", "t2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestTickReadsClockUnderWriteLock(t *testing.T) {
 		t.Errorf("t1: step 0 %s, step 1 dispatched %v: the reply, due at %s, was applied at %s (a clock read before the wait)",
 			st[0].ProcessState, st[1].CompleteBy != nil, cb0.Format("15:04:05.000"), committed.Format("15:04:05.000"))
 	}
-	evs, err := d.Reader().EventList(ctx, store.EventListParams{TaskID: "t1", Lookup: true})
+	evs, err := d.Reader().EventList(ctx, &store.EventListParams{TaskID: "t1", Lookup: true})
 	if err != nil {
 		t.Fatal(err)
 	}

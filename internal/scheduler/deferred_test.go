@@ -25,7 +25,10 @@ func TestReplyForLockedTaskIsDeferredNotLost(t *testing.T) {
 	// lock holds the task's row in another transaction until the returned
 	// function is called.
 	lock := func(id string) (unlock func()) {
-		release := testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error { _, err := x.TaskGet(ctx, id); return err })
+		release := testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error {
+			_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: id})
+			return err
+		})
 		return func() {
 			if err := release(); err != nil {
 				t.Fatal(err)
@@ -33,7 +36,7 @@ func TestReplyForLockedTaskIsDeferredNotLost(t *testing.T) {
 		}
 	}
 	state := func(id string) dt.ProcessState {
-		tk, err := d.Reader().TaskGet(ctx, id)
+		tk, err := d.Reader().TaskGet(ctx, &store.TaskGetParams{ID: id})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +70,7 @@ func TestReplyForLockedTaskIsDeferredNotLost(t *testing.T) {
 	// From the store's reply queue (an agent in another process).
 	queued := reqs[1]
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.ReplyInsertMany(ctx, []*dt.AgentReply{reply(queued)})
+		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: []*dt.AgentReply{reply(queued)}})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +114,10 @@ func TestDeferredReplyRetriesBackOff(t *testing.T) {
 	// Restore (which locks the held tasks, so would wait for the lock
 	// below) is done once the first tick has begun.
 	waitFor(t, "Restore and a first tick", func() bool { return count() >= 2 })
-	release := testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error { _, err := x.TaskGet(ctx, r.TaskID); return err })
+	release := testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error {
+		_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: r.TaskID})
+		return err
+	})
 	from := count()
 	if !s.Deliver(reply(r)) {
 		t.Fatal("Deliver refused")
@@ -135,7 +141,7 @@ func TestDeferredReplyRetriesBackOff(t *testing.T) {
 	}
 	s.Wake() // the back-off is long by now
 	waitFor(t, "the deferred reply applied", func() bool {
-		tk, err := d.Reader().TaskGet(ctx, r.TaskID)
+		tk, err := d.Reader().TaskGet(ctx, &store.TaskGetParams{ID: r.TaskID})
 		return err == nil && tk.ProcessState == dt.Processed
 	})
 }
@@ -175,10 +181,15 @@ func TestPutBackRepliesDoNotMakeTickBusy(t *testing.T) {
 		ids = append(ids, r.TaskID)
 		replies = append(replies, reply(r))
 	}
-	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.ReplyInsertMany(ctx, replies) }); err != nil {
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: replies})
+	}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error { _, err := x.TaskGetMany(ctx, ids); return err })
+	testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error {
+		_, err := x.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: ids})
+		return err
+	})
 	busy, err := s.Tick(ctx, true)
 	if err != nil {
 		t.Fatal(err)

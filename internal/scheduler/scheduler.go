@@ -352,7 +352,7 @@ func (s *Scheduler) recount(ctx context.Context) {
 	s.roomMu.Lock()
 	adopted := s.adopted
 	s.roomMu.Unlock()
-	n, err := s.Driver.Reader().TaskCountLockedBy(ctx, s.Instance())
+	n, err := s.Driver.Reader().TaskCountLockedBy(ctx, &store.TaskCountLockedByParams{Instance: s.Instance()})
 	if err == nil {
 		s.roomMu.Lock()
 		s.setInFlightLocked(n)
@@ -361,7 +361,7 @@ func (s *Scheduler) recount(ctx context.Context) {
 	}
 	if s.Machine.NamespaceMaxInFlight > 0 && s.Machine.NamespacesInUse() {
 		// The held tasks per namespace, likewise.
-		ts, err := s.Driver.Reader().TaskListLockedBy(ctx, s.Instance(), 2*s.MaxInFlight)
+		ts, err := s.Driver.Reader().TaskListLockedBy(ctx, &store.TaskListLockedByParams{Instance: s.Instance(), Limit: 2 * s.MaxInFlight})
 		if err == nil {
 			held := map[string]int{}
 			for _, t := range ts {
@@ -519,7 +519,7 @@ func (s *Scheduler) run(ctx context.Context, replies []*dt.AgentReply, retried i
 		}
 		all := replies
 		if o.pollStore {
-			more, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: s.Instance(), Limit: storeLimit})
+			more, err := x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: s.Instance(), Limit: storeLimit})
 			if err != nil {
 				return err
 			}
@@ -557,7 +557,7 @@ func (s *Scheduler) run(ctx context.Context, replies []*dt.AgentReply, retried i
 		var back []*dt.AgentReply
 		deferred, back = splitDeferred(replies, res.Deferred)
 		if len(back) > 0 {
-			if err := x.ReplyInsertMany(ctx, back); err != nil {
+			if err := x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: back}); err != nil {
 				return err
 			}
 			putBack = len(back)
@@ -658,7 +658,7 @@ func (s *Scheduler) applyStoredApart(ctx context.Context, cause error) error {
 			s.logFailed(err, cause, nil)
 			if errors.Is(err, store.ErrBadData) {
 				err = s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-					rs, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: s.Instance(), Limit: 1})
+					rs, err := x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: s.Instance(), Limit: 1})
 					res.fromStore = len(rs)
 					return err
 				})

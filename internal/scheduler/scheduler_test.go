@@ -94,7 +94,7 @@ func runFn(t *testing.T, f func(context.Context) error) func() {
 
 func count(t *testing.T, d store.Driver, s dt.ProcessState) int {
 	t.Helper()
-	c, err := d.Reader().TaskCountByState(context.Background())
+	c, err := d.Reader().TaskCountByState(context.Background(), &store.TaskCountByStateParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func newScheduler(d store.Driver, instance string) *scheduler.Scheduler {
 // supervisor never had to step in.
 func checkNoRecovery(t *testing.T, d store.Driver, ids []string) {
 	t.Helper()
-	steps, err := d.Reader().StepListByTasks(context.Background(), ids)
+	steps, err := d.Reader().StepListByTasks(context.Background(), &store.StepListByTasksParams{TaskIDs: ids})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func checkNoRecovery(t *testing.T, d store.Driver, ids []string) {
 			t.Errorf("step %s/%d: %s attempt %d failures %d; want Processed at attempt 1", s.TaskID, s.Index, s.ProcessState, s.Attempt, s.FailureCount)
 		}
 	}
-	evs, err := d.Reader().EventList(context.Background(), store.EventListParams{})
+	evs, err := d.Reader().EventList(context.Background(), &store.EventListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,11 +151,11 @@ func TestRestartWithSameInstanceResumes(t *testing.T) {
 			s1 := newScheduler(d, "sched-A")
 			stop1 := runFn(t, s1.Run)
 			waitFor(t, "all tasks held by sched-A", func() bool {
-				n, err := d.Reader().TaskCountLockedBy(context.Background(), "sched-A")
+				n, err := d.Reader().TaskCountLockedBy(context.Background(), &store.TaskCountLockedByParams{Instance: "sched-A"})
 				return err == nil && n == 5
 			})
 			if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-				got, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: "a", ClaimedBy: "agent-A", Now: time.Now(), Limit: 100})
+				got, err := x.RequestClaim(ctx, &store.RequestClaimParams{Agent: "a", ClaimedBy: "agent-A", Now: time.Now(), Limit: 100})
 				if err == nil && len(got) != 5 {
 					err = fmt.Errorf("agent claimed %d requests, want 5", len(got))
 				}
@@ -233,7 +233,7 @@ func TestClientRestartWithSameInstanceIDResumes(t *testing.T) {
 	for i, id := range ids {
 		attempts[i] = store.StepAttempt{TaskID: id, Attempt: 1, Kind: dt.KindDo}
 	}
-	if stored, err := d.Reader().StepMessagesExist(ctx, attempts); err != nil || slices.Contains(stored, true) {
+	if stored, err := d.Reader().StepMessagesExist(ctx, &store.StepMessagesExistParams{Attempts: attempts}); err != nil || slices.Contains(stored, true) {
 		t.Fatalf("request rows of the in-process calls: %v, %v; want none", stored, err)
 	}
 	stopCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -296,7 +296,7 @@ func TestMaxInFlight(t *testing.T) {
 	s.OnDispatch = func(reqs []*dt.AgentRequest) { dispatched = append(dispatched, reqs...) }
 	ctx := context.Background()
 	held := func() int {
-		n, err := d.Reader().TaskCountLockedBy(ctx, "sched")
+		n, err := d.Reader().TaskCountLockedBy(ctx, &store.TaskCountLockedByParams{Instance: "sched"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,10 +408,10 @@ func TestRestoreSkipsStepsWithAWaitingReply(t *testing.T) {
 	// The reply to the first task's step waits in the store; the third
 	// task's step has only a late reply of an earlier attempt.
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.ReplyInsertMany(ctx, []*dt.AgentReply{
+		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: []*dt.AgentReply{
 			{TaskID: ids[0], Attempt: byTask[ids[0]].Attempt, Kind: dt.KindDo, Output: []byte(`1`), CreatedAt: now},
 			{TaskID: ids[2], Attempt: byTask[ids[2]].Attempt - 1, Kind: dt.KindDo, Output: []byte(`1`), CreatedAt: now},
-		})
+		}})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func TestRestoreSkipsStepsWithAWaitingReply(t *testing.T) {
 	for _, id := range ids {
 		attempts = append(attempts, store.StepAttempt{TaskID: id, Attempt: byTask[id].Attempt, Kind: dt.KindDo})
 	}
-	stored, err := d.Reader().StepMessagesExist(ctx, attempts)
+	stored, err := d.Reader().StepMessagesExist(ctx, &store.StepMessagesExistParams{Attempts: attempts})
 	if err != nil || !slices.Equal(stored, []bool{true, true, true}) {
 		t.Fatalf("messages stored: %v, %v; want a reply for %s and requests for the others", stored, err, ids[0])
 	}
@@ -457,9 +457,10 @@ func (d slowRelease) InTx(ctx context.Context, fn func(context.Context, store.Ex
 
 type slowReleaseExecutor struct{ store.Executor }
 
-func (x slowReleaseExecutor) RequestRelease(ctx context.Context, claimedBy string) (int, error) {
+func (x slowReleaseExecutor) RequestRelease(ctx context.Context, params *store.RequestReleaseParams) (int, error) {
+	claimedBy := params.ClaimedBy
 	time.Sleep(300 * time.Millisecond)
-	return x.Executor.RequestRelease(ctx, claimedBy)
+	return x.Executor.RequestRelease(ctx, &store.RequestReleaseParams{ClaimedBy: claimedBy})
 }
 
 // A Client's schedulers claim only once its agent runtime takes requests:
@@ -493,7 +494,7 @@ func TestSchedulersWaitForLocalAgents(t *testing.T) {
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	t.Cleanup(func() { close(gate) })
 	waitFor(t, "the agent to be called", func() bool { return called.Load() == 1 })
-	stored, err := d.Reader().StepMessagesExist(ctx, []store.StepAttempt{{TaskID: task.ID, Attempt: 1, Kind: dt.KindDo}})
+	stored, err := d.Reader().StepMessagesExist(ctx, &store.StepMessagesExistParams{Attempts: []store.StepAttempt{{TaskID: task.ID, Attempt: 1, Kind: dt.KindDo}}})
 	if err != nil || stored[0] {
 		t.Fatalf("request row stored: %v, %v; want the fast path (no row)", stored, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/store"
 )
 
 // A reply delivered to the inbox just before Run exits is applied by the
@@ -19,7 +20,7 @@ func TestShutdownAppliesInboxReplies(t *testing.T) {
 	start := time.Now()
 	s.shutdown()
 	took := time.Since(start)
-	task, _ := d.Reader().TaskGet(ctx, "t1")
+	task, _ := d.Reader().TaskGet(ctx, &store.TaskGetParams{ID: "t1"})
 	t.Logf("shutdown took %s; inbox left %d; task state %s", took, len(s.inbox), task.ProcessState)
 	if task.ProcessState != dt.Processed {
 		t.Errorf("reply in inbox at shutdown was not applied (task %s, shutdown took %s)", task.ProcessState, took)

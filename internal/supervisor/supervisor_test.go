@@ -75,7 +75,7 @@ func newSup(d store.Driver, c clock.Clock, instance string) *supervisor.Supervis
 
 func counts(t *testing.T, d store.Driver) map[dt.ProcessState]int {
 	t.Helper()
-	c, err := d.Reader().TaskCountByState(context.Background())
+	c, err := d.Reader().TaskCountByState(context.Background(), &store.TaskCountByStateParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func counts(t *testing.T, d store.Driver) map[dt.ProcessState]int {
 
 func allEvents(t *testing.T, d store.Driver) []*dt.Event {
 	t.Helper()
-	evs, err := d.Reader().EventList(context.Background(), store.EventListParams{})
+	evs, err := d.Reader().EventList(context.Background(), &store.EventListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestTwoSupervisorsOnlyLeaderActs(t *testing.T) {
 		if timedOut[id] != rounds {
 			t.Errorf("task %s recovered %d times in %d rounds", id, timedOut[id], rounds)
 		}
-		steps, err := d.Reader().StepListByTasks(context.Background(), []string{id})
+		steps, err := d.Reader().StepListByTasks(context.Background(), &store.StepListByTasksParams{TaskIDs: []string{id}})
 		if err != nil || steps[0].FailureCount != rounds || steps[0].Attempt != rounds {
 			t.Errorf("task %s step: FailureCount %d Attempt %d; want %d each", id, steps[0].FailureCount, steps[0].Attempt, rounds)
 		}
@@ -350,7 +350,7 @@ func waitLeader(t *testing.T, d store.Driver, instance string) int64 {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		l, err := d.Reader().LeaseGet(context.Background(), supervisor.LeaseName)
+		l, err := d.Reader().LeaseGet(context.Background(), &store.LeaseGetParams{Name: supervisor.LeaseName})
 		if err == nil && l.Holder == instance {
 			return l.Term
 		}
@@ -388,7 +388,7 @@ func TestTermWhileRunning(t *testing.T) {
 	if s.Term() != 0 {
 		t.Errorf("Term() = %d after Run resigned", s.Term())
 	}
-	if l, err := d.Reader().LeaseGet(context.Background(), supervisor.LeaseName); err != nil || l.ExpiresAt.After(time.Now()) {
+	if l, err := d.Reader().LeaseGet(context.Background(), &store.LeaseGetParams{Name: supervisor.LeaseName}); err != nil || l.ExpiresAt.After(time.Now()) {
 		t.Errorf("lease after resign: %+v, %v; want released", l, err)
 	}
 }

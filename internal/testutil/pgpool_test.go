@@ -80,7 +80,7 @@ func dirty(t *testing.T, d *postgres.Driver) {
 		if _, err := flow.Submit(ctx, x, []flow.Submission{{Task: task, Steps: []*dt.StepRecord{step}}}); err != nil {
 			return err
 		}
-		_, _, err := x.LeaseAcquire(ctx, store.LeaseParams{Name: "l", Holder: "h", Now: now, TTL: time.Minute})
+		_, _, err := x.LeaseAcquire(ctx, &store.LeaseAcquireParams{Name: "l", Holder: "h", Now: now, TTL: time.Minute})
 		return err
 	})
 	if err != nil {

@@ -120,7 +120,7 @@ func TestAlertsDeliveredToSubscriptionsThatChooseThem(t *testing.T) {
 		d := newDispatcher(t, drv, opts)
 
 		// What each URL should get: "path type subject[step]".
-		all, err := drv.Reader().EventList(ctx, store.EventListParams{})
+		all, err := drv.Reader().EventList(ctx, &store.EventListParams{})
 		if err != nil {
 			t.Fatal(err)
 		}

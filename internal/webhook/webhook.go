@@ -527,7 +527,7 @@ func (d *Dispatcher) release(ctx context.Context) bool {
 	var n int
 	err := d.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		var err error
-		n, err = x.WebhookDeliveryRelease(ctx, d.opts.Instance, d.clock.Now())
+		n, err = x.WebhookDeliveryRelease(ctx, &store.WebhookDeliveryReleaseParams{ClaimedBy: d.opts.Instance, Now: d.clock.Now()})
 		return err
 	})
 	if err != nil {
@@ -597,11 +597,11 @@ func (d *Dispatcher) roundTx(ctx context.Context, results []store.WebhookResult,
 			}
 		}
 		var err error
-		if applied, err = x.WebhookDeliveryFinishMany(ctx, results); err != nil {
+		if applied, err = x.WebhookDeliveryFinishMany(ctx, &store.WebhookDeliveryFinishManyParams{Results: results}); err != nil {
 			return err
 		}
 		if free > 0 {
-			claimed, err = x.WebhookDeliveryClaim(ctx, store.WebhookClaimParams{
+			claimed, err = x.WebhookDeliveryClaim(ctx, &store.WebhookDeliveryClaimParams{
 				ClaimedBy: d.opts.Instance, Now: d.clock.Now(), Lease: d.lease, Limit: free})
 		}
 		return err
@@ -653,7 +653,7 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 	// without locks spares the write transaction (and on SQLite the write
 	// lock) while nothing happens.
 	if d.seenKnown.Load() {
-		evs, err := d.store.Reader().EventList(ctx, store.EventListParams{AfterID: d.seen.Load(), Limit: 1})
+		evs, err := d.store.Reader().EventList(ctx, &store.EventListParams{AfterID: d.seen.Load(), Limit: 1})
 		if err != nil {
 			return false, err
 		}
@@ -669,12 +669,12 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 	)
 	err = d.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		queued, tooOld, more, locked = 0, 0, false, false
-		after, ok, err := x.WebhookCursorLock(ctx)
+		after, ok, err := x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{})
 		if err != nil || !ok {
 			return err // !ok: another dispatcher is enqueuing right now
 		}
 		cursor, locked = after, true
-		evs, err := x.EventList(ctx, store.EventListParams{AfterID: after, Limit: d.opts.Batch})
+		evs, err := x.EventList(ctx, &store.EventListParams{AfterID: after, Limit: d.opts.Batch})
 		if err != nil || len(evs) == 0 {
 			return err
 		}
@@ -707,7 +707,7 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 		if len(picked) > 0 {
 			// The tasks are read without locks: their events are committed,
 			// so they are too, and nothing here decides their state.
-			tasks, err := d.store.Reader().TaskGetMany(ctx, ids)
+			tasks, err := d.store.Reader().TaskGetMany(ctx, &store.TaskGetManyParams{IDs: ids})
 			if err != nil {
 				return err
 			}
@@ -736,7 +736,7 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 				}
 			}
 		}
-		ins, err := x.WebhookDeliveryInsertMany(ctx, ds)
+		ins, err := x.WebhookDeliveryInsertMany(ctx, &store.WebhookDeliveryInsertManyParams{Deliveries: ds})
 		if err != nil {
 			return err
 		}
@@ -746,7 +746,7 @@ func (d *Dispatcher) enqueue(ctx context.Context) (more bool, err error) {
 			}
 		}
 		cursor = evs[len(evs)-1].ID
-		return x.WebhookCursorSet(ctx, cursor)
+		return x.WebhookCursorSet(ctx, &store.WebhookCursorSetParams{After: cursor})
 	})
 	if err != nil {
 		return false, err

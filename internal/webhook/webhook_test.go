@@ -278,7 +278,7 @@ func run(t *testing.T, d *Dispatcher) (stop func()) {
 
 func deliveries(t *testing.T, drv store.Driver, p store.WebhookDeliveryListParams) []*dt.WebhookDelivery {
 	t.Helper()
-	ds, err := drv.Reader().WebhookDeliveryList(context.Background(), p)
+	ds, err := drv.Reader().WebhookDeliveryList(context.Background(), &p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func deliveries(t *testing.T, drv store.Driver, p store.WebhookDeliveryListParam
 // finalEvents returns the final-state events of the store, by ID.
 func finalEvents(t *testing.T, drv store.Driver) map[int64]*dt.Event {
 	t.Helper()
-	evs, err := drv.Reader().EventList(context.Background(), store.EventListParams{})
+	evs, err := drv.Reader().EventList(context.Background(), &store.EventListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -730,7 +730,7 @@ func TestCrashedClaimIsSentAgain(t *testing.T) {
 		var claimed []*dt.WebhookDelivery
 		if err := drv.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
-			claimed, err = x.WebhookDeliveryClaim(ctx, store.WebhookClaimParams{ClaimedBy: "dead", Now: fake.Now(), Lease: dead.lease, Limit: 1})
+			claimed, err = x.WebhookDeliveryClaim(ctx, &store.WebhookDeliveryClaimParams{ClaimedBy: "dead", Now: fake.Now(), Lease: dead.lease, Limit: 1})
 			return err
 		}); err != nil || len(claimed) != 1 {
 			t.Fatalf("claim: %v, %d claimed", err, len(claimed))
@@ -763,7 +763,7 @@ func TestCrashedClaimIsSentAgain(t *testing.T) {
 		dead.enqueueAll(ctx)
 		if err := drv.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
-			claimed, err = x.WebhookDeliveryClaim(ctx, store.WebhookClaimParams{ClaimedBy: "dead", Now: fake.Now(), Lease: time.Hour, Limit: 10})
+			claimed, err = x.WebhookDeliveryClaim(ctx, &store.WebhookDeliveryClaimParams{ClaimedBy: "dead", Now: fake.Now(), Lease: time.Hour, Limit: 10})
 			return err
 		}); err != nil || len(claimed) != 1 {
 			t.Fatalf("claim: %v, %d claimed", err, len(claimed))

@@ -153,7 +153,7 @@ func storedLabel(name string, version int) string {
 // loadStored reads every stored version, so tasks submitted with an older
 // version (by this process before a restart, or by another) run with it.
 func (r *Registry) loadStored(ctx context.Context) error {
-	rows, err := r.opts.Store.Reader().WorkflowDefList(ctx, "")
+	rows, err := r.opts.Store.Reader().WorkflowDefList(ctx, &store.WorkflowDefListParams{Name: ""})
 	if err != nil {
 		return fmt.Errorf("read stored workflow versions: %w", err)
 	}
@@ -189,7 +189,7 @@ func (r *Registry) compileStored(row *dt.WorkflowDef) (*Definition, error) {
 // put stores d as a version (or finds it stored) and sets d.Version.
 func (r *Registry) put(ctx context.Context, d *Definition) (created bool, err error) {
 	err = r.opts.Store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		st, c, err := x.WorkflowDefPut(ctx, &dt.WorkflowDef{Name: d.Name, Digest: d.Digest, Source: d.Source, CreatedAt: r.opts.Now()})
+		st, c, err := x.WorkflowDefPut(ctx, &store.WorkflowDefPutParams{Def: &dt.WorkflowDef{Name: d.Name, Digest: d.Digest, Source: d.Source, CreatedAt: r.opts.Now()}})
 		if err != nil {
 			return err
 		}
@@ -377,7 +377,7 @@ func (r *Registry) Definition(ctx context.Context, name string, version int) (*D
 	if d != nil {
 		return d, nil
 	}
-	row, err := r.opts.Store.Reader().WorkflowDefGet(ctx, name, version)
+	row, err := r.opts.Store.Reader().WorkflowDefGet(ctx, &store.WorkflowDefGetParams{Name: name, Version: version})
 	if err != nil {
 		return nil, err
 	}

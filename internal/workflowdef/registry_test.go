@@ -640,7 +640,7 @@ func TestVersions(t *testing.T) {
 			if cur, _ := load().Current("w"); cur.Version != 1 {
 				t.Errorf("reverted file: version %d, want 1", cur.Version)
 			}
-			rows, err := d.Reader().WorkflowDefList(ctx, "w")
+			rows, err := d.Reader().WorkflowDefList(ctx, &store.WorkflowDefListParams{Name: "w"})
 			if err != nil || len(rows) != 2 {
 				t.Fatalf("stored versions: %d, %v", len(rows), err)
 			}
@@ -677,7 +677,7 @@ func TestLoadDirInvalid(t *testing.T) {
 		bad + `:5: steps[0].timout: unknown key (did you mean "timeout"?)`,
 		bad + `:6: steps[1]: needs http (call a URL) or agent (a remote agent)`,
 	})
-	if rows, err := d.Reader().WorkflowDefList(context.Background(), ""); err != nil || len(rows) != 0 {
+	if rows, err := d.Reader().WorkflowDefList(context.Background(), &store.WorkflowDefListParams{Name: ""}); err != nil || len(rows) != 0 {
 		t.Errorf("stored %d versions, %v; want none", len(rows), err)
 	}
 	if len(r.Workflows()) != 0 {

@@ -18,7 +18,7 @@ func TestStoredVersionThatDoesNotLoadIsPermanent(t *testing.T) {
 	d := testutil.SQLite(t)
 	ctx := context.Background()
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		_, _, err := x.WorkflowDefPut(ctx, &dt.WorkflowDef{Name: "broken", Digest: "d1", Source: []byte("name: broken\nsteps: 7\n"), CreatedAt: time.Now()})
+		_, _, err := x.WorkflowDefPut(ctx, &store.WorkflowDefPutParams{Def: &dt.WorkflowDef{Name: "broken", Digest: "d1", Source: []byte("name: broken\nsteps: 7\n"), CreatedAt: time.Now()}})
 		return err
 	}); err != nil {
 		t.Fatal(err)

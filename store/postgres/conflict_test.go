@@ -28,7 +28,7 @@ func TestDeadlockIsErrConflict(t *testing.T) {
 			ctx := context.Background()
 			now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 			err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-				_, err := x.MessagePublishMany(ctx, store.PublishParams{Now: now, Messages: []store.PublishMessage{
+				_, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Now: now, Messages: []store.PublishMessage{
 					{Queue: "q", SessionID: "a", Body: []byte("1")}, {Queue: "q", SessionID: "b", Body: []byte("1")}}})
 				return err
 			})
@@ -37,7 +37,7 @@ func TestDeadlockIsErrConflict(t *testing.T) {
 			}
 			lock := func(ctx context.Context, x store.Executor, session string) error {
 				if via == "primitive" {
-					_, err := x.SessionGet(ctx, "q", session)
+					_, err := x.SessionGet(ctx, &store.SessionGetParams{Queue: "q", SessionID: session})
 					return err
 				}
 				tx, err := postgres.TxOf(x)

@@ -87,7 +87,7 @@
 // exactly that gap (numbers are taken at insert, rows become visible at
 // commit).
 //
-// OrderingSeqReserve closes it with a row lock: it upserts the keys' rows of
+// OrderingKeyReserve closes it with a row lock: it upserts the keys' rows of
 // ordering_keys (INSERT … ON CONFLICT (key) DO UPDATE SET last_seq =
 // last_seq + n RETURNING last_seq), which locks each row until the
 // transaction ends. A second transaction reserving the same key waits on that
@@ -215,6 +215,30 @@
 // tasks, which run often, and its read of tasks with their steps, which
 // must see one snapshot: each runs in a short transaction of its own.
 //
+// # Optional capabilities and other specifics of the contract
+//
+// The executor implements the store's optional interfaces: TaskClaimWithSteps
+// (one statement with WriteLater in a transaction), TaskGetAndClaim (the
+// reads of a scheduler tick in one pipelined round trip, reporting tasks
+// another transaction holds as busy instead of waiting) and Notify
+// (NOTIFY, below). Writers overlap, so where the contract allows a choice
+// this driver makes the one that does not wait:
+//
+//   - WebhookCursorLock skips a cursor another transaction holds (ok false),
+//     and cannot make a missing cursor while an event writer stays open;
+//     WebhookDeliveryClaim, like the other claims, uses SKIP LOCKED.
+//   - Calls that change a session lock its row; SessionAccept leaves a held
+//     session's ready time stale, so that settles and receives do not
+//     rewrite indexed columns. A session closed by another transaction
+//     after MessagePublishMany looked fails the call after it wrote other
+//     sessions (roll back, as after any error).
+//   - Claims with TaskClaimParams.After start past the index entries of
+//     tasks claimed before, which stay until VACUUM.
+//   - Transactions that lock the same rows in opposite orders (several
+//     calls over different session sets, WorkflowDefPut of the same names
+//     in different orders) can deadlock; the server aborts one, reported
+//     as store.ErrConflict.
+//
 // # Time and errors
 //
 // State logic never reads the database clock: every "now" is a parameter.
@@ -226,7 +250,9 @@
 // store.ErrLocked, and a transaction the server aborted because it
 // conflicted with another one, a deadlock (SQLSTATE 40P01) or a
 // serialization failure (40001), store.ErrConflict: nothing of it
-// committed, and running it again is the remedy. The statements an
+// committed, and running it again is the remedy. A data exception
+// (SQLSTATE class 22, such as a NUL character or invalid UTF-8 in text)
+// or a value too large (54000) is store.ErrBadData. The statements an
 // application runs through [TxOf] report conflicts the same way. Other
 // errors (connection refused or closed, …) are returned wrapped with what
 // the driver was doing. The pgx error is always kept in the chain for

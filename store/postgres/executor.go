@@ -90,7 +90,12 @@ type executor struct {
 	eventLocked bool
 }
 
-var _ store.Executor = (*executor)(nil)
+// The executor has every optional capability of store.Executor.
+var (
+	_ store.TaskClaimWithStepsExecutor = (*executor)(nil)
+	_ store.TaskGetAndClaimExecutor    = (*executor)(nil)
+	_ store.Notifier                   = (*executor)(nil)
+)
 
 var errReadOnly = errors.New("postgres: write outside a transaction (Reader is read-only)")
 
@@ -311,7 +316,8 @@ func (e *executor) tasks(ctx context.Context, what, query string, args ...any) (
 	return out, nil
 }
 
-func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool, error) {
+func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertManyParams) ([]bool, error) {
+	tasks := params.Tasks
 	inserted := make([]bool, len(tasks))
 	if len(tasks) == 0 {
 		return inserted, nil
@@ -370,7 +376,8 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 	return inserted, nil
 }
 
-func (e *executor) TaskGet(ctx context.Context, id string) (*dt.Task, error) {
+func (e *executor) TaskGet(ctx context.Context, params *store.TaskGetParams) (*dt.Task, error) {
+	id := params.ID
 	ts, err := e.tasks(ctx, "get task", e.pick(e.d.q.taskGet, e.d.q.taskGetLock), id)
 	if err != nil {
 		return nil, err
@@ -381,14 +388,15 @@ func (e *executor) TaskGet(ctx context.Context, id string) (*dt.Task, error) {
 	return ts[0], nil
 }
 
-func (e *executor) TaskGetMany(ctx context.Context, ids []string) ([]*dt.Task, error) {
+func (e *executor) TaskGetMany(ctx context.Context, params *store.TaskGetManyParams) ([]*dt.Task, error) {
+	ids := params.IDs
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	return e.tasks(ctx, "get tasks", e.pick(e.d.q.taskGetMany, e.d.q.taskGetManyLock), ids)
 }
 
-func (e *executor) TaskList(ctx context.Context, p store.TaskListParams) ([]*dt.Task, error) {
+func (e *executor) TaskList(ctx context.Context, p *store.TaskListParams) ([]*dt.Task, error) {
 	var (
 		where []string
 		args  []any
@@ -435,7 +443,7 @@ func (e *executor) count(ctx context.Context, what, query string, args ...any) (
 	return int(n), err
 }
 
-func (e *executor) TaskCountByState(ctx context.Context) (map[dt.ProcessState]int, error) {
+func (e *executor) TaskCountByState(ctx context.Context, _ *store.TaskCountByStateParams) (map[dt.ProcessState]int, error) {
 	out := map[dt.ProcessState]int{}
 	err := e.each(ctx, "count tasks", e.d.q.taskCountByState, nil, func(r rows) error {
 		var (
@@ -458,7 +466,8 @@ func (e *executor) TaskCountByState(ctx context.Context) (map[dt.ProcessState]in
 // on the Reader in a short transaction of its own, so that it too runs
 // with sequential scans off: without planner statistics it would otherwise
 // scan every task ever run (see begin in pipeline.go).
-func (e *executor) TaskCountLockedBy(ctx context.Context, instance string) (n int, err error) {
+func (e *executor) TaskCountLockedBy(ctx context.Context, params *store.TaskCountLockedByParams) (n int, err error) {
+	instance := params.Instance
 	err = e.indexed(ctx, func(x *executor) error {
 		n, err = x.count(ctx, "count held tasks", e.d.q.taskCountLockedBy, instance)
 		return err
@@ -490,15 +499,16 @@ func (e *executor) indexed(ctx context.Context, fn func(x *executor) error) erro
 	})
 }
 
-func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
+func (e *executor) TaskCountActive(ctx context.Context, _ *store.TaskCountActiveParams) (int, error) {
 	return e.count(ctx, "count active tasks", e.d.q.taskCountActive)
 }
 
-func (e *executor) TaskCountActiveBySubmitter(ctx context.Context, submitter string) (int, error) {
-	return e.count(ctx, "count active tasks of a submitter", e.d.q.taskCountActiveBySubmitter, submitter)
+func (e *executor) TaskCountActiveBySubmitter(ctx context.Context, params *store.TaskCountActiveBySubmitterParams) (int, error) {
+	return e.count(ctx, "count active tasks of a submitter", e.d.q.taskCountActiveBySubmitter, params.Submitter)
 }
 
-func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error) {
+func (e *executor) TaskDeleteFinished(ctx context.Context, params *store.TaskDeleteFinishedParams) (int, error) {
+	before, limit := params.Before, params.Limit
 	if err := e.write("retention"); err != nil {
 		return 0, err
 	}
@@ -562,11 +572,12 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 	if err != nil {
 		return n, err
 	}
-	return n, e.OrderingKeysPrune(ctx, keys)
+	return n, e.OrderingKeyPrune(ctx, &store.OrderingKeyPruneParams{Keys: keys})
 }
 
-// OrderingKeysPrune implements store.Executor.
-func (e *executor) OrderingKeysPrune(ctx context.Context, keys []string) error {
+// OrderingKeyPrune implements store.Executor.
+func (e *executor) OrderingKeyPrune(ctx context.Context, params *store.OrderingKeyPruneParams) error {
+	keys := params.Keys
 	if len(keys) == 0 {
 		return nil
 	}
@@ -580,7 +591,7 @@ func (e *executor) OrderingKeysPrune(ctx context.Context, keys []string) error {
 // retentionPasses caps the picks of one TaskDeleteFinished.
 const retentionPasses = 4
 
-func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
+func (e *executor) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*dt.Task, error) {
 	if err := e.write("claim tasks"); err != nil {
 		return nil, err
 	}
@@ -596,7 +607,7 @@ func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*d
 
 // claimedLater sets what the claiming UPDATE would have on tasks a
 // WriteLater claim only locked; the caller writes them.
-func claimedLater(ts []*dt.Task, p store.TaskClaimParams) {
+func claimedLater(ts []*dt.Task, p *store.TaskClaimParams) {
 	for _, t := range ts {
 		t.LockedBy = p.Instance
 		if t.ProcessState == dt.Pending {
@@ -606,10 +617,10 @@ func claimedLater(ts []*dt.Task, p store.TaskClaimParams) {
 	}
 }
 
-// TaskClaimWithSteps implements store.Executor. With WriteLater, in a
+// TaskClaimWithSteps implements store.TaskClaimWithStepsExecutor. With WriteLater, in a
 // transaction, it is one statement (tTaskClaimLockSteps); otherwise the two
 // calls.
-func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, []*dt.StepRecord, error) {
+func (e *executor) TaskClaimWithSteps(ctx context.Context, p *store.TaskClaimParams) ([]*dt.Task, []*dt.StepRecord, error) {
 	if !p.WriteLater || e.p == nil {
 		return store.ClaimThenListSteps(ctx, e, p)
 	}
@@ -630,23 +641,24 @@ func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimPara
 
 // claimAfter is the claim's start as parameters: TaskClaimParams.After, or
 // -infinity (before every task) without it.
-func claimAfter(p store.TaskClaimParams) (any, string) {
+func claimAfter(p *store.TaskClaimParams) (any, string) {
 	if p.After == nil {
 		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, ""
 	}
 	return p.After.AvailableAt, p.After.ID
 }
 
-// TaskGetAndClaim implements store.Executor: in a pipelined transaction,
+// TaskGetAndClaim implements store.TaskGetAndClaimExecutor: in a pipelined transaction,
 // with WriteLater, the three reads (tasks of ids, their steps, the claim
 // with its steps) go out in one round trip. Tasks of ids that another
 // transaction holds locked are skipped (tTaskGetManySkip); only when some
 // task of ids is missing from the result does a second round trip find
 // out which of them exist, and so are busy.
-func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.TaskClaimParams) (store.GetAndClaim, error) {
+func (e *executor) TaskGetAndClaim(ctx context.Context, params *store.TaskGetAndClaimParams) (store.GetAndClaim, error) {
+	ids, p := params.IDs, &params.Claim
 	var r store.GetAndClaim
 	if e.p == nil || (p.Limit > 0 && !p.WriteLater) {
-		return store.GetThenClaim(ctx, e, ids, p)
+		return store.GetThenClaim(ctx, e, params)
 	}
 	if err := e.write("claim tasks"); err != nil {
 		return r, err
@@ -721,7 +733,7 @@ func scanClaimWithSteps(tasks *[]*dt.Task, steps *[]*dt.StepRecord) func(rows) e
 // claimedWithSteps puts the rows of tTaskClaimLockSteps in order (a UNION
 // promises none): the tasks in claim order, the steps by task and index.
 // It also sets on the tasks what the caller will write.
-func claimedWithSteps(tasks []*dt.Task, steps []*dt.StepRecord, p store.TaskClaimParams) {
+func claimedWithSteps(tasks []*dt.Task, steps []*dt.StepRecord, p *store.TaskClaimParams) {
 	sort.Slice(tasks, func(i, j int) bool {
 		if !tasks[i].AvailableAt.Equal(tasks[j].AvailableAt) {
 			return tasks[i].AvailableAt.Before(tasks[j].AvailableAt)
@@ -751,7 +763,8 @@ func (p padded) Scan(dest ...any) error {
 	return p.rows.Scan(all...)
 }
 
-func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit int) (ts []*dt.Task, err error) {
+func (e *executor) TaskListLockedBy(ctx context.Context, params *store.TaskListLockedByParams) (ts []*dt.Task, err error) {
+	instance, limit := params.Instance, params.Limit
 	err = e.indexed(ctx, func(x *executor) error {
 		ts, err = x.tasks(ctx, "list held tasks", e.d.q.taskListLockedBy, instance, limit)
 		return err
@@ -759,7 +772,8 @@ func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit 
 	return ts, err
 }
 
-func (e *executor) TaskListExpired(ctx context.Context, now time.Time, limit int) ([]*dt.Task, error) {
+func (e *executor) TaskListExpired(ctx context.Context, params *store.TaskListExpiredParams) ([]*dt.Task, error) {
+	now, limit := params.Now, params.Limit
 	if !e.tx {
 		return e.tasks(ctx, "list expired tasks", e.d.q.taskListExpired, now, limit)
 	}
@@ -769,7 +783,8 @@ func (e *executor) TaskListExpired(ctx context.Context, now time.Time, limit int
 	return ts, err
 }
 
-func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
+func (e *executor) TaskUpdateMany(ctx context.Context, params *store.TaskUpdateManyParams) error {
+	tasks := params.Tasks
 	if len(tasks) == 0 {
 		return nil
 	}
@@ -796,10 +811,11 @@ func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
 		outputs, lastErrs.ptrs, avail, updated}, nil, nil)
 }
 
-// OrderingSeqReserve implements store.Executor: one upsert of the keys'
+// OrderingKeyReserve implements store.Executor: one upsert of the keys'
 // rows in ordering_keys, in sorted key order, each row locked until the
 // transaction ends (see tOrderingReserve and doc.go).
-func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int64, error) {
+func (e *executor) OrderingKeyReserve(ctx context.Context, params *store.OrderingKeyReserveParams) ([]int64, error) {
+	keys := params.Keys
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -835,7 +851,8 @@ func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int
 
 // ---- steps ----
 
-func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.StepRecord) error {
+func (e *executor) StepInsertMany(ctx context.Context, params *store.StepInsertManyParams) error {
+	steps := params.Steps
 	if len(steps) == 0 {
 		return nil
 	}
@@ -873,7 +890,8 @@ func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.StepRecord) e
 		onFailure, waitMax, waitDelay, waitMultiplier, waitMaxDelay}, nil, nil)
 }
 
-func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.StepRecord, error) {
+func (e *executor) StepListByTasks(ctx context.Context, params *store.StepListByTasksParams) ([]*dt.StepRecord, error) {
+	taskIDs := params.TaskIDs
 	if len(taskIDs) == 0 {
 		return nil, nil
 	}
@@ -888,14 +906,15 @@ func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt
 // reads go out in one pipeline, one round trip. On the Reader they run in a
 // read-only REPEATABLE READ transaction of their own, so that the steps are
 // those of the tasks as read (two round trips).
-func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) (tasks []*dt.Task, steps []*dt.StepRecord, err error) {
+func (e *executor) TaskGetManyWithSteps(ctx context.Context, params *store.TaskGetManyWithStepsParams) (tasks []*dt.Task, steps []*dt.StepRecord, err error) {
+	ids := params.IDs
 	if len(ids) == 0 {
 		return nil, nil, nil
 	}
 	if !e.tx && e.p == nil {
 		err = e.d.inSnapshotTx(ctx, func(p *pipe) error {
 			var err error
-			tasks, steps, err = (&executor{d: e.d, p: p}).TaskGetManyWithSteps(ctx, ids)
+			tasks, steps, err = (&executor{d: e.d, p: p}).TaskGetManyWithSteps(ctx, &store.TaskGetManyWithStepsParams{IDs: ids})
 			return err
 		})
 		return tasks, steps, err
@@ -952,7 +971,8 @@ func scanStep(out *[]*dt.StepRecord) func(r rows) error {
 	}
 }
 
-func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.StepRecord) error {
+func (e *executor) StepUpdateMany(ctx context.Context, params *store.StepUpdateManyParams) error {
+	steps := params.Steps
 	if len(steps) == 0 {
 		return nil
 	}
@@ -983,7 +1003,8 @@ func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.StepRecord) e
 
 // ---- agent requests ----
 
-func (e *executor) RequestInsertMany(ctx context.Context, reqs []*dt.AgentRequest) error {
+func (e *executor) RequestInsertMany(ctx context.Context, params *store.RequestInsertManyParams) error {
+	reqs := params.Requests
 	if len(reqs) == 0 {
 		return nil
 	}
@@ -1015,7 +1036,7 @@ func (e *executor) RequestInsertMany(ctx context.Context, reqs []*dt.AgentReques
 	})
 }
 
-func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams) ([]*dt.AgentRequest, error) {
+func (e *executor) RequestClaim(ctx context.Context, p *store.RequestClaimParams) ([]*dt.AgentRequest, error) {
 	if err := e.write("claim requests"); err != nil {
 		return nil, err
 	}
@@ -1048,7 +1069,8 @@ func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams)
 	return out, nil
 }
 
-func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef) error {
+func (e *executor) RequestDeleteByStep(ctx context.Context, params *store.RequestDeleteByStepParams) error {
+	refs := params.Refs
 	if len(refs) == 0 {
 		return nil
 	}
@@ -1062,7 +1084,8 @@ func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef
 	return e.later(ctx, "delete requests", e.d.q.requestDeleteByStep, []any{taskIDs, index}, nil, nil)
 }
 
-func (e *executor) StepMessagesExist(ctx context.Context, attempts []store.StepAttempt) ([]bool, error) {
+func (e *executor) StepMessagesExist(ctx context.Context, params *store.StepMessagesExistParams) ([]bool, error) {
+	attempts := params.Attempts
 	exists := make([]bool, len(attempts))
 	if len(attempts) == 0 {
 		return exists, nil
@@ -1082,7 +1105,8 @@ func (e *executor) StepMessagesExist(ctx context.Context, attempts []store.StepA
 	return exists, nil
 }
 
-func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, error) {
+func (e *executor) RequestRelease(ctx context.Context, params *store.RequestReleaseParams) (int, error) {
+	claimedBy := params.ClaimedBy
 	if err := e.write("release requests"); err != nil {
 		return 0, err
 	}
@@ -1090,7 +1114,8 @@ func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, e
 	return int(n), err
 }
 
-func (e *executor) RequestDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+func (e *executor) RequestDeleteExpired(ctx context.Context, params *store.RequestDeleteExpiredParams) (int, error) {
+	now, limit := params.Now, params.Limit
 	if err := e.write("delete expired requests"); err != nil {
 		return 0, err
 	}
@@ -1100,7 +1125,8 @@ func (e *executor) RequestDeleteExpired(ctx context.Context, now time.Time, limi
 
 // ---- agent replies ----
 
-func (e *executor) ReplyInsertMany(ctx context.Context, replies []*dt.AgentReply) error {
+func (e *executor) ReplyInsertMany(ctx context.Context, params *store.ReplyInsertManyParams) error {
+	replies := params.Replies
 	if len(replies) == 0 {
 		return nil
 	}
@@ -1135,7 +1161,7 @@ func (e *executor) ReplyInsertMany(ctx context.Context, replies []*dt.AgentReply
 	return nil
 }
 
-func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*dt.AgentReply, error) {
+func (e *executor) ReplyTake(ctx context.Context, p *store.ReplyTakeParams) ([]*dt.AgentReply, error) {
 	if err := e.write("take replies"); err != nil {
 		return nil, err
 	}
@@ -1168,7 +1194,8 @@ func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*d
 // transaction ends, so a reader tailing by ID can tell which transactions
 // may still commit events (EventList). See doc.go. In a pipelined
 // transaction both go out last, just before the COMMIT.
-func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) error {
+func (e *executor) EventInsertMany(ctx context.Context, params *store.EventInsertManyParams) error {
+	events := params.Events
 	if len(events) == 0 {
 		return nil
 	}
@@ -1222,7 +1249,7 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 // (eventsFinal), so that a reader tailing by AfterID never skips an event
 // committed after it read higher ones; in a transaction that has written
 // events, up to the last ID handed out; with Lookup, every one committed.
-func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*dt.Event, error) {
+func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*dt.Event, error) {
 	e.sendTail()
 	upTo := int64(math.MaxInt64)
 	var err error
@@ -1457,7 +1484,7 @@ func scanLease(out **dt.Lease) func(rows) error {
 	}
 }
 
-func (e *executor) LeaseAcquire(ctx context.Context, p store.LeaseParams) (*dt.Lease, bool, error) {
+func (e *executor) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (*dt.Lease, bool, error) {
 	if err := e.write("acquire lease"); err != nil {
 		return nil, false, err
 	}
@@ -1471,11 +1498,12 @@ func (e *executor) LeaseAcquire(ctx context.Context, p store.LeaseParams) (*dt.L
 	if l != nil {
 		return l, true, nil
 	}
-	cur, err := e.LeaseGet(ctx, p.Name)
+	cur, err := e.LeaseGet(ctx, &store.LeaseGetParams{Name: p.Name})
 	return cur, false, err
 }
 
-func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error) {
+func (e *executor) LeaseGet(ctx context.Context, params *store.LeaseGetParams) (*dt.Lease, error) {
+	name := params.Name
 	var l *dt.Lease
 	if err := e.each(ctx, "get lease", e.pick(e.d.q.leaseGet, e.d.q.leaseGetLock), []any{name}, scanLease(&l)); err != nil {
 		return nil, err
@@ -1493,7 +1521,8 @@ func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error)
 // the next statement (its result is checked when that one's is read), and
 // the COMMIT is never sent before the check has been read: see
 // pipe.unchecked.
-func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time.Time) error {
+func (e *executor) LeaseCheck(ctx context.Context, params *store.LeaseCheckParams) error {
+	name, holder, now := params.Name, params.Holder, params.Now
 	if e.tx {
 		if err := e.lockLease(ctx, name, tLeaseLockShared); err != nil {
 			return err
@@ -1515,7 +1544,8 @@ func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time
 	return err
 }
 
-func (e *executor) LeaseRelease(ctx context.Context, name, holder string, term int64) error {
+func (e *executor) LeaseRelease(ctx context.Context, params *store.LeaseReleaseParams) error {
+	name, holder, term := params.Name, params.Holder, params.Term
 	if err := e.write("release lease"); err != nil {
 		return err
 	}
@@ -1534,11 +1564,12 @@ func (e *executor) lockLease(ctx context.Context, name, query string) error {
 	return e.later(ctx, "lock lease", query, []any{lockKey("drover.lease."+name, e.d.Schema())}, nil, nil)
 }
 
-// Notify implements store.Executor with pg_notify on the schema's channel,
+// Notify implements store.Notifier with pg_notify on the schema's channel,
 // delivered only if the transaction commits. In drover's own transactions it
 // is sent just after the COMMIT (see pipe.notes); in a caller's transaction
 // it is part of it, and PostgreSQL delivers it at commit.
-func (e *executor) Notify(ctx context.Context, topic string) error {
+func (e *executor) Notify(ctx context.Context, params *store.NotifyParams) error {
+	topic := params.Topic
 	if err := e.write("notify"); err != nil {
 		return err
 	}

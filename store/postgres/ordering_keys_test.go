@@ -34,7 +34,7 @@ func retainOnce(t *testing.T, d *postgres.Driver, before time.Time, limit int) i
 	var n int
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		var err error
-		n, err = x.TaskDeleteFinished(ctx, before, limit)
+		n, err = x.TaskDeleteFinished(ctx, &store.TaskDeleteFinishedParams{Before: before, Limit: limit})
 		return err
 	}); err != nil {
 		t.Fatalf("retention: %v", err)
@@ -51,10 +51,10 @@ func TestOrderingKeyCountsOfUpgradedStore(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	tasks := keyedTasks(now, "k", "k", "j", "")
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.OrderingSeqReserve(ctx, []string{"k", "k", "j"}); err != nil {
+		if _, err := x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: []string{"k", "k", "j"}}); err != nil {
 			return err
 		}
-		_, err := x.TaskInsertMany(ctx, tasks)
+		_, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: tasks})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -105,16 +105,16 @@ func TestRetentionSkipsTheKeysOfSubmits(t *testing.T) {
 	old := time.Now().UTC().Add(-time.Hour).Truncate(time.Microsecond)
 	tasks := keyedTasks(old, "a", "b") // IDs a and b, keys a and b
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.OrderingSeqReserve(ctx, []string{"a", "b"}); err != nil {
+		if _, err := x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: []string{"a", "b"}}); err != nil {
 			return err
 		}
-		if _, err := x.TaskInsertMany(ctx, tasks); err != nil {
+		if _, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: tasks}); err != nil {
 			return err
 		}
 		for _, tk := range tasks {
 			tk.ProcessState = dt.Processed
 		}
-		return x.TaskUpdateMany(ctx, tasks)
+		return x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: tasks})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -124,12 +124,12 @@ func TestRetentionSkipsTheKeysOfSubmits(t *testing.T) {
 		tk.ID = id
 		var seq int64
 		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			seqs, err := x.OrderingSeqReserve(ctx, []string{key})
+			seqs, err := x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: []string{key}})
 			if err != nil {
 				return err
 			}
 			tk.OrderingSeq = seqs[0]
-			_, err = x.TaskInsertMany(ctx, []*dt.Task{tk})
+			_, err = x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: []*dt.Task{tk}})
 			seq = seqs[0]
 			return err
 		})
@@ -143,12 +143,12 @@ func TestRetentionSkipsTheKeysOfSubmits(t *testing.T) {
 	submitted := make(chan error, 1)
 	go func() {
 		submitted <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if _, err := x.OrderingSeqReserve(ctx, []string{"b"}); err != nil {
+			if _, err := x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: []string{"b"}}); err != nil {
 				return err
 			}
 			close(holding)
 			<-insert
-			_, err := x.TaskInsertMany(ctx, keyedTasks(old, "a", "b")[1:]) // ID b exists: nothing inserted
+			_, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: keyedTasks(old, "a", "b")[1:]}) // ID b exists: nothing inserted
 			return err
 		})
 	}()
@@ -195,10 +195,10 @@ func TestRetentionPassesOverABusyKey(t *testing.T) {
 		tk.ProcessState, tk.UpdatedAt = dt.Processed, now.Add(time.Duration(i-10)*time.Minute) // keyed ones oldest
 	}
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.OrderingSeqReserve(ctx, []string{"hot", "hot", "warm", "warm"}); err != nil {
+		if _, err := x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: []string{"hot", "hot", "warm", "warm"}}); err != nil {
 			return err
 		}
-		_, err := x.TaskInsertMany(ctx, tasks)
+		_, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: tasks})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -210,7 +210,7 @@ func TestRetentionPassesOverABusyKey(t *testing.T) {
 	held := make(chan error, 1)
 	go func() {
 		held <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if _, err := x.OrderingSeqReserve(ctx, []string{"hot", "warm"}); err != nil {
+			if _, err := x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: []string{"hot", "warm"}}); err != nil {
 				return err
 			}
 			close(holding)

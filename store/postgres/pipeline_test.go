@@ -73,7 +73,7 @@ func TestPipelinedTransactionRoundTrips(t *testing.T) {
 	ev := &dt.Event{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: now}
 	before := rt.n.Load()
 	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		tasks, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s1", Now: now, Limit: 10})
+		tasks, err := x.TaskClaim(ctx, &store.TaskClaimParams{Instance: "s1", Now: now, Limit: 10})
 		if err != nil {
 			return err
 		}
@@ -83,16 +83,16 @@ func TestPipelinedTransactionRoundTrips(t *testing.T) {
 		for _, tk := range tasks {
 			tk.CurrentStep = 0
 		}
-		if err := x.StepInsertMany(ctx, []*dt.StepRecord{step}); err != nil {
+		if err := x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: []*dt.StepRecord{step}}); err != nil {
 			return err
 		}
-		if err := x.TaskUpdateMany(ctx, tasks); err != nil {
+		if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: tasks}); err != nil {
 			return err
 		}
-		if err := x.EventInsertMany(ctx, []*dt.Event{ev}); err != nil {
+		if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{ev}}); err != nil {
 			return err
 		}
-		return x.Notify(ctx, store.TopicTasks)
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicTasks})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestPipelinedTransactionRoundTrips(t *testing.T) {
 	if ev.ID == 0 {
 		t.Error("queued event insert did not report the event's ID by the time InTx returned")
 	}
-	evs, err := d.Reader().EventList(ctx, store.EventListParams{TaskID: "a"})
+	evs, err := d.Reader().EventList(ctx, &store.EventListParams{TaskID: "a"})
 	if err != nil || len(evs) != 1 || evs[0].ID != ev.ID {
 		t.Fatalf("events after commit: %v, %v; want the one inserted (ID %d)", evs, err, ev.ID)
 	}
@@ -125,17 +125,17 @@ func TestSettleReceiveRoundTrips(t *testing.T) {
 	}
 	var refs []store.SessionRef
 	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: msgs, Now: now}); err != nil {
+		if _, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: msgs, Now: now}); err != nil {
 			return err
 		}
-		ss, err := x.SessionAccept(ctx, store.SessionAcceptParams{Queue: "q", Holder: "h", Now: now, Limit: 10})
+		ss, err := x.SessionAccept(ctx, &store.SessionAcceptParams{Queue: "q", Holder: "h", Now: now, Limit: 10})
 		for _, s := range ss {
 			refs = append(refs, store.SessionRef{Queue: "q", SessionID: s.ID, Token: s.LockToken})
 		}
 		if err != nil {
 			return err
 		}
-		_, _, err = x.MessageReceiveMany(ctx, refs, now)
+		_, _, err = x.MessageReceiveMany(ctx, &store.MessageReceiveManyParams{Refs: refs, Now: now})
 		return err
 	})
 	if err != nil || len(refs) != 3 {
@@ -147,7 +147,7 @@ func TestSettleReceiveRoundTrips(t *testing.T) {
 	}
 	before := rt.n.Load()
 	err = d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		got, errs, err := x.MessageSettleReceiveMany(ctx, settles, now)
+		got, errs, err := x.MessageSettleReceiveMany(ctx, &store.MessageSettleReceiveManyParams{Settles: settles, Now: now})
 		if err != nil {
 			return err
 		}
@@ -180,15 +180,15 @@ func TestPipelinedWriteErrorRollsBack(t *testing.T) {
 	}
 	for _, readAfter := range []bool{false, true} {
 		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if err := x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: now}}); err != nil {
+			if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: now}}}); err != nil {
 				return err
 			}
 			// The same step twice: a primary-key violation, found only when sent.
-			if err := x.StepInsertMany(ctx, []*dt.StepRecord{step(0), step(0)}); err != nil {
+			if err := x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: []*dt.StepRecord{step(0), step(0)}}); err != nil {
 				return err
 			}
 			if readAfter {
-				_, err := x.TaskGet(ctx, "a")
+				_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "a"})
 				return err
 			}
 			return nil
@@ -197,7 +197,7 @@ func TestPipelinedWriteErrorRollsBack(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Code != "23505" {
 			t.Fatalf("readAfter=%v: InTx error %v; want a unique violation", readAfter, err)
 		}
-		evs, err := d.Reader().EventList(ctx, store.EventListParams{})
+		evs, err := d.Reader().EventList(ctx, &store.EventListParams{})
 		if err != nil || len(evs) != 0 {
 			t.Fatalf("readAfter=%v: events after the failed transaction: %d, %v; want none", readAfter, len(evs), err)
 		}
@@ -288,7 +288,7 @@ func TestTxOf(t *testing.T) {
 	events := `SELECT count(*) FROM ` + pgx.Identifier{d.Schema(), "events"}.Sanitize()
 	for _, fail := range []bool{true, false} {
 		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if err := x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: now}}); err != nil {
+			if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: now}}}); err != nil {
 				return err
 			}
 			tx, err := postgres.TxOf(x)
@@ -368,10 +368,10 @@ func holdWriter(t *testing.T, d *postgres.Driver, e *dt.Event, release <-chan st
 	sent, out := make(chan struct{}), make(chan error, 1)
 	go func() {
 		out <- d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-			if err := x.EventInsertMany(ctx, []*dt.Event{e}); err != nil {
+			if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{e}}); err != nil {
 				return err
 			}
-			if _, err := x.EventList(ctx, store.EventListParams{AfterID: 1 << 62}); err != nil {
+			if _, err := x.EventList(ctx, &store.EventListParams{AfterID: 1 << 62}); err != nil {
 				return err
 			}
 			close(sent)
@@ -397,7 +397,7 @@ type listed struct {
 func listLater(d *postgres.Driver, after int64) <-chan listed {
 	ch := make(chan listed, 1)
 	go func() {
-		evs, err := d.Reader().EventList(context.Background(), store.EventListParams{AfterID: after})
+		evs, err := d.Reader().EventList(context.Background(), &store.EventListParams{AfterID: after})
 		ch <- listed{evs, err}
 	}()
 	return ch
@@ -429,7 +429,7 @@ func TestEventTailWaitsForOpenWriters(t *testing.T) {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if err := d.InTx(wctx, func(ctx context.Context, x store.Executor) error {
-			return x.EventInsertMany(ctx, []*dt.Event{e})
+			return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{e}})
 		}); err != nil {
 			t.Fatalf("another transaction's events waited for the open one: %v", err)
 		}
@@ -458,7 +458,7 @@ func TestEventTailWaitsForOpenWriters(t *testing.T) {
 	}
 	// A lookup is not a tail: it gets what has committed, without waiting.
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	got, err := d.Reader().EventList(lctx, store.EventListParams{AfterID: second.ID - 1, Limit: 1, Lookup: true})
+	got, err := d.Reader().EventList(lctx, &store.EventListParams{AfterID: second.ID - 1, Limit: 1, Lookup: true})
 	cancel()
 	if err != nil || len(got) != 1 || got[0].ID != second.ID {
 		close(release)
@@ -507,7 +507,7 @@ func TestEventReadersShareOneWait(t *testing.T) {
 	release := make(chan struct{})
 	done := holdWriter(t, d, open, release)
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.EventInsertMany(ctx, []*dt.Event{other})
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{other}})
 	}); err != nil {
 		close(release)
 		t.Fatal(err)
@@ -517,7 +517,7 @@ func TestEventReadersShareOneWait(t *testing.T) {
 	errs := make(chan error, readers)
 	for range readers {
 		go func() {
-			evs, err := d.Reader().EventList(ctx, store.EventListParams{})
+			evs, err := d.Reader().EventList(ctx, &store.EventListParams{})
 			if err != nil {
 				errs <- err
 				return
@@ -568,7 +568,7 @@ func TestEventListInCallersTransactionWhileAReaderWaits(t *testing.T) {
 	tx := callersTx(t)
 	mine := submittedEvent("a", time.Now())
 	if err := d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
-		return x.EventInsertMany(ctx, []*dt.Event{mine})
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{mine}})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -583,7 +583,7 @@ func TestEventListInCallersTransactionWhileAReaderWaits(t *testing.T) {
 	var evs []*dt.Event
 	if err := d.InExternalTx(rctx, tx, func(ctx context.Context, x store.Executor) error {
 		var err error
-		evs, err = x.EventList(ctx, store.EventListParams{})
+		evs, err = x.EventList(ctx, &store.EventListParams{})
 		return err
 	}); err != nil {
 		t.Fatalf("reading its own events in the caller's transaction: %v", err)
@@ -612,10 +612,10 @@ func TestEventListInWritingTransaction(t *testing.T) {
 	ev := func(id string) *dt.Event { return submittedEvent(id, now) }
 	a, b, c := ev("a"), ev("b"), ev("c")
 	sent := func(x store.Executor, ctx context.Context, e *dt.Event) error {
-		if err := x.EventInsertMany(ctx, []*dt.Event{e}); err != nil {
+		if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{e}}); err != nil {
 			return err
 		}
-		_, err := x.EventList(ctx, store.EventListParams{AfterID: 1 << 62}) // sends the insert
+		_, err := x.EventList(ctx, &store.EventListParams{AfterID: 1 << 62}) // sends the insert
 		return err
 	}
 	release := make(chan struct{})
@@ -632,7 +632,7 @@ func TestEventListInWritingTransaction(t *testing.T) {
 			<-cCommitted
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			evs, err := x.EventList(rctx, store.EventListParams{})
+			evs, err := x.EventList(rctx, &store.EventListParams{})
 			if err != nil {
 				return fmt.Errorf("a writing transaction's read waited for another writer: %w", err)
 			}
@@ -655,7 +655,7 @@ func TestEventListInWritingTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.EventInsertMany(ctx, []*dt.Event{c})
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{c}})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -808,7 +808,7 @@ func TestLockTimeoutAndSettingsStayInTheTransaction(t *testing.T) {
 	bounded, cancel := context.WithTimeout(ctx, 10*time.Second) // without the timeout, the wait would not end
 	defer cancel()
 	err = d.InTx(bounded, func(ctx context.Context, x store.Executor) error {
-		_, err := x.TaskGet(ctx, "held")
+		_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "held"})
 		return err
 	})
 	if !errors.Is(err, store.ErrLocked) || time.Since(start) > 10*time.Second {
@@ -840,13 +840,13 @@ func TestLockTimeoutAndSettingsStayInTheTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = fd.InTx(bounded, func(ctx context.Context, x store.Executor) error {
-		_, err := x.TaskGet(ctx, "held")
+		_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "held"})
 		return err
 	})
 	if !errors.Is(err, store.ErrLocked) {
 		t.Errorf("InTx on a table locked elsewhere: %v, want ErrLocked", err)
 	}
-	if _, err := fd.Reader().TaskGet(bounded, "held"); !errors.Is(err, store.ErrLocked) {
+	if _, err := fd.Reader().TaskGet(bounded, &store.TaskGetParams{ID: "held"}); !errors.Is(err, store.ErrLocked) {
 		t.Errorf("Reader().TaskGet on a table locked elsewhere: %v, want ErrLocked", err)
 	}
 	if _, _, err := fd.SchemaVersion(bounded); !errors.Is(err, store.ErrLocked) {
@@ -855,7 +855,7 @@ func TestLockTimeoutAndSettingsStayInTheTransaction(t *testing.T) {
 	if err := otx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fd.Reader().TaskGet(ctx, "held"); err != nil {
+	if _, err := fd.Reader().TaskGet(ctx, &store.TaskGetParams{ID: "held"}); err != nil {
 		t.Errorf("Reader().TaskGet once the lock is gone: %v", err)
 	}
 
@@ -883,26 +883,26 @@ func TestClaimWithStepsRoundTrips(t *testing.T) {
 	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 	insert(t, d, task("a", now), task("b", now))
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.StepInsertMany(ctx, []*dt.StepRecord{
+		return x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: []*dt.StepRecord{
 			{TaskID: "a", Index: 0, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending, IdempotencyKey: "a/0/s", UpdatedAt: now},
 			{TaskID: "b", Index: 0, Name: "s", Agent: "ag", Timeout: time.Second, ProcessState: dt.Pending, IdempotencyKey: "b/0/s", UpdatedAt: now},
-		})
+		}})
 	}); err != nil {
 		t.Fatal(err)
 	}
 	before := rt.n.Load()
 	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		tasks, steps, err := x.TaskClaimWithSteps(ctx, store.TaskClaimParams{Instance: "s1", Now: now, Limit: 10, WriteLater: true})
+		tasks, steps, err := store.TaskClaimWithSteps(ctx, x, &store.TaskClaimParams{Instance: "s1", Now: now, Limit: 10, WriteLater: true})
 		if err != nil {
 			return err
 		}
 		if len(tasks) != 2 || len(steps) != 2 {
 			t.Errorf("claimed %d tasks with %d steps, want 2 and 2", len(tasks), len(steps))
 		}
-		if err := x.TaskUpdateMany(ctx, tasks); err != nil {
+		if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: tasks}); err != nil {
 			return err
 		}
-		return x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a", StepIndex: 0, Type: dt.EventStepStarted, CreatedAt: now}})
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "a", StepIndex: 0, Type: dt.EventStepStarted, CreatedAt: now}}})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -910,7 +910,7 @@ func TestClaimWithStepsRoundTrips(t *testing.T) {
 	if got := rt.n.Load() - before; got != 2 {
 		t.Errorf("claim tick took %d round trips, want 2", got)
 	}
-	if got, err := d.Reader().TaskGet(ctx, "a"); err != nil || got.LockedBy != "s1" {
+	if got, err := d.Reader().TaskGet(ctx, &store.TaskGetParams{ID: "a"}); err != nil || got.LockedBy != "s1" {
 		t.Errorf("task a after the tick: %+v, %v; want locked by s1", got, err)
 	}
 }

@@ -389,8 +389,7 @@ func (d *Driver) SchemaVersion(ctx context.Context) (applied, latest int, err er
 	latest = ms[len(ms)-1].Version
 	err = d.bounded(ctx, func(c Tx) error {
 		var exists bool
-		table := pgx.Identifier{d.schema, "drover_migrations"}.Sanitize()
-		if err := c.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil || !exists {
+		if err := c.QueryRow(ctx, d.q.migrationsExist).Scan(&exists); err != nil || !exists {
 			return err
 		}
 		return c.QueryRow(ctx, d.q.migrationMax).Scan(&applied)

@@ -153,7 +153,7 @@ func task(id string, now time.Time) *dt.Task {
 func insert(t *testing.T, d store.Driver, tasks ...*dt.Task) {
 	t.Helper()
 	if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-		_, err := x.TaskInsertMany(ctx, tasks)
+		_, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: tasks})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -207,7 +207,7 @@ func TestSchemaVersionAndNotMigrated(t *testing.T) {
 	if err != nil || applied != 0 || latest < 1 {
 		t.Fatalf("SchemaVersion of a missing schema = %d, %d, %v; want 0, >=1, nil", applied, latest, err)
 	}
-	if _, err := d.Reader().TaskGet(ctx, "x"); !errors.Is(err, store.ErrNotMigrated) {
+	if _, err := d.Reader().TaskGet(ctx, &store.TaskGetParams{ID: "x"}); !errors.Is(err, store.ErrNotMigrated) {
 		t.Errorf("TaskGet before Migrate: err = %v, want ErrNotMigrated", err)
 	}
 	if err := d.Migrate(ctx); err != nil {
@@ -252,7 +252,7 @@ func TestConcurrentMigrate(t *testing.T) {
 		}
 	}
 	insert(t, drivers[0], task("t", time.Now()))
-	if _, err := drivers[3].Reader().TaskGet(context.Background(), "t"); err != nil {
+	if _, err := drivers[3].Reader().TaskGet(context.Background(), &store.TaskGetParams{ID: "t"}); err != nil {
 		t.Error(err)
 	}
 }
@@ -270,31 +270,31 @@ func TestSchemaIsolation(t *testing.T) {
 	insert(t, b, tb)
 	for _, d := range []*postgres.Driver{a, b} {
 		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			return x.EventInsertMany(ctx, []*dt.Event{{TaskID: "same", StepIndex: -1, Type: dt.EventSubmitted, Actor: d.Schema(), CreatedAt: now}})
+			return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "same", StepIndex: -1, Type: dt.EventSubmitted, Actor: d.Schema(), CreatedAt: now}}})
 		}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, err := b.Reader().TaskGet(ctx, "same")
+	got, err := b.Reader().TaskGet(ctx, &store.TaskGetParams{ID: "same"})
 	if err != nil || got.Workflow != "other" {
 		t.Errorf("schema b task = %+v, %v; want its own", got, err)
 	}
-	if _, err := b.Reader().TaskGet(ctx, "only-a"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := b.Reader().TaskGet(ctx, &store.TaskGetParams{ID: "only-a"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("schema b sees schema a's task: %v", err)
 	}
-	counts, err := a.Reader().TaskCountByState(ctx)
+	counts, err := a.Reader().TaskCountByState(ctx, &store.TaskCountByStateParams{})
 	if err != nil || counts[dt.Pending] != 2 {
 		t.Errorf("schema a counts %v, %v; want 2 Pending", counts, err)
 	}
 	for _, d := range []*postgres.Driver{a, b} {
-		evs, err := d.Reader().EventList(ctx, store.EventListParams{})
+		evs, err := d.Reader().EventList(ctx, &store.EventListParams{})
 		if err != nil || len(evs) != 1 || evs[0].Actor != d.Schema() {
 			t.Errorf("events of %s: %v, %v", d.Schema(), evs, err)
 		}
 	}
 	// Claiming in one schema leaves the other alone.
 	if err := a.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		got, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s", Now: now, Limit: 10})
+		got, err := x.TaskClaim(ctx, &store.TaskClaimParams{Instance: "s", Now: now, Limit: 10})
 		if len(got) != 2 {
 			t.Errorf("claimed %d in a, want 2", len(got))
 		}
@@ -302,7 +302,7 @@ func TestSchemaIsolation(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := b.Reader().TaskGet(ctx, "same"); got.LockedBy != "" {
+	if got, _ := b.Reader().TaskGet(ctx, &store.TaskGetParams{ID: "same"}); got.LockedBy != "" {
 		t.Errorf("claim in schema a locked schema b's task")
 	}
 }
@@ -335,9 +335,9 @@ func checkExternal(t *testing.T, d *postgres.Driver, table, id string, want bool
 	if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE id = $1`, id).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	_, err := d.Reader().TaskGet(ctx, id)
-	steps, serr := d.Reader().StepListByTasks(ctx, []string{id})
-	evs, eerr := d.Reader().EventList(ctx, store.EventListParams{TaskID: id})
+	_, err := d.Reader().TaskGet(ctx, &store.TaskGetParams{ID: id})
+	steps, serr := d.Reader().StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: []string{id}})
+	evs, eerr := d.Reader().EventList(ctx, &store.EventListParams{TaskID: id})
 	if serr != nil || eerr != nil {
 		t.Fatal(serr, eerr)
 	}
@@ -414,7 +414,7 @@ func TestInExternalTxDatabaseSQL(t *testing.T) {
 		}
 		// Reads through the caller's transaction see its own writes.
 		if err := d.InExternalTx(ctx, tx, func(ctx context.Context, x store.Executor) error {
-			got, err := x.TaskGet(ctx, id)
+			got, err := x.TaskGet(ctx, &store.TaskGetParams{ID: id})
 			if err == nil && (got.ID != id || got.CreatedAt.Location() != time.UTC) {
 				t.Errorf("TaskGet through *sql.Tx = %+v", got)
 			}
@@ -459,13 +459,13 @@ func TestReaderRefusesWrites(t *testing.T) {
 	t.Parallel()
 	d := open(t)
 	ctx := context.Background()
-	if _, err := d.Reader().TaskInsertMany(ctx, []*dt.Task{task("t", time.Now())}); err == nil {
+	if _, err := d.Reader().TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: []*dt.Task{task("t", time.Now())}}); err == nil {
 		t.Error("TaskInsertMany on the Reader succeeded")
 	}
-	if _, err := d.Reader().TaskClaim(ctx, store.TaskClaimParams{Instance: "s", Now: time.Now(), Limit: 1}); err == nil {
+	if _, err := d.Reader().TaskClaim(ctx, &store.TaskClaimParams{Instance: "s", Now: time.Now(), Limit: 1}); err == nil {
 		t.Error("TaskClaim on the Reader succeeded")
 	}
-	if _, err := d.Reader().TaskGet(ctx, "t"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := d.Reader().TaskGet(ctx, &store.TaskGetParams{ID: "t"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the refused insert wrote: %v", err)
 	}
 }
@@ -481,35 +481,41 @@ func TestReadsInTxLockRows(t *testing.T) {
 	held.ProcessState, held.LockedBy, held.CompleteBy = dt.Processing, "s", &now
 	insert(t, d, held)
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if err := x.StepInsertMany(ctx, []*dt.StepRecord{{TaskID: "held", Name: "s", Agent: "a", ProcessState: dt.Processing,
-			IdempotencyKey: "k", UpdatedAt: now}}); err != nil {
+		if err := x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: []*dt.StepRecord{{TaskID: "held", Name: "s", Agent: "a", ProcessState: dt.Processing,
+			IdempotencyKey: "k", UpdatedAt: now}}}); err != nil {
 			return err
 		}
-		_, _, err := x.LeaseAcquire(ctx, store.LeaseParams{Name: "sup", Holder: "A", Now: now, TTL: time.Minute})
+		_, _, err := x.LeaseAcquire(ctx, &store.LeaseAcquireParams{Name: "sup", Holder: "A", Now: now, TTL: time.Minute})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	reads := map[string]func(ctx context.Context, x store.Executor) error{
-		"TaskGet": func(ctx context.Context, x store.Executor) error { _, err := x.TaskGet(ctx, "held"); return err },
+		"TaskGet": func(ctx context.Context, x store.Executor) error {
+			_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "held"})
+			return err
+		},
 		"TaskGetMany": func(ctx context.Context, x store.Executor) error {
-			_, err := x.TaskGetMany(ctx, []string{"held"})
+			_, err := x.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []string{"held"}})
 			return err
 		},
 		"TaskListExpired": func(ctx context.Context, x store.Executor) error {
-			got, err := x.TaskListExpired(ctx, now.Add(time.Second), 10)
+			got, err := x.TaskListExpired(ctx, &store.TaskListExpiredParams{Now: now.Add(time.Second), Limit: 10})
 			if err == nil && len(got) != 1 {
 				err = fmt.Errorf("TaskListExpired = %d tasks, want 1", len(got))
 			}
 			return err
 		},
 		"StepListByTasks": func(ctx context.Context, x store.Executor) error {
-			_, err := x.StepListByTasks(ctx, []string{"held"})
+			_, err := x.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: []string{"held"}})
 			return err
 		},
-		"LeaseGet": func(ctx context.Context, x store.Executor) error { _, err := x.LeaseGet(ctx, "sup"); return err },
+		"LeaseGet": func(ctx context.Context, x store.Executor) error {
+			_, err := x.LeaseGet(ctx, &store.LeaseGetParams{Name: "sup"})
+			return err
+		},
 		"TaskGetManyWithSteps": func(ctx context.Context, x store.Executor) error {
-			tasks, steps, err := x.TaskGetManyWithSteps(ctx, []string{"held"})
+			tasks, steps, err := x.TaskGetManyWithSteps(ctx, &store.TaskGetManyWithStepsParams{IDs: []string{"held"}})
 			if err == nil && (len(tasks) != 1 || len(steps) != 1) {
 				err = fmt.Errorf("TaskGetManyWithSteps = %d tasks, %d steps; want 1, 1", len(tasks), len(steps))
 			}
@@ -551,17 +557,17 @@ func TestLeaseCheckSharedWithChecksExclusiveWithWriters(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	acquire := func(ctx context.Context, x store.Executor, holder string, at time.Time) error {
-		_, ok, err := x.LeaseAcquire(ctx, store.LeaseParams{Name: "inst", Holder: holder, Now: at, TTL: time.Minute})
+		_, ok, err := x.LeaseAcquire(ctx, &store.LeaseAcquireParams{Name: "inst", Holder: holder, Now: at, TTL: time.Minute})
 		if err == nil && !ok {
 			err = fmt.Errorf("%s did not get the lease", holder)
 		}
 		return err
 	}
 	check := func(ctx context.Context, x store.Executor) error {
-		if err := x.LeaseCheck(ctx, "inst", "A", now); err != nil {
+		if err := x.LeaseCheck(ctx, &store.LeaseCheckParams{Name: "inst", Holder: "A", Now: now}); err != nil {
 			return err
 		}
-		_, err := x.TaskCountActive(ctx) // sends the queued check
+		_, err := x.TaskCountActive(ctx, &store.TaskCountActiveParams{}) // sends the queued check
 		return err
 	}
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "A", now) }); err != nil {
@@ -583,7 +589,9 @@ func TestLeaseCheckSharedWithChecksExclusiveWithWriters(t *testing.T) {
 	}
 	cancel()
 	waits("a takeover", func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "B", now.Add(time.Hour)) })
-	waits("a release", func(ctx context.Context, x store.Executor) error { return x.LeaseRelease(ctx, "inst", "A", 1) })
+	waits("a release", func(ctx context.Context, x store.Executor) error {
+		return x.LeaseRelease(ctx, &store.LeaseReleaseParams{Name: "inst", Holder: "A", Term: 1})
+	})
 	waits("a renewal", func(ctx context.Context, x store.Executor) error { return acquire(ctx, x, "A", now) })
 	if err := release(); err != nil {
 		t.Fatal(err)
@@ -623,20 +631,22 @@ func TestTaskGetAndClaimSkipsLockedTasks(t *testing.T) {
 	}
 	insert(t, d, append(tasks, task("pending", now))...)
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.StepInsertMany(ctx, []*dt.StepRecord{
+		return x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: []*dt.StepRecord{
 			{TaskID: "free", Name: "s", Agent: "a", ProcessState: dt.Processing, IdempotencyKey: "k1", UpdatedAt: now},
 			{TaskID: "locked", Name: "s", Agent: "a", ProcessState: dt.Processing, IdempotencyKey: "k2", UpdatedAt: now},
 			{TaskID: "pending", Name: "s", Agent: "a", ProcessState: dt.Pending, IdempotencyKey: "k3", UpdatedAt: now},
-		})
+		}})
 	}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error { _, err := x.TaskGet(ctx, "locked"); return err })
+	testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error {
+		_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "locked"})
+		return err
+	})
 	for _, limit := range []int{0, 10} {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := d.InTx(wctx, func(ctx context.Context, x store.Executor) error {
-			r, err := x.TaskGetAndClaim(ctx, []string{"free", "locked", "missing"},
-				store.TaskClaimParams{Instance: "s", Now: now, Limit: limit, WriteLater: true})
+			r, err := store.TaskGetAndClaim(ctx, x, &store.TaskGetAndClaimParams{IDs: []string{"free", "locked", "missing"}, Claim: store.TaskClaimParams{Instance: "s", Now: now, Limit: limit, WriteLater: true}})
 			if err != nil {
 				return err
 			}
@@ -684,21 +694,21 @@ func TestTaskGetAndClaimSkipsLockedTaskAndClaimsItWithSteps(t *testing.T) {
 	tk.ProcessState, tk.LockedBy, tk.CompleteBy = dt.Processing, "s", &now
 	insert(t, d, tk)
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		return x.StepInsertMany(ctx, []*dt.StepRecord{{TaskID: "t", Name: "s", Agent: "a", ProcessState: dt.Processing, IdempotencyKey: "k", UpdatedAt: now}})
+		return x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: []*dt.StepRecord{{TaskID: "t", Name: "s", Agent: "a", ProcessState: dt.Processing, IdempotencyKey: "k", UpdatedAt: now}}})
 	}); err != nil {
 		t.Fatal(err)
 	}
 	// The recovery: lock the task and its steps, make the task claimable.
 	release := testutil.HoldTx(t, d, func(ctx context.Context, x store.Executor) error {
-		got, err := x.TaskGet(ctx, "t")
+		got, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "t"})
 		if err != nil {
 			return err
 		}
-		if _, err := x.StepListByTasks(ctx, []string{"t"}); err != nil {
+		if _, err := x.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: []string{"t"}}); err != nil {
 			return err
 		}
 		got.ProcessState, got.LockedBy, got.CompleteBy = dt.Pending, "", nil
-		return x.TaskUpdateMany(ctx, []*dt.Task{got})
+		return x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: []*dt.Task{got}})
 	})
 	read := func(ids []string) store.GetAndClaim {
 		t.Helper()
@@ -707,7 +717,7 @@ func TestTaskGetAndClaimSkipsLockedTaskAndClaimsItWithSteps(t *testing.T) {
 		defer cancel()
 		err := d.InTx(rctx, func(ctx context.Context, x store.Executor) error {
 			var err error
-			r, err = x.TaskGetAndClaim(ctx, ids, store.TaskClaimParams{Instance: "s", Now: now.Add(time.Second), Limit: 10, WriteLater: true})
+			r, err = store.TaskGetAndClaim(ctx, x, &store.TaskGetAndClaimParams{IDs: ids, Claim: store.TaskClaimParams{Instance: "s", Now: now.Add(time.Second), Limit: 10, WriteLater: true}})
 			if err != nil {
 				return err
 			}
@@ -831,7 +841,7 @@ func benchCycle(b *testing.B, procs int) {
 		if err := errors.Join(errs...); err != nil {
 			b.Fatal(err)
 		}
-		counts, err := d.Reader().TaskCountByState(ctx)
+		counts, err := d.Reader().TaskCountByState(ctx, &store.TaskCountByStateParams{})
 		if err != nil || counts[dt.Processed] != n {
 			b.Fatalf("after the run: %v, %v; want %d Processed", counts, err, n)
 		}
@@ -888,7 +898,9 @@ func TestListenNotify(t *testing.T) {
 	// The listener may not be LISTENing yet: notify until one arrives.
 	deadline := time.After(10 * time.Second)
 	for ready := false; !ready; {
-		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.Notify(ctx, "ping") }); err != nil {
+		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			return store.Notify(ctx, x, &store.NotifyParams{Topic: "ping"})
+		}); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -904,14 +916,16 @@ func TestListenNotify(t *testing.T) {
 	}
 	rollback := errors.New("rollback")
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if err := x.Notify(ctx, "rolled-back"); err != nil {
+		if err := store.Notify(ctx, x, &store.NotifyParams{Topic: "rolled-back"}); err != nil {
 			return err
 		}
 		return rollback
 	}); !errors.Is(err, rollback) {
 		t.Fatal(err)
 	}
-	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.Notify(ctx, store.TopicTasks) }); err != nil {
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicTasks})
+	}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -922,7 +936,7 @@ func TestListenNotify(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("committed notification did not arrive")
 	}
-	if err := d.Reader().Notify(ctx, "x"); err == nil {
+	if err := store.Notify(ctx, d.Reader(), &store.NotifyParams{Topic: "x"}); err == nil {
 		t.Error("Notify outside a transaction succeeded")
 	}
 }

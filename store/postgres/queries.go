@@ -289,6 +289,9 @@ const (
 	tMigrationMax     = `SELECT coalesce(max(version), 0) FROM {s}.drover_migrations`
 	tSearchPath       = `SET LOCAL search_path TO {s}`
 	tCreateSchema     = `CREATE SCHEMA {s}`
+	// The schema name is a plain identifier (Open checks it), so it needs
+	// no escaping inside the literal.
+	tMigrationsExist = `SELECT to_regclass('{s}.drover_migrations') IS NOT NULL`
 )
 
 // taskColsT is taskCols qualified by the alias t, for RETURNING after a join.
@@ -392,6 +395,11 @@ type queries struct {
 	leaseAcquire, leaseGet, leaseGetLock, leaseRelease string
 
 	migrationsTable, migrationApplied, migrationRecord, migrationMax, searchPath, createSchema string
+	migrationsExist                                                                            string
+
+	remote      remoteQueries      // remote.go
+	webhook     webhookQueries     // webhook.go
+	workflowDef workflowDefQueries // workflowdef.go
 
 	// Session queues (queue_queries.go).
 	queuePut, queueGet, queueList                               string
@@ -404,7 +412,9 @@ type queries struct {
 	dedupeDeleteExpired                                         string
 }
 
-// newQueries fills the quoted schema name into every statement.
+// newQueries fills the quoted schema name into every statement of the
+// driver. It is the one place the schema is qualified: Open calls it once,
+// and every statement, migrations' bookkeeping included, comes from it.
 func newQueries(quotedSchema string) *queries {
 	r := func(s string) string { return strings.ReplaceAll(s, "{s}", quotedSchema) }
 	return &queries{
@@ -464,6 +474,17 @@ func newQueries(quotedSchema string) *queries {
 		migrationMax:     r(tMigrationMax),
 		searchPath:       r(tSearchPath),
 		createSchema:     r(tCreateSchema),
+		migrationsExist:  r(tMigrationsExist),
+
+		remote: remoteQueries{get: r(tRemoteGet), available: r(tRemoteAvailable), complete: r(tRemoteComplete),
+			release: r(tRemoteRelease), exists: r(tRemoteExists)},
+		webhook: webhookQueries{
+			cursorLock: r(tWebhookCursorLock), cursorCreate: r(tWebhookCursorCreate), cursorSet: r(tWebhookCursorSet),
+			insert: r(tWebhookInsert), claim: r(tWebhookClaim), finish: r(tWebhookFinish), release: r(tWebhookRelease),
+			list: r(tWebhookList), deleteFinished: r(tWebhookDeleteFinished),
+		},
+		workflowDef: workflowDefQueries{put: r(tWorkflowDefPut), byDigest: r(tWorkflowDefByDigest), get: r(tWorkflowDefGet),
+			listAll: r(tWorkflowDefListAll), listName: r(tWorkflowDefListName)},
 
 		queuePut:            r(tQueuePut),
 		queueGet:            r(tQueueGet),

@@ -116,7 +116,8 @@ func scanMessage(out *[]*dt.Message) func(rows) error {
 
 // ---- queues ----
 
-func (e *executor) QueuePut(ctx context.Context, q *dt.Queue) error {
+func (e *executor) QueuePut(ctx context.Context, params *store.QueuePutParams) error {
+	q := params.Queue
 	if err := e.write("put queue"); err != nil {
 		return err
 	}
@@ -125,7 +126,8 @@ func (e *executor) QueuePut(ctx context.Context, q *dt.Queue) error {
 	return err
 }
 
-func (e *executor) QueueGet(ctx context.Context, name string) (*dt.Queue, error) {
+func (e *executor) QueueGet(ctx context.Context, params *store.QueueGetParams) (*dt.Queue, error) {
+	name := params.Name
 	var out []*dt.Queue
 	if err := e.each(ctx, "get queue", e.d.q.queueGet, []any{name}, scanQueue(&out)); err != nil {
 		return nil, err
@@ -136,7 +138,7 @@ func (e *executor) QueueGet(ctx context.Context, name string) (*dt.Queue, error)
 	return out[0], nil
 }
 
-func (e *executor) QueueList(ctx context.Context, p store.QueueListParams) ([]*dt.Queue, error) {
+func (e *executor) QueueList(ctx context.Context, p *store.QueueListParams) ([]*dt.Queue, error) {
 	query, args := e.d.q.queueList, []any{p.AfterName}
 	if ns, ok := store.ListNamespace(p.Namespace); ok {
 		if ns == "" {
@@ -173,7 +175,7 @@ type pubSession struct {
 // message IDs, without locking, so a rejected call writes nothing;
 // tDedupeClaim (only with message IDs) claims the new IDs; tPublish locks or
 // creates the sessions, all in one pass in key order, and writes.
-func (e *executor) MessagePublishMany(ctx context.Context, p store.PublishParams) ([]store.PublishResult, error) {
+func (e *executor) MessagePublishMany(ctx context.Context, p *store.MessagePublishManyParams) ([]store.PublishResult, error) {
 	msgs := p.Messages
 	res := make([]store.PublishResult, len(msgs))
 	if len(msgs) == 0 {
@@ -428,7 +430,7 @@ func (e *executor) publish(ctx context.Context, msgs []store.PublishMessage, sto
 
 // ---- locks ----
 
-func (e *executor) SessionAccept(ctx context.Context, p store.SessionAcceptParams) ([]*dt.Session, error) {
+func (e *executor) SessionAccept(ctx context.Context, p *store.SessionAcceptParams) ([]*dt.Session, error) {
 	if err := e.write("accept sessions"); err != nil {
 		return nil, err
 	}
@@ -474,7 +476,8 @@ func (e *executor) SessionAccept(ctx context.Context, p store.SessionAcceptParam
 	return out, nil
 }
 
-func (e *executor) SessionAvailable(ctx context.Context, queue string, now time.Time) (bool, error) {
+func (e *executor) SessionAvailable(ctx context.Context, params *store.SessionAvailableParams) (bool, error) {
+	queue, now := params.Queue, params.Now
 	var ok bool
 	err := e.each(ctx, "sessions available", e.d.q.sessionAvailable, []any{queue, now}, func(rs rows) error {
 		return rs.Scan(&ok)
@@ -518,20 +521,23 @@ func (e *executor) lockUpdate(ctx context.Context, what, query string, lockFirst
 	return errs, nil
 }
 
-func (e *executor) SessionRenew(ctx context.Context, refs []store.SessionRef, now, until time.Time) ([]error, error) {
+func (e *executor) SessionRenew(ctx context.Context, params *store.SessionRenewParams) ([]error, error) {
+	refs, now, until := params.Refs, params.Now, params.Until
 	return e.lockUpdate(ctx, "renew sessions", e.d.q.sessionRenew, false, refs, now, until)
 }
 
 // SessionRelease locks the held sessions first (tSettleLock, pipelined with
 // tSessionRelease: one round trip), so that the ready_at the release
 // computes sees every message published to them.
-func (e *executor) SessionRelease(ctx context.Context, refs []store.SessionRef, now time.Time) ([]error, error) {
+func (e *executor) SessionRelease(ctx context.Context, params *store.SessionReleaseParams) ([]error, error) {
+	refs, now := params.Refs, params.Now
 	return e.lockUpdate(ctx, "release sessions", e.d.q.sessionRelease, true, refs, now)
 }
 
 // ---- receive and settle ----
 
-func (e *executor) MessageReceiveMany(ctx context.Context, refs []store.SessionRef, now time.Time) ([]*dt.Message, []error, error) {
+func (e *executor) MessageReceiveMany(ctx context.Context, params *store.MessageReceiveManyParams) ([]*dt.Message, []error, error) {
+	refs, now := params.Refs, params.Now
 	if err := e.write("receive"); err != nil {
 		return nil, nil, err
 	}
@@ -575,12 +581,14 @@ func (e *executor) MessageReceiveMany(ctx context.Context, refs []store.SessionR
 	return msgs, errs, nil
 }
 
-func (e *executor) MessageSettleMany(ctx context.Context, settles []store.MessageSettle, now time.Time) ([]error, error) {
+func (e *executor) MessageSettleMany(ctx context.Context, params *store.MessageSettleManyParams) ([]error, error) {
+	settles, now := params.Settles, params.Now
 	_, errs, err := e.settle(ctx, settles, now, false)
 	return errs, err
 }
 
-func (e *executor) MessageSettleReceiveMany(ctx context.Context, settles []store.MessageSettle, now time.Time) ([]*dt.Message, []error, error) {
+func (e *executor) MessageSettleReceiveMany(ctx context.Context, params *store.MessageSettleReceiveManyParams) ([]*dt.Message, []error, error) {
+	settles, now := params.Settles, params.Now
 	return e.settle(ctx, settles, now, true)
 }
 
@@ -680,7 +688,8 @@ func (e *executor) settle(ctx context.Context, settles []store.MessageSettle, no
 
 // ---- sessions ----
 
-func (e *executor) SessionGet(ctx context.Context, queue, sessionID string) (*dt.Session, error) {
+func (e *executor) SessionGet(ctx context.Context, params *store.SessionGetParams) (*dt.Session, error) {
+	queue, sessionID := params.Queue, params.SessionID
 	q := e.d.q
 	var out []*dt.Session
 	if err := e.each(ctx, "get session", e.pick(q.sessionGet, q.sessionGetLock), []any{queue, sessionID}, scanSession(&out)); err != nil {
@@ -692,7 +701,7 @@ func (e *executor) SessionGet(ctx context.Context, queue, sessionID string) (*dt
 	return out[0], nil
 }
 
-func (e *executor) SessionList(ctx context.Context, p store.SessionListParams) ([]*dt.Session, error) {
+func (e *executor) SessionList(ctx context.Context, p *store.SessionListParams) ([]*dt.Session, error) {
 	query, args := e.d.q.sessionList, []any{p.Queue, p.AfterID}
 	if p.Limit > 0 {
 		query += ` LIMIT $3`
@@ -705,7 +714,8 @@ func (e *executor) SessionList(ctx context.Context, p store.SessionListParams) (
 	return out, nil
 }
 
-func (e *executor) SessionStateSet(ctx context.Context, ref store.SessionRef, state []byte, now time.Time) error {
+func (e *executor) SessionStateSet(ctx context.Context, params *store.SessionStateSetParams) error {
+	ref, state, now := params.Ref, params.State, params.Now
 	if err := e.write("set session state"); err != nil {
 		return err
 	}
@@ -721,7 +731,7 @@ func (e *executor) SessionStateSet(ctx context.Context, ref store.SessionRef, st
 
 // ---- messages and the dead-letter list ----
 
-func (e *executor) MessagePeek(ctx context.Context, p store.MessagePeekParams) ([]*dt.Message, error) {
+func (e *executor) MessagePeek(ctx context.Context, p *store.MessagePeekParams) ([]*dt.Message, error) {
 	query, args := e.d.q.messagePeek, []any{p.Queue, p.SessionID, p.FromSeq}
 	if p.Limit > 0 {
 		query += ` LIMIT $4`
@@ -734,7 +744,7 @@ func (e *executor) MessagePeek(ctx context.Context, p store.MessagePeekParams) (
 	return out, nil
 }
 
-func (e *executor) DeadLetterList(ctx context.Context, p store.DeadLetterListParams) ([]*dt.Message, error) {
+func (e *executor) DeadLetterList(ctx context.Context, p *store.DeadLetterListParams) ([]*dt.Message, error) {
 	var b strings.Builder
 	b.WriteString(e.d.q.deadLetterList)
 	args := []any{p.Queue, p.AfterSessionID, p.AfterSeq}
@@ -773,15 +783,18 @@ func (e *executor) deadLetterOp(ctx context.Context, what, query string, queue, 
 	return nil
 }
 
-func (e *executor) DeadLetterResubmit(ctx context.Context, queue, sessionID string, seq int64, now time.Time) error {
+func (e *executor) DeadLetterResubmit(ctx context.Context, params *store.DeadLetterResubmitParams) error {
+	queue, sessionID, seq, now := params.Queue, params.SessionID, params.Seq, params.Now
 	return e.deadLetterOp(ctx, "resubmit dead letter", e.d.q.resubmit, queue, sessionID, seq, now, true)
 }
 
-func (e *executor) DeadLetterDiscard(ctx context.Context, queue, sessionID string, seq int64, now time.Time) error {
+func (e *executor) DeadLetterDiscard(ctx context.Context, params *store.DeadLetterDiscardParams) error {
+	queue, sessionID, seq, now := params.Queue, params.SessionID, params.Seq, params.Now
 	return e.deadLetterOp(ctx, "discard dead letter", e.d.q.discard, queue, sessionID, seq, now, false)
 }
 
-func (e *executor) DedupeDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+func (e *executor) DedupeDeleteExpired(ctx context.Context, params *store.DedupeDeleteExpiredParams) (int, error) {
+	now, limit := params.Now, params.Limit
 	if err := e.write("delete expired message IDs"); err != nil {
 		return 0, err
 	}

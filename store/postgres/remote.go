@@ -3,11 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	dt "github.com/drover-run/drover/drovertype"
@@ -53,22 +50,6 @@ const (
 
 type remoteQueries struct{ get, available, complete, release, exists string }
 
-// remoteQueriesBySchema caches the statements per schema (drivers of
-// several schemas may share the process).
-var remoteQueriesBySchema sync.Map // schema → *remoteQueries
-
-func (d *Driver) remoteQ() *remoteQueries {
-	if q, ok := remoteQueriesBySchema.Load(d.schema); ok {
-		return q.(*remoteQueries)
-	}
-	quoted := pgx.Identifier{d.schema}.Sanitize()
-	r := func(s string) string { return strings.ReplaceAll(s, "{s}", quoted) }
-	q := &remoteQueries{get: r(tRemoteGet), available: r(tRemoteAvailable), complete: r(tRemoteComplete),
-		release: r(tRemoteRelease), exists: r(tRemoteExists)}
-	remoteQueriesBySchema.Store(d.schema, q)
-	return q
-}
-
 // scanRemoteRequest scans the columns of remoteReqCols, then extra.
 func scanRemoteRequest(rs rows, extra ...any) (*dt.AgentRequest, error) {
 	var (
@@ -88,9 +69,10 @@ func scanRemoteRequest(rs rows, extra ...any) (*dt.AgentRequest, error) {
 	return &r, nil
 }
 
-func (e *executor) RequestGet(ctx context.Context, id int64) (*dt.AgentRequest, error) {
+func (e *executor) RequestGet(ctx context.Context, params *store.RequestGetParams) (*dt.AgentRequest, error) {
+	id := params.ID
 	var out *dt.AgentRequest
-	err := e.each(ctx, "get request", e.d.remoteQ().get, []any{id}, func(rs rows) error {
+	err := e.each(ctx, "get request", e.d.q.remote.get, []any{id}, func(rs rows) error {
 		var (
 			workflow, name pgtype.Text
 			own            []byte
@@ -116,20 +98,23 @@ func (e *executor) RequestGet(ctx context.Context, id int64) (*dt.AgentRequest, 
 	return out, nil
 }
 
-func (e *executor) RequestAvailable(ctx context.Context, agent string, now time.Time) (bool, error) {
+func (e *executor) RequestAvailable(ctx context.Context, params *store.RequestAvailableParams) (bool, error) {
+	agent, now := params.Agent, params.Now
 	var ok bool
-	err := e.each(ctx, "requests available", e.d.remoteQ().available, []any{agent, now}, func(rs rows) error {
+	err := e.each(ctx, "requests available", e.d.q.remote.available, []any{agent, now}, func(rs rows) error {
 		return rs.Scan(&ok)
 	})
 	return ok, err
 }
 
-func (e *executor) RequestComplete(ctx context.Context, id int64, claimedBy string, now time.Time) (*dt.AgentRequest, error) {
-	return e.remoteFenced(ctx, "complete request", e.d.remoteQ().complete, id, claimedBy, now)
+func (e *executor) RequestComplete(ctx context.Context, params *store.RequestCompleteParams) (*dt.AgentRequest, error) {
+	id, claimedBy, now := params.ID, params.ClaimedBy, params.Now
+	return e.remoteFenced(ctx, "complete request", e.d.q.remote.complete, id, claimedBy, now)
 }
 
-func (e *executor) RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time, after store.Redelivery) (*dt.AgentRequest, error) {
-	return e.remoteFenced(ctx, "release request", e.d.remoteQ().release, id, claimedBy, now,
+func (e *executor) RequestReleaseOne(ctx context.Context, params *store.RequestReleaseOneParams) (*dt.AgentRequest, error) {
+	id, claimedBy, now, after := params.ID, params.ClaimedBy, params.Now, params.Redelivery
+	return e.remoteFenced(ctx, "release request", e.d.q.remote.release, id, claimedBy, now,
 		after.First.Microseconds(), after.Max.Microseconds(), after.Doublings())
 }
 
@@ -152,7 +137,7 @@ func (e *executor) remoteFenced(ctx context.Context, what, query string, id int6
 		return out, nil
 	}
 	var exists bool
-	if err := e.each(ctx, what, e.d.remoteQ().exists, []any{id}, func(rs rows) error { return rs.Scan(&exists) }); err != nil {
+	if err := e.each(ctx, what, e.d.q.remote.exists, []any{id}, func(rs rows) error { return rs.Scan(&exists) }); err != nil {
 		return nil, err
 	}
 	if exists {

@@ -5,11 +5,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	dt "github.com/drover-run/drover/drovertype"
@@ -96,24 +93,6 @@ type webhookQueries struct {
 	cursorLock, cursorCreate, cursorSet, insert, claim, finish, release, list, deleteFinished string
 }
 
-// whQueryCache maps a schema name to its *webhookQueries, built once.
-var whQueryCache sync.Map
-
-func (d *Driver) whq() *webhookQueries {
-	if q, ok := whQueryCache.Load(d.schema); ok {
-		return q.(*webhookQueries)
-	}
-	quoted := pgx.Identifier{d.schema}.Sanitize()
-	r := func(s string) string { return strings.ReplaceAll(s, "{s}", quoted) }
-	q := &webhookQueries{
-		cursorLock: r(tWebhookCursorLock), cursorCreate: r(tWebhookCursorCreate), cursorSet: r(tWebhookCursorSet),
-		insert: r(tWebhookInsert), claim: r(tWebhookClaim), finish: r(tWebhookFinish), release: r(tWebhookRelease),
-		list: r(tWebhookList), deleteFinished: r(tWebhookDeleteFinished),
-	}
-	got, _ := whQueryCache.LoadOrStore(d.schema, q)
-	return got.(*webhookQueries)
-}
-
 func scanDelivery(out *[]*dt.WebhookDelivery) func(rows) error {
 	return func(r rows) error {
 		var (
@@ -136,11 +115,11 @@ func scanDelivery(out *[]*dt.WebhookDelivery) func(rows) error {
 }
 
 // WebhookCursorLock implements store.WebhookExecutor.
-func (e *executor) WebhookCursorLock(ctx context.Context) (int64, bool, error) {
+func (e *executor) WebhookCursorLock(ctx context.Context, _ *store.WebhookCursorLockParams) (int64, bool, error) {
 	if err := e.write("lock webhook cursor"); err != nil {
 		return 0, false, err
 	}
-	q := e.d.whq()
+	q := &e.d.q.webhook
 	var (
 		locked pgtype.Int8
 		exists bool
@@ -177,16 +156,18 @@ func (e *executor) WebhookCursorLock(ctx context.Context) (int64, bool, error) {
 }
 
 // WebhookCursorSet implements store.WebhookExecutor.
-func (e *executor) WebhookCursorSet(ctx context.Context, after int64) error {
+func (e *executor) WebhookCursorSet(ctx context.Context, params *store.WebhookCursorSetParams) error {
+	after := params.After
 	if err := e.write("set webhook cursor"); err != nil {
 		return err
 	}
-	return e.later(ctx, "set webhook cursor", e.d.whq().cursorSet, []any{after}, nil, nil)
+	return e.later(ctx, "set webhook cursor", e.d.q.webhook.cursorSet, []any{after}, nil, nil)
 }
 
 // WebhookDeliveryInsertMany implements store.WebhookExecutor: one
 // statement, ON CONFLICT (event_id, url) DO NOTHING.
-func (e *executor) WebhookDeliveryInsertMany(ctx context.Context, ds []*dt.WebhookDelivery) ([]bool, error) {
+func (e *executor) WebhookDeliveryInsertMany(ctx context.Context, params *store.WebhookDeliveryInsertManyParams) ([]bool, error) {
+	ds := params.Deliveries
 	inserted := make([]bool, len(ds))
 	if len(ds) == 0 {
 		return inserted, nil
@@ -215,7 +196,7 @@ func (e *executor) WebhookDeliveryInsertMany(ctx context.Context, ds []*dt.Webho
 		attempts[i], next[i], claimedBy[i], delivered[i], failed[i] = int32(w.Attempts), w.NextAttemptAt, nullStr(w.ClaimedBy), w.DeliveredAt, w.FailedAt
 		lastErr[i], statuses[i], created[i], updated[i] = w.LastError, int32(w.LastStatus), w.CreatedAt, w.UpdatedAt
 	}
-	err := e.each(ctx, "insert webhook deliveries", e.d.whq().insert, []any{events, urls, taskIDs, types, payloads,
+	err := e.each(ctx, "insert webhook deliveries", e.d.q.webhook.insert, []any{events, urls, taskIDs, types, payloads,
 		attempts, next, claimedBy, delivered, failed, lastErr, statuses, created, updated}, func(r rows) error {
 		var (
 			id int64
@@ -238,12 +219,12 @@ func (e *executor) WebhookDeliveryInsertMany(ctx context.Context, ds []*dt.Webho
 }
 
 // WebhookDeliveryClaim implements store.WebhookExecutor (SKIP LOCKED).
-func (e *executor) WebhookDeliveryClaim(ctx context.Context, p store.WebhookClaimParams) ([]*dt.WebhookDelivery, error) {
+func (e *executor) WebhookDeliveryClaim(ctx context.Context, p *store.WebhookDeliveryClaimParams) ([]*dt.WebhookDelivery, error) {
 	if err := e.write("claim webhook deliveries"); err != nil {
 		return nil, err
 	}
 	var out []*dt.WebhookDelivery
-	if err := e.each(ctx, "claim webhook deliveries", e.d.whq().claim,
+	if err := e.each(ctx, "claim webhook deliveries", e.d.q.webhook.claim,
 		[]any{p.ClaimedBy, p.Now.Add(p.Lease), p.Now, p.Limit}, scanDelivery(&out)); err != nil {
 		return nil, err
 	}
@@ -255,7 +236,8 @@ func (e *executor) WebhookDeliveryClaim(ctx context.Context, p store.WebhookClai
 
 // WebhookDeliveryFinishMany implements store.WebhookExecutor: one statement
 // for the batch, fenced by (claimed_by, attempts).
-func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, rs []store.WebhookResult) ([]bool, error) {
+func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, params *store.WebhookDeliveryFinishManyParams) ([]bool, error) {
+	rs := params.Results
 	applied := make([]bool, len(rs))
 	if len(rs) == 0 {
 		return applied, nil
@@ -293,7 +275,7 @@ func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, rs []store.Web
 			return nil, fmt.Errorf("postgres: finish webhook delivery %d: status %q is not pending, delivered or failed", r.ID, r.Status)
 		}
 	}
-	err := e.each(ctx, "finish webhook deliveries", e.d.whq().finish, []any{ids, claimedBy, attempts, next, delivered,
+	err := e.each(ctx, "finish webhook deliveries", e.d.q.webhook.finish, []any{ids, claimedBy, attempts, next, delivered,
 		failed, errs, statuses, now, undo}, func(r rows) error {
 		var id int64
 		if err := r.Scan(&id); err != nil {
@@ -311,17 +293,18 @@ func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, rs []store.Web
 }
 
 // WebhookDeliveryRelease implements store.WebhookExecutor.
-func (e *executor) WebhookDeliveryRelease(ctx context.Context, claimedBy string, now time.Time) (int, error) {
+func (e *executor) WebhookDeliveryRelease(ctx context.Context, params *store.WebhookDeliveryReleaseParams) (int, error) {
+	claimedBy, now := params.ClaimedBy, params.Now
 	if err := e.write("release webhook deliveries"); err != nil {
 		return 0, err
 	}
-	n, err := e.exec(ctx, "release webhook deliveries", e.d.whq().release, claimedBy, now)
+	n, err := e.exec(ctx, "release webhook deliveries", e.d.q.webhook.release, claimedBy, now)
 	return int(n), err
 }
 
 // WebhookDeliveryList implements store.WebhookExecutor.
-func (e *executor) WebhookDeliveryList(ctx context.Context, p store.WebhookDeliveryListParams) ([]*dt.WebhookDelivery, error) {
-	q := e.d.whq().list
+func (e *executor) WebhookDeliveryList(ctx context.Context, p *store.WebhookDeliveryListParams) ([]*dt.WebhookDelivery, error) {
+	q := e.d.q.webhook.list
 	args := []any{p.AfterID}
 	if p.TaskID != "" {
 		args = append(args, p.TaskID)
@@ -355,10 +338,11 @@ func (e *executor) WebhookDeliveryList(ctx context.Context, p store.WebhookDeliv
 }
 
 // WebhookDeliveryDeleteFinished implements store.WebhookExecutor.
-func (e *executor) WebhookDeliveryDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error) {
+func (e *executor) WebhookDeliveryDeleteFinished(ctx context.Context, params *store.WebhookDeliveryDeleteFinishedParams) (int, error) {
+	before, limit := params.Before, params.Limit
 	if err := e.write("delete finished webhook deliveries"); err != nil {
 		return 0, err
 	}
-	n, err := e.exec(ctx, "delete finished webhook deliveries", e.d.whq().deleteFinished, before, limit)
+	n, err := e.exec(ctx, "delete finished webhook deliveries", e.d.q.webhook.deleteFinished, before, limit)
 	return int(n), err
 }

@@ -18,7 +18,9 @@ func TestWebhookCursorOfUpgradedStore(t *testing.T) {
 	d := openFresh(t)
 	addEvents := func() int64 {
 		evs := []*dt.Event{{TaskID: "t", StepIndex: -1, Type: dt.EventProcessed}, {TaskID: "t", StepIndex: -1, Type: dt.EventCancelled}}
-		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.EventInsertMany(ctx, evs) }); err != nil {
+		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: evs})
+		}); err != nil {
 			t.Fatal(err)
 		}
 		return evs[1].ID
@@ -27,7 +29,7 @@ func TestWebhookCursorOfUpgradedStore(t *testing.T) {
 		var after int64
 		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
-			after, _, err = x.WebhookCursorLock(ctx)
+			after, _, err = x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{})
 			return err
 		}); err != nil {
 			t.Fatal(err)

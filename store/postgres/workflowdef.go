@@ -3,9 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"strings"
-
-	"github.com/jackc/pgx/v5"
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
@@ -40,12 +37,8 @@ const (
 // writers of that name at most.
 const maxWorkflowDefPutRounds = 100
 
-// wdq fills the driver's schema into a workflow-definition statement. These
-// run rarely (at load and when a task of a declarative workflow starts), so
-// they are not kept in the queries struct.
-func (e *executor) wdq(t string) string {
-	return strings.ReplaceAll(t, "{s}", pgx.Identifier{e.d.schema}.Sanitize())
-}
+// workflowDefQueries holds the workflow-definition statements.
+type workflowDefQueries struct{ put, byDigest, get, listAll, listName string }
 
 func (e *executor) workflowDefs(ctx context.Context, what, query string, args ...any) ([]*dt.WorkflowDef, error) {
 	var out []*dt.WorkflowDef
@@ -67,7 +60,8 @@ func (e *executor) workflowDefs(ctx context.Context, what, query string, args ..
 }
 
 // WorkflowDefPut implements store.WorkflowDefExecutor.
-func (e *executor) WorkflowDefPut(ctx context.Context, def *dt.WorkflowDef) (*dt.WorkflowDef, bool, error) {
+func (e *executor) WorkflowDefPut(ctx context.Context, params *store.WorkflowDefPutParams) (*dt.WorkflowDef, bool, error) {
+	def := params.Def
 	const what = "put workflow definition"
 	if err := e.write(what); err != nil {
 		return nil, false, err
@@ -75,7 +69,7 @@ func (e *executor) WorkflowDefPut(ctx context.Context, def *dt.WorkflowDef) (*dt
 	if def.Name == "" || def.Digest == "" {
 		return nil, false, fmt.Errorf("postgres: %s: name %q and digest %q must not be empty", what, def.Name, def.Digest)
 	}
-	put, byDigest := e.wdq(tWorkflowDefPut), e.wdq(tWorkflowDefByDigest)
+	put, byDigest := e.d.q.workflowDef.put, e.d.q.workflowDef.byDigest
 	for range maxWorkflowDefPutRounds {
 		got, err := e.workflowDefs(ctx, what, put, def.Name, def.Digest, nonNil(def.Source), def.CreatedAt)
 		if err != nil {
@@ -101,8 +95,9 @@ func (e *executor) WorkflowDefPut(ctx context.Context, def *dt.WorkflowDef) (*dt
 }
 
 // WorkflowDefGet implements store.WorkflowDefExecutor.
-func (e *executor) WorkflowDefGet(ctx context.Context, name string, version int) (*dt.WorkflowDef, error) {
-	got, err := e.workflowDefs(ctx, "get workflow definition", e.wdq(tWorkflowDefGet), name, version)
+func (e *executor) WorkflowDefGet(ctx context.Context, params *store.WorkflowDefGetParams) (*dt.WorkflowDef, error) {
+	name, version := params.Name, params.Version
+	got, err := e.workflowDefs(ctx, "get workflow definition", e.d.q.workflowDef.get, name, version)
 	if err != nil {
 		return nil, err
 	}
@@ -113,9 +108,10 @@ func (e *executor) WorkflowDefGet(ctx context.Context, name string, version int)
 }
 
 // WorkflowDefList implements store.WorkflowDefExecutor.
-func (e *executor) WorkflowDefList(ctx context.Context, name string) ([]*dt.WorkflowDef, error) {
+func (e *executor) WorkflowDefList(ctx context.Context, params *store.WorkflowDefListParams) ([]*dt.WorkflowDef, error) {
+	name := params.Name
 	if name == "" {
-		return e.workflowDefs(ctx, "list workflow definitions", e.wdq(tWorkflowDefListAll))
+		return e.workflowDefs(ctx, "list workflow definitions", e.d.q.workflowDef.listAll)
 	}
-	return e.workflowDefs(ctx, "list workflow definitions", e.wdq(tWorkflowDefListName), name)
+	return e.workflowDefs(ctx, "list workflow definitions", e.d.q.workflowDef.listName, name)
 }

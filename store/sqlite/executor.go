@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,12 +18,14 @@ import (
 
 // executor runs the primitives on a write transaction (tx), or on the read
 // pool (db). prepared is set for drover's own transactions, whose connection
-// is the one the cached statements live on.
+// is the one the cached statements live on; unprepared collects the hot
+// statements they ran that were not prepared yet (InTx prepares them).
 type executor struct {
-	d        *Driver
-	tx       *sql.Tx
-	db       *sql.DB
-	prepared bool
+	d          *Driver
+	tx         *sql.Tx
+	db         *sql.DB
+	prepared   bool
+	unprepared []string
 }
 
 var _ store.Executor = (*executor)(nil)
@@ -36,6 +39,7 @@ func (e *executor) exec(ctx context.Context, query string, args ...any) (sql.Res
 			r, err := e.tx.StmtContext(ctx, s).ExecContext(ctx, args...)
 			return r, translate(err)
 		}
+		e.missed(query)
 	}
 	r, err := e.tx.ExecContext(ctx, query, args...)
 	return r, translate(err)
@@ -52,9 +56,19 @@ func (e *executor) query(ctx context.Context, query string, args ...any) (*sql.R
 	case e.prepared && e.d.stmt(query) != nil:
 		rows, err = e.tx.StmtContext(ctx, e.d.stmt(query)).QueryContext(ctx, args...)
 	default:
+		if e.prepared {
+			e.missed(query)
+		}
 		rows, err = e.tx.QueryContext(ctx, query, args...)
 	}
 	return rows, translate(err)
+}
+
+// missed notes a statement run unprepared, if it is a hot one.
+func (e *executor) missed(query string) {
+	if isHot(query) && !slices.Contains(e.unprepared, query) {
+		e.unprepared = append(e.unprepared, query)
+	}
 }
 
 // Time helpers: the schema stores microseconds since the epoch.
@@ -138,7 +152,8 @@ func scanTasks(rows *sql.Rows) ([]*dt.Task, error) {
 	return out, translate(rows.Err())
 }
 
-func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool, error) {
+func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertManyParams) ([]bool, error) {
+	tasks := params.Tasks
 	inserted := make([]bool, len(tasks))
 	if len(tasks) == 0 {
 		return inserted, nil
@@ -169,7 +184,8 @@ func (e *executor) TaskInsertMany(ctx context.Context, tasks []*dt.Task) ([]bool
 	}
 	return inserted, nil
 }
-func (e *executor) TaskGet(ctx context.Context, id string) (*dt.Task, error) {
+func (e *executor) TaskGet(ctx context.Context, params *store.TaskGetParams) (*dt.Task, error) {
+	id := params.ID
 	rows, err := e.query(ctx, qTaskGet, id)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: get task: %w", err)
@@ -184,7 +200,8 @@ func (e *executor) TaskGet(ctx context.Context, id string) (*dt.Task, error) {
 	return ts[0], nil
 }
 
-func (e *executor) TaskGetMany(ctx context.Context, ids []string) ([]*dt.Task, error) {
+func (e *executor) TaskGetMany(ctx context.Context, params *store.TaskGetManyParams) ([]*dt.Task, error) {
+	ids := params.IDs
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -195,7 +212,7 @@ func (e *executor) TaskGetMany(ctx context.Context, ids []string) ([]*dt.Task, e
 	return scanTasks(rows)
 }
 
-func (e *executor) TaskList(ctx context.Context, p store.TaskListParams) ([]*dt.Task, error) {
+func (e *executor) TaskList(ctx context.Context, p *store.TaskListParams) ([]*dt.Task, error) {
 	var (
 		where []string
 		args  []any
@@ -237,7 +254,7 @@ func (e *executor) TaskList(ctx context.Context, p store.TaskListParams) ([]*dt.
 	return scanTasks(rows)
 }
 
-func (e *executor) TaskCountByState(ctx context.Context) (map[dt.ProcessState]int, error) {
+func (e *executor) TaskCountByState(ctx context.Context, _ *store.TaskCountByStateParams) (map[dt.ProcessState]int, error) {
 	rows, err := e.query(ctx, qTaskCountByState)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: count tasks: %w", err)
@@ -255,7 +272,8 @@ func (e *executor) TaskCountByState(ctx context.Context) (map[dt.ProcessState]in
 	return out, translate(rows.Err())
 }
 
-func (e *executor) TaskCountLockedBy(ctx context.Context, instance string) (int, error) {
+func (e *executor) TaskCountLockedBy(ctx context.Context, params *store.TaskCountLockedByParams) (int, error) {
+	instance := params.Instance
 	rows, err := e.query(ctx, qTaskCountLockedBy, instance)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: count held tasks: %w", err)
@@ -270,12 +288,12 @@ func (e *executor) TaskCountLockedBy(ctx context.Context, instance string) (int,
 	return n, translate(rows.Err())
 }
 
-func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
+func (e *executor) TaskCountActive(ctx context.Context, _ *store.TaskCountActiveParams) (int, error) {
 	return e.countActive(ctx, qTaskCountActive)
 }
 
-func (e *executor) TaskCountActiveBySubmitter(ctx context.Context, submitter string) (int, error) {
-	return e.countActive(ctx, qTaskCountActiveBySubmitter, submitter)
+func (e *executor) TaskCountActiveBySubmitter(ctx context.Context, params *store.TaskCountActiveBySubmitterParams) (int, error) {
+	return e.countActive(ctx, qTaskCountActiveBySubmitter, params.Submitter)
 }
 
 func (e *executor) countActive(ctx context.Context, query string, args ...any) (int, error) {
@@ -293,7 +311,8 @@ func (e *executor) countActive(ctx context.Context, query string, args ...any) (
 	return n, translate(rows.Err())
 }
 
-func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error) {
+func (e *executor) TaskDeleteFinished(ctx context.Context, params *store.TaskDeleteFinishedParams) (int, error) {
+	before, limit := params.Before, params.Limit
 	rows, err := e.query(ctx, qTaskPickFinished, us(before), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: retention: %w", err)
@@ -324,14 +343,15 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, before time.Time, lim
 		}
 	}
 	// A key whose last task went starts again at position 1.
-	if err := e.OrderingKeysPrune(ctx, keys); err != nil {
+	if err := e.OrderingKeyPrune(ctx, &store.OrderingKeyPruneParams{Keys: keys}); err != nil {
 		return 0, err
 	}
 	return len(ids), nil
 }
 
-// OrderingKeysPrune implements store.Executor.
-func (e *executor) OrderingKeysPrune(ctx context.Context, keys []string) error {
+// OrderingKeyPrune implements store.Executor.
+func (e *executor) OrderingKeyPrune(ctx context.Context, params *store.OrderingKeyPruneParams) error {
+	keys := params.Keys
 	if len(keys) == 0 {
 		return nil
 	}
@@ -341,7 +361,7 @@ func (e *executor) OrderingKeysPrune(ctx context.Context, keys []string) error {
 	return nil
 }
 
-func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, error) {
+func (e *executor) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*dt.Task, error) {
 	afterAt, afterID := int64(math.MinInt64), ""
 	if p.After != nil {
 		afterAt, afterID = us(p.After.AvailableAt), p.After.ID
@@ -353,7 +373,8 @@ func (e *executor) TaskClaim(ctx context.Context, p store.TaskClaimParams) ([]*d
 	return scanTasks(rows)
 }
 
-func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit int) ([]*dt.Task, error) {
+func (e *executor) TaskListLockedBy(ctx context.Context, params *store.TaskListLockedByParams) ([]*dt.Task, error) {
+	instance, limit := params.Instance, params.Limit
 	rows, err := e.query(ctx, qTaskListLockedBy, instance, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list held tasks: %w", err)
@@ -361,7 +382,8 @@ func (e *executor) TaskListLockedBy(ctx context.Context, instance string, limit 
 	return scanTasks(rows)
 }
 
-func (e *executor) TaskListExpired(ctx context.Context, now time.Time, limit int) ([]*dt.Task, error) {
+func (e *executor) TaskListExpired(ctx context.Context, params *store.TaskListExpiredParams) ([]*dt.Task, error) {
+	now, limit := params.Now, params.Limit
 	rows, err := e.query(ctx, qTaskListExpired, us(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list expired tasks: %w", err)
@@ -369,7 +391,8 @@ func (e *executor) TaskListExpired(ctx context.Context, now time.Time, limit int
 	return scanTasks(rows)
 }
 
-func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
+func (e *executor) TaskUpdateMany(ctx context.Context, params *store.TaskUpdateManyParams) error {
+	tasks := params.Tasks
 	rows := make([][]any, len(tasks))
 	for i, t := range tasks {
 		rows[i] = []any{t.ID, string(t.ProcessState), nullStr(t.LockedBy), usPtr(t.CompleteBy), t.FailureCount,
@@ -378,12 +401,13 @@ func (e *executor) TaskUpdateMany(ctx context.Context, tasks []*dt.Task) error {
 	return e.execRows(ctx, "update tasks", mTaskUpdate, rows, nil)
 }
 
-// OrderingSeqReserve implements store.Executor. SQLite has one writer: a
+// OrderingKeyReserve implements store.Executor. SQLite has one writer: a
 // transaction holds the write lock from its first write (drover's own
 // transactions from BEGIN IMMEDIATE) until it ends, and no other
 // transaction, in this process or another, writes meanwhile. So the upsert
 // needs no lock of its own for positions to follow commit order.
-func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int64, error) {
+func (e *executor) OrderingKeyReserve(ctx context.Context, params *store.OrderingKeyReserveParams) ([]int64, error) {
+	keys := params.Keys
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -417,7 +441,8 @@ func (e *executor) OrderingSeqReserve(ctx context.Context, keys []string) ([]int
 	return seqs, nil
 }
 
-func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.StepRecord) error {
+func (e *executor) StepInsertMany(ctx context.Context, params *store.StepInsertManyParams) error {
+	steps := params.Steps
 	rows := make([][]any, len(steps))
 	for i, s := range steps {
 		rows[i] = []any{s.TaskID, s.Index, s.Name, s.Agent, s.Timeout.Microseconds(), s.Compensation,
@@ -430,7 +455,8 @@ func (e *executor) StepInsertMany(ctx context.Context, steps []*dt.StepRecord) e
 	}
 	return e.execRows(ctx, "insert steps", mStepInsert, rows, nil)
 }
-func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt.StepRecord, error) {
+func (e *executor) StepListByTasks(ctx context.Context, params *store.StepListByTasksParams) ([]*dt.StepRecord, error) {
+	taskIDs := params.TaskIDs
 	if len(taskIDs) == 0 {
 		return nil, nil
 	}
@@ -483,7 +509,8 @@ func (e *executor) StepListByTasks(ctx context.Context, taskIDs []string) ([]*dt
 	return out, translate(rows.Err())
 }
 
-func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.StepRecord) error {
+func (e *executor) StepUpdateMany(ctx context.Context, params *store.StepUpdateManyParams) error {
+	steps := params.Steps
 	rows := make([][]any, len(steps))
 	for i, s := range steps {
 		rows[i] = []any{s.TaskID, s.Index, string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy),
@@ -492,7 +519,8 @@ func (e *executor) StepUpdateMany(ctx context.Context, steps []*dt.StepRecord) e
 	}
 	return e.execRows(ctx, "update steps", mStepUpdate, rows, nil)
 }
-func (e *executor) RequestInsertMany(ctx context.Context, reqs []*dt.AgentRequest) error {
+func (e *executor) RequestInsertMany(ctx context.Context, params *store.RequestInsertManyParams) error {
+	reqs := params.Requests
 	rows := make([][]any, len(reqs))
 	for i, r := range reqs {
 		rows[i] = []any{r.Agent, r.TaskID, r.StepIndex, r.Attempt, string(r.Kind), r.IdempotencyKey,
@@ -507,7 +535,7 @@ func (e *executor) RequestInsertMany(ctx context.Context, reqs []*dt.AgentReques
 		return err
 	})
 }
-func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams) ([]*dt.AgentRequest, error) {
+func (e *executor) RequestClaim(ctx context.Context, p *store.RequestClaimParams) ([]*dt.AgentRequest, error) {
 	rows, err := e.query(ctx, qRequestClaim, p.ClaimedBy, p.Agent, us(p.Now), p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim requests: %w", err)
@@ -564,14 +592,16 @@ func (e *executor) RequestClaim(ctx context.Context, p store.RequestClaimParams)
 	return out, translate(rows.Err())
 }
 
-func (e *executor) RequestDeleteByStep(ctx context.Context, refs []store.StepRef) error {
+func (e *executor) RequestDeleteByStep(ctx context.Context, params *store.RequestDeleteByStepParams) error {
+	refs := params.Refs
 	rows := make([][]any, len(refs))
 	for i, r := range refs {
 		rows[i] = []any{r.TaskID, r.Index}
 	}
 	return e.execRows(ctx, "delete requests", mRequestDeleteByStep, rows, nil)
 }
-func (e *executor) StepMessagesExist(ctx context.Context, attempts []store.StepAttempt) ([]bool, error) {
+func (e *executor) StepMessagesExist(ctx context.Context, params *store.StepMessagesExistParams) ([]bool, error) {
+	attempts := params.Attempts
 	exists := make([]bool, len(attempts))
 	if len(attempts) == 0 {
 		return exists, nil
@@ -629,7 +659,8 @@ func (e *executor) StepMessagesExist(ctx context.Context, attempts []store.StepA
 	return exists, nil
 }
 
-func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, error) {
+func (e *executor) RequestRelease(ctx context.Context, params *store.RequestReleaseParams) (int, error) {
+	claimedBy := params.ClaimedBy
 	r, err := e.exec(ctx, qRequestRelease, claimedBy)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: release requests: %w", err)
@@ -638,7 +669,8 @@ func (e *executor) RequestRelease(ctx context.Context, claimedBy string) (int, e
 	return int(n), err
 }
 
-func (e *executor) RequestDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+func (e *executor) RequestDeleteExpired(ctx context.Context, params *store.RequestDeleteExpiredParams) (int, error) {
+	now, limit := params.Now, params.Limit
 	r, err := e.exec(ctx, qRequestDeleteExpired, us(now), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: delete expired requests: %w", err)
@@ -647,7 +679,8 @@ func (e *executor) RequestDeleteExpired(ctx context.Context, now time.Time, limi
 	return int(n), err
 }
 
-func (e *executor) ReplyInsertMany(ctx context.Context, replies []*dt.AgentReply) error {
+func (e *executor) ReplyInsertMany(ctx context.Context, params *store.ReplyInsertManyParams) error {
+	replies := params.Replies
 	rows := make([][]any, len(replies))
 	for i, r := range replies {
 		rows[i] = []any{r.TaskID, r.StepIndex, r.Attempt, string(r.Kind), r.Output, r.Failed, nullStr(r.Error), us(r.CreatedAt)}
@@ -660,7 +693,7 @@ func (e *executor) ReplyInsertMany(ctx context.Context, replies []*dt.AgentReply
 		return err
 	})
 }
-func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*dt.AgentReply, error) {
+func (e *executor) ReplyTake(ctx context.Context, p *store.ReplyTakeParams) ([]*dt.AgentReply, error) {
 	rows, err := e.query(ctx, qReplyTake, p.Scheduler, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: take replies: %w", err)
@@ -685,7 +718,8 @@ func (e *executor) ReplyTake(ctx context.Context, p store.ReplyTakeParams) ([]*d
 	return out, translate(rows.Err())
 }
 
-func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) error {
+func (e *executor) EventInsertMany(ctx context.Context, params *store.EventInsertManyParams) error {
+	events := params.Events
 	rows := make([][]any, len(events))
 	for i, ev := range events {
 		var step any
@@ -704,7 +738,7 @@ func (e *executor) EventInsertMany(ctx context.Context, events []*dt.Event) erro
 		return err
 	})
 }
-func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*dt.Event, error) {
+func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*dt.Event, error) {
 	q := `SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at FROM events WHERE id > ?`
 	args := []any{p.AfterID}
 	if p.TaskID != "" {
@@ -759,7 +793,7 @@ func (e *executor) EventList(ctx context.Context, p store.EventListParams) ([]*d
 	return out, translate(rows.Err())
 }
 
-func (e *executor) LeaseAcquire(ctx context.Context, p store.LeaseParams) (*dt.Lease, bool, error) {
+func (e *executor) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (*dt.Lease, bool, error) {
 	// One statement: insert a fresh lease, renew our own, or take an expired one.
 	rows, err := e.query(ctx, qLeaseAcquire, p.Name, p.Holder, us(p.Now), us(p.Now.Add(p.TTL)))
 	if err != nil {
@@ -772,7 +806,7 @@ func (e *executor) LeaseAcquire(ctx context.Context, p store.LeaseParams) (*dt.L
 	if l != nil {
 		return l, true, nil
 	}
-	cur, err := e.LeaseGet(ctx, p.Name)
+	cur, err := e.LeaseGet(ctx, &store.LeaseGetParams{Name: p.Name})
 	return cur, false, err
 }
 
@@ -792,7 +826,8 @@ func scanLease(rows *sql.Rows) (*dt.Lease, error) {
 	return &l, nil
 }
 
-func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error) {
+func (e *executor) LeaseGet(ctx context.Context, params *store.LeaseGetParams) (*dt.Lease, error) {
+	name := params.Name
 	rows, err := e.query(ctx, qLeaseGet, name)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: get lease: %w", err)
@@ -807,7 +842,8 @@ func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error)
 	return l, nil
 }
 
-func (e *executor) LeaseRelease(ctx context.Context, name, holder string, term int64) error {
+func (e *executor) LeaseRelease(ctx context.Context, params *store.LeaseReleaseParams) error {
+	name, holder, term := params.Name, params.Holder, params.Term
 	if _, err := e.exec(ctx, qLeaseRelease, name, holder, term); err != nil {
 		return fmt.Errorf("sqlite: release lease: %w", err)
 	}
@@ -822,20 +858,21 @@ func (e *executor) Notify(context.Context, string) error { return nil }
 // costs nothing, so it is the two reads. On the Reader they run in a read
 // transaction of their own (deferred: its snapshot is taken by the first
 // read), so that the steps are those of the tasks as read.
-func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) (tasks []*dt.Task, steps []*dt.StepRecord, err error) {
+func (e *executor) TaskGetManyWithSteps(ctx context.Context, params *store.TaskGetManyWithStepsParams) (tasks []*dt.Task, steps []*dt.StepRecord, err error) {
+	ids := params.IDs
 	if e.tx == nil {
 		tx, err := e.db.BeginTx(ctx, nil)
 		if err != nil {
 			return nil, nil, fmt.Errorf("sqlite: begin read: %w", translate(err))
 		}
 		defer func() { _ = tx.Rollback() }() // read-only: nothing to commit
-		return (&executor{d: e.d, tx: tx, db: e.db}).TaskGetManyWithSteps(ctx, ids)
+		return (&executor{d: e.d, tx: tx, db: e.db}).TaskGetManyWithSteps(ctx, &store.TaskGetManyWithStepsParams{IDs: ids})
 	}
-	tasks, err = e.TaskGetMany(ctx, ids)
+	tasks, err = e.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: ids})
 	if err != nil {
 		return nil, nil, err
 	}
-	steps, err = e.StepListByTasks(ctx, ids)
+	steps, err = e.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: ids})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -843,8 +880,9 @@ func (e *executor) TaskGetManyWithSteps(ctx context.Context, ids []string) (task
 }
 
 // LeaseCheck implements store.Executor.
-func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time.Time) error {
-	l, err := e.LeaseGet(ctx, name)
+func (e *executor) LeaseCheck(ctx context.Context, params *store.LeaseCheckParams) error {
+	name, holder, now := params.Name, params.Holder, params.Now
+	l, err := e.LeaseGet(ctx, &store.LeaseGetParams{Name: name})
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("lease %q: %w", name, store.ErrLeaseNotHeld)
 	}
@@ -855,16 +893,4 @@ func (e *executor) LeaseCheck(ctx context.Context, name, holder string, now time
 		return fmt.Errorf("lease %q held by %q until %s: %w", name, l.Holder, l.ExpiresAt.Format(time.RFC3339Nano), store.ErrLeaseNotHeld)
 	}
 	return nil
-}
-
-// TaskClaimWithSteps implements store.Executor as the two calls: on SQLite
-// a round trip costs nothing.
-func (e *executor) TaskClaimWithSteps(ctx context.Context, p store.TaskClaimParams) ([]*dt.Task, []*dt.StepRecord, error) {
-	return store.ClaimThenListSteps(ctx, e, p)
-}
-
-// TaskGetAndClaim implements store.Executor as its calls.
-// SQLite runs one write transaction at a time, so no task is ever busy.
-func (e *executor) TaskGetAndClaim(ctx context.Context, ids []string, p store.TaskClaimParams) (store.GetAndClaim, error) {
-	return store.GetThenClaim(ctx, e, ids, p)
 }

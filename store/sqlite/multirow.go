@@ -44,7 +44,7 @@ func (m multiRow) build(n int) string {
 	return b.String()
 }
 
-// allSizes lists the statement text for every row count, for prepareHot.
+// allSizes lists the statement text for every row count (hotQueries).
 func (m multiRow) allSizes() []string {
 	return m.texts[:]
 }

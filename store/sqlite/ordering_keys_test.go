@@ -28,10 +28,10 @@ func TestOrderingKeyCountsOfUpgradedStore(t *testing.T) {
 			AvailableAt: now, CreatedAt: now, UpdatedAt: now})
 	}
 	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.OrderingSeqReserve(ctx, []string{"k", "k", "j"}); err != nil {
+		if _, err := x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: []string{"k", "k", "j"}}); err != nil {
 			return err
 		}
-		_, err := x.TaskInsertMany(ctx, tasks)
+		_, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: tasks})
 		return err
 	}); err != nil {
 		t.Fatal(err)

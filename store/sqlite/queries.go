@@ -150,7 +150,9 @@ var (
 		mRequestDeleteByStep, mEventInsert, mReplyInsert}
 )
 
-// hotQueries run on every scheduler, agent or supervisor cycle.
+// hotQueries run on every scheduler, agent or supervisor cycle. Each is
+// prepared after the first transaction of the driver that runs it
+// (Driver.prepare).
 var hotQueries = append([]string{qTaskGet, qTaskGetMany, qTaskCountByState, qTaskCountLockedBy, qTaskClaim, qTaskListLockedBy, qTaskListExpired, qStepListOne, qStepListMany, qRequestClaim, qRequestPayload, qRequestRelease, qRequestDeleteExpired, qReplyTake, qLeaseAcquire, qLeaseGet, qLeaseRelease}, allMultiRowSizes()...)
 
 func allMultiRowSizes() []string {

@@ -113,7 +113,8 @@ func all[T any](e *executor, ctx context.Context, what, query string, args []any
 
 // ---- queues ----
 
-func (e *executor) QueuePut(ctx context.Context, q *dt.Queue) error {
+func (e *executor) QueuePut(ctx context.Context, params *store.QueuePutParams) error {
+	q := params.Queue
 	_, err := e.exec(ctx, qQueuePut, q.Name, q.MaxDeliveryCount, string(q.PoisonPolicy), q.DedupeWindow.Microseconds(),
 		q.LockDuration.Microseconds(), us(q.CreatedAt), us(q.UpdatedAt))
 	if err != nil {
@@ -122,7 +123,8 @@ func (e *executor) QueuePut(ctx context.Context, q *dt.Queue) error {
 	return nil
 }
 
-func (e *executor) QueueGet(ctx context.Context, name string) (*dt.Queue, error) {
+func (e *executor) QueueGet(ctx context.Context, params *store.QueueGetParams) (*dt.Queue, error) {
+	name := params.Name
 	qs, err := all(e, ctx, "get queue", qQueueGet, []any{name}, scanQueue)
 	if err != nil {
 		return nil, err
@@ -133,7 +135,7 @@ func (e *executor) QueueGet(ctx context.Context, name string) (*dt.Queue, error)
 	return qs[0], nil
 }
 
-func (e *executor) QueueList(ctx context.Context, p store.QueueListParams) ([]*dt.Queue, error) {
+func (e *executor) QueueList(ctx context.Context, p *store.QueueListParams) ([]*dt.Queue, error) {
 	q, args := qQueueList, []any{p.AfterName}
 	if ns, ok := store.ListNamespace(p.Namespace); ok {
 		if ns == "" {
@@ -166,7 +168,7 @@ type pubSession struct {
 	eos        bool
 }
 
-func (e *executor) MessagePublishMany(ctx context.Context, p store.PublishParams) ([]store.PublishResult, error) {
+func (e *executor) MessagePublishMany(ctx context.Context, p *store.MessagePublishManyParams) ([]store.PublishResult, error) {
 	msgs := p.Messages
 	res := make([]store.PublishResult, len(msgs))
 	if len(msgs) == 0 {
@@ -335,7 +337,7 @@ func (e *executor) MessagePublishMany(ctx context.Context, p store.PublishParams
 
 // ---- locks ----
 
-func (e *executor) SessionAccept(ctx context.Context, p store.SessionAcceptParams) ([]*dt.Session, error) {
+func (e *executor) SessionAccept(ctx context.Context, p *store.SessionAcceptParams) ([]*dt.Session, error) {
 	var dur any
 	if p.LockDuration > 0 {
 		dur = p.LockDuration.Microseconds()
@@ -363,7 +365,8 @@ func (e *executor) SessionAccept(ctx context.Context, p store.SessionAcceptParam
 	return got, nil
 }
 
-func (e *executor) SessionAvailable(ctx context.Context, queue string, now time.Time) (bool, error) {
+func (e *executor) SessionAvailable(ctx context.Context, params *store.SessionAvailableParams) (bool, error) {
+	queue, now := params.Queue, params.Now
 	var ok bool
 	if err := e.queryOne(ctx, qSessionAvailable, []any{queue, us(now)}, &ok); err != nil {
 		return false, fmt.Errorf("sqlite: sessions available: %w", err)
@@ -427,14 +430,16 @@ func (e *executor) lockUpdate(ctx context.Context, what string, m multiRow, refs
 	return errs, nil
 }
 
-func (e *executor) SessionRenew(ctx context.Context, refs []store.SessionRef, now, until time.Time) ([]error, error) {
+func (e *executor) SessionRenew(ctx context.Context, params *store.SessionRenewParams) ([]error, error) {
+	refs, now, until := params.Refs, params.Now, params.Until
 	n, u := us(now), us(until)
 	return e.lockUpdate(ctx, "renew sessions", mSessionRenew, refs, func(r store.SessionRef) []any {
 		return []any{r.Queue, r.SessionID, r.Token, n, u}
 	})
 }
 
-func (e *executor) SessionRelease(ctx context.Context, refs []store.SessionRef, now time.Time) ([]error, error) {
+func (e *executor) SessionRelease(ctx context.Context, params *store.SessionReleaseParams) ([]error, error) {
+	refs, now := params.Refs, params.Now
 	n := us(now)
 	return e.lockUpdate(ctx, "release sessions", mSessionRelease, refs, func(r store.SessionRef) []any {
 		return []any{r.Queue, r.SessionID, r.Token, n}
@@ -472,7 +477,8 @@ func (e *executor) heads(ctx context.Context, what string, refs []store.SessionR
 
 // ---- receive and settle ----
 
-func (e *executor) MessageReceiveMany(ctx context.Context, refs []store.SessionRef, now time.Time) ([]*dt.Message, []error, error) {
+func (e *executor) MessageReceiveMany(ctx context.Context, params *store.MessageReceiveManyParams) ([]*dt.Message, []error, error) {
+	refs, now := params.Refs, params.Now
 	msgs := make([]*dt.Message, len(refs))
 	errs := make([]error, len(refs))
 	n := us(now)
@@ -535,12 +541,14 @@ func (e *executor) receiveHeads(ctx context.Context, what string, refs []store.S
 	return held, nil
 }
 
-func (e *executor) MessageSettleMany(ctx context.Context, settles []store.MessageSettle, now time.Time) ([]error, error) {
+func (e *executor) MessageSettleMany(ctx context.Context, params *store.MessageSettleManyParams) ([]error, error) {
+	settles, now := params.Settles, params.Now
 	_, errs, err := e.settle(ctx, settles, now, false)
 	return errs, err
 }
 
-func (e *executor) MessageSettleReceiveMany(ctx context.Context, settles []store.MessageSettle, now time.Time) ([]*dt.Message, []error, error) {
+func (e *executor) MessageSettleReceiveMany(ctx context.Context, params *store.MessageSettleReceiveManyParams) ([]*dt.Message, []error, error) {
+	settles, now := params.Settles, params.Now
 	return e.settle(ctx, settles, now, true)
 }
 
@@ -665,7 +673,8 @@ func abandonedAt(s store.MessageSettle, now int64) int64 {
 
 // ---- sessions ----
 
-func (e *executor) SessionGet(ctx context.Context, queue, sessionID string) (*dt.Session, error) {
+func (e *executor) SessionGet(ctx context.Context, params *store.SessionGetParams) (*dt.Session, error) {
+	queue, sessionID := params.Queue, params.SessionID
 	got, err := all(e, ctx, "get session", qSessionGet, []any{queue, sessionID}, scanSession)
 	if err != nil {
 		return nil, err
@@ -676,7 +685,7 @@ func (e *executor) SessionGet(ctx context.Context, queue, sessionID string) (*dt
 	return got[0], nil
 }
 
-func (e *executor) SessionList(ctx context.Context, p store.SessionListParams) ([]*dt.Session, error) {
+func (e *executor) SessionList(ctx context.Context, p *store.SessionListParams) ([]*dt.Session, error) {
 	q := `SELECT ` + sessionCols + ` FROM queue_sessions WHERE queue = ? AND session_id > ? ORDER BY session_id`
 	args := []any{p.Queue, p.AfterID}
 	if p.Limit > 0 {
@@ -686,7 +695,8 @@ func (e *executor) SessionList(ctx context.Context, p store.SessionListParams) (
 	return all(e, ctx, "list sessions", q, args, scanSession)
 }
 
-func (e *executor) SessionStateSet(ctx context.Context, ref store.SessionRef, state []byte, now time.Time) error {
+func (e *executor) SessionStateSet(ctx context.Context, params *store.SessionStateSetParams) error {
+	ref, state, now := params.Ref, params.State, params.Now
 	var st any
 	if state != nil {
 		st = state
@@ -706,7 +716,7 @@ func (e *executor) SessionStateSet(ctx context.Context, ref store.SessionRef, st
 
 // ---- messages and the dead-letter list ----
 
-func (e *executor) MessagePeek(ctx context.Context, p store.MessagePeekParams) ([]*dt.Message, error) {
+func (e *executor) MessagePeek(ctx context.Context, p *store.MessagePeekParams) ([]*dt.Message, error) {
 	q := `SELECT ` + messageCols + ` FROM queue_messages WHERE queue = ? AND session_id = ? AND seq >= ? ORDER BY seq`
 	args := []any{p.Queue, p.SessionID, p.FromSeq}
 	if p.Limit > 0 {
@@ -716,7 +726,7 @@ func (e *executor) MessagePeek(ctx context.Context, p store.MessagePeekParams) (
 	return all(e, ctx, "peek messages", q, args, scanMessage)
 }
 
-func (e *executor) DeadLetterList(ctx context.Context, p store.DeadLetterListParams) ([]*dt.Message, error) {
+func (e *executor) DeadLetterList(ctx context.Context, p *store.DeadLetterListParams) ([]*dt.Message, error) {
 	var b strings.Builder
 	b.WriteString(`SELECT ` + messageCols + ` FROM queue_messages INDEXED BY queue_messages_dead
  WHERE queue = ? AND dead = 1 AND (session_id, seq) > (?, ?)`)
@@ -733,7 +743,8 @@ func (e *executor) DeadLetterList(ctx context.Context, p store.DeadLetterListPar
 	return all(e, ctx, "list dead letters", b.String(), args, scanMessage)
 }
 
-func (e *executor) DeadLetterResubmit(ctx context.Context, queue, sessionID string, seq int64, now time.Time) error {
+func (e *executor) DeadLetterResubmit(ctx context.Context, params *store.DeadLetterResubmitParams) error {
+	queue, sessionID, seq, now := params.Queue, params.SessionID, params.Seq, params.Now
 	n := us(now)
 	r, err := e.exec(ctx, qMessageResubmit, n, queue, sessionID, seq)
 	if err != nil {
@@ -751,7 +762,8 @@ func (e *executor) DeadLetterResubmit(ctx context.Context, queue, sessionID stri
 	return nil
 }
 
-func (e *executor) DeadLetterDiscard(ctx context.Context, queue, sessionID string, seq int64, now time.Time) error {
+func (e *executor) DeadLetterDiscard(ctx context.Context, params *store.DeadLetterDiscardParams) error {
+	queue, sessionID, seq, now := params.Queue, params.SessionID, params.Seq, params.Now
 	r, err := e.exec(ctx, qMessageDiscard, queue, sessionID, seq)
 	if err != nil {
 		return fmt.Errorf("sqlite: discard dead letter: %w", err)
@@ -768,7 +780,8 @@ func (e *executor) DeadLetterDiscard(ctx context.Context, queue, sessionID strin
 	return nil
 }
 
-func (e *executor) DedupeDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+func (e *executor) DedupeDeleteExpired(ctx context.Context, params *store.DedupeDeleteExpiredParams) (int, error) {
+	now, limit := params.Now, params.Limit
 	r, err := e.exec(ctx, qDedupeDeleteExpired, us(now), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: delete expired message IDs: %w", err)

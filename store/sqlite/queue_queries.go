@@ -169,7 +169,7 @@ var (
 )
 
 // The queue statements join the driver's hot statements, prepared once per
-// driver (prepareHot), so a processor round does not re-parse them.
+// driver (Driver.prepare), so a processor round does not re-parse them.
 func init() {
 	hotQueries = append(hotQueries, qQueueGet, qQueueWindows, qSessionAcceptNamed, qSessionAcceptNext, qSessionAvailable,
 		qSessionExists, qSessionGet, qSessionStateSet, qDedupeDeleteExpired)

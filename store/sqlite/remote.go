@@ -70,7 +70,8 @@ func scanRemoteRequest(rows *sql.Rows, extra ...any) (*dt.AgentRequest, error) {
 	return &r, nil
 }
 
-func (e *executor) RequestGet(ctx context.Context, id int64) (*dt.AgentRequest, error) {
+func (e *executor) RequestGet(ctx context.Context, params *store.RequestGetParams) (*dt.AgentRequest, error) {
+	id := params.ID
 	rows, err := e.query(ctx, qRemoteGet, id)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: get request: %w", err)
@@ -97,7 +98,8 @@ func (e *executor) RequestGet(ctx context.Context, id int64) (*dt.AgentRequest, 
 	return r, nil
 }
 
-func (e *executor) RequestAvailable(ctx context.Context, agent string, now time.Time) (bool, error) {
+func (e *executor) RequestAvailable(ctx context.Context, params *store.RequestAvailableParams) (bool, error) {
+	agent, now := params.Agent, params.Now
 	rows, err := e.query(ctx, qRemoteAvailable, agent, us(now))
 	if err != nil {
 		return false, fmt.Errorf("sqlite: requests available: %w", err)
@@ -112,11 +114,13 @@ func (e *executor) RequestAvailable(ctx context.Context, agent string, now time.
 	return ok, translate(rows.Err())
 }
 
-func (e *executor) RequestComplete(ctx context.Context, id int64, claimedBy string, now time.Time) (*dt.AgentRequest, error) {
+func (e *executor) RequestComplete(ctx context.Context, params *store.RequestCompleteParams) (*dt.AgentRequest, error) {
+	id, claimedBy, now := params.ID, params.ClaimedBy, params.Now
 	return e.remoteFenced(ctx, "complete request", qRemoteComplete, id, claimedBy, now)
 }
 
-func (e *executor) RequestReleaseOne(ctx context.Context, id int64, claimedBy string, now time.Time, after store.Redelivery) (*dt.AgentRequest, error) {
+func (e *executor) RequestReleaseOne(ctx context.Context, params *store.RequestReleaseOneParams) (*dt.AgentRequest, error) {
+	id, claimedBy, now, after := params.ID, params.ClaimedBy, params.Now, params.Redelivery
 	return e.remoteFenced(ctx, "release request", qRemoteRelease, id, claimedBy, now,
 		after.First.Microseconds(), after.Max.Microseconds(), after.Doublings())
 }

@@ -46,8 +46,8 @@ type Driver struct {
 	write *sql.DB
 	read  *sql.DB
 
-	prepMu sync.Mutex                           // serializes prepareHot and Close
-	stmts  atomic.Pointer[map[string]*sql.Stmt] // hot statements, once prepared
+	prepMu sync.Mutex                           // serializes prepare and Close
+	stmts  atomic.Pointer[map[string]*sql.Stmt] // hot statements prepared so far (copy on write)
 	closed bool
 }
 
@@ -163,12 +163,21 @@ func (d *Driver) Close() error {
 
 // InTx implements store.Driver.
 func (d *Driver) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
-	d.prepareHot(ctx)
 	tx, err := d.write.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("sqlite: begin: %w", translate(err))
 	}
-	if err := fn(ctx, &executor{d: d, tx: tx, prepared: true}); err != nil {
+	x := &executor{d: d, tx: tx, prepared: true}
+	err = d.runTx(ctx, tx, x, fn)
+	// The hot statements the transaction ran unprepared are prepared now
+	// that it ended and the connection is free again.
+	d.prepare(context.WithoutCancel(ctx), x.unprepared)
+	return err
+}
+
+// runTx runs fn on x, then commits tx or, if fn failed, rolls it back.
+func (d *Driver) runTx(ctx context.Context, tx *sql.Tx, x *executor, fn func(context.Context, store.Executor) error) error {
+	if err := fn(ctx, x); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -196,31 +205,47 @@ func (d *Driver) InExternalTx(ctx context.Context, tx any, fn func(context.Conte
 // Reader implements store.Driver.
 func (d *Driver) Reader() store.Executor { return &executor{d: d, db: d.read} }
 
-// prepareHot prepares the hot-path statements once the schema exists. It
-// must run outside any transaction: the write pool has one connection, and
-// preparing on the pool from inside a transaction would wait for it forever.
-func (d *Driver) prepareHot(ctx context.Context) {
-	if d.stmts.Load() != nil {
+// prepare prepares hot statements (of hotQueries) that a transaction ran
+// unprepared, so that later transactions run them prepared. Each is
+// prepared the first time a transaction needs it, not all of them at once
+// (there are hundreds, counting each row count of the multi-row
+// statements: some 200ms), and after that transaction, not in it: the
+// write pool has one connection, and preparing on the pool from inside a
+// transaction would wait for it forever. ctx carries no deadline of the
+// caller's, which has had its transaction. A statement that fails to
+// prepare (the schema is not migrated yet) stays unprepared until the
+// next try.
+func (d *Driver) prepare(ctx context.Context, queries []string) {
+	if len(queries) == 0 {
 		return
 	}
 	d.prepMu.Lock()
 	defer d.prepMu.Unlock()
-	if d.closed || d.stmts.Load() != nil {
+	if d.closed {
 		return
 	}
-	stmts := map[string]*sql.Stmt{}
-	for _, q := range hotQueries {
+	old := d.stmts.Load()
+	stmts := make(map[string]*sql.Stmt, len(queries))
+	if old != nil {
+		stmts = make(map[string]*sql.Stmt, len(*old)+len(queries))
+		for q, s := range *old {
+			stmts[q] = s
+		}
+	}
+	added := false
+	for _, q := range queries {
+		if stmts[q] != nil {
+			continue
+		}
 		s, err := d.write.PrepareContext(ctx, q)
 		if err != nil {
-			// Not migrated yet: run unprepared and try again next time.
-			for _, s := range stmts {
-				s.Close()
-			}
-			return
+			continue
 		}
-		stmts[q] = s
+		stmts[q], added = s, true
 	}
-	d.stmts.Store(&stmts)
+	if added {
+		d.stmts.Store(&stmts)
+	}
 }
 
 // stmt returns the prepared statement for a hot query, or nil.
@@ -230,6 +255,22 @@ func (d *Driver) stmt(query string) *sql.Stmt {
 	}
 	return nil
 }
+
+// isHot reports whether query is one of hotQueries.
+func isHot(query string) bool {
+	hotOnce.Do(func() {
+		hotSet = make(map[string]bool, len(hotQueries))
+		for _, q := range hotQueries {
+			hotSet[q] = true
+		}
+	})
+	return hotSet[query]
+}
+
+var (
+	hotOnce sync.Once
+	hotSet  map[string]bool
+)
 
 // translate maps SQLite errors to the store's sentinels, keeping the original.
 func translate(err error) error {

@@ -48,7 +48,7 @@ func TestTxOf(t *testing.T) {
 	}
 	for _, fail := range []bool{true, false} {
 		err := run(func(ctx context.Context, x store.Executor) error {
-			if err := x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: now}}); err != nil {
+			if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "a", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: now}}}); err != nil {
 				return err
 			}
 			tx, err := sqlite.TxOf(x)

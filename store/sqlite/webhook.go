@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
@@ -77,7 +76,7 @@ func scanDelivery(r *sql.Rows) (*dt.WebhookDelivery, error) {
 }
 
 // WebhookCursorLock implements store.WebhookExecutor.
-func (e *executor) WebhookCursorLock(ctx context.Context) (int64, bool, error) {
+func (e *executor) WebhookCursorLock(ctx context.Context, _ *store.WebhookCursorLockParams) (int64, bool, error) {
 	if e.tx == nil {
 		return 0, false, fmt.Errorf("sqlite: lock webhook cursor: write outside a transaction")
 	}
@@ -100,7 +99,8 @@ func (e *executor) WebhookCursorLock(ctx context.Context) (int64, bool, error) {
 }
 
 // WebhookCursorSet implements store.WebhookExecutor.
-func (e *executor) WebhookCursorSet(ctx context.Context, after int64) error {
+func (e *executor) WebhookCursorSet(ctx context.Context, params *store.WebhookCursorSetParams) error {
+	after := params.After
 	res, err := e.exec(ctx, qWebhookCursorSet, after)
 	if err != nil {
 		return fmt.Errorf("sqlite: set webhook cursor: %w", err)
@@ -112,7 +112,8 @@ func (e *executor) WebhookCursorSet(ctx context.Context, after int64) error {
 }
 
 // WebhookDeliveryInsertMany implements store.WebhookExecutor.
-func (e *executor) WebhookDeliveryInsertMany(ctx context.Context, ds []*dt.WebhookDelivery) ([]bool, error) {
+func (e *executor) WebhookDeliveryInsertMany(ctx context.Context, params *store.WebhookDeliveryInsertManyParams) ([]bool, error) {
+	ds := params.Deliveries
 	inserted := make([]bool, len(ds))
 	if len(ds) == 0 {
 		return inserted, nil
@@ -156,7 +157,7 @@ func nonNilBlob(b []byte) []byte {
 }
 
 // WebhookDeliveryClaim implements store.WebhookExecutor.
-func (e *executor) WebhookDeliveryClaim(ctx context.Context, p store.WebhookClaimParams) ([]*dt.WebhookDelivery, error) {
+func (e *executor) WebhookDeliveryClaim(ctx context.Context, p *store.WebhookDeliveryClaimParams) ([]*dt.WebhookDelivery, error) {
 	if e.tx == nil {
 		return nil, fmt.Errorf("sqlite: claim webhook deliveries: write outside a transaction")
 	}
@@ -173,7 +174,8 @@ func (e *executor) WebhookDeliveryClaim(ctx context.Context, p store.WebhookClai
 }
 
 // WebhookDeliveryFinishMany implements store.WebhookExecutor.
-func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, rs []store.WebhookResult) ([]bool, error) {
+func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, params *store.WebhookDeliveryFinishManyParams) ([]bool, error) {
+	rs := params.Results
 	applied := make([]bool, len(rs))
 	for i, r := range rs {
 		var delivered, failed any
@@ -209,7 +211,8 @@ func (e *executor) WebhookDeliveryFinishMany(ctx context.Context, rs []store.Web
 }
 
 // WebhookDeliveryRelease implements store.WebhookExecutor.
-func (e *executor) WebhookDeliveryRelease(ctx context.Context, claimedBy string, now time.Time) (int, error) {
+func (e *executor) WebhookDeliveryRelease(ctx context.Context, params *store.WebhookDeliveryReleaseParams) (int, error) {
+	claimedBy, now := params.ClaimedBy, params.Now
 	res, err := e.exec(ctx, qWebhookRelease, claimedBy, us(now))
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: release webhook deliveries: %w", err)
@@ -219,7 +222,7 @@ func (e *executor) WebhookDeliveryRelease(ctx context.Context, claimedBy string,
 }
 
 // WebhookDeliveryList implements store.WebhookExecutor.
-func (e *executor) WebhookDeliveryList(ctx context.Context, p store.WebhookDeliveryListParams) ([]*dt.WebhookDelivery, error) {
+func (e *executor) WebhookDeliveryList(ctx context.Context, p *store.WebhookDeliveryListParams) ([]*dt.WebhookDelivery, error) {
 	var (
 		where = []string{`id > ?`}
 		args  = []any{p.AfterID}
@@ -250,7 +253,8 @@ func (e *executor) WebhookDeliveryList(ctx context.Context, p store.WebhookDeliv
 }
 
 // WebhookDeliveryDeleteFinished implements store.WebhookExecutor.
-func (e *executor) WebhookDeliveryDeleteFinished(ctx context.Context, before time.Time, limit int) (int, error) {
+func (e *executor) WebhookDeliveryDeleteFinished(ctx context.Context, params *store.WebhookDeliveryDeleteFinishedParams) (int, error) {
+	before, limit := params.Before, params.Limit
 	res, err := e.exec(ctx, qWebhookDeleteFinished, us(before), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: delete finished webhook deliveries: %w", err)

@@ -54,7 +54,8 @@ func (e *executor) workflowDefs(ctx context.Context, what, query string, args ..
 // WorkflowDefPut implements store.WorkflowDefExecutor. SQLite has a single
 // writer, so the insert and the read that follows it see every committed
 // version.
-func (e *executor) WorkflowDefPut(ctx context.Context, def *dt.WorkflowDef) (*dt.WorkflowDef, bool, error) {
+func (e *executor) WorkflowDefPut(ctx context.Context, params *store.WorkflowDefPutParams) (*dt.WorkflowDef, bool, error) {
+	def := params.Def
 	if e.tx == nil {
 		return nil, false, errors.New("sqlite: put workflow definition: write outside a transaction")
 	}
@@ -83,7 +84,8 @@ func (e *executor) WorkflowDefPut(ctx context.Context, def *dt.WorkflowDef) (*dt
 }
 
 // WorkflowDefGet implements store.WorkflowDefExecutor.
-func (e *executor) WorkflowDefGet(ctx context.Context, name string, version int) (*dt.WorkflowDef, error) {
+func (e *executor) WorkflowDefGet(ctx context.Context, params *store.WorkflowDefGetParams) (*dt.WorkflowDef, error) {
+	name, version := params.Name, params.Version
 	got, err := e.workflowDefs(ctx, "get workflow definition", qWorkflowDefGet, name, version)
 	if err != nil {
 		return nil, err
@@ -95,7 +97,8 @@ func (e *executor) WorkflowDefGet(ctx context.Context, name string, version int)
 }
 
 // WorkflowDefList implements store.WorkflowDefExecutor.
-func (e *executor) WorkflowDefList(ctx context.Context, name string) ([]*dt.WorkflowDef, error) {
+func (e *executor) WorkflowDefList(ctx context.Context, params *store.WorkflowDefListParams) ([]*dt.WorkflowDef, error) {
+	name := params.Name
 	if name == "" {
 		return e.workflowDefs(ctx, "list workflow definitions", qWorkflowDefListAll)
 	}

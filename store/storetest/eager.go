@@ -175,7 +175,7 @@ func testFlowSubmitAndStart(t *testing.T, d store.Driver) {
 	if len(start.Reserved()) != 1 {
 		t.Errorf("Reserved() = %d requests after a failed fence, want the 1 to give back", len(start.Reserved()))
 	}
-	if _, err := d.Reader().TaskGet(context.Background(), "o6"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := d.Reader().TaskGet(context.Background(), &store.TaskGetParams{ID: "o6"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("task o6 after a failed fence: %v, want ErrNotFound", err)
 	}
 }

@@ -38,16 +38,16 @@ func testLeaseCheck(t *testing.T, d store.Driver) {
 	ctx := context.Background()
 	run := func(holder, name string, now time.Time, read bool) error {
 		return d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			if err := x.LeaseCheck(ctx, name, holder, now); err != nil {
+			if err := x.LeaseCheck(ctx, &store.LeaseCheckParams{Name: name, Holder: holder, Now: now}); err != nil {
 				return err
 			}
 			tk := newTask("t")
 			tk.ProcessState, tk.LastError = dt.Error, "fenced write by "+holder
-			if err := x.TaskUpdateMany(ctx, []*dt.Task{tk}); err != nil {
+			if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: []*dt.Task{tk}}); err != nil {
 				return err
 			}
 			if read {
-				_, err := x.TaskGet(ctx, "t")
+				_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "t"})
 				return err
 			}
 			return nil
@@ -103,12 +103,14 @@ func testEventList(t *testing.T, d store.Driver) {
 	}
 	second[2].State = dt.Error
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		if err := x.EventInsertMany(ctx, first); err != nil {
+		if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: first}); err != nil {
 			return err
 		}
-		return x.EventInsertMany(ctx, nil)
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: nil})
 	})
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.EventInsertMany(ctx, second) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: second})
+	})
 	inserted := append(append([]*dt.Event(nil), first...), second...)
 
 	all := listEvents(t, d, store.EventListParams{})
@@ -149,7 +151,7 @@ func testEventList(t *testing.T, d store.Driver) {
 	}
 	// Reads inside a transaction agree.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		got, err := x.EventList(ctx, store.EventListParams{TaskID: "b"})
+		got, err := x.EventList(ctx, &store.EventListParams{TaskID: "b"})
 		if err != nil {
 			return err
 		}
@@ -168,7 +170,7 @@ func acquire(t *testing.T, d store.Driver, name, holder string, now time.Time, t
 	)
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		l, ok, err = x.LeaseAcquire(ctx, store.LeaseParams{Name: name, Holder: holder, Now: now, TTL: ttl})
+		l, ok, err = x.LeaseAcquire(ctx, &store.LeaseAcquireParams{Name: name, Holder: holder, Now: now, TTL: ttl})
 		return err
 	})
 	return l, ok
@@ -176,7 +178,7 @@ func acquire(t *testing.T, d store.Driver, name, holder string, now time.Time, t
 
 func getLease(t *testing.T, d store.Driver, name string) *dt.Lease {
 	t.Helper()
-	l, err := d.Reader().LeaseGet(context.Background(), name)
+	l, err := d.Reader().LeaseGet(context.Background(), &store.LeaseGetParams{Name: name})
 	if err != nil {
 		t.Fatalf("LeaseGet(%s): %v", name, err)
 	}
@@ -252,18 +254,20 @@ func testLeaseRelease(t *testing.T, d store.Driver) {
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		// Wrong holder or wrong term: no effect.
-		if err := x.LeaseRelease(ctx, "sup", "B", 1); err != nil {
+		if err := x.LeaseRelease(ctx, &store.LeaseReleaseParams{Name: "sup", Holder: "B", Term: 1}); err != nil {
 			return err
 		}
-		if err := x.LeaseRelease(ctx, "sup", "A", 2); err != nil {
+		if err := x.LeaseRelease(ctx, &store.LeaseReleaseParams{Name: "sup", Holder: "A", Term: 2}); err != nil {
 			return err
 		}
-		return x.LeaseRelease(ctx, "missing", "A", 1)
+		return x.LeaseRelease(ctx, &store.LeaseReleaseParams{Name: "missing", Holder: "A", Term: 1})
 	})
 	if _, ok := acquire(t, d, "sup", "B", at(time.Second), ttl); ok {
 		t.Fatal("B acquired after a release by the wrong holder or term")
 	}
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.LeaseRelease(ctx, "sup", "A", 1) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.LeaseRelease(ctx, &store.LeaseReleaseParams{Name: "sup", Holder: "A", Term: 1})
+	})
 	// Long before the old expiry, B acquires at once, with a new term.
 	l, ok := acquire(t, d, "sup", "B", at(time.Second), ttl)
 	if !ok {
@@ -273,10 +277,10 @@ func testLeaseRelease(t *testing.T, d store.Driver) {
 }
 
 func testLeaseGetNotFound(t *testing.T, d store.Driver) {
-	_, err := d.Reader().LeaseGet(context.Background(), "none")
+	_, err := d.Reader().LeaseGet(context.Background(), &store.LeaseGetParams{Name: "none"})
 	wantErrIs(t, err, store.ErrNotFound, "LeaseGet")
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		_, err := x.LeaseGet(ctx, "none")
+		_, err := x.LeaseGet(ctx, &store.LeaseGetParams{Name: "none"})
 		wantErrIs(t, err, store.ErrNotFound, "LeaseGet in a transaction")
 		return nil
 	})
@@ -302,17 +306,17 @@ func testEventTailing(t *testing.T, d store.Driver) {
 			for i := range each {
 				errs[w] = d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 					ev := &dt.Event{TaskID: "t", StepIndex: w, Type: dt.EventStepStarted, Attempt: i + 1, CreatedAt: base}
-					if err := x.EventInsertMany(ctx, []*dt.Event{ev}); err != nil {
+					if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{ev}}); err != nil {
 						return err
 					}
 					// More work in the same transaction widens the window
 					// between taking an ID and committing. (A read of the
 					// events sends a pipelining driver's queued insert, so
 					// the ID is taken here, before the read of the task.)
-					if _, err := x.EventList(ctx, store.EventListParams{TaskID: "t", AfterID: 1 << 62}); err != nil {
+					if _, err := x.EventList(ctx, &store.EventListParams{TaskID: "t", AfterID: 1 << 62}); err != nil {
 						return err
 					}
-					_, err := x.TaskGet(ctx, "t")
+					_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "t"})
 					return err
 				})
 				if errs[w] != nil {

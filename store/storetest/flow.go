@@ -282,10 +282,10 @@ func (e *env) peek(agent string, now time.Time) []*dt.AgentRequest {
 	var reqs []*dt.AgentRequest
 	inTx(e.t, e.d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		if reqs, err = x.RequestClaim(ctx, store.RequestClaimParams{Agent: agent, ClaimedBy: "peek", Now: now, Limit: 1000}); err != nil {
+		if reqs, err = x.RequestClaim(ctx, &store.RequestClaimParams{Agent: agent, ClaimedBy: "peek", Now: now, Limit: 1000}); err != nil {
 			return err
 		}
-		_, err = x.RequestRelease(ctx, "peek")
+		_, err = x.RequestRelease(ctx, &store.RequestReleaseParams{ClaimedBy: "peek"})
 		return err
 	})
 	return reqs
@@ -372,7 +372,7 @@ func (e *env) snapshot(ids []string, agents []string) string {
 		}
 	}
 	for _, name := range []string{"supervisor"} {
-		if l, err := e.d.Reader().LeaseGet(context.Background(), name); err == nil {
+		if l, err := e.d.Reader().LeaseGet(context.Background(), &store.LeaseGetParams{Name: name}); err == nil {
 			fmt.Fprintf(&b, "lease %s\n", render(l))
 		}
 	}
@@ -446,7 +446,7 @@ func testFlowSubmitIdempotent(t *testing.T, d store.Driver) {
 	if after := e.snapshot([]string{"o1"}, orderAgents); after != before {
 		t.Errorf("a conflicting submit changed the store:\nbefore %s\nafter  %s", before, after)
 	}
-	if _, err := d.Reader().TaskGet(context.Background(), "o2"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := d.Reader().TaskGet(context.Background(), &store.TaskGetParams{ID: "o2"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("o2 exists after a rolled-back conflicting submit: %v", err)
 	}
 }

@@ -177,7 +177,9 @@ func testIsolationRefusedReply(t *testing.T, d store.Driver) {
 			t.Fatal("the scheduler's inbox refused a reply")
 		}
 	}
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.ReplyInsertMany(ctx, queued) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: queued})
+	})
 
 	// One tick: the inbox replies, the store's queue and a claim together.
 	if _, err := sched.Tick(ctx, true); err != nil {
@@ -208,7 +210,7 @@ func testIsolationRefusedReply(t *testing.T, d store.Driver) {
 	}
 	// Nothing is left in the reply queue.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		left, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: "sched-1", Limit: 100})
+		left, err := x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: "sched-1", Limit: 100})
 		if err == nil && len(left) > 0 {
 			t.Errorf("%d replies left in the queue", len(left))
 		}

@@ -22,7 +22,9 @@ func newRequest(taskID string, step int, agent string, completeBy time.Time) *dt
 
 func insertRequests(t *testing.T, d store.Driver, reqs ...*dt.AgentRequest) {
 	t.Helper()
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.RequestInsertMany(ctx, reqs) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.RequestInsertMany(ctx, &store.RequestInsertManyParams{Requests: reqs})
+	})
 }
 
 func claimRequests(t *testing.T, d store.Driver, p store.RequestClaimParams) []*dt.AgentRequest {
@@ -30,7 +32,7 @@ func claimRequests(t *testing.T, d store.Driver, p store.RequestClaimParams) []*
 	var got []*dt.AgentRequest
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		got, err = x.RequestClaim(ctx, p)
+		got, err = x.RequestClaim(ctx, &p)
 		return err
 	})
 	return got
@@ -149,7 +151,7 @@ func testStepMessagesExist(t *testing.T, d store.Driver) {
 	insertTasks(t, d, newTask("u"))
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		// A reply waiting for its scheduler: its request row is gone.
-		return x.ReplyInsertMany(ctx, []*dt.AgentReply{{TaskID: "u", StepIndex: 0, Attempt: 1, Kind: dt.KindDo, CreatedAt: base}})
+		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: []*dt.AgentReply{{TaskID: "u", StepIndex: 0, Attempt: 1, Kind: dt.KindDo, CreatedAt: base}}})
 	})
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		do := func(task string, step, attempt int) store.StepAttempt {
@@ -157,18 +159,18 @@ func testStepMessagesExist(t *testing.T, d store.Driver) {
 		}
 		undo := do("t", 0, 1)
 		undo.Kind = dt.KindCompensate
-		got, err := x.StepMessagesExist(ctx, []store.StepAttempt{do("t", 1, 1), do("t", 0, 1),
+		got, err := x.StepMessagesExist(ctx, &store.StepMessagesExistParams{Attempts: []store.StepAttempt{do("t", 1, 1), do("t", 0, 1),
 			do("missing", 0, 1), do("t", 2, 1), do("t", 0, 1), do("u", 0, 1), do("u", 1, 1),
 			// Another attempt's or kind's messages do not count: a late
 			// reply of attempt 1 says nothing of attempt 2.
-			do("t", 0, 2), undo, do("u", 0, 2)})
+			do("t", 0, 2), undo, do("u", 0, 2)}})
 		if err != nil {
 			return err
 		}
 		if want := []bool{false, true, false, true, true, true, false, false, false, false}; !slices.Equal(got, want) {
 			t.Errorf("StepMessagesExist = %v, want %v", got, want)
 		}
-		none, err := x.StepMessagesExist(ctx, nil)
+		none, err := x.StepMessagesExist(ctx, &store.StepMessagesExistParams{Attempts: nil})
 		if err != nil || len(none) != 0 {
 			t.Errorf("StepMessagesExist(nil) = %v, %v; want empty, nil", none, err)
 		}
@@ -186,16 +188,16 @@ func testRequestDeleteByStep(t *testing.T, d store.Driver) {
 	t0b.ClaimedBy = "rt" // claimed ones go too
 	insertRequests(t, d, t0a, t0b, newRequest("t", 1, "a", exp), newRequest("t", 2, "a", exp), newRequest("u", 0, "a", exp))
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		if err := x.RequestDeleteByStep(ctx, []store.StepRef{{TaskID: "t", Index: 0}, {TaskID: "t", Index: 2}, {TaskID: "missing", Index: 0}}); err != nil {
+		if err := x.RequestDeleteByStep(ctx, &store.RequestDeleteByStepParams{Refs: []store.StepRef{{TaskID: "t", Index: 0}, {TaskID: "t", Index: 2}, {TaskID: "missing", Index: 0}}}); err != nil {
 			return err
 		}
-		return x.RequestDeleteByStep(ctx, nil)
+		return x.RequestDeleteByStep(ctx, &store.RequestDeleteByStepParams{Refs: nil})
 	})
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.RequestRelease(ctx, "rt"); err != nil {
+		if _, err := x.RequestRelease(ctx, &store.RequestReleaseParams{ClaimedBy: "rt"}); err != nil {
 			return err
 		}
-		got, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: "a", ClaimedBy: "x", Now: base, Limit: 100})
+		got, err := x.RequestClaim(ctx, &store.RequestClaimParams{Agent: "a", ClaimedBy: "x", Now: base, Limit: 100})
 		if err != nil {
 			return err
 		}
@@ -217,14 +219,14 @@ func testRequestRelease(t *testing.T, d store.Driver) {
 		t.Fatalf("claim rest: got %d", len(got))
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		n, err := x.RequestRelease(ctx, "rt1")
+		n, err := x.RequestRelease(ctx, &store.RequestReleaseParams{ClaimedBy: "rt1"})
 		if err != nil {
 			return err
 		}
 		if n != 2 {
 			t.Errorf("RequestRelease(rt1) = %d, want 2", n)
 		}
-		n, err = x.RequestRelease(ctx, "nobody")
+		n, err = x.RequestRelease(ctx, &store.RequestReleaseParams{ClaimedBy: "nobody"})
 		if err != nil || n != 0 {
 			t.Errorf("RequestRelease(nobody) = %d, %v", n, err)
 		}
@@ -247,21 +249,21 @@ func testRequestDeleteExpired(t *testing.T, d store.Driver) {
 		newRequest("t", 0, "a", at(-3*time.Second)), newRequest("t", 1, "a", at(-2*time.Second)),
 		newRequest("t", 2, "a", at(-time.Second)), newRequest("t", 0, "b", at(time.Second)))
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		n, err := x.RequestDeleteExpired(ctx, base, 2)
+		n, err := x.RequestDeleteExpired(ctx, &store.RequestDeleteExpiredParams{Now: base, Limit: 2})
 		if err != nil {
 			return err
 		}
 		if n != 2 {
 			t.Errorf("RequestDeleteExpired(limit 2) = %d, want 2", n)
 		}
-		n, err = x.RequestDeleteExpired(ctx, base, 100)
+		n, err = x.RequestDeleteExpired(ctx, &store.RequestDeleteExpiredParams{Now: base, Limit: 100})
 		if err != nil {
 			return err
 		}
 		if n != 1 {
 			t.Errorf("second RequestDeleteExpired = %d, want 1", n)
 		}
-		n, err = x.RequestDeleteExpired(ctx, base, 100)
+		n, err = x.RequestDeleteExpired(ctx, &store.RequestDeleteExpiredParams{Now: base, Limit: 100})
 		if err != nil || n != 0 {
 			t.Errorf("third RequestDeleteExpired = %d, %v; want 0", n, err)
 		}
@@ -287,7 +289,7 @@ func takeReplies(t *testing.T, d store.Driver, sched string, limit int) []*dt.Ag
 	var got []*dt.AgentReply
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		got, err = x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: sched, Limit: limit})
+		got, err = x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: sched, Limit: limit})
 		return err
 	})
 	return got
@@ -313,7 +315,9 @@ func testReplyTake(t *testing.T, d store.Driver) {
 	for _, id := range []string{"mine", "theirs", "free", "missing"} {
 		replies = append(replies, &dt.AgentReply{TaskID: id, Attempt: 1, Kind: dt.KindDo, CreatedAt: base})
 	}
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.ReplyInsertMany(ctx, replies) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: replies})
+	})
 
 	got := takeReplies(t, d, "s1", 100)
 	if fmt.Sprint(replyTasks(got)) != "[free mine missing]" {
@@ -345,7 +349,9 @@ func testReplyTakeLimit(t *testing.T, d store.Driver) {
 		want[i] = r
 		replies = append(replies, r)
 	}
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.ReplyInsertMany(ctx, replies) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: replies})
+	})
 	var all []*dt.AgentReply
 	for _, n := range []int{2, 2, 1, 0} {
 		got := takeReplies(t, d, "s", 2)
@@ -365,5 +371,7 @@ func testReplyTakeLimit(t *testing.T, d store.Driver) {
 	if len(seen) != 5 {
 		t.Errorf("took %d distinct replies, want 5", len(seen))
 	}
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.ReplyInsertMany(ctx, nil) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: nil})
+	})
 }

@@ -36,26 +36,28 @@ func testNamespaceLists(t *testing.T, d store.Driver) {
 	evs = append(evs,
 		&dt.Event{TaskID: dt.SessionSubject("q", "s/1"), StepIndex: -1, Type: dt.EventSessionBlocked, Alert: true, CreatedAt: base},
 		&dt.Event{TaskID: dt.SessionSubject(dt.QualifyName("a", "q"), "s/1"), StepIndex: -1, Type: dt.EventSessionBlocked, Alert: true, CreatedAt: base})
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.EventInsertMany(ctx, evs) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: evs})
+	})
 	for _, name := range []string{"q", "a/q", "a/r", "b/q", "a0"} {
 		inTx(t, d, func(ctx context.Context, x store.Executor) error {
-			return x.QueuePut(ctx, &dt.Queue{Name: name, MaxDeliveryCount: 1, PoisonPolicy: dt.PoisonBlock,
-				LockDuration: time.Second, CreatedAt: base, UpdatedAt: base})
+			return x.QueuePut(ctx, &store.QueuePutParams{Queue: &dt.Queue{Name: name, MaxDeliveryCount: 1, PoisonPolicy: dt.PoisonBlock,
+				LockDuration: time.Second, CreatedAt: base, UpdatedAt: base}})
 		})
 	}
 	ctx := context.Background()
 	r := d.Reader()
 	taskIDs := func(p store.TaskListParams) string {
-		ts, err := r.TaskList(ctx, p)
+		ts, err := r.TaskList(ctx, &p)
 		return namesOf(t, ts, err, func(t *dt.Task) string { return t.ID })
 	}
 	eventSubjects := func(p store.EventListParams) string {
 		p.Lookup = true
-		es, err := r.EventList(ctx, p)
+		es, err := r.EventList(ctx, &p)
 		return namesOf(t, es, err, func(e *dt.Event) string { return e.TaskID })
 	}
 	queueNames := func(p store.QueueListParams) string {
-		qs, err := r.QueueList(ctx, p)
+		qs, err := r.QueueList(ctx, &p)
 		return namesOf(t, qs, err, func(q *dt.Queue) string { return q.Name })
 	}
 	for _, c := range []struct{ got, want string }{

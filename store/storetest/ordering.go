@@ -84,9 +84,9 @@ type notifyLog struct {
 	topics *[]string
 }
 
-func (n notifyLog) Notify(ctx context.Context, topic string) error {
-	*n.topics = append(*n.topics, topic)
-	return n.Executor.Notify(ctx, topic)
+func (n notifyLog) Notify(ctx context.Context, params *store.NotifyParams) error {
+	*n.topics = append(*n.topics, params.Topic)
+	return store.Notify(ctx, n.Executor, params)
 }
 
 // inTxNotes runs fn in a transaction and returns the topics it notified.
@@ -111,7 +111,7 @@ func testOrderingReserve(t *testing.T, d store.Driver) {
 		var got []int64
 		inTx(t, d, func(ctx context.Context, x store.Executor) error {
 			var err error
-			got, err = x.OrderingSeqReserve(ctx, keys)
+			got, err = x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: keys})
 			return err
 		})
 		return got
@@ -133,7 +133,7 @@ func testOrderingReserve(t *testing.T, d store.Driver) {
 	// A rolled-back reservation takes nothing.
 	sentinel := errors.New("roll back")
 	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		got, err := x.OrderingSeqReserve(ctx, []string{"a", "a"})
+		got, err := x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: []string{"a", "a"}})
 		if err != nil {
 			return err
 		}
@@ -149,8 +149,8 @@ func testOrderingReserve(t *testing.T, d store.Driver) {
 		t.Errorf("reservation after a rollback = %s, want [4]", got)
 	}
 	// Outside a transaction it is refused.
-	if _, err := d.Reader().OrderingSeqReserve(ctx, []string{"a"}); err == nil {
-		t.Error("OrderingSeqReserve on the Reader succeeded, want an error")
+	if _, err := d.Reader().OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: []string{"a"}}); err == nil {
+		t.Error("OrderingKeyReserve on the Reader succeeded, want an error")
 	}
 }
 
@@ -181,11 +181,11 @@ func testOrderingSubmit(t *testing.T, d store.Driver) {
 	}
 	// Every read returns the position.
 	ctx := context.Background()
-	many, err := d.Reader().TaskGetMany(ctx, []string{"a1", "a2", "free"})
+	many, err := d.Reader().TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []string{"a1", "a2", "free"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed, err := d.Reader().TaskList(ctx, store.TaskListParams{})
+	listed, err := d.Reader().TaskList(ctx, &store.TaskListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func testOrderingClaimStates(t *testing.T, d store.Driver) {
 	var claimed []*dt.Task
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		claimed, err = x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s1", Now: base, Limit: 100})
+		claimed, err = x.TaskClaim(ctx, &store.TaskClaimParams{Instance: "s1", Now: base, Limit: 100})
 		return err
 	})
 	if got := sorted(taskIDs(claimed)); !sameSet(got, want) {
@@ -262,7 +262,7 @@ func testOrderingClaimStates(t *testing.T, d store.Driver) {
 	// The waiting ones come once their predecessors are final; the
 	// predecessors that are Pending come at their own time first.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		got, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s1", Now: at(time.Hour), Limit: 100})
+		got, err := x.TaskClaim(ctx, &store.TaskClaimParams{Instance: "s1", Now: at(time.Hour), Limit: 100})
 		if err != nil {
 			return err
 		}
@@ -304,12 +304,12 @@ func testOrderingRelease(t *testing.T, d store.Driver) {
 	)
 	// q1 is not available yet, so nothing of key q is claimed.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		tk, err := x.TaskGet(ctx, "q1")
+		tk, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "q1"})
 		if err != nil {
 			return err
 		}
 		tk.AvailableAt = at(time.Hour)
-		return x.TaskUpdateMany(ctx, []*dt.Task{tk})
+		return x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: []*dt.Task{tk}})
 	})
 	reqs := e.claim(base)
 	byTask := map[string]*dt.AgentRequest{}
@@ -535,7 +535,7 @@ func raceSubmitters(t *testing.T, d store.Driver, id1, id2 string, want int64) {
 	}
 	// While T1 is open, neither task is visible.
 	for _, id := range []string{id1, id2} {
-		if _, err := d.Reader().TaskGet(ctx, id); !errors.Is(err, store.ErrNotFound) {
+		if _, err := d.Reader().TaskGet(ctx, &store.TaskGetParams{ID: id}); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s visible before T1 committed: err = %v", id, err)
 		}
 	}
@@ -580,14 +580,14 @@ func testOrderingKeyPruned(t *testing.T, d store.Driver) {
 	finish := func(ids ...string) {
 		t.Helper()
 		inTx(t, d, func(ctx context.Context, x store.Executor) error {
-			ts, err := x.TaskGetMany(ctx, ids)
+			ts, err := x.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: ids})
 			if err != nil {
 				return err
 			}
 			for _, tk := range ts {
 				tk.ProcessState, tk.UpdatedAt = dt.Processed, base
 			}
-			return x.TaskUpdateMany(ctx, ts)
+			return x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: ts})
 		})
 	}
 	retain := func(limit int) int {
@@ -595,7 +595,7 @@ func testOrderingKeyPruned(t *testing.T, d store.Driver) {
 		var n int
 		inTx(t, d, func(ctx context.Context, x store.Executor) error {
 			var err error
-			n, err = x.TaskDeleteFinished(ctx, at(time.Minute), limit)
+			n, err = x.TaskDeleteFinished(ctx, &store.TaskDeleteFinishedParams{Before: at(time.Minute), Limit: limit})
 			return err
 		})
 		return n
@@ -642,7 +642,7 @@ func testOrderingExistingTaskNewKey(t *testing.T, d store.Driver) {
 	var seqs []int64
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		seqs, err = x.OrderingSeqReserve(ctx, []string{"fresh", "shared", "k"})
+		seqs, err = x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: []string{"fresh", "shared", "k"}})
 		return err
 	})
 	if fmt.Sprint(seqs) != "[1 2 2]" {
@@ -650,11 +650,11 @@ func testOrderingExistingTaskNewKey(t *testing.T, d store.Driver) {
 	}
 	// Pruning a key that has tasks, or no row, changes nothing.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		if err := x.OrderingKeysPrune(ctx, []string{"k", "k", "nope"}); err != nil {
+		if err := x.OrderingKeyPrune(ctx, &store.OrderingKeyPruneParams{Keys: []string{"k", "k", "nope"}}); err != nil {
 			return err
 		}
 		var err error
-		seqs, err = x.OrderingSeqReserve(ctx, []string{"k"})
+		seqs, err = x.OrderingKeyReserve(ctx, &store.OrderingKeyReserveParams{Keys: []string{"k"}})
 		return err
 	})
 	if fmt.Sprint(seqs) != "[3]" {

@@ -70,7 +70,7 @@ func publishAt(t *testing.T, d store.Driver, now time.Time, msgs ...store.Publis
 	var res []store.PublishResult
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		res, err = x.MessagePublishMany(ctx, store.PublishParams{Messages: msgs, Now: now})
+		res, err = x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: msgs, Now: now})
 		return err
 	})
 	if len(res) != len(msgs) {
@@ -104,14 +104,14 @@ func acceptAt(t *testing.T, d store.Driver, p store.SessionAcceptParams) []*dt.S
 	avail := false
 	if p.SessionID == "" {
 		var err error
-		if avail, err = d.Reader().SessionAvailable(context.Background(), p.Queue, p.Now); err != nil {
+		if avail, err = d.Reader().SessionAvailable(context.Background(), &store.SessionAvailableParams{Queue: p.Queue, Now: p.Now}); err != nil {
 			t.Fatalf("SessionAvailable(%s): %v", p.Queue, err)
 		}
 	}
 	var got []*dt.Session
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		got, err = x.SessionAccept(ctx, p)
+		got, err = x.SessionAccept(ctx, &p)
 		return err
 	})
 	if p.SessionID == "" && avail != (len(got) > 0) {
@@ -150,7 +150,7 @@ func receiveAt(t *testing.T, d store.Driver, now time.Time, refs ...store.Sessio
 	)
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		msgs, errs, err = x.MessageReceiveMany(ctx, refs, now)
+		msgs, errs, err = x.MessageReceiveMany(ctx, &store.MessageReceiveManyParams{Refs: refs, Now: now})
 		return err
 	})
 	if len(msgs) != len(refs) || len(errs) != len(refs) {
@@ -174,7 +174,7 @@ func settleAt(t *testing.T, d store.Driver, now time.Time, settles ...store.Mess
 	var errs []error
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		errs, err = x.MessageSettleMany(ctx, settles, now)
+		errs, err = x.MessageSettleMany(ctx, &store.MessageSettleManyParams{Settles: settles, Now: now})
 		return err
 	})
 	if len(errs) != len(settles) {
@@ -210,7 +210,7 @@ func wantErrs(t *testing.T, what string, got []error, want ...error) {
 
 func getSession(t *testing.T, d store.Driver, queue, id string) *dt.Session {
 	t.Helper()
-	s, err := d.Reader().SessionGet(context.Background(), queue, id)
+	s, err := d.Reader().SessionGet(context.Background(), &store.SessionGetParams{Queue: queue, SessionID: id})
 	if err != nil {
 		t.Fatalf("SessionGet(%s/%s): %v", queue, id, err)
 	}
@@ -234,7 +234,7 @@ func checkSession(t *testing.T, what string, s *dt.Session, pending int, readyAt
 
 func peekAll(t *testing.T, d store.Driver, queue, id string) []*dt.Message {
 	t.Helper()
-	got, err := d.Reader().MessagePeek(context.Background(), store.MessagePeekParams{Queue: queue, SessionID: id})
+	got, err := d.Reader().MessagePeek(context.Background(), &store.MessagePeekParams{Queue: queue, SessionID: id})
 	if err != nil {
 		t.Fatalf("MessagePeek(%s/%s): %v", queue, id, err)
 	}
@@ -271,7 +271,7 @@ func testQueuePublishSeqs(t *testing.T, d store.Driver) {
 	checkEqual(t, "session b", getSession(t, d, "q", "b"), &dt.Session{Queue: "q", ID: "b", NextSeq: 1, Pending: 1,
 		ReadyAt: tp(at(time.Second)), CreatedAt: at(time.Second), UpdatedAt: at(time.Second)})
 
-	q, err := d.Reader().QueueGet(context.Background(), "q")
+	q, err := d.Reader().QueueGet(context.Background(), &store.QueueGetParams{Name: "q"})
 	if err != nil {
 		t.Fatalf("QueueGet: %v", err)
 	}
@@ -333,7 +333,7 @@ func testQueuePublishBatch(t *testing.T, d store.Driver) {
 	checkSession(t, "q1/c after", getSession(t, d, "q1", "c"), 3, tp(at(time.Minute)), false)
 	checkSession(t, "q1/a after", getSession(t, d, "q1", "a"), 4, tp(base), false)
 
-	qs, err := d.Reader().QueueList(context.Background(), store.QueueListParams{})
+	qs, err := d.Reader().QueueList(context.Background(), &store.QueueListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,14 +346,14 @@ func testQueuePublishBatch(t *testing.T, d store.Driver) {
 
 func testQueueDedupe(t *testing.T, d store.Driver) {
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.QueuePut(ctx, &dt.Queue{Name: "q", MaxDeliveryCount: 5, PoisonPolicy: dt.PoisonBlock,
-			DedupeWindow: time.Minute, LockDuration: time.Minute, CreatedAt: base, UpdatedAt: base})
+		return x.QueuePut(ctx, &store.QueuePutParams{Queue: &dt.Queue{Name: "q", MaxDeliveryCount: 5, PoisonPolicy: dt.PoisonBlock,
+			DedupeWindow: time.Minute, LockDuration: time.Minute, CreatedAt: base, UpdatedAt: base}})
 	})
 	wantPublished(t, "original", publishAt(t, d, base, withID(pub("q", "a", "x"), "m1")), 1)
 	wantPublished(t, "retry within the window", publishAt(t, d, at(30*time.Second), withID(pub("q", "a", "x"), "m1")), -1)
 	// A message ID is unique in the queue, whatever the session.
 	wantPublished(t, "same ID, other session", publishAt(t, d, at(30*time.Second), withID(pub("q", "b", "x"), "m1")), -1)
-	if _, err := d.Reader().SessionGet(context.Background(), "q", "b"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := d.Reader().SessionGet(context.Background(), &store.SessionGetParams{Queue: "q", SessionID: "b"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a duplicate created its session: err = %v", err)
 	}
 	checkSession(t, "a after duplicates", getSession(t, d, "q", "a"), 1, tp(base), false)
@@ -379,8 +379,8 @@ func testQueueDedupe(t *testing.T, d store.Driver) {
 
 	// A queue without a window does not de-duplicate.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.QueuePut(ctx, &dt.Queue{Name: "nodedupe", MaxDeliveryCount: 5, PoisonPolicy: dt.PoisonSkip,
-			LockDuration: time.Minute, CreatedAt: base, UpdatedAt: base})
+		return x.QueuePut(ctx, &store.QueuePutParams{Queue: &dt.Queue{Name: "nodedupe", MaxDeliveryCount: 5, PoisonPolicy: dt.PoisonSkip,
+			LockDuration: time.Minute, CreatedAt: base, UpdatedAt: base}})
 	})
 	wantPublished(t, "no window", publishAt(t, d, base, withID(pub("nodedupe", "a", "1"), "m1"),
 		withID(pub("nodedupe", "a", "2"), "m1")), 1, 2)
@@ -415,7 +415,7 @@ func testQueueEndOfSequence(t *testing.T, d store.Driver) {
 	}
 	for i, msgs := range rejected {
 		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			_, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: msgs, Now: at(time.Second)})
+			_, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: msgs, Now: at(time.Second)})
 			wantErrIs(t, err, store.ErrSessionClosed, fmt.Sprintf("rejected publish %d", i))
 			return nil
 		})
@@ -425,11 +425,11 @@ func testQueueEndOfSequence(t *testing.T, d store.Driver) {
 	}
 	r := d.Reader()
 	for _, s := range [][2]string{{"q", "b"}, {"q", "c"}, {"new", "n"}} {
-		if _, err := r.SessionGet(ctx, s[0], s[1]); !errors.Is(err, store.ErrNotFound) {
+		if _, err := r.SessionGet(ctx, &store.SessionGetParams{Queue: s[0], SessionID: s[1]}); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("session %s/%s after a rejected publish: err = %v, want ErrNotFound", s[0], s[1], err)
 		}
 	}
-	if _, err := r.QueueGet(ctx, "new"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := r.QueueGet(ctx, &store.QueueGetParams{Name: "new"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("queue created by a rejected publish: err = %v", err)
 	}
 	if a := getSession(t, d, "q", "a"); a.NextSeq != 2 || a.Pending != 2 || !a.Closed {
@@ -452,12 +452,14 @@ func testQueueEndOfSequence(t *testing.T, d store.Driver) {
 
 func testQueuePolicy(t *testing.T, d store.Driver) {
 	ctx := context.Background()
-	_, err := d.Reader().QueueGet(ctx, "q")
+	_, err := d.Reader().QueueGet(ctx, &store.QueueGetParams{Name: "q"})
 	wantErrIs(t, err, store.ErrNotFound, "QueueGet before any publish")
 	q := &dt.Queue{Name: "q", MaxDeliveryCount: 3, PoisonPolicy: dt.PoisonSkip, DedupeWindow: 90 * time.Second,
 		LockDuration: 5*time.Second + 7*time.Microsecond, CreatedAt: base, UpdatedAt: base}
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.QueuePut(ctx, q) })
-	got, err := d.Reader().QueueGet(ctx, "q")
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.QueuePut(ctx, &store.QueuePutParams{Queue: q})
+	})
+	got, err := d.Reader().QueueGet(ctx, &store.QueueGetParams{Name: "q"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +467,7 @@ func testQueuePolicy(t *testing.T, d store.Driver) {
 
 	// Publishing keeps the policy.
 	publishAt(t, d, at(time.Second), pub("q", "a", "1"), pub("q", "b", "1"))
-	got, _ = d.Reader().QueueGet(ctx, "q")
+	got, _ = d.Reader().QueueGet(ctx, &store.QueueGetParams{Name: "q"})
 	checkEqual(t, "queue after publish", got, q)
 
 	// Accept locks for the queue's duration, or the caller's.
@@ -483,9 +485,11 @@ func testQueuePolicy(t *testing.T, d store.Driver) {
 	q2 := *q
 	q2.MaxDeliveryCount, q2.PoisonPolicy, q2.DedupeWindow, q2.LockDuration = 7, dt.PoisonBlock, 0, time.Minute
 	q2.CreatedAt, q2.UpdatedAt = at(time.Hour), at(time.Hour)
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.QueuePut(ctx, &q2) })
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		got, err := x.QueueGet(ctx, "q")
+		return x.QueuePut(ctx, &store.QueuePutParams{Queue: &q2})
+	})
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		got, err := x.QueueGet(ctx, &store.QueueGetParams{Name: "q"})
 		if err != nil {
 			return err
 		}
@@ -495,10 +499,10 @@ func testQueuePolicy(t *testing.T, d store.Driver) {
 		return nil
 	})
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.QueuePut(ctx, &dt.Queue{Name: "a-first", MaxDeliveryCount: 1, PoisonPolicy: dt.PoisonBlock,
-			CreatedAt: base, UpdatedAt: base})
+		return x.QueuePut(ctx, &store.QueuePutParams{Queue: &dt.Queue{Name: "a-first", MaxDeliveryCount: 1, PoisonPolicy: dt.PoisonBlock,
+			CreatedAt: base, UpdatedAt: base}})
 	})
-	qs, err := d.Reader().QueueList(ctx, store.QueueListParams{})
+	qs, err := d.Reader().QueueList(ctx, &store.QueueListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,7 +517,7 @@ func testQueuePolicy(t *testing.T, d store.Driver) {
 	publishAt(t, d, base, pub("b", "s", "1"), pub("c", "s", "1"), pub("z", "s", "1"))
 	var pages []string
 	for after := ""; ; {
-		qs, err := d.Reader().QueueList(ctx, store.QueueListParams{AfterName: after, Limit: 2})
+		qs, err := d.Reader().QueueList(ctx, &store.QueueListParams{AfterName: after, Limit: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -557,7 +561,7 @@ func releaseAt(t *testing.T, d store.Driver, now time.Time, refs ...store.Sessio
 	var errs []error
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		errs, err = x.SessionRelease(ctx, refs, now)
+		errs, err = x.SessionRelease(ctx, &store.SessionReleaseParams{Refs: refs, Now: now})
 		return err
 	})
 	return errs
@@ -568,7 +572,7 @@ func renewAt(t *testing.T, d store.Driver, now, until time.Time, refs ...store.S
 	var errs []error
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		errs, err = x.SessionRenew(ctx, refs, now, until)
+		errs, err = x.SessionRenew(ctx, &store.SessionRenewParams{Refs: refs, Now: now, Until: until})
 		return err
 	})
 	return errs
@@ -635,7 +639,7 @@ func testQueueSessionAvailable(t *testing.T, d store.Driver) {
 	ctx := context.Background()
 	avail := func(x store.Executor, queue string, now time.Time) bool {
 		t.Helper()
-		ok, err := x.SessionAvailable(ctx, queue, now)
+		ok, err := x.SessionAvailable(ctx, &store.SessionAvailableParams{Queue: queue, Now: now})
 		if err != nil {
 			t.Fatalf("SessionAvailable(%s): %v", queue, err)
 		}
@@ -791,7 +795,7 @@ func testQueueAcceptAfterHeld(t *testing.T, d store.Driver) {
 		t.Errorf("accept-next of a blocked session: %v", sessionIDs(got))
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.DeadLetterDiscard(ctx, "blk", "s", 1, base)
+		return x.DeadLetterDiscard(ctx, &store.DeadLetterDiscardParams{Queue: "blk", SessionID: "s", Seq: 1, Now: base})
 	})
 	if m := receiveOne(t, d, expiry, sref(acceptOne("blk", expiry))); m.Seq != 2 {
 		t.Errorf("blk: received seq %d; want 2", m.Seq)
@@ -805,7 +809,7 @@ func testQueueAcceptNamed(t *testing.T, d store.Driver) {
 		var got []*dt.Session
 		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
-			got, err = x.SessionAccept(ctx, store.SessionAcceptParams{Queue: "q", SessionID: id, Holder: holder, Now: now, Limit: 1})
+			got, err = x.SessionAccept(ctx, &store.SessionAcceptParams{Queue: "q", SessionID: id, Holder: holder, Now: now, Limit: 1})
 			return err
 		})
 		return got, err
@@ -1121,7 +1125,7 @@ func settleReceiveAt(t *testing.T, d store.Driver, now time.Time, settles ...sto
 	)
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		msgs, errs, err = x.MessageSettleReceiveMany(ctx, settles, now)
+		msgs, errs, err = x.MessageSettleReceiveMany(ctx, &store.MessageSettleReceiveManyParams{Settles: settles, Now: now})
 		return err
 	})
 	if len(msgs) != len(settles) || len(errs) != len(settles) {
@@ -1312,7 +1316,7 @@ func testQueueSettleReceiveOpenPublisher(t *testing.T, d store.Driver) {
 	)
 	go func() {
 		pubDone <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			_, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: []store.PublishMessage{pub("q", "a", "2")}, Now: base})
+			_, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: []store.PublishMessage{pub("q", "a", "2")}, Now: base})
 			published <- err
 			if err != nil {
 				return err
@@ -1334,7 +1338,7 @@ func testQueueSettleReceiveOpenPublisher(t *testing.T, d store.Driver) {
 		var r result
 		r.err = d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
-			r.msgs, r.errs, err = x.MessageSettleReceiveMany(ctx, []store.MessageSettle{next(complete(a, 1))}, now)
+			r.msgs, r.errs, err = x.MessageSettleReceiveMany(ctx, &store.MessageSettleReceiveManyParams{Settles: []store.MessageSettle{next(complete(a, 1))}, Now: now})
 			return err
 		})
 		settled <- r
@@ -1365,7 +1369,9 @@ func testQueueSessionState(t *testing.T, d store.Driver) {
 	publishAt(t, d, base, pub("q", "a", "1"))
 	ref := acceptNamed(t, d, "q", "a", "h", base)
 	set := func(ref store.SessionRef, state []byte, now time.Time) error {
-		return d.InTx(ctx, func(ctx context.Context, x store.Executor) error { return x.SessionStateSet(ctx, ref, state, now) })
+		return d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			return x.SessionStateSet(ctx, &store.SessionStateSetParams{Ref: ref, State: state, Now: now})
+		})
 	}
 	if err := set(ref, []byte("s1"), at(time.Second)); err != nil {
 		t.Fatal(err)
@@ -1396,17 +1402,17 @@ func testQueueSessionState(t *testing.T, d store.Driver) {
 	if string(got[0].State) != "kept" {
 		t.Errorf("accepted session state %q, want kept", got[0].State)
 	}
-	_, err := d.Reader().SessionGet(ctx, "q", "missing")
+	_, err := d.Reader().SessionGet(ctx, &store.SessionGetParams{Queue: "q", SessionID: "missing"})
 	wantErrIs(t, err, store.ErrNotFound, "SessionGet of a missing session")
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		s, err := x.SessionGet(ctx, "q", "a")
+		s, err := x.SessionGet(ctx, &store.SessionGetParams{Queue: "q", SessionID: "a"})
 		if err != nil {
 			return err
 		}
 		if string(s.State) != "kept" || s.LockHolder != "h2" {
 			t.Errorf("SessionGet in a transaction: %+v", s)
 		}
-		_, err = x.SessionGet(ctx, "q", "missing")
+		_, err = x.SessionGet(ctx, &store.SessionGetParams{Queue: "q", SessionID: "missing"})
 		wantErrIs(t, err, store.ErrNotFound, "SessionGet of a missing session in a transaction")
 		return nil
 	})
@@ -1417,7 +1423,7 @@ func testQueueSessionList(t *testing.T, d store.Driver) {
 	publishAt(t, d, base, pub("q", "c", "1"), pub("q", "a", "1"), pub("q", "b", "1"), pub("q", "B", "1"),
 		pub("other", "a", "1"))
 	list := func(p store.SessionListParams) string {
-		got, err := d.Reader().SessionList(ctx, p)
+		got, err := d.Reader().SessionList(ctx, &p)
 		if err != nil {
 			t.Fatalf("SessionList(%+v): %v", p, err)
 		}
@@ -1447,7 +1453,7 @@ func testQueuePeek(t *testing.T, d store.Driver) {
 	receiveOne(t, d, base, ref)
 	wantErrs(t, "dead-letter", settleAt(t, d, base, deadLetter(ref, 1, "r", false)), nil)
 	peek := func(p store.MessagePeekParams) []*dt.Message {
-		got, err := d.Reader().MessagePeek(ctx, p)
+		got, err := d.Reader().MessagePeek(ctx, &p)
 		if err != nil {
 			t.Fatalf("MessagePeek(%+v): %v", p, err)
 		}
@@ -1483,7 +1489,7 @@ func testQueueDeadLetters(t *testing.T, d store.Driver) {
 	checkSession(t, "c", getSession(t, d, "q", "c"), 0, nil, true)
 
 	dl := func(p store.DeadLetterListParams) string {
-		got, err := d.Reader().DeadLetterList(ctx, p)
+		got, err := d.Reader().DeadLetterList(ctx, &p)
 		if err != nil {
 			t.Fatalf("DeadLetterList(%+v): %v", p, err)
 		}
@@ -1515,10 +1521,14 @@ func testQueueDeadLetters(t *testing.T, d store.Driver) {
 
 	op := func(f func(ctx context.Context, x store.Executor) error) error { return d.InTx(ctx, f) }
 	resubmit := func(q, s string, seq int64, now time.Time) error {
-		return op(func(ctx context.Context, x store.Executor) error { return x.DeadLetterResubmit(ctx, q, s, seq, now) })
+		return op(func(ctx context.Context, x store.Executor) error {
+			return x.DeadLetterResubmit(ctx, &store.DeadLetterResubmitParams{Queue: q, SessionID: s, Seq: seq, Now: now})
+		})
 	}
 	discard := func(q, s string, seq int64, now time.Time) error {
-		return op(func(ctx context.Context, x store.Executor) error { return x.DeadLetterDiscard(ctx, q, s, seq, now) })
+		return op(func(ctx context.Context, x store.Executor) error {
+			return x.DeadLetterDiscard(ctx, &store.DeadLetterDiscardParams{Queue: q, SessionID: s, Seq: seq, Now: now})
+		})
 	}
 	// Only dead messages.
 	wantErrIs(t, resubmit("q", "a", 2, now), store.ErrNotFound, "resubmit a live message")
@@ -1570,8 +1580,8 @@ func testQueueDeadLetters(t *testing.T, d store.Driver) {
 
 func testQueueDedupeDeleteExpired(t *testing.T, d store.Driver) {
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.QueuePut(ctx, &dt.Queue{Name: "q", MaxDeliveryCount: 5, PoisonPolicy: dt.PoisonBlock,
-			DedupeWindow: time.Minute, LockDuration: time.Minute, CreatedAt: base, UpdatedAt: base})
+		return x.QueuePut(ctx, &store.QueuePutParams{Queue: &dt.Queue{Name: "q", MaxDeliveryCount: 5, PoisonPolicy: dt.PoisonBlock,
+			DedupeWindow: time.Minute, LockDuration: time.Minute, CreatedAt: base, UpdatedAt: base}})
 	})
 	publishAt(t, d, base, withID(pub("q", "a", "1"), "m1"))
 	publishAt(t, d, at(30*time.Second), withID(pub("q", "a", "2"), "m2"))
@@ -1580,7 +1590,7 @@ func testQueueDedupeDeleteExpired(t *testing.T, d store.Driver) {
 		var n int
 		inTx(t, d, func(ctx context.Context, x store.Executor) error {
 			var err error
-			n, err = x.DedupeDeleteExpired(ctx, now, limit)
+			n, err = x.DedupeDeleteExpired(ctx, &store.DedupeDeleteExpiredParams{Now: now, Limit: limit})
 			return err
 		})
 		return n
@@ -1643,7 +1653,7 @@ func testQueueConcurrentPublish(t *testing.T, d store.Driver) {
 				}
 				rollback := (p+j)%4 == 0
 				err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-					res, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: msgs, Now: base})
+					res, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: msgs, Now: base})
 					if err != nil {
 						return err
 					}
@@ -1654,10 +1664,10 @@ func testQueueConcurrentPublish(t *testing.T, d store.Driver) {
 					}
 					// More work in the same transaction widens the window
 					// between taking seqs and committing.
-					if _, err := x.SessionGet(ctx, "q", "s"); err != nil {
+					if _, err := x.SessionGet(ctx, &store.SessionGetParams{Queue: "q", SessionID: "s"}); err != nil {
 						return err
 					}
-					if _, err := x.QueueList(ctx, store.QueueListParams{}); err != nil {
+					if _, err := x.QueueList(ctx, &store.QueueListParams{}); err != nil {
 						return err
 					}
 					if rollback {
@@ -1757,7 +1767,7 @@ func testQueueConcurrentNewSessions(t *testing.T, d store.Driver) {
 				sa, sb := fmt.Sprintf("r%02d-%d", r, a), fmt.Sprintf("r%02d-%d", r, b)
 				msgs := []store.PublishMessage{pub("q", sa, fmt.Sprintf("p%02d-a", p)), pub("q", sb, fmt.Sprintf("p%02d-b", p))}
 				err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-					_, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: msgs, Now: base})
+					_, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: msgs, Now: base})
 					return err
 				})
 				mu.Lock()
@@ -1775,7 +1785,7 @@ func testQueueConcurrentNewSessions(t *testing.T, d store.Driver) {
 	if len(failed) > 0 {
 		t.Fatalf("%d of %d publishes failed; the first: %v", len(failed), producers*rounds, failed[0])
 	}
-	sessions, err := d.Reader().SessionList(ctx, store.SessionListParams{Queue: "q"})
+	sessions, err := d.Reader().SessionList(ctx, &store.SessionListParams{Queue: "q"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1819,13 +1829,13 @@ func testQueueConcurrentDuplicates(t *testing.T, d store.Driver) {
 			<-start
 			var r store.PublishResult
 			err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-				res, err := x.MessagePublishMany(ctx, store.PublishParams{Now: base, Messages: []store.PublishMessage{
+				res, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Now: base, Messages: []store.PublishMessage{
 					withID(pub("q", fmt.Sprintf("d-%02d", i), "body"), "the-id")}})
 				if err != nil {
 					return err
 				}
 				r = res[0]
-				if _, err := x.QueueList(ctx, store.QueueListParams{}); err != nil { // widen the window
+				if _, err := x.QueueList(ctx, &store.QueueListParams{}); err != nil { // widen the window
 					return err
 				}
 				if i%3 == 0 {
@@ -1847,7 +1857,7 @@ func testQueueConcurrentDuplicates(t *testing.T, d store.Driver) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	sessions, err := d.Reader().SessionList(ctx, store.SessionListParams{Queue: "q"})
+	sessions, err := d.Reader().SessionList(ctx, &store.SessionListParams{Queue: "q"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1887,7 +1897,7 @@ func testQueueOpenPublisher(t *testing.T, d store.Driver) {
 	)
 	go func() {
 		aDone <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			res, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: []store.PublishMessage{pub("q", "a", "a2")}, Now: base})
+			res, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: []store.PublishMessage{pub("q", "a", "a2")}, Now: base})
 			if err != nil {
 				published <- -1
 				return err
@@ -1915,7 +1925,7 @@ func testQueueOpenPublisher(t *testing.T, d store.Driver) {
 		var res []store.PublishResult
 		err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
-			res, err = x.MessagePublishMany(ctx, store.PublishParams{Messages: []store.PublishMessage{pub("q", "a", "a3")}, Now: base})
+			res, err = x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: []store.PublishMessage{pub("q", "a", "a3")}, Now: base})
 			return err
 		})
 		cErr <- err
@@ -1927,11 +1937,11 @@ func testQueueOpenPublisher(t *testing.T, d store.Driver) {
 		others <- func() error {
 			var accepted []*dt.Session
 			err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-				if _, err := x.MessagePublishMany(ctx, store.PublishParams{Messages: []store.PublishMessage{pub("q", "b", "b1")}, Now: base}); err != nil {
+				if _, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: []store.PublishMessage{pub("q", "b", "b1")}, Now: base}); err != nil {
 					return err
 				}
 				var err error
-				accepted, err = x.SessionAccept(ctx, store.SessionAcceptParams{Queue: "q", Holder: "h", Now: at(time.Second), Limit: 10})
+				accepted, err = x.SessionAccept(ctx, &store.SessionAcceptParams{Queue: "q", Holder: "h", Now: at(time.Second), Limit: 10})
 				return err
 			})
 			if err != nil {
@@ -1943,18 +1953,18 @@ func testQueueOpenPublisher(t *testing.T, d store.Driver) {
 			}
 			return d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 				ref := sref(accepted[1])
-				msgs, errs, err := x.MessageReceiveMany(ctx, []store.SessionRef{ref}, at(time.Second))
+				msgs, errs, err := x.MessageReceiveMany(ctx, &store.MessageReceiveManyParams{Refs: []store.SessionRef{ref}, Now: at(time.Second)})
 				if err != nil || errs[0] != nil || msgs[0] == nil {
 					return fmt.Errorf("receive c: %v %v %v", msgs, errs, err)
 				}
-				errs, err = x.MessageSettleMany(ctx, []store.MessageSettle{complete(ref, 1)}, at(time.Second))
+				errs, err = x.MessageSettleMany(ctx, &store.MessageSettleManyParams{Settles: []store.MessageSettle{complete(ref, 1)}, Now: at(time.Second)})
 				if err != nil || errs[0] != nil {
 					return fmt.Errorf("complete c: %v %v", errs, err)
 				}
-				if _, err := x.SessionGet(ctx, "q", "c"); err != nil {
+				if _, err := x.SessionGet(ctx, &store.SessionGetParams{Queue: "q", SessionID: "c"}); err != nil {
 					return err
 				}
-				_, err = d.Reader().SessionGet(ctx, "q", "a")
+				_, err = d.Reader().SessionGet(ctx, &store.SessionGetParams{Queue: "q", SessionID: "a"})
 				return err
 			})
 		}()
@@ -2026,7 +2036,7 @@ func testQueueHeadAfterSkipsAndResubmit(t *testing.T, d store.Driver) {
 	resubmit := func(seq int64, now time.Time) {
 		t.Helper()
 		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-			return x.DeadLetterResubmit(ctx, "q", "s", seq, now)
+			return x.DeadLetterResubmit(ctx, &store.DeadLetterResubmitParams{Queue: "q", SessionID: "s", Seq: seq, Now: now})
 		}); err != nil {
 			t.Fatalf("resubmit %d: %v", seq, err)
 		}

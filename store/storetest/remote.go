@@ -57,7 +57,7 @@ func testRemoteGet(t *testing.T, d store.Driver) {
 	r2.Kind, r2.IdempotencyKey, r2.ClaimedBy = dt.KindCompensate, "t/2/step2/compensate", "remote:x"
 	insertRequests(t, d, r1, r2)
 
-	got, err := d.Reader().RequestGet(context.Background(), r1.ID)
+	got, err := d.Reader().RequestGet(context.Background(), &store.RequestGetParams{ID: r1.ID})
 	if err != nil {
 		t.Fatalf("RequestGet(%d): %v", r1.ID, err)
 	}
@@ -69,7 +69,7 @@ func testRemoteGet(t *testing.T, d store.Driver) {
 	}
 	// Inside a transaction too, and a compensation carries the step's output.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		got, err := x.RequestGet(ctx, r2.ID)
+		got, err := x.RequestGet(ctx, &store.RequestGetParams{ID: r2.ID})
 		if err != nil {
 			return err
 		}
@@ -79,7 +79,7 @@ func testRemoteGet(t *testing.T, d store.Driver) {
 		checkEqual(t, "request of step 2 (compensate, claimed)", got, &want)
 		return nil
 	})
-	_, err = d.Reader().RequestGet(context.Background(), r2.ID+1000)
+	_, err = d.Reader().RequestGet(context.Background(), &store.RequestGetParams{ID: r2.ID + 1000})
 	wantErrIs(t, err, store.ErrNotFound, "RequestGet of a missing ID")
 }
 
@@ -88,7 +88,7 @@ func testRemoteAvailable(t *testing.T, d store.Driver) {
 	ctx := context.Background()
 	avail := func(agent string, now time.Time) bool {
 		t.Helper()
-		ok, err := d.Reader().RequestAvailable(ctx, agent, now)
+		ok, err := d.Reader().RequestAvailable(ctx, &store.RequestAvailableParams{Agent: agent, Now: now})
 		if err != nil {
 			t.Fatalf("RequestAvailable(%s): %v", agent, err)
 		}
@@ -112,7 +112,7 @@ func testRemoteAvailable(t *testing.T, d store.Driver) {
 		t.Error("RequestAvailable with only a claimed request = true")
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		ok, err := x.RequestAvailable(ctx, "a", base)
+		ok, err := x.RequestAvailable(ctx, &store.RequestAvailableParams{Agent: "a", Now: base})
 		if err != nil || ok {
 			t.Errorf("RequestAvailable in a transaction = %v, %v; want false", ok, err)
 		}
@@ -134,7 +134,7 @@ func testRemoteComplete(t *testing.T, d store.Driver) {
 		var out *dt.AgentRequest
 		err := remoteTx(d, func(ctx context.Context, x store.Executor) error {
 			var err error
-			out, err = x.RequestComplete(ctx, id, claimedBy, now)
+			out, err = x.RequestComplete(ctx, &store.RequestCompleteParams{ID: id, ClaimedBy: claimedBy, Now: now})
 			return err
 		})
 		return out, err
@@ -150,11 +150,11 @@ func testRemoteComplete(t *testing.T, d store.Driver) {
 	wantErrIs(t, err, store.ErrStale, "RequestComplete of an unclaimed request")
 	_, err = complete(r1.ID, "remote:n1", base)
 	wantErrIs(t, err, store.ErrStale, "RequestComplete of an unclaimed request with another request's claim")
-	if g, err := d.Reader().RequestGet(context.Background(), r0.ID); err != nil || g.ClaimedBy != "remote:n1" {
+	if g, err := d.Reader().RequestGet(context.Background(), &store.RequestGetParams{ID: r0.ID}); err != nil || g.ClaimedBy != "remote:n1" {
 		t.Fatalf("after refused completions, request = %+v, %v; want it still claimed by remote:n1", g, err)
 	}
 	// Outside a transaction: refused.
-	if _, err := d.Reader().RequestComplete(context.Background(), r0.ID, "remote:n1", base); err == nil {
+	if _, err := d.Reader().RequestComplete(context.Background(), &store.RequestCompleteParams{ID: r0.ID, ClaimedBy: "remote:n1", Now: base}); err == nil {
 		t.Error("RequestComplete on the Reader succeeded; want an error")
 	}
 
@@ -165,7 +165,7 @@ func testRemoteComplete(t *testing.T, d store.Driver) {
 	want := *r0
 	want.ClaimedBy = "remote:n1"
 	checkEqual(t, "completed request", out, &want)
-	_, err = d.Reader().RequestGet(context.Background(), r0.ID)
+	_, err = d.Reader().RequestGet(context.Background(), &store.RequestGetParams{ID: r0.ID})
 	wantErrIs(t, err, store.ErrNotFound, "RequestGet of the completed request")
 	// A second completion with the same claim: the request is gone.
 	_, err = complete(r0.ID, "remote:n1", base)
@@ -177,7 +177,7 @@ func testRemoteComplete(t *testing.T, d store.Driver) {
 	claimRequests(t, d, store.RequestClaimParams{Agent: "a", ClaimedBy: "remote:n2", Now: base, Limit: 1})
 	boom := errors.New("boom")
 	err = remoteTx(d, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.RequestComplete(ctx, r1.ID, "remote:n2", base); err != nil {
+		if _, err := x.RequestComplete(ctx, &store.RequestCompleteParams{ID: r1.ID, ClaimedBy: "remote:n2", Now: base}); err != nil {
 			return err
 		}
 		return boom
@@ -196,17 +196,19 @@ func testRemoteCompleteSuperseded(t *testing.T, d store.Driver) {
 	setupRemote(t, d)
 	steps := getSteps(t, d, "t")
 	steps[0].Attempt = 2
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.StepUpdateMany(ctx, steps[:1]) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.StepUpdateMany(ctx, &store.StepUpdateManyParams{Steps: steps[:1]})
+	})
 	r0 := newRequest("t", 0, "a", at(time.Minute)) // attempt 1
 	insertRequests(t, d, r0)
 	claimRequests(t, d, store.RequestClaimParams{Agent: "a", ClaimedBy: "remote:n", Now: base, Limit: 1})
 	err := remoteTx(d, func(ctx context.Context, x store.Executor) error {
-		_, err := x.RequestComplete(ctx, r0.ID, "remote:n", base)
+		_, err := x.RequestComplete(ctx, &store.RequestCompleteParams{ID: r0.ID, ClaimedBy: "remote:n", Now: base})
 		return err
 	})
 	wantErrIs(t, err, store.ErrStale, "RequestComplete of a superseded attempt")
 	err = remoteTx(d, func(ctx context.Context, x store.Executor) error {
-		_, err := x.RequestReleaseOne(ctx, r0.ID, "remote:n", base, store.Redelivery{})
+		_, err := x.RequestReleaseOne(ctx, &store.RequestReleaseOneParams{ID: r0.ID, ClaimedBy: "remote:n", Now: base, Redelivery: store.Redelivery{}})
 		return err
 	})
 	wantErrIs(t, err, store.ErrStale, "RequestReleaseOne of a superseded attempt")
@@ -223,7 +225,7 @@ func testRemoteReleaseOne(t *testing.T, d store.Driver) {
 		var out *dt.AgentRequest
 		err := remoteTx(d, func(ctx context.Context, x store.Executor) error {
 			var err error
-			out, err = x.RequestReleaseOne(ctx, id, claimedBy, now, store.Redelivery{})
+			out, err = x.RequestReleaseOne(ctx, &store.RequestReleaseOneParams{ID: id, ClaimedBy: claimedBy, Now: now, Redelivery: store.Redelivery{}})
 			return err
 		})
 		return out, err
@@ -249,11 +251,11 @@ func testRemoteReleaseOne(t *testing.T, d store.Driver) {
 	_, err = release(r0.ID, "remote:n1", base)
 	wantErrIs(t, err, store.ErrStale, "RequestReleaseOne with the claim given up")
 	err = remoteTx(d, func(ctx context.Context, x store.Executor) error {
-		_, err := x.RequestComplete(ctx, r0.ID, "remote:n1", base)
+		_, err := x.RequestComplete(ctx, &store.RequestCompleteParams{ID: r0.ID, ClaimedBy: "remote:n1", Now: base})
 		return err
 	})
 	wantErrIs(t, err, store.ErrStale, "RequestComplete with the claim given up")
-	if g, err := d.Reader().RequestGet(context.Background(), r1.ID); err != nil || g.ClaimedBy != "remote:n1" {
+	if g, err := d.Reader().RequestGet(context.Background(), &store.RequestGetParams{ID: r1.ID}); err != nil || g.ClaimedBy != "remote:n1" {
 		t.Errorf("the other request = %+v, %v; want it still claimed by remote:n1", g, err)
 	}
 }
@@ -270,7 +272,7 @@ func testRemoteRedeliveryDelay(t *testing.T, d store.Driver) {
 	after := store.Redelivery{First: 2 * time.Second, Max: 5 * time.Second}
 	available := func(now time.Time) bool {
 		t.Helper()
-		ok, err := d.Reader().RequestAvailable(context.Background(), "a", now)
+		ok, err := d.Reader().RequestAvailable(context.Background(), &store.RequestAvailableParams{Agent: "a", Now: now})
 		if err != nil {
 			t.Fatalf("RequestAvailable: %v", err)
 		}
@@ -283,7 +285,7 @@ func testRemoteRedeliveryDelay(t *testing.T, d store.Driver) {
 	release := func(claimedBy string, now time.Time) {
 		t.Helper()
 		err := remoteTx(d, func(ctx context.Context, x store.Executor) error {
-			_, err := x.RequestReleaseOne(ctx, r0.ID, claimedBy, now, after)
+			_, err := x.RequestReleaseOne(ctx, &store.RequestReleaseOneParams{ID: r0.ID, ClaimedBy: claimedBy, Now: now, Redelivery: after})
 			return err
 		})
 		if err != nil {
@@ -337,7 +339,7 @@ func testRemoteRedeliveryDelay(t *testing.T, d store.Driver) {
 			t.Fatalf("long back-off, release %d: claim at %s = %v, want request %d", i, t1.Sub(base), reqKeys(got), r1.ID)
 		}
 		err := remoteTx(d, func(ctx context.Context, x store.Executor) error {
-			_, err := x.RequestReleaseOne(ctx, r1.ID, fmt.Sprintf("remote:l%d", i), t1, long)
+			_, err := x.RequestReleaseOne(ctx, &store.RequestReleaseOneParams{ID: r1.ID, ClaimedBy: fmt.Sprintf("remote:l%d", i), Now: t1, Redelivery: long})
 			return err
 		})
 		if err != nil {

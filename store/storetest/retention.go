@@ -43,17 +43,17 @@ func testTaskDeleteFinished(t *testing.T, d store.Driver) {
 		for _, tk := range tasks {
 			evs = append(evs, &dt.Event{TaskID: tk.ID, StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: base})
 		}
-		if err := x.EventInsertMany(ctx, evs); err != nil {
+		if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: evs}); err != nil {
 			return err
 		}
-		return x.ReplyInsertMany(ctx, []*dt.AgentReply{{TaskID: "old-processed", Attempt: 1, Kind: dt.KindDo, CreatedAt: base}})
+		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: []*dt.AgentReply{{TaskID: "old-processed", Attempt: 1, Kind: dt.KindDo, CreatedAt: base}}})
 	})
 
 	cutoff := at(time.Minute)
 	var n int
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		n, err = x.TaskDeleteFinished(ctx, cutoff, 3)
+		n, err = x.TaskDeleteFinished(ctx, &store.TaskDeleteFinishedParams{Before: cutoff, Limit: 3})
 		return err
 	})
 	if n != 3 {
@@ -61,7 +61,7 @@ func testTaskDeleteFinished(t *testing.T, d store.Driver) {
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		n, err = x.TaskDeleteFinished(ctx, cutoff, 100)
+		n, err = x.TaskDeleteFinished(ctx, &store.TaskDeleteFinishedParams{Before: cutoff, Limit: 100})
 		return err
 	})
 	if n != 1 {
@@ -69,17 +69,17 @@ func testTaskDeleteFinished(t *testing.T, d store.Driver) {
 	}
 	r := d.Reader()
 	for _, tk := range tasks {
-		_, err := r.TaskGet(ctx, tk.ID)
+		_, err := r.TaskGet(ctx, &store.TaskGetParams{ID: tk.ID})
 		gone := errors.Is(err, store.ErrNotFound)
 		wantGone := tk.ID[:4] == "old-" && tk.ProcessState.Final()
 		if gone != wantGone {
 			t.Errorf("task %s (%s): gone %v, want %v (err %v)", tk.ID, tk.ProcessState, gone, wantGone, err)
 		}
-		steps, err := r.StepListByTasks(ctx, []string{tk.ID})
+		steps, err := r.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: []string{tk.ID}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		evs, err := r.EventList(ctx, store.EventListParams{TaskID: tk.ID})
+		evs, err := r.EventList(ctx, &store.EventListParams{TaskID: tk.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func testTaskDeleteFinished(t *testing.T, d store.Driver) {
 		}
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		rs, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: "s1", Limit: 10})
+		rs, err := x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: "s1", Limit: 10})
 		if err == nil && len(rs) != 0 {
 			t.Errorf("replies of a deleted task remain: %d", len(rs))
 		}

@@ -49,7 +49,7 @@ func testStepInsertList(t *testing.T, d store.Driver) {
 	checkEqual(t, "step with every field set", got[1], s1)
 
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		got, err := x.StepListByTasks(ctx, []string{"t"})
+		got, err := x.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: []string{"t"}})
 		if err != nil {
 			return err
 		}
@@ -57,10 +57,10 @@ func testStepInsertList(t *testing.T, d store.Driver) {
 			t.Fatalf("StepListByTasks in a transaction = %d steps", len(got))
 		}
 		checkEqual(t, "step read in a transaction", got[1], s1)
-		return x.StepInsertMany(ctx, nil)
+		return x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: nil})
 	})
 	for _, ids := range [][]string{nil, {"missing"}, {"missing", "other"}} {
-		got, err := d.Reader().StepListByTasks(context.Background(), ids)
+		got, err := d.Reader().StepListByTasks(context.Background(), &store.StepListByTasksParams{TaskIDs: ids})
 		if err != nil || len(got) != 0 {
 			t.Errorf("StepListByTasks(%v) = %d steps, %v; want none", ids, len(got), err)
 		}
@@ -71,7 +71,7 @@ func testStepListOrder(t *testing.T, d store.Driver) {
 	insertTasks(t, d, newTask("a"), newTask("b"), newTask("c"))
 	// Inserted out of order, across tasks.
 	insertSteps(t, d, newStep("b", 2), newStep("a", 1), newStep("c", 0), newStep("b", 0), newStep("a", 0), newStep("b", 1))
-	got, err := d.Reader().StepListByTasks(context.Background(), []string{"b", "a", "missing"})
+	got, err := d.Reader().StepListByTasks(context.Background(), &store.StepListByTasksParams{TaskIDs: []string{"b", "a", "missing"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func testStepUpdateMany(t *testing.T, d store.Driver) {
 	b2.FinishedAt = nil
 	b2.UpdatedAt = at(4 * time.Second)
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.StepUpdateMany(ctx, []*dt.StepRecord{&a2, &b2})
+		return x.StepUpdateMany(ctx, &store.StepUpdateManyParams{Steps: []*dt.StepRecord{&a2, &b2}})
 	})
 	got := getSteps(t, d, "t")
 	checkEqual(t, "step 0 updated", got[0], &a2)
@@ -136,7 +136,7 @@ func testStepUpdateMany(t *testing.T, d store.Driver) {
 	b3.LockedBy, b3.CompleteBy, b3.Output, b3.LastError = "sched-2", tp(at(time.Hour)), []byte(`[1]`), "e2"
 	b3.StartedAt, b3.FinishedAt, b3.CompensationState = tp(at(5*time.Second)), tp(at(6*time.Second)), dt.Error
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.StepUpdateMany(ctx, []*dt.StepRecord{&b3, &a3})
+		return x.StepUpdateMany(ctx, &store.StepUpdateManyParams{Steps: []*dt.StepRecord{&b3, &a3}})
 	})
 	got = getSteps(t, d, "t")
 	checkEqual(t, "step 0 back to nulls", got[0], &a3)
@@ -147,7 +147,7 @@ func testStepUpdateMany(t *testing.T, d store.Driver) {
 	a4 := a3
 	a4.Name, a4.Agent, a4.Timeout, a4.Compensation, a4.IdempotencyKey = "x", "x", time.Hour, "x", a.IdempotencyKey+"/run-2"
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.StepUpdateMany(ctx, []*dt.StepRecord{&a4})
+		return x.StepUpdateMany(ctx, &store.StepUpdateManyParams{Steps: []*dt.StepRecord{&a4}})
 	})
 	g := getSteps(t, d, "t")[0]
 	if g.Name != a.Name || g.Agent != a.Agent || g.Timeout != a.Timeout || g.Compensation != a.Compensation {
@@ -156,5 +156,7 @@ func testStepUpdateMany(t *testing.T, d store.Driver) {
 	if g.IdempotencyKey != a.IdempotencyKey+"/run-2" {
 		t.Errorf("StepUpdateMany: idempotency key %q, want %q", g.IdempotencyKey, a.IdempotencyKey+"/run-2")
 	}
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.StepUpdateMany(ctx, nil) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.StepUpdateMany(ctx, &store.StepUpdateManyParams{Steps: nil})
+	})
 }

@@ -197,7 +197,7 @@ func newStep(taskID string, i int) *dt.StepRecord {
 func insertTasks(t *testing.T, d store.Driver, tasks ...*dt.Task) {
 	t.Helper()
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		ins, err := x.TaskInsertMany(ctx, tasks)
+		ins, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: tasks})
 		if err != nil {
 			return err
 		}
@@ -212,12 +212,14 @@ func insertTasks(t *testing.T, d store.Driver, tasks ...*dt.Task) {
 
 func insertSteps(t *testing.T, d store.Driver, steps ...*dt.StepRecord) {
 	t.Helper()
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.StepInsertMany(ctx, steps) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: steps})
+	})
 }
 
 func getTask(t *testing.T, d store.Driver, id string) *dt.Task {
 	t.Helper()
-	got, err := d.Reader().TaskGet(context.Background(), id)
+	got, err := d.Reader().TaskGet(context.Background(), &store.TaskGetParams{ID: id})
 	if err != nil {
 		t.Fatalf("TaskGet(%s): %v", id, err)
 	}
@@ -226,7 +228,7 @@ func getTask(t *testing.T, d store.Driver, id string) *dt.Task {
 
 func getSteps(t *testing.T, d store.Driver, id string) []*dt.StepRecord {
 	t.Helper()
-	got, err := d.Reader().StepListByTasks(context.Background(), []string{id})
+	got, err := d.Reader().StepListByTasks(context.Background(), &store.StepListByTasksParams{TaskIDs: []string{id}})
 	if err != nil {
 		t.Fatalf("StepListByTasks(%s): %v", id, err)
 	}
@@ -235,7 +237,7 @@ func getSteps(t *testing.T, d store.Driver, id string) []*dt.StepRecord {
 
 func listEvents(t *testing.T, d store.Driver, p store.EventListParams) []*dt.Event {
 	t.Helper()
-	got, err := d.Reader().EventList(context.Background(), p)
+	got, err := d.Reader().EventList(context.Background(), &p)
 	if err != nil {
 		t.Fatalf("EventList(%+v): %v", p, err)
 	}
@@ -395,26 +397,26 @@ func testInTxRollback(t *testing.T, d store.Driver) {
 	ctx := context.Background()
 	sentinel := errors.New("roll me back")
 	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, err := x.TaskInsertMany(ctx, []*dt.Task{newTask("t1")}); err != nil {
+		if _, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: []*dt.Task{newTask("t1")}}); err != nil {
 			return err
 		}
-		if err := x.StepInsertMany(ctx, []*dt.StepRecord{newStep("t1", 0)}); err != nil {
+		if err := x.StepInsertMany(ctx, &store.StepInsertManyParams{Steps: []*dt.StepRecord{newStep("t1", 0)}}); err != nil {
 			return err
 		}
-		if err := x.RequestInsertMany(ctx, []*dt.AgentRequest{newRequest("t1", 0, "a", at(time.Minute))}); err != nil {
+		if err := x.RequestInsertMany(ctx, &store.RequestInsertManyParams{Requests: []*dt.AgentRequest{newRequest("t1", 0, "a", at(time.Minute))}}); err != nil {
 			return err
 		}
-		if err := x.ReplyInsertMany(ctx, []*dt.AgentReply{{TaskID: "t1", Attempt: 1, Kind: dt.KindDo, CreatedAt: base}}); err != nil {
+		if err := x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: []*dt.AgentReply{{TaskID: "t1", Attempt: 1, Kind: dt.KindDo, CreatedAt: base}}}); err != nil {
 			return err
 		}
-		if err := x.EventInsertMany(ctx, []*dt.Event{{TaskID: "t1", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: base}}); err != nil {
+		if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "t1", StepIndex: -1, Type: dt.EventSubmitted, CreatedAt: base}}}); err != nil {
 			return err
 		}
-		if _, _, err := x.LeaseAcquire(ctx, store.LeaseParams{Name: "l", Holder: "h", Now: base, TTL: time.Minute}); err != nil {
+		if _, _, err := x.LeaseAcquire(ctx, &store.LeaseAcquireParams{Name: "l", Holder: "h", Now: base, TTL: time.Minute}); err != nil {
 			return err
 		}
 		// Reads inside the transaction see its own writes.
-		if _, err := x.TaskGet(ctx, "t1"); err != nil {
+		if _, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "t1"}); err != nil {
 			return fmt.Errorf("read own write: %w", err)
 		}
 		return sentinel
@@ -423,7 +425,7 @@ func testInTxRollback(t *testing.T, d store.Driver) {
 		t.Fatalf("InTx returned %v, want the callback's error", err)
 	}
 	r := d.Reader()
-	if _, err := r.TaskGet(ctx, "t1"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := r.TaskGet(ctx, &store.TaskGetParams{ID: "t1"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("task after rollback: err = %v, want ErrNotFound", err)
 	}
 	if s := getSteps(t, d, "t1"); len(s) != 0 {
@@ -432,18 +434,18 @@ func testInTxRollback(t *testing.T, d store.Driver) {
 	if e := listEvents(t, d, store.EventListParams{}); len(e) != 0 {
 		t.Errorf("events after rollback: %d", len(e))
 	}
-	if _, err := r.LeaseGet(ctx, "l"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := r.LeaseGet(ctx, &store.LeaseGetParams{Name: "l"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("lease after rollback: err = %v, want ErrNotFound", err)
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		reqs, err := x.RequestClaim(ctx, store.RequestClaimParams{Agent: "a", ClaimedBy: "rt", Now: base, Limit: 10})
+		reqs, err := x.RequestClaim(ctx, &store.RequestClaimParams{Agent: "a", ClaimedBy: "rt", Now: base, Limit: 10})
 		if err != nil {
 			return err
 		}
 		if len(reqs) != 0 {
 			t.Errorf("requests after rollback: %d", len(reqs))
 		}
-		reps, err := x.ReplyTake(ctx, store.ReplyTakeParams{Scheduler: "s", Limit: 10})
+		reps, err := x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: "s", Limit: 10})
 		if err != nil {
 			return err
 		}

@@ -54,7 +54,7 @@ func testTaskInsertRoundTrip(t *testing.T, d store.Driver) {
 
 	// Reading inside a write transaction gives the same.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		got, err := x.TaskGet(ctx, "full")
+		got, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "full"})
 		if err != nil {
 			return err
 		}
@@ -64,7 +64,7 @@ func testTaskInsertRoundTrip(t *testing.T, d store.Driver) {
 
 	// An empty call inserts nothing and does not fail.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		ins, err := x.TaskInsertMany(ctx, nil)
+		ins, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: nil})
 		if err != nil {
 			return err
 		}
@@ -84,7 +84,7 @@ func testTaskInsertConflict(t *testing.T, d store.Driver) {
 	other.Input = []byte(`{"other":true}`)
 	other.InputHash = "different"
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		ins, err := x.TaskInsertMany(ctx, []*dt.Task{newTask("new1"), other, newTask("new2")})
+		ins, err := x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: []*dt.Task{newTask("new1"), other, newTask("new2")}})
 		if err != nil {
 			return err
 		}
@@ -99,10 +99,10 @@ func testTaskInsertConflict(t *testing.T, d store.Driver) {
 }
 
 func testTaskGetNotFound(t *testing.T, d store.Driver) {
-	_, err := d.Reader().TaskGet(context.Background(), "missing")
+	_, err := d.Reader().TaskGet(context.Background(), &store.TaskGetParams{ID: "missing"})
 	wantErrIs(t, err, store.ErrNotFound, "TaskGet on the reader")
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		_, err := x.TaskGet(ctx, "missing")
+		_, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "missing"})
 		wantErrIs(t, err, store.ErrNotFound, "TaskGet in a transaction")
 		return nil
 	})
@@ -111,7 +111,7 @@ func testTaskGetNotFound(t *testing.T, d store.Driver) {
 func testTaskGetMany(t *testing.T, d store.Driver) {
 	a, b, c := newTask("a"), fullTask("b"), newTask("c")
 	insertTasks(t, d, a, b, c)
-	got, err := d.Reader().TaskGetMany(context.Background(), []string{"c", "missing", "b"})
+	got, err := d.Reader().TaskGetMany(context.Background(), &store.TaskGetManyParams{IDs: []string{"c", "missing", "b"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func testTaskGetMany(t *testing.T, d store.Driver) {
 		}
 		checkEqual(t, "task "+g.ID, g, want)
 	}
-	got, err = d.Reader().TaskGetMany(context.Background(), nil)
+	got, err = d.Reader().TaskGetMany(context.Background(), &store.TaskGetManyParams{IDs: nil})
 	if err != nil || len(got) != 0 {
 		t.Fatalf("TaskGetMany(nil) = %v, %v; want nothing", taskIDs(got), err)
 	}
@@ -137,15 +137,15 @@ func testTaskGetManyWithSteps(t *testing.T, d store.Driver) {
 	insertSteps(t, d, newStep("a", 1), newStep("b", 0), newStep("a", 0))
 	ids := []string{"c", "missing", "b", "a"}
 	check := func(what string, x store.Executor) {
-		tasks, steps, err := x.TaskGetManyWithSteps(context.Background(), ids)
+		tasks, steps, err := x.TaskGetManyWithSteps(context.Background(), &store.TaskGetManyWithStepsParams{IDs: ids})
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		wantTasks, err := x.TaskGetMany(context.Background(), ids)
+		wantTasks, err := x.TaskGetMany(context.Background(), &store.TaskGetManyParams{IDs: ids})
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantSteps, err := x.StepListByTasks(context.Background(), ids)
+		wantSteps, err := x.StepListByTasks(context.Background(), &store.StepListByTasksParams{TaskIDs: ids})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +165,7 @@ func testTaskGetManyWithSteps(t *testing.T, d store.Driver) {
 		for i := range steps {
 			checkEqual(t, fmt.Sprintf("%s: step %d", what, i), steps[i], wantSteps[i])
 		}
-		if tasks, steps, err := x.TaskGetManyWithSteps(context.Background(), nil); err != nil || len(tasks)+len(steps) != 0 {
+		if tasks, steps, err := x.TaskGetManyWithSteps(context.Background(), &store.TaskGetManyWithStepsParams{IDs: nil}); err != nil || len(tasks)+len(steps) != 0 {
 			t.Fatalf("%s: of no IDs = %v, %d steps, %v; want nothing", what, taskIDs(tasks), len(steps), err)
 		}
 	}
@@ -206,7 +206,7 @@ func testTaskGetAndClaim(t *testing.T, d store.Driver) {
 		{"claim only", nil, 10, true, nil, []string{"late", "c1", "c2"}, []string{"late/0", "c1/0", "c1/1", "c2/0"}},
 	} {
 		err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-			r, err := x.TaskGetAndClaim(ctx, c.ids, store.TaskClaimParams{Instance: "s2", Now: base, Limit: c.limit, WriteLater: c.writeLater})
+			r, err := store.TaskGetAndClaim(ctx, x, &store.TaskGetAndClaimParams{IDs: c.ids, Claim: store.TaskClaimParams{Instance: "s2", Now: base, Limit: c.limit, WriteLater: c.writeLater}})
 			if err != nil {
 				return err
 			}
@@ -236,7 +236,7 @@ func testTaskGetAndClaim(t *testing.T, d store.Driver) {
 					ids = append(ids, id)
 				}
 			}
-			want, err := x.StepListByTasks(ctx, ids)
+			want, err := x.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: ids})
 			if err != nil {
 				return err
 			}
@@ -276,7 +276,7 @@ func testTaskList(t *testing.T, d store.Driver) {
 	ctx := context.Background()
 	list := func(p store.TaskListParams) []string {
 		t.Helper()
-		got, err := d.Reader().TaskList(ctx, p)
+		got, err := d.Reader().TaskList(ctx, &p)
 		if err != nil {
 			t.Fatalf("TaskList(%+v): %v", p, err)
 		}
@@ -318,7 +318,7 @@ func testTaskList(t *testing.T, d store.Driver) {
 		t.Errorf("paginated walk = %v", all)
 	}
 	// Fields survive listing.
-	got, err := d.Reader().TaskList(ctx, store.TaskListParams{AfterID: "t04", Limit: 1})
+	got, err := d.Reader().TaskList(ctx, &store.TaskListParams{AfterID: "t04", Limit: 1})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("TaskList: %v %v", taskIDs(got), err)
 	}
@@ -327,7 +327,7 @@ func testTaskList(t *testing.T, d store.Driver) {
 
 func testTaskCountByState(t *testing.T, d store.Driver) {
 	ctx := context.Background()
-	counts, err := d.Reader().TaskCountByState(ctx)
+	counts, err := d.Reader().TaskCountByState(ctx, &store.TaskCountByStateParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +336,7 @@ func testTaskCountByState(t *testing.T, d store.Driver) {
 			t.Errorf("empty store: count[%s] = %d", s, n)
 		}
 	}
-	if n, err := d.Reader().TaskCountActive(ctx); err != nil || n != 0 {
+	if n, err := d.Reader().TaskCountActive(ctx, &store.TaskCountActiveParams{}); err != nil || n != 0 {
 		t.Errorf("empty store: TaskCountActive = %d, %v", n, err)
 	}
 	want := map[dt.ProcessState]int{dt.Pending: 3, dt.Processing: 1, dt.Error: 2, dt.Cancelled: 1,
@@ -355,7 +355,7 @@ func testTaskCountByState(t *testing.T, d store.Driver) {
 			i++
 		}
 	}
-	counts, err = d.Reader().TaskCountByState(ctx)
+	counts, err = d.Reader().TaskCountByState(ctx, &store.TaskCountByStateParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,11 +365,11 @@ func testTaskCountByState(t *testing.T, d store.Driver) {
 		}
 	}
 	// Active: not final (Pending, Processing, Compensating), held or not.
-	if n, err := d.Reader().TaskCountActive(ctx); err != nil || n != 6 {
+	if n, err := d.Reader().TaskCountActive(ctx, &store.TaskCountActiveParams{}); err != nil || n != 6 {
 		t.Errorf("TaskCountActive = %d, %v; want 6", n, err)
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		n, err := x.TaskCountActive(ctx)
+		n, err := x.TaskCountActive(ctx, &store.TaskCountActiveParams{})
 		if err != nil || n != 6 {
 			t.Errorf("TaskCountActive in a transaction = %d, %v; want 6", n, err)
 		}
@@ -384,7 +384,7 @@ func testTaskCountActiveBySubmitter(t *testing.T, d store.Driver) {
 	ctx := context.Background()
 	count := func(who string) int {
 		t.Helper()
-		n, err := d.Reader().TaskCountActiveBySubmitter(ctx, who)
+		n, err := d.Reader().TaskCountActiveBySubmitter(ctx, &store.TaskCountActiveBySubmitterParams{Submitter: who})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,19 +414,19 @@ func testTaskCountActiveBySubmitter(t *testing.T, d store.Driver) {
 	}
 	// One of a's tasks ends; read in a transaction, too.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		ts, err := x.TaskList(ctx, store.TaskListParams{States: []dt.ProcessState{dt.Processing}, Limit: 10})
+		ts, err := x.TaskList(ctx, &store.TaskListParams{States: []dt.ProcessState{dt.Processing}, Limit: 10})
 		if err != nil {
 			return err
 		}
 		for _, tk := range ts {
 			if tk.Submitter == "http:a" {
 				tk.ProcessState, tk.LockedBy, tk.CompleteBy = dt.Processed, "", nil
-				if err := x.TaskUpdateMany(ctx, []*dt.Task{tk}); err != nil {
+				if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: []*dt.Task{tk}}); err != nil {
 					return err
 				}
 			}
 		}
-		n, err := x.TaskCountActiveBySubmitter(ctx, "http:a")
+		n, err := x.TaskCountActiveBySubmitter(ctx, &store.TaskCountActiveBySubmitterParams{Submitter: "http:a"})
 		if err == nil && n != 3 {
 			t.Errorf("http:a in the transaction: %d, want 3", n)
 		}
@@ -457,15 +457,15 @@ func claimTasks(ctx context.Context, x store.Executor, p store.TaskClaimParams, 
 		err   error
 	)
 	if mode == withSteps {
-		got, steps, err = x.TaskClaimWithSteps(ctx, p)
+		got, steps, err = store.TaskClaimWithSteps(ctx, x, &p)
 	} else {
-		got, err = x.TaskClaim(ctx, p)
+		got, err = x.TaskClaim(ctx, &p)
 	}
 	if err != nil || mode == plainClaim || len(got) == 0 {
 		return got, err
 	}
 	if mode == withSteps {
-		want, err := x.StepListByTasks(ctx, taskIDs(got))
+		want, err := x.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: taskIDs(got)})
 		if err != nil {
 			return nil, err
 		}
@@ -478,7 +478,7 @@ func claimTasks(ctx context.Context, x store.Executor, p store.TaskClaimParams, 
 			}
 		}
 	}
-	return got, x.TaskUpdateMany(ctx, got)
+	return got, x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: got})
 }
 
 // TaskClaimWithSteps claims the tasks TaskClaim would, and returns all
@@ -501,11 +501,11 @@ func testTaskClaimWithSteps(t *testing.T, d store.Driver) {
 		)
 		err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 			var err error
-			got, steps, err = x.TaskClaimWithSteps(ctx, store.TaskClaimParams{Instance: "s", Now: at(time.Hour), Limit: 3, WriteLater: writeLater})
+			got, steps, err = store.TaskClaimWithSteps(ctx, x, &store.TaskClaimParams{Instance: "s", Now: at(time.Hour), Limit: 3, WriteLater: writeLater})
 			if err != nil {
 				return err
 			}
-			if want, err = x.StepListByTasks(ctx, taskIDs(got)); err != nil {
+			if want, err = x.StepListByTasks(ctx, &store.StepListByTasksParams{TaskIDs: taskIDs(got)}); err != nil {
 				return err
 			}
 			return errors.New("roll back") // claim again in the next round
@@ -626,7 +626,7 @@ func testTaskClaimOldestFirst(t *testing.T, d store.Driver) {
 		var got []*dt.Task
 		inTx(t, d, func(ctx context.Context, x store.Executor) error {
 			var err error
-			got, err = x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s", Now: at(time.Hour), Limit: limit})
+			got, err = x.TaskClaim(ctx, &store.TaskClaimParams{Instance: "s", Now: at(time.Hour), Limit: limit})
 			return err
 		})
 		return taskIDs(got)
@@ -772,7 +772,7 @@ func testTaskClaimConcurrent(t *testing.T, d store.Driver, writeLater claimMode,
 		}
 		t.Logf("tasks claimed through each driver: %v", perDriver)
 	}
-	stored, err := drivers[len(drivers)-1].Reader().TaskList(context.Background(), store.TaskListParams{})
+	stored, err := drivers[len(drivers)-1].Reader().TaskList(context.Background(), &store.TaskListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -796,7 +796,7 @@ func testTaskListLockedBy(t *testing.T, d store.Driver) {
 		mk("a1", "A", dt.Processing), mk("a2", "A", dt.Compensating), mk("a3", "A", dt.Processing),
 		mk("b1", "B", dt.Processing), mk("free", "", dt.Pending), mk("done", "", dt.Processed))
 	ctx := context.Background()
-	got, err := d.Reader().TaskListLockedBy(ctx, "A", 100)
+	got, err := d.Reader().TaskListLockedBy(ctx, &store.TaskListLockedByParams{Instance: "A", Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -806,16 +806,16 @@ func testTaskListLockedBy(t *testing.T, d store.Driver) {
 	for _, g := range got {
 		checkEqual(t, "held task "+g.ID, g, getTask(t, d, g.ID))
 	}
-	got, err = d.Reader().TaskListLockedBy(ctx, "A", 2)
+	got, err = d.Reader().TaskListLockedBy(ctx, &store.TaskListLockedByParams{Instance: "A", Limit: 2})
 	if err != nil || len(got) != 2 {
 		t.Errorf("TaskListLockedBy(A, limit 2) = %v, %v; want 2 tasks", taskIDs(got), err)
 	}
-	got, err = d.Reader().TaskListLockedBy(ctx, "nobody", 10)
+	got, err = d.Reader().TaskListLockedBy(ctx, &store.TaskListLockedByParams{Instance: "nobody", Limit: 10})
 	if err != nil || len(got) != 0 {
 		t.Errorf("TaskListLockedBy(nobody) = %v, %v", taskIDs(got), err)
 	}
 	for inst, want := range map[string]int{"A": 3, "B": 1, "nobody": 0} {
-		n, err := d.Reader().TaskCountLockedBy(ctx, inst)
+		n, err := d.Reader().TaskCountLockedBy(ctx, &store.TaskCountLockedByParams{Instance: inst})
 		if err != nil || n != want {
 			t.Errorf("TaskCountLockedBy(%s) = %d, %v; want %d", inst, n, err, want)
 		}
@@ -833,23 +833,23 @@ func testTaskListExpired(t *testing.T, d store.Driver) {
 	insertTasks(t, d, mk("e1", "A", -3*time.Second), mk("e2", "B", -2*time.Second), mk("e3", "A", -time.Microsecond),
 		mk("live", "A", time.Second), free)
 	ctx := context.Background()
-	got, err := d.Reader().TaskListExpired(ctx, base, 100)
+	got, err := d.Reader().TaskListExpired(ctx, &store.TaskListExpiredParams{Now: base, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !sameSet(taskIDs(got), []string{"e1", "e2", "e3"}) {
 		t.Errorf("TaskListExpired = %v, want e1 e2 e3", taskIDs(got))
 	}
-	got, err = d.Reader().TaskListExpired(ctx, base, 2)
+	got, err = d.Reader().TaskListExpired(ctx, &store.TaskListExpiredParams{Now: base, Limit: 2})
 	if err != nil || len(got) != 2 {
 		t.Errorf("TaskListExpired(limit 2) = %v, %v", taskIDs(got), err)
 	}
-	got, err = d.Reader().TaskListExpired(ctx, at(-time.Hour), 100)
+	got, err = d.Reader().TaskListExpired(ctx, &store.TaskListExpiredParams{Now: at(-time.Hour), Limit: 100})
 	if err != nil || len(got) != 0 {
 		t.Errorf("TaskListExpired an hour earlier = %v, %v; want none", taskIDs(got), err)
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		got, err := x.TaskListExpired(ctx, at(2*time.Second), 100)
+		got, err := x.TaskListExpired(ctx, &store.TaskListExpiredParams{Now: at(2 * time.Second), Limit: 100})
 		if err != nil {
 			return err
 		}
@@ -886,7 +886,7 @@ func testTaskUpdateMany(t *testing.T, d store.Driver) {
 	b2.AvailableAt = at(3 * time.Hour)
 	b2.UpdatedAt = at(4 * time.Hour)
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.TaskUpdateMany(ctx, []*dt.Task{&a2, &b2})
+		return x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: []*dt.Task{&a2, &b2}})
 	})
 	checkEqual(t, "task a updated", getTask(t, d, "a"), &a2)
 	checkEqual(t, "task b updated to nulls", getTask(t, d, "b"), &b2)
@@ -901,7 +901,7 @@ func testTaskUpdateMany(t *testing.T, d store.Driver) {
 	a3 := a2
 	a3.LockedBy, a3.CompleteBy, a3.Output, a3.LastError = "", nil, nil, ""
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.TaskUpdateMany(ctx, []*dt.Task{&b3, &a3})
+		return x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: []*dt.Task{&b3, &a3}})
 	})
 	checkEqual(t, "task a back to nulls", getTask(t, d, "a"), &a3)
 	checkEqual(t, "task b back from nulls", getTask(t, d, "b"), &b3)
@@ -910,14 +910,16 @@ func testTaskUpdateMany(t *testing.T, d store.Driver) {
 	a4 := a3
 	a4.Workflow, a4.Input, a4.InputHash, a4.CreatedAt, a4.StepCount = "changed", []byte(`1`), "changed", at(9*time.Hour), 9
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.TaskUpdateMany(ctx, []*dt.Task{&a4})
+		return x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: []*dt.Task{&a4}})
 	})
 	got := getTask(t, d, "a")
 	if got.Workflow != a.Workflow || !eqBytes(got.Input, a.Input) || got.InputHash != a.InputHash ||
 		!got.CreatedAt.Equal(a.CreatedAt) || got.StepCount != a.StepCount {
 		t.Errorf("TaskUpdateMany changed immutable fields: %+v", got)
 	}
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.TaskUpdateMany(ctx, nil) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: nil})
+	})
 }
 
 // On the Reader, TaskGetManyWithSteps reads tasks and steps as of one
@@ -939,16 +941,16 @@ func testTaskGetManyWithStepsOneSnapshot(t *testing.T, d store.Driver) {
 	go func() {
 		for ctx.Err() == nil {
 			err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-				tasks, steps, err := x.TaskGetManyWithSteps(ctx, []string{"snap"})
+				tasks, steps, err := x.TaskGetManyWithSteps(ctx, &store.TaskGetManyWithStepsParams{IDs: []string{"snap"}})
 				if err != nil || len(tasks) != 1 || len(steps) != 1 {
 					return fmt.Errorf("writer read: %d tasks, %d steps, %v", len(tasks), len(steps), err)
 				}
 				tasks[0].FailureCount++
 				steps[0].FailureCount = tasks[0].FailureCount
-				if err := x.StepUpdateMany(ctx, steps); err != nil {
+				if err := x.StepUpdateMany(ctx, &store.StepUpdateManyParams{Steps: steps}); err != nil {
 					return err
 				}
-				return x.TaskUpdateMany(ctx, tasks)
+				return x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: tasks})
 			})
 			if err != nil && ctx.Err() == nil {
 				writerDone <- err
@@ -960,7 +962,7 @@ func testTaskGetManyWithStepsOneSnapshot(t *testing.T, d store.Driver) {
 	}()
 	reads := 0
 	for reads < minReads || writes.Load() < minWrites {
-		tasks, steps, err := d.Reader().TaskGetManyWithSteps(context.Background(), []string{"snap"})
+		tasks, steps, err := d.Reader().TaskGetManyWithSteps(context.Background(), &store.TaskGetManyWithStepsParams{IDs: []string{"snap"}})
 		if err != nil || len(tasks) != 1 || len(steps) != 1 {
 			t.Fatalf("read %d: %d tasks, %d steps, %v", reads, len(tasks), len(steps), err)
 		}

@@ -53,7 +53,7 @@ func CheckUpgradeTo14(t *testing.T, d store.Driver, undo func(ctx context.Contex
 	ctx := context.Background()
 	insertTasks(t, d, newTask("old"))
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.EventInsertMany(ctx, []*dt.Event{{TaskID: "old", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: base}})
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "old", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: base}}})
 	})
 	if err := undo(ctx); err != nil {
 		t.Fatalf("undo migration 14: %v", err)
@@ -63,7 +63,7 @@ func CheckUpgradeTo14(t *testing.T, d store.Driver, undo func(ctx context.Contex
 	}
 	insertTasks(t, d, newTask("a/new"))
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		return x.EventInsertMany(ctx, []*dt.Event{{TaskID: "a/new", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: base}})
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{{TaskID: "a/new", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: base}}})
 	})
 	for ns, want := range map[string]string{"": "old,a/new", dt.DefaultNamespace: "old", "a": "a/new"} {
 		evs := listEvents(t, d, store.EventListParams{Namespace: ns, Lookup: true})
@@ -101,7 +101,7 @@ func CheckUpgradeTo15(t *testing.T, d store.Driver, undo func(ctx context.Contex
 	fresh.Submitter = "http:ci"
 	insertTasks(t, d, fresh)
 	checkEqual(t, "task stored after the upgrade", getTask(t, d, "new"), fresh)
-	if n, err := d.Reader().TaskCountActiveBySubmitter(ctx, "http:ci"); err != nil || n != 1 {
+	if n, err := d.Reader().TaskCountActiveBySubmitter(ctx, &store.TaskCountActiveBySubmitterParams{Submitter: "http:ci"}); err != nil || n != 1 {
 		t.Errorf("active tasks of http:ci after the upgrade: %d, %v; want 1", n, err)
 	}
 }

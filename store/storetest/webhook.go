@@ -40,7 +40,7 @@ func newDelivery(eventID int64, url, taskID string) *dt.WebhookDelivery {
 func insertDeliveries(t *testing.T, d store.Driver, ds ...*dt.WebhookDelivery) {
 	t.Helper()
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		ins, err := x.WebhookDeliveryInsertMany(ctx, ds)
+		ins, err := x.WebhookDeliveryInsertMany(ctx, &store.WebhookDeliveryInsertManyParams{Deliveries: ds})
 		if err != nil {
 			return err
 		}
@@ -55,7 +55,7 @@ func insertDeliveries(t *testing.T, d store.Driver, ds ...*dt.WebhookDelivery) {
 
 func listDeliveries(t *testing.T, d store.Driver, p store.WebhookDeliveryListParams) []*dt.WebhookDelivery {
 	t.Helper()
-	got, err := d.Reader().WebhookDeliveryList(context.Background(), p)
+	got, err := d.Reader().WebhookDeliveryList(context.Background(), &p)
 	if err != nil {
 		t.Fatalf("WebhookDeliveryList(%+v): %v", p, err)
 	}
@@ -71,12 +71,12 @@ func getDelivery(t *testing.T, d store.Driver, id int64) *dt.WebhookDelivery {
 	return got[0]
 }
 
-func claimDeliveries(t *testing.T, d store.Driver, p store.WebhookClaimParams) []*dt.WebhookDelivery {
+func claimDeliveries(t *testing.T, d store.Driver, p store.WebhookDeliveryClaimParams) []*dt.WebhookDelivery {
 	t.Helper()
 	var out []*dt.WebhookDelivery
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		out, err = x.WebhookDeliveryClaim(ctx, p)
+		out, err = x.WebhookDeliveryClaim(ctx, &p)
 		return err
 	})
 	return out
@@ -87,7 +87,7 @@ func finishDeliveries(t *testing.T, d store.Driver, rs ...store.WebhookResult) [
 	var out []bool
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		out, err = x.WebhookDeliveryFinishMany(ctx, rs)
+		out, err = x.WebhookDeliveryFinishMany(ctx, &store.WebhookDeliveryFinishManyParams{Results: rs})
 		return err
 	})
 	return out
@@ -109,7 +109,7 @@ func lockCursor(t *testing.T, d store.Driver) int64 {
 			ok  bool
 			err error
 		)
-		after, ok, err = x.WebhookCursorLock(ctx)
+		after, ok, err = x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{})
 		if err == nil && !ok {
 			err = errors.New("cursor not locked with no other transaction running")
 		}
@@ -120,7 +120,9 @@ func lockCursor(t *testing.T, d store.Driver) int64 {
 
 func insertEvents(t *testing.T, d store.Driver, evs ...*dt.Event) {
 	t.Helper()
-	inTx(t, d, func(ctx context.Context, x store.Executor) error { return x.EventInsertMany(ctx, evs) })
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: evs})
+	})
 }
 
 func testWebhookCursorStart(t *testing.T, d store.Driver) {
@@ -137,10 +139,10 @@ func testWebhookCursorStart(t *testing.T, d store.Driver) {
 	all := listEvents(t, d, store.EventListParams{})
 	max := all[len(all)-1].ID
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		if _, _, err := x.WebhookCursorLock(ctx); err != nil {
+		if _, _, err := x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{}); err != nil {
 			return err
 		}
-		return x.WebhookCursorSet(ctx, max)
+		return x.WebhookCursorSet(ctx, &store.WebhookCursorSetParams{After: max})
 	})
 	insertEvents(t, d, ev(dt.EventResubmitted))
 	if got := lockCursor(t, d); got != max {
@@ -154,7 +156,7 @@ func testWebhookCursorStart(t *testing.T, d store.Driver) {
 		t.Fatalf("WebhookCursorLock after Migrate = %d, want %d", got, max)
 	}
 	// The Reader refuses writes.
-	if _, _, err := d.Reader().WebhookCursorLock(context.Background()); err == nil {
+	if _, _, err := d.Reader().WebhookCursorLock(context.Background(), &store.WebhookCursorLockParams{}); err == nil {
 		t.Error("Reader().WebhookCursorLock succeeded, want an error")
 	}
 }
@@ -165,13 +167,13 @@ func testWebhookCursorRollback(t *testing.T, d store.Driver) {
 	}
 	sentinel := errors.New("roll back")
 	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-		if _, _, err := x.WebhookCursorLock(ctx); err != nil {
+		if _, _, err := x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{}); err != nil {
 			return err
 		}
-		if err := x.WebhookCursorSet(ctx, 99); err != nil {
+		if err := x.WebhookCursorSet(ctx, &store.WebhookCursorSetParams{After: 99}); err != nil {
 			return err
 		}
-		if _, err := x.WebhookDeliveryInsertMany(ctx, []*dt.WebhookDelivery{newDelivery(1, "http://a", "t")}); err != nil {
+		if _, err := x.WebhookDeliveryInsertMany(ctx, &store.WebhookDeliveryInsertManyParams{Deliveries: []*dt.WebhookDelivery{newDelivery(1, "http://a", "t")}}); err != nil {
 			return err
 		}
 		return sentinel
@@ -202,10 +204,10 @@ func testWebhookConcurrentEnqueue(t *testing.T, d store.Driver) {
 	insertEvents(t, d, &dt.Event{TaskID: "old", StepIndex: -1, Type: dt.EventProcessed, CreatedAt: base})
 	start := listEvents(t, d, store.EventListParams{})[0].ID
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		if _, _, err := x.WebhookCursorLock(ctx); err != nil {
+		if _, _, err := x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{}); err != nil {
 			return err
 		}
-		return x.WebhookCursorSet(ctx, start) // the old event is history
+		return x.WebhookCursorSet(ctx, &store.WebhookCursorSetParams{After: start}) // the old event is history
 	})
 
 	var (
@@ -223,7 +225,7 @@ func testWebhookConcurrentEnqueue(t *testing.T, d store.Driver) {
 		mu.Unlock()
 	}
 	enqueue := func(ctx context.Context, x store.Executor) (moved bool, err error) {
-		after, ok, err := x.WebhookCursorLock(ctx)
+		after, ok, err := x.WebhookCursorLock(ctx, &store.WebhookCursorLockParams{})
 		if err != nil || !ok {
 			if err == nil {
 				mu.Lock()
@@ -232,7 +234,7 @@ func testWebhookConcurrentEnqueue(t *testing.T, d store.Driver) {
 			}
 			return false, err
 		}
-		evs, err := x.EventList(ctx, store.EventListParams{AfterID: after, Limit: 7})
+		evs, err := x.EventList(ctx, &store.EventListParams{AfterID: after, Limit: 7})
 		if err != nil || len(evs) == 0 {
 			return false, err
 		}
@@ -245,7 +247,7 @@ func testWebhookConcurrentEnqueue(t *testing.T, d store.Driver) {
 				ds = append(ds, newDelivery(ev.ID, u, ev.TaskID))
 			}
 		}
-		ins, err := x.WebhookDeliveryInsertMany(ctx, ds)
+		ins, err := x.WebhookDeliveryInsertMany(ctx, &store.WebhookDeliveryInsertManyParams{Deliveries: ds})
 		if err != nil {
 			return false, err
 		}
@@ -255,7 +257,7 @@ func testWebhookConcurrentEnqueue(t *testing.T, d store.Driver) {
 			}
 		}
 		last := evs[len(evs)-1].ID
-		if err := x.WebhookCursorSet(ctx, last); err != nil {
+		if err := x.WebhookCursorSet(ctx, &store.WebhookCursorSetParams{After: last}); err != nil {
 			return false, err
 		}
 		mu.Lock()
@@ -271,7 +273,7 @@ func testWebhookConcurrentEnqueue(t *testing.T, d store.Driver) {
 			for i := range perWriter {
 				ev := &dt.Event{TaskID: fmt.Sprintf("w%d-%d", w, i), StepIndex: -1, Type: types[i%len(types)], CreatedAt: base}
 				if err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-					return x.EventInsertMany(ctx, []*dt.Event{ev})
+					return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{ev}})
 				}); err != nil {
 					fail(err)
 					return
@@ -389,7 +391,7 @@ func testWebhookInsert(t *testing.T, d store.Driver) {
 	var ins []bool
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		ins, err = x.WebhookDeliveryInsertMany(ctx, []*dt.WebhookDelivery{dup, c})
+		ins, err = x.WebhookDeliveryInsertMany(ctx, &store.WebhookDeliveryInsertManyParams{Deliveries: []*dt.WebhookDelivery{dup, c}})
 		return err
 	})
 	if fmt.Sprint(ins) != "[false true]" {
@@ -400,7 +402,7 @@ func testWebhookInsert(t *testing.T, d store.Driver) {
 	}
 	checkEqual(t, "delivery after a conflicting insert", getDelivery(t, d, a.ID), a)
 	// The Reader refuses writes.
-	if _, err := d.Reader().WebhookDeliveryInsertMany(context.Background(), []*dt.WebhookDelivery{newDelivery(13, "x", "t")}); err == nil {
+	if _, err := d.Reader().WebhookDeliveryInsertMany(context.Background(), &store.WebhookDeliveryInsertManyParams{Deliveries: []*dt.WebhookDelivery{newDelivery(13, "x", "t")}}); err == nil {
 		t.Error("Reader().WebhookDeliveryInsertMany succeeded, want an error")
 	}
 }
@@ -422,7 +424,7 @@ func testWebhookClaim(t *testing.T, d store.Driver) {
 	insertDeliveries(t, d, late, due2, due1, due3, done, gaveUp)
 
 	// Earliest due first, up to the limit.
-	got := claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "A", Now: base, Lease: 30 * time.Second, Limit: 2})
+	got := claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "A", Now: base, Lease: 30 * time.Second, Limit: 2})
 	if !sameIDs(deliveryIDs(got), []int64{due1.ID, due2.ID}) {
 		t.Fatalf("claimed %v, want the two earliest due %v", deliveryIDs(got), []int64{due1.ID, due2.ID})
 	}
@@ -434,13 +436,13 @@ func testWebhookClaim(t *testing.T, d store.Driver) {
 		checkEqual(t, "stored claimed delivery", getDelivery(t, d, w.ID), w)
 	}
 	// The rest of what is due; held, finished and future deliveries are not handed out.
-	got = claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "B", Now: at(time.Second), Lease: 30 * time.Second, Limit: 10})
+	got = claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "B", Now: at(time.Second), Lease: 30 * time.Second, Limit: 10})
 	if !sameIDs(deliveryIDs(got), []int64{due3.ID}) {
 		t.Fatalf("second claim = %v, want only %d", deliveryIDs(got), due3.ID)
 	}
 	// Once A's lease has passed, its deliveries are due again: B takes them
 	// over, and the attempt counts on. The future one is due by then too.
-	got = claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "B", Now: at(30 * time.Second), Lease: time.Minute, Limit: 10})
+	got = claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "B", Now: at(30 * time.Second), Lease: time.Minute, Limit: 10})
 	if !sameIDs(deliveryIDs(got), []int64{due1.ID, due2.ID}) {
 		t.Fatalf("claim at the end of A's lease = %v, want %v", deliveryIDs(got), []int64{due1.ID, due2.ID})
 	}
@@ -449,11 +451,11 @@ func testWebhookClaim(t *testing.T, d store.Driver) {
 			t.Errorf("taken-over delivery %d: ClaimedBy %q Attempts %d, want B, 2", w.ID, w.ClaimedBy, w.Attempts)
 		}
 	}
-	got = claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "C", Now: at(time.Minute), Lease: time.Minute, Limit: 10})
+	got = claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "C", Now: at(time.Minute), Lease: time.Minute, Limit: 10})
 	if !sameIDs(deliveryIDs(got), []int64{late.ID, due3.ID}) {
 		t.Fatalf("claim at +1m = %v, want %v", deliveryIDs(got), []int64{late.ID, due3.ID})
 	}
-	if _, err := d.Reader().WebhookDeliveryClaim(context.Background(), store.WebhookClaimParams{ClaimedBy: "R", Now: at(time.Hour), Limit: 1}); err == nil {
+	if _, err := d.Reader().WebhookDeliveryClaim(context.Background(), &store.WebhookDeliveryClaimParams{ClaimedBy: "R", Now: at(time.Hour), Limit: 1}); err == nil {
 		t.Error("Reader().WebhookDeliveryClaim succeeded, want an error")
 	}
 }
@@ -490,12 +492,12 @@ func testWebhookClaimConcurrent(t *testing.T, d store.Driver) {
 				var got []*dt.WebhookDelivery
 				err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 					var err error
-					got, err = x.WebhookDeliveryClaim(ctx, store.WebhookClaimParams{ClaimedBy: me, Now: base, Lease: time.Hour, Limit: 7})
+					got, err = x.WebhookDeliveryClaim(ctx, &store.WebhookDeliveryClaimParams{ClaimedBy: me, Now: base, Lease: time.Hour, Limit: 7})
 					if err != nil {
 						return err
 					}
 					// Hold the claim's row locks a little, so others claim meanwhile.
-					_, err = x.TaskGet(ctx, "none")
+					_, err = x.TaskGet(ctx, &store.TaskGetParams{ID: "none"})
 					if errors.Is(err, store.ErrNotFound) {
 						err = nil
 					}
@@ -537,7 +539,7 @@ func testWebhookFinish(t *testing.T, d store.Driver) {
 	b := newDelivery(2, "http://a", "t2")
 	c := newDelivery(3, "http://a", "t3")
 	insertDeliveries(t, d, a, b, c)
-	got := claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "A", Now: base, Lease: time.Minute, Limit: 10})
+	got := claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "A", Now: base, Lease: time.Minute, Limit: 10})
 	if len(got) != 3 {
 		t.Fatalf("claimed %d, want 3", len(got))
 	}
@@ -577,18 +579,18 @@ func testWebhookFinish(t *testing.T, d store.Driver) {
 		t.Error("a second result of the same claim was applied")
 	}
 	// Finished deliveries are never claimed again; the retried one is, at its time.
-	if got := claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "A", Now: at(9 * time.Second), Lease: time.Minute, Limit: 10}); len(got) != 0 {
+	if got := claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "A", Now: at(9 * time.Second), Lease: time.Minute, Limit: 10}); len(got) != 0 {
 		t.Errorf("claimed %v before the retry time", deliveryIDs(got))
 	}
-	got = claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "B", Now: at(10 * time.Second), Lease: time.Minute, Limit: 10})
+	got = claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "B", Now: at(10 * time.Second), Lease: time.Minute, Limit: 10})
 	if !sameIDs(deliveryIDs(got), []int64{a.ID}) || got[0].Attempts != 2 {
 		t.Fatalf("claim at the retry time = %v, want %d with attempt 2", deliveryIDs(got), a.ID)
 	}
-	if _, err := d.Reader().WebhookDeliveryFinishMany(context.Background(), []store.WebhookResult{res(a.ID, "B", 2, dt.WebhookDelivered)}); err == nil {
+	if _, err := d.Reader().WebhookDeliveryFinishMany(context.Background(), &store.WebhookDeliveryFinishManyParams{Results: []store.WebhookResult{res(a.ID, "B", 2, dt.WebhookDelivered)}}); err == nil {
 		t.Error("Reader().WebhookDeliveryFinishMany succeeded, want an error")
 	}
 	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-		_, err := x.WebhookDeliveryFinishMany(ctx, []store.WebhookResult{res(a.ID, "B", 2, "bogus")})
+		_, err := x.WebhookDeliveryFinishMany(ctx, &store.WebhookDeliveryFinishManyParams{Results: []store.WebhookResult{res(a.ID, "B", 2, "bogus")}})
 		return err
 	})
 	if err == nil {
@@ -603,7 +605,7 @@ func testWebhookPostponed(t *testing.T, d store.Driver) {
 	a := newDelivery(1, "http://a", "t1")
 	b := newDelivery(2, "http://a", "t2")
 	insertDeliveries(t, d, a, b)
-	got := claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "A", Now: base, Lease: time.Minute, Limit: 10})
+	got := claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "A", Now: base, Lease: time.Minute, Limit: 10})
 	if len(got) != 2 || got[0].Attempts != 1 {
 		t.Fatalf("claimed %d (attempts %d), want 2 with attempt 1", len(got), got[0].Attempts)
 	}
@@ -613,7 +615,7 @@ func testWebhookPostponed(t *testing.T, d store.Driver) {
 	if !applied[0] {
 		t.Fatal("b's result not applied")
 	}
-	got = claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "A", Now: at(time.Second), Lease: time.Minute, Limit: 10})
+	got = claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "A", Now: at(time.Second), Lease: time.Minute, Limit: 10})
 	if len(got) != 1 || got[0].ID != b.ID || got[0].Attempts != 2 {
 		t.Fatalf("claimed %v, want b with attempt 2", deliveryIDs(got))
 	}
@@ -637,7 +639,7 @@ func testWebhookPostponed(t *testing.T, d store.Driver) {
 		t.Errorf("postponed b = %s, want 1 attempt (its real one), its last error kept", render(gb))
 	}
 	// Claimed again later: the attempt numbers go on from there.
-	got = claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "C", Now: at(5 * time.Second), Lease: time.Minute, Limit: 10})
+	got = claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "C", Now: at(5 * time.Second), Lease: time.Minute, Limit: 10})
 	if len(got) != 2 {
 		t.Fatalf("claimed %v after the postponement, want both", deliveryIDs(got))
 	}
@@ -649,7 +651,7 @@ func testWebhookPostponed(t *testing.T, d store.Driver) {
 	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
 		r := postpone(a.ID, "C", 1, "", 0)
 		r.Status = dt.WebhookDelivered
-		_, err := x.WebhookDeliveryFinishMany(ctx, []store.WebhookResult{r})
+		_, err := x.WebhookDeliveryFinishMany(ctx, &store.WebhookDeliveryFinishManyParams{Results: []store.WebhookResult{r}})
 		return err
 	})
 	if err == nil {
@@ -662,8 +664,8 @@ func testWebhookRelease(t *testing.T, d store.Driver) {
 	b := newDelivery(2, "http://a", "t2")
 	c := newDelivery(3, "http://a", "t3")
 	insertDeliveries(t, d, a, b, c)
-	claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "A", Now: base, Lease: time.Hour, Limit: 2})
-	other := claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "B", Now: base, Lease: time.Hour, Limit: 2})
+	claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "A", Now: base, Lease: time.Hour, Limit: 2})
+	other := claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "B", Now: base, Lease: time.Hour, Limit: 2})
 	if len(other) != 1 {
 		t.Fatalf("B claimed %d, want 1", len(other))
 	}
@@ -671,13 +673,13 @@ func testWebhookRelease(t *testing.T, d store.Driver) {
 	var n int
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		n, err = x.WebhookDeliveryRelease(ctx, "A", now)
+		n, err = x.WebhookDeliveryRelease(ctx, &store.WebhookDeliveryReleaseParams{ClaimedBy: "A", Now: now})
 		return err
 	})
 	if n != 2 {
 		t.Fatalf("released %d, want 2", n)
 	}
-	got := claimDeliveries(t, d, store.WebhookClaimParams{ClaimedBy: "A2", Now: now, Lease: time.Hour, Limit: 10})
+	got := claimDeliveries(t, d, store.WebhookDeliveryClaimParams{ClaimedBy: "A2", Now: now, Lease: time.Hour, Limit: 10})
 	if len(got) != 2 || sameIDs(deliveryIDs(got), deliveryIDs(other)) {
 		t.Fatalf("after release, claimed %v; want A's two, not B's %v", deliveryIDs(got), deliveryIDs(other))
 	}
@@ -720,7 +722,7 @@ func testWebhookList(t *testing.T, d store.Driver) {
 			t.Errorf("WebhookDeliveryList(%+v) = %v, want %v", c.p, got, c.want)
 		}
 	}
-	if _, err := d.Reader().WebhookDeliveryList(context.Background(), store.WebhookDeliveryListParams{Status: "bogus"}); err == nil {
+	if _, err := d.Reader().WebhookDeliveryList(context.Background(), &store.WebhookDeliveryListParams{Status: "bogus"}); err == nil {
 		t.Error("WebhookDeliveryList with an unknown status succeeded, want an error")
 	}
 }
@@ -747,7 +749,7 @@ func testWebhookDeleteFinished(t *testing.T, d store.Driver) {
 		var n int
 		inTx(t, d, func(ctx context.Context, x store.Executor) error {
 			var err error
-			n, err = x.WebhookDeliveryDeleteFinished(ctx, at(-time.Hour), limit)
+			n, err = x.WebhookDeliveryDeleteFinished(ctx, &store.WebhookDeliveryDeleteFinishedParams{Before: at(-time.Hour), Limit: limit})
 			return err
 		})
 		return n

@@ -43,7 +43,7 @@ func putDef(t *testing.T, d store.Driver, def *dt.WorkflowDef) (*dt.WorkflowDef,
 	)
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		var err error
-		got, created, err = x.WorkflowDefPut(ctx, def)
+		got, created, err = x.WorkflowDefPut(ctx, &store.WorkflowDefPutParams{Def: def})
 		return err
 	})
 	return got, created
@@ -110,21 +110,21 @@ func testWorkflowDefPutVersions(t *testing.T, d store.Driver) {
 
 	// Several puts in one transaction see each other.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		w, created, err := x.WorkflowDefPut(ctx, newDef("orders", "d4", base))
+		w, created, err := x.WorkflowDefPut(ctx, &store.WorkflowDefPutParams{Def: newDef("orders", "d4", base)})
 		if err != nil {
 			return err
 		}
 		if !created || w.Version != 4 {
 			t.Errorf("d4 in a transaction: version %d, created %v; want 4, true", w.Version, created)
 		}
-		w, created, err = x.WorkflowDefPut(ctx, newDef("orders", "d4", base))
+		w, created, err = x.WorkflowDefPut(ctx, &store.WorkflowDefPutParams{Def: newDef("orders", "d4", base)})
 		if err != nil {
 			return err
 		}
 		if created || w.Version != 4 {
 			t.Errorf("d4 again in the same transaction: version %d, created %v; want 4, false", w.Version, created)
 		}
-		if _, err := x.WorkflowDefGet(ctx, "orders", 4); err != nil {
+		if _, err := x.WorkflowDefGet(ctx, &store.WorkflowDefGetParams{Name: "orders", Version: 4}); err != nil {
 			return fmt.Errorf("get own write: %w", err)
 		}
 		return nil
@@ -133,7 +133,7 @@ func testWorkflowDefPutVersions(t *testing.T, d store.Driver) {
 	// Bad definitions are refused and store nothing.
 	for _, bad := range []*dt.WorkflowDef{newDef("", "d9", base), newDef("orders", "", base)} {
 		err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-			_, _, err := x.WorkflowDefPut(ctx, bad)
+			_, _, err := x.WorkflowDefPut(ctx, &store.WorkflowDefPutParams{Def: bad})
 			return err
 		})
 		if err == nil {
@@ -141,10 +141,10 @@ func testWorkflowDefPutVersions(t *testing.T, d store.Driver) {
 		}
 	}
 	// The reader does not write.
-	if _, _, err := d.Reader().WorkflowDefPut(context.Background(), newDef("orders", "d9", base)); err == nil {
+	if _, _, err := d.Reader().WorkflowDefPut(context.Background(), &store.WorkflowDefPutParams{Def: newDef("orders", "d9", base)}); err == nil {
 		t.Error("WorkflowDefPut on the reader succeeded")
 	}
-	if _, err := d.Reader().WorkflowDefGet(context.Background(), "orders", 5); !errors.Is(err, store.ErrNotFound) {
+	if _, err := d.Reader().WorkflowDefGet(context.Background(), &store.WorkflowDefGetParams{Name: "orders", Version: 5}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a refused put stored version 5: err = %v", err)
 	}
 }
@@ -163,12 +163,12 @@ func testWorkflowDefGetList(t *testing.T, d store.Driver) {
 		putDef(t, d, w)
 	}
 	r := d.Reader()
-	got, err := r.WorkflowDefGet(ctx, "orders", 2)
+	got, err := r.WorkflowDefGet(ctx, &store.WorkflowDefGetParams{Name: "orders", Version: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantDef(t, "orders version 2", got, defs[2], 2)
-	got, err = r.WorkflowDefGet(ctx, "orders", 1)
+	got, err = r.WorkflowDefGet(ctx, &store.WorkflowDefGetParams{Name: "orders", Version: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,21 +177,21 @@ func testWorkflowDefGetList(t *testing.T, d store.Driver) {
 		name    string
 		version int
 	}{{"orders", 4}, {"orders", 0}, {"missing", 1}, {"billing", -1}} {
-		_, err := r.WorkflowDefGet(ctx, miss.name, miss.version)
+		_, err := r.WorkflowDefGet(ctx, &store.WorkflowDefGetParams{Name: miss.name, Version: miss.version})
 		wantErrIs(t, err, store.ErrNotFound, fmt.Sprintf("WorkflowDefGet(%q, %d)", miss.name, miss.version))
 	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		got, err := x.WorkflowDefGet(ctx, "billing", 2)
+		got, err := x.WorkflowDefGet(ctx, &store.WorkflowDefGetParams{Name: "billing", Version: 2})
 		if err != nil {
 			return err
 		}
 		wantDef(t, "billing version 2 in a transaction", got, defs[3], 2)
-		_, err = x.WorkflowDefGet(ctx, "billing", 3)
+		_, err = x.WorkflowDefGet(ctx, &store.WorkflowDefGetParams{Name: "billing", Version: 3})
 		wantErrIs(t, err, store.ErrNotFound, "WorkflowDefGet in a transaction")
 		return nil
 	})
 
-	all, err := r.WorkflowDefList(ctx, "")
+	all, err := r.WorkflowDefList(ctx, &store.WorkflowDefListParams{Name: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,14 +200,14 @@ func testWorkflowDefGetList(t *testing.T, d store.Driver) {
 		t.Fatalf("WorkflowDefList(\"\") = %v, want %s", defKeys(all), want)
 	}
 	wantDef(t, "listed orders@3", all[4], defs[4], 3)
-	orders, err := r.WorkflowDefList(ctx, "orders")
+	orders, err := r.WorkflowDefList(ctx, &store.WorkflowDefListParams{Name: "orders"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(defKeys(orders)) != "[orders@1=o1 orders@2=o2 orders@3=o3]" {
 		t.Fatalf("WorkflowDefList(orders) = %v", defKeys(orders))
 	}
-	none, err := r.WorkflowDefList(ctx, "missing")
+	none, err := r.WorkflowDefList(ctx, &store.WorkflowDefListParams{Name: "missing"})
 	if err != nil || len(none) != 0 {
 		t.Fatalf("WorkflowDefList(missing) = %v, %v; want nothing", defKeys(none), err)
 	}
@@ -217,7 +217,7 @@ func testWorkflowDefRollback(t *testing.T, d store.Driver) {
 	ctx := context.Background()
 	sentinel := errors.New("roll back")
 	err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if _, _, err := x.WorkflowDefPut(ctx, newDef("orders", "gone", base)); err != nil {
+		if _, _, err := x.WorkflowDefPut(ctx, &store.WorkflowDefPutParams{Def: newDef("orders", "gone", base)}); err != nil {
 			return err
 		}
 		return sentinel
@@ -225,7 +225,7 @@ func testWorkflowDefRollback(t *testing.T, d store.Driver) {
 	if !errors.Is(err, sentinel) {
 		t.Fatalf("InTx = %v, want the callback's error", err)
 	}
-	if defs, err := d.Reader().WorkflowDefList(ctx, ""); err != nil || len(defs) != 0 {
+	if defs, err := d.Reader().WorkflowDefList(ctx, &store.WorkflowDefListParams{Name: ""}); err != nil || len(defs) != 0 {
 		t.Fatalf("after rollback: %v, %v; want nothing", defKeys(defs), err)
 	}
 	// The rolled-back version is handed out again.
@@ -245,7 +245,7 @@ func testWorkflowDefPutBlocked(t *testing.T, d store.Driver) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	release := holdOpen(ctx, t, d, func(ctx context.Context, x store.Executor) error {
-		w, created, err := x.WorkflowDefPut(ctx, newDef("orders", "first", at(time.Second)))
+		w, created, err := x.WorkflowDefPut(ctx, &store.WorkflowDefPutParams{Def: newDef("orders", "first", at(time.Second))})
 		if err != nil {
 			return err
 		}
@@ -271,7 +271,7 @@ func testWorkflowDefPutBlocked(t *testing.T, d store.Driver) {
 		var r result
 		r.err = d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
-			r.def, r.created, err = x.WorkflowDefPut(ctx, def)
+			r.def, r.created, err = x.WorkflowDefPut(ctx, &store.WorkflowDefPutParams{Def: def})
 			return err
 		})
 		out <- r
@@ -312,7 +312,7 @@ func testWorkflowDefPutBlocked(t *testing.T, d store.Driver) {
 		t.Errorf("T1's digest after T1: version %d, created %v, created at %s; want T1's row (1, false, %s)",
 			r3.def.Version, r3.created, r3.def.CreatedAt, at(time.Second))
 	}
-	all, err := d.Reader().WorkflowDefList(ctx, "orders")
+	all, err := d.Reader().WorkflowDefList(ctx, &store.WorkflowDefListParams{Name: "orders"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func testWorkflowDefConcurrent(t *testing.T, d store.Driver) {
 			for r := range rounds {
 				digest := digests[(w+r)%len(digests)]
 				err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-					def, created, err := x.WorkflowDefPut(ctx, newDef("shared", digest, at(time.Duration(w)*time.Second)))
+					def, created, err := x.WorkflowDefPut(ctx, &store.WorkflowDefPutParams{Def: newDef("shared", digest, at(time.Duration(w)*time.Second))})
 					if err != nil {
 						return err
 					}
@@ -378,7 +378,7 @@ func testWorkflowDefConcurrent(t *testing.T, d store.Driver) {
 	if len(errs) > 0 {
 		t.Fatalf("concurrent puts failed:\n%v", errors.Join(errs...))
 	}
-	stored, err := d.Reader().WorkflowDefList(ctx, "shared")
+	stored, err := d.Reader().WorkflowDefList(ctx, &store.WorkflowDefListParams{Name: "shared"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,27 +442,27 @@ func testTaskVersionCallbackRoundTrip(t *testing.T, d store.Driver) {
 		checkEqual(t, "TaskGet "+id, getTask(t, d, id), w)
 	}
 	r := d.Reader()
-	many, err := r.TaskGetMany(ctx, []string{"pending", "held", "plain"})
+	many, err := r.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []string{"pending", "held", "plain"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("TaskGetMany", many, "pending", "held", "plain")
-	list, err := r.TaskList(ctx, store.TaskListParams{})
+	list, err := r.TaskList(ctx, &store.TaskListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("TaskList", list, "pending", "held", "plain")
-	list, err = r.TaskList(ctx, store.TaskListParams{States: []dt.ProcessState{dt.Processing}, Workflow: "wf", Limit: 5})
+	list, err = r.TaskList(ctx, &store.TaskListParams{States: []dt.ProcessState{dt.Processing}, Workflow: "wf", Limit: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("TaskList filtered", list, "held")
-	lockedBy, err := r.TaskListLockedBy(ctx, "sched-x", 10)
+	lockedBy, err := r.TaskListLockedBy(ctx, &store.TaskListLockedByParams{Instance: "sched-x", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("TaskListLockedBy", lockedBy, "held")
-	expired, err := r.TaskListExpired(ctx, at(time.Hour), 10)
+	expired, err := r.TaskListExpired(ctx, &store.TaskListExpiredParams{Now: at(time.Hour), Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,34 +471,34 @@ func testTaskVersionCallbackRoundTrip(t *testing.T, d store.Driver) {
 	// The same reads inside a write transaction (locking variants), then
 	// the claim and an update of the mutable fields.
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
-		g, err := x.TaskGet(ctx, "held")
+		g, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "held"})
 		if err != nil {
 			return err
 		}
 		check("TaskGet in a transaction", []*dt.Task{g}, "held")
-		many, err := x.TaskGetMany(ctx, []string{"pending", "plain"})
+		many, err := x.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []string{"pending", "plain"}})
 		if err != nil {
 			return err
 		}
 		check("TaskGetMany in a transaction", many, "pending", "plain")
-		expired, err := x.TaskListExpired(ctx, at(time.Hour), 10)
+		expired, err := x.TaskListExpired(ctx, &store.TaskListExpiredParams{Now: at(time.Hour), Limit: 10})
 		if err != nil {
 			return err
 		}
 		check("TaskListExpired in a transaction", expired, "held")
-		lockedBy, err := x.TaskListLockedBy(ctx, "sched-x", 10)
+		lockedBy, err := x.TaskListLockedBy(ctx, &store.TaskListLockedByParams{Instance: "sched-x", Limit: 10})
 		if err != nil {
 			return err
 		}
 		check("TaskListLockedBy in a transaction", lockedBy, "held")
-		claimed, err := x.TaskClaim(ctx, store.TaskClaimParams{Instance: "s1", Now: base, Limit: 10})
+		claimed, err := x.TaskClaim(ctx, &store.TaskClaimParams{Instance: "s1", Now: base, Limit: 10})
 		if err != nil {
 			return err
 		}
 		check("TaskClaim", claimed, "pending")
 		g.ProcessState, g.LockedBy, g.CompleteBy, g.UpdatedAt = dt.Processed, "", nil, at(time.Minute)
 		g.WorkflowVersion, g.CallbackURL = 0, "" // not written by TaskUpdateMany
-		return x.TaskUpdateMany(ctx, []*dt.Task{g})
+		return x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: []*dt.Task{g}})
 	})
 	after := getTask(t, d, "held")
 	if after.ProcessState != dt.Processed {
@@ -510,7 +510,7 @@ func testTaskVersionCallbackRoundTrip(t *testing.T, d store.Driver) {
 		keys = append(keys, id)
 	}
 	sort.Strings(keys)
-	list, err = r.TaskList(ctx, store.TaskListParams{})
+	list, err = r.TaskList(ctx, &store.TaskListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}

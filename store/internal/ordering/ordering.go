@@ -1,5 +1,5 @@
 // Package ordering holds the drivers' shared bookkeeping of ordering-key
-// positions (store.Executor.OrderingSeqReserve).
+// positions (store.Executor.OrderingKeyReserve).
 package ordering
 
 import (
