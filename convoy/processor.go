@@ -15,6 +15,7 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/fault"
+	"github.com/drover-run/drover/internal/logattr"
 	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
@@ -1127,7 +1128,7 @@ func (p *Processor) dispatch(s *session, dm *dt.Message) {
 func (p *Processor) call(ctx context.Context, m *ReceivedMessage) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			p.c.log.Error("convoy: handler panicked", "queue", m.Queue, "session", m.SessionID, "seq", m.Seq, "panic", r, "stack", string(debug.Stack()))
+			p.c.log.Error("convoy: handler panicked", append(logattr.Message(m.Queue, m.SessionID, m.Seq), "panic", r, "stack", string(debug.Stack()))...)
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
@@ -1164,7 +1165,7 @@ func (p *Processor) callAllTx(ctx context.Context, x store.Executor, ms []*Recei
 func (p *Processor) callTx(ctx context.Context, x store.Executor, m *ReceivedMessage) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			p.c.log.Error("convoy: handler panicked", "queue", m.Queue, "session", m.SessionID, "seq", m.Seq, "panic", r, "stack", string(debug.Stack()))
+			p.c.log.Error("convoy: handler panicked", append(logattr.Message(m.Queue, m.SessionID, m.Seq), "panic", r, "stack", string(debug.Stack()))...)
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/logattr"
 	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
@@ -239,7 +240,7 @@ func (r *SessionReceiver) renewLoop(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			r.c.log.Warn("convoy: renew session lock", "queue", r.queue, "session", r.id, "err", err)
+			r.c.log.Warn("convoy: renew session lock", logattr.Queue, r.queue, logattr.Session, r.id, "err", err)
 			if !now.Before(r.LockedUntil().Add(-r.lockDur / 6)) {
 				r.markLost()
 				return

@@ -16,6 +16,7 @@ import (
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/fault"
 	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/internal/logattr"
 	"github.com/drover-run/drover/store"
 )
 
@@ -410,21 +411,27 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 			slot.free()
 		}
 	}()
+	ids := append(logattr.StepAttempt(r.TaskID, r.StepIndex, r.Attempt), logattr.Agent, a.spec.Name)
 	left := r.CompleteBy.Sub(rt.Clock.Now())
 	if left <= 0 {
 		// Never start a call after CompleteBy.
 		rt.Stats.Abandoned.Add(1)
+		rt.Log.Debug("agent call not started: the step's deadline has passed", ids...)
 		return
 	}
 	// The call keeps running through a shutdown; only the deadline ends it.
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), left)
+	// Its context carries the step's IDs for the agent's own logs.
+	callCtx, cancel := context.WithTimeout(logattr.With(context.WithoutCancel(ctx), ids...), left)
 	defer cancel()
+	start := rt.Clock.Now()
 	out, err := rt.call(callCtx, a, r, slot)
 	if callCtx.Err() != nil || !rt.Clock.Now().Before(r.CompleteBy) {
 		// Past CompleteBy the agent sends nothing back.
 		rt.Stats.Abandoned.Add(1)
+		rt.Log.Debug("agent call abandoned: the step's deadline passed", append(ids, "duration", rt.Clock.Now().Sub(start))...)
 		return
 	}
+	rt.Log.Debug("agent call finished", append(ids, "failed", err != nil, "duration", rt.Clock.Now().Sub(start))...)
 	reply := &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind, Output: out,
 		CreatedAt: rt.Clock.Now(), Scheduler: r.Scheduler, InProcess: r.InProcess}
 	if err != nil {
@@ -603,12 +610,12 @@ func (rt *Runtime) storeReplies(ctx context.Context, batch []*dt.AgentReply) (do
 		return insertReplies(ctx, x, []*dt.AgentReply{f})
 	})
 	if ferr == nil {
-		rt.Log.Warn("agent reply could not be stored; stored as a failure of its step", "task", f.TaskID, "step", f.StepIndex, "err", err)
+		rt.Log.Warn("agent reply could not be stored; stored as a failure of its step", append(logattr.StepAttempt(f.TaskID, f.StepIndex, f.Attempt), "err", err)...)
 		return 1, nil
 	}
 	if errors.Is(ferr, store.ErrBadData) {
 		rt.Log.Error("agent reply could not be stored, nor its failure; the supervisor recovers its step after CompleteBy",
-			"task", f.TaskID, "step", f.StepIndex, "err", err, "failure_err", ferr)
+			append(logattr.StepAttempt(f.TaskID, f.StepIndex, f.Attempt), "err", err, "failure_err", ferr)...)
 		return 1, nil
 	}
 	return 0, ferr

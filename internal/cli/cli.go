@@ -44,6 +44,10 @@ type env struct {
 	remote    *backend.Remote
 
 	entered bool // a command's own code started: errors are not usage errors
+
+	// --config, and where each flag's value came from (config.go).
+	configPath string
+	origin     map[string]int
 }
 
 // Main runs the drover command line with args (without the program name) and
@@ -123,7 +127,15 @@ server's HTTP API instead of the database, with the bearer token of --token,
 --token-file or $` + EnvToken + `, and print the same output. The other commands
 refuse --server; --db and --server exclude each other. With a global token,
 --namespace NAME (else $` + EnvNamespace + `) acts in namespace NAME (the
-Drover-Namespace header); a token of a namespace acts in its own without it.`,
+Drover-Namespace header); a token of a namespace acts in its own without it.
+
+Every flag can also be set by the environment variable DROVER_ and its name
+in capitals with _ for - (--log-level: DROVER_LOG_LEVEL; --db keeps
+` + EnvDatabaseURL + `), or by a key of the YAML file of --config (else
+$` + EnvConfig + `) named as the flag (log-level: debug; a list for a
+repeatable flag). The command line wins over the environment, which wins
+over the file; a key that is no flag of any command is an error. demo and
+bench take --db and --schema from their command line only.`,
 		Example: `  drover migrate --db sqlite:./drover.db
   drover server --demo &
   drover submit orders '{"order_id":"o-1","amount":1234}' --id order-o-1
@@ -131,21 +143,15 @@ Drover-Namespace header); a token of a namespace acts in its own without it.`,
   drover demo orders --orders 200 --transient-rate 0.2 --hang-rate 0.05
   export DROVER_DATABASE_URL='postgres://drover:secret@db.internal:5432/app?sslmode=require'
   drover migrate --schema drover && drover server --schema drover --workflows ./workflows
-  drover status order-o-1 --server http://127.0.0.1:8080 --token-file ~/.drover-token`,
+  drover status order-o-1 --server http://127.0.0.1:8080 --token-file ~/.drover-token
+  drover server --config /etc/drover/drover.yaml`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Commands that run set e.entered; see MainIO.
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			e.entered = true
-			if !cmd.Flags().Changed("db") {
-				if v := e.Getenv(EnvDatabaseURL); v != "" {
-					e.DBURL = v
-				}
-			}
-			if !cmd.Flags().Changed("schema") {
-				if v := e.Getenv(clicore.EnvSchema); v != "" {
-					e.Schema = v
-				}
+			if err := e.resolveSettings(cmd); err != nil {
+				return err
 			}
 			if err := clicore.ValidSchema(e.Schema); err != nil {
 				return err
@@ -159,7 +165,9 @@ Drover-Namespace header); a token of a namespace acts in its own without it.`,
 			return e.setupRemote(cmd)
 		},
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
+	// --version prints what "drover version" does, without a database.
+	root.Version = "-"
+	root.SetVersionTemplate(currentVersion().text())
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return clicore.Usage(err) })
 	pf := root.PersistentFlags()
 	pf.StringVar(&e.DBURL, "db", DefaultDatabaseURL, "database URL: sqlite:PATH, sqlite://PATH, file:PATH or PATH, or postgres://USER@HOST:PORT/DB (env "+EnvDatabaseURL+")")
@@ -170,6 +178,7 @@ Drover-Namespace header); a token of a namespace acts in its own without it.`,
 	pf.StringVar(&e.serverURL, "server", "", "run the command against a drover server's HTTP API (http://HOST:PORT or https://…) instead of the database; for the commands that read or change tasks, alerts and queues (env "+EnvServer+")")
 	pf.StringVar(&e.token, "token", "", "bearer token for --server (env "+EnvToken+"); prefer --token-file, as arguments are visible to other users")
 	pf.StringVar(&e.tokenFile, "token-file", "", "read the bearer token for --server from this file")
+	pf.StringVar(&e.configPath, "config", "", "read settings from this YAML file: keys are flag names (db: …, log-level: …); command-line flags and DROVER_* variables take precedence (env "+EnvConfig+")")
 	pf.StringVar(&e.namespace, "namespace", "", "the namespace --server acts in, for a global token (env "+EnvNamespace+"); a token of a namespace acts in its own without it, and naming another is refused")
 
 	root.AddCommand(
@@ -185,7 +194,10 @@ Drover-Namespace header); a token of a namespace acts in its own without it.`,
 		benchcmd.Command(e.Env),
 		e.queueCmd(),
 		e.alertsCmd(),
+		e.versionCmd(),
+		e.healthcheckCmd(),
 	)
+	e.setupCompletion(root)
 	// Arguments errors are usage errors.
 	for _, c := range root.Commands() {
 		wrapArgs(c)

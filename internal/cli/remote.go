@@ -54,16 +54,9 @@ var remoteCommands = map[string]bool{
 // server, e.remote is the server to go through; without one it stays nil and the
 // command uses the database.
 func (e *env) setupRemote(cmd *cobra.Command) error {
-	fl := cmd.Flags()
-	serverFlag := fl.Changed("server")
-	if !serverFlag {
-		e.serverURL = e.Getenv(EnvServer)
-	}
-	tokenFlags := fl.Changed("token") || fl.Changed("token-file")
-	nsFlag := fl.Changed("namespace")
-	if !nsFlag {
-		e.namespace = e.Getenv(EnvNamespace)
-	}
+	serverFlag := e.onCommandLine(cmd, "server")
+	tokenFlags := e.onCommandLine(cmd, "token") || e.onCommandLine(cmd, "token-file")
+	nsFlag := e.onCommandLine(cmd, "namespace")
 	if e.serverURL == "" {
 		if serverFlag {
 			return clicore.Usagef("--server is empty: want http://HOST:PORT or https://HOST:PORT")
@@ -85,32 +78,39 @@ func (e *env) setupRemote(cmd *cobra.Command) error {
 		e.serverURL = "" // $DROVER_SERVER does not apply to this command
 		return nil
 	}
-	if fl.Changed("db") || fl.Changed("schema") {
+	if e.onCommandLine(cmd, "db") || e.onCommandLine(cmd, "schema") {
 		if serverFlag {
 			return clicore.Usagef("--db/--schema and --server exclude each other: give the database or the server")
 		}
 		e.serverURL = "" // an explicit --db wins over $DROVER_SERVER
 		return nil
 	}
+	// The token of the most specific source: the command line, then the
+	// environment, then the config file.
 	token := ""
+	tokenFrom, fileFrom := e.origin["token"], e.origin["token-file"]
+	if !cmd.Flags().Changed("token") {
+		tokenFrom = fromDefault
+	}
+	if !cmd.Flags().Changed("token-file") {
+		fileFrom = fromDefault
+	}
 	switch {
-	case fl.Changed("token") && fl.Changed("token-file"):
-		return clicore.Usagef("--token and --token-file exclude each other")
-	case fl.Changed("token-file"):
+	case tokenFrom != fromDefault && tokenFrom == fileFrom:
+		return clicore.Usagef("--token and --token-file exclude each other%s", sourceNote(tokenFrom))
+	case fileFrom > tokenFrom:
 		b, err := os.ReadFile(e.tokenFile)
 		if err != nil {
-			return clicore.Usagef("--token-file: %v", err)
+			return clicore.Usagef("--token-file: %w", err)
 		}
 		token = strings.TrimSpace(string(b))
 		if token == "" || strings.ContainsAny(token, " \t\r\n") {
 			return clicore.Usagef("--token-file %s: want one token on one line", e.tokenFile)
 		}
-	case fl.Changed("token"):
+	case tokenFrom != fromDefault:
 		if token = strings.TrimSpace(e.token); token == "" {
 			return clicore.Usagef("--token is empty")
 		}
-	default:
-		token = strings.TrimSpace(e.Getenv(EnvToken))
 	}
 	opts := []droverclient.Option{droverclient.WithHTTPClient(&http.Client{})}
 	if e.namespace != "" {
@@ -171,4 +171,15 @@ func (e *env) printEventList(evs []*drover.Event) error {
 		return nil
 	}
 	return printEvents(e.Stdout, evs, true)
+}
+
+// sourceNote names where settings came from, for an error about them.
+func sourceNote(from int) string {
+	switch from {
+	case fromEnv:
+		return " (both set in the environment)"
+	case fromFile:
+		return " (both set in the config file)"
+	}
+	return ""
 }

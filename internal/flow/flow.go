@@ -1322,6 +1322,10 @@ type Leader struct {
 	Lease    string
 	Counters *Counters
 
+	// Recovered are the step_timed_out events of the last Sweep, for the
+	// caller to log once its transaction committed.
+	Recovered []*dt.Event
+
 	pending tally
 }
 
@@ -1368,6 +1372,12 @@ func (sv *Leader) Sweep(ctx context.Context, x store.Executor, now time.Time, li
 	b.claimable = true
 	for _, t := range tasks {
 		sv.recover(b, ls[t.ID], now)
+	}
+	sv.Recovered = sv.Recovered[:0]
+	for _, e := range b.events {
+		if e.Type == dt.EventStepTimedOut {
+			sv.Recovered = append(sv.Recovered, e)
+		}
 	}
 	return len(tasks), b.flush(ctx, x)
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/internal/egress"
+	"github.com/drover-run/drover/internal/logattr"
 )
 
 // drainLimit is how much of an unread body is read before closing it, so
@@ -417,7 +418,7 @@ func (c *Caller) Do(ctx context.Context, r *Request) ([]byte, error) {
 		}
 		last = unwrapTry(err)
 		if r.Retry.MaxTries > 0 && try >= r.Retry.MaxTries {
-			return nil, c.giveUp(cl, last, try, "no tries left")
+			return nil, c.giveUp(ctx, cl, last, try, "no tries left")
 		}
 		wait := b.NextBackOff()
 		var se *StatusError
@@ -427,10 +428,10 @@ func (c *Caller) Do(ctx context.Context, r *Request) ([]byte, error) {
 		// No try starts after the deadline, so waiting past it is pointless:
 		// hand the step back now.
 		if dl, ok := ctx.Deadline(); ok && !c.now().Add(wait).Before(dl) {
-			return nil, c.giveUp(cl, last, try, fmt.Sprintf("the next try, in %s, would start after the deadline", wait.Round(time.Millisecond)))
+			return nil, c.giveUp(ctx, cl, last, try, fmt.Sprintf("the next try, in %s, would start after the deadline", wait.Round(time.Millisecond)))
 		}
-		c.log.Debug("http agent call failed; retrying", "method", cl.method, "url", cl.safeURL, "try", try,
-			"wait", wait, "err", last)
+		c.log.Debug("http agent call failed; retrying", logattr.Append(ctx, "method", cl.method, "url", cl.safeURL, "try", try,
+			"wait", wait, "err", last)...)
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -505,9 +506,9 @@ func (c *Caller) stopped(ctx context.Context, cl *call, last error) error {
 }
 
 // giveUp is the error of a Do that stopped retrying before its deadline.
-func (c *Caller) giveUp(cl *call, last error, tries uint, why string) error {
-	c.log.Warn("http agent call failed; giving up", "method", cl.method, "url", cl.safeURL, "tries", tries,
-		"reason", why, "err", last)
+func (c *Caller) giveUp(ctx context.Context, cl *call, last error, tries uint, why string) error {
+	c.log.Warn("http agent call failed; giving up", logattr.Append(ctx, "method", cl.method, "url", cl.safeURL, "tries", tries,
+		"reason", why, "err", last)...)
 	return fmt.Errorf("%w (gave up after %d tries: %s)", last, tries, why)
 }
 

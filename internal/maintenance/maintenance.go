@@ -10,6 +10,7 @@ import (
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/internal/leader"
+	"github.com/drover-run/drover/internal/logattr"
 	"github.com/drover-run/drover/store"
 )
 
@@ -191,6 +192,12 @@ func (r *Runner) RunService(ctx context.Context, s Service) (int, error) {
 				sv.Discard()
 			} else {
 				sv.Commit()
+			}
+		}
+		if err == nil {
+			for _, e := range sv.Recovered {
+				r.Log.Info("supervisor recovered a step whose deadline passed",
+					append(logattr.StepAttempt(e.TaskID, e.StepIndex, e.Attempt), "instance", r.Instance, "detail", e.Message)...)
 			}
 		}
 		if errors.Is(err, flow.ErrNotLeader) {

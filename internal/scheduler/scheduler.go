@@ -14,6 +14,7 @@ import (
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/internal/logattr"
 	"github.com/drover-run/drover/store"
 )
 
@@ -589,6 +590,12 @@ func (s *Scheduler) run(ctx context.Context, replies []*dt.AgentReply, retried i
 	s.Machine.Commit()
 	s.deferLater(replies[:retried], deferred, putBack)
 	s.setInFlight(s.inFlight + claimed - released)
+	if s.Log.Enabled(ctx, slog.LevelDebug) {
+		for _, r := range dispatched {
+			s.Log.Debug("scheduler dispatched a step", append(logattr.StepAttempt(r.TaskID, r.StepIndex, r.Attempt),
+				logattr.Agent, r.Agent, "kind", r.Kind, "instance", s.Instance())...)
+		}
+	}
 	if len(dispatched) > 0 && s.OnDispatch != nil {
 		s.OnDispatch(dispatched)
 	}
@@ -648,7 +655,7 @@ func (s *Scheduler) applyStoredApart(ctx context.Context, cause error) error {
 		if errors.Is(err, store.ErrBadData) {
 			o.fail = err
 			res, err = s.run(ctx, nil, 0, o)
-			s.logFailed(err, cause)
+			s.logFailed(err, cause, nil)
 			if errors.Is(err, store.ErrBadData) {
 				err = s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 					rs, err := x.ReplyTake(ctx, &store.ReplyTakeParams{Scheduler: s.Instance(), Limit: 1})
@@ -686,7 +693,7 @@ func (s *Scheduler) applyApart(ctx context.Context, replies []*dt.AgentReply) er
 		return err
 	case len(replies) == 1:
 		_, ferr := s.run(ctx, replies, 0, tickOptions{applyOnly: true, fail: err})
-		s.logFailed(ferr, err)
+		s.logFailed(ferr, err, replies[0])
 		if ferr != nil && !errors.Is(ferr, store.ErrBadData) {
 			s.redeliver(replies)
 			return ferr
@@ -703,14 +710,19 @@ func (s *Scheduler) applyApart(ctx context.Context, replies []*dt.AgentReply) er
 
 // logFailed logs a reply applied as a failure because the store refused
 // a value of it (err nil), or dropped because even that failed: the
-// supervisor then recovers its step after CompleteBy.
-func (s *Scheduler) logFailed(err, cause error) {
+// supervisor then recovers its step after CompleteBy. r is the reply when
+// known (nil: one the store handed back, not read).
+func (s *Scheduler) logFailed(err, cause error, r *dt.AgentReply) {
+	attrs := []any{"instance", s.Instance(), "err", cause}
+	if r != nil {
+		attrs = append(attrs, logattr.StepAttempt(r.TaskID, r.StepIndex, r.Attempt)...)
+	}
 	if err == nil {
-		s.Log.Warn("scheduler: a reply could not be stored; its step failed", "instance", s.Instance(), "err", cause)
+		s.Log.Warn("scheduler: a reply could not be stored; its step failed", attrs...)
 		return
 	}
 	s.Log.Error("scheduler: a reply could not be stored, nor its failure; the supervisor recovers its step after CompleteBy",
-		"instance", s.Instance(), "err", cause, "failure_err", err)
+		append(attrs, "failure_err", err)...)
 }
 
 // failed returns replies as failures: a value of theirs could not be

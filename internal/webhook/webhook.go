@@ -614,7 +614,7 @@ func (d *Dispatcher) roundTx(ctx context.Context, results []store.WebhookResult,
 		if !a {
 			d.stale.Add(1)
 			d.log.Warn("webhook: result not recorded, the claim had expired and was taken over",
-				"delivery", r.ID, "attempt", r.Attempt)
+				"delivery", r.ID, "delivery_attempt", r.Attempt)
 			continue
 		}
 		switch {
@@ -840,7 +840,7 @@ func (d *Dispatcher) send(ctx context.Context, w *dt.WebhookDelivery) store.Webh
 	case err == nil:
 		res.Status = dt.WebhookDelivered
 		d.log.Debug("webhook delivered", "delivery", w.ID, "event", w.EventID, "task", w.TaskID,
-			"url", redact(w.URL), "attempt", w.Attempts, "status", status)
+			"url", redact(w.URL), "delivery_attempt", w.Attempts, "status", status)
 		return res
 	case errors.As(err, &permanent):
 		res.Status, res.LastError = dt.WebhookFailed, err.Error()
@@ -852,7 +852,7 @@ func (d *Dispatcher) send(ctx context.Context, w *dt.WebhookDelivery) store.Webh
 		res.Status, res.LastError = dt.WebhookPending, err.Error()
 		res.NextAttemptAt = res.Now.Add(d.backoff(w.Attempts))
 		d.log.Debug("webhook attempt failed, will retry", "delivery", w.ID, "event", w.EventID, "task", w.TaskID,
-			"url", redact(w.URL), "attempt", w.Attempts, "next", res.NextAttemptAt, "err", res.LastError)
+			"url", redact(w.URL), "delivery_attempt", w.Attempts, "next", res.NextAttemptAt, "err", res.LastError)
 		return res
 	}
 	d.log.Warn("webhook delivery failed for good", "delivery", w.ID, "event", w.EventID, "task", w.TaskID,

@@ -1,0 +1,11 @@
+package postgres
+
+// LatestSchemaVersion is the version of the newest migration this driver
+// embeds: the schema version "drover migrate" brings a schema to.
+func LatestSchemaVersion() (int, error) {
+	ms, err := migrations()
+	if err != nil {
+		return 0, err
+	}
+	return ms[len(ms)-1].Version, nil
+}
