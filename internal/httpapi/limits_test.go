@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
+	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/store"
 )
@@ -350,6 +352,11 @@ func TestInFlightQuotaPerNamespace(t *testing.T) {
 		submit(operatorTok, "d-1").must(t, 201)
 		submit(operatorTok, "d-2").must(t, 201)
 		submit(submitTok, "d-3").must(t, 201)
+		for _, ns := range []string{"", dt.DefaultNamespace} {
+			if _, err := e.d.ActiveTasksIn(context.Background(), ns); !errors.Is(err, drover.ErrInvalidInput) {
+				t.Errorf("ActiveTasksIn(%q): %v, want ErrInvalidInput", ns, err)
+			}
+		}
 
 		e.do("POST", "/v1/tasks/q-2/cancel", aOperatorTok, `{}`).must(t, 200)
 		submit(aSubmit2Tok, "q-3").must(t, 201)
