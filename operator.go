@@ -106,6 +106,17 @@ func (c *Client) ActiveTasksOf(ctx context.Context, submitter string) (int, erro
 	return c.store.Reader().TaskCountActiveBySubmitter(ctx, &store.TaskCountActiveBySubmitterParams{Submitter: submitter})
 }
 
+// ActiveTasksIn returns how many tasks of namespace are not final yet
+// (Pending, Processing or Compensating), for a quota per namespace. It
+// reads an index of the namespaces' unfinished tasks only; the default
+// namespace's tasks are not in it, so namespace must name another one.
+func (c *Client) ActiveTasksIn(ctx context.Context, namespace string) (int, error) {
+	if dt.StoredNamespace(namespace) == "" {
+		return 0, fmt.Errorf("%w: ActiveTasksIn: the default namespace's tasks are not counted apart", ErrInvalidInput)
+	}
+	return c.store.Reader().TaskCountActive(ctx, &store.TaskCountActiveParams{Namespace: namespace})
+}
+
 // ResubmitOptions are optional settings of Resubmit.
 type ResubmitOptions struct {
 	// FromStep re-runs the task from this step index (steps from it on go

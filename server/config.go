@@ -125,6 +125,10 @@ type HTTPConfig struct {
 	// MaxInFlightPerToken caps the tasks one token has submitted that are
 	// not final yet; more submits get 429 quota_exceeded (0: no quota).
 	MaxInFlightPerToken int
+	// MaxInFlightPerNamespace caps the tasks of one namespace (other than
+	// the default one) that are not final yet, whoever submitted them;
+	// more submits get 429 quota_exceeded (0: no quota).
+	MaxInFlightPerNamespace int
 	// Heartbeat is the interval of keep-alive comments on idle streams.
 	Heartbeat time.Duration
 	// QueueCreate is who may create a session queue by publishing to it:

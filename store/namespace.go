@@ -1,6 +1,10 @@
 package store
 
-import "github.com/drover-run/drover/drovertype"
+import (
+	"errors"
+
+	"github.com/drover-run/drover/drovertype"
+)
 
 // NamespaceRange is the range [lo, hi) of stored names (task IDs, queue
 // names) of the namespace ns, which is not the default one: the names
@@ -17,4 +21,22 @@ func ListNamespace(ns string) (stored string, filter bool) {
 		return "", false
 	}
 	return drovertype.StoredNamespace(ns), true
+}
+
+// errCountDefault refuses a count of the default namespace's tasks alone.
+var errCountDefault = errors.New("the default namespace's tasks are not counted apart")
+
+// CountNamespace is a count's Namespace as stored ("": every namespace),
+// or an error for the default namespace: its tasks are not indexed apart,
+// since that would cost every task of a store without namespaces an index
+// entry, and counting them without an index would follow every
+// namespace's unfinished tasks.
+func CountNamespace(ns string) (string, error) {
+	if ns == "" {
+		return "", nil
+	}
+	if ns = drovertype.StoredNamespace(ns); ns == "" {
+		return "", errCountDefault
+	}
+	return ns, nil
 }

@@ -90,7 +90,9 @@ type Executor interface {
 	// TaskCountLockedBy counts the tasks Instance holds.
 	TaskCountLockedBy(ctx context.Context, params *TaskCountLockedByParams) (int, error)
 	// TaskCountActive counts the tasks not yet final: Pending, Processing or
-	// Compensating. Cheap (index-only), for queue-depth monitoring.
+	// Compensating, of every namespace or of Namespace. Cheap (through
+	// partial indexes of the unfinished tasks), for queue-depth monitoring
+	// and the quota of tasks in flight per namespace.
 	TaskCountActive(ctx context.Context, params *TaskCountActiveParams) (int, error)
 	// TaskCountActiveBySubmitter counts the tasks not yet final (as
 	// TaskCountActive) whose Submitter is Submitter, which is not "".
@@ -465,8 +467,15 @@ type StepMessagesExistParams struct {
 // (A filter, such as a namespace, would go here.)
 type TaskCountByStateParams struct{}
 
-// TaskCountActiveParams are the arguments of TaskCountActive: none yet.
-type TaskCountActiveParams struct{}
+// TaskCountActiveParams are the arguments of TaskCountActive.
+type TaskCountActiveParams struct {
+	// Namespace, when set, counts only that namespace's tasks, through an
+	// index of the unfinished tasks of namespaces other than the default
+	// one, so the count follows that namespace's alone. It must not be
+	// drovertype.DefaultNamespace: the default namespace's tasks are not
+	// indexed apart (see CountNamespace).
+	Namespace string
+}
 
 // TaskCountActiveBySubmitterParams are the arguments of
 // TaskCountActiveBySubmitter.

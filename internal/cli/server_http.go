@@ -32,6 +32,7 @@ type httpFlags struct {
 	maxWaitingNS int // --max-waiting-per-namespace
 	maxStreamsNS int // --max-streams-per-namespace
 	maxTasksTk   int // --max-in-flight-per-token
+	maxTasksNS   int // --max-in-flight-per-namespace
 	heartbeat    time.Duration
 	queueCreate  string
 	metrics      string // --metrics-listen
@@ -55,6 +56,7 @@ func (f *httpFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.maxWaitingTk, "max-waiting-per-token", httpapi.DefaultMaxWaitingPerToken, "waiting calls one token may hold; more get 429 with Retry-After")
 	fl.IntVar(&f.maxWaitingNS, "max-waiting-per-namespace", 0, "waiting calls one namespace may hold (all its tokens), once namespaces are in use; more get 429 with Retry-After (0: three quarters of --max-waiting)")
 	fl.IntVar(&f.maxStreamsNS, "max-streams-per-namespace", 0, "event streams one namespace may hold open, once namespaces are in use; more get 429 with Retry-After (0: three quarters of --max-streams)")
+	fl.IntVar(&f.maxTasksNS, "max-in-flight-per-namespace", 0, "tasks one namespace may have in flight (not yet final: Pending, Processing or Compensating), whoever submitted them; a submit of a new task beyond it gets 429 quota_exceeded (0: no quota; the default namespace has none)")
 	fl.IntVar(&f.maxTasksTk, "max-in-flight-per-token", 0, "tasks one token may have in flight (submitted and not yet final: Pending, Processing or Compensating); a submit of a new task beyond it gets 429 quota_exceeded (0: no quota; tokens sharing a name share it)")
 	fl.StringVar(&f.queueCreate, "queue-create", string(httpapi.QueueCreateSubmit), "who may create a session queue by publishing to it over the API: submit (any token that may publish) or operator (operator tokens only; others publish to existing queues, 403 otherwise)")
 	fl.DurationVar(&f.heartbeat, "stream-heartbeat", httpapi.DefaultHeartbeat, "interval of the keep-alive comments on idle event streams")
@@ -74,7 +76,7 @@ func (e *env) checkHTTPFlags(cmd *cobra.Command, f *httpFlags, allowPerms bool) 
 		Rate: f.rate, Burst: f.burst, MaxStreams: f.maxStreams, MaxStreamsPerToken: f.maxStreamsTk,
 		MaxWaiting: f.maxWaiting, MaxWaitingPerToken: f.maxWaitingTk, Heartbeat: f.heartbeat,
 		MaxWaitingPerNamespace: f.maxWaitingNS, MaxStreamsPerNamespace: f.maxStreamsNS, MaxInFlightPerToken: f.maxTasksTk,
-		QueueCreate: server.QueueCreate(f.queueCreate), Redelivery: f.apiRedelivery()}, nil
+		QueueCreate: server.QueueCreate(f.queueCreate), Redelivery: f.apiRedelivery(), MaxInFlightPerNamespace: f.maxTasksNS}, nil
 }
 
 // checkHTTPFlagValues checks the flags and loads the tokens (nil with
@@ -83,7 +85,7 @@ func (e *env) checkHTTPFlagValues(cmd *cobra.Command, f *httpFlags, allowPerms b
 	if f.listen == "" {
 		for _, name := range []string{"tokens-file", "tls-cert", "tls-key", "insecure-no-auth", "max-body-bytes", "rate-limit", "rate-burst", "max-streams", "stream-heartbeat",
 			"agent-redelivery-delay", "agent-redelivery-max-delay", "max-streams-per-token", "max-waiting", "max-waiting-per-token", "queue-create",
-			"max-waiting-per-namespace", "max-streams-per-namespace", "max-in-flight-per-token"} {
+			"max-waiting-per-namespace", "max-streams-per-namespace", "max-in-flight-per-token", "max-in-flight-per-namespace"} {
 			if cmd.Flags().Changed(name) {
 				return nil, nil, clicore.Usagef("--%s needs --listen", name)
 			}
@@ -104,7 +106,8 @@ func (e *env) checkHTTPFlagValues(cmd *cobra.Command, f *httpFlags, allowPerms b
 			return nil, nil, clicore.Usagef("%s must be positive, got %d", name, n)
 		}
 	}
-	for name, n := range map[string]int{"--max-waiting-per-namespace": f.maxWaitingNS, "--max-streams-per-namespace": f.maxStreamsNS, "--max-in-flight-per-token": f.maxTasksTk} {
+	for name, n := range map[string]int{"--max-waiting-per-namespace": f.maxWaitingNS, "--max-streams-per-namespace": f.maxStreamsNS, "--max-in-flight-per-token": f.maxTasksTk,
+		"--max-in-flight-per-namespace": f.maxTasksNS} {
 		if n < 0 {
 			return nil, nil, clicore.Usagef("%s must not be negative, got %d", name, n)
 		}

@@ -334,6 +334,8 @@ func TestServerHTTPFlags(t *testing.T) {
 		{[]string{"--max-waiting-per-namespace", "5"}, ExitUsage, "--max-waiting-per-namespace needs --listen"},
 		{[]string{"--max-in-flight-per-token", "5"}, ExitUsage, "--max-in-flight-per-token needs --listen"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-in-flight-per-token", "-1"}, ExitUsage, "--max-in-flight-per-token must not be negative"},
+		{[]string{"--max-in-flight-per-namespace", "5"}, ExitUsage, "--max-in-flight-per-namespace needs --listen"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-in-flight-per-namespace", "-1"}, ExitUsage, "--max-in-flight-per-namespace must not be negative"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--max-streams-per-namespace", "-1"}, ExitUsage, "--max-streams-per-namespace must not be negative"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--queue-create", "admin"}, ExitUsage, `--queue-create "admin": want submit or operator`},
 		{[]string{"--queue-create", "operator"}, ExitUsage, "--queue-create needs --listen"},

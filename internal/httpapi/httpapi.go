@@ -108,6 +108,15 @@ type Options struct {
 	// across restarts and processes. Default 0: no quota. Without auth
 	// there is none.
 	MaxInFlightPerToken int
+	// MaxInFlightPerNamespace caps the tasks of one namespace in flight:
+	// not final yet (Pending, Processing or Compensating), whoever
+	// submitted them. A submit of a new task into a namespace holding as
+	// many gets 429 quota_exceeded; submitting an existing ID again is not
+	// refused. The store counts them, so the quota holds across restarts
+	// and processes. The default namespace has no such quota: its tasks
+	// are not indexed apart (drover.Client.ActiveTasksIn). Default 0: no
+	// quota.
+	MaxInFlightPerNamespace int
 	// RemoteAgent reports whether an agent runs in another process and is
 	// served by remote agents over this API. Polls, completions and
 	// failures for any other agent (the built-in http agent, agents that
@@ -165,7 +174,8 @@ type Handler struct {
 	waiting  atomic.Int64 // waiting calls being served (limits.go)
 	streams  atomic.Int64 // open event streams
 	// nsHolds counts waiting calls and streams per namespace, once
-	// namespaced is set (a token has a namespace, or a request named one).
+	// namespaced is set (a token has a namespace, or a request named one),
+	// and submits in progress under a namespace's quota.
 	nsHolds    nsHolds
 	namespaced atomic.Bool
 

@@ -47,35 +47,67 @@ type caller struct {
 	submitting atomic.Int64 // submits in progress, not yet counted by the store (quotaCheck)
 }
 
-// quotaCheck refuses a submit of a new task by a token holding
-// Options.MaxInFlightPerToken tasks in flight already, or returns the
-// function to call once the submit ended, and the submitter to record.
-// Submits of the token in progress count too (those already committed
-// may count twice: the check errs on the side of refusing), so that
-// concurrent submits cannot pass the quota together.
+// quotaCheck refuses a submit of a new task beyond a quota of tasks in
+// flight: the token's (Options.MaxInFlightPerToken) or its namespace's
+// (Options.MaxInFlightPerNamespace). Otherwise it returns the submitter to
+// record and the function to call once the submit ended. Submits in
+// progress in this process count too (those already committed may count
+// twice: the check errs on the side of refusing), so that concurrent
+// submits cannot pass a quota together.
 func (h *Handler) quotaCheck(r *http.Request) (submitter string, done func(), err error) {
 	p := principalOf(r)
-	if p == nil || p.token == nil {
+	if p == nil {
 		return "", func() {}, nil
 	}
-	submitter = p.token.actorName()
-	limit := h.opts.MaxInFlightPerToken
-	if limit <= 0 {
-		return submitter, func() {}, nil
+	var quotas []inFlightQuota
+	if p.token != nil {
+		submitter = p.token.actorName()
+		if limit := h.opts.MaxInFlightPerToken; limit > 0 {
+			quotas = append(quotas, inFlightQuota{"this token", "max-in-flight-per-token", limit,
+				func() (int64, func()) { return p.caller.submitting.Add(1) - 1, func() { p.caller.submitting.Add(-1) } },
+				func(ctx context.Context) (int, error) { return h.drover.ActiveTasksOf(ctx, submitter) }})
+		}
 	}
-	others := p.caller.submitting.Add(1) - 1
-	done = func() { p.caller.submitting.Add(-1) }
-	n, err := h.drover.ActiveTasksOf(r.Context(), submitter)
-	if err != nil {
-		done()
-		return "", nil, err
+	// The default namespace has no quota: its tasks are not indexed apart.
+	if limit, ns := h.opts.MaxInFlightPerNamespace, p.ns; limit > 0 && ns != "" {
+		quotas = append(quotas, inFlightQuota{fmt.Sprintf("namespace %q", ns), "max-in-flight-per-namespace", limit,
+			func() (int64, func()) {
+				return int64(h.nsHolds.enter(ns, holdSubmit)), func() { h.nsHolds.give(ns, holdSubmit) }
+			},
+			func(ctx context.Context) (int, error) { return h.drover.ActiveTasksIn(ctx, ns) }})
 	}
-	if int64(n)+others >= int64(limit) {
-		done()
-		return "", nil, errorf(http.StatusTooManyRequests, "quota_exceeded",
-			"this token has %d tasks in flight (not yet final), its quota max-in-flight-per-token is %d: wait for some to finish", n, limit)
+	var leave []func()
+	done = func() {
+		for _, f := range leave {
+			f()
+		}
+	}
+	for _, q := range quotas {
+		others, left := q.enter()
+		leave = append(leave, left)
+		n, err := q.count(r.Context())
+		if err != nil {
+			done()
+			return "", nil, err
+		}
+		if int64(n)+others >= int64(q.limit) {
+			done()
+			return "", nil, errorf(http.StatusTooManyRequests, "quota_exceeded",
+				"%s has %d tasks in flight (not yet final), its quota %s is %d: wait for some to finish", q.who, n, q.flag, q.limit)
+		}
 	}
 	return submitter, done, nil
+}
+
+// inFlightQuota is a quota of tasks in flight quotaCheck applies.
+type inFlightQuota struct {
+	who, flag string // whose quota, and the server flag that sets it, for the refusal
+	limit     int
+	// enter counts the submit as in progress, and returns how many others
+	// are and the function that counts it out again.
+	enter func() (others int64, leave func())
+	// count counts the tasks in flight in the store.
+	count func(ctx context.Context) (int, error)
 }
 
 // principal is who makes a request: the token (nil without auth) and its
@@ -96,12 +128,15 @@ func principalOf(r *http.Request) *principal {
 	return p
 }
 
-// holdKind is a kind of call that holds a connection open.
+// holdKind is a kind of call that holds a connection open, or a submit
+// in progress (counted per namespace for its quota, never refused by it).
 type holdKind int
 
 const (
 	holdWaiting holdKind = iota // a long-poll: agent poll, session accept or receive with a wait
 	holdStream                  // an event stream
+	holdSubmit                  // a submit between its quota check and its end (quotaCheck)
+	holdKinds                   // the number of kinds
 )
 
 // hold takes a slot of kind for the request's principal: it fails with
@@ -172,31 +207,50 @@ func (h *Handler) hold(w http.ResponseWriter, r *http.Request, kind holdKind) (f
 	}, nil
 }
 
-// nsHolds counts the waiting calls and streams of each namespace holding
-// any (a namespace holding none has no entry: the map stays as small as
-// the namespaces in use).
+// nsHolds counts the waiting calls, streams and submits in progress of
+// each namespace holding any (a namespace holding none has no entry: the
+// map stays as small as the namespaces in use).
 type nsHolds struct {
 	mu sync.Mutex
-	m  map[string]*[2]int
+	m  map[string]*[holdKinds]int
+}
+
+// entry returns ns's counts, adding them if ns holds nothing; c.mu held.
+func (c *nsHolds) entry(ns string) *[holdKinds]int {
+	n := c.m[ns]
+	if n == nil {
+		if c.m == nil {
+			c.m = map[string]*[holdKinds]int{}
+		}
+		n = &[holdKinds]int{}
+		c.m[ns] = n
+	}
+	return n
 }
 
 // take takes a slot of kind for ns unless it holds limit already.
 func (c *nsHolds) take(ns string, kind holdKind, limit int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := c.m[ns]
-	if n == nil {
-		if c.m == nil {
-			c.m = map[string]*[2]int{}
-		}
-		n = &[2]int{}
-		c.m[ns] = n
-	}
+	n := c.entry(ns)
 	if n[kind] >= limit {
+		if *n == ([holdKinds]int{}) {
+			delete(c.m, ns)
+		}
 		return false
 	}
 	n[kind]++
 	return true
+}
+
+// enter counts one more of kind for ns, whatever it holds, and returns
+// how many ns held before; give gives it back.
+func (c *nsHolds) enter(ns string, kind holdKind) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.entry(ns)
+	n[kind]++
+	return n[kind] - 1
 }
 
 // counts returns the slots of kind held per namespace (only namespaces
@@ -226,7 +280,7 @@ func (c *nsHolds) give(ns string, kind holdKind) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.m[ns]
-	if n[kind]--; n[0] == 0 && n[1] == 0 {
+	if n[kind]--; *n == ([holdKinds]int{}) {
 		delete(c.m, ns)
 	}
 }

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
+	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/store"
 )
@@ -278,23 +280,92 @@ func TestInFlightQuotaPerToken(t *testing.T) {
 
 		// Concurrent submits do not pass the quota together.
 		e2 := newEnv(t, open(t), Options{Tokens: tokens, MaxInFlightPerToken: 3})
-		codes := make(chan int, 12)
-		for i := range 12 {
-			go func() {
-				codes <- e2.do("POST", "/v1/tasks", ciTok, `{"workflow":"external","id":"c-`+itoa(int64(i))+`"}`).status
-			}()
+		created := concurrentSubmits(e2, 12, ciTok)
+		if n, err := e2.d.ActiveTasksOf(context.Background(), "http:ci"); err != nil || created > 3 || n != created {
+			t.Errorf("%d created, %d in flight (%v), want at most 3", created, n, err)
 		}
-		created := 0
-		for range 12 {
-			switch c := <-codes; c {
-			case 201:
-				created++
-			case 429:
-			default:
-				t.Errorf("concurrent submit: %d", c)
+	})
+}
+
+// concurrentSubmits submits n new tasks at once, with the tokens in turn,
+// and returns how many were created; every other one must get 429.
+func concurrentSubmits(e *testEnv, n int, toks ...string) int {
+	e.t.Helper()
+	codes := make(chan int, n)
+	for i := range n {
+		go func() {
+			codes <- e.do("POST", "/v1/tasks", toks[i%len(toks)], `{"workflow":"external","id":"c-`+itoa(int64(i))+`"}`).status
+		}()
+	}
+	created := 0
+	for range n {
+		switch c := <-codes; c {
+		case 201:
+			created++
+		case 429:
+		default:
+			e.t.Errorf("concurrent submit: %d", c)
+		}
+	}
+	return created
+}
+
+// TestInFlightQuotaPerNamespace: once namespace a holds
+// MaxInFlightPerNamespace tasks not yet final, whichever tokens submitted
+// them, a new one gets 429 quota_exceeded naming the namespace and the
+// quota, from a's tokens and from a global token acting in a, in this
+// handler and in another on the same store; submitting an existing ID
+// again is served; namespace b and the default namespace are not
+// affected; once one of a's tasks is final a submits again. The token's
+// quota is checked by the same call and named when it is the one
+// reached. Concurrent submits do not pass the quota together.
+func TestInFlightQuotaPerNamespace(t *testing.T) {
+	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
+		toks := append([]Token{{Secret: aSubmit2Tok, Scopes: []Scope{ScopeSubmit}, Namespace: "a"}}, nsTokens...)
+		opts := Options{Tokens: toks, MaxInFlightPerNamespace: 3, MaxInFlightPerToken: 2}
+		e := newEnv(t, open(t), opts)
+		submit := func(tok, id string) *response {
+			return e.do("POST", "/v1/tasks", tok, `{"workflow":"external","id":"`+id+`"}`)
+		}
+		submit(aSubmitTok, "q-0").must(t, 201)
+		submit(aSubmitTok, "q-1").must(t, 201)
+		r := submit(aSubmitTok, "q-2").mustError(t, 429, "quota_exceeded")
+		if !strings.Contains(r.errMsg(), "this token has 2 tasks in flight") || !strings.Contains(r.errMsg(), "max-in-flight-per-token is 2") {
+			t.Errorf("the token's quota is not named: %s", r.body)
+		}
+		submit(aSubmit2Tok, "q-2").must(t, 201)
+		r = submit(aSubmit2Tok, "q-3").mustError(t, 429, "quota_exceeded")
+		if msg := r.errMsg(); !strings.Contains(msg, `namespace "a" has 3 tasks in flight`) || !strings.Contains(msg, "max-in-flight-per-namespace is 3") {
+			t.Errorf("the namespace's quota is not named: %s", r.body)
+		}
+		if _, err := e.d.Task(context.Background(), "a/q-3"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("the refused task was stored: %v", err)
+		}
+		e.doNS("POST", "/v1/tasks", submitTok, "a", `{"workflow":"external","id":"g"}`).mustError(t, 429, "quota_exceeded")
+		// The store counts: a handler with no submits of its own refuses too.
+		newEnv(t, e.drv, opts).do("POST", "/v1/tasks", aSubmit2Tok, `{"workflow":"external","id":"q-3"}`).mustError(t, 429, "quota_exceeded")
+		submit(aSubmit2Tok, "q-0").must(t, 200)
+		submit(bSubmitTok, "q-0").must(t, 201)
+		submit(bSubmitTok, "q-1").must(t, 201)
+		// The default namespace has none (its global token only its own).
+		submit(submitTok, "d-0").must(t, 201)
+		submit(operatorTok, "d-1").must(t, 201)
+		submit(operatorTok, "d-2").must(t, 201)
+		submit(submitTok, "d-3").must(t, 201)
+		for _, ns := range []string{"", dt.DefaultNamespace} {
+			if _, err := e.d.ActiveTasksIn(context.Background(), ns); !errors.Is(err, drover.ErrInvalidInput) {
+				t.Errorf("ActiveTasksIn(%q): %v, want ErrInvalidInput", ns, err)
 			}
 		}
-		if n, err := e2.d.ActiveTasksOf(context.Background(), "http:ci"); err != nil || created > 3 || n != created {
+
+		e.do("POST", "/v1/tasks/q-2/cancel", aOperatorTok, `{}`).must(t, 200)
+		submit(aSubmit2Tok, "q-3").must(t, 201)
+		submit(aSubmit2Tok, "q-4").mustError(t, 429, "quota_exceeded")
+
+		// Concurrent submits of two tokens do not pass the quota together.
+		e2 := newEnv(t, open(t), Options{Tokens: toks, MaxInFlightPerNamespace: 3})
+		created := concurrentSubmits(e2, 12, aSubmitTok, aSubmit2Tok)
+		if n, err := e2.d.ActiveTasksIn(context.Background(), "a"); err != nil || created > 3 || n != created {
 			t.Errorf("%d created, %d in flight (%v), want at most 3", created, n, err)
 		}
 	})

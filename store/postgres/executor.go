@@ -499,7 +499,15 @@ func (e *executor) indexed(ctx context.Context, fn func(x *executor) error) erro
 	})
 }
 
-func (e *executor) TaskCountActive(ctx context.Context, _ *store.TaskCountActiveParams) (int, error) {
+func (e *executor) TaskCountActive(ctx context.Context, params *store.TaskCountActiveParams) (int, error) {
+	ns, err := store.CountNamespace(params.Namespace)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: count active tasks: %w", err)
+	}
+	if ns != "" {
+		lo, hi := store.NamespaceRange(ns)
+		return e.count(ctx, "count active tasks of a namespace", e.d.q.taskCountActiveIn, lo, hi)
+	}
 	return e.count(ctx, "count active tasks", e.d.q.taskCountActive)
 }
 

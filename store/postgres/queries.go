@@ -49,6 +49,12 @@ const (
    WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating'))
  + (SELECT count(*) FROM {s}.tasks WHERE locked_by IS NOT NULL)`
 
+	// tTaskCountActiveIn counts a namespace's tasks ($1, $2: its
+	// store.NamespaceRange) through tasks_namespace_active, whose
+	// condition it repeats so that the planner may use it.
+	tTaskCountActiveIn = `SELECT count(*) FROM {s}.tasks
+ WHERE id >= $1 AND id < $2 AND strpos(id, '/') > 0 AND process_state IN ('Pending','Processing','Compensating')`
+
 	// tTaskCountActiveBySubmitter counts through tasks_submitter_active.
 	tTaskCountActiveBySubmitter = `SELECT count(*) FROM {s}.tasks
  WHERE submitter = $1 AND submitter <> '' AND process_state IN ('Pending','Processing','Compensating')`
@@ -379,7 +385,7 @@ var (
 // queries holds every statement with the schema filled in.
 type queries struct {
 	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
-	taskCountActive, taskCountActiveBySubmitter, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskGetManySkip, taskExisting, taskListLockedBy, taskListExpired, taskListExpiredLock,
+	taskCountActive, taskCountActiveIn, taskCountActiveBySubmitter, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskGetManySkip, taskExisting, taskListLockedBy, taskListExpired, taskListExpiredLock,
 	taskInsert, taskUpdate, taskList, taskPickFinished string
 	orderingReserve, orderingPrune string
 
@@ -425,6 +431,7 @@ func newQueries(quotedSchema string) *queries {
 		taskCountByState:           r(tTaskCountByState),
 		taskCountLockedBy:          r(tTaskCountLockedBy),
 		taskCountActive:            r(tTaskCountActive),
+		taskCountActiveIn:          r(tTaskCountActiveIn),
 		taskCountActiveBySubmitter: r(tTaskCountActiveBySubmitter),
 		taskDeleteFinished:         r(tTaskDeleteFinished),
 		taskPickFinished:           r(tTaskPickFinished),

@@ -56,3 +56,10 @@ func TestUpgradeTo15(t *testing.T) {
 	storetest.CheckUpgradeTo15(t, d, undo(d,
 		`ALTER TABLE `+s+`.tasks DROP COLUMN submitter`, `DELETE FROM `+s+`.drover_migrations WHERE version = 15`))
 }
+
+// Migration 16 upgrades a store with tasks in place.
+func TestUpgradeTo16(t *testing.T) {
+	d, s := upgradeStore(t)
+	storetest.CheckUpgradeTo16(t, d, undo(d,
+		`DROP INDEX `+s+`.tasks_namespace_active`, `DELETE FROM `+s+`.drover_migrations WHERE version = 16`))
+}

@@ -288,7 +288,15 @@ func (e *executor) TaskCountLockedBy(ctx context.Context, params *store.TaskCoun
 	return n, translate(rows.Err())
 }
 
-func (e *executor) TaskCountActive(ctx context.Context, _ *store.TaskCountActiveParams) (int, error) {
+func (e *executor) TaskCountActive(ctx context.Context, params *store.TaskCountActiveParams) (int, error) {
+	ns, err := store.CountNamespace(params.Namespace)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: count active tasks: %w", err)
+	}
+	if ns != "" {
+		lo, hi := store.NamespaceRange(ns)
+		return e.countActive(ctx, qTaskCountActiveIn, lo, hi)
+	}
 	return e.countActive(ctx, qTaskCountActive)
 }
 

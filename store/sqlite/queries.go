@@ -34,6 +34,12 @@ const (
    WHERE locked_by IS NULL AND process_state IN ('Pending','Compensating'))
  + (SELECT count(*) FROM tasks INDEXED BY tasks_held WHERE locked_by IS NOT NULL)`
 
+	// qTaskCountActiveIn counts a namespace's tasks (?1, ?2: its
+	// store.NamespaceRange) on tasks_namespace_active, whose condition it
+	// repeats so that SQLite may use it.
+	qTaskCountActiveIn = `SELECT count(*) FROM tasks INDEXED BY tasks_namespace_active
+ WHERE id >= ? AND id < ? AND instr(id, '/') > 0 AND process_state IN ('Pending','Processing','Compensating')`
+
 	// qTaskCountActiveBySubmitter counts through tasks_submitter_active.
 	qTaskCountActiveBySubmitter = `SELECT count(*) FROM tasks INDEXED BY tasks_submitter_active
  WHERE submitter = ? AND submitter <> '' AND process_state IN ('Pending','Processing','Compensating')`

@@ -48,3 +48,10 @@ func TestUpgradeTo15(t *testing.T) {
 	storetest.CheckUpgradeTo15(t, d, undo(d,
 		`DROP INDEX tasks_submitter_active`, `ALTER TABLE tasks DROP COLUMN submitter`, `DELETE FROM drover_migrations WHERE version = 15`))
 }
+
+// Migration 16 upgrades a store with tasks in place.
+func TestUpgradeTo16(t *testing.T) {
+	d, _ := freshStore(t)
+	storetest.CheckUpgradeTo16(t, d, undo(d,
+		`DROP INDEX tasks_namespace_active`, `DELETE FROM drover_migrations WHERE version = 16`))
+}

@@ -24,6 +24,7 @@ func taskCases() []testCase {
 		{"List", testTaskList},
 		{"CountByState", testTaskCountByState},
 		{"CountActiveBySubmitter", testTaskCountActiveBySubmitter},
+		{"CountActiveByNamespace", testTaskCountActiveByNamespace},
 		{"ClaimClaimable", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, plainClaim) }},
 		{"ClaimClaimableWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, writeLater) }},
 		{"ClaimClaimableWithSteps", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, withSteps) }},
@@ -393,22 +394,15 @@ func testTaskCountActiveBySubmitter(t *testing.T, d store.Driver) {
 	if n := count("http:a"); n != 0 {
 		t.Fatalf("empty store: %d", n)
 	}
-	i := 0
-	for who, states := range map[string][]dt.ProcessState{
+	insertInStates(t, d, map[string][]dt.ProcessState{
 		"http:a": {dt.Pending, dt.Pending, dt.Processing, dt.Compensating, dt.Processed, dt.Error, dt.Compensated, dt.Cancelled},
 		"http:b": {dt.Pending},
 		"":       {dt.Pending, dt.Processing},
-	} {
-		for _, s := range states {
-			tk := newTask(fmt.Sprintf("s%d", i))
-			tk.ProcessState, tk.Submitter = s, who
-			if s == dt.Processing {
-				tk.LockedBy, tk.CompleteBy = "sched", tp(at(time.Minute))
-			}
-			insertTasks(t, d, tk)
-			i++
-		}
-	}
+	}, func(who string, i int) *dt.Task {
+		tk := newTask(fmt.Sprintf("s%d", i))
+		tk.Submitter = who
+		return tk
+	})
 	if a, b := count("http:a"), count("http:b"); a != 4 || b != 1 {
 		t.Fatalf("http:a %d (want 4), http:b %d (want 1)", a, b)
 	}
@@ -434,6 +428,82 @@ func testTaskCountActiveBySubmitter(t *testing.T, d store.Driver) {
 	})
 	if n := count("http:a"); n != 3 {
 		t.Errorf("http:a after a task ended: %d, want 3", n)
+	}
+}
+
+// insertInStates inserts a task in each state listed under each key, made
+// by task from the key and a counter; Processing tasks are held, as the
+// state machine keeps them.
+func insertInStates(t *testing.T, d store.Driver, groups map[string][]dt.ProcessState, task func(key string, i int) *dt.Task) {
+	t.Helper()
+	i := 0
+	for key, states := range groups {
+		for _, s := range states {
+			tk := task(key, i)
+			tk.ProcessState = s
+			if s == dt.Processing {
+				tk.LockedBy, tk.CompleteBy = "sched", tp(at(time.Minute))
+			}
+			insertTasks(t, d, tk)
+			i++
+		}
+	}
+}
+
+// testTaskCountActiveByNamespace: a namespace's tasks not yet final are
+// counted, not those of the default namespace nor of namespaces whose
+// name sorts next to it; a task that becomes final no longer counts; the
+// default namespace is refused, and no namespace counts every one.
+func testTaskCountActiveByNamespace(t *testing.T, d store.Driver) {
+	ctx := context.Background()
+	count := func(ns string) int {
+		t.Helper()
+		n, err := d.Reader().TaskCountActive(ctx, &store.TaskCountActiveParams{Namespace: ns})
+		if err != nil {
+			t.Fatalf("namespace %q: %v", ns, err)
+		}
+		return n
+	}
+	if n := count("a"); n != 0 {
+		t.Fatalf("empty store: %d", n)
+	}
+	// "a-b" and "ab" sort on either side of "a/"; "a" is never a prefix.
+	insertInStates(t, d, map[string][]dt.ProcessState{
+		"a/":   {dt.Pending, dt.Pending, dt.Processing, dt.Compensating, dt.Processed, dt.Error, dt.Compensated, dt.Cancelled},
+		"ab/":  {dt.Pending},
+		"a-b/": {dt.Pending, dt.Processing},
+		"":     {dt.Pending, dt.Processing, dt.Processed},
+	}, func(prefix string, i int) *dt.Task { return newTask(fmt.Sprintf("%sn%d", prefix, i)) })
+	if a, ab, amb, b := count("a"), count("ab"), count("a-b"), count("b"); a != 4 || ab != 1 || amb != 2 || b != 0 {
+		t.Fatalf("a %d (want 4), ab %d (want 1), a-b %d (want 2), b %d (want 0)", a, ab, amb, b)
+	}
+	if n := count(""); n != 9 {
+		t.Errorf("every namespace: %d, want 9", n)
+	}
+	if _, err := d.Reader().TaskCountActive(ctx, &store.TaskCountActiveParams{Namespace: dt.DefaultNamespace}); err == nil {
+		t.Error("the default namespace was counted apart")
+	}
+	// One of a's tasks ends; read in a transaction, too.
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		ts, err := x.TaskList(ctx, &store.TaskListParams{Namespace: "a", States: []dt.ProcessState{dt.Processing}, Limit: 10})
+		if err != nil {
+			return err
+		}
+		if len(ts) != 1 {
+			t.Fatalf("a's Processing tasks: %d, want 1", len(ts))
+		}
+		ts[0].ProcessState, ts[0].LockedBy, ts[0].CompleteBy = dt.Processed, "", nil
+		if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: ts}); err != nil {
+			return err
+		}
+		n, err := x.TaskCountActive(ctx, &store.TaskCountActiveParams{Namespace: "a"})
+		if err == nil && n != 3 {
+			t.Errorf("a in the transaction: %d, want 3", n)
+		}
+		return err
+	})
+	if a, amb := count("a"), count("a-b"); a != 3 || amb != 2 {
+		t.Errorf("after a's task ended: a %d (want 3), a-b %d (want 2)", a, amb)
 	}
 }
 

@@ -105,3 +105,26 @@ func CheckUpgradeTo15(t *testing.T, d store.Driver, undo func(ctx context.Contex
 		t.Errorf("active tasks of http:ci after the upgrade: %d, %v; want 1", n, err)
 	}
 }
+
+// CheckUpgradeTo16 checks that migration 16 (the index of the namespaces'
+// unfinished tasks) upgrades a store holding tasks in place: undo
+// (driver-specific SQL) takes it away again from d, a migrated store
+// holding tasks, and Migrate applies it again; the namespace's tasks
+// stored before count, with those stored after, and final ones do not.
+func CheckUpgradeTo16(t *testing.T, d store.Driver, undo func(ctx context.Context) error) {
+	t.Helper()
+	ctx := context.Background()
+	done := newTask("a/done")
+	done.ProcessState = dt.Processed
+	insertTasks(t, d, newTask("a/old"), newTask("old"), done)
+	if err := undo(ctx); err != nil {
+		t.Fatalf("undo migration 16: %v", err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	insertTasks(t, d, newTask("a/new"))
+	if n, err := d.Reader().TaskCountActive(ctx, &store.TaskCountActiveParams{Namespace: "a"}); err != nil || n != 2 {
+		t.Errorf("active tasks of namespace a after the upgrade: %d, %v; want 2", n, err)
+	}
+}
