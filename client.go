@@ -409,33 +409,33 @@ type Stats struct {
 	Dispatched int64 `json:"dispatched"`
 	// EagerStarts counts the tasks of Dispatched that a Submit started in
 	// its own transaction (see Config.NoEagerStart).
-	EagerStarts    int64 `json:"eager_starts"`
-	RepliesApplied int64 `json:"replies_applied"`
-	LateReplies    int64 `json:"late_replies"`
-	Recoveries     int64 `json:"supervisor_recoveries"`
-	// Waits counts the extended waits this process's supervisor started
+	EagerStarts          int64 `json:"eager_starts"`
+	RepliesApplied       int64 `json:"replies_applied"`
+	LateReplies          int64 `json:"late_replies"`
+	SupervisorRecoveries int64 `json:"supervisor_recoveries"`
+	// SupervisorWaits counts the extended waits this process's supervisor started
 	// (WaitPolicy).
-	Waits          int64 `json:"supervisor_waits"`
-	Alerts         int64 `json:"alerts"`
-	TasksFinished  int64 `json:"tasks_finished"` // brought to Processed, Compensated or Error by this process
-	AgentCalls     int64 `json:"agent_calls"`
-	AgentRetries   int64 `json:"agent_retries"`
-	Abandoned      int64 `json:"abandoned_calls"`
-	BreakerRefused int64 `json:"breaker_refused"`
+	SupervisorWaits int64 `json:"supervisor_waits"`
+	Alerts          int64 `json:"alerts"`
+	TasksFinished   int64 `json:"tasks_finished"` // brought to Processed, Compensated or Error by this process
+	AgentCalls      int64 `json:"agent_calls"`
+	AgentRetries    int64 `json:"agent_retries"`
+	AbandonedCalls  int64 `json:"abandoned_calls"`
+	BreakerRefused  int64 `json:"breaker_refused"`
 }
 
 // Stats returns this process's counters.
 func (c *Client) Stats() Stats {
 	s := Stats{
 		Dispatched: c.counters.Dispatched.Load(), RepliesApplied: c.counters.RepliesApplied.Load(),
-		LateReplies: c.counters.LateReplies.Load(), Recoveries: c.counters.Recoveries.Load(), Alerts: c.counters.Alerts.Load(),
-		Waits:         c.counters.Waits.Load(),
-		TasksFinished: c.counters.TasksFinished.Load(), EagerStarts: c.counters.EagerStarts.Load(),
+		LateReplies: c.counters.LateReplies.Load(), SupervisorRecoveries: c.counters.SupervisorRecoveries.Load(), Alerts: c.counters.Alerts.Load(),
+		SupervisorWaits: c.counters.SupervisorWaits.Load(),
+		TasksFinished:   c.counters.TasksFinished.Load(), EagerStarts: c.counters.EagerStarts.Load(),
 	}
 	if e := c.runningEngine(); e != nil && e.Runtime() != nil {
 		rt := e.Runtime()
 		s.AgentCalls, s.AgentRetries = rt.Stats.AgentCalls.Load(), rt.Stats.AgentRetries.Load()
-		s.Abandoned, s.BreakerRefused = rt.Stats.Abandoned.Load(), rt.Stats.BreakerRefused.Load()
+		s.AbandonedCalls, s.BreakerRefused = rt.Stats.AbandonedCalls.Load(), rt.Stats.BreakerRefused.Load()
 	}
 	return s
 }

@@ -317,7 +317,7 @@ func TestIdempotencyKeyStableAcrossRetriesRecoveriesAndResubmission(t *testing.T
 			t.Errorf("history lacks %s: %s", w, types)
 		}
 	}
-	if st := c.Stats(); st.AgentRetries < 1 || st.Recoveries < 1 || st.Abandoned < 1 {
+	if st := c.Stats(); st.AgentRetries < 1 || st.SupervisorRecoveries < 1 || st.AbandonedCalls < 1 {
 		t.Errorf("stats %+v: want a retry, a recovery and an abandoned call", st)
 	}
 }

@@ -317,7 +317,7 @@ func testOrderedTasks(t *testing.T, d store.Driver) {
 		t.Error("no two tasks of different keys ran at the same time")
 	}
 	st := c.Stats()
-	if st.AgentRetries < 1 || st.Recoveries < int64(len(allKeys)) {
+	if st.AgentRetries < 1 || st.SupervisorRecoveries < int64(len(allKeys)) {
 		t.Errorf("stats %+v: want agent retries and a supervisor recovery per key", st)
 	}
 	t.Logf("%d tasks, %d calls, %d cross-key overlaps, stats %+v", len(subs), len(calls), overlaps, st)

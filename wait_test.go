@@ -111,7 +111,7 @@ func TestWaitPolicyEndToEnd(t *testing.T) {
 	if tk := waitTask(t, c, "t1"); tk.ProcessState != drover.Compensated || !strings.Contains(tk.LastError, "after 2 extended waits") {
 		t.Fatalf("t1 ended %s (%s), want Compensated after 2 waits", tk.ProcessState, tk.LastError)
 	}
-	if st := c.Stats(); st.Waits != 2 {
-		t.Errorf("Stats().Waits = %d, want 2", st.Waits)
+	if st := c.Stats(); st.SupervisorWaits != 2 {
+		t.Errorf("Stats().SupervisorWaits = %d, want 2", st.SupervisorWaits)
 	}
 }

@@ -51,7 +51,7 @@ type Delivery func(r *dt.AgentReply, scheduler string) bool
 type Stats struct {
 	AgentCalls     atomic.Int64 // invocations of agent functions, retries included
 	AgentRetries   atomic.Int64
-	Abandoned      atomic.Int64 // requests whose deadline passed: nothing sent
+	AbandonedCalls atomic.Int64 // requests whose deadline passed: nothing sent
 	Replies        atomic.Int64
 	Permanent      atomic.Int64
 	BreakerRefused atomic.Int64 // calls refused by an open breaker
@@ -415,7 +415,7 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 	left := r.CompleteBy.Sub(rt.Clock.Now())
 	if left <= 0 {
 		// Never start a call after CompleteBy.
-		rt.Stats.Abandoned.Add(1)
+		rt.Stats.AbandonedCalls.Add(1)
 		rt.Log.Debug("agent call not started: the step's deadline has passed", ids...)
 		return
 	}
@@ -427,7 +427,7 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 	out, err := rt.call(callCtx, a, r, slot)
 	if callCtx.Err() != nil || !rt.Clock.Now().Before(r.CompleteBy) {
 		// Past CompleteBy the agent sends nothing back.
-		rt.Stats.Abandoned.Add(1)
+		rt.Stats.AbandonedCalls.Add(1)
 		rt.Log.Debug("agent call abandoned: the step's deadline passed", append(ids, "duration", rt.Clock.Now().Sub(start))...)
 		return
 	}
@@ -448,7 +448,7 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 	select {
 	case rt.replies <- reply:
 	case <-callCtx.Done():
-		rt.Stats.Abandoned.Add(1)
+		rt.Stats.AbandonedCalls.Add(1)
 	}
 }
 

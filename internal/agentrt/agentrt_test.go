@@ -252,7 +252,7 @@ func TestHungAgentAbandonedAtCompleteBySendsNothing(t *testing.T) {
 	t.Cleanup(func() { close(gate) })
 
 	waitFor(t, "the call to start", func() bool { return started.Load() == 1 })
-	waitFor(t, "the call to be abandoned", func() bool { return rt.Stats.Abandoned.Load() == 1 })
+	waitFor(t, "the call to be abandoned", func() bool { return rt.Stats.AbandonedCalls.Load() == 1 })
 	if now := time.Now(); now.Before(reqs[0].CompleteBy) {
 		t.Errorf("abandoned %s before CompleteBy", reqs[0].CompleteBy.Sub(now))
 	}
@@ -287,7 +287,7 @@ func TestTransientToTheEndSendsNothing(t *testing.T) {
 	var s sink
 	rt.Deliver = s.deliver
 	stop := run(t, rt)
-	waitWithin(t, 30*time.Second, "the call to be abandoned", func() bool { return rt.Stats.Abandoned.Load() == 1 })
+	waitWithin(t, 30*time.Second, "the call to be abandoned", func() bool { return rt.Stats.AbandonedCalls.Load() == 1 })
 	stop()
 	if calls.Load() != 2 {
 		t.Errorf("calls = %d, want MaxTries = 2", calls.Load())
@@ -313,7 +313,7 @@ func TestCircuitBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 	rt.Deliver = s.deliver
 	stop := run(t, rt)
 	waitFor(t, "the breaker to refuse a call", func() bool { return rt.Stats.BreakerRefused.Load() > 0 })
-	waitFor(t, "the call to be abandoned", func() bool { return rt.Stats.Abandoned.Load() == 1 })
+	waitFor(t, "the call to be abandoned", func() bool { return rt.Stats.AbandonedCalls.Load() == 1 })
 	stop()
 	if n := calls.Load(); n != 3 {
 		t.Errorf("the service was called %d times, want 3: the breaker opens after 3 consecutive failures", n)

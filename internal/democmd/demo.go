@@ -288,7 +288,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *clicore.DBTarg
 			st := svc.Stats()
 			e.ProgressLine("demo", start, fmt.Sprintf("final %d/%d  processed=%d error=%d compensated=%d in-flight=%d  calls=%d dedup=%d recoveries=%d",
 				final, f.orders, counts[drover.Processed], counts[drover.Error], counts[drover.Compensated],
-				f.orders-final, st.Calls, st.DeduplicatedCalls, c.Stats().Recoveries))
+				f.orders-final, st.Calls, st.DeduplicatedCalls, c.Stats().SupervisorRecoveries))
 		}
 		select {
 		case <-ctx.Done():
@@ -312,7 +312,7 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *clicore.DBTarg
 	s.Orders = f.orders
 	s.AgentCalls, s.Applied, s.DeduplicatedCalls, s.DuplicateEffects = st.Calls, st.Applied, st.DeduplicatedCalls, st.DuplicateEffects
 	s.InjectedTransient, s.InjectedPermanent, s.InjectedHangs = st.Transient, st.Permanent, st.Hangs
-	s.LateReplies, s.AgentRetries, s.AbandonedCalls, s.BreakerRefused = cs.LateReplies, cs.AgentRetries, cs.Abandoned, cs.BreakerRefused
+	s.LateReplies, s.AgentRetries, s.AbandonedCalls, s.BreakerRefused = cs.LateReplies, cs.AgentRetries, cs.AbandonedCalls, cs.BreakerRefused
 	s.Seconds = math.Round(time.Since(start).Seconds()*1000) / 1000
 	s.Seed = f.seed
 	s.TaskPrefix = prefix

@@ -41,14 +41,14 @@ var (
 // the benchmark. They change only when the transaction that did the work
 // commits (see Machine.Commit), so a reader never counts work a rollback undid.
 type Counters struct {
-	Dispatched     atomic.Int64
-	RepliesApplied atomic.Int64
-	LateReplies    atomic.Int64 // replies discarded by the fence
-	Recoveries     atomic.Int64 // steps the supervisor reset for another try
-	Waits          atomic.Int64 // extended waits the supervisor started (WaitPolicy)
-	Alerts         atomic.Int64
-	TasksFinished  atomic.Int64 // tasks this process brought to Processed, Compensated or Error
-	EagerStarts    atomic.Int64 // of Dispatched, tasks started at submission (Start)
+	Dispatched           atomic.Int64
+	RepliesApplied       atomic.Int64
+	LateReplies          atomic.Int64 // replies discarded by the fence
+	SupervisorRecoveries atomic.Int64 // steps the supervisor reset for another try
+	SupervisorWaits      atomic.Int64 // extended waits the supervisor started (WaitPolicy)
+	Alerts               atomic.Int64
+	TasksFinished        atomic.Int64 // tasks this process brought to Processed, Compensated or Error
+	EagerStarts          atomic.Int64 // of Dispatched, tasks started at submission (Start)
 }
 
 // tally is what one transaction would add to the Counters.
@@ -63,8 +63,8 @@ func (c *Counters) add(t tally) {
 	c.Dispatched.Add(t.dispatched)
 	c.RepliesApplied.Add(t.applied)
 	c.LateReplies.Add(t.late)
-	c.Recoveries.Add(t.recoveries)
-	c.Waits.Add(t.waits)
+	c.SupervisorRecoveries.Add(t.recoveries)
+	c.SupervisorWaits.Add(t.waits)
 	c.Alerts.Add(t.alerts)
 	c.TasksFinished.Add(t.finished)
 }

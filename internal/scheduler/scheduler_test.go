@@ -279,7 +279,7 @@ func TestClientRestartWithSameInstanceIDResumes(t *testing.T) {
 	if calls.Load() != 6 {
 		t.Errorf("second life called the agent %d times, want 6", calls.Load())
 	}
-	if st := c2.Stats(); st.Recoveries != 0 || st.LateReplies != 0 {
+	if st := c2.Stats(); st.SupervisorRecoveries != 0 || st.LateReplies != 0 {
 		t.Errorf("stats %+v: want no recoveries and no late replies", st)
 	}
 }

@@ -877,8 +877,8 @@ func testFlowSupervisorThresholdError(t *testing.T, d store.Driver) {
 	if !tk.AvailableAt.Equal(at(12 * time.Second)) {
 		t.Errorf("AvailableAt after 1st timeout = %s, want now + RetryDelay = +12s", tk.AvailableAt.Sub(base))
 	}
-	if e.c.Recoveries.Load() != 1 {
-		t.Errorf("Recoveries = %d", e.c.Recoveries.Load())
+	if e.c.SupervisorRecoveries.Load() != 1 {
+		t.Errorf("Recoveries = %d", e.c.SupervisorRecoveries.Load())
 	}
 	if q := e.peek("inventory", at(11*time.Second)); len(q) != 0 {
 		t.Errorf("requests of a recovered step: %v", reqKeys(q))
@@ -921,8 +921,8 @@ func testFlowSupervisorThresholdError(t *testing.T, d store.Driver) {
 			}
 		}
 	}
-	if e.c.Recoveries.Load() != 2 || e.c.Alerts.Load() != 1 {
-		t.Errorf("Recoveries %d Alerts %d; want 2, 1", e.c.Recoveries.Load(), e.c.Alerts.Load())
+	if e.c.SupervisorRecoveries.Load() != 2 || e.c.Alerts.Load() != 1 {
+		t.Errorf("Recoveries %d Alerts %d; want 2, 1", e.c.SupervisorRecoveries.Load(), e.c.Alerts.Load())
 	}
 	if n, err := e.sweep(sv, at(time.Minute)); n != 0 || err != nil {
 		t.Errorf("sweep after Error: %d %v", n, err)
@@ -1082,8 +1082,8 @@ func testFlowWaitThenError(t *testing.T, d store.Driver) {
 	}
 	e.wantEvents("o1", "submitted step_started[0] step_timed_out[0] step_retry[0] step_started[0] step_timed_out[0] step_waiting[0]! "+
 		"step_started[0] step_timed_out[0] step_waiting[0]! step_started[0] step_timed_out[0] error!")
-	if e.c.Waits.Load() != 2 || e.c.Recoveries.Load() != 1 || e.c.Alerts.Load() != 3 {
-		t.Errorf("Waits %d Recoveries %d Alerts %d; want 2, 1, 3", e.c.Waits.Load(), e.c.Recoveries.Load(), e.c.Alerts.Load())
+	if e.c.SupervisorWaits.Load() != 2 || e.c.SupervisorRecoveries.Load() != 1 || e.c.Alerts.Load() != 3 {
+		t.Errorf("Waits %d Recoveries %d Alerts %d; want 2, 1, 3", e.c.SupervisorWaits.Load(), e.c.SupervisorRecoveries.Load(), e.c.Alerts.Load())
 	}
 }
 
