@@ -245,6 +245,11 @@ type TaskListParams struct {
 	Namespace string
 	AfterID   string // keyset pagination: tasks with ID > AfterID
 	Limit     int
+	// OrderingKey, when set, lists only the tasks of that ordering key.
+	OrderingKey string
+	// UpdatedFrom and UpdatedBefore, when not zero, list only the tasks
+	// last updated at or after UpdatedFrom and before UpdatedBefore.
+	UpdatedFrom, UpdatedBefore time.Time
 }
 
 // TaskClaimParams are the arguments of TaskClaim.

@@ -131,18 +131,45 @@ func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (str
 }
 
 type tasksData struct {
-	Workflow, State, ID, After string
-	Tasks                      []*drover.Task
-	Next                       string
+	Workflow, State, ID, Key, From, Before, After string
+	Tasks                                         []*drover.Task
+	Next                                          string
+}
+
+// timeForm is how the task list's time range is written: the value of
+// an <input type="datetime-local">, read as UTC.
+const timeForm = "2006-01-02T15:04"
+
+// formTime reads a time of the task list's range ("" is no bound).
+func formTime(name, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range []string{timeForm, timeForm + ":05", time.RFC3339} {
+		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%w: %s %q is not a time like 2026-01-02T15:04 (UTC)", drover.ErrInvalidInput, name, v)
 }
 
 // tasks lists tasks by ID with keyset pagination: ?workflow=, ?state=,
-// ?id= (an ID or the start of IDs), ?after= (the last ID of the previous
-// page). It reads one page of the index at a time, never a count.
+// ?key= (an ordering key), ?from= and ?before= (last updated in
+// [from, before), UTC), ?id= (an ID or the start of IDs), ?after= (the
+// last ID of the previous page). It reads one page of the index at a
+// time, never a count.
 func (c *Console) tasks(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
 	q := r.URL.Query()
-	d := &tasksData{Workflow: strings.TrimSpace(q.Get("workflow")), State: q.Get("state"), ID: strings.TrimSpace(q.Get("id")), After: q.Get("after")}
-	p := drover.ListParams{Workflow: d.Workflow, Limit: pageSize + 1, Namespace: v.id.ListNamespace()}
+	d := &tasksData{Workflow: strings.TrimSpace(q.Get("workflow")), State: q.Get("state"), ID: strings.TrimSpace(q.Get("id")),
+		Key: strings.TrimSpace(q.Get("key")), From: strings.TrimSpace(q.Get("from")), Before: strings.TrimSpace(q.Get("before")), After: q.Get("after")}
+	p := drover.ListParams{Workflow: d.Workflow, OrderingKey: d.Key, Limit: pageSize + 1, Namespace: v.id.ListNamespace()}
+	var err error
+	if p.UpdatedFrom, err = formTime("from", d.From); err != nil {
+		return "", "", nil, err
+	}
+	if p.UpdatedBefore, err = formTime("before", d.Before); err != nil {
+		return "", "", nil, err
+	}
 	if d.After != "" {
 		p.AfterID = v.id.Qualify(d.After)
 	}
@@ -183,9 +210,13 @@ func (c *Console) tasks(ctx context.Context, r *http.Request, v *viewer) (string
 	return "tasks", "Tasks", d, nil
 }
 
-// matches reports whether t passes the state and workflow filters of p.
+// matches reports whether t passes the filters of p other than the ID.
 func matches(t *drover.Task, p drover.ListParams) bool {
-	if p.Workflow != "" && t.Workflow != p.Workflow {
+	switch {
+	case p.Workflow != "" && t.Workflow != p.Workflow,
+		p.OrderingKey != "" && t.OrderingKey != p.OrderingKey,
+		!p.UpdatedFrom.IsZero() && t.UpdatedAt.Before(p.UpdatedFrom),
+		!p.UpdatedBefore.IsZero() && !t.UpdatedAt.Before(p.UpdatedBefore):
 		return false
 	}
 	return len(p.States) == 0 || t.ProcessState == p.States[0]

@@ -410,6 +410,15 @@ func (e *executor) TaskList(ctx context.Context, p store.TaskListParams) ([]*dt.
 	if p.AfterID != "" {
 		where = append(where, `id > `+arg(p.AfterID))
 	}
+	if p.OrderingKey != "" {
+		where = append(where, `ordering_key = `+arg(p.OrderingKey))
+	}
+	if !p.UpdatedFrom.IsZero() {
+		where = append(where, `updated_at >= `+arg(p.UpdatedFrom))
+	}
+	if !p.UpdatedBefore.IsZero() {
+		where = append(where, `updated_at < `+arg(p.UpdatedBefore))
+	}
 	if ns, ok := store.ListNamespace(p.Namespace); ok {
 		if ns == "" {
 			where = append(where, `strpos(id, '/') = 0`)

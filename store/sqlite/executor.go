@@ -212,6 +212,18 @@ func (e *executor) TaskList(ctx context.Context, p store.TaskListParams) ([]*dt.
 		where = append(where, `id > ?`)
 		args = append(args, p.AfterID)
 	}
+	if p.OrderingKey != "" {
+		where = append(where, `ordering_key = ?`)
+		args = append(args, p.OrderingKey)
+	}
+	if !p.UpdatedFrom.IsZero() {
+		where = append(where, `updated_at >= ?`)
+		args = append(args, us(p.UpdatedFrom))
+	}
+	if !p.UpdatedBefore.IsZero() {
+		where = append(where, `updated_at < ?`)
+		args = append(args, us(p.UpdatedBefore))
+	}
 	if ns, ok := store.ListNamespace(p.Namespace); ok {
 		if ns == "" {
 			where = append(where, `instr(id, '/') = 0`)

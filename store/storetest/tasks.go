@@ -269,6 +269,10 @@ func testTaskList(t *testing.T, d store.Driver) {
 		case 2:
 			tk.ProcessState = dt.Processed
 		}
+		tk.UpdatedAt = at(time.Duration(i) * time.Minute)
+		if i%4 == 0 {
+			tk.OrderingKey, tk.OrderingSeq = "k4", int64(i+1)
+		}
 		tasks = append(tasks, tk)
 	}
 	// Insert out of ID order.
@@ -297,6 +301,13 @@ func testTaskList(t *testing.T, d store.Driver) {
 		{store.TaskListParams{States: []dt.ProcessState{dt.Error, dt.Processed}, Workflow: "wf", AfterID: "t02", Limit: 2}, "[t04 t08]"},
 		{store.TaskListParams{States: []dt.ProcessState{dt.Compensating}}, "[]"},
 		{store.TaskListParams{Workflow: "none"}, "[]"},
+		{store.TaskListParams{OrderingKey: "k4"}, "[t00 t04 t08]"},
+		{store.TaskListParams{OrderingKey: "k4", AfterID: "t00", Limit: 1}, "[t04]"},
+		{store.TaskListParams{OrderingKey: "key-t03"}, "[t03]"},
+		{store.TaskListParams{UpdatedFrom: at(3 * time.Minute)}, "[t03 t04 t05 t06 t07 t08 t09]"},
+		{store.TaskListParams{UpdatedBefore: at(3 * time.Minute)}, "[t00 t01 t02]"},
+		{store.TaskListParams{UpdatedFrom: at(2 * time.Minute), UpdatedBefore: at(7*time.Minute + time.Microsecond), States: []dt.ProcessState{dt.Error}, AfterID: "t02"}, "[t04 t07]"},
+		{store.TaskListParams{UpdatedFrom: at(time.Hour)}, "[]"},
 	}
 	for _, c := range cases {
 		if got := fmt.Sprint(list(c.p)); got != c.want {
