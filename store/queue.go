@@ -126,6 +126,10 @@ type QueueExecutor interface {
 	SessionGet(ctx context.Context, queue, sessionID string) (*drovertype.Session, error)
 	// SessionList returns a queue's sessions in ID order (keyset pagination).
 	SessionList(ctx context.Context, p SessionListParams) ([]*drovertype.Session, error)
+	// QueueDepth counts a queue's sessions that have messages to deliver
+	// (pending and not blocked) and their pending messages, reading at
+	// most limit such sessions through the index accept scans.
+	QueueDepth(ctx context.Context, queue string, limit int) (QueueDepth, error)
 	// SessionStateSet sets the session state under a held lock (nil clears
 	// it); ErrLockLost otherwise.
 	SessionStateSet(ctx context.Context, ref SessionRef, state []byte, now time.Time) error
@@ -246,6 +250,15 @@ type QueueListParams struct {
 	// Namespace, when set, lists only that namespace's queues
 	// (drovertype.DefaultNamespace: those stored without a namespace).
 	Namespace string
+}
+
+// QueueDepth is what QueueDepth counts.
+type QueueDepth struct {
+	Sessions int   // sessions with messages to deliver
+	Messages int64 // their pending messages
+	// Capped: the queue has more such sessions than the limit; the counts
+	// cover the first limit of them.
+	Capped bool
 }
 
 // SessionListParams filter SessionList. Limit 0 means no limit.

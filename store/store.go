@@ -87,6 +87,12 @@ type Executor interface {
 	// TaskCountActive) whose Submitter is submitter, which is not "".
 	// Index-only, for the quota of tasks in flight per token.
 	TaskCountActiveBySubmitter(ctx context.Context, submitter string) (int, error)
+	// TaskFinishedSince returns the final tasks (Processed, Error,
+	// Compensated, Cancelled) last updated at or after since, newest
+	// first, at most limit, each as its state and times only. It reads
+	// the index of final tasks by update time, so its cost follows limit
+	// and not the table.
+	TaskFinishedSince(ctx context.Context, since time.Time, limit int) ([]FinishedTask, error)
 	// TaskClaim atomically locks up to Limit claimable tasks for Instance:
 	// Pending ones, and Compensating ones nobody holds, available at Now.
 	// A Pending task with an OrderingKey is claimable only when no task with
@@ -250,6 +256,14 @@ type TaskListParams struct {
 	// UpdatedFrom and UpdatedBefore, when not zero, list only the tasks
 	// last updated at or after UpdatedFrom and before UpdatedBefore.
 	UpdatedFrom, UpdatedBefore time.Time
+}
+
+// FinishedTask is a final task as TaskFinishedSince returns it: when it
+// was submitted and when it reached its final state.
+type FinishedTask struct {
+	State     drovertype.ProcessState
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // TaskClaimParams are the arguments of TaskClaim.

@@ -538,8 +538,8 @@ func TestNamespaceToken(t *testing.T) {
 	c := browser(t)
 	e.signIn(c, acmeToken)
 	ov := e.get(c, "/")
-	wantIn(t, ov, `id="no-counts"`)
-	wantOut(t, ov, "tasks not final")
+	wantIn(t, ov, `id="no-counts"`, `id="leader"`)
+	wantOut(t, ov, "tasks not final", `id="throughput"`) // the charts cover every namespace
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(e.get(c, "/tasks?state=Error").body, `href="/tasks/o-1">o-1</a>`) {
 		if time.Now().After(deadline) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/convoy"
 	dt "github.com/drover-run/drover/drovertype"
 )
 
@@ -23,6 +24,19 @@ var states = []dt.ProcessState{dt.Pending, dt.Processing, dt.Compensating, dt.Er
 
 // queuesCounted caps the session queues the overview counts.
 const queuesCounted = 100
+
+// Queue depth on the overview: of the first depthQueues queues, at most
+// depthSessions sessions each.
+const (
+	depthQueues   = 20
+	depthSessions = 1000
+)
+
+// queueDepth is a row of the overview's queue depths.
+type queueDepth struct {
+	Name string // as the viewer names it
+	convoy.Depth
+}
 
 // pageSize is the tasks of one page of the task list.
 const pageSize = 50
@@ -60,6 +74,8 @@ var funcs = template.FuncMap{
 	"anchor":       anchor,
 	"countCap":     func() int { return countCap },
 	"add":          func(a, b float64) float64 { return a + b },
+	"half":         func(a float64) float64 { return a / 2 },
+	"dur":          roundDur,
 	"sessionStory": sessionStory,
 }
 
@@ -103,6 +119,12 @@ type overviewData struct {
 	MoreQueues  bool
 	InstanceID  string
 	Supervising int64
+	// Charts are the throughput and latency of the last hour (Global).
+	Charts *charts
+	// Leader is the supervisor leader as the store says (nil: none yet).
+	Leader *drover.Leader
+	// Depths are the depths of the first depthQueues queues.
+	Depths []queueDepth
 }
 
 func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
@@ -116,6 +138,16 @@ func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (str
 		if d.Active, err = c.d.Active(ctx); err != nil {
 			return "", "", nil, err
 		}
+		now := c.clock.Now()
+		fs, err := c.d.Finished(ctx, now.Add(-chartMinutes*time.Minute), chartTasks)
+		if err != nil {
+			return "", "", nil, err
+		}
+		d.Charts = buildCharts(fs, now)
+	}
+	var err error
+	if d.Leader, err = c.d.SupervisorLeader(ctx); err != nil {
+		return "", "", nil, err
 	}
 	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown, Namespace: v.id.ListNamespace()})
 	if err != nil {
@@ -127,6 +159,13 @@ func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (str
 	}
 	d.OpenAlerts, d.MoreAlerts = len(alerts), next != 0
 	d.Queues, d.MoreQueues = min(len(queues), queuesCounted), len(queues) > queuesCounted
+	for _, q := range queues[:min(len(queues), depthQueues)] {
+		dp, err := c.opts.Queues.Depth(ctx, q.Name, depthSessions)
+		if err != nil {
+			return "", "", nil, err
+		}
+		d.Depths = append(d.Depths, queueDepth{Name: dt.LocalName(q.Name), Depth: dp})
+	}
 	return "overview", "Overview", d, nil
 }
 

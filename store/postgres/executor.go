@@ -499,6 +499,27 @@ func (e *executor) indexed(ctx context.Context, fn func(x *executor) error) erro
 	})
 }
 
+// TaskFinishedSince reads as indexed does, so that the newest final
+// tasks come from tasks_finished whatever the planner's statistics say.
+func (e *executor) TaskFinishedSince(ctx context.Context, since time.Time, limit int) (out []store.FinishedTask, err error) {
+	err = e.indexed(ctx, func(x *executor) error {
+		out = out[:0]
+		return x.each(ctx, "list finished tasks", e.d.q.taskFinishedSince, []any{since, limit}, func(r rows) error {
+			var (
+				f store.FinishedTask
+				s string
+			)
+			if err := r.Scan(&s, &f.CreatedAt, &f.UpdatedAt); err != nil {
+				return err
+			}
+			f.State, f.CreatedAt, f.UpdatedAt = dt.ProcessState(s), f.CreatedAt.UTC(), f.UpdatedAt.UTC()
+			out = append(out, f)
+			return nil
+		})
+	})
+	return out, err
+}
+
 func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
 	return e.count(ctx, "count active tasks", e.d.q.taskCountActive)
 }

@@ -79,6 +79,11 @@ const (
      AND EXISTS (SELECT 1 FROM {s}.ordering_keys AS x WHERE x.key = c.ordering_key)
  FROM c LEFT JOIN LATERAL (SELECT k.key FROM {s}.ordering_keys AS k WHERE k.key = c.ordering_key FOR UPDATE SKIP LOCKED) AS k ON true
  ORDER BY c.updated_at`
+	// tTaskFinishedSince feeds the console's charts: the newest final
+	// tasks, backwards through tasks_finished.
+	tTaskFinishedSince = `SELECT process_state, created_at, updated_at FROM {s}.tasks
+   WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at >= $1
+   ORDER BY updated_at DESC LIMIT $2`
 	tTaskDeleteFinished = `WITH pick AS MATERIALIZED (
    SELECT id FROM {s}.tasks
    WHERE id = ANY($2::text[]) AND process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < $1
@@ -377,7 +382,7 @@ var (
 type queries struct {
 	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
 	taskCountActive, taskCountActiveBySubmitter, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskGetManySkip, taskExisting, taskListLockedBy, taskListExpired, taskListExpiredLock,
-	taskInsert, taskUpdate, taskList, taskPickFinished string
+	taskInsert, taskUpdate, taskList, taskPickFinished, taskFinishedSince string
 	orderingReserve, orderingPrune string
 
 	stepList, stepListLock, stepInsert, stepUpdate string
@@ -394,7 +399,7 @@ type queries struct {
 	migrationsTable, migrationApplied, migrationRecord, migrationMax, searchPath, createSchema string
 
 	// Session queues (queue_queries.go).
-	queuePut, queueGet, queueList                               string
+	queuePut, queueGet, queueList, queueDepth                   string
 	publishPrepare, dedupeClaim, dedupeGet, publish             string
 	sessionAcceptNamed, sessionAcceptNext, sessionExists        string
 	sessionAvailable                                            string
@@ -418,6 +423,7 @@ func newQueries(quotedSchema string) *queries {
 		taskCountActiveBySubmitter: r(tTaskCountActiveBySubmitter),
 		taskDeleteFinished:         r(tTaskDeleteFinished),
 		taskPickFinished:           r(tTaskPickFinished),
+		taskFinishedSince:          r(tTaskFinishedSince),
 		taskClaim:                  r(tTaskClaim),
 		taskClaimLock:              r(tTaskClaimLock),
 		taskClaimLockSteps:         r(tTaskClaimLockSteps),
@@ -468,6 +474,7 @@ func newQueries(quotedSchema string) *queries {
 		queuePut:            r(tQueuePut),
 		queueGet:            r(tQueueGet),
 		queueList:           r(tQueueList),
+		queueDepth:          r(tQueueDepth),
 		publishPrepare:      r(tPublishPrepare),
 		dedupeClaim:         r(tDedupeClaim),
 		dedupeGet:           r(tDedupeGet),

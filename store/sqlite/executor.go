@@ -249,6 +249,30 @@ func (e *executor) TaskList(ctx context.Context, p store.TaskListParams) ([]*dt.
 	return scanTasks(rows)
 }
 
+func (e *executor) TaskFinishedSince(ctx context.Context, since time.Time, limit int) ([]store.FinishedTask, error) {
+	rows, err := e.query(ctx, qTaskFinishedSince, us(since), limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list finished tasks: %w", err)
+	}
+	defer rows.Close()
+	var out []store.FinishedTask
+	for rows.Next() {
+		var (
+			f                store.FinishedTask
+			created, updated int64
+		)
+		if err := rows.Scan(&f.State, &created, &updated); err != nil {
+			return nil, fmt.Errorf("sqlite: list finished tasks: %w", err)
+		}
+		f.CreatedAt, f.UpdatedAt = fromUS(created), fromUS(updated)
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list finished tasks: %w", err)
+	}
+	return out, nil
+}
+
 func (e *executor) TaskCountByState(ctx context.Context) (map[dt.ProcessState]int, error) {
 	rows, err := e.query(ctx, qTaskCountByState)
 	if err != nil {

@@ -23,6 +23,7 @@ func taskCases() []testCase {
 		{"GetManyWithStepsOneSnapshot", testTaskGetManyWithStepsOneSnapshot},
 		{"List", testTaskList},
 		{"CountByState", testTaskCountByState},
+		{"FinishedSince", testTaskFinishedSince},
 		{"CountActiveBySubmitter", testTaskCountActiveBySubmitter},
 		{"ClaimClaimable", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, plainClaim) }},
 		{"ClaimClaimableWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, writeLater) }},
@@ -334,6 +335,49 @@ func testTaskList(t *testing.T, d store.Driver) {
 		t.Fatalf("TaskList: %v %v", taskIDs(got), err)
 	}
 	checkEqual(t, "listed task", got[0], tasks[5])
+}
+
+// TaskFinishedSince lists final tasks only, from since on, newest first,
+// with their times to the microsecond.
+func testTaskFinishedSince(t *testing.T, d store.Driver) {
+	ctx := context.Background()
+	states := []dt.ProcessState{dt.Processed, dt.Pending, dt.Error, dt.Processing, dt.Compensated, dt.Cancelled, dt.Processed}
+	for i, s := range states {
+		tk := newTask(fmt.Sprintf("f%d", i))
+		tk.ProcessState = s
+		tk.CreatedAt = at(time.Duration(i) * time.Second)
+		tk.UpdatedAt = at(time.Duration(i)*time.Minute + time.Microsecond)
+		if s == dt.Processing {
+			tk.LockedBy, tk.CompleteBy = "sched", tp(at(time.Hour))
+		}
+		insertTasks(t, d, tk)
+	}
+	show := func(fs []store.FinishedTask) string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, fmt.Sprintf("%s %v %v", f.State, f.CreatedAt.Sub(base), f.UpdatedAt.Sub(base)))
+		}
+		return fmt.Sprint(out)
+	}
+	for _, c := range []struct {
+		since time.Time
+		limit int
+		want  string
+	}{
+		{base, 10, "[Processed 6s 6m0.000001s Cancelled 5s 5m0.000001s Compensated 4s 4m0.000001s Error 2s 2m0.000001s Processed 0s 1µs]"},
+		{base, 2, "[Processed 6s 6m0.000001s Cancelled 5s 5m0.000001s]"},
+		{at(4*time.Minute + time.Microsecond), 10, "[Processed 6s 6m0.000001s Cancelled 5s 5m0.000001s Compensated 4s 4m0.000001s]"},
+		{at(4*time.Minute + 2*time.Microsecond), 10, "[Processed 6s 6m0.000001s Cancelled 5s 5m0.000001s]"},
+		{at(time.Hour), 10, "[]"},
+	} {
+		got, err := d.Reader().TaskFinishedSince(ctx, c.since, c.limit)
+		if err != nil {
+			t.Fatalf("TaskFinishedSince(%v, %d): %v", c.since.Sub(base), c.limit, err)
+		}
+		if s := show(got); s != c.want {
+			t.Errorf("TaskFinishedSince(%v, %d) = %s, want %s", c.since.Sub(base), c.limit, s, c.want)
+		}
+	}
 }
 
 func testTaskCountByState(t *testing.T, d store.Driver) {
