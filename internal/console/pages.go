@@ -109,8 +109,11 @@ func when(v any) string {
 }
 
 type overviewData struct {
-	Global      bool // Counts and Active are set (they cover every namespace)
+	Global bool // Counts and Active are set (they cover every namespace)
+	// Counts are the last counts by state (nil: being counted), read at
+	// CountedAt.
 	Counts      map[dt.ProcessState]int
+	CountedAt   time.Time
 	States      []dt.ProcessState
 	Active      int
 	OpenAlerts  int
@@ -132,9 +135,7 @@ func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (str
 	if d.Global = !v.id.Confined(); d.Global {
 		// The counts cover every namespace: not for a namespace's token.
 		var err error
-		if d.Counts, err = c.d.Counts(ctx); err != nil {
-			return "", "", nil, err
-		}
+		d.Counts, d.CountedAt = c.stateCountsNow(ctx)
 		if d.Active, err = c.d.Active(ctx); err != nil {
 			return "", "", nil, err
 		}

@@ -520,8 +520,15 @@ func (e *executor) TaskFinishedSince(ctx context.Context, since time.Time, limit
 	return out, err
 }
 
-func (e *executor) TaskCountActive(ctx context.Context) (int, error) {
-	return e.count(ctx, "count active tasks", e.d.q.taskCountActive)
+// TaskCountActive reads as indexed does: without planner statistics a
+// plain read scans the whole table for it (0.12 s with a million final
+// tasks) instead of the two partial indexes.
+func (e *executor) TaskCountActive(ctx context.Context) (n int, err error) {
+	err = e.indexed(ctx, func(x *executor) error {
+		n, err = x.count(ctx, "count active tasks", e.d.q.taskCountActive)
+		return err
+	})
+	return n, err
 }
 
 func (e *executor) TaskCountActiveBySubmitter(ctx context.Context, submitter string) (int, error) {
