@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,4 +58,60 @@ func (c *Client) SupervisorLeader(ctx context.Context) (*Leader, error) {
 	// The engine's supervisor holds the lease as "<InstanceID>/supervisor".
 	return &Leader{Instance: strings.TrimSuffix(l.Holder, "/supervisor"), Term: l.Term, ExpiresAt: l.ExpiresAt,
 		Live: l.ExpiresAt.After(c.clock.Now())}, nil
+}
+
+// Instance is a running Client (a process, or one of several in a
+// process) as its instance lease in the store says.
+type Instance struct {
+	ID string
+	// Schedulers is how many schedulers it runs (0: not the scheduler
+	// role); Agent and Supervisor report the other roles (Supervisor: it
+	// competes for the supervisor lease, not that it leads).
+	Schedulers        int
+	Agent, Supervisor bool
+	// Held is how many tasks its schedulers hold.
+	Held int
+	// ExpiresAt is when its lease runs out unless renewed (every third
+	// of Config.LeaseTTL while it runs).
+	ExpiresAt time.Time
+}
+
+// Instances lists the live instances on the store, those whose instance
+// lease has not run out, by ID, at most limit (default 100), with the
+// tasks each one's schedulers hold (counted through the index of held
+// tasks). Every process reads the same leases, so any one answers for
+// all of them.
+func (c *Client) Instances(ctx context.Context, limit int) ([]Instance, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	r := c.store.Reader()
+	ls, err := r.LeaseList(ctx, instancePrefix, c.clock.Now(), limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Instance, 0, len(ls))
+	for _, l := range ls {
+		in := Instance{ID: strings.TrimPrefix(l.Name, instancePrefix), ExpiresAt: l.ExpiresAt}
+		_, roles, _ := strings.Cut(l.Holder, rolesMark)
+		for _, role := range strings.Split(roles, ",") {
+			switch name, n, _ := strings.Cut(role, ":"); name {
+			case "scheduler":
+				in.Schedulers, _ = strconv.Atoi(n)
+			case "agent":
+				in.Agent = true
+			case "supervisor":
+				in.Supervisor = true
+			}
+		}
+		for i := range in.Schedulers {
+			n, err := r.TaskCountLockedBy(ctx, fmt.Sprintf("%s/scheduler-%d", in.ID, i))
+			if err != nil {
+				return nil, err
+			}
+			in.Held += n
+		}
+		out = append(out, in)
+	}
+	return out, nil
 }

@@ -194,6 +194,9 @@ type Executor interface {
 	// increments whenever the holder changes.
 	LeaseAcquire(ctx context.Context, p LeaseParams) (lease *drovertype.Lease, acquired bool, err error)
 	LeaseGet(ctx context.Context, name string) (*drovertype.Lease, error)
+	// LeaseList returns the leases whose name starts with prefix and that
+	// have not expired at now, in name order, at most limit.
+	LeaseList(ctx context.Context, prefix string, now time.Time, limit int) ([]*drovertype.Lease, error)
 	// LeaseCheck fails with ErrLeaseNotHeld unless holder holds the named
 	// lease at now (ExpiresAt after now); inside a transaction the lease
 	// cannot change hands until the transaction ends (LeaseAcquire and

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/drover-run/drover"
@@ -19,6 +20,8 @@ type agentView struct {
 	// InFlight counts the steps held by a scheduler whose call it makes
 	// (among the running tasks read).
 	InFlight int
+	// Remote: another process polls the API for its requests.
+	Remote bool
 }
 
 type agentsData struct {
@@ -33,19 +36,30 @@ type agentsData struct {
 // name, where it runs, the steps it serves and the calls it has in
 // flight, with this process's agent counters.
 func (c *Console) agents(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
-	ws, err := c.allVersions(ctx)
+	list, tc, err := c.agentList(ctx, v)
 	if err != nil {
 		return "", "", nil, err
 	}
+	d := &agentsData{Agents: list, Capped: tc.RunningCapped, CountedAt: tc.At, Stats: c.d.Stats(), Instance: c.d.InstanceID()}
+	return "agents", "Agents", d, nil
+}
+
+// agentList is every agent the workflows name, by name, with the counts
+// its calls in flight come from.
+func (c *Console) agentList(ctx context.Context, v *viewer) ([]*agentView, *taskCounts, error) {
+	ws, err := c.allVersions(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	tc, err := c.versionCounts(ctx, v.id.ListNamespace())
 	if err != nil {
-		return "", "", nil, err
+		return nil, nil, err
 	}
 	byName := map[string]*agentView{}
 	use := func(agent, what string, n int) {
 		a := byName[agent]
 		if a == nil {
-			a = &agentView{Name: agent, Where: c.where(agent)}
+			a = &agentView{Name: agent, Where: c.where(agent), Remote: c.d.IsExternalAgent(agent)}
 			byName[agent] = a
 		}
 		a.Uses = append(a.Uses, what)
@@ -64,21 +78,13 @@ func (c *Console) agents(ctx context.Context, r *http.Request, v *viewer) (strin
 			}
 		}
 	}
-	d := &agentsData{Capped: tc.RunningCapped, CountedAt: tc.At, Stats: c.d.Stats(), Instance: c.d.InstanceID()}
+	var list []*agentView
 	for _, a := range byName {
 		a.Uses = slices.Compact(a.Uses)
-		d.Agents = append(d.Agents, a)
+		list = append(list, a)
 	}
-	slices.SortFunc(d.Agents, func(a, b *agentView) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
-	return "agents", "Agents", d, nil
+	slices.SortFunc(list, func(a, b *agentView) int { return strings.Compare(a.Name, b.Name) })
+	return list, tc, nil
 }
 
 // where says where an agent runs as this server knows it.

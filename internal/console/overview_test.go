@@ -54,7 +54,11 @@ func TestOverviewChartsDepthLeader(t *testing.T) {
 		served := regexp.MustCompile(`served by instance <code>([^<]+)</code>`)
 		s1, s2 := served.FindStringSubmatch(e.get(c, "/").body), served.FindStringSubmatch(other.get(c2, "/").body)
 		if s1 == nil || s2 == nil || s1[1] == s2[1] {
-			t.Errorf("the pages were served by %q and %q: want two instances", s1, s2)
+			t.Fatalf("the pages were served by %q and %q: want two instances", s1, s2)
 		}
+		// Either lists both live instances.
+		// (two schedulers each on PostgreSQL, one on SQLite).
+		wantIn(t, other.get(c2, "/"), "<td><code>"+s1[1]+"</code></td><td>scheduler ×", "<td><code>"+s2[1]+"</code></td><td>scheduler ×",
+			" agent supervisor</td><td>0</td>")
 	})
 }

@@ -32,6 +32,9 @@ const (
 	depthSessions = 1000
 )
 
+// instancesShown caps the live instances the overview lists.
+const instancesShown = 50
+
 // queueDepth is a row of the overview's queue depths.
 type queueDepth struct {
 	Name string // as the viewer names it
@@ -128,6 +131,10 @@ type overviewData struct {
 	Leader *drover.Leader
 	// Depths are the depths of the first depthQueues queues.
 	Depths []queueDepth
+	// Instances are the live instances (Global).
+	Instances []drover.Instance
+	// Remote are the remote agents and their calls in flight.
+	Remote []*agentView
 }
 
 func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
@@ -149,6 +156,20 @@ func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (str
 	var err error
 	if d.Leader, err = c.d.SupervisorLeader(ctx); err != nil {
 		return "", "", nil, err
+	}
+	if d.Global {
+		if d.Instances, err = c.d.Instances(ctx, instancesShown); err != nil {
+			return "", "", nil, err
+		}
+	}
+	agents, _, err := c.agentList(ctx, v)
+	if err != nil {
+		return "", "", nil, err
+	}
+	for _, a := range agents {
+		if a.Remote {
+			d.Remote = append(d.Remote, a)
+		}
 	}
 	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown, Namespace: v.id.ListNamespace()})
 	if err != nil {

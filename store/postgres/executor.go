@@ -1494,6 +1494,19 @@ func scanLease(out **dt.Lease) func(rows) error {
 	}
 }
 
+func (e *executor) LeaseList(ctx context.Context, prefix string, now time.Time, limit int) ([]*dt.Lease, error) {
+	var out []*dt.Lease
+	err := e.each(ctx, "list leases", e.d.q.leaseList, []any{prefix, now, limit}, func(r rows) error {
+		var l *dt.Lease
+		if err := scanLease(&l)(r); err != nil {
+			return err
+		}
+		out = append(out, l)
+		return nil
+	})
+	return out, err
+}
+
 func (e *executor) LeaseAcquire(ctx context.Context, p store.LeaseParams) (*dt.Lease, bool, error) {
 	if err := e.write("acquire lease"); err != nil {
 		return nil, false, err

@@ -270,6 +270,10 @@ const (
  WHERE l.holder = EXCLUDED.holder OR l.expires_at <= $3
  RETURNING name, holder, term, expires_at`
 
+	// tLeaseList: the leases table holds a row per lease name ever taken
+	// (a few per process), so a scan is fine.
+	tLeaseList = `SELECT name, holder, term, expires_at FROM {s}.leases
+ WHERE starts_with(name, $1) AND expires_at > $2 ORDER BY name LIMIT $3`
 	tLeaseGet     = `SELECT name, holder, term, expires_at FROM {s}.leases WHERE name = $1`
 	tLeaseGetLock = tLeaseGet + ` FOR UPDATE`
 
@@ -394,7 +398,7 @@ type queries struct {
 	eventLock, eventInsert, eventList string
 	eventSeq, eventWriters            string
 
-	leaseAcquire, leaseGet, leaseGetLock, leaseRelease string
+	leaseAcquire, leaseGet, leaseGetLock, leaseRelease, leaseList string
 
 	migrationsTable, migrationApplied, migrationRecord, migrationMax, searchPath, createSchema string
 
@@ -461,6 +465,7 @@ func newQueries(quotedSchema string) *queries {
 
 		leaseAcquire: r(tLeaseAcquire),
 		leaseGet:     r(tLeaseGet),
+		leaseList:    r(tLeaseList),
 		leaseGetLock: r(tLeaseGetLock),
 		leaseRelease: r(tLeaseRelease),
 

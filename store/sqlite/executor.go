@@ -817,6 +817,11 @@ func scanLease(rows *sql.Rows) (*dt.Lease, error) {
 	if !rows.Next() {
 		return nil, translate(rows.Err())
 	}
+	return scanLeaseRow(rows)
+}
+
+// scanLeaseRow reads the lease of the row rows is on.
+func scanLeaseRow(rows *sql.Rows) (*dt.Lease, error) {
 	var (
 		l   dt.Lease
 		exp int64
@@ -826,6 +831,26 @@ func scanLease(rows *sql.Rows) (*dt.Lease, error) {
 	}
 	l.ExpiresAt = fromUS(exp)
 	return &l, nil
+}
+
+func (e *executor) LeaseList(ctx context.Context, prefix string, now time.Time, limit int) ([]*dt.Lease, error) {
+	rows, err := e.query(ctx, qLeaseList, prefix, us(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list leases: %w", err)
+	}
+	defer rows.Close()
+	var out []*dt.Lease
+	for rows.Next() {
+		l, err := scanLeaseRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list leases: %w", err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list leases: %w", err)
+	}
+	return out, nil
 }
 
 func (e *executor) LeaseGet(ctx context.Context, name string) (*dt.Lease, error) {

@@ -114,6 +114,9 @@ const (
  WHERE leases.holder = ?2 OR leases.expires_at <= ?3
  RETURNING name, holder, term, expires_at`
 
+	qLeaseList = `SELECT name, holder, term, expires_at FROM leases
+ WHERE substr(name, 1, length(?1)) = ?1 AND expires_at > ?2 ORDER BY name LIMIT ?3`
+
 	qLeaseGet = `SELECT name, holder, term, expires_at FROM leases WHERE name = ?`
 
 	qLeaseRelease = `UPDATE leases SET expires_at = 0 WHERE name = ? AND holder = ? AND term = ?`
