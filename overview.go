@@ -104,8 +104,8 @@ func (c *Client) Instances(ctx context.Context, limit int) ([]Instance, error) {
 				in.Supervisor = true
 			}
 		}
-		for i := range in.Schedulers {
-			n, err := r.TaskCountLockedBy(ctx, fmt.Sprintf("%s/scheduler-%d", in.ID, i))
+		for _, sched := range in.SchedulerIDs() {
+			n, err := r.TaskCountLockedBy(ctx, sched)
 			if err != nil {
 				return nil, err
 			}
@@ -114,4 +114,27 @@ func (c *Client) Instances(ctx context.Context, limit int) ([]Instance, error) {
 		out = append(out, in)
 	}
 	return out, nil
+}
+
+// SchedulerIDs are the names its schedulers hold tasks under (a task's
+// LockedBy), as the engine names them.
+func (in Instance) SchedulerIDs() []string {
+	ids := make([]string, in.Schedulers)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s/scheduler-%d", in.ID, i)
+	}
+	return ids
+}
+
+// HeldTasks lists the tasks (without steps) that schedulers hold with a
+// call or compensation in flight, on every instance, soonest deadline
+// (CompleteBy) first, at most limit (default 100). It reads the index of
+// held tasks in its order, so its cost follows the work in flight, not
+// the tasks stored.
+func (c *Client) HeldTasks(ctx context.Context, limit int) ([]*Task, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	// Every held task's deadline comes before the end of time.
+	return c.store.Reader().TaskListExpired(ctx, time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), limit)
 }

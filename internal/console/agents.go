@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/workflowdef"
 )
 
@@ -20,8 +21,6 @@ type agentView struct {
 	// InFlight counts the steps held by a scheduler whose call it makes
 	// (among the running tasks read).
 	InFlight int
-	// Remote: another process polls the API for its requests.
-	Remote bool
 }
 
 type agentsData struct {
@@ -59,7 +58,7 @@ func (c *Console) agentList(ctx context.Context, v *viewer) ([]*agentView, *task
 	use := func(agent, what string, n int) {
 		a := byName[agent]
 		if a == nil {
-			a = &agentView{Name: agent, Where: c.where(agent), Remote: c.d.IsExternalAgent(agent)}
+			a = &agentView{Name: agent, Where: c.where(agent)}
 			byName[agent] = a
 		}
 		a.Uses = append(a.Uses, what)
@@ -85,6 +84,57 @@ func (c *Console) agentList(ctx context.Context, v *viewer) ([]*agentView, *task
 	}
 	slices.SortFunc(list, func(a, b *agentView) int { return strings.Compare(a.Name, b.Name) })
 	return list, tc, nil
+}
+
+// heldShown caps the held tasks read for the overview's remote agents.
+const heldShown = 1000
+
+// remoteInFlight is every remote agent the workflows name with the calls
+// in flight to it: the steps (or compensations) of the held tasks whose
+// agent it is, at most heldShown read (Capped). It reads the held tasks
+// through their index, never a listing of the task table.
+func (c *Console) remoteInFlight(ctx context.Context) (list []*agentView, capped bool, err error) {
+	ws, err := c.allVersions(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	ts, err := c.d.HeldTasks(ctx, heldShown+1)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(ts) > heldShown {
+		ts, capped = ts[:heldShown], true
+	}
+	held := map[heldKey]int{}
+	for _, t := range ts {
+		held[heldKey{versionKey{t.Workflow, t.WorkflowVersion}, t.CurrentStep, t.ProcessState == dt.Compensating}]++
+	}
+	byName := map[string]*agentView{}
+	use := func(agent string, n int) {
+		if !c.d.IsExternalAgent(agent) {
+			return
+		}
+		a := byName[agent]
+		if a == nil {
+			a = &agentView{Name: agent}
+			byName[agent] = a
+		}
+		a.InFlight += n
+	}
+	for _, w := range ws {
+		k := versionKey{w.Name, w.Version}
+		for i, s := range w.Steps {
+			use(s.Agent, held[heldKey{k, i, false}])
+			if s.Compensation != "" {
+				use(s.Compensation, held[heldKey{k, i, true}])
+			}
+		}
+	}
+	for _, a := range byName {
+		list = append(list, a)
+	}
+	slices.SortFunc(list, func(a, b *agentView) int { return strings.Compare(a.Name, b.Name) })
+	return list, capped, nil
 }
 
 // where says where an agent runs as this server knows it.

@@ -97,13 +97,23 @@ func BenchmarkPages(b *testing.B) {
 			e.signIn(c, opToken)
 			from := time.Now().UTC().Add(-30 * time.Hour).Format("2006-01-02T15:04")
 			before := time.Now().UTC().Add(-29 * time.Hour).Format("2006-01-02T15:04")
-			// The overview's store reads, one by one.
+			// The overview's store reads, one by one (in map order).
 			r := d.Reader()
 			for name, read := range map[string]func(context.Context) error{
 				"read-counts": func(ctx context.Context) error { _, err := r.TaskCountByState(ctx); return err },
 				"read-active": func(ctx context.Context) error { _, err := r.TaskCountActive(ctx); return err },
 				"read-finished": func(ctx context.Context) error {
 					_, err := r.TaskFinishedSince(ctx, time.Now().Add(-time.Hour), 10000)
+					return err
+				},
+				// The Workflows and Agents pages' (and the overview's remote
+				// agents') counts, once per 10 s: the running and Error tasks.
+				"read-running": func(ctx context.Context) error {
+					_, err := r.TaskList(ctx, store.TaskListParams{States: []dt.ProcessState{dt.Pending, dt.Processing, dt.Compensating}, Limit: 1001})
+					return err
+				},
+				"read-error": func(ctx context.Context) error {
+					_, err := r.TaskList(ctx, store.TaskListParams{States: []dt.ProcessState{dt.Error}, Limit: 1001})
 					return err
 				},
 			} {

@@ -5,7 +5,7 @@
 //
 // It reads and acts through the same calls as the HTTP API
 // (drover.Client's Tasks, Task, Events, Counts, Active, Finished,
-// SupervisorLeader, Instances, Alerts, Resubmit, CancelAs, AckAlertIn;
+// SupervisorLeader, Instances, HeldTasks, Alerts, Resubmit, CancelAs, AckAlertIn;
 // convoy.Client's QueuesIn, Depth, QueuePolicy, Sessions,
 // Session, Peek, DeadLetters, SessionEvents, ResubmitDeadLetter,
 // DiscardDeadLetter) and authenticates with the API's tokens

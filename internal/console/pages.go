@@ -133,8 +133,10 @@ type overviewData struct {
 	Depths []queueDepth
 	// Instances are the live instances (Global).
 	Instances []drover.Instance
-	// Remote are the remote agents and their calls in flight.
-	Remote []*agentView
+	// Remote are the remote agents and their calls in flight (Global),
+	// counted among the first heldShown held tasks (RemoteCapped: more).
+	Remote       []*agentView
+	RemoteCapped bool
 }
 
 func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
@@ -161,14 +163,8 @@ func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (str
 		if d.Instances, err = c.d.Instances(ctx, instancesShown); err != nil {
 			return "", "", nil, err
 		}
-	}
-	agents, _, err := c.agentList(ctx, v)
-	if err != nil {
-		return "", "", nil, err
-	}
-	for _, a := range agents {
-		if a.Remote {
-			d.Remote = append(d.Remote, a)
+		if d.Remote, d.RemoteCapped, err = c.remoteInFlight(ctx); err != nil {
+			return "", "", nil, err
 		}
 	}
 	alerts, next, err := c.d.Alerts(ctx, drover.AlertQuery{Unacknowledged: true, Limit: alertsShown, Namespace: v.id.ListNamespace()})
