@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/drover-run/drover/internal/leader"
@@ -20,6 +21,30 @@ var ErrInstanceInUse = errors.New("instance ID in use by another live process")
 // errInstanceLost aborts a scheduler transaction once the lease is gone.
 var errInstanceLost = errors.New("instance lease lost")
 
+// instancePrefix begins the name of every instance lease.
+const instancePrefix = "instance:"
+
+// rolesMark separates an instance lease holder's token from the roles
+// it runs, which the holder carries so that any process can list the
+// live instances and their roles from the leases alone.
+const rolesMark = " roles="
+
+// rolesText writes the roles the client runs: "scheduler:N" (N
+// schedulers), "agent", "supervisor", comma-separated.
+func (c *Client) rolesText() string {
+	var roles []string
+	if c.cfg.Roles.Scheduler && c.cfg.Schedulers > 0 {
+		roles = append(roles, fmt.Sprintf("scheduler:%d", c.cfg.Schedulers))
+	}
+	if c.cfg.Roles.Agent {
+		roles = append(roles, "agent")
+	}
+	if c.cfg.Roles.Supervisor {
+		roles = append(roles, "supervisor")
+	}
+	return strings.Join(roles, ",")
+}
+
 // instanceLease makes an InstanceID exclusive to one running Client: two
 // processes acting as the same scheduler would both treat its tasks as
 // their own. Each Start takes the lease "instance:<ID>" with a fresh token.
@@ -30,8 +55,8 @@ type instanceLease struct {
 func (c *Client) acquireInstance(ctx context.Context) (*instanceLease, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	el := &leader.Elector{Driver: c.store, Clock: c.clock, Name: "instance:" + c.cfg.InstanceID,
-		Instance: hex.EncodeToString(b[:]), TTL: c.cfg.LeaseTTL}
+	el := &leader.Elector{Driver: c.store, Clock: c.clock, Name: instancePrefix + c.cfg.InstanceID,
+		Instance: hex.EncodeToString(b[:]) + rolesMark + c.rolesText(), TTL: c.cfg.LeaseTTL}
 	term, err := el.TryAcquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("instance lease: %w", err)

@@ -42,6 +42,11 @@ type ListParams struct {
 	// as stored, "<namespace>/<ID>"); drovertype.DefaultNamespace: those
 	// without a namespace. Default "": every task.
 	Namespace string
+	// OrderingKey, when set, lists only the tasks submitted with it.
+	OrderingKey string
+	// UpdatedFrom and UpdatedBefore, when not zero, list only the tasks
+	// last updated at or after UpdatedFrom and before UpdatedBefore.
+	UpdatedFrom, UpdatedBefore time.Time
 }
 
 // Tasks lists tasks (without steps) ordered by ID.
@@ -67,7 +72,8 @@ func (c *Client) Tasks(ctx context.Context, p ListParams) ([]*Task, error) {
 	if err := checkListNamespace(p.Namespace); err != nil {
 		return nil, err
 	}
-	return c.store.Reader().TaskList(ctx, &store.TaskListParams{States: p.States, Workflow: p.Workflow, AfterID: p.AfterID, Limit: p.Limit, Namespace: p.Namespace})
+	return c.store.Reader().TaskList(ctx, &store.TaskListParams{States: p.States, Workflow: p.Workflow, AfterID: p.AfterID, Limit: p.Limit, Namespace: p.Namespace,
+		OrderingKey: p.OrderingKey, UpdatedFrom: p.UpdatedFrom, UpdatedBefore: p.UpdatedBefore})
 }
 
 // checkListNamespace checks the Namespace filter of a listing.

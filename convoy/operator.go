@@ -26,6 +26,24 @@ func (c *Client) Sessions(ctx context.Context, queue, after string, limit int) (
 	return c.store.Reader().SessionList(ctx, &store.SessionListParams{Queue: queue, AfterID: after, Limit: limit})
 }
 
+// Depth is a queue's depth: its sessions with messages to deliver and
+// their pending messages (see Client.Depth).
+type Depth = store.QueueDepth
+
+// Depth counts a queue's sessions that have messages to deliver (pending
+// and not blocked) and their pending messages, reading at most limit
+// sessions (default 100; Capped reports that there were more), so its
+// cost follows limit and not the queue's history.
+func (c *Client) Depth(ctx context.Context, queue string, limit int) (Depth, error) {
+	if err := checkQueue(queue); err != nil {
+		return Depth{}, err
+	}
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	return c.store.Reader().QueueDepth(ctx, &store.QueueDepthParams{Queue: queue, Limit: limit})
+}
+
 // Session returns one session's record, or an error wrapping ErrNotFound.
 func (c *Client) Session(ctx context.Context, queue, sessionID string) (*Session, error) {
 	if err := checkQueue(queue); err != nil {

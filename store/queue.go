@@ -127,6 +127,10 @@ type QueueExecutor interface {
 	SessionGet(ctx context.Context, params *SessionGetParams) (*drovertype.Session, error)
 	// SessionList returns a queue's sessions in ID order (keyset pagination).
 	SessionList(ctx context.Context, params *SessionListParams) ([]*drovertype.Session, error)
+	// QueueDepth counts a queue's sessions that have messages to deliver
+	// (pending and not blocked) and their pending messages, reading at
+	// most Limit such sessions through the index accept scans.
+	QueueDepth(ctx context.Context, params *QueueDepthParams) (QueueDepth, error)
 	// SessionStateSet sets the state of the session of Ref to State under
 	// its held lock (nil clears it); ErrLockLost otherwise.
 	SessionStateSet(ctx context.Context, params *SessionStateSetParams) error
@@ -249,6 +253,15 @@ type QueueListParams struct {
 	Namespace string
 }
 
+// QueueDepth is what QueueDepth counts.
+type QueueDepth struct {
+	Sessions int   // sessions with messages to deliver
+	Messages int64 // their pending messages
+	// Capped: the queue has more such sessions than the limit; the counts
+	// cover the first limit of them.
+	Capped bool
+}
+
 // SessionListParams filter SessionList. Limit 0 means no limit.
 type SessionListParams struct {
 	Queue   string
@@ -354,4 +367,10 @@ type SessionStateSetParams struct {
 	Ref   SessionRef
 	State []byte
 	Now   time.Time
+}
+
+// QueueDepthParams are the arguments of QueueDepth.
+type QueueDepthParams struct {
+	Queue string
+	Limit int
 }

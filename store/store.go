@@ -98,6 +98,12 @@ type Executor interface {
 	// TaskCountActive) whose Submitter is Submitter, which is not "".
 	// Index-only, for the quota of tasks in flight per token.
 	TaskCountActiveBySubmitter(ctx context.Context, params *TaskCountActiveBySubmitterParams) (int, error)
+	// TaskFinishedSince returns the final tasks (Processed, Error,
+	// Compensated, Cancelled) last updated at or after Since, newest
+	// first, at most Limit, each as its state and times only. It reads
+	// the index of final tasks by update time, so its cost follows Limit
+	// and not the table.
+	TaskFinishedSince(ctx context.Context, params *TaskFinishedSinceParams) ([]FinishedTask, error)
 	// TaskClaim atomically locks up to Limit claimable tasks for Instance:
 	// Pending ones, and Compensating ones nobody holds, available at Now.
 	// A Pending task with an OrderingKey is claimable only when no task with
@@ -194,6 +200,9 @@ type Executor interface {
 	LeaseAcquire(ctx context.Context, params *LeaseAcquireParams) (lease *drovertype.Lease, acquired bool, err error)
 	// LeaseGet returns the named lease, or ErrNotFound.
 	LeaseGet(ctx context.Context, params *LeaseGetParams) (*drovertype.Lease, error)
+	// LeaseList returns the leases whose name starts with Prefix and that
+	// have not expired at Now, in name order, at most Limit.
+	LeaseList(ctx context.Context, params *LeaseListParams) ([]*drovertype.Lease, error)
 	// LeaseCheck fails with ErrLeaseNotHeld unless Holder holds the named
 	// lease at Now (ExpiresAt after Now); inside a transaction the lease
 	// cannot change hands until the transaction ends (LeaseAcquire and
@@ -246,6 +255,19 @@ type TaskListParams struct {
 	Namespace string
 	AfterID   string // keyset pagination: tasks with ID > AfterID
 	Limit     int
+	// OrderingKey, when set, lists only the tasks of that ordering key.
+	OrderingKey string
+	// UpdatedFrom and UpdatedBefore, when not zero, list only the tasks
+	// last updated at or after UpdatedFrom and before UpdatedBefore.
+	UpdatedFrom, UpdatedBefore time.Time
+}
+
+// FinishedTask is a final task as TaskFinishedSince returns it: when it
+// was submitted and when it reached its final state.
+type FinishedTask struct {
+	State     drovertype.ProcessState
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // TaskClaimParams are the arguments of TaskClaim.
@@ -481,4 +503,17 @@ type TaskCountActiveParams struct {
 // TaskCountActiveBySubmitter.
 type TaskCountActiveBySubmitterParams struct {
 	Submitter string
+}
+
+// TaskFinishedSinceParams are the arguments of TaskFinishedSince.
+type TaskFinishedSinceParams struct {
+	Since time.Time
+	Limit int
+}
+
+// LeaseListParams are the arguments of LeaseList.
+type LeaseListParams struct {
+	Prefix string
+	Now    time.Time
+	Limit  int
 }

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/drover-run/drover"
+	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/workflowdef"
 )
 
@@ -33,13 +35,24 @@ type agentsData struct {
 // name, where it runs, the steps it serves and the calls it has in
 // flight, with this process's agent counters.
 func (c *Console) agents(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
-	ws, err := c.allVersions(ctx)
+	list, tc, err := c.agentList(ctx, v)
 	if err != nil {
 		return "", "", nil, err
 	}
+	d := &agentsData{Agents: list, Capped: tc.RunningCapped, CountedAt: tc.At, Stats: c.d.Stats(), Instance: c.d.InstanceID()}
+	return "agents", "Agents", d, nil
+}
+
+// agentList is every agent the workflows name, by name, with the counts
+// its calls in flight come from.
+func (c *Console) agentList(ctx context.Context, v *viewer) ([]*agentView, *taskCounts, error) {
+	ws, err := c.allVersions(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	tc, err := c.versionCounts(ctx, v.id.ListNamespace())
 	if err != nil {
-		return "", "", nil, err
+		return nil, nil, err
 	}
 	byName := map[string]*agentView{}
 	use := func(agent, what string, n int) {
@@ -64,21 +77,64 @@ func (c *Console) agents(ctx context.Context, r *http.Request, v *viewer) (strin
 			}
 		}
 	}
-	d := &agentsData{Capped: tc.RunningCapped, CountedAt: tc.At, Stats: c.d.Stats(), Instance: c.d.InstanceID()}
+	var list []*agentView
 	for _, a := range byName {
 		a.Uses = slices.Compact(a.Uses)
-		d.Agents = append(d.Agents, a)
+		list = append(list, a)
 	}
-	slices.SortFunc(d.Agents, func(a, b *agentView) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
+	slices.SortFunc(list, func(a, b *agentView) int { return strings.Compare(a.Name, b.Name) })
+	return list, tc, nil
+}
+
+// heldShown caps the held tasks read for the overview's remote agents.
+const heldShown = 1000
+
+// remoteInFlight is every remote agent the workflows name with the calls
+// in flight to it: the steps (or compensations) of the held tasks whose
+// agent it is, at most heldShown read (Capped). It reads the held tasks
+// through their index, never a listing of the task table.
+func (c *Console) remoteInFlight(ctx context.Context) (list []*agentView, capped bool, err error) {
+	ws, err := c.allVersions(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	ts, err := c.d.HeldTasks(ctx, heldShown+1)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(ts) > heldShown {
+		ts, capped = ts[:heldShown], true
+	}
+	held := map[heldKey]int{}
+	for _, t := range ts {
+		held[heldKey{versionKey{t.Workflow, t.WorkflowVersion}, t.CurrentStep, t.ProcessState == dt.Compensating}]++
+	}
+	byName := map[string]*agentView{}
+	use := func(agent string, n int) {
+		if !c.d.IsExternalAgent(agent) {
+			return
 		}
-		return 0
-	})
-	return "agents", "Agents", d, nil
+		a := byName[agent]
+		if a == nil {
+			a = &agentView{Name: agent}
+			byName[agent] = a
+		}
+		a.InFlight += n
+	}
+	for _, w := range ws {
+		k := versionKey{w.Name, w.Version}
+		for i, s := range w.Steps {
+			use(s.Agent, held[heldKey{k, i, false}])
+			if s.Compensation != "" {
+				use(s.Compensation, held[heldKey{k, i, true}])
+			}
+		}
+	}
+	for _, a := range byName {
+		list = append(list, a)
+	}
+	slices.SortFunc(list, func(a, b *agentView) int { return strings.Compare(a.Name, b.Name) })
+	return list, capped, nil
 }
 
 // where says where an agent runs as this server knows it.

@@ -272,3 +272,36 @@ func TestBrowserLiveTask(t *testing.T) {
 		}
 	})
 }
+
+// The task list's filters with the keyboard alone in a real Chromium:
+// Tab to the ordering key's field, type the key, Enter; the list shows
+// that key's tasks only, and the field keeps the key.
+func TestBrowserTaskFilters(t *testing.T) {
+	stores(t, func(t *testing.T, d store.Driver) {
+		e := startServer(t, d, false)
+		e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"a-1","input":{},"ordering_key":"acct-1"}`, nil)
+		e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"b-1","input":{},"ordering_key":"acct-2"}`, nil)
+		e.waitState("b-1", "Processed")
+		b := newTab(t)
+		b.signIn(e.base, readToken, "")
+		b.do(chromedp.Navigate(e.base+"/tasks"), chromedp.WaitVisible(chromedp.ID("tasks-list")))
+		for i := 0; ; i++ {
+			if i == 40 {
+				t.Fatal("40 Tabs never reached the ordering key's field")
+			}
+			b.do(chromedp.KeyEvent("\t"))
+			name, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.activeElement.name || ""`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name == "key" {
+				break
+			}
+		}
+		b.do(chromedp.KeyEvent("acct-2"), chromedp.KeyEvent("\r"), chromedp.WaitVisible(chromedp.CSS(`input[name="key"][value="acct-2"]`)))
+		b.want("table.tasks tbody", "b-1")
+		if rows := b.text("table.tasks tbody"); strings.Contains(rows, "a-1") {
+			t.Errorf("filtered by acct-2 the list shows a-1: %q", rows)
+		}
+	})
+}

@@ -59,6 +59,8 @@ type Console struct {
 	mux    *http.ServeMux
 	static http.Handler
 	counts countCache
+	// stateCounts are the overview's counts by state.
+	stateCounts stateCounts
 
 	streams     chan struct{} // a slot per live stream
 	streamCtx   context.Context

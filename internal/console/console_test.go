@@ -31,7 +31,7 @@ const (
 // env is a running drover server with the console, and the agent switch
 // that makes the "pay" workflow's failing tasks succeed.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	base  string
 	fixed *atomic.Bool
 	drv   store.Driver
@@ -39,21 +39,21 @@ type env struct {
 
 // startServer runs server.Run on d with a "pay" workflow whose charge
 // fails permanently for inputs {"bad":true} until fixed is set.
-func startServer(t *testing.T, d store.Driver, noAuth bool) *env {
+func startServer(t testing.TB, d store.Driver, noAuth bool) *env {
 	t.Helper()
 	return startServerTokens(t, d, noAuth, nil)
 }
 
 // startServerTokens is startServer with the given tokens (nil: the
 // reader, operator and agent tokens above).
-func startServerTokens(t *testing.T, d store.Driver, noAuth bool, tokens []server.Token) *env {
+func startServerTokens(t testing.TB, d store.Driver, noAuth bool, tokens []server.Token) *env {
 	t.Helper()
 	return startServerWith(t, d, noAuth, tokens, nil)
 }
 
 // startServerWith is startServerTokens with edit applied to the server's
 // configuration (nil: none).
-func startServerWith(t *testing.T, d store.Driver, noAuth bool, tokens []server.Token, edit func(*server.Config)) *env {
+func startServerWith(t testing.TB, d store.Driver, noAuth bool, tokens []server.Token, edit func(*server.Config)) *env {
 	t.Helper()
 	fixed := &atomic.Bool{}
 	hold := make(chan struct{})
@@ -113,7 +113,7 @@ func startServerWith(t *testing.T, d store.Driver, noAuth bool, tokens []server.
 
 // browser is an HTTP client with a cookie jar that does not follow
 // redirects (the tests look at them).
-func browser(t *testing.T) *http.Client {
+func browser(t testing.TB) *http.Client {
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +151,23 @@ func (e *env) do(c *http.Client, method, path string, form url.Values) page {
 }
 
 func (e *env) get(c *http.Client, path string) page { return e.do(c, "GET", path, nil) }
+
+// counted waits up to 30s for the overview to show the counts by state
+// (counted in the background after a first load) and returns it.
+func (e *env) counted(c *http.Client) page {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p := e.get(c, "/")
+		if strings.Contains(p.body, `id="counts"`) {
+			return p
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no counts by state on the overview after 30s: %d %s", p.status, p.body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
 // signIn signs c in with token and checks it lands on the overview.
 func (e *env) signIn(c *http.Client, token string) {
@@ -264,7 +281,7 @@ func TestPages(t *testing.T) {
 		}
 		e.signIn(c, readToken)
 		e.api("POST", "/v1/queues/ledger/messages", `{"messages":[{"session_id":"acct-1","body":"x"}]}`, nil)
-		ov := e.get(c, "/")
+		ov := e.counted(c)
 		wantIn(t, ov, "Overview", "reader · read-only", `href="/tasks?state=Error">Error</a></td><td>1</td>`, "open alerts",
 			`<span class="num">1</span> session queues`)
 
@@ -538,8 +555,8 @@ func TestNamespaceToken(t *testing.T) {
 	c := browser(t)
 	e.signIn(c, acmeToken)
 	ov := e.get(c, "/")
-	wantIn(t, ov, `id="no-counts"`)
-	wantOut(t, ov, "tasks not final")
+	wantIn(t, ov, `id="no-counts"`, `id="leader"`)
+	wantOut(t, ov, "tasks not final", `id="throughput"`) // the charts cover every namespace
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(e.get(c, "/tasks?state=Error").body, `href="/tasks/o-1">o-1</a>`) {
 		if time.Now().After(deadline) {

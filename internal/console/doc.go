@@ -4,8 +4,9 @@
 // events) embedded; no request to another host.
 //
 // It reads and acts through the same calls as the HTTP API
-// (drover.Client's Tasks, Task, Events, Counts, Active, Alerts, Resubmit,
-// CancelAs, AckAlertIn; convoy.Client's QueuesIn, QueuePolicy, Sessions,
+// (drover.Client's Tasks, Task, Events, Counts, Active, Finished,
+// SupervisorLeader, Instances, HeldTasks, Alerts, Resubmit, CancelAs, AckAlertIn;
+// convoy.Client's QueuesIn, Depth, QueuePolicy, Sessions,
 // Session, Peek, DeadLetters, SessionEvents, ResubmitDeadLetter,
 // DiscardDeadLetter) and authenticates with the API's tokens
 // (httpapi.Handler.Authenticate): a token with the submit scope sees

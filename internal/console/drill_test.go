@@ -103,6 +103,10 @@ func TestBrowserIncidentDrill(t *testing.T) {
 
 			b := newTab(t)
 			b.do(chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`a.card[href="/alerts"]`)), b.shot("overview"))
+			// The demo finished its orders within the hour: the charts show them.
+			b.do(chromedp.WaitVisible(chromedp.CSS(`#throughput rect.ch-ok`)), chromedp.WaitVisible(chromedp.CSS(`#latency polyline.ch-p50`)))
+			b.want("#hour-summary", "tasks finished since", "processed")
+			b.want("#leader", "Supervisor leader", "term")
 			b.follow("/alerts", "alerts-list", "alerts")
 			b.follow("/tasks/"+id, "story", "task")
 			b.want("#story", "Failed and compensated", "rejected")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/convoy"
 	dt "github.com/drover-run/drover/drovertype"
 )
 
@@ -23,6 +24,22 @@ var states = []dt.ProcessState{dt.Pending, dt.Processing, dt.Compensating, dt.Er
 
 // queuesCounted caps the session queues the overview counts.
 const queuesCounted = 100
+
+// Queue depth on the overview: of the first depthQueues queues, at most
+// depthSessions sessions each.
+const (
+	depthQueues   = 20
+	depthSessions = 1000
+)
+
+// instancesShown caps the live instances the overview lists.
+const instancesShown = 50
+
+// queueDepth is a row of the overview's queue depths.
+type queueDepth struct {
+	Name string // as the viewer names it
+	convoy.Depth
+}
 
 // pageSize is the tasks of one page of the task list.
 const pageSize = 50
@@ -60,6 +77,8 @@ var funcs = template.FuncMap{
 	"anchor":       anchor,
 	"countCap":     func() int { return countCap },
 	"add":          func(a, b float64) float64 { return a + b },
+	"half":         func(a float64) float64 { return a / 2 },
+	"dur":          roundDur,
 	"sessionStory": sessionStory,
 }
 
@@ -93,8 +112,11 @@ func when(v any) string {
 }
 
 type overviewData struct {
-	Global      bool // Counts and Active are set (they cover every namespace)
+	Global bool // Counts and Active are set (they cover every namespace)
+	// Counts are the last counts by state (nil: being counted), read at
+	// CountedAt.
 	Counts      map[dt.ProcessState]int
+	CountedAt   time.Time
 	States      []dt.ProcessState
 	Active      int
 	OpenAlerts  int
@@ -103,6 +125,18 @@ type overviewData struct {
 	MoreQueues  bool
 	InstanceID  string
 	Supervising int64
+	// Charts are the throughput and latency of the last hour (Global).
+	Charts *charts
+	// Leader is the supervisor leader as the store says (nil: none yet).
+	Leader *drover.Leader
+	// Depths are the depths of the first depthQueues queues.
+	Depths []queueDepth
+	// Instances are the live instances (Global).
+	Instances []drover.Instance
+	// Remote are the remote agents and their calls in flight (Global),
+	// counted among the first heldShown held tasks (RemoteCapped: more).
+	Remote       []*agentView
+	RemoteCapped bool
 }
 
 func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
@@ -110,10 +144,26 @@ func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (str
 	if d.Global = !v.id.Confined(); d.Global {
 		// The counts cover every namespace: not for a namespace's token.
 		var err error
-		if d.Counts, err = c.d.Counts(ctx); err != nil {
+		d.Counts, d.CountedAt = c.stateCountsNow(ctx)
+		if d.Active, err = c.d.Active(ctx); err != nil {
 			return "", "", nil, err
 		}
-		if d.Active, err = c.d.Active(ctx); err != nil {
+		now := c.clock.Now()
+		fs, err := c.d.Finished(ctx, now.Add(-chartMinutes*time.Minute), chartTasks)
+		if err != nil {
+			return "", "", nil, err
+		}
+		d.Charts = buildCharts(fs, now)
+	}
+	var err error
+	if d.Leader, err = c.d.SupervisorLeader(ctx); err != nil {
+		return "", "", nil, err
+	}
+	if d.Global {
+		if d.Instances, err = c.d.Instances(ctx, instancesShown); err != nil {
+			return "", "", nil, err
+		}
+		if d.Remote, d.RemoteCapped, err = c.remoteInFlight(ctx); err != nil {
 			return "", "", nil, err
 		}
 	}
@@ -127,22 +177,56 @@ func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (str
 	}
 	d.OpenAlerts, d.MoreAlerts = len(alerts), next != 0
 	d.Queues, d.MoreQueues = min(len(queues), queuesCounted), len(queues) > queuesCounted
+	for _, q := range queues[:min(len(queues), depthQueues)] {
+		dp, err := c.opts.Queues.Depth(ctx, q.Name, depthSessions)
+		if err != nil {
+			return "", "", nil, err
+		}
+		d.Depths = append(d.Depths, queueDepth{Name: dt.LocalName(q.Name), Depth: dp})
+	}
 	return "overview", "Overview", d, nil
 }
 
 type tasksData struct {
-	Workflow, State, ID, After string
-	Tasks                      []*drover.Task
-	Next                       string
+	Workflow, State, ID, Key, From, Before, After string
+	Tasks                                         []*drover.Task
+	Next                                          string
+}
+
+// timeForm is how the task list's time range is written: the value of
+// an <input type="datetime-local">, read as UTC.
+const timeForm = "2006-01-02T15:04"
+
+// formTime reads a time of the task list's range ("" is no bound).
+func formTime(name, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range []string{timeForm, timeForm + ":05", time.RFC3339} {
+		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%w: %s %q is not a time like 2026-01-02T15:04 (UTC)", drover.ErrInvalidInput, name, v)
 }
 
 // tasks lists tasks by ID with keyset pagination: ?workflow=, ?state=,
-// ?id= (an ID or the start of IDs), ?after= (the last ID of the previous
-// page). It reads one page of the index at a time, never a count.
+// ?key= (an ordering key), ?from= and ?before= (last updated in
+// [from, before), UTC), ?id= (an ID or the start of IDs), ?after= (the
+// last ID of the previous page). It reads one page of the index at a
+// time, never a count.
 func (c *Console) tasks(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
 	q := r.URL.Query()
-	d := &tasksData{Workflow: strings.TrimSpace(q.Get("workflow")), State: q.Get("state"), ID: strings.TrimSpace(q.Get("id")), After: q.Get("after")}
-	p := drover.ListParams{Workflow: d.Workflow, Limit: pageSize + 1, Namespace: v.id.ListNamespace()}
+	d := &tasksData{Workflow: strings.TrimSpace(q.Get("workflow")), State: q.Get("state"), ID: strings.TrimSpace(q.Get("id")),
+		Key: strings.TrimSpace(q.Get("key")), From: strings.TrimSpace(q.Get("from")), Before: strings.TrimSpace(q.Get("before")), After: q.Get("after")}
+	p := drover.ListParams{Workflow: d.Workflow, OrderingKey: d.Key, Limit: pageSize + 1, Namespace: v.id.ListNamespace()}
+	var err error
+	if p.UpdatedFrom, err = formTime("from", d.From); err != nil {
+		return "", "", nil, err
+	}
+	if p.UpdatedBefore, err = formTime("before", d.Before); err != nil {
+		return "", "", nil, err
+	}
 	if d.After != "" {
 		p.AfterID = v.id.Qualify(d.After)
 	}
@@ -183,9 +267,13 @@ func (c *Console) tasks(ctx context.Context, r *http.Request, v *viewer) (string
 	return "tasks", "Tasks", d, nil
 }
 
-// matches reports whether t passes the state and workflow filters of p.
+// matches reports whether t passes the filters of p other than the ID.
 func matches(t *drover.Task, p drover.ListParams) bool {
-	if p.Workflow != "" && t.Workflow != p.Workflow {
+	switch {
+	case p.Workflow != "" && t.Workflow != p.Workflow,
+		p.OrderingKey != "" && t.OrderingKey != p.OrderingKey,
+		!p.UpdatedFrom.IsZero() && t.UpdatedAt.Before(p.UpdatedFrom),
+		!p.UpdatedBefore.IsZero() && !t.UpdatedAt.Before(p.UpdatedBefore):
 		return false
 	}
 	return len(p.States) == 0 || t.ProcessState == p.States[0]

@@ -176,6 +176,9 @@ func TestQueuesNamespace(t *testing.T) {
 	list := e.get(c, "/queues")
 	wantIn(t, list, `href="/queues/orders">orders</a>`)
 	wantOut(t, list, "ledger", "acme/")
+	ov := e.get(c, "/")
+	wantIn(t, ov, `<td><a href="/queues/orders">orders</a></td><td>1</td><td>1</td>`)
+	wantOut(t, ov, "ledger")
 	if p := e.get(c, "/queues/ledger"); p.status != http.StatusNotFound {
 		t.Errorf("another namespace's queue: %d, want 404", p.status)
 	}

@@ -69,9 +69,17 @@ func TestWorkflowsPage(t *testing.T) {
 func TestAgentsPage(t *testing.T) {
 	e := startWithShip(t, testutil.SQLite(t))
 	e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"held-1","input":{"hold":true}}`, nil)
+	e.api("POST", "/v1/tasks", `{"workflow":"ship","id":"s-1","input":{}}`, nil) // no process serves labels
 	e.waitState("held-1", "Processing")
+	e.waitState("s-1", "Processing")
 	c := browser(t)
 	e.signIn(c, readToken)
+	// The overview lists the live instance, its roles and the two tasks
+	// it holds, and the remote agents with their calls in flight.
+	ov := e.get(c, "/")
+	wantIn(t, ov, `<td>scheduler ×1 agent supervisor</td><td>2</td>`,
+		`<td><a href="/agents">labels</a></td><td>1</td>`, `<td><a href="/agents">couriers</a></td><td>0</td>`)
+	wantOut(t, ov, `<a href="/agents">payments</a>`)
 	p := e.get(c, "/agents")
 	wantIn(t, p, `href="/agents" aria-current="page"`,
 		"<td><strong>payments</strong></td><td>in this server&#39;s process (a Go agent)</td><td>1</td>", "<li>pay step 0 charge</li>",

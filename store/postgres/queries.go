@@ -85,6 +85,11 @@ const (
      AND EXISTS (SELECT 1 FROM {s}.ordering_keys AS x WHERE x.key = c.ordering_key)
  FROM c LEFT JOIN LATERAL (SELECT k.key FROM {s}.ordering_keys AS k WHERE k.key = c.ordering_key FOR UPDATE SKIP LOCKED) AS k ON true
  ORDER BY c.updated_at`
+	// tTaskFinishedSince feeds the console's charts: the newest final
+	// tasks, backwards through tasks_finished.
+	tTaskFinishedSince = `SELECT process_state, created_at, updated_at FROM {s}.tasks
+   WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at >= $1
+   ORDER BY updated_at DESC LIMIT $2`
 	tTaskDeleteFinished = `WITH pick AS MATERIALIZED (
    SELECT id FROM {s}.tasks
    WHERE id = ANY($2::text[]) AND process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < $1
@@ -271,6 +276,10 @@ const (
  WHERE l.holder = EXCLUDED.holder OR l.expires_at <= $3
  RETURNING name, holder, term, expires_at`
 
+	// tLeaseList: the leases table holds a row per lease name ever taken
+	// (a few per process), so a scan is fine.
+	tLeaseList = `SELECT name, holder, term, expires_at FROM {s}.leases
+ WHERE starts_with(name, $1) AND expires_at > $2 ORDER BY name LIMIT $3`
 	tLeaseGet     = `SELECT name, holder, term, expires_at FROM {s}.leases WHERE name = $1`
 	tLeaseGetLock = tLeaseGet + ` FOR UPDATE`
 
@@ -386,7 +395,7 @@ var (
 type queries struct {
 	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
 	taskCountActive, taskCountActiveIn, taskCountActiveBySubmitter, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskGetManySkip, taskExisting, taskListLockedBy, taskListExpired, taskListExpiredLock,
-	taskInsert, taskUpdate, taskList, taskPickFinished string
+	taskInsert, taskUpdate, taskList, taskPickFinished, taskFinishedSince string
 	orderingReserve, orderingPrune string
 
 	stepList, stepListLock, stepInsert, stepUpdate string
@@ -398,7 +407,7 @@ type queries struct {
 	eventLock, eventInsert, eventList string
 	eventSeq, eventWriters            string
 
-	leaseAcquire, leaseGet, leaseGetLock, leaseRelease string
+	leaseAcquire, leaseGet, leaseGetLock, leaseRelease, leaseList string
 
 	migrationsTable, migrationApplied, migrationRecord, migrationMax, searchPath, createSchema string
 	migrationsExist                                                                            string
@@ -408,7 +417,7 @@ type queries struct {
 	workflowDef workflowDefQueries // workflowdef.go
 
 	// Session queues (queue_queries.go).
-	queuePut, queueGet, queueList                               string
+	queuePut, queueGet, queueList, queueDepth                   string
 	publishPrepare, dedupeClaim, dedupeGet, publish             string
 	sessionAcceptNamed, sessionAcceptNext, sessionExists        string
 	sessionAvailable                                            string
@@ -435,6 +444,7 @@ func newQueries(quotedSchema string) *queries {
 		taskCountActiveBySubmitter: r(tTaskCountActiveBySubmitter),
 		taskDeleteFinished:         r(tTaskDeleteFinished),
 		taskPickFinished:           r(tTaskPickFinished),
+		taskFinishedSince:          r(tTaskFinishedSince),
 		taskClaim:                  r(tTaskClaim),
 		taskClaimLock:              r(tTaskClaimLock),
 		taskClaimLockSteps:         r(tTaskClaimLockSteps),
@@ -472,6 +482,7 @@ func newQueries(quotedSchema string) *queries {
 
 		leaseAcquire: r(tLeaseAcquire),
 		leaseGet:     r(tLeaseGet),
+		leaseList:    r(tLeaseList),
 		leaseGetLock: r(tLeaseGetLock),
 		leaseRelease: r(tLeaseRelease),
 
@@ -496,6 +507,7 @@ func newQueries(quotedSchema string) *queries {
 		queuePut:            r(tQueuePut),
 		queueGet:            r(tQueueGet),
 		queueList:           r(tQueueList),
+		queueDepth:          r(tQueueDepth),
 		publishPrepare:      r(tPublishPrepare),
 		dedupeClaim:         r(tDedupeClaim),
 		dedupeGet:           r(tDedupeGet),

@@ -161,6 +161,24 @@ func (e *executor) QueueList(ctx context.Context, p *store.QueueListParams) ([]*
 	return out, nil
 }
 
+func (e *executor) QueueDepth(ctx context.Context, params *store.QueueDepthParams) (store.QueueDepth, error) {
+	queue, limit := params.Queue, params.Limit
+	var d store.QueueDepth
+	err := e.each(ctx, "queue depth", e.d.q.queueDepth, []any{queue, limit + 1, limit}, func(r rows) error {
+		return r.Scan(&d.Sessions, &d.Messages)
+	})
+	return depthCapped(d, limit), err
+}
+
+// depthCapped counts a depth read with limit+1 sessions as limit and
+// capped, the one over the limit read only to know there were more.
+func depthCapped(d store.QueueDepth, limit int) store.QueueDepth {
+	if d.Sessions > limit {
+		d.Sessions, d.Capped = limit, true
+	}
+	return d
+}
+
 // ---- publish ----
 
 // pubSession is what a publish plans for one session.

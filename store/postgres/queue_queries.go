@@ -61,7 +61,12 @@ const (
  ON CONFLICT (name) DO UPDATE SET max_delivery_count = EXCLUDED.max_delivery_count,
    poison_policy = EXCLUDED.poison_policy, dedupe_window_us = EXCLUDED.dedupe_window_us,
    lock_duration_us = EXCLUDED.lock_duration_us, updated_at = EXCLUDED.updated_at`
-	tQueueGet  = `SELECT ` + sqQueueCols + ` FROM {s}.queues WHERE name = $1`
+	tQueueGet = `SELECT ` + sqQueueCols + ` FROM {s}.queues WHERE name = $1`
+	// tQueueDepth reads at most $2 sessions through queue_sessions_ready
+	// and sums the pending messages of the first $3.
+	tQueueDepth = `SELECT count(*), coalesce(sum(CASE WHEN n <= $3 THEN pending ELSE 0 END), 0)
+ FROM (SELECT pending, row_number() OVER () AS n FROM {s}.queue_sessions
+   WHERE queue = $1 AND ready_at IS NOT NULL AND NOT blocked LIMIT $2) AS s`
 	tQueueList = `SELECT ` + sqQueueCols + ` FROM {s}.queues WHERE name > $1`
 
 	// tPublishPrepare returns, per message ($1 queues, $2 session IDs, $3

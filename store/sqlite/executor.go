@@ -229,6 +229,18 @@ func (e *executor) TaskList(ctx context.Context, p *store.TaskListParams) ([]*dt
 		where = append(where, `id > ?`)
 		args = append(args, p.AfterID)
 	}
+	if p.OrderingKey != "" {
+		where = append(where, `ordering_key = ?`)
+		args = append(args, p.OrderingKey)
+	}
+	if !p.UpdatedFrom.IsZero() {
+		where = append(where, `updated_at >= ?`)
+		args = append(args, us(p.UpdatedFrom))
+	}
+	if !p.UpdatedBefore.IsZero() {
+		where = append(where, `updated_at < ?`)
+		args = append(args, us(p.UpdatedBefore))
+	}
 	if ns, ok := store.ListNamespace(p.Namespace); ok {
 		if ns == "" {
 			where = append(where, `instr(id, '/') = 0`)
@@ -252,6 +264,31 @@ func (e *executor) TaskList(ctx context.Context, p *store.TaskListParams) ([]*dt
 		return nil, fmt.Errorf("sqlite: list tasks: %w", err)
 	}
 	return scanTasks(rows)
+}
+
+func (e *executor) TaskFinishedSince(ctx context.Context, params *store.TaskFinishedSinceParams) ([]store.FinishedTask, error) {
+	since, limit := params.Since, params.Limit
+	rows, err := e.query(ctx, qTaskFinishedSince, us(since), limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list finished tasks: %w", err)
+	}
+	defer rows.Close()
+	var out []store.FinishedTask
+	for rows.Next() {
+		var (
+			f                store.FinishedTask
+			created, updated int64
+		)
+		if err := rows.Scan(&f.State, &created, &updated); err != nil {
+			return nil, fmt.Errorf("sqlite: list finished tasks: %w", err)
+		}
+		f.CreatedAt, f.UpdatedAt = fromUS(created), fromUS(updated)
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list finished tasks: %w", err)
+	}
+	return out, nil
 }
 
 func (e *executor) TaskCountByState(ctx context.Context, _ *store.TaskCountByStateParams) (map[dt.ProcessState]int, error) {
@@ -823,6 +860,11 @@ func scanLease(rows *sql.Rows) (*dt.Lease, error) {
 	if !rows.Next() {
 		return nil, translate(rows.Err())
 	}
+	return scanLeaseRow(rows)
+}
+
+// scanLeaseRow reads the lease of the row rows is on.
+func scanLeaseRow(rows *sql.Rows) (*dt.Lease, error) {
 	var (
 		l   dt.Lease
 		exp int64
@@ -832,6 +874,27 @@ func scanLease(rows *sql.Rows) (*dt.Lease, error) {
 	}
 	l.ExpiresAt = fromUS(exp)
 	return &l, nil
+}
+
+func (e *executor) LeaseList(ctx context.Context, params *store.LeaseListParams) ([]*dt.Lease, error) {
+	prefix, now, limit := params.Prefix, params.Now, params.Limit
+	rows, err := e.query(ctx, qLeaseList, prefix, us(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list leases: %w", err)
+	}
+	defer rows.Close()
+	var out []*dt.Lease
+	for rows.Next() {
+		l, err := scanLeaseRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list leases: %w", err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list leases: %w", err)
+	}
+	return out, nil
 }
 
 func (e *executor) LeaseGet(ctx context.Context, params *store.LeaseGetParams) (*dt.Lease, error) {

@@ -18,6 +18,11 @@ const (
 	qTaskPickFinished = `SELECT id, ordering_key FROM tasks INDEXED BY tasks_finished
  WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at < ?
  ORDER BY updated_at LIMIT ?`
+	// qTaskFinishedSince feeds the console's charts: the newest final
+	// tasks, through the same index.
+	qTaskFinishedSince = `SELECT process_state, created_at, updated_at FROM tasks INDEXED BY tasks_finished
+ WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at >= ?
+ ORDER BY updated_at DESC LIMIT ?`
 	qDeleteEvents   = `DELETE FROM events WHERE task_id IN (SELECT value FROM json_each(?))`
 	qDeleteRequests = `DELETE FROM agent_requests WHERE task_id IN (SELECT value FROM json_each(?))`
 	qDeleteReplies  = `DELETE FROM agent_replies WHERE task_id IN (SELECT value FROM json_each(?))`
@@ -114,6 +119,9 @@ const (
    holder = ?2, expires_at = ?4
  WHERE leases.holder = ?2 OR leases.expires_at <= ?3
  RETURNING name, holder, term, expires_at`
+
+	qLeaseList = `SELECT name, holder, term, expires_at FROM leases
+ WHERE substr(name, 1, length(?1)) = ?1 AND expires_at > ?2 ORDER BY name LIMIT ?3`
 
 	qLeaseGet = `SELECT name, holder, term, expires_at FROM leases WHERE name = ?`
 

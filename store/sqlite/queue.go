@@ -135,6 +135,18 @@ func (e *executor) QueueGet(ctx context.Context, params *store.QueueGetParams) (
 	return qs[0], nil
 }
 
+func (e *executor) QueueDepth(ctx context.Context, params *store.QueueDepthParams) (store.QueueDepth, error) {
+	queue, limit := params.Queue, params.Limit
+	var d store.QueueDepth
+	if err := e.queryOne(ctx, qQueueDepth, []any{queue, limit + 1, limit}, &d.Sessions, &d.Messages); err != nil {
+		return d, fmt.Errorf("sqlite: queue depth: %w", err)
+	}
+	if d.Sessions > limit {
+		d.Sessions, d.Capped = limit, true
+	}
+	return d, nil
+}
+
 func (e *executor) QueueList(ctx context.Context, p *store.QueueListParams) ([]*dt.Queue, error) {
 	q, args := qQueueList, []any{p.AfterName}
 	if ns, ok := store.ListNamespace(p.Namespace); ok {

@@ -41,7 +41,12 @@ const (
  ON CONFLICT (name) DO UPDATE SET max_delivery_count = excluded.max_delivery_count,
    poison_policy = excluded.poison_policy, dedupe_window_us = excluded.dedupe_window_us,
    lock_duration_us = excluded.lock_duration_us, updated_at = excluded.updated_at`
-	qQueueGet    = `SELECT ` + queueCols + ` FROM queues WHERE name = ?`
+	qQueueGet = `SELECT ` + queueCols + ` FROM queues WHERE name = ?`
+	// qQueueDepth reads at most ?2 sessions through queue_sessions_ready
+	// and sums the pending messages of the first ?3.
+	qQueueDepth = `SELECT count(*), coalesce(sum(CASE WHEN n <= ?3 THEN pending ELSE 0 END), 0)
+ FROM (SELECT pending, row_number() OVER () AS n FROM queue_sessions INDEXED BY queue_sessions_ready
+   WHERE queue = ?1 AND ready_at IS NOT NULL AND blocked = 0 LIMIT ?2)`
 	qQueueList   = `SELECT ` + queueCols + ` FROM queues WHERE name > ?`
 	qQueueCreate = `INSERT INTO queues (name, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`
 	// qQueueWindows reads the dedupe windows of the queues in a JSON list.

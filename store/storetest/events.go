@@ -25,6 +25,41 @@ func leaseCases() []testCase {
 		{"Release", testLeaseRelease},
 		{"GetNotFound", testLeaseGetNotFound},
 		{"CheckFencesTransaction", testLeaseCheck},
+		{"List", testLeaseList},
+	}
+}
+
+// LeaseList lists the leases of a prefix not expired at now, by name.
+func testLeaseList(t *testing.T, d store.Driver) {
+	acquire(t, d, "instance:b", "B", base, 10*time.Second)
+	acquire(t, d, "instance:a", "A", base, 20*time.Second)
+	acquire(t, d, "instance:c", "C", base, 5*time.Second)
+	acquire(t, d, "instancex", "X", base, time.Minute)
+	acquire(t, d, "supervisor", "S", base, time.Minute)
+	list := func(prefix string, now time.Time, limit int) string {
+		t.Helper()
+		ls, err := d.Reader().LeaseList(context.Background(), &store.LeaseListParams{Prefix: prefix, Now: now, Limit: limit})
+		if err != nil {
+			t.Fatalf("LeaseList(%q): %v", prefix, err)
+		}
+		var out []string
+		for _, l := range ls {
+			out = append(out, fmt.Sprintf("%s=%s@%v", l.Name, l.Holder, l.ExpiresAt.Sub(base)))
+		}
+		return fmt.Sprint(out)
+	}
+	for _, c := range []struct {
+		got, want string
+	}{
+		{list("instance:", base, 10), "[instance:a=A@20s instance:b=B@10s instance:c=C@5s]"},
+		{list("instance:", at(5*time.Second), 10), "[instance:a=A@20s instance:b=B@10s]"},
+		{list("instance:", base, 1), "[instance:a=A@20s]"},
+		{list("instance", at(15*time.Second), 10), "[instance:a=A@20s instancex=X@1m0s]"},
+		{list("nothing", base, 10), "[]"},
+	} {
+		if c.got != c.want {
+			t.Errorf("LeaseList = %s, want %s", c.got, c.want)
+		}
 	}
 }
 

@@ -42,6 +42,7 @@ func queueCases() []testCase {
 		{"SettleReceiveAfterOpenPublisher", testQueueSettleReceiveOpenPublisher},
 		{"SessionState", testQueueSessionState},
 		{"SessionList", testQueueSessionList},
+		{"Depth", testQueueDepth},
 		{"Peek", testQueuePeek},
 		{"DeadLetterListResubmitDiscard", testQueueDeadLetters},
 		{"HeadAfterSkipsAndResubmitBelow", testQueueHeadAfterSkipsAndResubmit},
@@ -50,6 +51,39 @@ func queueCases() []testCase {
 		{"ConcurrentDuplicateMessageIDs", testQueueConcurrentDuplicates},
 		{"ConcurrentPublishersNewSessions", testQueueConcurrentNewSessions},
 		{"OpenPublisherBlocksNoOtherSession", testQueueOpenPublisher},
+	}
+}
+
+// QueueDepth counts the sessions with messages to deliver (not blocked,
+// not emptied) and their pending messages, up to the limit.
+func testQueueDepth(t *testing.T, d store.Driver) {
+	publishAt(t, d, base, pub("q", "a", "1"), pub("q", "a", "2"), pub("q", "b", "1"),
+		pub("q", "c", "1"), pub("q", "c", "2"), pub("q", "c", "3"), pub("q", "e", "1"), pub("q2", "x", "1"))
+	now := at(time.Second)
+	c := acceptNamed(t, d, "q", "c", "h", now)
+	e := acceptNamed(t, d, "q", "e", "h", now)
+	receiveAt(t, d, now, c, e)
+	wantErrs(t, "settle", settleAt(t, d, now, deadLetter(c, 1, "bad", true), complete(e, 1)), nil, nil)
+	wantErrs(t, "release", releaseAt(t, d, now, c, e), nil, nil)
+	depth := func(queue string, limit int) store.QueueDepth {
+		t.Helper()
+		got, err := d.Reader().QueueDepth(context.Background(), &store.QueueDepthParams{Queue: queue, Limit: limit})
+		if err != nil {
+			t.Fatalf("QueueDepth(%s, %d): %v", queue, limit, err)
+		}
+		return got
+	}
+	if got := depth("q", 10); got != (store.QueueDepth{Sessions: 2, Messages: 3}) {
+		t.Errorf("QueueDepth(q, 10) = %+v, want a and b: 2 sessions, 3 messages (c blocked, e emptied)", got)
+	}
+	if got := depth("q", 1); got.Sessions != 1 || !got.Capped || got.Messages != 1 && got.Messages != 2 {
+		t.Errorf("QueueDepth(q, 1) = %+v, want 1 session of 1 or 2 messages, capped", got)
+	}
+	if got := depth("q2", 1); got != (store.QueueDepth{Sessions: 1, Messages: 1}) {
+		t.Errorf("QueueDepth(q2, 1) = %+v, want 1 session of 1 message, not capped", got)
+	}
+	if got := depth("none", 10); got != (store.QueueDepth{}) {
+		t.Errorf("QueueDepth(none) = %+v", got)
 	}
 }
 

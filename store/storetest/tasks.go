@@ -23,6 +23,7 @@ func taskCases() []testCase {
 		{"GetManyWithStepsOneSnapshot", testTaskGetManyWithStepsOneSnapshot},
 		{"List", testTaskList},
 		{"CountByState", testTaskCountByState},
+		{"FinishedSince", testTaskFinishedSince},
 		{"CountActiveBySubmitter", testTaskCountActiveBySubmitter},
 		{"CountActiveByNamespace", testTaskCountActiveByNamespace},
 		{"ClaimClaimable", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, plainClaim) }},
@@ -270,6 +271,10 @@ func testTaskList(t *testing.T, d store.Driver) {
 		case 2:
 			tk.ProcessState = dt.Processed
 		}
+		tk.UpdatedAt = at(time.Duration(i) * time.Minute)
+		if i%4 == 0 {
+			tk.OrderingKey, tk.OrderingSeq = "k4", int64(i+1)
+		}
 		tasks = append(tasks, tk)
 	}
 	// Insert out of ID order.
@@ -298,6 +303,13 @@ func testTaskList(t *testing.T, d store.Driver) {
 		{store.TaskListParams{States: []dt.ProcessState{dt.Error, dt.Processed}, Workflow: "wf", AfterID: "t02", Limit: 2}, "[t04 t08]"},
 		{store.TaskListParams{States: []dt.ProcessState{dt.Compensating}}, "[]"},
 		{store.TaskListParams{Workflow: "none"}, "[]"},
+		{store.TaskListParams{OrderingKey: "k4"}, "[t00 t04 t08]"},
+		{store.TaskListParams{OrderingKey: "k4", AfterID: "t00", Limit: 1}, "[t04]"},
+		{store.TaskListParams{OrderingKey: "key-t03"}, "[t03]"},
+		{store.TaskListParams{UpdatedFrom: at(3 * time.Minute)}, "[t03 t04 t05 t06 t07 t08 t09]"},
+		{store.TaskListParams{UpdatedBefore: at(3 * time.Minute)}, "[t00 t01 t02]"},
+		{store.TaskListParams{UpdatedFrom: at(2 * time.Minute), UpdatedBefore: at(7*time.Minute + time.Microsecond), States: []dt.ProcessState{dt.Error}, AfterID: "t02"}, "[t04 t07]"},
+		{store.TaskListParams{UpdatedFrom: at(time.Hour)}, "[]"},
 	}
 	for _, c := range cases {
 		if got := fmt.Sprint(list(c.p)); got != c.want {
@@ -324,6 +336,49 @@ func testTaskList(t *testing.T, d store.Driver) {
 		t.Fatalf("TaskList: %v %v", taskIDs(got), err)
 	}
 	checkEqual(t, "listed task", got[0], tasks[5])
+}
+
+// TaskFinishedSince lists final tasks only, from since on, newest first,
+// with their times to the microsecond.
+func testTaskFinishedSince(t *testing.T, d store.Driver) {
+	ctx := context.Background()
+	states := []dt.ProcessState{dt.Processed, dt.Pending, dt.Error, dt.Processing, dt.Compensated, dt.Cancelled, dt.Processed}
+	for i, s := range states {
+		tk := newTask(fmt.Sprintf("f%d", i))
+		tk.ProcessState = s
+		tk.CreatedAt = at(time.Duration(i) * time.Second)
+		tk.UpdatedAt = at(time.Duration(i)*time.Minute + time.Microsecond)
+		if s == dt.Processing {
+			tk.LockedBy, tk.CompleteBy = "sched", tp(at(time.Hour))
+		}
+		insertTasks(t, d, tk)
+	}
+	show := func(fs []store.FinishedTask) string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, fmt.Sprintf("%s %v %v", f.State, f.CreatedAt.Sub(base), f.UpdatedAt.Sub(base)))
+		}
+		return fmt.Sprint(out)
+	}
+	for _, c := range []struct {
+		since time.Time
+		limit int
+		want  string
+	}{
+		{base, 10, "[Processed 6s 6m0.000001s Cancelled 5s 5m0.000001s Compensated 4s 4m0.000001s Error 2s 2m0.000001s Processed 0s 1µs]"},
+		{base, 2, "[Processed 6s 6m0.000001s Cancelled 5s 5m0.000001s]"},
+		{at(4*time.Minute + time.Microsecond), 10, "[Processed 6s 6m0.000001s Cancelled 5s 5m0.000001s Compensated 4s 4m0.000001s]"},
+		{at(4*time.Minute + 2*time.Microsecond), 10, "[Processed 6s 6m0.000001s Cancelled 5s 5m0.000001s]"},
+		{at(time.Hour), 10, "[]"},
+	} {
+		got, err := d.Reader().TaskFinishedSince(ctx, &store.TaskFinishedSinceParams{Since: c.since, Limit: c.limit})
+		if err != nil {
+			t.Fatalf("TaskFinishedSince(%v, %d): %v", c.since.Sub(base), c.limit, err)
+		}
+		if s := show(got); s != c.want {
+			t.Errorf("TaskFinishedSince(%v, %d) = %s, want %s", c.since.Sub(base), c.limit, s, c.want)
+		}
+	}
 }
 
 func testTaskCountByState(t *testing.T, d store.Driver) {
