@@ -100,8 +100,14 @@ func BenchmarkPages(b *testing.B) {
 			// The overview's store reads, one by one (in map order).
 			r := d.Reader()
 			for name, read := range map[string]func(context.Context) error{
-				"read-counts": func(ctx context.Context) error { _, err := r.TaskCountByState(ctx, &store.TaskCountByStateParams{}); return err },
-				"read-active": func(ctx context.Context) error { _, err := r.TaskCountActive(ctx, &store.TaskCountActiveParams{}); return err },
+				"read-counts": func(ctx context.Context) error {
+					_, err := r.TaskCountByState(ctx, &store.TaskCountByStateParams{})
+					return err
+				},
+				"read-active": func(ctx context.Context) error {
+					_, err := r.TaskCountActive(ctx, &store.TaskCountActiveParams{})
+					return err
+				},
 				"read-finished": func(ctx context.Context) error {
 					_, err := r.TaskFinishedSince(ctx, &store.TaskFinishedSinceParams{Since: time.Now().Add(-time.Hour), Limit: 10000})
 					return err
