@@ -85,7 +85,8 @@ func TestLogLinesCarryTaskIDs(t *testing.T) {
 	if len(attempts) < 2 {
 		t.Errorf("log lines of attempts %v; want the first and the recovered one", attempts)
 	}
-	if out := mustRun(t, "status", "ship-1", "--db", url); !strings.Contains(out, "Processed") {
-		t.Errorf("status: %s", out)
-	}
+	// The call finished; its reply is applied a moment later.
+	testutil.WaitFor(t, "ship-1 Processed", func() bool {
+		return strings.Contains(mustRun(t, "status", "ship-1", "--db", url), "Processed")
+	})
 }
