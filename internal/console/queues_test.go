@@ -160,17 +160,7 @@ func TestQueuesNamespace(t *testing.T) {
 		{Secret: opToken, Scopes: []server.Scope{server.ScopeOperator}, Name: "oncall"},
 		{Secret: acmeToken, Scopes: []server.Scope{server.ScopeOperator}, Namespace: "acme", Name: "acme-oncall"}})
 	e.ledger() // in the default namespace
-	req, _ := http.NewRequest("POST", e.base+"/v1/queues/orders/messages", strings.NewReader(`{"session_id":"s-1","body":1}`))
-	req.Header.Set("Authorization", "Bearer "+acmeToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("publish in acme: %d", resp.StatusCode)
-	}
+	e.apiAs(acmeToken, "POST", "/v1/queues/orders/messages", `{"session_id":"s-1","body":1}`, nil)
 	c := browser(t)
 	e.signIn(c, acmeToken)
 	list := e.get(c, "/queues")
