@@ -299,7 +299,9 @@ func TestTransientToTheEndSendsNothing(t *testing.T) {
 
 func TestCircuitBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 	t.Parallel()
-	d, _ := setup(t, 1, "broken", time.Second)
+	// 3s, not less: the three calls and the refusal must all come before
+	// the deadline, and a loaded machine can take a second to claim.
+	d, _ := setup(t, 1, "broken", 3*time.Second)
 	var calls atomic.Int64
 	rt := newRuntime(d, "rt-1", agentrt.Spec{
 		Name: "broken", InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond,
