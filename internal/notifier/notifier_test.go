@@ -127,6 +127,9 @@ func TestOneListeningConnectionWakesEveryRole(t *testing.T) {
 	}()
 	notes := notifier.For(here)
 	waitFor(t, "three subscribers", func() bool { return notes.Subscribers() == 3 })
+	// The first subscriber starts the LISTEN; a notification sent before
+	// it is up would be lost.
+	waitFor(t, "the LISTEN connection", func() bool { return listening(t, here, url, schema) > 0 })
 	if n := listening(t, here, url, schema); n != 1 {
 		t.Fatalf("%d connections LISTEN for one process, want 1", n)
 	}
