@@ -460,8 +460,9 @@ func (e *executor) TaskList(ctx context.Context, p *store.TaskListParams) ([]*dt
 	return e.tasks(ctx, "list tasks", q, args...)
 }
 
-// finalStates and activeStates are the conditions of the partial indexes
-// by update time, tasks_finished and tasks_active_updated.
+// finalStates is the condition of tasks_finished, the partial index of
+// final tasks by update time; activeStates is its complement, whose tasks
+// have no such index (it would cost every write of them).
 const (
 	finalStates  = `process_state IN ('Processed','Error','Compensated','Cancelled')`
 	activeStates = `process_state IN ('Pending','Processing','Compensating')`
