@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -217,6 +218,35 @@ func TestSubmitGetList(t *testing.T) {
 	if !contains(ids, "t-1") || contains(ids, "t-2") || page.NextAfter != "" {
 		t.Fatalf("Processed or Cancelled: %v next %q", ids, page.NextAfter)
 	}
+	// By ordering key and by time of last update.
+	listIDs := func(p droverclient.ListParams) string {
+		t.Helper()
+		page, err := c.Tasks(ctx, p)
+		if err != nil {
+			t.Fatalf("Tasks(%+v): %v", p, err)
+		}
+		ids := []string{}
+		for _, tk := range page.Tasks {
+			ids = append(ids, tk.ID)
+		}
+		return fmt.Sprint(ids)
+	}
+	at := got.UpdatedAt
+	for _, c := range []struct {
+		p    droverclient.ListParams
+		want string
+	}{
+		{droverclient.ListParams{OrderingKey: "k"}, "[t-1]"},
+		{droverclient.ListParams{OrderingKey: "other"}, "[]"},
+		{droverclient.ListParams{OrderingKey: "k", UpdatedFrom: at.Add(time.Microsecond)}, "[]"},
+		{droverclient.ListParams{UpdatedFrom: at, UpdatedBefore: at.Add(time.Microsecond)}, "[t-1]"},
+	} {
+		if got := listIDs(c.p); got != c.want {
+			t.Errorf("Tasks(%+v) = %s, want %s", c.p, got, c.want)
+		}
+	}
+	_, err = c.Tasks(ctx, droverclient.ListParams{UpdatedFrom: at, UpdatedBefore: at})
+	wantAPIError(t, err, 400, "invalid_parameter", droverclient.ErrInvalid)
 	_, err = c.Tasks(ctx, droverclient.ListParams{States: []string{"Bogus"}})
 	wantAPIError(t, err, 400, "invalid_parameter", droverclient.ErrInvalid)
 	// A bad query parameter is named in the error the client returns.

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/drover-run/drover/droverapi"
 )
@@ -80,6 +81,11 @@ type ListParams struct {
 	After string
 	// Limit caps the page (1-1000); 0 takes the server's default (100).
 	Limit int
+	// OrderingKey keeps the tasks submitted with this ordering key.
+	OrderingKey string
+	// UpdatedFrom and UpdatedBefore, when not zero, keep the tasks last
+	// updated at or after UpdatedFrom and before UpdatedBefore.
+	UpdatedFrom, UpdatedBefore time.Time
 }
 
 // TaskPage is one page of a task listing, in ID order, without steps.
@@ -99,6 +105,15 @@ func (c *Client) Tasks(ctx context.Context, p ListParams) (*TaskPage, error) {
 	}
 	if p.Limit > 0 {
 		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if p.OrderingKey != "" {
+		q.Set("ordering_key", p.OrderingKey)
+	}
+	if !p.UpdatedFrom.IsZero() {
+		q.Set("updated_from", p.UpdatedFrom.Format(time.RFC3339Nano))
+	}
+	if !p.UpdatedBefore.IsZero() {
+		q.Set("updated_before", p.UpdatedBefore.Format(time.RFC3339Nano))
 	}
 	var page TaskPage
 	if _, err := c.do(ctx, http.MethodGet, c.url(q, "/v1/tasks"), nil, &page); err != nil {

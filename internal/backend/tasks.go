@@ -253,7 +253,8 @@ func (r *remoteTasks) Tasks(ctx context.Context, p drover.ListParams) ([]*drover
 	for _, st := range p.States {
 		names = append(names, string(st))
 	}
-	page, err := r.r.Client.Tasks(ctx, droverclient.ListParams{States: names, Workflow: p.Workflow, After: p.AfterID, Limit: p.Limit})
+	page, err := r.r.Client.Tasks(ctx, droverclient.ListParams{States: names, Workflow: p.Workflow, After: p.AfterID, Limit: p.Limit,
+		OrderingKey: p.OrderingKey, UpdatedFrom: p.UpdatedFrom, UpdatedBefore: p.UpdatedBefore})
 	if err != nil {
 		return nil, "", r.r.Err(err)
 	}

@@ -279,17 +279,23 @@ func (e *env) listCmd() *cobra.Command {
 		workflow string
 		limit    int
 		after    string
+		key      string
+		from     string
+		before   string
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List tasks",
 		Long: `list prints tasks ordered by ID, optionally only those in the given states
-(--state, repeatable or comma-separated, case-insensitive) or of one workflow.
-Page with --limit and --after: pass the last ID printed (or "next_after" of
+(--state, repeatable or comma-separated, case-insensitive), of one workflow,
+of one ordering key (--ordering-key) or last updated in a time range
+(--updated-from, inclusive, and --updated-before, RFC 3339). Page with --limit and --after: pass the last ID printed (or "next_after" of
 the JSON output) as --after to get the next page.`,
 		Example: `  drover list --state Error --state Compensated
   drover list --workflow orders --limit 50 --after order-o-49
-  drover list --state error --json`,
+  drover list --state error --json
+  drover list --ordering-key customer-42
+  drover list --updated-from 2026-01-02T14:00:00Z --updated-before 2026-01-02T15:00:00Z`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -305,12 +311,22 @@ the JSON output) as --after to get the next page.`,
 					return err
 				}
 			}
+			p := drover.ListParams{States: sts, Workflow: workflow, AfterID: after, Limit: limit, OrderingKey: key}
+			if p.UpdatedFrom, err = parseTimeFlag("--updated-from", from); err != nil {
+				return err
+			}
+			if p.UpdatedBefore, err = parseTimeFlag("--updated-before", before); err != nil {
+				return err
+			}
+			if !p.UpdatedFrom.IsZero() && !p.UpdatedBefore.IsZero() && !p.UpdatedBefore.After(p.UpdatedFrom) {
+				return clicore.Usagef("--updated-before %s is not after --updated-from %s", before, from)
+			}
 			b, err := e.tasks(ctx)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			ts, next, err := b.Tasks(ctx, drover.ListParams{States: sts, Workflow: workflow, AfterID: after, Limit: limit})
+			ts, next, err := b.Tasks(ctx, p)
 			if err != nil {
 				return err
 			}
@@ -344,7 +360,22 @@ the JSON output) as --after to get the next page.`,
 	cmd.Flags().StringVar(&workflow, "workflow", "", "only tasks of this workflow")
 	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many tasks")
 	cmd.Flags().StringVar(&after, "after", "", "only tasks whose ID sorts after this one")
+	cmd.Flags().StringVar(&key, "ordering-key", "", "only tasks submitted with this ordering key")
+	cmd.Flags().StringVar(&from, "updated-from", "", "only tasks last updated at or after this time (RFC 3339)")
+	cmd.Flags().StringVar(&before, "updated-before", "", "only tasks last updated before this time (RFC 3339)")
 	return cmd
+}
+
+// parseTimeFlag reads an RFC 3339 time flag ("" is no bound).
+func parseTimeFlag(name, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, clicore.Usagef("%s %q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", name, v)
+	}
+	return t, nil
 }
 
 func (e *env) resubmitCmd() *cobra.Command {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -557,5 +558,55 @@ func TestRemoteHelp(t *testing.T) {
 	}
 	if r := run(t, "", "--help"); !strings.Contains(r.stdout, "$"+EnvServer) {
 		t.Errorf("drover --help does not explain --server: %q", r.stdout)
+	}
+}
+
+// list --ordering-key, --updated-from and --updated-before select the
+// same tasks on the database and through the server.
+func TestListByOrderingKeyAndTime(t *testing.T) {
+	e := newRemoteEnv(t)
+	for _, c := range []struct{ id, key string }{{"k-1", "cust-1"}, {"k-2", "cust-2"}, {"k-3", "cust-1"}} {
+		e.srv(t, "submit", "echo", `{}`, "--id", c.id, "--ordering-key", c.key)
+		waitFor(t, c.id+" Processed", func() bool { return e.taskState(t, c.id) == "Processed" })
+	}
+	var k2 TaskJSON
+	if err := json.Unmarshal([]byte(e.local(t, "status", "k-2", "--json")), &k2); err != nil {
+		t.Fatal(err)
+	}
+	at := func(d time.Duration) string { return k2.UpdatedAt.Add(d).Format(time.RFC3339Nano) }
+	ids := func(args ...string) string {
+		t.Helper()
+		var l struct {
+			Tasks []TaskJSON `json:"tasks"`
+		}
+		if err := json.Unmarshal([]byte(e.sameBothWays(t, append([]string{"list", "--json"}, args...))), &l); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, tj := range l.Tasks {
+			got = append(got, tj.ID)
+		}
+		return fmt.Sprint(got)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ordering-key", "cust-1"}, "[k-1 k-3]"},
+		{[]string{"--ordering-key", "cust-1", "--after", "k-1"}, "[k-3]"},
+		{[]string{"--ordering-key", "none"}, "[]"},
+		{[]string{"--updated-from", at(0), "--updated-before", at(time.Microsecond)}, "[k-2]"},
+		{[]string{"--ordering-key", "cust-2", "--updated-from", at(time.Microsecond)}, "[]"},
+	} {
+		if got := ids(c.args...); got != c.want {
+			t.Errorf("list %s: %s, want %s", strings.Join(c.args, " "), got, c.want)
+		}
+	}
+	for _, args := range [][]string{
+		{"list", "--updated-from", "yesterday", "--db", e.db},
+		{"list", "--updated-before", "2026-01-02", "--server", e.url, "--token", remoteSubmitTok},
+		{"list", "--updated-from", at(0), "--updated-before", at(0), "--db", e.db},
+	} {
+		wantFailure(t, run(t, "", args...), 2, args[1])
 	}
 }

@@ -563,6 +563,9 @@ func TestNamespaceToken(t *testing.T) {
 	}
 	list := e.get(c, "/tasks")
 	wantOut(t, list, "bad-1", "acme/")
+	// The key filter reads the namespace's key as submitted.
+	e.apiAs(acmeToken, "POST", "/v1/tasks", `{"workflow":"pay","id":"o-2","ordering_key":"acct-9","input":{"bad":true}}`, nil)
+	wantIn(t, e.get(c, "/tasks?key=acct-9"), `href="/tasks/o-2"`)
 	if p := e.get(c, "/tasks/bad-1"); p.status != http.StatusNotFound {
 		t.Errorf("another namespace's task: %d, want 404", p.status)
 	}

@@ -219,7 +219,8 @@ func (c *Console) tasks(ctx context.Context, r *http.Request, v *viewer) (string
 	q := r.URL.Query()
 	d := &tasksData{Workflow: strings.TrimSpace(q.Get("workflow")), State: q.Get("state"), ID: strings.TrimSpace(q.Get("id")),
 		Key: strings.TrimSpace(q.Get("key")), From: strings.TrimSpace(q.Get("from")), Before: strings.TrimSpace(q.Get("before")), After: q.Get("after")}
-	p := drover.ListParams{Workflow: d.Workflow, OrderingKey: d.Key, Limit: pageSize + 1, Namespace: v.id.ListNamespace()}
+	// A namespace's keys are stored qualified, as its IDs are.
+	p := drover.ListParams{Workflow: d.Workflow, OrderingKey: dt.QualifyOrderingKey(v.id.ListNamespace(), d.Key), Limit: pageSize + 1, Namespace: v.id.ListNamespace()}
 	var err error
 	if p.UpdatedFrom, err = formTime("from", d.From); err != nil {
 		return "", "", nil, err

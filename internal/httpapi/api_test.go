@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -80,6 +81,34 @@ func TestTasks(t *testing.T) {
 		r = e.do("GET", "/v1/tasks?state=Error,Processed&state=Cancelled", submitTok, "").must(t, 200)
 		if n := len(r.json["tasks"].([]any)); n < 3 {
 			t.Fatalf("several states: %d tasks: %s", n, r.body)
+		}
+		// By ordering key and by time of last update.
+		e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","id":"k-1","ordering_key":"acct-1"}`).must(t, 201)
+		k1 := e.waitState("k-1", "Processed")
+		ids := func(target string) string {
+			t.Helper()
+			r := e.do("GET", target, submitTok, "").must(t, 200)
+			var got []string
+			for _, x := range r.json["tasks"].([]any) {
+				got = append(got, x.(map[string]any)["id"].(string))
+			}
+			return fmt.Sprint(got)
+		}
+		updated, err := time.Parse(time.RFC3339Nano, k1.str("updated_at"))
+		if err != nil {
+			t.Fatalf("updated_at of k-1: %s", k1.body)
+		}
+		at := func(d time.Duration) string { return url.QueryEscape(updated.Add(d).Format(time.RFC3339Nano)) }
+		for target, want := range map[string]string{
+			"/v1/tasks?ordering_key=acct-1":                                               "[k-1]",
+			"/v1/tasks?ordering_key=acct":                                                 "[]",
+			"/v1/tasks?ordering_key=acct-1&updated_from=" + at(0):                         "[k-1]",
+			"/v1/tasks?ordering_key=acct-1&updated_from=" + at(time.Microsecond):          "[]",
+			"/v1/tasks?updated_from=" + at(0) + "&updated_before=" + at(time.Microsecond): "[k-1]",
+		} {
+			if got := ids(target); got != want {
+				t.Errorf("%s: %s, want %s", target, got, want)
+			}
 		}
 
 		// Alerts: listed, acknowledged once, filtered.

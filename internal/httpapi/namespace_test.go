@@ -94,6 +94,17 @@ func TestNamespaceIsolation(t *testing.T) {
 			e.do("POST", "/v1/tasks/only-b/resubmit", tok, `{}`).mustError(t, 404, "not_found")
 		}
 
+		// A namespace's ordering key is its own: a and b both use "k".
+		for tok, want := range map[string]string{aSubmitTok: `"secret":"a"`, bSubmitTok: `"secret":"b"`} {
+			r := e.do("GET", "/v1/tasks?ordering_key=k", tok, "").must(t, 200)
+			if tasks, _ := r.json["tasks"].([]any); len(tasks) != 1 || !strings.Contains(string(r.body), want) {
+				t.Fatalf("ordering_key=k: %s, want the one task with %s", r.body, want)
+			}
+		}
+		if r := e.do("GET", "/v1/tasks?ordering_key=k", submitTok, "").must(t, 200); len(r.json["tasks"].([]any)) != 0 {
+			t.Fatalf("ordering_key=k in the default namespace: %s", r.body)
+		}
+
 		// Listings: each namespace its own.
 		ids := func(tok string) []string {
 			r := e.do("GET", "/v1/tasks", tok, "").must(t, 200)

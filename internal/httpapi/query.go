@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Query parameters are read the same way on every endpoint: the handler
@@ -72,6 +73,20 @@ func paramCheck(name string, err error) error {
 		return err
 	}
 	return paramError(name, "%s", ae.message)
+}
+
+// queryTime reads an RFC 3339 time of query parameter name (zero when
+// absent).
+func queryTime(q url.Values, name string) (time.Time, error) {
+	v := q.Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, paramError(name, "%q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", v)
+	}
+	return t, nil
 }
 
 // parseLimit reads the limit query parameter (default def, at most

@@ -77,6 +77,10 @@ func TestQueryParameterValues(t *testing.T) {
 		{"/v1/tasks?state=Done", "state"},
 		{"/v1/tasks?workflow=a%20b", "workflow"},
 		{"/v1/tasks?after=a%2Fb", "after"},
+		{"/v1/tasks?ordering_key=a%00b", "ordering_key"},
+		{"/v1/tasks?updated_from=yesterday", "updated_from"},
+		{"/v1/tasks?updated_before=2026-01-02", "updated_before"},
+		{"/v1/tasks?updated_from=2026-01-02T00:00:00Z&updated_before=2026-01-02T00:00:00Z", "updated_before"},
 		{"/v1/alerts?after=-1", "after"},
 		{"/v1/alerts?unacknowledged=maybe", "unacknowledged"},
 		{"/v1/events?alerts=maybe", "alerts"},
@@ -96,7 +100,7 @@ func TestQueryParameterValues(t *testing.T) {
 			}
 		})
 	}
-	for _, target := range []string{"/v1/tasks?limit=&after=&workflow=", "/v1/alerts?after=&unacknowledged=", "/v1/queues/q/deadletters?after_session=s&after_seq=1"} {
+	for _, target := range []string{"/v1/tasks?limit=&after=&workflow=&ordering_key=&updated_from=&updated_before=", "/v1/alerts?after=&unacknowledged=", "/v1/queues/q/deadletters?after_session=s&after_seq=1"} {
 		t.Run(target, func(t *testing.T) {
 			e.do("GET", target, operatorTok, "").must(t, 200)
 		})

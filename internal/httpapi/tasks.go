@@ -218,7 +218,7 @@ func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
-	q, err := queryParams(r, []string{"state", "workflow", "after", "limit"}, "state")
+	q, err := queryParams(r, []string{"state", "workflow", "after", "limit", "ordering_key", "updated_from", "updated_before"}, "state")
 	if err != nil {
 		return err
 	}
@@ -246,6 +246,21 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 			return paramCheck("after", err)
 		}
 		p.AfterID = h.qualify(r, p.AfterID)
+	}
+	if key := q.Get("ordering_key"); key != "" {
+		if err := fieldProblem("ordering key", key, dt.KeyProblem(key, drover.MaxOrderingKeyBytes)); err != nil {
+			return paramCheck("ordering_key", err)
+		}
+		p.OrderingKey = dt.QualifyOrderingKey(h.ns(r), key)
+	}
+	if p.UpdatedFrom, err = queryTime(q, "updated_from"); err != nil {
+		return err
+	}
+	if p.UpdatedBefore, err = queryTime(q, "updated_before"); err != nil {
+		return err
+	}
+	if !p.UpdatedFrom.IsZero() && !p.UpdatedBefore.After(p.UpdatedFrom) && !p.UpdatedBefore.IsZero() {
+		return paramError("updated_before", "%s is not after updated_from %s", q.Get("updated_before"), q.Get("updated_from"))
 	}
 	ts, err := h.drover.Tasks(r.Context(), p)
 	if err != nil {

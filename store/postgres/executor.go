@@ -435,16 +435,38 @@ func (e *executor) TaskList(ctx context.Context, p *store.TaskListParams) ([]*dt
 			where = append(where, `id >= `+arg(lo)+` AND id < `+arg(hi))
 		}
 	}
-	q := e.d.q.taskList
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
-	}
-	q += ` ORDER BY id`
+	limit := ""
 	if p.Limit > 0 {
-		q += ` LIMIT ` + arg(p.Limit)
+		limit = ` LIMIT ` + arg(p.Limit)
+	}
+	list := func(order string, extra ...string) string {
+		q := e.d.q.taskList
+		if w := append(extra, where...); len(w) > 0 {
+			q += ` WHERE ` + strings.Join(w, ` AND `)
+		}
+		return q + ` ORDER BY ` + order + limit
+	}
+	q := list(`id`)
+	// A time range alone reads the final and the unfinished tasks through
+	// the partial index by update time of each (the conditions repeat the
+	// indexes' own), then keeps the first page of the two in ID order: its
+	// cost follows the tasks in the range. Ordering by an expression keeps
+	// the planner, which without statistics guesses the range matches few
+	// rows, from walking the primary key instead (0.45 s for the last hour
+	// of a million tasks). With a key, tasks_key serves.
+	if (!p.UpdatedFrom.IsZero() || !p.UpdatedBefore.IsZero()) && p.OrderingKey == "" {
+		q = `SELECT * FROM ((` + list(`id || ''`, finalStates) + `) UNION ALL (` + list(`id || ''`, activeStates) + `)) t ORDER BY id` + limit
 	}
 	return e.tasks(ctx, "list tasks", q, args...)
 }
+
+// finalStates is the condition of tasks_finished, the partial index of
+// final tasks by update time; activeStates is its complement, whose tasks
+// have no such index (it would cost every write of them).
+const (
+	finalStates  = `process_state IN ('Processed','Error','Compensated','Cancelled')`
+	activeStates = `process_state IN ('Pending','Processing','Compensating')`
+)
 
 func (e *executor) count(ctx context.Context, what, query string, args ...any) (int, error) {
 	var n int64

@@ -250,20 +250,50 @@ func (e *executor) TaskList(ctx context.Context, p *store.TaskListParams) ([]*dt
 			args = append(args, lo, hi)
 		}
 	}
-	q := `SELECT ` + taskCols + ` FROM tasks`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
+	var all []any
+	list := func(extra ...string) string {
+		q := `SELECT ` + taskCols + ` FROM tasks`
+		if w := append(extra, where...); len(w) > 0 {
+			q += ` WHERE ` + strings.Join(w, ` AND `)
+		}
+		all = append(all, args...)
+		return q + limit(&all, p.Limit)
 	}
-	q += ` ORDER BY id`
-	if p.Limit > 0 {
-		q += ` LIMIT ?`
-		args = append(args, p.Limit)
+	var q string
+	// A time range alone reads the final and the unfinished tasks through
+	// the partial index by update time of each (the conditions repeat the
+	// indexes' own), then keeps the first page of the two in ID order;
+	// otherwise SQLite walks the table in ID order. With a key, tasks_key
+	// serves.
+	if (!p.UpdatedFrom.IsZero() || !p.UpdatedBefore.IsZero()) && p.OrderingKey == "" {
+		q = `SELECT * FROM (SELECT * FROM (` + list(finalStates) + `) UNION ALL SELECT * FROM (` + list(activeStates) + `))`
+		q += limit(&all, p.Limit)
+	} else {
+		q = list()
 	}
-	rows, err := e.query(ctx, q, args...)
+	rows, err := e.query(ctx, q, all...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list tasks: %w", err)
 	}
 	return scanTasks(rows)
+}
+
+// finalStates is the condition of tasks_finished, the partial index of
+// final tasks by update time; activeStates is its complement, whose tasks
+// have no such index (it would cost every write of them).
+const (
+	finalStates  = `process_state IN ('Processed','Error','Compensated','Cancelled')`
+	activeStates = `process_state IN ('Pending','Processing','Compensating')`
+)
+
+// limit is the ORDER BY and LIMIT of a task listing (no LIMIT for n <= 0),
+// its argument appended to args.
+func limit(args *[]any, n int) string {
+	if n <= 0 {
+		return ` ORDER BY id`
+	}
+	*args = append(*args, n)
+	return ` ORDER BY id LIMIT ?`
 }
 
 func (e *executor) TaskFinishedSince(ctx context.Context, params *store.TaskFinishedSinceParams) ([]store.FinishedTask, error) {

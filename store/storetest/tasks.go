@@ -310,6 +310,12 @@ func testTaskList(t *testing.T, d store.Driver) {
 		{store.TaskListParams{UpdatedBefore: at(3 * time.Minute)}, "[t00 t01 t02]"},
 		{store.TaskListParams{UpdatedFrom: at(2 * time.Minute), UpdatedBefore: at(7*time.Minute + time.Microsecond), States: []dt.ProcessState{dt.Error}, AfterID: "t02"}, "[t04 t07]"},
 		{store.TaskListParams{UpdatedFrom: at(time.Hour)}, "[]"},
+		// A range reads final and unfinished tasks apart: a page mixes them.
+		{store.TaskListParams{UpdatedFrom: at(time.Minute), Limit: 3}, "[t01 t02 t03]"},
+		{store.TaskListParams{UpdatedFrom: at(time.Minute), AfterID: "t03", Limit: 2}, "[t04 t05]"},
+		{store.TaskListParams{UpdatedBefore: at(9 * time.Minute), Workflow: "wf", Limit: 2}, "[t00 t02]"},
+		{store.TaskListParams{OrderingKey: "k4", UpdatedFrom: at(time.Minute)}, "[t04 t08]"},
+		{store.TaskListParams{OrderingKey: "k4", States: []dt.ProcessState{dt.Pending}}, "[t00]"},
 	}
 	for _, c := range cases {
 		if got := fmt.Sprint(list(c.p)); got != c.want {
@@ -329,6 +335,19 @@ func testTaskList(t *testing.T, d store.Driver) {
 	}
 	if fmt.Sprint(all) != cases[0].want {
 		t.Errorf("paginated walk = %v", all)
+	}
+	// So does it within a time range, across final and unfinished tasks.
+	all, after = nil, ""
+	for {
+		page := list(store.TaskListParams{AfterID: after, Limit: 2, UpdatedFrom: at(time.Minute), UpdatedBefore: at(9 * time.Minute)})
+		if len(page) == 0 {
+			break
+		}
+		all = append(all, page...)
+		after = page[len(page)-1]
+	}
+	if got := fmt.Sprint(all); got != "[t01 t02 t03 t04 t05 t06 t07 t08]" {
+		t.Errorf("paginated walk of a time range = %s", got)
 	}
 	// Fields survive listing.
 	got, err := d.Reader().TaskList(ctx, &store.TaskListParams{AfterID: "t04", Limit: 1})
