@@ -440,6 +440,19 @@ func (c *Client) Stats() Stats {
 	return s
 }
 
+// AgentHealth is how one of this process's agents is doing: its circuit
+// breaker, its calls in flight and its recent calls and failures.
+type AgentHealth = agentrt.Health
+
+// AgentHealth reports the agents this process runs, by name (none when
+// it does not run the agent role or has not started).
+func (c *Client) AgentHealth() []AgentHealth {
+	if e := c.runningEngine(); e != nil && e.Runtime() != nil {
+		return e.Runtime().Health()
+	}
+	return nil
+}
+
 // SupervisorTerm returns the term this process's supervisor leads in, or 0.
 func (c *Client) SupervisorTerm() int64 {
 	if e := c.runningEngine(); e != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drover-run/drover/internal/engine"
 	"github.com/drover-run/drover/internal/supervisor"
 	"github.com/drover-run/drover/store"
 )
@@ -137,4 +138,44 @@ func (c *Client) HeldTasks(ctx context.Context, limit int) ([]*Task, error) {
 	}
 	// Every held task's deadline comes before the end of time.
 	return c.store.Reader().TaskListExpired(ctx, &store.TaskListExpiredParams{Now: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), Limit: limit})
+}
+
+// RemoteAgent is a remote agent's poller that polled the HTTP API
+// recently, as its presence lease in the store says.
+type RemoteAgent struct {
+	// Agent is the agent it polls for; Poller who polls (the name of
+	// the API token it uses, or "anonymous" on a server without auth).
+	Agent, Poller string
+	// Server is the InstanceID of the server it polls.
+	Server string
+	// ExpiresAt is when it counts as gone unless it polls again.
+	ExpiresAt time.Time
+}
+
+// remoteAgentLimit is RemoteAgents' default limit.
+const remoteAgentLimit = 100
+
+// RemoteAgents lists the remote agents' pollers connected to any server
+// on the store (a poll within the last minute or so), by agent and
+// poller, at most limit (default 100). A server renews a poller's
+// presence at most every 20 seconds and keeps it for 90, so a poller
+// that stopped stays listed up to 90 seconds.
+func (c *Client) RemoteAgents(ctx context.Context, limit int) ([]RemoteAgent, error) {
+	if limit <= 0 {
+		limit = remoteAgentLimit
+	}
+	ls, err := c.store.Reader().LeaseList(ctx, &store.LeaseListParams{Prefix: engine.PresencePrefix, Now: c.clock.Now(), Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RemoteAgent, 0, len(ls))
+	for _, l := range ls {
+		key := strings.TrimPrefix(l.Name, engine.PresencePrefix)
+		i := strings.LastIndexByte(key, '/')
+		if i < 0 {
+			continue
+		}
+		out = append(out, RemoteAgent{Agent: key[:i], Poller: key[i+1:], Server: l.Holder, ExpiresAt: l.ExpiresAt})
+	}
+	return out, nil
 }

@@ -61,7 +61,7 @@ func (s *Server) serveHTTP(ln net.Listener, c *drover.Client, drv store.Driver, 
 	if err != nil {
 		return nil, err
 	}
-	ui, err := console.New(console.Options{Client: c, Queues: q, API: handler, Versions: reg.Versions, Logger: log})
+	ui, err := console.New(console.Options{Client: c, Queues: q, API: handler, Versions: reg.Versions, HTTPHosts: reg.HTTPHosts, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/drover-run/drover/internal/fault"
 	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/internal/logattr"
+	"github.com/drover-run/drover/internal/recent"
 	"github.com/drover-run/drover/store"
 )
 
@@ -60,7 +63,8 @@ type Stats struct {
 type agent struct {
 	spec    Spec
 	breaker *gobreaker.CircuitBreaker[[]byte]
-	active  atomic.Int64 // call slots taken: at most Concurrency
+	active  atomic.Int64  // call slots taken: at most Concurrency
+	recent  recent.Window // calls and failures of the last minutes (Health)
 }
 
 // Runtime runs the registered agents of one process.
@@ -150,6 +154,32 @@ func (rt *Runtime) Ready() <-chan struct{} { return rt.ready }
 
 // Has reports whether the runtime runs the named agent.
 func (rt *Runtime) Has(name string) bool { _, ok := rt.agents[name]; return ok }
+
+// Health is how one of this process's agents is doing.
+type Health struct {
+	Agent string
+	// Breaker is its circuit breaker's state: "closed", "open" or
+	// "half-open".
+	Breaker string
+	// InFlight is the calls it is making now (call slots taken).
+	InFlight int
+	// Calls and Failures count its function's calls in the last five
+	// minutes (recent.Span), retries included; a call refused by the open
+	// breaker is not one.
+	Calls, Failures int
+}
+
+// Health reports every agent this runtime runs, by name.
+func (rt *Runtime) Health() []Health {
+	now := rt.Clock.Now()
+	out := make([]Health, 0, len(rt.agents))
+	for name, a := range rt.agents {
+		calls, failures := a.recent.Counts(now)
+		out = append(out, Health{Agent: name, Breaker: a.breaker.State().String(), InFlight: int(a.active.Load()), Calls: calls, Failures: failures})
+	}
+	slices.SortFunc(out, func(a, b Health) int { return strings.Compare(a.Agent, b.Agent) })
+	return out
+}
 
 // Reserve takes a free call slot of the named agent for a request the
 // scheduler is about to dispatch in this process (the fast path). On ok the
@@ -471,7 +501,9 @@ func (rt *Runtime) call(ctx context.Context, a *agent, r *dt.AgentRequest, slot 
 		}
 		out, err := a.breaker.Execute(func() ([]byte, error) {
 			rt.Stats.AgentCalls.Add(1)
-			return rt.invoke(ctx, a, r, slot)
+			out, err := rt.invoke(ctx, a, r, slot)
+			a.recent.Add(rt.Clock.Now(), err != nil)
+			return out, err
 		})
 		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 			rt.Stats.BreakerRefused.Add(1)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/drover-run/drover"
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/httpagent"
 	"github.com/drover-run/drover/internal/workflowdef"
 )
 
@@ -21,14 +22,39 @@ type agentView struct {
 	// InFlight counts the steps held by a scheduler whose call it makes
 	// (among the running tasks read).
 	InFlight int
+	// Remote: whether it is a remote agent; Pollers: who polls the API
+	// for its requests now (any server's pollers; none: nobody serves it).
+	Remote  bool
+	Pollers []drover.RemoteAgent
+	// Calls and Failures are this process's calls of it in the last five
+	// minutes (for a remote agent: the results it sent this server);
+	// Breaker is its circuit breaker in this process ("" when this
+	// process does not run it).
+	Calls, Failures int
+	Breaker         string
+}
+
+// ErrorRate is the share of Calls that failed, as a percentage ("-"
+// without calls).
+func (a *agentView) ErrorRate() string {
+	if a.Calls == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(a.Failures)/float64(a.Calls))
 }
 
 type agentsData struct {
-	Agents    []*agentView
+	Agents []*agentView
+	// Hosts are the hosts the built-in http agent of this process calls
+	// (global viewers only).
+	Hosts     []httpagent.HostHealth
 	Capped    bool
 	CountedAt time.Time
-	Stats     drover.Stats
-	Instance  string
+	// Counting: the running tasks are being counted for the first time
+	// (no calls in flight shown yet).
+	Counting bool
+	Stats    drover.Stats
+	Instance string
 }
 
 // agents is the Agents page: every agent the workflows (every version)
@@ -39,7 +65,10 @@ func (c *Console) agents(ctx context.Context, r *http.Request, v *viewer) (strin
 	if err != nil {
 		return "", "", nil, err
 	}
-	d := &agentsData{Agents: list, Capped: tc.RunningCapped, CountedAt: tc.At, Stats: c.d.Stats(), Instance: c.d.InstanceID()}
+	d := &agentsData{Agents: list, Capped: tc.RunningCapped, CountedAt: tc.At, Counting: tc.At.IsZero(), Stats: c.d.Stats(), Instance: c.d.InstanceID()}
+	if !v.id.Confined() && c.opts.HTTPHosts != nil {
+		d.Hosts = c.opts.HTTPHosts()
+	}
 	return "agents", "Agents", d, nil
 }
 
@@ -50,9 +79,9 @@ func (c *Console) agentList(ctx context.Context, v *viewer) ([]*agentView, *task
 	if err != nil {
 		return nil, nil, err
 	}
-	tc, err := c.versionCounts(ctx, v.id.ListNamespace())
-	if err != nil {
-		return nil, nil, err
+	tc := c.versionCounts(ctx, v.id.ListNamespace())
+	if tc == nil {
+		tc = &taskCounts{} // being counted: no calls in flight shown yet
 	}
 	byName := map[string]*agentView{}
 	use := func(agent, what string, n int) {
@@ -82,9 +111,52 @@ func (c *Console) agentList(ctx context.Context, v *viewer) ([]*agentView, *task
 		a.Uses = slices.Compact(a.Uses)
 		list = append(list, a)
 	}
+	if err := c.attachPollers(ctx, v, byName); err != nil {
+		return nil, nil, err
+	}
+	c.attachHealth(byName)
 	slices.SortFunc(list, func(a, b *agentView) int { return strings.Compare(a.Name, b.Name) })
 	return list, tc, nil
 }
+
+// attachHealth adds this process's recent calls and breaker state to
+// the agents it runs, and the results remote agents sent it to theirs.
+func (c *Console) attachHealth(byName map[string]*agentView) {
+	for _, h := range c.d.AgentHealth() {
+		if a := byName[h.Agent]; a != nil {
+			a.Calls, a.Failures, a.Breaker = h.Calls, h.Failures, h.Breaker
+		}
+	}
+	for agent, r := range c.api.RemoteResults() {
+		if a := byName[agent]; a != nil && a.Remote {
+			a.Calls, a.Failures = r.Results, r.Failures
+		}
+	}
+}
+
+// attachPollers marks the remote agents of byName and lists who polls
+// for each. Who polls (a token's name) is shown to a global viewer only.
+func (c *Console) attachPollers(ctx context.Context, v *viewer, byName map[string]*agentView) error {
+	for name, a := range byName {
+		a.Remote = c.d.IsExternalAgent(name)
+	}
+	if v.id.Confined() {
+		return nil
+	}
+	ps, err := c.d.RemoteAgents(ctx, pollersShown)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if a := byName[p.Agent]; a != nil {
+			a.Pollers = append(a.Pollers, p)
+		}
+	}
+	return nil
+}
+
+// pollersShown caps the remote agents' pollers read for a page.
+const pollersShown = 200
 
 // heldShown caps the held tasks read for the overview's remote agents.
 const heldShown = 1000
@@ -93,7 +165,7 @@ const heldShown = 1000
 // in flight to it: the steps (or compensations) of the held tasks whose
 // agent it is, at most heldShown read (Capped). It reads the held tasks
 // through their index, never a listing of the task table.
-func (c *Console) remoteInFlight(ctx context.Context) (list []*agentView, capped bool, err error) {
+func (c *Console) remoteInFlight(ctx context.Context, v *viewer) (list []*agentView, capped bool, err error) {
 	ws, err := c.allVersions(ctx)
 	if err != nil {
 		return nil, false, err
@@ -132,6 +204,9 @@ func (c *Console) remoteInFlight(ctx context.Context) (list []*agentView, capped
 	}
 	for _, a := range byName {
 		list = append(list, a)
+	}
+	if err := c.attachPollers(ctx, v, byName); err != nil {
+		return nil, false, err
 	}
 	slices.SortFunc(list, func(a, b *agentView) int { return strings.Compare(a.Name, b.Name) })
 	return list, capped, nil

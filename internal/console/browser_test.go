@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -302,6 +303,104 @@ func TestBrowserTaskFilters(t *testing.T) {
 		b.want("table.tasks tbody", "b-1")
 		if rows := b.text("table.tasks tbody"); strings.Contains(rows, "a-1") {
 			t.Errorf("filtered by acct-2 the list shows a-1: %q", rows)
+		}
+	})
+}
+
+// keyboardPages are the console's pages, each with an element that says
+// it has loaded, for the keyboard check.
+var keyboardPages = []struct {
+	path string
+	wait chromedp.ID
+}{
+	{"/", "open-alerts"},
+	{"/tasks", "tasks-list"},
+	{"/tasks/order-7", "story"},
+	{"/tasks/order-7/resubmit", "what"},
+	{"/tasks/held-1/cancel", "what"},
+	{"/alerts", "alerts-list"},
+	{"/workflows", "workflows-list"},
+	{"/agents", "agents-list"},
+	{"/queues", "queues-list"},
+	{"/queues/ledger", "dead-letters"},
+	{"/queues/ledger/sessions/acct-1", "session-story"},
+	{"/queues/ledger/sessions/acct-1/deadletters/1/resubmit", "what"},
+}
+
+// tabThrough presses Tab from the top of the loaded page until the focus
+// has visited every element a mouse could use (links, buttons, fields,
+// summaries) or has come round again, and checks that each one was
+// reached, in document order, with a visible focus.
+func (b *tab) tabThrough(path string) {
+	b.t.Helper()
+	n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`(() => {
+		const all = document.querySelectorAll('a[href], button, input:not([type=hidden]), select, textarea, summary, [tabindex]');
+		let n = 0;
+		for (const e of all) {
+			// A native control with tabindex=-1 still counts: a mouse can use it.
+			const native = e.matches('a[href], button, input, select, textarea, summary');
+			if (e.disabled || (!native && e.tabIndex < 0) || !e.getClientRects().length || getComputedStyle(e).visibility === 'hidden') continue;
+			e.dataset.kb = n++;
+		}
+		// Start from the top: a focusable mark before everything.
+		const start = document.createElement('span');
+		start.tabIndex = 0;
+		document.body.prepend(start);
+		start.focus();
+		return n;
+	})()`))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if n == 0 {
+		b.t.Fatalf("%s: nothing to focus", path)
+	}
+	type focus struct {
+		KB      string `json:"kb"`
+		Tag     string `json:"tag"`
+		Outline string `json:"outline"`
+	}
+	next := 0
+	for range 4*n + 10 {
+		b.do(chromedp.KeyEvent("\t"))
+		f, err := chromedp.Run(b.ctx, chromedp.Evaluate[focus](`(e => ({kb: e.dataset.kb || "", tag: e.tagName, outline: getComputedStyle(e).outlineStyle}))(document.activeElement)`))
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if f.KB == "" || f.KB == strconv.Itoa(next-1) {
+			continue // the page itself between rounds, or a field's parts (a date's day, month, …)
+		}
+		if f.KB != strconv.Itoa(next) {
+			b.t.Fatalf("%s: Tab reached element %s (%s) where element %d was next: an element the keyboard skips or reaches out of order", path, f.KB, f.Tag, next)
+		}
+		if f.Outline == "none" {
+			b.t.Errorf("%s: the focus on element %s (%s) is not visible", path, f.KB, f.Tag)
+		}
+		if next++; next == n {
+			return
+		}
+	}
+	b.t.Fatalf("%s: %d Tabs reached %d of the %d elements", path, 4*n+10, next, n)
+}
+
+// Every page works with the keyboard alone: Tab reaches every link,
+// button and field in order, with a visible focus (the drills above
+// also act with Enter).
+func TestBrowserKeyboardEveryPage(t *testing.T) {
+	stores(t, func(t *testing.T, d store.Driver) {
+		e := startServer(t, d, false)
+		e.submit("order-7", true)
+		e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"held-1","input":{"hold":true}}`, nil)
+		e.waitState("order-7", "Error")
+		e.waitState("held-1", "Processing")
+		e.ledger()
+		b := newTab(t)
+		b.do(chromedp.Navigate(e.base+"/signin"), chromedp.WaitVisible(chromedp.ID("token")))
+		b.tabThrough("/signin")
+		b.signIn(e.base, opToken, "")
+		for _, p := range keyboardPages {
+			b.do(chromedp.Navigate(e.base+p.path), chromedp.WaitVisible(p.wait))
+			b.tabThrough(p.path)
 		}
 	})
 }

@@ -17,7 +17,9 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
+	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/httpagent"
 	"github.com/drover-run/drover/internal/httpapi"
 )
 
@@ -39,6 +41,9 @@ type Options struct {
 	Versions func(ctx context.Context) ([]drover.Workflow, error)
 	// API authenticates tokens exactly as the HTTP API does.
 	API *httpapi.Handler
+	// HTTPHosts, when set, reports the hosts the built-in http agent
+	// calls (workflowdef.Registry.HTTPHosts), for the Agents page.
+	HTTPHosts func() []httpagent.HostHealth
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 	// Clock defaults to the system clock.
@@ -60,7 +65,7 @@ type Console struct {
 	static http.Handler
 	counts countCache
 	// stateCounts are the overview's counts by state.
-	stateCounts stateCounts
+	stateCounts refreshed[map[dt.ProcessState]int]
 
 	streams     chan struct{} // a slot per live stream
 	streamCtx   context.Context

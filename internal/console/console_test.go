@@ -35,6 +35,7 @@ type env struct {
 	base  string
 	fixed *atomic.Bool
 	drv   store.Driver
+	ready server.Ready
 }
 
 // startServer runs server.Run on d with a "pay" workflow whose charge
@@ -102,7 +103,7 @@ func startServerWith(t testing.TB, d store.Driver, noAuth bool, tokens []server.
 	select {
 	case r := <-ready:
 		t.Cleanup(func() { close(hold) }) // runs before the server stops
-		return &env{t: t, base: r.URL, fixed: fixed, drv: d}
+		return &env{t: t, base: r.URL, fixed: fixed, drv: d, ready: r}
 	case err := <-done:
 		t.Fatalf("server.Run: %v", err)
 	case <-time.After(30 * time.Second):
@@ -156,14 +157,27 @@ func (e *env) get(c *http.Client, path string) page { return e.do(c, "GET", path
 // (counted in the background after a first load) and returns it.
 func (e *env) counted(c *http.Client) page {
 	e.t.Helper()
+	return e.getUntil(c, "/", func(p page) bool { return strings.Contains(p.body, `id="counts"`) })
+}
+
+// countedPage loads path until its tasks are counted (the Workflows and
+// Agents pages count them in the background).
+func (e *env) countedPage(c *http.Client, path string) page {
+	e.t.Helper()
+	return e.getUntil(c, path, func(p page) bool { return p.status == http.StatusOK && !strings.Contains(p.body, "being counted") })
+}
+
+// getUntil loads path until ok says the page is the one wanted.
+func (e *env) getUntil(c *http.Client, path string, ok func(page) bool) page {
+	e.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		p := e.get(c, "/")
-		if strings.Contains(p.body, `id="counts"`) {
+		p := e.get(c, path)
+		if ok(p) {
 			return p
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("no counts by state on the overview after 30s: %d %s", p.status, p.body)
+			e.t.Fatalf("%s not as wanted after 30s: %d %s", path, p.status, p.body)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -163,7 +163,7 @@ func (c *Console) overview(ctx context.Context, r *http.Request, v *viewer) (str
 		if d.Instances, err = c.d.Instances(ctx, instancesShown); err != nil {
 			return "", "", nil, err
 		}
-		if d.Remote, d.RemoteCapped, err = c.remoteInFlight(ctx); err != nil {
+		if d.Remote, d.RemoteCapped, err = c.remoteInFlight(ctx, v); err != nil {
 			return "", "", nil, err
 		}
 	}

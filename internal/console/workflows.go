@@ -48,24 +48,38 @@ type heldKey struct {
 	Undo bool
 }
 
-// countCache keeps the last counts of each namespace for countTTL.
+// countCache keeps the last counts of each namespace.
 type countCache struct {
 	mu sync.Mutex
-	m  map[string]*taskCounts
+	m  map[string]*refreshed[*taskCounts]
 }
 
-// versionCounts counts the running and Error tasks of the viewer's
-// namespace per workflow version, reading at most countCap tasks of each
-// through the task listing (never a COUNT over the table).
-func (c *Console) versionCounts(ctx context.Context, ns string) (*taskCounts, error) {
-	now := c.clock.Now()
+// versionCounts returns the running and Error tasks of the viewer's
+// namespace per workflow version (nil while they are first counted):
+// counted off the page's path at most every countTTL, reading at most
+// countCap tasks of each through the task listing (never a COUNT over
+// the table).
+func (c *Console) versionCounts(ctx context.Context, ns string) *taskCounts {
 	c.counts.mu.Lock()
-	if tc := c.counts.m[ns]; tc != nil && now.Sub(tc.At) < countTTL {
-		c.counts.mu.Unlock()
-		return tc, nil
+	r := c.counts.m[ns]
+	if r == nil {
+		if c.counts.m == nil {
+			c.counts.m = map[string]*refreshed[*taskCounts]{}
+		}
+		r = &refreshed[*taskCounts]{}
+		c.counts.m[ns] = r
 	}
 	c.counts.mu.Unlock()
-	tc := &taskCounts{Running: map[versionKey]int{}, Failed: map[versionKey]int{}, Held: map[heldKey]int{}, At: now}
+	tc, _, _ := r.get(ctx, c, countTTL, "counting tasks per workflow version", func(ctx context.Context) (*taskCounts, error) {
+		return c.countVersions(ctx, ns)
+	})
+	return tc
+}
+
+// countVersions counts the running and Error tasks of namespace ns per
+// workflow version.
+func (c *Console) countVersions(ctx context.Context, ns string) (*taskCounts, error) {
+	tc := &taskCounts{Running: map[versionKey]int{}, Failed: map[versionKey]int{}, Held: map[heldKey]int{}, At: c.clock.Now()}
 	var err error
 	held := func(t *drover.Task) {
 		if t.LockedBy != "" {
@@ -78,12 +92,6 @@ func (c *Console) versionCounts(ctx context.Context, ns string) (*taskCounts, er
 	if tc.FailCapped, err = c.countInto(ctx, ns, []dt.ProcessState{dt.Error}, tc.Failed, nil); err != nil {
 		return nil, err
 	}
-	c.counts.mu.Lock()
-	if c.counts.m == nil {
-		c.counts.m = map[string]*taskCounts{}
-	}
-	c.counts.m[ns] = tc
-	c.counts.mu.Unlock()
 	return tc, nil
 }
 
@@ -121,7 +129,10 @@ type versionView struct {
 }
 
 type workflowsData struct {
-	Workflows                 []workflowView
+	Workflows []workflowView
+	// Counting: the tasks are being counted for the first time (no
+	// counts yet).
+	Counting                  bool
 	RunningCapped, FailCapped bool
 	CountedAt                 time.Time
 }
@@ -138,10 +149,7 @@ func (c *Console) workflows(ctx context.Context, r *http.Request, v *viewer) (st
 			return "", "", nil, err
 		}
 	}
-	tc, err := c.versionCounts(ctx, v.id.ListNamespace())
-	if err != nil {
-		return "", "", nil, err
-	}
+	tc := c.versionCounts(ctx, v.id.ListNamespace())
 	byName := map[string]*workflowView{}
 	var order []string
 	add := func(w drover.Workflow, cur bool) {
@@ -157,8 +165,12 @@ func (c *Console) workflows(ctx context.Context, r *http.Request, v *viewer) (st
 				return
 			}
 		}
-		k := versionKey{w.Name, w.Version}
-		wv.Versions = append(wv.Versions, versionView{Workflow: w, Current: cur, Running: tc.Running[k], Failed: tc.Failed[k]})
+		vv := versionView{Workflow: w, Current: cur}
+		if tc != nil {
+			k := versionKey{w.Name, w.Version}
+			vv.Running, vv.Failed = tc.Running[k], tc.Failed[k]
+		}
+		wv.Versions = append(wv.Versions, vv)
 	}
 	for _, w := range current {
 		add(w, true)
@@ -166,7 +178,10 @@ func (c *Console) workflows(ctx context.Context, r *http.Request, v *viewer) (st
 	for _, w := range stored {
 		add(w, false)
 	}
-	d := &workflowsData{RunningCapped: tc.RunningCapped, FailCapped: tc.FailCapped, CountedAt: tc.At}
+	d := &workflowsData{Counting: tc == nil}
+	if tc != nil {
+		d.RunningCapped, d.FailCapped, d.CountedAt = tc.RunningCapped, tc.FailCapped, tc.At
+	}
 	slices.Sort(order)
 	for _, n := range order {
 		wv := byName[n]

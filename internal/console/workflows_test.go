@@ -2,10 +2,12 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/drover-run/drover/droverapi"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/internal/workflowdef"
 	"github.com/drover-run/drover/server"
@@ -54,7 +56,7 @@ func TestWorkflowsPage(t *testing.T) {
 
 		c := browser(t)
 		e.signIn(c, readToken)
-		p := e.get(c, "/workflows")
+		p := e.countedPage(c, "/workflows")
 		wantIn(t, p, `href="/workflows" aria-current="page"`,
 			`<section class="workflow" id="wf-pay">`, "defined in code", `<span class="idx">0</span> charge`, "<dd>payments</dd>", "<dd>5s</dd>",
 			"Error, alert an operator", `<strong class="bad">2</strong> in Error`,
@@ -72,18 +74,41 @@ func TestAgentsPage(t *testing.T) {
 	e.api("POST", "/v1/tasks", `{"workflow":"ship","id":"s-1","input":{}}`, nil) // no process serves labels
 	e.waitState("held-1", "Processing")
 	e.waitState("s-1", "Processing")
+	// A remote agent polls for couriers (nothing to claim) with the
+	// operator's token: it is connected, through this server.
+	e.api("POST", "/v1/agents/couriers/poll", `{"wait_ms":0}`, nil)
 	c := browser(t)
 	e.signIn(c, readToken)
 	// The overview lists the live instance, its roles and the two tasks
-	// it holds, and the remote agents with their calls in flight.
+	// it holds, and the remote agents with who polls for them and their
+	// calls in flight.
 	ov := e.get(c, "/")
+	inst := e.ready.InstanceID
 	wantIn(t, ov, `<td>scheduler ×1 agent supervisor</td><td>2</td>`,
-		`<td><a href="/agents">labels</a></td><td>1</td>`, `<td><a href="/agents">couriers</a></td><td>0</td>`)
+		`<td><a href="/agents">labels</a></td><td><span class="bad">nobody polling</span></td><td>1</td>`,
+		`<td><a href="/agents">couriers</a></td><td><ul class="uses pollers"><li><code>oncall</code> via <code>`+inst+`</code></li></ul></td><td>0</td>`)
 	wantOut(t, ov, `<a href="/agents">payments</a>`)
-	p := e.get(c, "/agents")
+
+	// payments calls: one succeeds, one fails for good; the remote
+	// agent of labels takes s-1's request and completes it.
+	e.submit("ok-1", false)
+	e.submit("bad-1", true)
+	e.waitState("ok-1", "Processed")
+	e.waitState("bad-1", "Error")
+	var polled droverapi.PollResult
+	e.api("POST", "/v1/agents/labels/poll", `{"wait_ms":5000}`, &polled)
+	if len(polled.Requests) != 1 {
+		t.Fatalf("labels poll: %+v, want s-1's request", polled)
+	}
+	q := polled.Requests[0]
+	e.api("POST", fmt.Sprintf("/v1/agents/requests/%d/complete", q.ID), fmt.Sprintf(`{"token":%q,"output":{}}`, q.Token), nil)
+	p := e.countedPage(c, "/agents")
 	wantIn(t, p, `href="/agents" aria-current="page"`,
-		"<td><strong>payments</strong></td><td>in this server&#39;s process (a Go agent)</td><td>1</td>", "<li>pay step 0 charge</li>",
-		"<td><strong>couriers</strong></td><td>remote: another process polls the API for its requests</td>",
+		"<td><strong>payments</strong></td><td>in this server&#39;s process (a Go agent)</td><td>-</td><td>1</td>",
+		`<td>2, <span class="bad">50% failed</span></td>`, `<td><span class="breaker br-closed">closed</span></td>`, "<li>pay step 0 charge</li>",
+		`<td>1, <span>0% failed</span></td>`, // labels: the result its remote agent sent
+		"<td><strong>couriers</strong></td><td>remote: another process polls the API for its requests</td><td><ul class=\"uses pollers\"><li><code>oncall</code>",
+		"<td><strong>payments</strong></td><td>in this server&#39;s process (a Go agent)</td><td>-</td>",
 		"<li>ship v2 step 1 pickup</li>", "<li>ship v2 undoes step 0 label</li>", "<li>ship v1 step 0 label</li>",
 		`<dl class="facts" id="agent-stats">`)
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
@@ -109,5 +110,21 @@ func (r Remote) reply(ctx context.Context, id int64, claimedBy string, output []
 			return err
 		}
 		return store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicReplies(q.Scheduler)})
+	})
+}
+
+// PresencePrefix begins the name of every remote agent's presence lease,
+// PresencePrefix + agent + "/" + poller: a lease per agent and poller,
+// held by the server it polls, that any process can list.
+const PresencePrefix = "agent-poll:"
+
+// Present records that poller (who polls: a token's name) is waiting for
+// agent's requests through holder (the instance ID of the server it
+// polls), until ttl from now. When another server holds the lease, the
+// poller is already shown as connected through it and nothing changes.
+func (r Remote) Present(ctx context.Context, agent, poller, holder string, ttl time.Duration) error {
+	return r.Store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		_, _, err := x.LeaseAcquire(ctx, &store.LeaseAcquireParams{Name: PresencePrefix + agent + "/" + poller, Holder: holder, Now: r.Clock.Now(), TTL: ttl})
+		return err
 	})
 }

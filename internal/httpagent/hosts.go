@@ -76,3 +76,12 @@ func (t *hostTable) len() int {
 	defer t.mu.Unlock()
 	return len(t.byKey)
 }
+
+// each calls f for every host held, under the table's lock.
+func (t *hostTable) each(f func(*host)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.byKey {
+		f(e.Value.(*host))
+	}
+}

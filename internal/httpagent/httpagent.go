@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/logattr"
+	"github.com/drover-run/drover/internal/recent"
 )
 
 // drainLimit is how much of an unread body is read before closing it, so
@@ -120,10 +122,11 @@ type Caller struct {
 
 // host is the breaker and the call slots of one scheme+host+port.
 type host struct {
-	key   string
-	cb    *gobreaker.CircuitBreaker[[]byte]
-	slots chan struct{}
-	refs  int // calls holding it (hostTable)
+	key    string
+	cb     *gobreaker.CircuitBreaker[[]byte]
+	slots  chan struct{}
+	refs   int           // calls holding it (hostTable)
+	recent recent.Window // requests sent and failed in the last minutes
 }
 
 // New returns a Caller with opts, defaults filled in.
@@ -261,6 +264,35 @@ func (c *Caller) BreakerState(hostport string) string {
 		}
 	}
 	return gobreaker.StateClosed.String()
+}
+
+// HostHealth is how the HTTP agent's calls to one host are doing.
+type HostHealth struct {
+	// Host is scheme://host:port.
+	Host string
+	// Breaker is the host's circuit breaker: "closed", "open" or
+	// "half-open".
+	Breaker string
+	// InFlight is the requests being sent to it now.
+	InFlight int
+	// Calls and Failures count the requests sent in the last five
+	// minutes (recent.Span) and those that failed as the breaker counts
+	// failures (no answer, 5xx, 429: not a clear 4xx refusal); a request
+	// cut by its step's deadline is neither.
+	Calls, Failures int
+}
+
+// Hosts reports the hosts the caller has called and still remembers (at
+// most Options.MaxHosts), by key.
+func (c *Caller) Hosts() []HostHealth {
+	now := c.now()
+	var out []HostHealth
+	c.hosts.each(func(h *host) {
+		calls, failures := h.recent.Counts(now)
+		out = append(out, HostHealth{Host: h.key, Breaker: h.cb.State().String(), InFlight: len(h.slots), Calls: calls, Failures: failures})
+	})
+	slices.SortFunc(out, func(a, b HostHealth) int { return strings.Compare(a.Host, b.Host) })
+	return out
 }
 
 // hostKey is scheme://host:port with the scheme's default port filled in.
@@ -534,7 +566,15 @@ func (c *Caller) try(ctx context.Context, h *host, cl *call) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, failed(cut, fmt.Errorf("%s %s: %w", cl.method, cl.safeURL, err))
 	}
-	out, err := h.cb.Execute(func() ([]byte, error) { return c.send(ctx, cl) })
+	out, err := h.cb.Execute(func() ([]byte, error) {
+		out, err := c.send(ctx, cl)
+		// As the breaker counts: a clear refusal is the host answering,
+		// and a call cut by its deadline says nothing about the host.
+		if o := outcomeOf(err); o != cut {
+			h.recent.Add(c.now(), o != success && o != permanent)
+		}
+		return out, err
+	})
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 		return nil, breakerOpen()
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -417,6 +418,16 @@ func TestBreakerOpensPerHost(t *testing.T) {
 	}
 	if st := c.BreakerState(good.hostport()); st != "closed" {
 		t.Fatalf("breaker of the healthy host = %s", st)
+	}
+	// Hosts reports both, each with its breaker and its recent requests:
+	// the refused call was never sent.
+	want := []HostHealth{
+		{Host: "http://" + bad.hostport(), Breaker: "open", Calls: 3, Failures: 3},
+		{Host: "http://" + good.hostport(), Breaker: "closed", Calls: 1},
+	}
+	slices.SortFunc(want, func(a, b HostHealth) int { return strings.Compare(a.Host, b.Host) })
+	if got := c.Hosts(); !slices.Equal(got, want) {
+		t.Fatalf("Hosts() = %+v, want %+v", got, want)
 	}
 }
 

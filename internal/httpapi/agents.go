@@ -20,6 +20,7 @@ import (
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/engine"
 	"github.com/drover-run/drover/internal/notifier"
+	"github.com/drover-run/drover/internal/recent"
 	"github.com/drover-run/drover/store"
 )
 
@@ -209,6 +210,7 @@ func (h *Handler) pollAgent(w http.ResponseWriter, r *http.Request) error {
 	if err := h.mayServe(r, agent); err != nil {
 		return err
 	}
+	h.notePresence(r, agent)
 	if h.streamCtx.Err() != nil {
 		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
 		return errorf(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down")
@@ -338,6 +340,37 @@ func jsonOrNull(b []byte) json.RawMessage {
 	return jsonOrString(b)
 }
 
+const (
+	// presenceTTL is how long a poller counts as connected after its last
+	// recorded poll: longer than the longest wait (MaxPollWait), so a
+	// poller that polls again at once never drops out.
+	presenceTTL = 90 * time.Second
+	// presenceRenew is how often a server records the same poller again.
+	presenceRenew = 20 * time.Second
+)
+
+// notePresence records that the caller polls for agent, at most every
+// presenceRenew per agent and token in this process, so that any
+// process's console lists it (drover.Client.RemoteAgents). A failure
+// only costs the listing: it is logged, and the poll goes on.
+func (h *Handler) notePresence(r *http.Request, agent string) {
+	poller := "anonymous"
+	if p := principalOf(r); p != nil && p.token != nil {
+		poller = strings.TrimPrefix(p.token.actorName(), "http:")
+	}
+	key, now := agent+"/"+poller, h.clock.Now()
+	if last, ok := h.presence.Load(key); ok && now.Sub(last.(time.Time)) < presenceRenew {
+		return
+	}
+	h.presence.Store(key, now)
+	ctx, cancel := context.WithTimeout(untimedContext(r), h.opts.RequestTimeout)
+	defer cancel()
+	if err := h.remote().Present(ctx, agent, poller, h.drover.InstanceID(), presenceTTL); err != nil {
+		h.presence.Delete(key)
+		h.log.Warn("record a remote agent's poll for the console", "agent", agent, "poller", poller, "err", err)
+	}
+}
+
 // releaseClaim gives back every request claimed by a poll whose client went
 // away.
 func (h *Handler) releaseClaim(agent, claimedBy string) {
@@ -366,13 +399,6 @@ func agentRequestBody(r *http.Request) (int64, []byte, error) {
 	return id, body, err
 }
 
-// requestCheck returns the check of a completion or failure: the
-// request's agent must be one the caller may serve, checked in the
-// transaction that acts on it.
-func (h *Handler) requestCheck(r *http.Request) func(*dt.AgentRequest) error {
-	return func(q *dt.AgentRequest) error { return h.mayServe(r, q.Agent) }
-}
-
 // completeRequest serves POST /v1/agents/requests/{id}/complete.
 func (h *Handler) completeRequest(w http.ResponseWriter, r *http.Request) error {
 	id, body, err := agentRequestBody(r)
@@ -387,9 +413,11 @@ func (h *Handler) completeRequest(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	if err := h.remote().Complete(r.Context(), id, claimedBy, req.Output, h.requestCheck(r)); err != nil {
+	check, agent := h.requestCheck(r)
+	if err := h.remote().Complete(r.Context(), id, claimedBy, req.Output, check); err != nil {
 		return staleOr(err, id)
 	}
+	h.countResult(*agent, false)
 	writeJSON(w, http.StatusOK, droverapi.Accepted{Accepted: true})
 	return nil
 }
@@ -412,7 +440,7 @@ func (h *Handler) failRequest(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	check := h.requestCheck(r)
+	check, agent := h.requestCheck(r)
 	if req.Permanent {
 		err = h.remote().Fail(r.Context(), id, claimedBy, req.Error, check)
 	} else {
@@ -424,8 +452,57 @@ func (h *Handler) failRequest(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return staleOr(err, id)
 	}
+	h.countResult(*agent, true)
 	writeJSON(w, http.StatusOK, droverapi.Accepted{Accepted: true})
 	return nil
+}
+
+// requestCheck returns the check of a completion or failure: the
+// request's agent must be one the caller may serve, checked in the
+// transaction that acts on it. It keeps the agent's name, once checked.
+func (h *Handler) requestCheck(r *http.Request) (func(*dt.AgentRequest) error, *string) {
+	agent := new(string)
+	return func(q *dt.AgentRequest) error {
+		if err := h.mayServe(r, q.Agent); err != nil {
+			return err
+		}
+		*agent = q.Agent
+		return nil
+	}, agent
+}
+
+// countResult counts a remote agent's result, failed or not, for the
+// console's recent error rate (RemoteResults). The agents are those a
+// workflow names as remote (mayServe), so the map stays small.
+func (h *Handler) countResult(agent string, failed bool) {
+	if agent == "" {
+		return
+	}
+	w, _ := h.remoteResults.LoadOrStore(agent, &recent.Window{})
+	w.(*recent.Window).Add(h.clock.Now(), failed)
+}
+
+// RemoteResult is what the remote agents of one agent name sent this
+// server in the last five minutes (recent.Span).
+type RemoteResult struct {
+	// Results counts completions and failures, Failures the failures
+	// (permanent or transient).
+	Results, Failures int
+}
+
+// RemoteResults returns the remote agents' results this server received
+// recently, by agent. Each server counts the results sent to it.
+func (h *Handler) RemoteResults() map[string]RemoteResult {
+	now := h.clock.Now()
+	out := map[string]RemoteResult{}
+	h.remoteResults.Range(func(k, v any) bool {
+		n, f := v.(*recent.Window).Counts(now)
+		if n > 0 {
+			out[k.(string)] = RemoteResult{Results: n, Failures: f}
+		}
+		return true
+	})
+	return out
 }
 
 // agentWaker wakes waiting polls when the store notifies new requests for

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode"
@@ -181,8 +182,10 @@ type Handler struct {
 
 	draining atomic.Bool
 
-	pollsWaiting atomic.Int64 // remote-agent polls waiting for requests (agents.go)
-	agentWake    agentWaker   // wakes them on the store's notifications (agents.go)
+	pollsWaiting  atomic.Int64 // remote-agent polls waiting for requests (agents.go)
+	agentWake     agentWaker   // wakes them on the store's notifications (agents.go)
+	presence      sync.Map     // agent + "/" + poller → time.Time of the last presence written (agents.go)
+	remoteResults sync.Map     // agent → *recent.Window of the results remote agents sent (agents.go)
 
 	metrics   http.Handler            // Options.Metrics served, or nil
 	nsMetrics map[string]http.Handler // by stored namespace: its series of Options.Metrics

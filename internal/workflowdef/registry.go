@@ -129,6 +129,10 @@ func NewRegistry(opts Options) (*Registry, error) {
 // namespace (as stored, "" for the default one; only namespaces with any).
 func (r *Registry) HTTPCalls() map[string]int { return r.caller.NamespaceCalls() }
 
+// HTTPHosts reports the hosts the built-in http agent has called: each
+// one's circuit breaker, calls in flight and recent failures.
+func (r *Registry) HTTPHosts() []httpagent.HostHealth { return r.caller.Hosts() }
+
 // Client is what the registry uses of a *drover.Client.
 type Client interface {
 	// Task returns a task with its steps.
