@@ -90,19 +90,34 @@ func (c *Client) DeadLetters(ctx context.Context, queue, sessionID string, after
 // ResubmitDeadLetter puts a dead-lettered message back at the head of its
 // session (its sequence number is the smallest pending one) with a fresh
 // delivery count, and unblocks the session: it is delivered next. An event
-// records it. ErrNotFound if no such dead letter exists.
+// records it, with the actor "operator". ErrNotFound if no such dead
+// letter exists.
 func (c *Client) ResubmitDeadLetter(ctx context.Context, queue, sessionID string, seq int64) error {
-	return c.resolve(ctx, queue, sessionID, seq, EventDeadLetterResubmitted)
+	return c.ResubmitDeadLetterAs(ctx, queue, sessionID, seq, "operator")
+}
+
+// ResubmitDeadLetterAs is ResubmitDeadLetter recording actor (who did it:
+// "http:<token name>" for the HTTP API and the console) in the event.
+func (c *Client) ResubmitDeadLetterAs(ctx context.Context, queue, sessionID string, seq int64, actor string) error {
+	return c.resolve(ctx, queue, sessionID, seq, EventDeadLetterResubmitted, actor)
 }
 
 // DiscardDeadLetter deletes a dead-lettered message and unblocks its
-// session, which goes on with its next message. An event records it.
-// ErrNotFound if no such dead letter exists.
+// session, which goes on with its next message. An event records it, with
+// the actor "operator". ErrNotFound if no such dead letter exists.
 func (c *Client) DiscardDeadLetter(ctx context.Context, queue, sessionID string, seq int64) error {
-	return c.resolve(ctx, queue, sessionID, seq, EventDeadLetterDiscarded)
+	return c.DiscardDeadLetterAs(ctx, queue, sessionID, seq, "operator")
 }
 
-func (c *Client) resolve(ctx context.Context, queue, sessionID string, seq int64, typ dt.EventType) error {
+// DiscardDeadLetterAs is DiscardDeadLetter recording actor in the event.
+func (c *Client) DiscardDeadLetterAs(ctx context.Context, queue, sessionID string, seq int64, actor string) error {
+	return c.resolve(ctx, queue, sessionID, seq, EventDeadLetterDiscarded, actor)
+}
+
+func (c *Client) resolve(ctx context.Context, queue, sessionID string, seq int64, typ dt.EventType, actor string) error {
+	if actor == "" {
+		actor = "operator"
+	}
 	if err := checkQueue(queue); err != nil {
 		return err
 	}
@@ -123,7 +138,7 @@ func (c *Client) resolve(ctx context.Context, queue, sessionID string, seq int64
 			return err
 		}
 		return notifier.InsertEvents(ctx, x, []*dt.Event{{
-			TaskID: dt.SessionSubject(queue, sessionID), StepIndex: -1, Type: typ, Actor: "operator", CreatedAt: now,
+			TaskID: dt.SessionSubject(queue, sessionID), StepIndex: -1, Type: typ, Actor: dt.Storable(actor), CreatedAt: now,
 			Message: "dead-lettered message " + itoa(seq) + " " + what + "; the session is unblocked",
 		}})
 	})

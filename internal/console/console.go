@@ -113,6 +113,7 @@ func New(opts Options) (*Console, error) {
 	c.mux.HandleFunc("GET /signin", c.signinForm)
 	c.mux.HandleFunc("POST /signin", c.signin)
 	c.mux.HandleFunc("POST /signout", c.signout)
+	c.mux.HandleFunc("POST /namespace", c.switchNamespace)
 	c.mux.HandleFunc("GET /static/", c.static.ServeHTTP)
 	c.mux.Handle("GET /{$}", c.page(c.overview))
 	c.mux.Handle("GET /tasks", c.page(c.tasks))
@@ -173,6 +174,9 @@ type viewer struct {
 	sess *session
 	id   *httpapi.Identity
 	csrf string
+	// choices are the namespaces the picker offers a global viewer
+	// (default, and those of the configured tokens).
+	choices []string
 }
 
 // authenticate returns the request's viewer, or nil and a reason the
@@ -198,7 +202,11 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*viewer,
 			}
 			setCookie(w, r, v, int(SessionTTL/time.Second))
 		}
-		return &viewer{sess: sess, id: c.api.Anonymous(), csrf: c.seal.csrf(sess)}, nil
+		id := c.api.Anonymous()
+		if err := c.api.Allow(id); err != nil {
+			return nil, err
+		}
+		return c.viewerIn(sess, id), nil
 	}
 	if sess == nil {
 		return nil, errNoSession
@@ -210,7 +218,57 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*viewer,
 	if !id.CanRead() {
 		return nil, errors.New("this token may not read tasks (it needs the submit or operator scope)")
 	}
-	return &viewer{sess: sess, id: id, csrf: c.seal.csrf(sess)}, nil
+	if err := c.api.Allow(id); err != nil {
+		return nil, err
+	}
+	return c.viewerIn(sess, id), nil
+}
+
+// viewerIn is the viewer of sess with identity id, in the namespace the
+// session chose (a namespace's token stays in its own).
+func (c *Console) viewerIn(sess *session, id *httpapi.Identity) *viewer {
+	if sess.NS != "" {
+		if in, err := id.In(sess.NS); err == nil {
+			id = in
+		}
+	}
+	return &viewer{sess: sess, id: id, csrf: c.seal.csrf(sess), choices: append([]string{dt.DefaultNamespace}, c.api.TokenNamespaces()...)}
+}
+
+// switchNamespace serves POST /namespace: a global token's session
+// chooses the namespace its pages show (as the API's Drover-Namespace
+// header does). It changes no stored state, so the read-only may too,
+// with the session's CSRF token.
+func (c *Console) switchNamespace(w http.ResponseWriter, r *http.Request) {
+	v, err := c.authenticate(w, r)
+	if err != nil {
+		if !c.rateLimited(w, r, err) {
+			c.fail(w, r, nil, http.StatusUnauthorized, "Sign in first: "+err.Error())
+		}
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	if !c.seal.checkCSRF(v.sess, r.PostFormValue("csrf")) {
+		c.fail(w, r, v, http.StatusForbidden, "The form's CSRF token is missing or wrong: reload the page and try again.")
+		return
+	}
+	ns := strings.TrimSpace(r.PostFormValue("ns"))
+	if ns == "" {
+		ns = dt.DefaultNamespace
+	}
+	if _, err := v.id.In(ns); err != nil {
+		c.fail(w, r, v, http.StatusBadRequest, "Cannot switch namespace: "+err.Error())
+		return
+	}
+	sess := *v.sess
+	sess.NS = ns
+	sealed, err := c.seal.seal(&sess)
+	if err != nil {
+		c.fail(w, r, v, http.StatusInternalServerError, err.Error())
+		return
+	}
+	setCookie(w, r, sealed, int(time.Unix(sess.Expires, 0).Sub(c.clock.Now())/time.Second))
+	http.Redirect(w, r, "/?done="+url.QueryEscape("Now showing the namespace "+ns+"."), http.StatusSeeOther)
 }
 
 // pageData is what every template gets.
@@ -241,6 +299,26 @@ func (p *pageData) CSRF() string {
 }
 
 // Who names the viewer.
+// Namespace is the namespace the pages show, as a user writes it.
+func (p *pageData) Namespace() string {
+	if p.Viewer == nil {
+		return ""
+	}
+	return p.Viewer.id.ListNamespace()
+}
+
+// PicksNamespace reports whether the viewer may choose the namespace (a
+// global token, or no auth); a namespace's token sees its own only.
+func (p *pageData) PicksNamespace() bool { return p.Viewer != nil && !p.Viewer.id.Confined() }
+
+// Namespaces are the namespaces the picker suggests.
+func (p *pageData) Namespaces() []string {
+	if p.Viewer == nil {
+		return nil
+	}
+	return p.Viewer.choices
+}
+
 func (p *pageData) Who() string {
 	if p.Viewer == nil {
 		return ""
@@ -288,7 +366,9 @@ func (c *Console) action(fn actionFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, err := c.authenticate(w, r)
 		if err != nil {
-			c.fail(w, r, nil, http.StatusUnauthorized, "Sign in first: "+err.Error())
+			if !c.rateLimited(w, r, err) {
+				c.fail(w, r, nil, http.StatusUnauthorized, "Sign in first: "+err.Error())
+			}
 			return
 		}
 		if !v.id.Operator() {
@@ -364,15 +444,25 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)
 }
 
+// rateLimited answers 429 with Retry-After when err is a rate limit's
+// refusal, and reports whether it did.
+func (c *Console) rateLimited(w http.ResponseWriter, r *http.Request, err error) bool {
+	var rl *httpapi.RateLimitedError
+	if !errors.As(err, &rl) {
+		return false
+	}
+	w.Header().Set("Retry-After", rl.RetryAfterHeader())
+	c.fail(w, r, nil, http.StatusTooManyRequests, err.Error())
+	return true
+}
+
 // toSignin sends a caller without a valid session to the sign-in page.
 func (c *Console) toSignin(w http.ResponseWriter, r *http.Request, why error) {
 	msg := ""
 	if !errors.Is(why, errNoSession) || strings.Contains(why.Error(), "expired") {
 		msg = why.Error()
 	}
-	var rl *httpapi.RateLimitedError
-	if errors.As(why, &rl) {
-		c.fail(w, r, nil, http.StatusTooManyRequests, why.Error())
+	if c.rateLimited(w, r, why) {
 		return
 	}
 	if errors.Is(why, httpapi.ErrUnknownToken) {

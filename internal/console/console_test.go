@@ -594,6 +594,124 @@ func TestNamespaceToken(t *testing.T) {
 	}
 }
 
+// A global token chooses the namespace its pages show with the header's
+// picker (as the API's Drover-Namespace header does), acts on that
+// namespace's tasks, and goes back to the default one; a namespace's
+// token cannot leave its own, and a bad name is refused with the reason.
+func TestNamespacePicker(t *testing.T) {
+	const acmeToken = "acme-operator-0123456789"
+	e := startServerTokens(t, testutil.SQLite(t), false, []server.Token{
+		{Secret: opToken, Scopes: []server.Scope{server.ScopeOperator}, Name: "oncall"},
+		{Secret: readToken, Scopes: []server.Scope{server.ScopeSubmit}, Name: "reader"},
+		{Secret: acmeToken, Scopes: []server.Scope{server.ScopeOperator}, Namespace: "acme", Name: "acme-oncall"}})
+	e.submit("bad-1", true) // the default namespace
+	e.apiAs(acmeToken, "POST", "/v1/tasks", `{"workflow":"pay","id":"o-1","input":{"bad":true}}`, nil)
+	e.waitState("bad-1", "Error")
+	c := browser(t)
+	e.signIn(c, opToken)
+	ov := e.get(c, "/")
+	wantIn(t, ov, `action="/namespace"`, `value="default" list="ns-list"`, `<option value="acme">`)
+	if p := e.do(c, "POST", "/namespace", url.Values{"ns": {"acme"}}); p.status != http.StatusForbidden {
+		t.Errorf("switch without the CSRF token: %d, want 403", p.status)
+	}
+	tok := csrf(t, ov)
+	if p := e.do(c, "POST", "/namespace", url.Values{"csrf": {tok}, "ns": {"no/such"}}); p.status != http.StatusBadRequest || !strings.Contains(p.body, "namespace") {
+		t.Errorf("switch to a bad name: %d %s, want 400 naming the namespace", p.status, p.body)
+	}
+	if p := e.do(c, "POST", "/namespace", url.Values{"csrf": {tok}, "ns": {"acme"}}); p.status != http.StatusSeeOther {
+		t.Fatalf("switch to acme: %d %s", p.status, p.body)
+	}
+	wantIn(t, e.get(c, "/"), `value="acme" list="ns-list"`)
+	list := e.getUntil(c, "/tasks?state=Error", func(p page) bool { return strings.Contains(p.body, `href="/tasks/o-1">o-1</a>`) })
+	wantOut(t, list, "bad-1")
+	if p := e.get(c, "/tasks/bad-1"); p.status != http.StatusNotFound {
+		t.Errorf("the default namespace's task from acme: %d, want 404", p.status)
+	}
+	// Acting there acts on acme's task.
+	e.fixed.Store(true)
+	if p := e.do(c, "POST", "/tasks/o-1/resubmit", url.Values{"csrf": {tok}}); p.status != http.StatusSeeOther {
+		t.Fatalf("resubmit o-1 in acme: %d %s", p.status, p.body)
+	}
+	var o1 struct{ State string }
+	deadline := time.Now().Add(30 * time.Second)
+	for e.apiAs(acmeToken, "GET", "/v1/tasks/o-1", "", &o1); o1.State != "Processed"; e.apiAs(acmeToken, "GET", "/v1/tasks/o-1", "", &o1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("acme's o-1 is %s 30s after the resubmit", o1.State)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := e.state("bad-1"); got != "Error" {
+		t.Errorf("the default namespace's bad-1 is %s: the resubmit went to the wrong namespace", got)
+	}
+	// An empty name is the default namespace again.
+	if p := e.do(c, "POST", "/namespace", url.Values{"csrf": {tok}, "ns": {""}}); p.status != http.StatusSeeOther {
+		t.Fatalf("switch back: %d", p.status)
+	}
+	wantIn(t, e.get(c, "/tasks?state=Error"), `href="/tasks/bad-1"`)
+
+	// A read-only global token may switch too (it changes nothing stored).
+	r := browser(t)
+	e.signIn(r, readToken)
+	if p := e.do(r, "POST", "/namespace", url.Values{"csrf": {csrf(t, e.get(r, "/"))}, "ns": {"acme"}}); p.status != http.StatusSeeOther {
+		t.Errorf("read-only switch: %d", p.status)
+	}
+	// A namespace's token has no picker and cannot leave its namespace.
+	a := browser(t)
+	e.signIn(a, acmeToken)
+	aov := e.get(a, "/")
+	wantIn(t, aov, "namespace <strong>acme</strong>")
+	wantOut(t, aov, `action="/namespace"`)
+	if p := e.do(a, "POST", "/namespace", url.Values{"csrf": {csrf(t, aov)}, "ns": {"default"}}); p.status != http.StatusBadRequest || !strings.Contains(p.body, "belongs to the namespace") {
+		t.Errorf("a namespace's token switching out: %d %s", p.status, p.body)
+	}
+	wantOut(t, e.get(a, "/tasks?state=Error"), "bad-1")
+}
+
+// The console's requests count against their token's rate limit, shared
+// with its API requests: over it, a page, an action and the live stream
+// answer 429 with Retry-After, and do nothing.
+func TestConsoleRateLimit(t *testing.T) {
+	e := startServerWith(t, testutil.SQLite(t), false, nil, func(c *server.Config) {
+		c.HTTP.Rate, c.HTTP.Burst = 0.001, 2 // two requests, then one every 1000s
+	})
+	// The task is submitted with the reader's token and watched in the
+	// store: the operator's token is left whole for the console.
+	e.apiAs(readToken, "POST", "/v1/tasks", `{"workflow":"pay","id":"bad-1","input":{"bad":true}}`, nil)
+	stored := func() string {
+		tk, err := e.drv.Reader().TaskGet(context.Background(), &store.TaskGetParams{ID: "bad-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(tk.ProcessState)
+	}
+	testutil.WaitFor(t, "bad-1 in Error", func() bool { return stored() == "Error" })
+	c := browser(t)
+	e.signIn(c, opToken)                      // sign-in itself is not counted
+	conf := e.get(c, "/tasks/bad-1/resubmit") // the first
+	e.get(c, "/")                             // the second
+	if conf.status != http.StatusOK {
+		t.Fatalf("the second request: %d", conf.status)
+	}
+	for _, p := range []page{
+		e.get(c, "/tasks"),
+		e.do(c, "POST", "/tasks/bad-1/resubmit", url.Values{"csrf": {csrf(t, conf)}}),
+		e.get(c, "/tasks/bad-1/live"),
+	} {
+		if p.status != http.StatusTooManyRequests || !strings.Contains(p.body, "too many requests for this token") {
+			t.Errorf("over the limit: %d %s, want 429 naming the token's limit", p.status, p.body)
+		}
+	}
+	if got := stored(); got != "Error" {
+		t.Errorf("the refused resubmit ran: bad-1 is %s", got)
+	}
+	// Another token has its own limit (the reader's second request).
+	r := browser(t)
+	e.signIn(r, readToken)
+	if p := e.get(r, "/"); p.status != http.StatusOK {
+		t.Errorf("another token: %d", p.status)
+	}
+}
+
 // Without auth on loopback the console needs no sign-in, still checks
 // the CSRF token, and answers only a loopback Host.
 func TestNoAuth(t *testing.T) {

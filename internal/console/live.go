@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/httpapi"
 )
 
 // Live updates: the task page names a stream of server-sent events
@@ -37,6 +39,12 @@ func liveURL(localID string, after int64) string {
 // browser sends), until the browser leaves or the server shuts down.
 func (c *Console) live(w http.ResponseWriter, r *http.Request) {
 	v, err := c.authenticate(w, r)
+	var rl *httpapi.RateLimitedError
+	if errors.As(err, &rl) {
+		w.Header().Set("Retry-After", rl.RetryAfterHeader())
+		http.Error(w, err.Error(), http.StatusTooManyRequests)
+		return
+	}
 	if err != nil {
 		http.Error(w, "sign in first", http.StatusUnauthorized)
 		return

@@ -243,9 +243,9 @@ func (c *Console) resolveDead(ctx context.Context, r *http.Request, v *viewer) (
 	}
 	session := r.PathValue("session")
 	if a == actResubmit {
-		err = c.opts.Queues.ResubmitDeadLetter(ctx, queue, session, seq)
+		err = c.opts.Queues.ResubmitDeadLetterAs(ctx, queue, session, seq, v.id.Actor())
 	} else {
-		err = c.opts.Queues.DiscardDeadLetter(ctx, queue, session, seq)
+		err = c.opts.Queues.DiscardDeadLetterAs(ctx, queue, session, seq, v.id.Actor())
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return "", "", fmt.Errorf("no dead letter %d in session %q: %w", seq, session, err)

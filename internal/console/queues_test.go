@@ -142,7 +142,7 @@ func TestQueuePages(t *testing.T) {
 		if p.status != http.StatusSeeOther || !strings.HasPrefix(p.loc, "/queues/ledger/sessions/acct-1?done=") {
 			t.Fatalf("resubmit: %d %q %s", p.status, p.loc, p.body)
 		}
-		wantIn(t, e.get(op, p.loc), "Message 1 resubmitted", "dead_letter_resubmitted")
+		wantIn(t, e.get(op, p.loc), "Message 1 resubmitted", "dead_letter_resubmitted</td><td>http:oncall</td>") // who did it
 		if p := e.do(op, "POST", path+"resubmit", url.Values{"csrf": {token}}); p.status != http.StatusNotFound {
 			t.Errorf("resubmitting it again: %d, want 404", p.status)
 		}

@@ -25,6 +25,7 @@ type session struct {
 	ID      string `json:"i"`           // random, names the session (CSRF)
 	Secret  string `json:"s,omitempty"` // the bearer token; "" without auth
 	Expires int64  `json:"e"`           // Unix seconds
+	NS      string `json:"n,omitempty"` // the namespace a global token chose ("": default)
 }
 
 // sealer seals and opens sessions and derives their CSRF tokens.

@@ -51,6 +51,40 @@ func TestOperatorActionsRecordTheTokensName(t *testing.T) {
 			t.Errorf("%s recorded by %v, want %q", typ, got, want)
 		}
 	}
+	// Resolving a dead letter records who did it too.
+	ctx := context.Background()
+	e.do("POST", "/v1/queues/orders/messages", submitTok, `{"messages":[{"session_id":"o-1","body":1},{"session_id":"o-1","body":2}]}`).must(t, 201)
+	for _, who := range []string{alice, anon} {
+		rc, err := e.q.AcceptSession(ctx, "orders", "o-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := rc.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.DeadLetter(ctx, m, "bad"); err != nil {
+			t.Fatal(err)
+		}
+		_ = rc.Close(ctx)
+		action := "resubmit"
+		if who == anon {
+			action = "discard"
+		}
+		e.do("POST", fmt.Sprintf("/v1/queues/orders/sessions/o-1/deadletters/%d/%s", m.Seq, action), who, "").must(t, 200)
+	}
+	evs, err := e.q.SessionEvents(ctx, "orders", "o-1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		actors[ev.Type] = append(actors[ev.Type], ev.Actor)
+	}
+	for typ, want := range map[drover.EventType]string{"dead_letter_resubmitted": "http:alice", "dead_letter_discarded": anonActor} {
+		if got := actors[typ]; len(got) != 1 || got[0] != want {
+			t.Errorf("%s recorded by %v, want %q", typ, got, want)
+		}
+	}
 	for _, as := range actors {
 		for _, a := range as {
 			if strings.Contains(a, anon) || strings.Contains(a, alice) {

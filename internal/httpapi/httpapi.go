@@ -508,19 +508,29 @@ func (h *Handler) wrap(rt route) http.Handler {
 
 // allow applies the rate limit of the caller's token.
 func (h *Handler) allow(w http.ResponseWriter, r *http.Request, c *caller) bool {
-	if c.limiter == nil {
+	d := h.reserve(c)
+	if d == 0 {
 		return true
+	}
+	w.Header().Set("Retry-After", retryAfter(d))
+	h.writeError(w, r, errorf(http.StatusTooManyRequests, "rate_limited", "too many requests for this token; retry in %ss", retryAfter(d)))
+	return false
+}
+
+// reserve takes one request from the caller's rate limit: 0, or how long
+// to wait when it is over (then nothing is taken).
+func (h *Handler) reserve(c *caller) time.Duration {
+	if c.limiter == nil {
+		return 0
 	}
 	now := h.clock.Now()
 	res := c.limiter.ReserveN(now, 1)
 	d := res.DelayFrom(now)
 	if res.OK() && d == 0 {
-		return true
+		return 0
 	}
 	res.CancelAt(now)
-	w.Header().Set("Retry-After", retryAfter(d))
-	h.writeError(w, r, errorf(http.StatusTooManyRequests, "rate_limited", "too many requests for this token; retry in %ss", retryAfter(d)))
-	return false
+	return d // rate.InfDuration when the burst could never take it
 }
 
 type statusWriter struct {

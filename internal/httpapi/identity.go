@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"time"
@@ -21,25 +22,55 @@ import (
 type Identity struct {
 	token *Token // nil without auth
 	actor string
+	ns    string // the namespace a global identity chose (In), as stored; "": default
+	// caller is the token's state shared with its API requests: its rate
+	// limit (Allow).
+	caller *caller
 }
 
 // ErrUnknownToken is Authenticate's error for a token no one configured.
 var ErrUnknownToken = errors.New("unknown token")
 
 // RateLimitedError is Authenticate's error for a client address that sent
-// too many unknown tokens: the token was not looked at.
-type RateLimitedError struct{ RetryAfter time.Duration }
+// too many unknown tokens (the token was not looked at), and Allow's for
+// a token over its rate limit (PerToken).
+type RateLimitedError struct {
+	RetryAfter time.Duration
+	PerToken   bool
+}
 
 func (e *RateLimitedError) Error() string {
+	if e.PerToken {
+		return "too many requests for this token; retry in " + retryAfter(e.RetryAfter) + "s"
+	}
 	return "too many unknown tokens from this address; retry in " + retryAfter(e.RetryAfter) + "s"
 }
+
+// RetryAfterHeader is the value of the Retry-After header that goes with
+// the error.
+func (e *RateLimitedError) RetryAfterHeader() string { return retryAfter(e.RetryAfter) }
 
 // NoAuth reports whether the API serves without tokens.
 func (h *Handler) NoAuth() bool { return h.opts.NoAuth }
 
 // Anonymous is the identity of every caller of a server without auth: an
 // operator, recorded in the history as Options.Actor.
-func (h *Handler) Anonymous() *Identity { return &Identity{actor: h.opts.Actor} }
+func (h *Handler) Anonymous() *Identity {
+	return &Identity{actor: h.opts.Actor, caller: h.callers[len(h.callers)-1]}
+}
+
+// Allow applies the rate limit of the identity's token (Options.Rate and
+// Burst, shared with the token's API requests) to one console request:
+// nil, or a *RateLimitedError saying how long to wait.
+func (h *Handler) Allow(id *Identity) error {
+	if id.caller == nil {
+		return nil
+	}
+	if d := h.reserve(id.caller); d > 0 {
+		return &RateLimitedError{RetryAfter: d, PerToken: true}
+	}
+	return nil
+}
 
 // Authenticate looks secret up among the tokens as the API does for a
 // bearer token (in constant time, counting unknown ones against the
@@ -59,7 +90,7 @@ func (h *Handler) Authenticate(r *http.Request, secret string) (*Identity, error
 		return nil, ErrUnknownToken
 	}
 	tok := &h.auth.tokens[i]
-	return &Identity{token: tok, actor: tok.actorName()}, nil
+	return &Identity{token: tok, actor: tok.actorName(), caller: h.callers[i]}, nil
 }
 
 // CheckBrowser applies the API's defences of a server without auth to a
@@ -107,15 +138,53 @@ func (id *Identity) Actor() string { return id.actor }
 func (id *Identity) Confined() bool { return id.token != nil && id.token.Namespace != "" }
 
 // ListNamespace is the Namespace filter of the identity's listings, as
-// the API's (drovertype.DefaultNamespace for a global token: the console
-// has no Drover-Namespace header to choose another).
+// the API's: a namespace's token's own, else the one chosen with In
+// (drovertype.DefaultNamespace until one is).
 func (id *Identity) ListNamespace() string {
 	if id.token != nil && id.token.Namespace != "" {
 		if ns := dt.StoredNamespace(id.token.Namespace); ns != "" {
 			return ns
 		}
+		return dt.DefaultNamespace
+	}
+	if id.ns != "" {
+		return id.ns
 	}
 	return dt.DefaultNamespace
+}
+
+// In returns the identity acting in namespace ns (as a user writes it,
+// drovertype.DefaultNamespace for the default one), as a request's
+// Drover-Namespace header does: a global token (or a server without auth)
+// may choose any namespace; a namespace's token only its own.
+func (id *Identity) In(ns string) (*Identity, error) {
+	if ns != dt.DefaultNamespace {
+		if p := dt.NamespaceProblem(ns); p != "" {
+			return nil, &dt.FieldError{Field: "namespace", Value: ns, Problem: p}
+		}
+	}
+	if id.Confined() {
+		if dt.StoredNamespace(ns) != dt.StoredNamespace(id.token.Namespace) {
+			return nil, fmt.Errorf("this token belongs to the namespace %q, not %q", id.token.Namespace, ns)
+		}
+		return id, nil
+	}
+	c := *id
+	c.ns = dt.StoredNamespace(ns)
+	return &c, nil
+}
+
+// TokenNamespaces are the namespaces of the configured tokens, sorted,
+// for a console's namespace picker.
+func (h *Handler) TokenNamespaces() []string {
+	var out []string
+	for _, t := range h.opts.Tokens {
+		if t.Namespace != "" && !slices.Contains(out, t.Namespace) {
+			out = append(out, t.Namespace)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Qualify is the stored name of a task ID (or queue name) the identity

@@ -374,9 +374,9 @@ func (h *Handler) resolveDeadLetter(w http.ResponseWriter, r *http.Request, acti
 		return err
 	}
 	if action == "resubmitted" {
-		err = h.convoy.ResubmitDeadLetter(r.Context(), queue, session, seq)
+		err = h.convoy.ResubmitDeadLetterAs(r.Context(), queue, session, seq, h.actor(r))
 	} else {
-		err = h.convoy.DiscardDeadLetter(r.Context(), queue, session, seq)
+		err = h.convoy.DiscardDeadLetterAs(r.Context(), queue, session, seq, h.actor(r))
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return errorf(http.StatusNotFound, "not_found", "no dead letter %d in session %q of queue %q", seq, session, queue)
