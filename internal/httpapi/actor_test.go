@@ -54,24 +54,9 @@ func TestOperatorActionsRecordTheTokensName(t *testing.T) {
 	// Resolving a dead letter records who did it too.
 	ctx := context.Background()
 	e.do("POST", "/v1/queues/orders/messages", submitTok, `{"messages":[{"session_id":"o-1","body":1},{"session_id":"o-1","body":2}]}`).must(t, 201)
-	for _, who := range []string{alice, anon} {
-		rc, err := e.q.AcceptSession(ctx, "orders", "o-1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := rc.Receive(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rc.DeadLetter(ctx, m, "bad"); err != nil {
-			t.Fatal(err)
-		}
-		_ = rc.Close(ctx)
-		action := "resubmit"
-		if who == anon {
-			action = "discard"
-		}
-		e.do("POST", fmt.Sprintf("/v1/queues/orders/sessions/o-1/deadletters/%d/%s", m.Seq, action), who, "").must(t, 200)
+	for who, action := range map[string]string{alice: "resubmit", anon: "discard"} {
+		seq := e.deadLetterHead(t, "orders", "o-1")
+		e.do("POST", fmt.Sprintf("/v1/queues/orders/sessions/o-1/deadletters/%d/%s", seq, action), who, "").must(t, 200)
 	}
 	evs, err := e.q.SessionEvents(ctx, "orders", "o-1", 0, 0)
 	if err != nil {

@@ -176,7 +176,6 @@ func TestTasks(t *testing.T) {
 func TestQueues(t *testing.T) {
 	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
 		e := newEnv(t, open(t), Options{})
-		ctx := context.Background()
 
 		r := e.do("POST", "/v1/queues/orders/messages", submitTok, `{"session_id":"o-1","body":{"a":1},"message_id":"m1"}`).must(t, 201)
 		p := r.json["published"].([]any)[0].(map[string]any)
@@ -237,22 +236,9 @@ func TestQueues(t *testing.T) {
 			t.Fatalf("dead letters before: %s", r.body)
 		}
 		for round := range 2 {
-			seq := 1
-			rc, err := e.q.AcceptSession(ctx, "orders", "o-1")
-			if err != nil {
-				t.Fatal(err)
+			if seq := e.deadLetterHead(t, "orders", "o-1"); seq != 1 {
+				t.Fatalf("received seq %d", seq)
 			}
-			m, err := rc.Receive(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.Seq != int64(seq) {
-				t.Fatalf("received seq %d", m.Seq)
-			}
-			if err := rc.DeadLetter(ctx, m, "bad"); err != nil {
-				t.Fatal(err)
-			}
-			_ = rc.Close(ctx)
 			r = e.do("GET", "/v1/queues/orders/deadletters?session=o-1", submitTok, "").must(t, 200)
 			dl := r.json["dead_letters"].([]any)
 			if len(dl) != 1 || dl[0].(map[string]any)["dead_reason"] != "bad" {
@@ -473,4 +459,24 @@ func TestHTTP2OverTLS(t *testing.T) {
 	if resp.StatusCode != 201 || resp.ProtoMajor != 2 {
 		t.Fatalf("status %d over %s, want 201 over HTTP/2", resp.StatusCode, resp.Proto)
 	}
+}
+
+// deadLetterHead receives the head of a session as a consumer would and
+// dead-letters it with the reason "bad"; it returns its sequence number.
+func (e *testEnv) deadLetterHead(t *testing.T, queue, session string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	rc, err := e.q.AcceptSession(ctx, queue, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rc.Close(ctx) }()
+	m, err := rc.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.DeadLetter(ctx, m, "bad"); err != nil {
+		t.Fatal(err)
+	}
+	return m.Seq
 }
