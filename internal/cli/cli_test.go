@@ -516,6 +516,9 @@ func TestDemoOrders(t *testing.T) {
 	if !strings.Contains(r.stderr, "demo: submitted 60 orders") {
 		t.Errorf("no progress on stderr: %q", r.stderr)
 	}
+	if !strings.Contains(r.stderr, "again with --console 127.0.0.1:8080") {
+		t.Errorf("no pointer to the console for the failed orders: %q", r.stderr)
+	}
 	if regexp.MustCompile(`demo: +\d+\.\ds  final`).MatchString(r.stderr) {
 		t.Errorf("progress lines with --json: %q", r.stderr)
 	}

@@ -330,6 +330,9 @@ func (e *env) runDemo(ctx context.Context, f demoFlags, explicit *clicore.DBTarg
 	} else {
 		printDemoSummary(e, s)
 	}
+	if f.console == "" && s.Error+s.Compensated > 0 {
+		fmt.Fprintln(e.Stderr, "demo: to see why these orders failed and resubmit them in the operator console, run this command again with --console 127.0.0.1:8080 and open http://127.0.0.1:8080/")
+	}
 
 	var problems []string
 	if s.DuplicateEffects > 0 {
