@@ -88,6 +88,12 @@ func TestAgentsPage(t *testing.T) {
 		`<td><a href="/agents">labels</a></td><td><span class="bad">nobody polling</span></td><td>1</td>`,
 		`<td><a href="/agents">couriers</a></td><td><ul class="uses pollers"><li><code>oncall</code> via <code>`+inst+`</code></li></ul></td><td>0</td>`)
 	wantOut(t, ov, `<a href="/agents">payments</a>`)
+	// Another server on the store lists the same poller, connected
+	// through the first.
+	other := startWithShip(t, e.drv)
+	oc := browser(t)
+	other.signIn(oc, readToken)
+	wantIn(t, other.get(oc, "/"), `<td><a href="/agents">couriers</a></td><td><ul class="uses pollers"><li><code>oncall</code> via <code>`+inst+`</code></li></ul></td>`)
 
 	// payments calls: one succeeds, one fails for good; the remote
 	// agent of labels takes s-1's request and completes it.
