@@ -60,11 +60,24 @@ type SubmitOptions struct {
 	// its OrderingKey orders only the namespace's tasks. Default "" (or
 	// drovertype.DefaultNamespace): the default namespace, IDs unchanged.
 	Namespace string
+	// RunAt, when set, delays the task: it is stored Pending and no
+	// scheduler claims it before RunAt (Task.AvailableAt), so it costs
+	// nothing while it waits and can be cancelled meanwhile. A time not
+	// after now runs the task at once. At most MaxDelay ahead. Schedulers
+	// find a due task at their next poll (Config.PollInterval).
+	RunAt time.Time
+	// Delay delays the task by this long from the submit instead (not
+	// with RunAt; 0: none). At most MaxDelay.
+	Delay time.Duration
 	// Submitter names who submits the task (Task.Submitter), for a quota
 	// of tasks in flight per submitter (Client.ActiveTasksOf); the HTTP
 	// API sets its token's name. Never a secret. Default "": none.
 	Submitter string
 }
+
+// MaxDelay caps how far ahead SubmitOptions.RunAt and Delay may put a
+// task.
+const MaxDelay = 10 * 365 * 24 * time.Hour
 
 // MaxOrderingKeyBytes caps the length of SubmitOptions.OrderingKey.
 const MaxOrderingKeyBytes = 256
@@ -149,6 +162,24 @@ func ValidateCallbackEvents(callbackURL string, events []string) (WebhookEventSe
 		return nil, fmt.Errorf("%w: CallbackEvents without a CallbackURL", ErrInvalidInput)
 	}
 	return set, nil
+}
+
+// runAt is when a submitted task may start: now, or the later time its
+// RunAt or Delay asks for.
+func runAt(o SubmitOptions, now time.Time) (time.Time, error) {
+	switch {
+	case !o.RunAt.IsZero() && o.Delay != 0:
+		return time.Time{}, fmt.Errorf("%w: RunAt and Delay are both set; give one", ErrInvalidInput)
+	case o.Delay < 0:
+		return time.Time{}, fmt.Errorf("%w: Delay %s is negative", ErrInvalidInput, o.Delay)
+	case o.Delay > MaxDelay, o.RunAt.Sub(now) > MaxDelay:
+		return time.Time{}, fmt.Errorf("%w: the task would start more than %s from now (MaxDelay)", ErrInvalidInput, MaxDelay)
+	case o.Delay > 0:
+		return now.Add(o.Delay).Truncate(time.Microsecond), nil
+	case o.RunAt.After(now):
+		return o.RunAt.Truncate(time.Microsecond), nil
+	}
+	return now, nil
 }
 
 // validateOrderingKey checks a non-empty ordering key.
@@ -292,12 +323,16 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 	// The store keeps microseconds; truncate so the returned task equals
 	// the stored one.
 	now := c.clock.Now().Truncate(time.Microsecond)
+	start, err := runAt(p.Options, now)
+	if err != nil {
+		return nil, err
+	}
 	t := &dt.Task{
 		ID: id, Workflow: w.Name, Input: input, InputHash: flow.InputHash(w.Name, input),
 		ProcessState: dt.Pending, StepCount: len(w.Steps), OrderingKey: dt.QualifyOrderingKey(p.Options.Namespace, p.Options.OrderingKey),
 		FailureThreshold: w.FailureThreshold, OnFailure: w.OnFailure, RetryDelay: w.RetryDelay, Wait: w.Wait,
 		WorkflowVersion: w.Version, CallbackURL: p.Options.CallbackURL, CallbackEvents: events,
-		Submitter: p.Options.Submitter, AvailableAt: now, CreatedAt: now, UpdatedAt: now,
+		Submitter: p.Options.Submitter, AvailableAt: start, CreatedAt: now, UpdatedAt: now,
 	}
 	steps := make([]*dt.StepRecord, len(w.Steps))
 	for i, s := range w.Steps {

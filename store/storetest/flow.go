@@ -46,6 +46,7 @@ func flowCases() []testCase {
 		{"ClaimRefusesTaskMissingSteps", testFlowClaimRefusesMissingSteps},
 		{"ReplyRefusesTaskMissingSteps", testFlowReplyRefusesMissingSteps},
 		{"ClaimFloorWhileClaimsComeBackFull", testFlowClaimFloor},
+		{"ClaimWaitsForAvailableAt", testFlowClaimWaitsForAvailableAt},
 		{"SubmitAndStart", testFlowSubmitAndStart},
 		{"StartAfterOrderingWait", testFlowStartAfterOrderingWait},
 	}
@@ -101,6 +102,38 @@ func testFlowClaimFloor(t *testing.T, d store.Driver) {
 	e.submit(w, "t00")
 	if got := claimed(now.Add(2*time.Second), 2); !slices.Equal(got, []string{"t00"}) {
 		t.Fatalf("claim two seconds after the floor was set = %v, want t00 (from the start again)", got)
+	}
+}
+
+// testFlowClaimWaitsForAvailableAt: a task submitted to start later (a
+// delayed task: AvailableAt ahead) is not claimed before that time, while
+// tasks after it are, and is claimed once its time has come.
+func testFlowClaimWaitsForAvailableAt(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	due := base.Add(time.Hour)
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		sub := w.submission("later", `{}`, base)
+		sub.Task.AvailableAt = due
+		_, err := flow.Submit(ctx, x, []flow.Submission{sub})
+		return err
+	})
+	e.submit(w, "now")
+	ids := func(reqs []*dt.AgentRequest) []string {
+		var out []string
+		for _, r := range reqs {
+			out = append(out, r.TaskID)
+		}
+		return out
+	}
+	if got := ids(e.claim(base.Add(time.Second))); !slices.Equal(got, []string{"now"}) {
+		t.Fatalf("claim before the delayed task's time = %v, want only now", got)
+	}
+	if got := ids(e.claim(due.Add(-time.Microsecond))); len(got) != 0 {
+		t.Fatalf("claim a microsecond before its time = %v, want none", got)
+	}
+	if got := ids(e.claim(due)); !slices.Equal(got, []string{"later"}) {
+		t.Fatalf("claim at its time = %v, want later", got)
 	}
 }
 
