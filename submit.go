@@ -173,7 +173,7 @@ func runAt(o SubmitOptions, now time.Time) (time.Time, error) {
 	case o.Delay < 0:
 		return time.Time{}, fmt.Errorf("%w: Delay %s is negative", ErrInvalidInput, o.Delay)
 	case o.Delay > MaxDelay, o.RunAt.Sub(now) > MaxDelay:
-		return time.Time{}, fmt.Errorf("%w: the task would start more than %s from now (MaxDelay)", ErrInvalidInput, MaxDelay)
+		return time.Time{}, fmt.Errorf("%w: the task would start more than 10 years from now (MaxDelay)", ErrInvalidInput)
 	case o.Delay > 0:
 		return now.Add(o.Delay).Truncate(time.Microsecond), nil
 	case o.RunAt.After(now):

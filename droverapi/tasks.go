@@ -113,6 +113,11 @@ type SubmitRequest struct {
 	// CallbackEvents chooses what CallbackURL receives: "final",
 	// "alerts", event types. Absent: final.
 	CallbackEvents []string `json:"callback_events,omitempty"`
+	// RunAt delays the task until this time (RFC 3339): it waits Pending,
+	// unclaimed, and can be cancelled meanwhile. Not with DelayMS.
+	RunAt *time.Time `json:"run_at,omitempty"`
+	// DelayMS delays the task by this many milliseconds from the submit.
+	DelayMS *int64 `json:"delay_ms,omitempty"`
 }
 
 // TaskList is a page of GET /v1/tasks.

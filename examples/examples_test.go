@@ -50,7 +50,7 @@ func TestExamplesImportOnlyPublicPackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	if files < 4 {
-		t.Fatalf("found %d Go files under examples/, want the three examples and this test", files)
+		t.Fatalf("found %d Go files under examples/, want the examples and this test", files)
 	}
 }
 
@@ -90,7 +90,7 @@ func buildExamples(t *testing.T) string {
 	bin := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build the examples: %v\n%s", err, out)
@@ -148,6 +148,21 @@ func TestExamplesRun(t *testing.T) {
 		wantLines(t, "submit_tx", out,
 			"o-1: business row present, task present (Pending, 3 steps)",
 			"o-2: business row absent, task absent")
+	})
+
+	t.Run("delayed", func(t *testing.T) {
+		t.Parallel()
+		out := runExample(t, bin, "delayed")
+		wantLines(t, "delayed", out, "in-2s submitted: Pending, starts at 2s", "now: Processed", "in-2s: Processed", "in-1h: Cancelled")
+		var after float64
+		if i := strings.Index(out, "in-2s sent "); i < 0 {
+			t.Error("in-2s never sent")
+		} else if _, err := fmt.Sscanf(out[i:], "in-2s sent %fs", &after); err != nil || after < 2 {
+			t.Errorf("in-2s sent %.1fs after its submit (%v), want no earlier than 2s", after, err)
+		}
+		if strings.Contains(out, "in-1h sent") {
+			t.Error("the cancelled delayed task ran")
+		}
 	})
 
 	t.Run("submit_tx_postgres", func(t *testing.T) {

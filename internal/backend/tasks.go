@@ -220,8 +220,16 @@ type remoteTasks struct{ r *Remote }
 func (r *remoteTasks) Close() {}
 
 func (r *remoteTasks) Submit(ctx context.Context, workflow string, input []byte, opts *drover.SubmitOptions, _ time.Duration, _ int, _ bool) (*drover.Task, error) {
-	t, _, err := r.r.Client.SubmitTask(ctx, droverapi.SubmitRequest{Workflow: workflow, Input: input, ID: opts.ID,
-		OrderingKey: opts.OrderingKey, CallbackURL: opts.CallbackURL, CallbackEvents: opts.CallbackEvents})
+	req := droverapi.SubmitRequest{Workflow: workflow, Input: input, ID: opts.ID,
+		OrderingKey: opts.OrderingKey, CallbackURL: opts.CallbackURL, CallbackEvents: opts.CallbackEvents}
+	if !opts.RunAt.IsZero() {
+		req.RunAt = &opts.RunAt
+	}
+	if opts.Delay != 0 {
+		ms := opts.Delay.Milliseconds()
+		req.DelayMS = &ms
+	}
+	t, _, err := r.r.Client.SubmitTask(ctx, req)
 	if err != nil {
 		return nil, r.r.Err(err)
 	}

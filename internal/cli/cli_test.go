@@ -1285,3 +1285,31 @@ func TestPostgresLockTimeout(t *testing.T) {
 	}
 	mustRun(t, append([]string{"cancel", "held", "--lock-timeout", "200ms"}, db...)...)
 }
+
+// drover submit --at/--in delays a task: it is stored Pending until then,
+// status says so, and bad times are usage errors that store nothing.
+func TestSubmitDelayed(t *testing.T) {
+	t.Parallel()
+	db, _ := migratedDB(t)
+	in := `{"order_id":"o-1","amount":5}`
+	if out := mustRun(t, "submit", "orders", in, "--id", "later", "--in", "2h", "--db", db); out != "later\n" {
+		t.Fatalf("submit --in: %q", out)
+	}
+	at := time.Now().Add(3 * time.Hour).UTC().Truncate(time.Second)
+	mustRun(t, "submit", "orders", in, "--id", "at", "--at", at.Format(time.RFC3339), "--db", db)
+	if out := mustRun(t, "status", "later", "--db", db); !strings.Contains(out, "Pending until ") {
+		t.Errorf("status of a delayed task does not say when it starts:\n%s", out)
+	}
+	var st struct {
+		AvailableAt time.Time `json:"available_at"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "status", "at", "--json", "--db", db)), &st); err != nil || !st.AvailableAt.Equal(at) {
+		t.Errorf("--at %s stored available_at %s (%v)", at, st.AvailableAt, err)
+	}
+	wantFailure(t, run(t, "", "submit", "orders", in, "--at", "tomorrow", "--db", db), 2, `--at "tomorrow": want a time like`)
+	wantFailure(t, run(t, "", "submit", "orders", in, "--at", at.Format(time.RFC3339), "--in", "1h", "--db", db), 2, "--at and --in are both given")
+	wantFailure(t, run(t, "", "submit", "orders", in, "--in", "-1s", "--db", db), 2, "--in -1s: want a duration from 0 to 10 years")
+	if out := mustRun(t, "list", "--db", db); strings.Count(out, "\n") != 3 {
+		t.Errorf("want the two delayed tasks only:\n%s", out)
+	}
+}

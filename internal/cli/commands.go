@@ -73,6 +73,8 @@ func (e *env) submitCmd() *cobra.Command {
 		callbackEvs []string
 		maxInput    int
 		stepTimeout time.Duration
+		at          string
+		in          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "submit WORKFLOW [INPUT-JSON|-]",
@@ -103,6 +105,10 @@ others). A declarative workflow named orders is submitted as declared.
 After a file was reverted to earlier content the servers use that earlier
 version again; submit with --server to get exactly what the server runs.
 
+With --at TIME (RFC 3339, e.g. 2026-12-01T09:00:00Z) or --in DURATION (e.g.
+90m) the task waits Pending, unclaimed, until then (at most 10 years ahead),
+and can be cancelled meanwhile; "drover status" shows when it starts.
+
 With --callback-url the server POSTs a signed webhook (HMAC-SHA256) to the
 URL when the task reaches a final state; --callback-events chooses other
 events too: final, alerts (every operator alert of the task: a permanent
@@ -117,7 +123,8 @@ instead, which knows its own workflows (also declarative ones).`,
   drover submit orders '{"order_id":"o-5","amount":10}' --server http://127.0.0.1:8080 --token-file token
   drover submit orders '{"order_id":"o-2","amount":50}' --id order-o-2 --json
   echo '{"order_id":"o-3","amount":7}' | drover submit orders -
-  drover submit orders '{"order_id":"o-4","amount":9}' --ordering-key customer-42`,
+  drover submit orders '{"order_id":"o-4","amount":9}' --ordering-key customer-42
+  drover submit orders '{"order_id":"o-6","amount":3}' --in 2h`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -150,6 +157,19 @@ instead, which knows its own workflows (also declarative ones).`,
 					return clicore.Usagef("--callback-events: %v", err)
 				}
 			}
+			var runAt time.Time
+			if cmd.Flags().Changed("at") {
+				if cmd.Flags().Changed("in") {
+					return clicore.Usagef("--at and --in are both given; give one")
+				}
+				var err error
+				if runAt, err = time.Parse(time.RFC3339Nano, at); err != nil {
+					return clicore.Usagef("--at %q: want a time like 2026-12-01T09:00:00Z (RFC 3339, with a zone)", at)
+				}
+			}
+			if cmd.Flags().Changed("in") && (in < 0 || in > drover.MaxDelay) {
+				return clicore.Usagef("--in %s: want a duration from 0 to 10 years (87600h)", in)
+			}
 			if e.remote != nil && cmd.Flags().Changed("step-timeout") {
 				return clicore.Usagef("--step-timeout does not apply with --server: the server's workflow sets the time budgets")
 			}
@@ -181,7 +201,7 @@ instead, which knows its own workflows (also declarative ones).`,
 			}
 			defer b.Close()
 			t, err := b.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id, OrderingKey: orderingKey,
-				CallbackURL: callbackURL, CallbackEvents: callbackEvs}, stepTimeout, maxInput, e.JSON)
+				CallbackURL: callbackURL, CallbackEvents: callbackEvs, RunAt: runAt, Delay: in}, stepTimeout, maxInput, e.JSON)
 			if err != nil {
 				return err
 			}
@@ -198,6 +218,8 @@ instead, which knows its own workflows (also declarative ones).`,
 	cmd.Flags().StringSliceVar(&callbackEvs, "callback-events", nil, "what --callback-url receives, comma-separated: final (default), alerts, or event types")
 	cmd.Flags().IntVar(&maxInput, "max-input-bytes", drover.DefaultMaxInputBytes, "largest input accepted, in bytes")
 	cmd.Flags().DurationVar(&stepTimeout, "step-timeout", orders.DefaultStepTimeout, "time budget of each step of the task (recorded with it)")
+	cmd.Flags().StringVar(&at, "at", "", "start the task no earlier than this time (RFC 3339, e.g. 2026-12-01T09:00:00Z)")
+	cmd.Flags().DurationVar(&in, "in", 0, "start the task this long after the submit (e.g. 90m)")
 	return cmd
 }
 

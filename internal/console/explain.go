@@ -30,6 +30,8 @@ func explain(t *drover.Task, evs []*drover.Event) string {
 				fmt.Fprintf(&b, ", not before %s", when(t.AvailableAt))
 			}
 			b.WriteString(".")
+		case t.AvailableAt.After(t.UpdatedAt) && cur.Attempt == 0 && cur.Index == 0:
+			fmt.Fprintf(&b, "Scheduled: starts at %s (delayed when submitted); cancel it to keep it from running.", when(t.AvailableAt))
 		default:
 			fmt.Fprintf(&b, "Waiting for a scheduler to start step %d %s.", cur.Index, quote(cur.Name))
 		}

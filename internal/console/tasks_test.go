@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
 )
 
@@ -64,4 +65,15 @@ func TestTaskFilters(t *testing.T) {
 			wantIn(t, p, "is not a time like")
 		}
 	})
+}
+
+// A delayed task's page says when it starts, and the list shows it
+// Pending until then.
+func TestDelayedTaskPage(t *testing.T) {
+	e := startServer(t, testutil.SQLite(t), false)
+	e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"later","input":{},"run_at":"2030-01-02T03:04:05Z"}`, nil)
+	c := browser(t)
+	e.signIn(c, readToken)
+	wantIn(t, e.get(c, "/tasks/later"), "Scheduled: starts at 2030-01-02 03:04:05Z")
+	wantIn(t, e.get(c, "/tasks"), `href="/tasks/later"`, "Pending")
 }

@@ -480,3 +480,33 @@ func (e *testEnv) deadLetterHead(t *testing.T, queue, session string) int64 {
 	}
 	return m.Seq
 }
+
+// A submit with run_at or delay_ms stores the task Pending until then,
+// shown as available_at; bad delays are refused naming the field.
+func TestSubmitDelayed(t *testing.T) {
+	e := newEnv(t, testutilSQLite(t), Options{})
+	before := time.Now()
+	r := e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","id":"d-1","delay_ms":3600000}`).must(t, 201)
+	at, err := time.Parse(time.RFC3339Nano, r.str("available_at"))
+	if err != nil || r.str("state") != "Pending" || at.Before(before.Add(time.Hour)) || at.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("delayed submit: %s (%v), want Pending, available in an hour", r.body, err)
+	}
+	e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","id":"d-2","run_at":"2030-01-02T03:04:05Z"}`).must(t, 201)
+	if got := e.do("GET", "/v1/tasks/d-2", submitTok, "").must(t, 200).str("available_at"); got != "2030-01-02T03:04:05Z" {
+		t.Errorf("run_at stored as available_at %s", got)
+	}
+	for body, want := range map[string]string{
+		`{"workflow":"echo","run_at":"2030-01-02T03:04:05Z","delay_ms":1}`: `fields "run_at" and "delay_ms" are both given`,
+		`{"workflow":"echo","delay_ms":-1}`:                                `field "delay_ms": want 0 or more milliseconds`,
+		`{"workflow":"echo","delay_ms":315360000001}`:                      `field "delay_ms": at most 315360000000`,
+		`{"workflow":"echo","run_at":"tomorrow"}`:                          `run_at`,
+		`{"workflow":"echo","run_at":"2999-01-01T00:00:00Z"}`:              `more than`,
+	} {
+		if msg := e.do("POST", "/v1/tasks", submitTok, body).mustError(t, 400, "").errMsg(); !strings.Contains(msg, want) {
+			t.Errorf("%s: %q, want it to say %q", body, msg, want)
+		}
+	}
+	if got := len(e.do("GET", "/v1/tasks", submitTok, "").must(t, 200).json["tasks"].([]any)); got != 2 {
+		t.Errorf("%d tasks stored, want the two delayed ones", got)
+	}
+}

@@ -1,12 +1,14 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/droverapi"
@@ -105,6 +107,17 @@ func toTaskJSON(t *drover.Task) droverapi.Task {
 
 // DecodeSubmit decodes and checks the body of POST /v1/tasks.
 func DecodeSubmit(body []byte) (*droverapi.SubmitRequest, error) {
+	// A bad time's error from encoding/json names no field: read run_at
+	// first, when there is one, to say which.
+	var probe struct {
+		RunAt json.RawMessage `json:"run_at"`
+	}
+	if bytes.Contains(body, []byte(`"run_at"`)) && json.Unmarshal(body, &probe) == nil && len(probe.RunAt) > 0 && string(probe.RunAt) != "null" {
+		var at time.Time
+		if err := json.Unmarshal(probe.RunAt, &at); err != nil {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"run_at\": want an RFC 3339 time like 2026-12-01T09:00:00Z, got %s", probe.RunAt)
+		}
+	}
 	var req droverapi.SubmitRequest
 	if err := decodeJSON(body, &req, true); err != nil {
 		return nil, err
@@ -138,10 +151,29 @@ func DecodeSubmit(body []byte) (*droverapi.SubmitRequest, error) {
 	if len(req.CallbackEvents) > 0 && req.CallbackURL == "" {
 		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"callback_events\" needs a \"callback_url\"")
 	}
+	switch {
+	case req.RunAt != nil && req.DelayMS != nil:
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "fields \"run_at\" and \"delay_ms\" are both given; give one")
+	case req.DelayMS != nil && *req.DelayMS < 0:
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"delay_ms\": want 0 or more milliseconds, got %d", *req.DelayMS)
+	case req.DelayMS != nil && *req.DelayMS > int64(drover.MaxDelay/time.Millisecond):
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"delay_ms\": at most %d (10 years), got %d", int64(drover.MaxDelay/time.Millisecond), *req.DelayMS)
+	}
 	if len(req.Input) == 0 {
 		req.Input = json.RawMessage("null")
 	}
 	return &req, nil
+}
+
+// submitDelay is the RunAt and Delay of a submit request.
+func submitDelay(req *droverapi.SubmitRequest) (runAt time.Time, delay time.Duration) {
+	if req.RunAt != nil {
+		runAt = *req.RunAt
+	}
+	if req.DelayMS != nil {
+		delay = time.Duration(*req.DelayMS) * time.Millisecond
+	}
+	return runAt, delay
 }
 
 func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
@@ -175,8 +207,10 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer done()
+	runAt, delay := submitDelay(req)
 	t, err := h.drover.Submit(r.Context(), req.Workflow, req.Input, &drover.SubmitOptions{ID: req.ID, OrderingKey: req.OrderingKey,
-		CallbackURL: req.CallbackURL, CallbackEvents: req.CallbackEvents, Namespace: h.ns(r), Submitter: submitter})
+		CallbackURL: req.CallbackURL, CallbackEvents: req.CallbackEvents, Namespace: h.ns(r), Submitter: submitter,
+		RunAt: runAt, Delay: delay})
 	if err != nil {
 		return err
 	}
