@@ -324,13 +324,13 @@ func (c *Client) Start(ctx context.Context) error {
 			fn := a.Func
 			cfg.Agents = append(cfg.Agents, agentrt.Spec{
 				Name: a.Name, Func: func(ctx context.Context, r *dt.AgentRequest) ([]byte, error) { return fn(ctx, r) },
-				Concurrency: a.Concurrency, InitialInterval: a.Retry.InitialInterval, MaxInterval: a.Retry.MaxInterval,
-				MaxTries: a.Retry.MaxTries, BreakerFailures: a.Breaker.Failures, BreakerOpen: a.Breaker.OpenFor,
+				Concurrency: a.Concurrency, Retry: agentrt.Retry(a.Retry), BreakerFailures: a.Breaker.Failures, BreakerOpen: a.Breaker.OpenFor,
 			})
 		}
 		cfg.IsPermanent = func(err error) bool {
 			return IsPermanent(err) || (c.cfg.IsPermanent != nil && c.cfg.IsPermanent(err))
 		}
+		cfg.StepRetry = c.stepRetry
 	}
 	eng := engine.New(cfg)
 	if err := eng.Start(runCtx); err != nil {
@@ -438,6 +438,24 @@ func (c *Client) Stats() Stats {
 		s.AbandonedCalls, s.BreakerRefused = rt.Stats.AbandonedCalls.Load(), rt.Stats.BreakerRefused.Load()
 	}
 	return s
+}
+
+// stepRetry is the retry policy of a request's step when its workflow,
+// as registered here, gives the step one (the step at that index must
+// still have the request's name: another version may differ).
+func (c *Client) stepRetry(r *dt.AgentRequest) *agentrt.Retry {
+	c.wfMu.RLock()
+	w, ok := c.workflows[r.Workflow]
+	c.wfMu.RUnlock()
+	if !ok || r.StepIndex < 0 || r.StepIndex >= len(w.Steps) {
+		return nil
+	}
+	s := w.Steps[r.StepIndex]
+	if s.Retry == nil || s.Name != r.StepName {
+		return nil
+	}
+	p := agentrt.Retry(*s.Retry)
+	return &p
 }
 
 // AgentHealth is how one of this process's agents is doing: its circuit

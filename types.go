@@ -87,6 +87,11 @@ type RetryPolicy struct {
 	InitialInterval time.Duration // default 50ms
 	MaxInterval     time.Duration // default 5s
 	MaxTries        uint          // 0: retry until CompleteBy
+	// Retryable, when set, decides which errors are retried: an error it
+	// returns false for fails the step at once, as a Permanent error does
+	// (a Permanent error is never retried, whatever it says). Default:
+	// every error that is not Permanent (or Config.IsPermanent) is.
+	Retryable func(error) bool
 }
 
 // BreakerPolicy configures an agent's circuit breaker.

@@ -58,6 +58,13 @@ type Step struct {
 	// Wait, when not nil, overrides the workflow's Wait for this step
 	// (&WaitPolicy{} turns waiting off for it).
 	Wait *WaitPolicy
+	// Retry, when not nil, replaces the retry policy of the step's agent
+	// for this step's calls (not its compensation's): the tries, the
+	// back-off between them and which errors are retried, within the
+	// step's deadline. Zero fields take RetryPolicy's defaults. It applies
+	// to agents in the processes that register this workflow; a remote
+	// agent retries on its own.
+	Retry *RetryPolicy
 	// Compensation names the agent that undoes this step; optional. With
 	// PolicyCompensate it runs for the step if the step completed or timed
 	// out past the threshold (its call may have taken effect), not if its
@@ -77,6 +84,22 @@ const (
 	DefaultWaitMultiplier = 2.0
 	DefaultWaitMaxDelay   = time.Hour
 )
+
+// retryProblems lists what is wrong with a retry policy; field prefixes
+// the names.
+func retryProblems(field string, r RetryPolicy) []string {
+	var p []string
+	if r.InitialInterval < 0 {
+		p = append(p, fmt.Sprintf("%s.InitialInterval %s is negative", field, r.InitialInterval))
+	}
+	if r.MaxInterval < 0 {
+		p = append(p, fmt.Sprintf("%s.MaxInterval %s is negative", field, r.MaxInterval))
+	}
+	if r.MaxInterval > 0 && r.InitialInterval > r.MaxInterval {
+		p = append(p, fmt.Sprintf("%s.InitialInterval %s is more than MaxInterval %s", field, r.InitialInterval, r.MaxInterval))
+	}
+	return p
+}
 
 // waitProblems lists what is wrong with a wait policy; field prefixes the
 // names (e.g. "Wait" or "step 1 (charge): Wait").
@@ -165,6 +188,9 @@ func (w Workflow) Validate() error {
 		}
 		if s.Wait != nil {
 			p = append(p, waitProblems(fmt.Sprintf("step %d (%s): Wait", i, s.Name), *s.Wait)...)
+		}
+		if s.Retry != nil {
+			p = append(p, retryProblems(fmt.Sprintf("step %d (%s): Retry", i, s.Name), *s.Retry)...)
 		}
 	}
 	if len(p) > 0 {

@@ -36,13 +36,32 @@ type Spec struct {
 	Func        Func
 	Concurrency int // calls at once in this process
 	// Retry backoff inside the deadline.
-	InitialInterval time.Duration
-	MaxInterval     time.Duration
-	MaxTries        uint // 0: until the deadline
+	Retry
 	// Circuit breaker: opens after BreakerFailures consecutive failures and
 	// stays open BreakerOpen before letting a trial call through.
 	BreakerFailures uint32
 	BreakerOpen     time.Duration
+}
+
+// Retry is how an agent's calls are retried within the step's deadline.
+type Retry struct {
+	InitialInterval time.Duration // default 50ms
+	MaxInterval     time.Duration // default 5s
+	MaxTries        uint          // 0: until the deadline
+	// Retryable, when set, decides which errors are retried: one it
+	// returns false for fails the step at once, as a permanent error does.
+	Retryable func(error) bool
+}
+
+// withDefaults fills in the default intervals.
+func (r Retry) withDefaults() Retry {
+	if r.InitialInterval <= 0 {
+		r.InitialInterval = 50 * time.Millisecond
+	}
+	if r.MaxInterval <= 0 {
+		r.MaxInterval = 5 * time.Second
+	}
+	return r
 }
 
 // Delivery hands a reply to the scheduler that holds the task. It returns
@@ -76,6 +95,10 @@ type Runtime struct {
 	PollInterval time.Duration
 	IsPermanent  Classifier
 	Deliver      Delivery
+	// StepRetry, when set, returns the retry policy of a request's step
+	// when the step has its own (nil: the agent's applies). It is not
+	// asked for compensations.
+	StepRetry func(*dt.AgentRequest) *Retry
 	// FastPath says a scheduler in this process dispatches through
 	// Reserve: a pull then takes at most half the free slots for its
 	// transaction, leaving the other half to the fast path meanwhile. (So
@@ -109,12 +132,7 @@ func New(d store.Driver, c clock.Clock, instance string, log *slog.Logger, specs
 		if s.Concurrency <= 0 {
 			s.Concurrency = 64
 		}
-		if s.InitialInterval <= 0 {
-			s.InitialInterval = 50 * time.Millisecond
-		}
-		if s.MaxInterval <= 0 {
-			s.MaxInterval = 5 * time.Second
-		}
+		s.Retry = s.Retry.withDefaults()
 		if s.BreakerFailures == 0 {
 			s.BreakerFailures = 10
 		}
@@ -486,13 +504,22 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 // a nil error on success, the permanent error, or whatever stopped it when the
 // deadline passed.
 func (rt *Runtime) call(ctx context.Context, a *agent, r *dt.AgentRequest, slot *callSlot) ([]byte, error) {
+	policy := a.spec.Retry
+	if r.Kind == dt.KindDo && rt.StepRetry != nil {
+		if p := rt.StepRetry(r); p != nil {
+			policy = p.withDefaults()
+		}
+	}
 	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = a.spec.InitialInterval
-	b.MaxInterval = a.spec.MaxInterval
+	b.InitialInterval = policy.InitialInterval
+	b.MaxInterval = policy.MaxInterval
 	b.RandomizationFactor = 0.5 // jitter
 	opts := []backoff.RetryOption{backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0)}
-	if a.spec.MaxTries > 0 {
-		opts = append(opts, backoff.WithMaxTries(a.spec.MaxTries))
+	if policy.MaxTries > 0 {
+		opts = append(opts, backoff.WithMaxTries(policy.MaxTries))
+	}
+	permanent := func(err error) bool {
+		return rt.permanent(err) || (policy.Retryable != nil && !policy.Retryable(err))
 	}
 	tries := 0
 	out, err := backoff.Retry(ctx, func() ([]byte, error) {
@@ -509,12 +536,12 @@ func (rt *Runtime) call(ctx context.Context, a *agent, r *dt.AgentRequest, slot 
 			rt.Stats.BreakerRefused.Add(1)
 			return nil, err
 		}
-		if err != nil && rt.permanent(err) {
+		if err != nil && permanent(err) {
 			return nil, backoff.Permanent(err)
 		}
 		return out, err
 	}, opts...)
-	if err != nil && !rt.permanent(err) {
+	if err != nil && !permanent(err) {
 		// Transient to the end (tries exhausted): leave the step to the
 		// supervisor, as if the deadline had passed.
 		<-ctx.Done()

@@ -43,6 +43,8 @@ type Config struct {
 	Agents []agentrt.Spec
 	// IsPermanent classifies agent errors.
 	IsPermanent func(error) bool
+	// StepRetry returns a step's own retry policy (agentrt.Runtime.StepRetry).
+	StepRetry func(*dt.AgentRequest) *agentrt.Retry
 
 	// Supervisor runs the supervisor role.
 	Supervisor         bool
@@ -73,6 +75,7 @@ func New(cfg Config) *Engine {
 		rt := agentrt.New(cfg.Store, cfg.Clock, cfg.Instance+"/agent", cfg.Log, cfg.Agents)
 		rt.PollInterval = cfg.PollInterval
 		rt.IsPermanent = cfg.IsPermanent
+		rt.StepRetry = cfg.StepRetry
 		e.runtime = rt
 	}
 	for i := range cfg.Schedulers {

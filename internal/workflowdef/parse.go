@@ -225,6 +225,9 @@ type parser struct {
 	// suggested holds the fields an unknown key was probably meant as,
 	// so a typo of a required key is reported once.
 	suggested map[string]bool
+	// defaultRetry is the workflow's retry, the policy of its http steps
+	// that give none; nil when it gives none.
+	defaultRetry *httpagent.RetryPolicy
 }
 
 func (p *parser) add(n *yaml.Node, field, format string, args ...any) {
@@ -605,7 +608,7 @@ func (p *parser) value(n *yaml.Node, field string, sc refScope) (*valueTmpl, boo
 }
 
 func (p *parser) workflow(n *yaml.Node, d *Definition) {
-	f, ok := p.fields(n, "", "name", "description", "failure_threshold", "on_failure", "retry_delay", "wait", "required_input", "egress", "steps")
+	f, ok := p.fields(n, "", "name", "description", "failure_threshold", "on_failure", "retry_delay", "retry", "wait", "required_input", "egress", "steps")
 	if !ok {
 		return
 	}
@@ -629,6 +632,11 @@ func (p *parser) workflow(n *yaml.Node, d *Definition) {
 	}
 	if e, ok := f["wait"]; ok {
 		d.Wait, _ = p.wait(e.val, "wait")
+	}
+	if e, ok := f["retry"]; ok {
+		if r, ok := p.retry(e.val, "retry"); ok {
+			p.defaultRetry = &r
+		}
 	}
 	if e, ok := f["required_input"]; ok && p.kind(e.val, "required_input", yaml.SequenceNode) {
 		for i, kn := range e.val.Content {
@@ -889,6 +897,8 @@ func (p *parser) action(n *yaml.Node, f map[string]kv, field string, sc refScope
 			good = false
 		}
 		a.Retry = r
+	} else if hasHTTP && p.defaultRetry != nil && !sc.compensate {
+		a.Retry = *p.defaultRetry // the workflow's default
 	}
 	if !good {
 		return nil

@@ -2,6 +2,7 @@ package workflowdef
 
 import (
 	"errors"
+	"github.com/drover-run/drover/internal/httpagent"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -439,5 +440,37 @@ func TestDocExample(t *testing.T) {
 	block, _, _ = strings.Cut(block, "```")
 	if !ok || block != string(want) {
 		t.Errorf("the first YAML block of docs/workflows.md differs from testdata/trip.yaml:\n%s", block)
+	}
+}
+
+// A workflow's retry is the retry of its http steps that give none (and of
+// their compensations); a step's own retry overrides it.
+func TestWorkflowRetryDefault(t *testing.T) {
+	src := `name: ship
+retry: {initial_interval: 10ms, max_interval: 1s, max_tries: 7}
+steps:
+  - name: label
+    http: {method: POST, url: "https://labels.example/v1"}
+    compensate: {http: {url: "https://labels.example/v1/void", method: DELETE}}
+  - name: pickup
+    http: {method: POST, url: "https://couriers.example/v1"}
+    retry: {max_tries: 2}
+`
+	d, err := Parse("ship.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := httpagent.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaxInterval: time.Second, MaxTries: 7}
+	if got := d.Steps[0].Do.Retry; got != def {
+		t.Errorf("label's retry = %+v, want the workflow's %+v", got, def)
+	}
+	if got := d.Steps[0].Compensate.Retry; got != def {
+		t.Errorf("label's compensation retry = %+v, want the workflow's %+v", got, def)
+	}
+	if got := d.Steps[1].Do.Retry; got != (httpagent.RetryPolicy{MaxTries: 2}) {
+		t.Errorf("pickup's retry = %+v, want its own {MaxTries: 2}", got)
+	}
+	if _, err := Parse("bad.yaml", []byte("name: w\nretry: {max_tries: -1}\nsteps:\n  - name: s\n    http: {method: GET, url: \"https://a.example\"}\n")); err == nil || !strings.Contains(err.Error(), "bad.yaml:2: retry.max_tries") {
+		t.Errorf("a bad workflow retry: %v", err)
 	}
 }
