@@ -162,7 +162,7 @@ func TestRetriesTransientErrorsThenSucceeds(t *testing.T) {
 		keys  []string
 	)
 	rt := newRuntime(d, "rt-1", agentrt.Spec{
-		Name: "flaky", InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond,
+		Name: "flaky", Retry: agentrt.Retry{InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond},
 		Func: func(ctx context.Context, r *dt.AgentRequest) ([]byte, error) {
 			mu.Lock()
 			keys = append(keys, r.IdempotencyKey)
@@ -209,7 +209,7 @@ func TestPermanentErrorRepliesFailedWithoutRetry(t *testing.T) {
 	d, reqs := setup(t, 1, "strict", 10*time.Second)
 	var calls atomic.Int64
 	rt := newRuntime(d, "rt-1", agentrt.Spec{
-		Name: "strict", InitialInterval: time.Millisecond,
+		Name: "strict", Retry: agentrt.Retry{InitialInterval: time.Millisecond},
 		Func: func(ctx context.Context, r *dt.AgentRequest) ([]byte, error) {
 			calls.Add(1)
 			return nil, fmt.Errorf("card declined: %w", errPermanent)
@@ -278,7 +278,7 @@ func TestTransientToTheEndSendsNothing(t *testing.T) {
 	d, _ := setup(t, 1, "down", 5*time.Second)
 	var calls atomic.Int64
 	rt := newRuntime(d, "rt-1", agentrt.Spec{
-		Name: "down", MaxTries: 2, InitialInterval: time.Millisecond,
+		Name: "down", Retry: agentrt.Retry{MaxTries: 2, InitialInterval: time.Millisecond},
 		Func: func(ctx context.Context, r *dt.AgentRequest) ([]byte, error) {
 			calls.Add(1)
 			return nil, errors.New("connection refused")
@@ -304,7 +304,7 @@ func TestCircuitBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 	d, _ := setup(t, 1, "broken", 3*time.Second)
 	var calls atomic.Int64
 	rt := newRuntime(d, "rt-1", agentrt.Spec{
-		Name: "broken", InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond,
+		Name: "broken", Retry: agentrt.Retry{InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond},
 		BreakerFailures: 3, BreakerOpen: time.Minute,
 		Func: func(ctx context.Context, r *dt.AgentRequest) ([]byte, error) {
 			calls.Add(1)
