@@ -110,3 +110,30 @@ func TestNilRecorder(t *testing.T) {
 	r.SessionLock("q", false)
 	r.HTTPRequest("GET", "/healthz", 200, time.Second)
 }
+
+// BenchmarkObserve is the cost on the scheduler's path of one finished
+// one-step task: its step's and its task's observations.
+func BenchmarkObserve(b *testing.B) {
+	r := instrument.New()
+	obs := []instrument.Observation{
+		{Kind: instrument.StepFinished, Workflow: "orders", Step: "charge", State: "processed", Duration: time.Millisecond},
+		{Kind: instrument.TaskFinished, Workflow: "orders", State: "Processed", Duration: 3 * time.Millisecond},
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r.Observe(obs)
+		}
+	})
+}
+
+// BenchmarkAgentCall is the cost on the agent runtime's path of one call.
+func BenchmarkAgentCall(b *testing.B) {
+	r := instrument.New()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r.AgentCall("payments", instrument.CallOK, time.Millisecond)
+		}
+	})
+}
