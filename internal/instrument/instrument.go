@@ -31,8 +31,10 @@ const (
 	MaxNamespaces = 200
 	MaxLeases     = 20
 	MaxQueues     = 100
-	// Other stands for every value of a label past its cap.
-	Other = "other"
+	// Other stands for every value of a label past its cap. No name of a
+	// workflow, step, agent, namespace or queue holds "/", so it is none
+	// of them: a namespace's metrics token never sees the folded series.
+	Other = "/other"
 )
 
 // Kind is what an Observation saw.

@@ -42,7 +42,7 @@ func value(m *dto.Metric, label string) string {
 }
 
 // Workflow, step, agent, namespace and queue names past their caps are
-// folded into "other": the series stay bounded whatever callers name.
+// folded into Other: the series stay bounded whatever callers name.
 func TestLabelValuesAreCapped(t *testing.T) {
 	r := instrument.New()
 	extra := 30
@@ -87,7 +87,7 @@ func TestLabelValuesAreCapped(t *testing.T) {
 }
 
 // HTTP requests are labelled by route pattern and a known method; an
-// unknown method is "other", a status not written is 200.
+// unknown method is Other, a status not written is 200.
 func TestHTTPRequestLabels(t *testing.T) {
 	r := instrument.New()
 	r.HTTPRequest("GET", "/v1/tasks/{id}", 0, time.Millisecond)
