@@ -67,12 +67,21 @@ func startMetricsServer(t *testing.T, d store.Driver) *metricsServer {
 		{Name: "bad", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
 			return nil, drover.Permanent(errors.New("card declined"))
 		}},
+		{Name: "hang", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
+			<-ctx.Done() // always past the deadline
+			return nil, ctx.Err()
+		}},
 	}
+	hang := drover.Step{Name: "hold", Agent: "hang", Timeout: 100 * time.Millisecond}
 	workflows := []drover.Workflow{
 		{Name: "pay", Steps: []drover.Step{{Name: "reserve", Agent: "ok", Compensation: "undo"}, {Name: "charge", Agent: "flaky"}}},
 		{Name: "slowpay", RetryDelay: time.Millisecond, Steps: []drover.Step{{Name: "wait", Agent: "slow", Timeout: 300 * time.Millisecond}}},
 		{Name: "refund", Steps: []drover.Step{{Name: "reserve", Agent: "ok", Compensation: "undo"}, {Name: "charge", Agent: "bad", OnFailure: drover.PolicyCompensate}}},
 		{Name: "fail", Steps: []drover.Step{{Name: "charge", Agent: "bad"}}},
+		// Timed out past the threshold: Error; compensated; waited, then Error.
+		{Name: "hangfail", FailureThreshold: 1, Steps: []drover.Step{hang}},
+		{Name: "hangcomp", FailureThreshold: 1, OnFailure: drover.PolicyCompensate, Steps: []drover.Step{{Name: "reserve", Agent: "ok", Compensation: "undo"}, hang}},
+		{Name: "hangwait", FailureThreshold: 1, Wait: drover.WaitPolicy{MaxWaits: 1, Delay: time.Millisecond}, Steps: []drover.Step{hang}},
 	}
 	tokens := []server.Token{
 		{Secret: operatorToken, Scopes: []server.Scope{server.ScopeOperator}},
@@ -111,8 +120,10 @@ func startMetricsServer(t *testing.T, d store.Driver) *metricsServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"p-1": "Processed", "s-1": "Processed", "r-1": "Compensated", "f-1": "Error"}
-	for id, wf := range map[string]string{"p-1": "pay", "s-1": "slowpay", "r-1": "refund", "f-1": "fail"} {
+	want := map[string]string{"p-1": "Processed", "s-1": "Processed", "r-1": "Compensated", "f-1": "Error",
+		"h-1": "Error", "h-2": "Compensated", "h-3": "Error"}
+	for id, wf := range map[string]string{"p-1": "pay", "s-1": "slowpay", "r-1": "refund", "f-1": "fail",
+		"h-1": "hangfail", "h-2": "hangcomp", "h-3": "hangwait"} {
 		if _, _, err := op.SubmitTask(ctx, droverclient.SubmitRequest{Workflow: wf, ID: id, Input: json.RawMessage(`{}`)}); err != nil {
 			t.Fatalf("submit %s: %v", id, err)
 		}
@@ -268,6 +279,15 @@ func checkSeries(t *testing.T, s *metricsServer) {
 		{"drover_step_retries_total", with("workflow", "slowpay", "step", "wait"), 1},
 		{"drover_supervisor_recovery_actions_total", with("workflow", "slowpay", "action", "retry"), 1},
 		{"drover_compensations_total", with("workflow", "refund", "step", "reserve", "outcome", "compensated"), 1},
+		{"drover_supervisor_recovery_actions_total", with("workflow", "hangfail", "action", "error"), 1},
+		{"drover_step_duration_seconds", with("workflow", "hangfail", "step", "hold", "outcome", "failed"), 1},
+		{"drover_supervisor_recovery_actions_total", with("workflow", "hangcomp", "action", "compensate"), 1},
+		{"drover_step_duration_seconds", with("workflow", "hangcomp", "step", "hold", "outcome", "failed"), 1},
+		{"drover_compensations_total", with("workflow", "hangcomp", "step", "reserve", "outcome", "compensated"), 1},
+		{"drover_task_duration_seconds", with("workflow", "hangcomp", "state", "Compensated"), 1},
+		{"drover_supervisor_recovery_actions_total", with("workflow", "hangwait", "action", "wait"), 1},
+		{"drover_supervisor_recovery_actions_total", with("workflow", "hangwait", "action", "error"), 1},
+		{"drover_alerts_by_kind_total", with("workflow", "hangwait", "kind", "step_waiting"), 1},
 		{"drover_alerts_by_kind_total", with("workflow", "fail", "kind", "error"), 1},
 		{"drover_alerts_by_kind_total", with("workflow", "refund", "kind", "step_failed"), 1},
 		{"drover_leader_changes_total", map[string]string{"lease": "supervisor", "change": "acquired"}, 1},
