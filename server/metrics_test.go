@@ -292,6 +292,8 @@ func checkSeries(t *testing.T, s *metricsServer) {
 		{"drover_alerts_by_kind_total", with("workflow", "refund", "kind", "step_failed"), 1},
 		{"drover_leader_changes_total", map[string]string{"lease": "supervisor", "change": "acquired"}, 1},
 		{"drover_leader_changes_total", map[string]string{"lease": "instance", "change": "acquired"}, 1},
+		{"drover_leader_changes_total", map[string]string{"lease": "maintenance:webhooks", "change": "acquired"}, 1},
+		{"drover_leader_changes_total", map[string]string{"lease": "maintenance:dedupe", "change": "acquired"}, 1},
 		{"drover_http_requests_total", map[string]string{"method": "POST", "route": "/v1/tasks", "status": "201"}, 5},
 		{"drover_http_requests_total", map[string]string{"method": "GET", "route": "/v1/tasks/{id}"}, 1},
 		{"drover_http_requests_total", map[string]string{"method": "GET", "route": "unmatched", "status": "401"}, 1},
