@@ -18,6 +18,7 @@ import (
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/engine"
 	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
@@ -196,6 +197,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	c := &Client{cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, workflows: map[string]Workflow{}}
+	c.counters.Recorder = instrument.New()
 
 	agents := map[string]bool{}
 	c.knownAgents = agents
@@ -402,6 +404,12 @@ func (c *Client) runningEngine() *engine.Engine {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.engine
+}
+
+func init() {
+	// Package metrics serves the Client's Recorder, which is no part of
+	// its API.
+	instrument.ClientRecorder = func(c any) *instrument.Recorder { return c.(*Client).counters.Recorder }
 }
 
 // Stats are counters of what this process did since it started.

@@ -56,7 +56,7 @@ func (c *Client) acquireInstance(ctx context.Context) (*instanceLease, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	el := &leader.Elector{Driver: c.store, Clock: c.clock, Name: instancePrefix + c.cfg.InstanceID,
-		Instance: hex.EncodeToString(b[:]) + rolesMark + c.rolesText(), TTL: c.cfg.LeaseTTL}
+		Instance: hex.EncodeToString(b[:]) + rolesMark + c.rolesText(), TTL: c.cfg.LeaseTTL, Recorder: c.counters.Recorder}
 	term, err := el.TryAcquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("instance lease: %w", err)

@@ -41,7 +41,7 @@ func (c *Client) Depth(ctx context.Context, queue string, limit int) (Depth, err
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	return c.store.Reader().QueueDepth(ctx, &store.QueueDepthParams{Queue: queue, Limit: limit})
+	return c.store.Reader().QueueDepth(ctx, &store.QueueDepthParams{Queue: queue, Limit: limit, Now: c.clock.Now()})
 }
 
 // Session returns one session's record, or an error wrapping ErrNotFound.

@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/instrument"
 )
 
 // DefaultStoreTimeout bounds the store read a scrape makes.
@@ -14,18 +16,23 @@ const DefaultStoreTimeout = 2 * time.Second
 
 // Options are optional settings of NewCollector.
 type Options struct {
-	// StoreTimeout bounds the read of the queue depth at each scrape.
-	// Default DefaultStoreTimeout.
+	// StoreTimeout bounds the store reads (active tasks, session queues)
+	// of each scrape. Default DefaultStoreTimeout.
 	StoreTimeout time.Duration
+	// Clock is the time the session queues' waits are measured at.
+	// Default the system clock.
+	Clock drover.Clock
 }
 
 // Collector is a prometheus.Collector of one drover Client. Counters are
 // this process's since it started; drover_tasks_active is the whole
 // store's, so every process of one store reports the same value.
 type Collector struct {
-	client  *drover.Client
-	timeout time.Duration
-	stats   prometheus.Collector // the counters
+	client   *drover.Client
+	timeout  time.Duration
+	stats    prometheus.Collector // the counters
+	recorder prometheus.Collector // the labelled metrics the roles record
+	queues   *queueCollector
 }
 
 // NewCollector returns a Collector of c.
@@ -33,7 +40,11 @@ func NewCollector(c *drover.Client, opts Options) *Collector {
 	if opts.StoreTimeout <= 0 {
 		opts.StoreTimeout = DefaultStoreTimeout
 	}
-	return &Collector{client: c, timeout: opts.StoreTimeout, stats: NewStatsCollector(c.Stats, counters...)}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	return &Collector{client: c, timeout: opts.StoreTimeout, stats: NewStatsCollector(c.Stats, counters...),
+		recorder: instrument.ClientRecorder(c), queues: &queueCollector{store: c.Store(), clock: opts.Clock}}
 }
 
 // counters are drover.Stats as Prometheus counters.
@@ -76,6 +87,8 @@ var (
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.stats.Describe(ch)
+	c.recorder.Describe(ch)
+	c.queues.Describe(ch)
 	ch <- leaderDesc
 	ch <- termDesc
 	ch <- activeDesc
@@ -86,6 +99,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // other metrics (promhttp.ContinueOnError) or fails the scrape with.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.stats.Collect(ch)
+	c.recorder.Collect(ch)
 	term := c.client.SupervisorTerm()
 	leader := 0.0
 	if term > 0 {
@@ -95,6 +109,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(termDesc, prometheus.GaugeValue, float64(term))
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	c.queues.collect(ctx, ch)
 	n, err := c.client.Active(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(activeDesc, err)

@@ -124,6 +124,24 @@ func TestCollectorReportsTheClient(t *testing.T) {
 	if s.Alerts == 0 || s.Dispatched < 3 || s.AgentCalls < 4 {
 		t.Errorf("Stats %+v: want an alert (bad1), 3 dispatches and 4 calls", s)
 	}
+	// The labelled metrics the roles recorded come with them (the server's
+	// tests check their series and labels).
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	families := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			families[mf.GetName()] += float64(m.GetHistogram().GetSampleCount()) + m.GetCounter().GetValue()
+		}
+	}
+	for name, want := range map[string]float64{"drover_task_duration_seconds": 3, "drover_step_duration_seconds": 3,
+		"drover_agent_call_duration_seconds": 4, "drover_alerts_by_kind_total": float64(s.Alerts)} {
+		if families[name] != want {
+			t.Errorf("%s counts %v, want %v", name, families[name], want)
+		}
+	}
 
 	// A failed store read fails that metric, not the others.
 	drv.Close()

@@ -22,7 +22,7 @@ const MaxNamespaceSeries = 200
 // NamespaceGauge is one gauge per namespace, read from counts once per
 // scrape: counts returns the current value of each namespace holding any
 // (keyed by stored namespace, "" for the default one, reported as
-// drovertype.DefaultNamespace).
+// drovertype.DefaultNamespace, which is reported 0 when counts has none).
 type NamespaceGauge struct {
 	Name, Help string
 	Counts     func() map[string]int
@@ -56,8 +56,16 @@ func (c *nsCollector) Collect(ch chan<- prometheus.Metric) {
 		n  int
 	}
 	for i, g := range c.gauges {
+		counts := g.Counts()
+		// The default namespace always has a series (0 when it holds
+		// none), so the gauge exists before namespaces are in use.
+		_, hasDefault := counts[""]
+		_, hasDefaultName := counts[drovertype.DefaultNamespace]
 		var cs []count
-		for ns, n := range g.Counts() {
+		if !hasDefault && !hasDefaultName {
+			cs = append(cs, count{drovertype.DefaultNamespace, 0})
+		}
+		for ns, n := range counts {
 			if ns == "" {
 				ns = drovertype.DefaultNamespace
 			}

@@ -26,6 +26,17 @@ drover_test_calls{namespace="team-a"} 5
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "drover_test_calls"); err != nil {
 		t.Fatal(err)
 	}
+	// Before namespaces are in use: the default namespace, at 0.
+	reg = prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewNamespaceCollector(metrics.NamespaceGauge{Name: "drover_test_calls", Help: "Calls.",
+		Counts: func() map[string]int { return nil }}))
+	want = `# HELP drover_test_calls Calls.
+# TYPE drover_test_calls gauge
+drover_test_calls{namespace="default"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "drover_test_calls"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestNamespaceCollectorBounded: a gauge reports at most

@@ -16,6 +16,7 @@ import (
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/console"
 	"github.com/drover-run/drover/internal/httpapi"
+	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/workflowdef"
 	"github.com/drover-run/drover/store"
 )
@@ -57,7 +58,7 @@ func (s *Server) serveHTTP(ln net.Listener, c *drover.Client, drv store.Driver, 
 		Rate: h.Rate, Burst: h.Burst, MaxStreams: h.MaxStreams, MaxStreamsPerToken: h.MaxStreamsPerToken, MaxWaiting: h.MaxWaiting, MaxWaitingPerToken: h.MaxWaitingPerToken,
 		MaxWaitingPerNamespace: h.MaxWaitingPerNamespace, MaxStreamsPerNamespace: h.MaxStreamsPerNamespace, MaxInFlightPerToken: h.MaxInFlightPerToken,
 		Heartbeat: h.Heartbeat, RemoteInput: reg.RemoteInput, RemoteAgent: s.remoteAgent(reg), QueueCreate: h.QueueCreate, Logger: log,
-		Metrics: metrics, CallbackAllow: s.allow, Redelivery: h.Redelivery, MaxInFlightPerNamespace: h.MaxInFlightPerNamespace})
+		Metrics: metrics, Recorder: instrument.ClientRecorder(c), CallbackAllow: s.allow, Redelivery: h.Redelivery, MaxInFlightPerNamespace: h.MaxInFlightPerNamespace})
 	if err != nil {
 		return nil, err
 	}

@@ -129,7 +129,8 @@ type QueueExecutor interface {
 	SessionList(ctx context.Context, params *SessionListParams) ([]*drovertype.Session, error)
 	// QueueDepth counts a queue's sessions that have messages to deliver
 	// (pending and not blocked) and their pending messages, reading at
-	// most Limit such sessions through the index accept scans.
+	// most Limit such sessions through the index accept scans, earliest
+	// ready first, and the earliest ready time of those not held.
 	QueueDepth(ctx context.Context, params *QueueDepthParams) (QueueDepth, error)
 	// SessionStateSet sets the state of the session of Ref to State under
 	// its held lock (nil clears it); ErrLockLost otherwise.
@@ -260,6 +261,10 @@ type QueueDepth struct {
 	// Capped: the queue has more such sessions than the limit; the counts
 	// cover the first limit of them.
 	Capped bool
+	// OldestWaiting is the earliest time a session of those read has been
+	// ready for a consumer while nobody holds it at QueueDepthParams.Now
+	// (its head deliverable then); zero when none waits.
+	OldestWaiting time.Time
 }
 
 // SessionListParams filter SessionList. Limit 0 means no limit.
@@ -373,4 +378,5 @@ type SessionStateSetParams struct {
 type QueueDepthParams struct {
 	Queue string
 	Limit int
+	Now   time.Time // for OldestWaiting
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/fault"
 	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/logattr"
 	"github.com/drover-run/drover/internal/recent"
 	"github.com/drover-run/drover/store"
@@ -105,6 +106,8 @@ type Runtime struct {
 	// filling every slot from a backlog in the queue takes a few pulls:
 	// half, a quarter, …)
 	FastPath bool
+	// Recorder, when set, records each call's duration and outcome.
+	Recorder *instrument.Recorder
 	Stats    Stats
 
 	agents  map[string]*agent
@@ -526,18 +529,26 @@ func (rt *Runtime) call(ctx context.Context, a *agent, r *dt.AgentRequest, slot 
 		if tries++; tries > 1 {
 			rt.Stats.AgentRetries.Add(1)
 		}
+		start := rt.Clock.Now()
 		out, err := a.breaker.Execute(func() ([]byte, error) {
 			rt.Stats.AgentCalls.Add(1)
 			out, err := rt.invoke(ctx, a, r, slot)
 			a.recent.Add(rt.Clock.Now(), err != nil)
 			return out, err
 		})
+		outcome := instrument.CallOK
+		defer func() { rt.Recorder.AgentCall(a.spec.Name, outcome, rt.Clock.Now().Sub(start)) }()
 		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 			rt.Stats.BreakerRefused.Add(1)
+			outcome = instrument.CallRefused
 			return nil, err
 		}
 		if err != nil && permanent(err) {
+			outcome = instrument.CallPermanent
 			return nil, backoff.Permanent(err)
+		}
+		if err != nil {
+			outcome = instrument.CallError
 		}
 		return out, err
 	}, opts...)

@@ -3,11 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -58,6 +61,7 @@ type composeFile struct {
 		Ports       []string
 		DependsOn   map[string]map[string]string `yaml:"depends_on"`
 		Healthcheck map[string]any
+		Volumes     []string
 	}
 	Volumes map[string]any
 }
@@ -125,6 +129,132 @@ func TestComposeFile(t *testing.T) {
 	if !published {
 		t.Error("no service publishes the API and console on 127.0.0.1:8080")
 	}
+}
+
+// TestComposeMonitoring checks the monitoring of deploy/compose.yaml:
+// Prometheus scrapes the --metrics-listen port of every drover server,
+// and Grafana is provisioned with that Prometheus and the dashboard of
+// deploy/grafana (whose queries server's tests check against a running
+// server).
+func TestComposeMonitoring(t *testing.T) {
+	src, err := os.ReadFile(composePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c composeFile
+	if err := yaml.Unmarshal(src, &c); err != nil {
+		t.Fatalf("%s: %v", composePath, err)
+	}
+	deployDir := filepath.Dir(composePath)
+	// mounts maps a service's container paths to their files on the host.
+	mounts := func(service string) map[string]string {
+		m := map[string]string{}
+		for _, v := range c.Services[service].Volumes {
+			parts := strings.Split(v, ":")
+			if len(parts) >= 2 && strings.HasPrefix(parts[0], "./") {
+				host := filepath.Join(deployDir, parts[0])
+				if _, err := os.Stat(host); err != nil {
+					t.Errorf("service %s mounts %s: %v", service, parts[0], err)
+				}
+				m[parts[1]] = host
+			}
+		}
+		return m
+	}
+	var want []string
+	for name, s := range c.Services {
+		if len(s.Command) == 0 || s.Command[0] != "server" {
+			continue
+		}
+		addr := parseDroverArgs(t, s.Command).Flag("metrics-listen").Value.String()
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Errorf("service %s: --metrics-listen %q: %v", name, addr, err)
+			continue
+		}
+		want = append(want, name+":"+port)
+	}
+
+	prom, ok := c.Services["prometheus"]
+	if !ok || !strings.HasPrefix(prom.Image, "prom/prometheus:") {
+		t.Fatalf("no prometheus service: %+v", prom)
+	}
+	cfgPath, ok := mounts("prometheus")["/etc/prometheus/prometheus.yml"]
+	if !ok {
+		t.Fatal("the prometheus service mounts no /etc/prometheus/prometheus.yml")
+	}
+	var promCfg struct {
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []struct {
+				Targets []string
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := readYAML(cfgPath, &promCfg); err != nil {
+		t.Fatal(err)
+	}
+	var targets []string
+	for _, sc := range promCfg.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			targets = append(targets, st.Targets...)
+		}
+	}
+	slices.Sort(want)
+	slices.Sort(targets)
+	if len(want) != 2 || !slices.Equal(targets, want) {
+		t.Errorf("prometheus scrapes %v; the drover servers' metrics ports are %v", targets, want)
+	}
+
+	graf, ok := c.Services["grafana"]
+	if !ok || !strings.HasPrefix(graf.Image, "grafana/grafana:") || !slices.Contains(graf.Ports, "127.0.0.1:3000:3000") {
+		t.Fatalf("no grafana service published on 127.0.0.1:3000: %+v", graf)
+	}
+	gm := mounts("grafana")
+	prov, ok := gm["/etc/grafana/provisioning"]
+	if !ok {
+		t.Fatal("the grafana service mounts no /etc/grafana/provisioning")
+	}
+	var ds struct {
+		Datasources []struct {
+			Type, URL string
+			IsDefault bool `yaml:"isDefault"`
+		}
+	}
+	if err := readYAML(filepath.Join(prov, "datasources", "prometheus.yaml"), &ds); err != nil {
+		t.Fatal(err)
+	}
+	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL != "http://prometheus:9090" || !ds.Datasources[0].IsDefault {
+		t.Errorf("grafana's data sources %+v: want the prometheus service as the default", ds.Datasources)
+	}
+	var dash struct {
+		Providers []struct {
+			Type    string
+			Options struct{ Path string }
+		}
+	}
+	if err := readYAML(filepath.Join(prov, "dashboards", "drover.yaml"), &dash); err != nil {
+		t.Fatal(err)
+	}
+	if len(dash.Providers) != 1 || dash.Providers[0].Type != "file" {
+		t.Fatalf("grafana's dashboard providers %+v: want one of type file", dash.Providers)
+	}
+	mounted := gm[dash.Providers[0].Options.Path+"/drover-dashboard.json"]
+	if filepath.Clean(mounted) != filepath.Clean(filepath.Join(deployDir, "grafana", "drover-dashboard.json")) {
+		t.Errorf("grafana's dashboards directory %s does not hold deploy/grafana/drover-dashboard.json (mounts %v)", dash.Providers[0].Options.Path, gm)
+	}
+}
+
+// readYAML decodes the YAML file path into v.
+func readYAML(path string, v any) error {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := yaml.Unmarshal(src, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // knownVariable reports whether drover reads the variable k in cmd.

@@ -76,6 +76,9 @@ func New(cfg Config) *Engine {
 		rt.PollInterval = cfg.PollInterval
 		rt.IsPermanent = cfg.IsPermanent
 		rt.StepRetry = cfg.StepRetry
+		if cfg.Counters != nil {
+			rt.Recorder = cfg.Counters.Recorder
+		}
 		e.runtime = rt
 	}
 	for i := range cfg.Schedulers {
@@ -127,6 +130,9 @@ func New(cfg Config) *Engine {
 		dedupe := &maintenance.Runner{Driver: cfg.Store, Clock: cfg.Clock, Log: cfg.Log, Lease: maintenance.DedupeLease,
 			Instance: cfg.Instance + "/maintenance", Interval: cfg.SupervisorInterval, LeaseTTL: cfg.LeaseTTL,
 			Services: []maintenance.Service{maintenance.DedupeExpiry()}}
+		if cfg.Counters != nil {
+			dedupe.Recorder = cfg.Counters.Recorder
+		}
 		e.services = append(e.services, &startstop.Func{Name: "dedupe expiry", Run: dedupe.Run, Log: cfg.Log})
 	}
 	return e

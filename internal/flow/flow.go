@@ -16,6 +16,7 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/fault"
+	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
@@ -49,11 +50,16 @@ type Counters struct {
 	Alerts               atomic.Int64
 	TasksFinished        atomic.Int64 // tasks this process brought to Processed, Compensated or Error
 	EagerStarts          atomic.Int64 // of Dispatched, tasks started at submission (Start)
+
+	// Recorder, when set, gets what each committed transaction did
+	// (instrument.Observation), for the metrics' histograms and labels.
+	Recorder *instrument.Recorder
 }
 
 // tally is what one transaction would add to the Counters.
 type tally struct {
 	dispatched, applied, late, recoveries, waits, alerts, finished int64
+	obs                                                            []instrument.Observation
 }
 
 func (c *Counters) add(t tally) {
@@ -67,6 +73,9 @@ func (c *Counters) add(t tally) {
 	c.SupervisorWaits.Add(t.waits)
 	c.Alerts.Add(t.alerts)
 	c.TasksFinished.Add(t.finished)
+	if len(t.obs) > 0 {
+		c.Recorder.Observe(t.obs)
+	}
 }
 
 // InputHash identifies a submission for idempotent submit.
@@ -1155,6 +1164,7 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 			m.advance(b, l, now)
 		}
 	}
+	m.pending.observe(m.Counters, b, now)
 	err = b.flush(ctx, x)
 	if b.claimable {
 		// A task of an ordering key became claimable, likely before the
@@ -1379,6 +1389,7 @@ func (sv *Leader) Sweep(ctx context.Context, x store.Executor, now time.Time, li
 			sv.Recovered = append(sv.Recovered, e)
 		}
 	}
+	sv.pending.observe(sv.Counters, b, now)
 	return len(tasks), b.flush(ctx, x)
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/drover-run/drover/convoy"
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/webhook"
 	"github.com/drover-run/drover/metrics"
 	"github.com/drover-run/drover/store"
@@ -42,6 +43,9 @@ const (
 
 // Options configure a Handler.
 type Options struct {
+	// Recorder, when set, counts the requests by route and status, and
+	// the session locks renewed and lost.
+	Recorder *instrument.Recorder
 	// Tokens are the accepted bearer tokens. Required unless NoAuth.
 	Tokens []Token
 	// NoAuth serves every route without a token (for a loopback-only
@@ -375,15 +379,24 @@ func (h *Handler) SetDraining() {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
-	if err := h.checkBrowser(r); err != nil {
-		h.writeError(w, r, err)
-		return
+	err := h.checkBrowser(r)
+	if err == nil {
+		err = checkPath(r)
 	}
-	if err := checkPath(r); err != nil {
-		h.writeError(w, r, err)
+	if err != nil {
+		h.unmatched(w, r, func(w http.ResponseWriter) { h.writeError(w, r, err) })
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// unmatched answers a request no route serves with answer, counted under
+// the route instrument.Unmatched.
+func (h *Handler) unmatched(w http.ResponseWriter, r *http.Request, answer func(http.ResponseWriter)) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	answer(sw)
+	h.opts.Recorder.HTTPRequest(r.Method, instrument.Unmatched, sw.status, time.Since(start))
 }
 
 // checkPath refuses request targets that are too long, not canonical (".",
@@ -412,6 +425,10 @@ func checkPath(r *http.Request) error {
 }
 
 func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	h.unmatched(w, r, func(w http.ResponseWriter) { h.answerNotFound(w, r) })
+}
+
+func (h *Handler) answerNotFound(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, "/v1") {
 		// Unauthenticated callers learn nothing about which paths exist.
 		if h.authorize(w, r, "") == nil {
@@ -468,6 +485,7 @@ func (h *Handler) wrap(rt route) http.Handler {
 				}
 			}
 			h.log.Debug("http request", "method", r.Method, "route", rt.pattern, "status", sw.status, "duration", time.Since(start))
+			h.opts.Recorder.HTTPRequest(r.Method, rt.pattern, sw.status, time.Since(start))
 		}()
 		if rt.scope != "" {
 			p := h.authorize(sw, r, rt.scope)

@@ -200,6 +200,7 @@ func DecodeLock(body []byte) (LockToken, error) {
 // other route does for another namespace's objects, not 409.
 func (h *Handler) sessionLeaseErr(r *http.Request, queue, session string, err error) error {
 	if errors.Is(err, convoy.ErrLockLost) {
+		h.opts.Recorder.SessionLock(queue, false)
 		if _, serr := h.convoy.Session(r.Context(), queue, session); errors.Is(serr, store.ErrNotFound) {
 			return errorf(http.StatusNotFound, "not_found", "session %q of queue %q not found", session, dt.LocalName(queue))
 		}
@@ -368,6 +369,7 @@ func (h *Handler) renewLock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return h.sessionLeaseErr(r, ref.Queue, ref.SessionID, err)
 	}
+	h.opts.Recorder.SessionLock(ref.Queue, true)
 	writeJSON(w, http.StatusOK, droverapi.LockRenewed{Queue: dt.LocalName(ref.Queue), SessionID: ref.SessionID, LockedUntil: until})
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
+	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/store"
 )
 
@@ -17,6 +18,8 @@ type Elector struct {
 	Name     string
 	Instance string
 	TTL      time.Duration
+	// Recorder, when set, counts the times the lease is taken and lost.
+	Recorder *instrument.Recorder
 
 	term    atomic.Int64 // 0 when not leader
 	expires atomic.Int64 // unix micro of our lease expiry
@@ -49,22 +52,37 @@ func (e *Elector) TryAcquire(ctx context.Context) (int64, error) {
 		return err
 	})
 	if err != nil {
-		e.term.Store(0)
+		e.setTerm(0)
 		return 0, err
 	}
 	if !ok {
-		e.term.Store(0)
+		e.setTerm(0)
 		return 0, nil
 	}
 	e.expires.Store(l.ExpiresAt.UnixMicro())
 	e.held.Store(l.Term)
-	e.term.Store(l.Term)
+	e.setTerm(l.Term)
 	return l.Term, nil
+}
+
+// setTerm sets the term led in, counting a change of leadership.
+func (e *Elector) setTerm(t int64) {
+	if old := e.term.Swap(t); old != t {
+		switch {
+		case old == 0:
+			e.Recorder.LeaderChange(e.Name, true)
+		case t == 0:
+			e.Recorder.LeaderChange(e.Name, false)
+		default: // another term of ours: lost and taken again in between
+			e.Recorder.LeaderChange(e.Name, false)
+			e.Recorder.LeaderChange(e.Name, true)
+		}
+	}
 }
 
 // Resign gives the lease up so another instance can take over at once.
 func (e *Elector) Resign(ctx context.Context) error {
-	e.term.Store(0)
+	e.setTerm(0)
 	t := e.held.Swap(0)
 	if t == 0 {
 		return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/leader"
 	"github.com/drover-run/drover/internal/logattr"
 	"github.com/drover-run/drover/store"
@@ -104,6 +105,8 @@ type Runner struct {
 	// Batch caps the items of one transaction. Default 500.
 	Batch    int
 	Services []Service
+	// Recorder, when set, counts the lease's changes of leader.
+	Recorder *instrument.Recorder
 
 	electorOnce sync.Once
 	elector     *leader.Elector
@@ -129,7 +132,7 @@ func (r *Runner) defaults() {
 func (r *Runner) Elector() *leader.Elector {
 	r.electorOnce.Do(func() {
 		r.defaults()
-		r.elector = &leader.Elector{Driver: r.Driver, Clock: r.Clock, Name: r.Lease, Instance: r.Instance, TTL: r.LeaseTTL}
+		r.elector = &leader.Elector{Driver: r.Driver, Clock: r.Clock, Name: r.Lease, Instance: r.Instance, TTL: r.LeaseTTL, Recorder: r.Recorder}
 	})
 	return r.elector
 }

@@ -57,6 +57,9 @@ func (s *Supervisor) r() *maintenance.Runner {
 		}
 		s.runner = &maintenance.Runner{Driver: s.Driver, Clock: s.Clock, Log: s.Log, Lease: LeaseName, Instance: s.Instance,
 			Interval: s.Interval, LeaseTTL: s.LeaseTTL, Batch: s.Batch, Services: services}
+		if s.Counters != nil {
+			s.runner.Recorder = s.Counters.Recorder
+		}
 	})
 	return s.runner
 }

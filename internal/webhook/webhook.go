@@ -25,6 +25,7 @@ import (
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/fault"
+	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/maintenance"
 	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/startstop"
@@ -60,6 +61,8 @@ const roundTimeout = 30 * time.Second
 
 // Options configure a Dispatcher.
 type Options struct {
+	// Recorder, when set, counts the retention lease's changes of leader.
+	Recorder *instrument.Recorder
 	// Secret signs every request (HMAC-SHA256); receivers verify with the
 	// same secret. Required, at least MinSecretBytes bytes. Never logged.
 	Secret []byte
@@ -794,7 +797,7 @@ func (d *Dispatcher) pruner() startstop.Service {
 	}
 	r := &maintenance.Runner{Driver: d.store, Clock: d.clock, Log: d.log, Lease: maintenance.WebhookLease,
 		Instance: d.opts.Instance + "/maintenance", Interval: pruneEvery, Batch: 1000,
-		Tick: min(d.opts.PollInterval, 10*time.Second/3), Services: []maintenance.Service{maintenance.WebhookRetention(d.opts.Retention)}}
+		Tick: min(d.opts.PollInterval, 10*time.Second/3), Services: []maintenance.Service{maintenance.WebhookRetention(d.opts.Retention)}, Recorder: d.opts.Recorder}
 	return &startstop.Func{Name: "webhook retention", Run: r.Run, Log: d.log}
 }
 

@@ -164,9 +164,13 @@ func (e *executor) QueueList(ctx context.Context, p *store.QueueListParams) ([]*
 func (e *executor) QueueDepth(ctx context.Context, params *store.QueueDepthParams) (store.QueueDepth, error) {
 	queue, limit := params.Queue, params.Limit
 	var d store.QueueDepth
-	err := e.each(ctx, "queue depth", e.d.q.queueDepth, []any{queue, limit + 1, limit}, func(r rows) error {
-		return r.Scan(&d.Sessions, &d.Messages)
+	var oldest *time.Time
+	err := e.each(ctx, "queue depth", e.d.q.queueDepth, []any{queue, limit + 1, limit, params.Now}, func(r rows) error {
+		return r.Scan(&d.Sessions, &d.Messages, &oldest)
 	})
+	if oldest != nil {
+		d.OldestWaiting = oldest.UTC()
+	}
 	return depthCapped(d, limit), err
 }
 

@@ -64,9 +64,13 @@ const (
 	tQueueGet = `SELECT ` + sqQueueCols + ` FROM {s}.queues WHERE name = $1`
 	// tQueueDepth reads at most $2 sessions through queue_sessions_ready
 	// and sums the pending messages of the first $3.
-	tQueueDepth = `SELECT count(*), coalesce(sum(CASE WHEN n <= $3 THEN pending ELSE 0 END), 0)
- FROM (SELECT pending, row_number() OVER () AS n FROM {s}.queue_sessions
-   WHERE queue = $1 AND ready_at IS NOT NULL AND NOT blocked LIMIT $2) AS s`
+	// The earliest ready_at ($4: now) of the first $3 not held is the
+	// oldest wait for a consumer.
+	tQueueDepth = `SELECT count(*), coalesce(sum(CASE WHEN n <= $3 THEN pending ELSE 0 END), 0),
+   min(CASE WHEN n <= $3 AND ready_at <= $4 AND (lock_holder IS NULL OR locked_until <= $4) THEN ready_at END)
+ FROM (SELECT pending, ready_at, lock_holder, locked_until, row_number() OVER (ORDER BY ready_at) AS n
+   FROM {s}.queue_sessions
+   WHERE queue = $1 AND ready_at IS NOT NULL AND NOT blocked ORDER BY ready_at LIMIT $2) AS s`
 	tQueueList = `SELECT ` + sqQueueCols + ` FROM {s}.queues WHERE name > $1`
 
 	// tPublishPrepare returns, per message ($1 queues, $2 session IDs, $3

@@ -138,8 +138,12 @@ func (e *executor) QueueGet(ctx context.Context, params *store.QueueGetParams) (
 func (e *executor) QueueDepth(ctx context.Context, params *store.QueueDepthParams) (store.QueueDepth, error) {
 	queue, limit := params.Queue, params.Limit
 	var d store.QueueDepth
-	if err := e.queryOne(ctx, qQueueDepth, []any{queue, limit + 1, limit}, &d.Sessions, &d.Messages); err != nil {
+	var oldest sql.NullInt64
+	if err := e.queryOne(ctx, qQueueDepth, []any{queue, limit + 1, limit, us(params.Now)}, &d.Sessions, &d.Messages, &oldest); err != nil {
 		return d, fmt.Errorf("sqlite: queue depth: %w", err)
+	}
+	if oldest.Valid {
+		d.OldestWaiting = fromUS(oldest.Int64)
 	}
 	if d.Sessions > limit {
 		d.Sessions, d.Capped = limit, true

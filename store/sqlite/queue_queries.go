@@ -44,9 +44,13 @@ const (
 	qQueueGet = `SELECT ` + queueCols + ` FROM queues WHERE name = ?`
 	// qQueueDepth reads at most ?2 sessions through queue_sessions_ready
 	// and sums the pending messages of the first ?3.
-	qQueueDepth = `SELECT count(*), coalesce(sum(CASE WHEN n <= ?3 THEN pending ELSE 0 END), 0)
- FROM (SELECT pending, row_number() OVER () AS n FROM queue_sessions INDEXED BY queue_sessions_ready
-   WHERE queue = ?1 AND ready_at IS NOT NULL AND blocked = 0 LIMIT ?2)`
+	// The earliest ready_at (?4: now) of the first ?3 not held is the
+	// oldest wait for a consumer.
+	qQueueDepth = `SELECT count(*), coalesce(sum(CASE WHEN n <= ?3 THEN pending ELSE 0 END), 0),
+   min(CASE WHEN n <= ?3 AND ready_at <= ?4 AND (lock_holder IS NULL OR locked_until <= ?4) THEN ready_at END)
+ FROM (SELECT pending, ready_at, lock_holder, locked_until, row_number() OVER (ORDER BY ready_at) AS n
+   FROM queue_sessions INDEXED BY queue_sessions_ready
+   WHERE queue = ?1 AND ready_at IS NOT NULL AND blocked = 0 ORDER BY ready_at LIMIT ?2)`
 	qQueueList   = `SELECT ` + queueCols + ` FROM queues WHERE name > ?`
 	qQueueCreate = `INSERT INTO queues (name, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`
 	// qQueueWindows reads the dedupe windows of the queues in a JSON list.

@@ -65,12 +65,21 @@ func testQueueDepth(t *testing.T, d store.Driver) {
 	receiveAt(t, d, now, c, e)
 	wantErrs(t, "settle", settleAt(t, d, now, deadLetter(c, 1, "bad", true), complete(e, 1)), nil, nil)
 	wantErrs(t, "release", releaseAt(t, d, now, c, e), nil, nil)
-	depth := func(queue string, limit int) store.QueueDepth {
+	depthAt := func(queue string, limit int, now time.Time) store.QueueDepth {
 		t.Helper()
-		got, err := d.Reader().QueueDepth(context.Background(), &store.QueueDepthParams{Queue: queue, Limit: limit})
+		got, err := d.Reader().QueueDepth(context.Background(), &store.QueueDepthParams{Queue: queue, Limit: limit, Now: now})
 		if err != nil {
 			t.Fatalf("QueueDepth(%s, %d): %v", queue, limit, err)
 		}
+		return got
+	}
+	depth := func(queue string, limit int) store.QueueDepth {
+		t.Helper()
+		got := depthAt(queue, limit, now)
+		if got.Sessions > 0 && !got.OldestWaiting.Equal(base) {
+			t.Errorf("QueueDepth(%s, %d).OldestWaiting = %v, want %v (published then, nobody holds it)", queue, limit, got.OldestWaiting, base)
+		}
+		got.OldestWaiting = time.Time{}
 		return got
 	}
 	if got := depth("q", 10); got != (store.QueueDepth{Sessions: 2, Messages: 3}) {
@@ -84,6 +93,19 @@ func testQueueDepth(t *testing.T, d store.Driver) {
 	}
 	if got := depth("none", 10); got != (store.QueueDepth{}) {
 		t.Errorf("QueueDepth(none) = %+v", got)
+	}
+	// Nothing waits before its head is ready, nor while a consumer holds
+	// its session.
+	if got := depthAt("q", 10, base.Add(-time.Second)); got.Sessions != 2 || !got.OldestWaiting.IsZero() {
+		t.Errorf("QueueDepth(q) before the publish = %+v, want 2 sessions, none waiting", got)
+	}
+	acceptNamed(t, d, "q", "a", "h", now)
+	acceptNamed(t, d, "q", "b", "h", now)
+	if got := depthAt("q", 10, now); got.Sessions != 2 || !got.OldestWaiting.IsZero() {
+		t.Errorf("QueueDepth(q) with a and b held = %+v, want 2 sessions, none waiting", got)
+	}
+	if got := depthAt("q", 10, now.Add(time.Hour)); !got.OldestWaiting.Equal(base) {
+		t.Errorf("QueueDepth(q) once the locks expired = %+v, want waiting since %v", got, base)
 	}
 }
 
