@@ -16,6 +16,7 @@ import (
 	"github.com/drover-run/drover/internal/democmd"
 	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/orders"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/internal/workflowdef"
 	"github.com/drover-run/drover/server"
 	"github.com/drover-run/drover/store"
@@ -253,8 +254,23 @@ not sent).`,
 				return err
 			}
 			log := e.Logger(slog.LevelDebug)
+			tp, flushTraces, err := tracing.FromEnv(cmd.Context(), nil)
+			if err != nil {
+				return clicore.Usagef("tracing: %v", err)
+			}
+			if tp != nil {
+				log.Info("tracing on: spans exported with OTLP (OTEL_EXPORTER_OTLP_* environment)")
+				defer func() {
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
+					defer cancel()
+					if err := flushTraces(ctx); err != nil {
+						log.Warn("tracing: spans not exported at shutdown", "err", err)
+					}
+				}()
+			}
 			var d *clicore.Database
 			cfg := server.Config{
+				TracerProvider: tp,
 				OpenStore: func(ctx context.Context) (store.Driver, error) {
 					var err error
 					if d, err = e.openServerStore(ctx, t, synchronous); err != nil {
