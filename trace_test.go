@@ -60,7 +60,7 @@ func TestTracingOneTracePerTask(t *testing.T) {
 		Store: newStore(t), TracerProvider: tp,
 		Workflows: []drover.Workflow{{Name: "trip", OnFailure: drover.PolicyCompensate, FailureThreshold: 1, Steps: []drover.Step{
 			{Name: "flight", Agent: "air", Compensation: "air-undo"},
-			{Name: "car", Agent: "cars-silent", Compensation: "cars-undo", Timeout: 200 * time.Millisecond},
+			{Name: "car", Agent: "cars-silent", Compensation: "cars-undo", Timeout: time.Second},
 		}}},
 		Agents: []drover.Agent{agent("air", done), agent("air-undo", done), agent("cars-undo", done),
 			// Never answers: the supervisor recovers the step at CompleteBy.
@@ -91,6 +91,13 @@ func TestTracingOneTracePerTask(t *testing.T) {
 		}
 		return false
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, s := range spans {
+				t.Logf("span %s step=%s outcome=%s", s.Name, spanAttr(s, "drover.step"), spanAttr(s, "drover.outcome"))
+			}
+		}
+	})
 	waitFor(t, "the task's spans", func() bool {
 		spans = exp.GetSpans()
 		for _, w := range want {

@@ -1133,7 +1133,8 @@ func (p *Processor) dispatch(s *session, dm *dt.Message) {
 func (p *Processor) call(ctx context.Context, m *ReceivedMessage) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			p.c.log.Error("convoy: handler panicked", append(logattr.Message(m.Queue, m.SessionID, m.Seq), "panic", r, "stack", string(debug.Stack()))...)
+			p.c.log.Error("convoy: handler panicked", append(append(logattr.Message(m.Queue, m.SessionID, m.Seq), logattr.TraceOf(m.TraceContext)...),
+				"panic", r, "stack", string(debug.Stack()))...)
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
@@ -1170,7 +1171,8 @@ func (p *Processor) callAllTx(ctx context.Context, x store.Executor, ms []*Recei
 func (p *Processor) callTx(ctx context.Context, x store.Executor, m *ReceivedMessage) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			p.c.log.Error("convoy: handler panicked", append(logattr.Message(m.Queue, m.SessionID, m.Seq), "panic", r, "stack", string(debug.Stack()))...)
+			p.c.log.Error("convoy: handler panicked", append(append(logattr.Message(m.Queue, m.SessionID, m.Seq), logattr.TraceOf(m.TraceContext)...),
+				"panic", r, "stack", string(debug.Stack()))...)
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()

@@ -96,6 +96,12 @@ interrupted; only a schema newer than this drover fails at once. Once
 running, a broken connection is re-established by the connection pool and the
 roles retry their work; nothing is lost, since all state is in the database.
 
+With OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or
+OTEL_TRACES_EXPORTER=otlp) set, the server traces every task with
+OpenTelemetry and exports the spans with OTLP (http/protobuf, or grpc with
+OTEL_EXPORTER_OTLP_PROTOCOL=grpc); OTEL_SDK_DISABLED=true turns it off. See
+docs/operations.md, Tracing.
+
 By default one process runs all roles. --roles splits them over processes
 (all on the same database): schedulers claim tasks and dispatch steps,
 agents call the remote service, and supervisors recover steps whose deadline
