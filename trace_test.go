@@ -25,11 +25,11 @@ func memTracer(t *testing.T) (*sdktrace.TracerProvider, *tracetest.InMemoryExpor
 	return tp, exp
 }
 
-// spanSummary is a span's name and its attributes that tell spans apart.
+// spanAttr returns the value of span s's attribute key ("" when unset).
 func spanAttr(s tracetest.SpanStub, key string) string {
 	for _, a := range s.Attributes {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""

@@ -22,7 +22,7 @@ func withTracer(tp trace.TracerProvider) clientOpt {
 func spanAttr(s tracetest.SpanStub, key string) string {
 	for _, a := range s.Attributes {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""
