@@ -3,6 +3,7 @@ package drover
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drover-run/drover/internal/tracing"
@@ -53,4 +54,16 @@ func endSubmit(spans []trace.Span, ts []*Task, err error) {
 		}
 		tracing.End(span, err)
 	}
+}
+
+// traceCancelled records the final-state span of a task an operator
+// cancelled (the engine records the others).
+func (c *Client) traceCancelled(t *Task, actor string) {
+	if !c.tracer.On() {
+		return
+	}
+	c.tracer.Emit([]tracing.Record{{Name: tracing.SpanFinal, Parent: t.TraceContext, Start: t.UpdatedAt, End: t.UpdatedAt,
+		Kind: trace.SpanKindInternal, Attrs: []attribute.KeyValue{tracing.AttrTask.String(t.ID),
+			tracing.AttrWorkflow.String(t.Workflow), tracing.AttrInstance.String(actor),
+			tracing.AttrState.String(string(t.ProcessState))}}})
 }

@@ -160,3 +160,34 @@ func TestTracingOffStoresNoContext(t *testing.T) {
 		t.Errorf("task ended %s (%s), trace context %q", got.ProcessState, got.LastError, got.TraceContext)
 	}
 }
+
+// TestTracingCancelledTask: an operator's Cancel ends the task's trace with
+// its final-state span.
+func TestTracingCancelledTask(t *testing.T) {
+	t.Parallel()
+	tp, exp := memTracer(t)
+	c := startClient(t, drover.Config{Store: newStore(t), TracerProvider: tp, ExternalAgents: []string{"elsewhere"},
+		Workflows: []drover.Workflow{{Name: "wait", Steps: []drover.Step{{Name: "a", Agent: "elsewhere"}}}}})
+	task, err := c.Submit(context.Background(), "wait", nil, &drover.SubmitOptions{ID: "c-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CancelAs(context.Background(), "c-1", "not needed", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	var final tracetest.SpanStub
+	waitFor(t, "the final-state span", func() bool {
+		for _, s := range exp.GetSpans() {
+			if s.Name == tracing.SpanFinal {
+				final = s
+				return true
+			}
+		}
+		return false
+	})
+	if final.SpanContext.TraceID().String() != tracing.TraceID(task.TraceContext) || spanAttr(final, "drover.state") != "Cancelled" ||
+		spanAttr(final, "drover.instance") != "ops" {
+		t.Errorf("final span: trace %s state %q actor %q", final.SpanContext.TraceID(), spanAttr(final, "drover.state"),
+			spanAttr(final, "drover.instance"))
+	}
+}
