@@ -19,7 +19,7 @@ type began struct {
 	kind dt.RequestKind
 }
 
-// newBatch returns a batch that notes attempt starts when tr is on.
+// tracedBatch returns a batch that notes attempt starts when tr is on.
 func tracedBatch(tr *tracing.Tracer) *batch {
 	b := newBatch()
 	if tr.On() {
