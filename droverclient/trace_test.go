@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/droverclient"
 	"github.com/drover-run/drover/internal/httpapi"
 	"github.com/drover-run/drover/internal/httpapi/apitest"
@@ -24,7 +25,8 @@ import (
 // the task's trace context, and a client with a tracer provider runs the
 // handler in a drover.agent.call span, a child of the task's submit span
 // (the server's spans and the agent's exported apart, as by two
-// processes); the client's requests carry their context's traceparent.
+// processes); the client's requests carry their context's traceparent,
+// and a remote consumer receives a traced message's context.
 func TestRunAgentContinuesTheTasksTrace(t *testing.T) {
 	t.Parallel()
 	serverExp, agentExp := tracetest.NewInMemoryExporter(), tracetest.NewInMemoryExporter()
@@ -106,8 +108,34 @@ func TestRunAgentContinuesTheTasksTrace(t *testing.T) {
 	}
 	root.End()
 	mu.Lock()
-	defer mu.Unlock()
 	if want := "00-" + root.SpanContext().TraceID().String() + "-" + root.SpanContext().SpanID().String() + "-01"; submitTrace != want {
 		t.Errorf("the submit sent traceparent %q, want %q", submitTrace, want)
+	}
+	mu.Unlock()
+
+	// A remote consumer gets a traced message's context with it.
+	pub, err := convoy.New(convoy.Config{Store: cfg.Store, TracerProvider: serverTP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Publish(context.Background(), "jobs", convoy.Message{SessionID: "s", Body: []byte(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := sub.Accept(context.Background(), "jobs", time.Second)
+	if err != nil || l == nil {
+		t.Fatalf("Accept: %+v %v", l, err)
+	}
+	r, err := sub.Receive(context.Background(), l, time.Second)
+	if err != nil || r.Message == nil {
+		t.Fatalf("Receive: %+v %v", r, err)
+	}
+	var publish tracetest.SpanStub
+	for _, sp := range serverExp.GetSpans() {
+		if sp.Name == tracing.SpanPublish {
+			publish = sp
+		}
+	}
+	if want := "00-" + publish.SpanContext.TraceID().String() + "-" + publish.SpanContext.SpanID().String() + "-01"; r.Message.Traceparent != want {
+		t.Errorf("the received message's traceparent %q, want the publish span's %q", r.Message.Traceparent, want)
 	}
 }
