@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/agentrt"
 	"github.com/drover-run/drover/internal/clock"
@@ -20,6 +22,7 @@ import (
 	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/notifier"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/store"
 )
 
@@ -100,6 +103,14 @@ type Config struct {
 	Clock Clock
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
+	// TracerProvider, when set, traces every task with OpenTelemetry: a
+	// drover.submit span per Submit, whose context is stored with the
+	// task, and the spans of its step attempts, agent calls, supervisor
+	// recoveries, compensations and final state as its children, in
+	// whichever process runs them (see docs/operations.md, Tracing). nil
+	// turns tracing off; the global provider (otel.GetTracerProvider) is
+	// not used unless passed here.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultMaxInputBytes is the default cap on a task's input.
@@ -112,7 +123,8 @@ type Client struct {
 	clock    Clock
 	log      *slog.Logger
 	counters flow.Counters
-	groups   submitGroups // Submit's group commit (submit_group.go)
+	groups   submitGroups    // Submit's group commit (submit_group.go)
+	tracer   *tracing.Tracer // nil: tracing off
 
 	// wfMu guards workflows and knownAgents: AddWorkflows changes them
 	// while submissions read them.
@@ -196,7 +208,8 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	c := &Client{cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, workflows: map[string]Workflow{}}
+	c := &Client{cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, workflows: map[string]Workflow{},
+		tracer: tracing.New(cfg.TracerProvider)}
 	c.counters.Recorder = instrument.New()
 
 	agents := map[string]bool{}
@@ -317,7 +330,7 @@ func (c *Client) Start(ctx context.Context) error {
 	cfg := engine.Config{Store: c.store, Clock: c.clock, Log: c.log, Instance: c.cfg.InstanceID, Counters: &c.counters,
 		Fence: lease.check, ClaimBatch: c.cfg.ClaimBatch, MaxInFlight: c.cfg.MaxInFlight, PollInterval: c.cfg.PollInterval,
 		NamespaceMaxInFlight: c.cfg.NamespaceMaxInFlight, Supervisor: c.cfg.Roles.Supervisor, SupervisorInterval: c.cfg.SupervisorInterval, LeaseTTL: c.cfg.LeaseTTL,
-		Retention: c.cfg.Retention}
+		Retention: c.cfg.Retention, Trace: c.tracer}
 	if c.cfg.Roles.Scheduler {
 		cfg.Schedulers = c.cfg.Schedulers
 	}

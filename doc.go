@@ -52,5 +52,15 @@
 //	client.Start(ctx)
 //	task, _ := client.Submit(ctx, "order", []byte(`{"order_id":"o-1"}`), nil)
 //
+// # Tracing
+//
+// Set Config.TracerProvider to an OpenTelemetry provider and every task is
+// one trace: a drover.submit span (a child of the span in Submit's
+// context) whose context is stored with the task, and the spans of its
+// step attempts, agent calls, recoveries, compensations and final state as
+// its children, in whichever process runs them. An agent function's
+// context carries its call's span. nil is off. See docs/operations.md,
+// Tracing.
+//
 // See the examples and docs/architecture.md for more.
 package drover

@@ -209,6 +209,7 @@ func (c *Client) CancelAs(ctx context.Context, id, reason, actor string) (*Task,
 	if err != nil {
 		return nil, err
 	}
+	c.traceCancelled(t, actor)
 	if t.OrderingKey != "" {
 		// The next task of its key may start now.
 		c.wakeSchedulers()

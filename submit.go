@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/flow"
@@ -262,7 +263,7 @@ type prepared struct {
 }
 
 // prepare validates one submission and builds its records; it touches nothing.
-func (c *Client) prepare(p SubmitParams) (*prepared, error) {
+func (c *Client) prepare(ctx context.Context, p SubmitParams) (*prepared, error) {
 	c.wfMu.RLock()
 	w, ok := c.workflows[p.Workflow]
 	c.wfMu.RUnlock()
@@ -334,6 +335,9 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 		WorkflowVersion: w.Version, CallbackURL: p.Options.CallbackURL, CallbackEvents: events,
 		Submitter: p.Options.Submitter, AvailableAt: start, CreatedAt: now, UpdatedAt: now,
 	}
+	if c.tracer.On() {
+		t.TraceContext = submitContext(ctx)
+	}
 	steps := make([]*dt.StepRecord, len(w.Steps))
 	for i, s := range w.Steps {
 		steps[i] = &dt.StepRecord{
@@ -345,9 +349,14 @@ func (c *Client) prepare(p SubmitParams) (*prepared, error) {
 	return &prepared{task: t, steps: steps}, nil
 }
 
-func (c *Client) submit(ctx context.Context, tx any, params []SubmitParams) ([]*Task, error) {
+func (c *Client) submit(ctx context.Context, tx any, params []SubmitParams) (ts []*Task, err error) {
+	if c.tracer.On() {
+		var spans []trace.Span
+		ctx, spans = c.traceSubmit(ctx, params)
+		defer func() { endSubmit(spans, ts, err) }()
+	}
 	if tx == nil && len(params) == 1 {
-		p, err := c.prepare(params[0])
+		p, err := c.prepare(ctx, params[0])
 		if err != nil {
 			return nil, err
 		}
@@ -360,7 +369,7 @@ func (c *Client) submit(ctx context.Context, tx any, params []SubmitParams) ([]*
 	ps := make([]*prepared, len(params))
 	for i, p := range params {
 		var err error
-		if ps[i], err = c.prepare(p); err != nil {
+		if ps[i], err = c.prepare(ctx, p); err != nil {
 			if len(params) > 1 {
 				return nil, fmt.Errorf("task %d: %w", i, err)
 			}
@@ -377,7 +386,6 @@ func (c *Client) submit(ctx context.Context, tx any, params []SubmitParams) ([]*
 		out, err = flow.Submit(ctx, x, subs)
 		return err
 	}
-	var err error
 	if tx != nil {
 		err = c.store.InExternalTx(ctx, tx, fn)
 	} else {

@@ -12,10 +12,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/startstop"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/store"
 )
 
@@ -43,6 +46,11 @@ type Config struct {
 	Clock Clock
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
+	// TracerProvider, when set, traces every message with OpenTelemetry: a
+	// drover.convoy.publish span, whose context is stored with the
+	// message, and drover.convoy.receive and drover.convoy.settle spans as
+	// its children in whichever process consumes it. nil: off.
+	TracerProvider trace.TracerProvider
 }
 
 // Limits of names and bodies.
@@ -67,11 +75,12 @@ const policyTTL = 5 * time.Second
 // the client expires dedupe entries (with those of other processes, one at
 // a time: see package maintenance).
 type Client struct {
-	cfg   Config
-	store store.Driver
-	clock Clock
-	log   *slog.Logger
-	hub   *hub
+	cfg    Config
+	store  store.Driver
+	clock  Clock
+	log    *slog.Logger
+	hub    *hub
+	tracer *tracing.Tracer // nil: tracing off
 
 	polMu    sync.Mutex
 	policies map[string]cachedPolicy
@@ -120,7 +129,8 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	c := &Client{cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, policies: map[string]cachedPolicy{}}
+	c := &Client{cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, policies: map[string]cachedPolicy{},
+		tracer: tracing.New(cfg.TracerProvider)}
 	c.hub = newHub(cfg.Store, cfg.Logger)
 	return c, nil
 }

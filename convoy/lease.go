@@ -203,7 +203,9 @@ func (c *Client) receiveRef(ctx context.Context, ref LockRef) (*ReceivedMessage,
 	case got == nil:
 		return nil, nil
 	}
-	return newReceived(got, ref.Token, nil), nil
+	m := newReceived(got, ref.Token, nil)
+	c.traceReceived(m)
+	return m, nil
 }
 
 // receiveHead is the transaction body of a receive, shared by

@@ -27,6 +27,10 @@ type ReceivedMessage struct {
 	EnqueuedAt time.Time
 	// AvailableAt is when the message became deliverable.
 	AvailableAt time.Time
+	// TraceContext is the W3C trace context of the message's publish span
+	// ("<traceparent>[ <tracestate>]"; "" when its publisher did not
+	// trace): a consumer's own spans about the message can continue it.
+	TraceContext string
 
 	token    int64
 	state    []byte // the session state when the message was received
@@ -38,7 +42,7 @@ func newReceived(m *dt.Message, token int64, state []byte) *ReceivedMessage {
 	return &ReceivedMessage{
 		Queue: m.Queue, SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: m.Body,
 		DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, EnqueuedAt: m.EnqueuedAt,
-		AvailableAt: m.AvailableAt, token: token, state: state,
+		AvailableAt: m.AvailableAt, TraceContext: m.TraceContext, token: token, state: state,
 	}
 }
 

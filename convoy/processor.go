@@ -17,6 +17,7 @@ import (
 	"github.com/drover-run/drover/internal/fault"
 	"github.com/drover-run/drover/internal/logattr"
 	"github.com/drover-run/drover/internal/notifier"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/store"
 )
 
@@ -1094,6 +1095,7 @@ func (p *Processor) apply(now time.Time, o *roundOut, held []*session, settles [
 
 // settled accounts for an applied settle.
 func (p *Processor) settled(s *session, m *ReceivedMessage, st store.MessageSettle, applied bool) {
+	p.c.traceSettle(m, st.Action, nil)
 	s.empty, s.idleSince = false, time.Time{}
 	switch st.Action {
 	case store.SettleComplete:
@@ -1120,7 +1122,10 @@ func (p *Processor) dispatch(s *session, dm *dt.Message) {
 	ctx, cancel := context.WithCancel(p.handlerCtx)
 	s.inflight, s.cancel = m, cancel
 	go func() {
+		ctx, span := p.c.traceReceive(ctx, m)
 		err := p.call(ctx, m)
+		tracing.Outcome(ctx, "", err)
+		span.End()
 		p.push(result{s: s, m: m, err: err})
 	}()
 }
@@ -1128,7 +1133,8 @@ func (p *Processor) dispatch(s *session, dm *dt.Message) {
 func (p *Processor) call(ctx context.Context, m *ReceivedMessage) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			p.c.log.Error("convoy: handler panicked", append(logattr.Message(m.Queue, m.SessionID, m.Seq), "panic", r, "stack", string(debug.Stack()))...)
+			p.c.log.Error("convoy: handler panicked", append(append(logattr.Message(m.Queue, m.SessionID, m.Seq), logattr.TraceOf(m.TraceContext)...),
+				"panic", r, "stack", string(debug.Stack()))...)
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
@@ -1165,9 +1171,12 @@ func (p *Processor) callAllTx(ctx context.Context, x store.Executor, ms []*Recei
 func (p *Processor) callTx(ctx context.Context, x store.Executor, m *ReceivedMessage) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			p.c.log.Error("convoy: handler panicked", append(logattr.Message(m.Queue, m.SessionID, m.Seq), "panic", r, "stack", string(debug.Stack()))...)
+			p.c.log.Error("convoy: handler panicked", append(append(logattr.Message(m.Queue, m.SessionID, m.Seq), logattr.TraceOf(m.TraceContext)...),
+				"panic", r, "stack", string(debug.Stack()))...)
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
+	ctx, span := p.c.traceReceive(ctx, m)
+	defer func() { tracing.Outcome(ctx, "", err); span.End() }()
 	return p.htx(ctx, x, m)
 }

@@ -98,7 +98,7 @@ func (c *Client) PublishWith(ctx context.Context, x store.Executor, queue string
 	return out, nil
 }
 
-func (c *Client) publish(ctx context.Context, x store.Executor, queue string, msgs []Message) ([]Published, error) {
+func (c *Client) publish(ctx context.Context, x store.Executor, queue string, msgs []Message) (_ []Published, err error) {
 	pms, err := c.prepare(queue, msgs)
 	if err != nil {
 		return nil, err
@@ -106,7 +106,12 @@ func (c *Client) publish(ctx context.Context, x store.Executor, queue string, ms
 	if len(pms) == 0 {
 		return []Published{}, nil
 	}
-	res, err := x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: pms, Now: c.now()})
+	var res []store.PublishResult
+	if c.tracer.On() {
+		spans := c.tracePublish(ctx, pms)
+		defer func() { endPublish(spans, res, err) }()
+	}
+	res, err = x.MessagePublishMany(ctx, &store.MessagePublishManyParams{Messages: pms, Now: c.now()})
 	if err != nil {
 		return nil, err
 	}

@@ -338,6 +338,7 @@ func (r *SessionReceiver) tryReceive(ctx context.Context) (*ReceivedMessage, err
 		return nil, nil
 	}
 	r.current = newReceived(got, r.token, r.state)
+	r.c.traceReceived(r.current)
 	return r.current, nil
 }
 
@@ -422,6 +423,9 @@ func (r *SessionReceiver) settle(ctx context.Context, what string, m *ReceivedMe
 		}
 		return nil
 	})
+	if err == nil {
+		r.c.traceSettle(m, s.Action, errs[0])
+	}
 	switch {
 	case err != nil:
 		return err

@@ -43,6 +43,13 @@ type AgentRequest struct {
 	Input          json.RawMessage `json:"input"`
 	PreviousOutput json.RawMessage `json:"previous_output"`
 	StepOutput     json.RawMessage `json:"step_output"`
+
+	// Traceparent and Tracestate are the W3C trace context of the task
+	// when it is traced (absent otherwise): an agent's span of the call
+	// continues the task's trace as their child (droverclient.RunAgent
+	// does, with a tracer provider).
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // PollResult is the answer of a poll: the requests taken, maybe none.

@@ -42,6 +42,11 @@ type ReceivedMessage struct {
 	EndOfSequence bool            `json:"end_of_sequence"`
 	EnqueuedAt    time.Time       `json:"enqueued_at"`
 	AvailableAt   time.Time       `json:"available_at"`
+	// Traceparent and Tracestate are the W3C trace context of the
+	// message's publish span when it was traced (absent otherwise), for
+	// the consumer's spans of it.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // ReceiveResult is the answer of a receive: Message, or nil when none came

@@ -13,8 +13,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/drover-run/drover/droverapi"
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/logattr"
+	"github.com/drover-run/drover/internal/tracing"
 )
 
 // ErrStale matches (errors.Is) the server's 409 stale_token: the token of
@@ -270,6 +274,12 @@ func (c *Client) runRequest(ctx context.Context, r *Request, h AgentHandler, opt
 		out json.RawMessage
 		err error
 	)
+	if c.tracer.On() {
+		var span trace.Span
+		callCtx, span = c.traceCall(callCtx, r)
+		log = log.With(logattr.Trace(callCtx)...)
+		defer func() { tracing.Outcome(callCtx, "", err); span.End() }()
+	}
 	delay := opts.RetryDelay
 	for try := 1; ; try++ {
 		out, err = call(callCtx, r, h)
@@ -322,6 +332,18 @@ func (c *Client) runRequest(ctx context.Context, r *Request, h AgentHandler, opt
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// traceCall starts the span of a call of r's handler, a child of r's
+// trace context (the task's), for the handler's context.
+func (c *Client) traceCall(ctx context.Context, r *Request) (context.Context, trace.Span) {
+	stored := r.Traceparent
+	if stored != "" && r.Tracestate != "" {
+		stored += " " + r.Tracestate
+	}
+	return c.tracer.AgentCall(ctx, &dt.AgentRequest{TaskID: r.TaskID, Workflow: r.Workflow, StepIndex: r.StepIndex,
+		StepName: r.StepName, Agent: r.Agent, Attempt: r.Attempt, Kind: dt.RequestKind(r.Kind),
+		IdempotencyKey: r.IdempotencyKey, TraceContext: stored})
 }
 
 // call runs the handler, turning a panic into an error.

@@ -12,7 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/drover-run/drover/droverapi"
+	"github.com/drover-run/drover/internal/tracing"
 )
 
 // Client calls one drover server. Its zero value is not usable; create it
@@ -22,6 +25,7 @@ type Client struct {
 	token     string
 	http      *http.Client
 	namespace string // the Drover-Namespace header; "": none
+	tracer    *tracing.Tracer
 }
 
 // Option configures a Client.
@@ -36,6 +40,15 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = 
 // acts in its own without it (naming another is 403). Default: the
 // token's namespace, or the default one.
 func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns } }
+
+// WithTracerProvider turns OpenTelemetry tracing on: every request
+// carries the W3C trace context of its context's span (traceparent), so
+// a task submitted or a message published continues the caller's trace,
+// and RunAgent runs each call of its handler in a drover.agent.call span,
+// a child of the task's trace. Default: off.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *Client) { c.tracer = tracing.New(tp) }
+}
 
 // setAuth sets the headers of the client's identity on req: the token
 // and the namespace.
@@ -163,6 +176,9 @@ func (c *Client) do(ctx context.Context, method, rawURL string, body, out any) (
 	}
 	req.Header.Set("Accept", "application/json")
 	c.setAuth(req)
+	if c.tracer.On() {
+		tracing.Inject(ctx, req.Header)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("droverclient: %s %s: %w", method, req.URL.Path, err)

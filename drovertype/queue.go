@@ -114,6 +114,10 @@ type Message struct {
 	DeadReason string
 	DeadAt     *time.Time
 	EnqueuedAt time.Time
+	// TraceContext is the W3C trace context of the span that published the
+	// message ("<traceparent>[ <tracestate>]"), which its receive and
+	// settle continue; "" when the publisher did not trace.
+	TraceContext string
 }
 
 // SessionSubject is the subject under which a session's events (alerts) are

@@ -147,6 +147,11 @@ type Task struct {
 	// the HTTP API records its token's actor name (never the secret).
 	// "" for tasks submitted in-process. Set at submit and never changed.
 	Submitter string
+	// TraceContext is the W3C trace context of the span that submitted the
+	// task ("<traceparent>[ <tracestate>]"): every span about the task, in
+	// any process, is its child, so the task is one trace. "" when the
+	// submitter did not trace. Set at submit and never changed.
+	TraceContext string
 
 	// Policy copied from the workflow at submit, so the supervisor needs no
 	// workflow code and a running task keeps the version it started with.
@@ -234,6 +239,7 @@ type AgentRequest struct {
 	Input          []byte // the task's input
 	PreviousOutput []byte // output of the step before, nil for the first
 	StepOutput     []byte // the step's own output; set for compensations
+	TraceContext   string // the task's (Task.TraceContext)
 }
 
 // AgentReply is an agent's answer to one request. A reply is applied only if

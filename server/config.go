@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/internal/httpapi"
 	"github.com/drover-run/drover/store"
@@ -33,6 +35,12 @@ type Config struct {
 	StoreName string
 	// Logger receives the server's logs. Default: slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, traces tasks, session messages, remote
+	// agents' requests and webhook deliveries with OpenTelemetry
+	// (drover.Config.TracerProvider; docs/operations.md, Tracing), and
+	// the API continues the trace of a request's traceparent header.
+	// nil: off. `drover server` sets it from the OTEL_* environment.
+	TracerProvider trace.TracerProvider
 
 	// InstanceID, Roles, Schedulers, SupervisorInterval, LeaseTTL,
 	// PollInterval, MaxInputBytes and NoEagerStart are those of

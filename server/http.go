@@ -17,6 +17,7 @@ import (
 	"github.com/drover-run/drover/internal/console"
 	"github.com/drover-run/drover/internal/httpapi"
 	"github.com/drover-run/drover/internal/instrument"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/internal/workflowdef"
 	"github.com/drover-run/drover/store"
 )
@@ -50,7 +51,7 @@ func listenHTTP(h *HTTPConfig) (net.Listener, error) {
 // serveHTTP starts serving the API on ln.
 func (s *Server) serveHTTP(ln net.Listener, c *drover.Client, drv store.Driver, reg *workflowdef.Registry, metrics prometheus.Gatherer) (*apiServer, error) {
 	h, log := s.cfg.HTTP, s.log
-	q, err := convoy.New(convoy.Config{Store: drv, InstanceID: c.InstanceID(), Logger: log})
+	q, err := convoy.New(convoy.Config{Store: drv, InstanceID: c.InstanceID(), Logger: log, TracerProvider: s.cfg.TracerProvider})
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +69,7 @@ func (s *Server) serveHTTP(ln net.Listener, c *drover.Client, drv store.Driver, 
 	}
 	a := &apiServer{ln: ln, handler: handler, done: make(chan error, 1), tls: h.TLSCert != nil}
 	a.srv = &http.Server{
-		Handler:           withConsole(handler, ui),
+		Handler:           withTrace(tracing.New(s.cfg.TracerProvider), withConsole(handler, ui)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute,
 		WriteTimeout:      time.Minute,
@@ -96,6 +97,18 @@ func (s *Server) serveHTTP(ln net.Listener, c *drover.Client, drv store.Driver, 
 		a.done <- err
 	}()
 	return a, nil
+}
+
+// withTrace makes, when tr is on, the context of every request carry the
+// remote span of its traceparent header, so a task submitted through the
+// API (or a message published) continues its caller's trace.
+func withTrace(tr *tracing.Tracer, h http.Handler) http.Handler {
+	if !tr.On() {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(tracing.Extract(r.Context(), r.Header)))
+	})
 }
 
 // withConsole serves the API's paths (/v1, /healthz, /readyz,

@@ -155,8 +155,8 @@ func (s *Server) Run(ctx context.Context) error {
 		Store: drv, InstanceID: cfg.InstanceID, Roles: cfg.Roles,
 		Schedulers: schedulers, SupervisorInterval: cfg.SupervisorInterval, LeaseTTL: cfg.LeaseTTL,
 		PollInterval: cfg.PollInterval, MaxInputBytes: cfg.MaxInputBytes, Logger: log, NoEagerStart: cfg.NoEagerStart,
-		NamespaceMaxInFlight: cfg.NamespaceMaxInFlight,
-		Workflows:            slices.Clone(cfg.Workflows),
+		NamespaceMaxInFlight: cfg.NamespaceMaxInFlight, TracerProvider: cfg.TracerProvider,
+		Workflows: slices.Clone(cfg.Workflows),
 	}
 	if cfg.Roles.Agent {
 		dc.Agents = slices.Clone(cfg.Agents)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/internal/instrument"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/internal/webhook"
 )
 
@@ -54,7 +55,8 @@ func (s *Server) startWebhooks(ctx context.Context, c *drover.Client) (d *webhoo
 		return nil, func() {}, nil
 	}
 	d, err = webhook.New(c.Store(), webhook.Options{Secret: secret, Subscriptions: s.subs, AllowCallbacks: s.allow, Egress: s.outbound,
-		Instance: c.InstanceID(), Logger: log, MaxPerNamespace: s.cfg.Webhooks.MaxPerNamespace, Recorder: instrument.ClientRecorder(c)})
+		Instance: c.InstanceID(), Logger: log, MaxPerNamespace: s.cfg.Webhooks.MaxPerNamespace, Recorder: instrument.ClientRecorder(c),
+		Tracer: tracing.New(s.cfg.TracerProvider)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("webhooks: %w", err)
 	}

@@ -176,6 +176,8 @@ type PublishMessage struct {
 	EndOfSequence bool
 	// AvailableAt is when the message may be delivered; zero means Now.
 	AvailableAt time.Time
+	// TraceContext is stored with the message (Message.TraceContext).
+	TraceContext string
 }
 
 // MessagePublishManyParams are the arguments of MessagePublishMany.

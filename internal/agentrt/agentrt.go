@@ -21,7 +21,9 @@ import (
 	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/logattr"
 	"github.com/drover-run/drover/internal/recent"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/store"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Func is the code of one agent: it calls a remote service and returns the
@@ -109,6 +111,9 @@ type Runtime struct {
 	// Recorder, when set, records each call's duration and outcome.
 	Recorder *instrument.Recorder
 	Stats    Stats
+	// Trace, when on, records a span per agent call, a child of the
+	// task's trace, and its context is the agent function's.
+	Trace *tracing.Tracer
 
 	agents  map[string]*agent
 	order   []string
@@ -471,17 +476,27 @@ func (rt *Runtime) handle(ctx context.Context, a *agent, r *dt.AgentRequest) {
 		return
 	}
 	// The call keeps running through a shutdown; only the deadline ends it.
-	// Its context carries the step's IDs for the agent's own logs.
-	callCtx, cancel := context.WithTimeout(logattr.With(context.WithoutCancel(ctx), ids...), left)
+	// Its context carries the step's IDs for the agent's own logs, and
+	// the call's span when tracing.
+	callCtx := context.WithoutCancel(ctx)
+	if rt.Trace.On() {
+		var span trace.Span
+		callCtx, span = rt.Trace.AgentCall(callCtx, r)
+		ids = append(ids, logattr.Trace(callCtx)...)
+		defer span.End()
+	}
+	callCtx, cancel := context.WithTimeout(logattr.With(callCtx, ids...), left)
 	defer cancel()
 	start := rt.Clock.Now()
 	out, err := rt.call(callCtx, a, r, slot)
 	if callCtx.Err() != nil || !rt.Clock.Now().Before(r.CompleteBy) {
 		// Past CompleteBy the agent sends nothing back.
 		rt.Stats.AbandonedCalls.Add(1)
+		tracing.Outcome(callCtx, "abandoned", err)
 		rt.Log.Debug("agent call abandoned: the step's deadline passed", append(ids, "duration", rt.Clock.Now().Sub(start))...)
 		return
 	}
+	tracing.Outcome(callCtx, "", err)
 	rt.Log.Debug("agent call finished", append(ids, "failed", err != nil, "duration", rt.Clock.Now().Sub(start))...)
 	reply := &dt.AgentReply{TaskID: r.TaskID, StepIndex: r.StepIndex, Attempt: r.Attempt, Kind: r.Kind, Output: out,
 		CreatedAt: rt.Clock.Now(), Scheduler: r.Scheduler, InProcess: r.InProcess}

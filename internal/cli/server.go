@@ -16,6 +16,7 @@ import (
 	"github.com/drover-run/drover/internal/democmd"
 	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/orders"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/internal/workflowdef"
 	"github.com/drover-run/drover/server"
 	"github.com/drover-run/drover/store"
@@ -94,6 +95,12 @@ exponential back-off, 100ms doubling to 5s, until it succeeds or is
 interrupted; only a schema newer than this drover fails at once. Once
 running, a broken connection is re-established by the connection pool and the
 roles retry their work; nothing is lost, since all state is in the database.
+
+With OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or
+OTEL_TRACES_EXPORTER=otlp) set, the server traces every task with
+OpenTelemetry and exports the spans with OTLP (http/protobuf, or grpc with
+OTEL_EXPORTER_OTLP_PROTOCOL=grpc); OTEL_SDK_DISABLED=true turns it off. See
+docs/operations.md, Tracing.
 
 By default one process runs all roles. --roles splits them over processes
 (all on the same database): schedulers claim tasks and dispatch steps,
@@ -253,8 +260,23 @@ not sent).`,
 				return err
 			}
 			log := e.Logger(slog.LevelDebug)
+			tp, flushTraces, err := tracing.FromEnv(cmd.Context(), nil)
+			if err != nil {
+				return clicore.Usagef("tracing: %v", err)
+			}
+			if tp != nil {
+				log.Info("tracing on: spans exported with OTLP (OTEL_EXPORTER_OTLP_* environment)")
+				defer func() {
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
+					defer cancel()
+					if err := flushTraces(ctx); err != nil {
+						log.Warn("tracing: spans not exported at shutdown", "err", err)
+					}
+				}()
+			}
 			var d *clicore.Database
 			cfg := server.Config{
+				TracerProvider: tp,
 				OpenStore: func(ctx context.Context) (store.Driver, error) {
 					var err error
 					if d, err = e.openServerStore(ctx, t, synchronous); err != nil {

@@ -4,6 +4,10 @@
 // tasks are in flight, restart it, and check that every task ends final with
 // no duplicate effect at the remote service.
 //
+// TestTracingAcrossProcesses runs the binary with tracing on (the OTEL_*
+// environment) against an OTLP receiver in the test and checks that a
+// task submitted in this process and run in the server is one trace.
+//
 // The default run is short; `go test ./internal/crashtest -crash.long` runs a
 // longer soak.
 package crashtest

@@ -15,6 +15,7 @@ import (
 	"github.com/drover-run/drover/internal/scheduler"
 	"github.com/drover-run/drover/internal/startstop"
 	"github.com/drover-run/drover/internal/supervisor"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/store"
 )
 
@@ -51,6 +52,9 @@ type Config struct {
 	SupervisorInterval time.Duration
 	LeaseTTL           time.Duration
 	Retention          time.Duration
+
+	// Trace, when on, has every role record its spans.
+	Trace *tracing.Tracer
 }
 
 // The agent runtime is the schedulers' fast path.
@@ -79,11 +83,12 @@ func New(cfg Config) *Engine {
 		if cfg.Counters != nil {
 			rt.Recorder = cfg.Counters.Recorder
 		}
+		rt.Trace = cfg.Trace
 		e.runtime = rt
 	}
 	for i := range cfg.Schedulers {
 		id := fmt.Sprintf("%s/scheduler-%d", cfg.Instance, i)
-		m := &flow.Machine{Instance: id, Counters: cfg.Counters, NamespaceMaxInFlight: cfg.NamespaceMaxInFlight}
+		m := &flow.Machine{Instance: id, Counters: cfg.Counters, NamespaceMaxInFlight: cfg.NamespaceMaxInFlight, Trace: cfg.Trace}
 		s := scheduler.New(cfg.Store, cfg.Clock, m, cfg.Log)
 		s.ClaimBatch, s.MaxInFlight, s.PollInterval = cfg.ClaimBatch, cfg.MaxInFlight, cfg.PollInterval
 		s.Fence = cfg.Fence
@@ -123,6 +128,7 @@ func New(cfg Config) *Engine {
 		sv := supervisor.New(cfg.Store, cfg.Clock, cfg.Instance+"/supervisor", cfg.Log, cfg.Counters)
 		sv.Interval, sv.LeaseTTL, sv.Retention = cfg.SupervisorInterval, cfg.LeaseTTL, cfg.Retention
 		sv.OnRecover = e.WakeSchedulers
+		sv.Trace = cfg.Trace
 		e.supervisor = sv
 		e.services = append(e.services, &startstop.Func{Name: "supervisor", Run: sv.Run, Log: cfg.Log})
 		// Session queues' dedupe entries expire under their own lease, which

@@ -18,6 +18,7 @@ import (
 	"github.com/drover-run/drover/internal/fault"
 	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/notifier"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/store"
 )
 
@@ -106,6 +107,7 @@ type batch struct {
 	requests  []*dt.AgentRequest
 	deletes   []store.StepRef
 	events    []*dt.Event
+	began     map[*dt.StepRecord]began // set when tracing (tracedBatch)
 }
 
 func newBatch() *batch {
@@ -609,6 +611,9 @@ type Machine struct {
 	Instance string
 	Counters *Counters
 	pending  tally // counts of the transaction in progress
+	// Trace, when on, records the spans of the transactions that commit.
+	Trace *tracing.Tracer
+	spans []tracing.Record // of the transaction in progress
 
 	// floor is where the next claim starts (store.TaskClaimParams.After):
 	// the last task of the last claim, while claims come back full (a
@@ -812,6 +817,10 @@ func (m *Machine) Commit() {
 	m.nsCommit(true)
 	m.Counters.add(m.pending)
 	m.pending = tally{}
+	if m.spans != nil {
+		m.Trace.Emit(m.spans)
+		m.spans = m.spans[:0]
+	}
 	if m.pendingSet {
 		m.floor, m.floorSince = m.pendingFloor, m.pendingSince
 		m.pendingFloor, m.pendingSet = nil, false
@@ -822,6 +831,7 @@ func (m *Machine) Commit() {
 func (m *Machine) Discard() {
 	m.nsCommit(false)
 	m.pending, m.pendingFloor, m.pendingSet = tally{}, nil, false
+	m.spans = m.spans[:0]
 }
 
 // claimFloorTTL bounds how long a claim floor is used before a claim starts
@@ -990,7 +1000,7 @@ func dispatchStep(b *batch, instance string, reserve func(agent string) (string,
 	req := &dt.AgentRequest{
 		Agent: agent, TaskID: t.ID, Workflow: t.Workflow, StepIndex: s.Index, StepName: s.Name, Attempt: s.Attempt,
 		Kind: kind, IdempotencyKey: key, CompleteBy: deadline, Scheduler: instance, CreatedAt: now,
-		Input: t.Input, PreviousOutput: prev,
+		Input: t.Input, PreviousOutput: prev, TraceContext: t.TraceContext,
 	}
 	if kind == dt.KindCompensate {
 		req.StepOutput = s.Output
@@ -1147,7 +1157,7 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 		busy[id] = true
 	}
 	var deferred []*dt.AgentReply
-	b := newBatch()
+	b := tracedBatch(m.Trace)
 	for _, rp := range replies {
 		if busy[rp.TaskID] {
 			deferred = append(deferred, rp)
@@ -1166,6 +1176,9 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 	}
 	m.pending.observe(m.Counters, b, now)
 	err = b.flush(ctx, x)
+	if err == nil {
+		m.spans = b.spans(m.spans)
+	}
 	if b.claimable {
 		// A task of an ordering key became claimable, likely before the
 		// floor: the next claim starts from the first claimable task.
@@ -1252,6 +1265,7 @@ func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Tim
 	}
 	m.pending.applied++
 	t := l.task
+	b.attemptEnds(s, r.Kind)
 	if !r.InProcess {
 		b.deletes = append(b.deletes, store.StepRef{TaskID: t.ID, Index: s.Index})
 	}
@@ -1333,17 +1347,29 @@ type Leader struct {
 	Counters *Counters
 
 	// Recovered are the step_timed_out events of the last Sweep, for the
-	// caller to log once its transaction committed.
-	Recovered []*dt.Event
+	// caller to log once its transaction committed; RecoveredTrace their
+	// tasks' trace contexts, when tracing.
+	Recovered      []*dt.Event
+	RecoveredTrace []string
+	// Trace, when on, records the spans of the sweeps that commit.
+	Trace *tracing.Tracer
 
 	pending tally
+	spans   []tracing.Record
 }
 
 // Commit publishes the counts of the sweep transaction that just committed.
-func (sv *Leader) Commit() { sv.Counters.add(sv.pending); sv.pending = tally{} }
+func (sv *Leader) Commit() {
+	sv.Counters.add(sv.pending)
+	sv.pending = tally{}
+	if sv.spans != nil {
+		sv.Trace.Emit(sv.spans)
+		sv.spans = sv.spans[:0]
+	}
+}
 
 // Discard drops the counts of a sweep that rolled back.
-func (sv *Leader) Discard() { sv.pending = tally{} }
+func (sv *Leader) Discard() { sv.pending, sv.spans = tally{}, sv.spans[:0] }
 
 // CheckLeader fails with ErrNotLeader unless the lease, read inside the
 // caller's transaction, is still ours in our term and unexpired at now.
@@ -1378,19 +1404,26 @@ func (sv *Leader) Sweep(ctx context.Context, x store.Executor, now time.Time, li
 	if err != nil {
 		return 0, err
 	}
-	b := newBatch()
+	b := tracedBatch(sv.Trace)
 	b.claimable = true
 	for _, t := range tasks {
 		sv.recover(b, ls[t.ID], now)
 	}
-	sv.Recovered = sv.Recovered[:0]
+	sv.Recovered, sv.RecoveredTrace = sv.Recovered[:0], sv.RecoveredTrace[:0]
 	for _, e := range b.events {
 		if e.Type == dt.EventStepTimedOut {
 			sv.Recovered = append(sv.Recovered, e)
+			if sv.Trace.On() {
+				sv.RecoveredTrace = append(sv.RecoveredTrace, ls[e.TaskID].task.TraceContext)
+			}
 		}
 	}
 	sv.pending.observe(sv.Counters, b, now)
-	return len(tasks), b.flush(ctx, x)
+	err = b.flush(ctx, x)
+	if err == nil {
+		sv.spans = b.spans(sv.spans)
+	}
+	return len(tasks), err
 }
 
 // RequestGrace is how long after its CompleteBy a request nobody answered
@@ -1457,6 +1490,11 @@ func (sv *Leader) recover(b *batch, l *loaded, now time.Time) {
 		return
 	}
 	b.deletes = append(b.deletes, store.StepRef{TaskID: t.ID, Index: s.Index})
+	if compensating {
+		b.attemptEnds(s, dt.KindCompensate)
+	} else {
+		b.attemptEnds(s, dt.KindDo)
+	}
 	s.FailureCount++
 	t.FailureCount++
 	s.LockedBy = ""

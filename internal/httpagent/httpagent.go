@@ -27,6 +27,7 @@ import (
 	"github.com/drover-run/drover/internal/egress"
 	"github.com/drover-run/drover/internal/logattr"
 	"github.com/drover-run/drover/internal/recent"
+	"github.com/drover-run/drover/internal/tracing"
 )
 
 // drainLimit is how much of an unread body is read before closing it, so
@@ -592,6 +593,8 @@ func (c *Caller) send(ctx context.Context, cl *call) ([]byte, error) {
 		return nil, failed(permanent, fmt.Errorf("%s %s: %w", cl.method, cl.safeURL, stripURLError(err)))
 	}
 	req.Header = cl.header.Clone()
+	// The step's call, when traced, continues in the remote service.
+	tracing.Inject(ctx, req.Header)
 	res, err := cl.client.Do(req)
 	if err != nil {
 		err = stripURLError(err)

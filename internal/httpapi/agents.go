@@ -322,11 +322,13 @@ func (h *Handler) claimRemote(base context.Context, agent, claimedBy, nonce stri
 			}
 			input = in
 		}
+		traceparent, tracestate, _ := strings.Cut(q.TraceContext, " ")
 		out = append(out, droverapi.AgentRequest{
 			ID: q.ID, Token: strconv.FormatInt(q.ID, 10) + "." + nonce, Agent: q.Agent, TaskID: q.TaskID,
 			Workflow: q.Workflow, StepIndex: q.StepIndex, StepName: q.StepName, Kind: string(q.Kind),
 			Attempt: q.Attempt, IdempotencyKey: q.IdempotencyKey, CompleteBy: q.CompleteBy,
 			Input: jsonOrNull(input), PreviousOutput: jsonOrString(q.PreviousOutput), StepOutput: jsonOrString(q.StepOutput),
+			Traceparent: traceparent, Tracestate: tracestate,
 		})
 	}
 	return out, nil

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/drover-run/drover/droverapi"
@@ -323,8 +324,10 @@ func (h *Handler) receiveMessage(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return h.sessionLeaseErr(r, queue, session, err)
 	case m != nil:
+		traceparent, tracestate, _ := strings.Cut(m.TraceContext, " ")
 		out.Message = &droverapi.ReceivedMessage{Queue: dt.LocalName(m.Queue), SessionID: m.SessionID, Seq: m.Seq, MessageID: m.MessageID, Body: jsonOrString(m.Body),
-			DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, EnqueuedAt: m.EnqueuedAt, AvailableAt: m.AvailableAt}
+			DeliveryCount: m.DeliveryCount, EndOfSequence: m.EndOfSequence, EnqueuedAt: m.EnqueuedAt, AvailableAt: m.AvailableAt,
+			Traceparent: traceparent, Tracestate: tracestate}
 		if out.Message.Body == nil {
 			out.Message.Body = json.RawMessage("null")
 		}

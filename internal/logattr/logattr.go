@@ -1,10 +1,17 @@
 // Package logattr names the slog attributes that identify what a log line
 // is about, so that every line of a task's step or of a session message
 // carries the same keys and a log search by ID finds them all: task, step
-// and attempt; queue, session and seq.
+// and attempt; queue, session and seq; and, when tracing is on, the trace
+// and span IDs, so a line leads to its trace.
 package logattr
 
-import "context"
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/drover-run/drover/internal/tracing"
+)
 
 // The attribute keys.
 const (
@@ -15,7 +22,29 @@ const (
 	Queue   = "queue"
 	Session = "session"
 	Seq     = "seq"
+	TraceID = "trace_id"
+	SpanID  = "span_id"
 )
+
+// Trace is the trace and span IDs of ctx's span when it is recording, as
+// slog's key-value arguments; nil otherwise.
+func Trace(ctx context.Context) []any {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return nil
+	}
+	sc := span.SpanContext()
+	return []any{TraceID, sc.TraceID().String(), SpanID, sc.SpanID().String()}
+}
+
+// TraceOf is the trace ID of a stored trace context (a task's or a
+// message's) as slog's key-value arguments; nil when there is none.
+func TraceOf(stored string) []any {
+	if id := tracing.TraceID(stored); id != "" {
+		return []any{TraceID, id}
+	}
+	return nil
+}
 
 // StepAttempt is the attributes of one attempt of a task's step, as
 // slog's key-value arguments.

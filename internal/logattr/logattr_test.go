@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 func TestContext(t *testing.T) {
@@ -19,5 +21,28 @@ func TestContext(t *testing.T) {
 	}
 	if From(context.Background()) != nil {
 		t.Error("an empty context carries attributes")
+	}
+}
+
+func TestTrace(t *testing.T) {
+	if Trace(context.Background()) != nil || TraceOf("") != nil {
+		t.Error("trace attributes without a trace")
+	}
+	tp := sdktrace.NewTracerProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	ctx, span := tp.Tracer("test").Start(context.Background(), "call")
+	sc := span.SpanContext()
+	want := []any{TraceID, sc.TraceID().String(), SpanID, sc.SpanID().String()}
+	if got := Trace(ctx); !slices.Equal(got, want) {
+		t.Errorf("Trace = %v, want %v", got, want)
+	}
+	stored := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
+	if got := TraceOf(stored); !slices.Equal(got, []any{TraceID, sc.TraceID().String()}) {
+		t.Errorf("TraceOf = %v", got)
+	}
+	span.End()
+	// A span that ended no longer records: its context's lines carry no IDs.
+	if got := Trace(ctx); got != nil {
+		t.Errorf("Trace of an ended span = %v", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/leader"
 	"github.com/drover-run/drover/internal/logattr"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/store"
 )
 
@@ -107,6 +108,9 @@ type Runner struct {
 	Services []Service
 	// Recorder, when set, counts the lease's changes of leader.
 	Recorder *instrument.Recorder
+	// Trace, when on, records the spans of the services' transactions
+	// (the supervisor's recoveries).
+	Trace *tracing.Tracer
 
 	electorOnce sync.Once
 	elector     *leader.Elector
@@ -183,14 +187,14 @@ func (r *Runner) RunService(ctx context.Context, s Service) (int, error) {
 		if term == 0 {
 			return total, nil
 		}
-		sv := &flow.Leader{Instance: r.Instance, Term: term, Lease: r.Lease, Counters: s.Counters}
+		sv := &flow.Leader{Instance: r.Instance, Term: term, Lease: r.Lease, Counters: s.Counters, Trace: r.Trace}
 		var n int
 		err := r.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
 			n, err = s.Step(ctx, x, sv, r.Clock.Now(), r.Batch)
 			return err
 		})
-		if s.Counters != nil {
+		if s.Counters != nil || r.Trace.On() {
 			if err != nil {
 				sv.Discard()
 			} else {
@@ -198,9 +202,12 @@ func (r *Runner) RunService(ctx context.Context, s Service) (int, error) {
 			}
 		}
 		if err == nil {
-			for _, e := range sv.Recovered {
-				r.Log.Info("supervisor recovered a step whose deadline passed",
-					append(logattr.StepAttempt(e.TaskID, e.StepIndex, e.Attempt), "instance", r.Instance, "detail", e.Message)...)
+			for i, e := range sv.Recovered {
+				attrs := append(logattr.StepAttempt(e.TaskID, e.StepIndex, e.Attempt), "instance", r.Instance, "detail", e.Message)
+				if i < len(sv.RecoveredTrace) {
+					attrs = append(attrs, logattr.TraceOf(sv.RecoveredTrace[i])...)
+				}
+				r.Log.Info("supervisor recovered a step whose deadline passed", attrs...)
 			}
 		}
 		if errors.Is(err, flow.ErrNotLeader) {

@@ -592,8 +592,9 @@ func (s *Scheduler) run(ctx context.Context, replies []*dt.AgentReply, retried i
 	s.setInFlight(s.inFlight + claimed - released)
 	if s.Log.Enabled(ctx, slog.LevelDebug) {
 		for _, r := range dispatched {
-			s.Log.Debug("scheduler dispatched a step", append(logattr.StepAttempt(r.TaskID, r.StepIndex, r.Attempt),
-				logattr.Agent, r.Agent, "kind", r.Kind, "instance", s.Instance())...)
+			attrs := append(logattr.StepAttempt(r.TaskID, r.StepIndex, r.Attempt), logattr.Agent, r.Agent, "kind", r.Kind,
+				"instance", s.Instance())
+			s.Log.Debug("scheduler dispatched a step", append(attrs, logattr.TraceOf(r.TraceContext)...)...)
 		}
 	}
 	if len(dispatched) > 0 && s.OnDispatch != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/internal/maintenance"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/store"
 )
 
@@ -35,6 +36,8 @@ type Supervisor struct {
 	Retention time.Duration
 	// OnRecover is called after a sweep that changed tasks (to wake schedulers).
 	OnRecover func()
+	// Trace, when on, records a span per recovery.
+	Trace *tracing.Tracer
 
 	runnerOnce sync.Once
 	runner     *maintenance.Runner
@@ -56,7 +59,7 @@ func (s *Supervisor) r() *maintenance.Runner {
 			services = append(services, maintenance.Retention(s.Retention))
 		}
 		s.runner = &maintenance.Runner{Driver: s.Driver, Clock: s.Clock, Log: s.Log, Lease: LeaseName, Instance: s.Instance,
-			Interval: s.Interval, LeaseTTL: s.LeaseTTL, Batch: s.Batch, Services: services}
+			Interval: s.Interval, LeaseTTL: s.LeaseTTL, Batch: s.Batch, Services: services, Trace: s.Trace}
 		if s.Counters != nil {
 			s.runner.Recorder = s.Counters.Recorder
 		}

@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/egress"
@@ -29,6 +31,7 @@ import (
 	"github.com/drover-run/drover/internal/maintenance"
 	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/startstop"
+	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/store"
 )
 
@@ -86,6 +89,9 @@ type Options struct {
 	Clock clock.Clock
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
+	// Tracer, when on, records a drover.webhook.deliver span per attempt,
+	// a child of the task's trace, and sends its traceparent.
+	Tracer *tracing.Tracer
 	// Egress is where deliveries may connect (egress.Policy): checked on
 	// each URL before sending and on every address connected to. A
 	// refused delivery fails at once, its error starting with "egress
@@ -836,6 +842,11 @@ func (d *Dispatcher) postpone(w *dt.WebhookDelivery) store.WebhookResult {
 func (d *Dispatcher) send(ctx context.Context, w *dt.WebhookDelivery) store.WebhookResult {
 	d.attempts.Add(1)
 	res := store.WebhookResult{ID: w.ID, ClaimedBy: d.opts.Instance, Attempt: w.Attempts}
+	if d.opts.Tracer.On() {
+		var span trace.Span
+		ctx, span = d.traceDelivery(ctx, w)
+		defer func() { endDelivery(span, res) }()
+	}
 	status, err := d.post(ctx, w)
 	res.Now, res.LastStatus = d.clock.Now(), status
 	var permanent *permanentError
@@ -894,6 +905,7 @@ func (d *Dispatcher) post(ctx context.Context, w *dt.WebhookDelivery) (status in
 	req.Header.Set(HeaderEventType, string(w.EventType))
 	req.Header.Set(HeaderAttempt, strconv.Itoa(w.Attempts))
 	req.Header.Set(HeaderSignature, Sign(d.opts.Secret, w.URL, strconv.FormatInt(w.EventID, 10), w.Payload, d.clock.Now()))
+	tracing.Inject(ctx, req.Header)
 	resp, err := d.client.Do(req)
 	if err != nil {
 		// Refused at connect: the name resolved to a refused address.

@@ -284,7 +284,7 @@ func scanTask(out *[]*dt.Task) func(rows) error {
 		if err := r.Scan(&t.ID, &t.Workflow, &t.Input, &t.InputHash, &state, &lockedBy, &completeBy,
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
 			&t.FailureThreshold, &onFailure, &retryDelay, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt, &orderingSeq,
-			&workflowVersion, &t.CallbackURL, &waitMax, &waitDelay, &t.Wait.Multiplier, &waitMaxDelay, &callbackEvents, &t.Submitter); err != nil {
+			&workflowVersion, &t.CallbackURL, &waitMax, &waitDelay, &t.Wait.Multiplier, &waitMaxDelay, &callbackEvents, &t.Submitter, &t.TraceContext); err != nil {
 			return err
 		}
 		t.Wait.MaxWaits = int(waitMax)
@@ -340,10 +340,10 @@ func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertM
 		waitMax                                   = make([]int32, n)
 		waitDelay, waitMaxDelay                   = make([]int64, n), make([]int64, n)
 		waitMultiplier                            = make([]float64, n)
-		callbackEvents, submitters                = make([]string, n), make([]string, n)
+		callbackEvents, submitters, traces        = make([]string, n), make([]string, n), make([]string, n)
 	)
 	for i, t := range tasks {
-		callbackEvents[i], submitters[i] = t.CallbackEvents.String(), t.Submitter
+		callbackEvents[i], submitters[i], traces[i] = t.CallbackEvents.String(), t.Submitter, t.TraceContext
 		workflowVersions[i], callbackURLs[i] = int32(t.WorkflowVersion), t.CallbackURL
 		waitMax[i], waitDelay[i], waitMultiplier[i], waitMaxDelay[i] = int32(t.Wait.MaxWaits), t.Wait.Delay.Microseconds(), t.Wait.Multiplier, t.Wait.MaxDelay.Microseconds()
 		ids[i], workflows[i], inputs[i], hashes[i], states[i] = t.ID, t.Workflow, nonNil(t.Input), t.InputHash, string(t.ProcessState)
@@ -359,7 +359,7 @@ func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertM
 	err := e.each(ctx, "insert tasks", e.d.q.taskInsert, []any{ids, workflows, inputs, hashes, states, lockedBy,
 		completeBy, failures, current, stepCount, orderingKeys, outputs, lastErrs, threshold, onFailure, retryDelay,
 		avail, created, updated, orderingSeqs, workflowVersions, callbackURLs, waitMax, waitDelay, waitMultiplier, waitMaxDelay,
-		callbackEvents, submitters}, func(r rows) error {
+		callbackEvents, submitters, traces}, func(r rows) error {
 		var id string
 		if err := r.Scan(&id); err != nil {
 			return err
@@ -1117,7 +1117,7 @@ func (e *executor) RequestClaim(ctx context.Context, p *store.RequestClaimParams
 			own            []byte
 		)
 		if err := rs.Scan(&r.ID, &r.Agent, &r.TaskID, &r.StepIndex, &r.Attempt, &kind, &r.IdempotencyKey,
-			&r.CompleteBy, &r.Scheduler, &r.CreatedAt, &workflow, &r.Input, &name, &own, &r.PreviousOutput); err != nil {
+			&r.CompleteBy, &r.Scheduler, &r.CreatedAt, &workflow, &r.Input, &name, &own, &r.PreviousOutput, &r.TraceContext); err != nil {
 			return err
 		}
 		r.Kind = dt.RequestKind(kind)

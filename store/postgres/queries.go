@@ -12,7 +12,7 @@ import "strings"
 const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
  current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
  retry_delay_us, available_at, created_at, updated_at, ordering_seq, workflow_version, callback_url,
- wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events, submitter`
+ wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events, submitter, trace_context`
 
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
@@ -119,7 +119,7 @@ const (
  SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
    $8::int[], $9::int[], $10::int[], $11::text[], $12::bytea[], $13::text[], $14::int[], $15::text[], $16::bigint[],
    $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::bigint[], $21::int[], $22::text[],
-   $23::int[], $24::bigint[], $25::float8[], $26::bigint[], $27::text[], $28::text[])
+   $23::int[], $24::bigint[], $25::float8[], $26::bigint[], $27::text[], $28::text[], $29::text[])
    AS u(` + taskCols + `)
  ORDER BY id
  ON CONFLICT (id) DO NOTHING
@@ -193,7 +193,7 @@ const (
    RETURNING r.id, r.agent, r.task_id, r.step_index, r.attempt, r.kind, r.idempotency_key, r.complete_by,
      r.scheduler, r.created_at)
  SELECT u.id, u.agent, u.task_id, u.step_index, u.attempt, u.kind, u.idempotency_key, u.complete_by, u.scheduler,
-   u.created_at, t.workflow, t.input, s.name, s.output, p.output
+   u.created_at, t.workflow, t.input, s.name, s.output, p.output, coalesce(t.trace_context, '')
  FROM u
  LEFT JOIN {s}.tasks t ON t.id = u.task_id
  LEFT JOIN {s}.steps s ON s.task_id = u.task_id AND s.step_index = u.step_index

@@ -102,7 +102,7 @@ func scanMessage(out *[]*dt.Message) func(rows) error {
 			count         int32
 		)
 		if err := r.Scan(&m.Queue, &m.SessionID, &m.Seq, &msgID, &m.Body, &count, &m.EndOfSequence, &m.AvailableAt,
-			&m.Dead, &reason, &deadAt, &m.EnqueuedAt); err != nil {
+			&m.Dead, &reason, &deadAt, &m.EnqueuedAt, &m.TraceContext); err != nil {
 			return err
 		}
 		m.DeliveryCount = int(count)
@@ -403,6 +403,7 @@ func (e *executor) publish(ctx context.Context, msgs []store.PublishMessage, sto
 		ueos, uclm []bool
 		uavail     []time.Time
 		umids      []*string
+		utc        []string
 	)
 	for i, m := range msgs {
 		if !stored[i] {
@@ -415,10 +416,11 @@ func (e *executor) publish(ctx context.Context, msgs []store.PublishMessage, sto
 		uq, us, urank = append(uq, m.Queue), append(us, m.SessionID), append(urank, rank[i])
 		umids, ubody = append(umids, nullStr(m.MessageID)), append(ubody, nonNil(m.Body))
 		ueos, uavail, uclm = append(ueos, m.EndOfSequence), append(uavail, avail), append(uclm, claimed[i])
+		utc = append(utc, m.TraceContext)
 	}
 	next := make(map[sessKey]int64, ns)
 	err := e.each(ctx, "publish", e.d.q.publish, []any{gq, gs, gn, geos, gavail, now,
-		uq, us, urank, umids, ubody, ueos, uavail, uclm}, func(r rows) error {
+		uq, us, urank, umids, ubody, ueos, uavail, uclm, utc}, func(r rows) error {
 		var (
 			k   sessKey
 			seq int64
@@ -572,13 +574,13 @@ func (e *executor) MessageReceiveMany(ctx context.Context, params *store.Message
 			var (
 				ord            int64
 				seq            pgtype.Int8
-				msgID          pgtype.Text
+				msgID, tc      pgtype.Text
 				body           []byte
 				count          pgtype.Int4
 				eos            pgtype.Bool
 				avail, enqueue pgtype.Timestamptz
 			)
-			if err := r.Scan(&ord, &seq, &msgID, &body, &count, &eos, &avail, &enqueue); err != nil {
+			if err := r.Scan(&ord, &seq, &msgID, &body, &count, &eos, &avail, &enqueue, &tc); err != nil {
 				return err
 			}
 			j := ord - 1
@@ -587,7 +589,7 @@ func (e *executor) MessageReceiveMany(ctx context.Context, params *store.Message
 				ref := refs[round[j]]
 				msgs[round[j]] = &dt.Message{Queue: ref.Queue, SessionID: ref.SessionID, Seq: seq.Int64,
 					MessageID: msgID.String, Body: body, DeliveryCount: int(count.Int32), EndOfSequence: eos.Bool,
-					AvailableAt: avail.Time.UTC(), EnqueuedAt: enqueue.Time.UTC()}
+					AvailableAt: avail.Time.UTC(), EnqueuedAt: enqueue.Time.UTC(), TraceContext: tc.String}
 			}
 			return nil
 		})
@@ -670,13 +672,13 @@ func (e *executor) settle(ctx context.Context, settles []store.MessageSettle, no
 				ord            int64
 				ok             pgtype.Bool
 				seq            pgtype.Int8
-				msgID          pgtype.Text
+				msgID, tc      pgtype.Text
 				body           []byte
 				count          pgtype.Int4
 				eos            pgtype.Bool
 				avail, enqueue pgtype.Timestamptz
 			)
-			if err := r.Scan(&ord, &ok, &seq, &msgID, &body, &count, &eos, &avail, &enqueue); err != nil {
+			if err := r.Scan(&ord, &ok, &seq, &msgID, &body, &count, &eos, &avail, &enqueue, &tc); err != nil {
 				return err
 			}
 			j := ord - 1
@@ -690,7 +692,7 @@ func (e *executor) settle(ctx context.Context, settles []store.MessageSettle, no
 			ref := refs[round[j]]
 			msgs[round[j]] = &dt.Message{Queue: ref.Queue, SessionID: ref.SessionID, Seq: seq.Int64,
 				MessageID: msgID.String, Body: body, DeliveryCount: int(count.Int32), EndOfSequence: eos.Bool,
-				AvailableAt: avail.Time.UTC(), EnqueuedAt: enqueue.Time.UTC()}
+				AvailableAt: avail.Time.UTC(), EnqueuedAt: enqueue.Time.UTC(), TraceContext: tc.String}
 			return nil
 		})
 		if err != nil {

@@ -41,7 +41,7 @@ const (
    ORDER BY m.seq LIMIT 1)`
 
 	sqMessageCols = `queue, session_id, seq, message_id, body, delivery_count, end_of_sequence, available_at,
- dead, dead_reason, dead_at, enqueued_at`
+ dead, dead_reason, dead_at, enqueued_at, trace_context`
 
 	// sqHeld is the condition of a call under a lock (session qs, ref u,
 	// now $4): the token is current and the lock unexpired.
@@ -130,15 +130,15 @@ const (
    WHERE NOT qs.closed
    RETURNING qs.queue, qs.session_id, qs.next_seq),
  x AS (
-   SELECT u.queue, u.session_id, u.message_id, u.body, u.eos, u.avail, u.claimed, s.next_seq - g.n + u.rank AS seq
-   FROM unnest($7::text[], $8::text[], $9::bigint[], $10::text[], $11::bytea[], $12::bool[], $13::timestamptz[], $14::bool[])
-     AS u(queue, session_id, rank, message_id, body, eos, avail, claimed)
+   SELECT u.queue, u.session_id, u.message_id, u.body, u.eos, u.avail, u.claimed, u.tc, s.next_seq - g.n + u.rank AS seq
+   FROM unnest($7::text[], $8::text[], $9::bigint[], $10::text[], $11::bytea[], $12::bool[], $13::timestamptz[], $14::bool[],
+     $15::text[]) AS u(queue, session_id, rank, message_id, body, eos, avail, claimed, tc)
    JOIN s ON s.queue = u.queue AND s.session_id = u.session_id
    JOIN g ON g.queue = u.queue AND g.session_id = u.session_id),
  m AS (
    INSERT INTO {s}.queue_messages (queue, session_id, seq, message_id, body, delivery_count, end_of_sequence,
-     available_at, dead, enqueued_at)
-   SELECT queue, session_id, seq, message_id, body, 0, eos, avail, false, $6::timestamptz
+     available_at, dead, enqueued_at, trace_context)
+   SELECT queue, session_id, seq, message_id, body, 0, eos, avail, false, $6::timestamptz, tc
    FROM x ORDER BY queue, session_id, seq),
  dd AS (
    UPDATE {s}.queue_dedupe AS d SET session_id = x.session_id, seq = x.seq
@@ -208,11 +208,13 @@ const (
  r AS (
    UPDATE {s}.queue_messages AS m SET delivery_count = m.delivery_count + 1
    FROM h WHERE m.queue = h.queue AND m.session_id = h.session_id AND m.seq = h.seq AND m.available_at <= $4
-   RETURNING h.ord, m.seq, m.message_id, m.body, m.delivery_count, m.end_of_sequence, m.available_at, m.enqueued_at)
- SELECT lk.ord, NULL::bigint, NULL::text, NULL::bytea, NULL::integer, NULL::boolean, NULL::timestamptz, NULL::timestamptz
+   RETURNING h.ord, m.seq, m.message_id, m.body, m.delivery_count, m.end_of_sequence, m.available_at, m.enqueued_at,
+     m.trace_context)
+ SELECT lk.ord, NULL::bigint, NULL::text, NULL::bytea, NULL::integer, NULL::boolean, NULL::timestamptz, NULL::timestamptz,
+   NULL::text
  FROM lk
  UNION ALL
- SELECT ord, seq, message_id, body, delivery_count, end_of_sequence, available_at, enqueued_at FROM r`
+ SELECT ord, seq, message_id, body, delivery_count, end_of_sequence, available_at, enqueued_at, trace_context FROM r`
 
 	// tSettleLock locks the held sessions of a settle. It is pipelined
 	// with tSettle, which runs in a fresh snapshot once the rows are locked
@@ -275,7 +277,8 @@ const (
      delivery_count = m.delivery_count + CASE WHEN ok.action = 'abandon' AND ok.take AND ok.avail <= $12 THEN 1 ELSE 0 END
    FROM ok WHERE ok.action <> 'complete' AND m.queue = ok.queue AND m.session_id = ok.session_id AND m.seq = ok.seq
    RETURNING ok.ord, ok.action = 'abandon' AND ok.take AND ok.avail <= $12 AS taken, m.seq, m.message_id, m.body,
-     m.delivery_count, m.end_of_sequence, m.available_at, m.enqueued_at),
+     m.delivery_count, m.end_of_sequence, m.available_at, m.enqueued_at,
+     m.trace_context),
  ss AS (
    UPDATE {s}.queue_sessions AS qs SET
      pending = qs.pending - CASE WHEN ok.action = 'abandon' THEN 0 ELSE 1 END,
@@ -289,14 +292,15 @@ const (
    UPDATE {s}.queue_messages AS m SET delivery_count = m.delivery_count + 1
    FROM ok WHERE ok.take AND ok.action <> 'abandon' AND ok.next_avail <= $12
      AND m.queue = ok.queue AND m.session_id = ok.session_id AND m.seq = ok.next_seq
-   RETURNING ok.ord, m.seq, m.message_id, m.body, m.delivery_count, m.end_of_sequence, m.available_at, m.enqueued_at)
+   RETURNING ok.ord, m.seq, m.message_id, m.body, m.delivery_count, m.end_of_sequence, m.available_at, m.enqueued_at,
+     m.trace_context)
  SELECT h.ord, h.seq = h.head, NULL::bigint, NULL::text, NULL::bytea, NULL::integer, NULL::boolean, NULL::timestamptz,
-   NULL::timestamptz
+   NULL::timestamptz, NULL::text
  FROM h
  UNION ALL
- SELECT ord, NULL, seq, message_id, body, delivery_count, end_of_sequence, available_at, enqueued_at FROM r
+ SELECT ord, NULL, seq, message_id, body, delivery_count, end_of_sequence, available_at, enqueued_at, trace_context FROM r
  UNION ALL
- SELECT ord, NULL, seq, message_id, body, delivery_count, end_of_sequence, available_at, enqueued_at FROM upd WHERE taken`
+ SELECT ord, NULL, seq, message_id, body, delivery_count, end_of_sequence, available_at, enqueued_at, trace_context FROM upd WHERE taken`
 
 	tSessionGet      = `SELECT ` + sqSessionCols + ` FROM {s}.queue_sessions qs WHERE qs.queue = $1 AND qs.session_id = $2`
 	tSessionGetLock  = tSessionGet + ` FOR UPDATE OF qs`

@@ -17,7 +17,7 @@ const (
 	remoteReqCols = `r.id, r.agent, r.task_id, r.step_index, r.attempt, r.kind, r.idempotency_key, r.complete_by,
  r.scheduler, r.claimed_by, r.created_at`
 
-	tRemoteGet = `SELECT ` + remoteReqCols + `, t.workflow, t.input, s.name, s.output, p.output
+	tRemoteGet = `SELECT ` + remoteReqCols + `, t.workflow, t.input, s.name, s.output, p.output, coalesce(t.trace_context, '')
  FROM {s}.agent_requests r
  LEFT JOIN {s}.tasks t ON t.id = r.task_id
  LEFT JOIN {s}.steps s ON s.task_id = r.task_id AND s.step_index = r.step_index
@@ -77,12 +77,13 @@ func (e *executor) RequestGet(ctx context.Context, params *store.RequestGetParam
 			workflow, name pgtype.Text
 			own            []byte
 			input, prev    []byte
+			tc             string
 		)
-		r, err := scanRemoteRequest(rs, &workflow, &input, &name, &own, &prev)
+		r, err := scanRemoteRequest(rs, &workflow, &input, &name, &own, &prev, &tc)
 		if err != nil {
 			return err
 		}
-		r.Workflow, r.StepName, r.Input, r.PreviousOutput = workflow.String, name.String, input, prev
+		r.Workflow, r.StepName, r.Input, r.PreviousOutput, r.TraceContext = workflow.String, name.String, input, prev, tc
 		if r.Kind == dt.KindCompensate {
 			r.StepOutput = own
 		}

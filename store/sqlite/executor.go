@@ -130,7 +130,7 @@ func scanTasks(rows *sql.Rows) ([]*dt.Task, error) {
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
 			&t.FailureThreshold, &onFailure, &retryDelay, &avail, &created, &updtd, &orderingSeq,
 			&t.WorkflowVersion, &t.CallbackURL, &t.Wait.MaxWaits, &waitDelay, &t.Wait.Multiplier, &waitMaxDelay,
-			&callbackEvents, &t.Submitter); err != nil {
+			&callbackEvents, &t.Submitter, &t.TraceContext); err != nil {
 			return nil, translate(err)
 		}
 		t.Wait.Delay = time.Duration(waitDelay) * time.Microsecond
@@ -165,7 +165,7 @@ func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertM
 			nullStr(t.LastError), t.FailureThreshold, string(t.OnFailure), t.RetryDelay.Microseconds(),
 			us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt), nullSeq(t.OrderingSeq), t.WorkflowVersion, t.CallbackURL,
 			t.Wait.MaxWaits, t.Wait.Delay.Microseconds(), t.Wait.Multiplier, t.Wait.MaxDelay.Microseconds(), t.CallbackEvents.String(),
-			t.Submitter}
+			t.Submitter, t.TraceContext}
 	}
 	got := make(map[string]bool, len(tasks))
 	err := e.queryRows(ctx, "insert tasks", mTaskInsert, rows, func(r *sql.Rows) error {
@@ -651,14 +651,14 @@ func (e *executor) RequestClaim(ctx context.Context, p *store.RequestClaimParams
 	for rows.Next() {
 		var (
 			id                   int64
-			workflow, name       string
+			workflow, name, tc   string
 			input, own, previous []byte
 		)
-		if err := rows.Scan(&id, &workflow, &input, &name, &own, &previous); err != nil {
+		if err := rows.Scan(&id, &workflow, &input, &name, &own, &previous, &tc); err != nil {
 			return nil, translate(err)
 		}
 		if r := byID[id]; r != nil {
-			r.Workflow, r.Input, r.StepName, r.PreviousOutput = workflow, input, name, previous
+			r.Workflow, r.Input, r.StepName, r.PreviousOutput, r.TraceContext = workflow, input, name, previous, tc
 			if r.Kind == dt.KindCompensate {
 				r.StepOutput = own
 			}

@@ -7,7 +7,7 @@ package sqlite
 const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
  current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
  retry_delay_us, available_at, created_at, updated_at, ordering_seq, workflow_version, callback_url,
- wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events, submitter`
+ wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events, submitter, trace_context`
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
  on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us`
@@ -91,7 +91,7 @@ const (
 	// qRequestPayload joins the message body into claimed requests: the
 	// task's input, the step's own output (for compensation) and the output
 	// of the step before.
-	qRequestPayload = `SELECT r.id, t.workflow, t.input, s.name, s.output, p.output
+	qRequestPayload = `SELECT r.id, t.workflow, t.input, s.name, s.output, p.output, t.trace_context
  FROM agent_requests r
  JOIN tasks t ON t.id = r.task_id
  JOIN steps s ON s.task_id = r.task_id AND s.step_index = r.step_index
@@ -131,7 +131,7 @@ const (
 // Multi-row statements: see multiRow. Blobs are bound as []byte.
 var (
 	mTaskInsert = newMultiRow(`INSERT INTO tasks (`+taskCols+`) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
 	// mOrderingReserve moves each key's last position on by the number of
 	// positions wanted (column 2) and returns the new last position; a new
 	// key starts at 0. Keys within one statement are distinct.

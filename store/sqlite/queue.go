@@ -81,7 +81,7 @@ func scanMessage(r *sql.Rows) (*dt.Message, error) {
 		avail, enqueued int64
 	)
 	if err := r.Scan(&m.Queue, &m.SessionID, &m.Seq, &msgID, &m.Body, &m.DeliveryCount, &m.EndOfSequence, &avail,
-		&m.Dead, &reason, &deadAt, &enqueued); err != nil {
+		&m.Dead, &reason, &deadAt, &enqueued, &m.TraceContext); err != nil {
 		return nil, translate(err)
 	}
 	m.MessageID, m.DeadReason = msgID.String, reason.String
@@ -312,7 +312,7 @@ func (e *executor) MessagePublishMany(ctx context.Context, p *store.MessagePubli
 			body = []byte{}
 		}
 		msgRows = append(msgRows, []any{m.Queue, m.SessionID, s.nextSeq, nullStr(m.MessageID), body, 0,
-			m.EndOfSequence, avail, false, nil, nil, now})
+			m.EndOfSequence, avail, false, nil, nil, now, m.TraceContext})
 		if dedupe {
 			dedupeRows = append(dedupeRows, []any{m.Queue, m.MessageID, m.SessionID, s.nextSeq, now + windows[m.Queue]})
 		}
@@ -531,11 +531,11 @@ func (e *executor) receiveHeads(ctx context.Context, what string, refs []store.S
 			k                 sessKey
 			seq, count, avail sql.NullInt64
 			enqueued          sql.NullInt64
-			msgID             sql.NullString
+			msgID, tc         sql.NullString
 			body              []byte
 			eos               sql.NullBool
 		)
-		if err := r.Scan(&k.queue, &k.id, &seq, &msgID, &body, &count, &eos, &avail, &enqueued); err != nil {
+		if err := r.Scan(&k.queue, &k.id, &seq, &msgID, &body, &count, &eos, &avail, &enqueued, &tc); err != nil {
 			return err
 		}
 		held[k] = true
@@ -544,7 +544,7 @@ func (e *executor) receiveHeads(ctx context.Context, what string, refs []store.S
 		}
 		msgs[at[k]] = &dt.Message{Queue: k.queue, SessionID: k.id, Seq: seq.Int64, MessageID: msgID.String, Body: body,
 			DeliveryCount: int(count.Int64) + 1, EndOfSequence: eos.Bool, AvailableAt: fromUS(avail.Int64),
-			EnqueuedAt: fromUS(enqueued.Int64)}
+			EnqueuedAt: fromUS(enqueued.Int64), TraceContext: tc.String}
 		delivered = append(delivered, []any{k.queue, k.id, seq.Int64})
 		return nil
 	})

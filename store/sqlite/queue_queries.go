@@ -10,7 +10,7 @@ const sessionCols = `queue, session_id, next_seq, pending, ready_at, lock_holder
  closed, blocked, created_at, updated_at`
 
 const messageCols = `queue, session_id, seq, message_id, body, delivery_count, end_of_sequence, available_at,
- dead, dead_reason, dead_at, enqueued_at`
+ dead, dead_reason, dead_at, enqueued_at, trace_context`
 
 // headSeq is the head of the session s: its message that is not dead with the
 // smallest seq (NULL when none).
@@ -109,7 +109,7 @@ var (
    ready_at = coalesce(ready_at, excluded.ready_at), closed = max(closed, excluded.closed),
    updated_at = excluded.updated_at`)
 	mMessageInsert = newMultiRow(`INSERT INTO queue_messages (`+messageCols+`) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?,?)`, "")
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?)`, "")
 	mDedupeUpsert = newMultiRow(`INSERT INTO queue_dedupe (queue, message_id, session_id, seq, expires_at) VALUES `,
 		`(?,?,?,?,?)`, ` ON CONFLICT (queue, message_id) DO UPDATE SET session_id = excluded.session_id,
    seq = excluded.seq, expires_at = excluded.expires_at`)
@@ -163,7 +163,7 @@ var (
 	// queue, session_id, seq). A read and a keyed update cost less than one
 	// UPDATE … RETURNING.
 	mSessionHeadsReady = newMultiRow(`SELECT s.queue, s.session_id, hm.seq, hm.message_id, hm.body, hm.delivery_count,
-   hm.end_of_sequence, hm.available_at, hm.enqueued_at
+   hm.end_of_sequence, hm.available_at, hm.enqueued_at, hm.trace_context
  FROM (VALUES `, `(?,?,?,?)`, `) AS u
  JOIN queue_sessions s ON s.queue = u.column1 AND s.session_id = u.column2
  LEFT JOIN queue_messages hm ON s.blocked = 0 AND hm.queue = s.queue AND hm.session_id = s.session_id

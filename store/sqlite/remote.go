@@ -20,7 +20,7 @@ const (
 	remoteRetCols = `id, agent, task_id, step_index, attempt, kind, idempotency_key, complete_by,
  scheduler, claimed_by, created_at`
 
-	qRemoteGet = `SELECT ` + remoteReqCols + `, t.workflow, t.input, s.name, s.output, p.output
+	qRemoteGet = `SELECT ` + remoteReqCols + `, t.workflow, t.input, s.name, s.output, p.output, coalesce(t.trace_context, '')
  FROM agent_requests r
  LEFT JOIN tasks t ON t.id = r.task_id
  LEFT JOIN steps s ON s.task_id = r.task_id AND s.step_index = r.step_index
@@ -86,12 +86,13 @@ func (e *executor) RequestGet(ctx context.Context, params *store.RequestGetParam
 	var (
 		workflow, name       sql.NullString
 		input, own, previous []byte
+		tc                   string
 	)
-	r, err := scanRemoteRequest(rows, &workflow, &input, &name, &own, &previous)
+	r, err := scanRemoteRequest(rows, &workflow, &input, &name, &own, &previous, &tc)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: get request: %w", err)
 	}
-	r.Workflow, r.StepName, r.Input, r.PreviousOutput = workflow.String, name.String, input, previous
+	r.Workflow, r.StepName, r.Input, r.PreviousOutput, r.TraceContext = workflow.String, name.String, input, previous, tc
 	if r.Kind == dt.KindCompensate {
 		r.StepOutput = own
 	}

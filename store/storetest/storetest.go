@@ -89,6 +89,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Driver) {
 		{"Webhook", webhookCases()},
 		{"Isolation", isolationCases()},
 		{"Namespace", namespaceCases()},
+		{"Trace", traceCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
@@ -180,6 +181,7 @@ func fullTask(id string) *dt.Task {
 	t.CallbackURL = "https://hooks.example.com/t?k=1"
 	t.CallbackEvents = dt.WebhookEventSet{"alerts", "final"}
 	t.Submitter = "http:ci"
+	t.TraceContext = traceA
 	t.AvailableAt = at(-time.Second)
 	t.CreatedAt = at(-time.Hour)
 	t.UpdatedAt = at(time.Minute)

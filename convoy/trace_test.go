@@ -1,0 +1,112 @@
+package convoy_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/store"
+)
+
+func withTracer(tp trace.TracerProvider) clientOpt {
+	return func(cfg *convoy.Config) { cfg.TracerProvider = tp }
+}
+
+func spanAttr(s tracetest.SpanStub, key string) string {
+	for _, a := range s.Attributes {
+		if string(a.Key) == key {
+			return a.Value.String()
+		}
+	}
+	return ""
+}
+
+// TestTracingPublishReceiveSettle: a message published by one client and
+// consumed by a processor of another (another driver on the store, as
+// another process) is one trace: its publish span, stored with it, and
+// its receive and settle spans as children, with the session and the
+// sequence number; a failed handler's settle (abandon) shows too, and the
+// handler's context carries the receive span.
+func TestTracingPublishReceiveSettle(t *testing.T) {
+	t.Parallel()
+	drivers(t, func(t *testing.T, d store.Driver) {
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		ctx := ctxT(t)
+		pub := newClient(t, d, withTracer(tp), withID("publisher"))
+		con := newClient(t, secondDriver(t, d), withTracer(tp), withID("consumer"))
+
+		parentCtx, parent := tp.Tracer("test").Start(ctx, "order")
+		if _, err := pub.Publish(parentCtx, "q", convoy.Message{SessionID: "o1", Body: []byte(`1`)}); err != nil {
+			t.Fatal(err)
+		}
+		parent.End()
+		var (
+			mu       sync.Mutex
+			handlers []trace.SpanContext
+			failed   bool
+		)
+		p := must[*convoy.Processor](t)(convoy.NewProcessor(con, "q", func(ctx context.Context, m *convoy.ReceivedMessage) error {
+			mu.Lock()
+			defer mu.Unlock()
+			handlers = append(handlers, trace.SpanContextFromContext(ctx))
+			if !failed {
+				failed = true
+				return errors.New("transient")
+			}
+			return nil
+		}, convoy.ProcessorOptions{AbandonDelay: -1}))
+		startProcessor(t, p)
+		var spans tracetest.SpanStubs
+		count := func(name, outcome string) int {
+			n := 0
+			for _, s := range spans {
+				if s.Name == name && (outcome == "" || spanAttr(s, "drover.outcome") == outcome) {
+					n++
+				}
+			}
+			return n
+		}
+		testutil.WaitFor(t, "publish, two receives, abandon and complete spans", func() bool {
+			spans = exp.GetSpans()
+			return count("drover.convoy.publish", "") == 1 && count("drover.convoy.receive", "") == 2 &&
+				count("drover.convoy.settle", "abandon") == 1 && count("drover.convoy.settle", "complete") == 1
+		})
+		var publish tracetest.SpanStub
+		for _, s := range spans {
+			if s.Name == "drover.convoy.publish" {
+				publish = s
+			}
+		}
+		if publish.Parent.SpanID() != parent.SpanContext().SpanID() {
+			t.Errorf("the publish span's parent is %s, not the publisher's span", publish.Parent.SpanID())
+		}
+		for _, s := range spans {
+			if s.Name == "order" || s.Name == "drover.convoy.publish" {
+				continue
+			}
+			if s.SpanContext.TraceID() != publish.SpanContext.TraceID() || s.Parent.SpanID() != publish.SpanContext.SpanID() {
+				t.Errorf("span %s is not a child of the publish span", s.Name)
+			}
+			if spanAttr(s, "drover.session") != "o1" || spanAttr(s, "drover.seq") != "1" || spanAttr(s, "messaging.destination.name") != "q" {
+				t.Errorf("span %s: session %q seq %q queue %q", s.Name, spanAttr(s, "drover.session"), spanAttr(s, "drover.seq"),
+					spanAttr(s, "messaging.destination.name"))
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, h := range handlers {
+			if h.TraceID() != publish.SpanContext.TraceID() {
+				t.Errorf("a handler ran with trace %s, not the message's", h.TraceID())
+			}
+		}
+	})
+}
