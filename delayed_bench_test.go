@@ -22,8 +22,9 @@ import (
 const benchDelayed = 1_000_000
 
 // BenchmarkDelayedTasks measures what a million delayed tasks cost while
-// they wait, and how late the due ones start. It seeds a million tasks due
-// in an hour straight into a fresh store (5,000 a transaction), starts a
+// they wait, and how late the due ones start, beside a store with none
+// waiting. It seeds a million tasks due in an hour straight into a fresh
+// store (5,000 a transaction; waiting=0: none), starts a
 // client with the default poll interval, submits 1,000 tasks due 10
 // seconds later, and reports: the client process's CPU over the idle
 // seconds before they are due (at least 3, after the submits) (cpu-ms/s: milliseconds of CPU per second of wall
@@ -34,25 +35,27 @@ const benchDelayed = 1_000_000
 //	DROVER_TEST_DATABASE_URL=... go test -run '^$' -bench DelayedTasks -benchtime 1x .
 func BenchmarkDelayedTasks(b *testing.B) {
 	for _, name := range []string{"sqlite", "postgres"} {
-		b.Run(name, func(b *testing.B) {
-			for range b.N {
-				var d store.Driver
-				if name == "sqlite" {
-					d = testutil.SQLite(b)
-				} else {
-					d = testutil.Postgres(b)
+		for _, waiting := range []int{0, benchDelayed} {
+			b.Run(fmt.Sprintf("%s/waiting=%d", name, waiting), func(b *testing.B) {
+				for range b.N {
+					var d store.Driver
+					if name == "sqlite" {
+						d = testutil.SQLite(b)
+					} else {
+						d = testutil.Postgres(b)
+					}
+					benchDelayedTasks(b, d, waiting)
 				}
-				benchDelayedTasks(b, d)
-			}
-		})
+			})
+		}
 	}
 }
 
-func benchDelayedTasks(b *testing.B, d store.Driver) {
+func benchDelayedTasks(b *testing.B, d store.Driver, waiting int) {
 	ctx := context.Background()
 	start := time.Now()
-	seedDelayed(b, d, benchDelayed, time.Now().Add(time.Hour))
-	b.Logf("seeded %d delayed tasks in %v", benchDelayed, time.Since(start).Round(time.Second))
+	seedDelayed(b, d, waiting, time.Now().Add(time.Hour))
+	b.Logf("seeded %d delayed tasks in %v", waiting, time.Since(start).Round(time.Second))
 
 	// Claims with the million waiting, as a scheduler's poll makes them:
 	// the median of 21.
