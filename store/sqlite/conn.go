@@ -44,17 +44,17 @@ func (c connConfig) mode() string {
 	return "rw"
 }
 
-// pragmaDSN is the DSN of the libraries that take settings as
-// _pragma=name(value) (modernc and ncruces); the write pool's
-// transactions begin IMMEDIATE.
-func pragmaDSN(path string, c connConfig) string {
+// uriDSN is the file: URI of c's connections: SQLite's open mode, BEGIN
+// IMMEDIATE for the write pool's transactions, and each pragma as the
+// library takes it (add).
+func uriDSN(path string, c connConfig, add func(url.Values, pragma)) string {
 	q := url.Values{}
 	q.Set("mode", c.mode())
 	if c.write {
 		q.Set("_txlock", "immediate")
 	}
 	for _, p := range c.pragmas() {
-		q.Add("_pragma", p.name+"("+p.value+")")
+		add(q, p)
 	}
 	return "file:" + escapePath(path) + "?" + q.Encode()
 }

@@ -1,4 +1,4 @@
-//go:build sqlite_mattn
+//go:build cgo && !sqlite_purego
 
 package sqlite
 
@@ -17,15 +17,7 @@ const DriverModule = "github.com/mattn/go-sqlite3"
 
 // dsn is mattn/go-sqlite3's DSN for c: each pragma is its _name key.
 func dsn(path string, c connConfig) string {
-	q := url.Values{}
-	q.Set("mode", c.mode())
-	if c.write {
-		q.Set("_txlock", "immediate")
-	}
-	for _, p := range c.pragmas() {
-		q.Set("_"+p.name, p.value)
-	}
-	return "file:" + escapePath(path) + "?" + q.Encode()
+	return uriDSN(path, c, func(q url.Values, p pragma) { q.Set("_"+p.name, p.value) })
 }
 
 // sqliteError reads the result code and message of a SQLite error.

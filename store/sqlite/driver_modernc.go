@@ -1,8 +1,10 @@
-//go:build !sqlite_mattn && !sqlite_ncruces
+//go:build !cgo || sqlite_purego
 
 package sqlite
 
 import (
+	"net/url"
+
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -14,8 +16,11 @@ const DriverName = "sqlite"
 // DriverModule is the Go module of the SQLite library this build links.
 const DriverModule = "modernc.org/sqlite"
 
-// dsn is modernc.org/sqlite's DSN for c.
-func dsn(path string, c connConfig) string { return pragmaDSN(path, c) }
+// dsn is modernc.org/sqlite's DSN for c: each pragma is a
+// _pragma=name(value).
+func dsn(path string, c connConfig) string {
+	return uriDSN(path, c, func(q url.Values, p pragma) { q.Add("_pragma", p.name+"("+p.value+")") })
+}
 
 // sqliteError reads the result code and message of a SQLite error.
 func sqliteError(err error) (code int, msg string, ok bool) {
