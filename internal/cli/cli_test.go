@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	_ "github.com/mattn/go-sqlite3"
 
 	"github.com/drover-run/drover/internal/benchcmd"
 	"github.com/drover-run/drover/internal/clicore"
@@ -423,7 +422,7 @@ func TestLockedDB(t *testing.T) {
 	before := taskCount(t, path)
 
 	// Another process holds the write lock.
-	other, err := sql.Open("sqlite3", path)
+	other, err := sql.Open(sqlite.DriverName, path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover/store"
+	"github.com/drover-run/drover/store/sqlite"
 )
 
 const (
@@ -38,8 +39,14 @@ const (
 func buildDroverBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "drover")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/drover-run/drover/cmd/drover")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	args := []string{"build", "-o", bin}
+	if sqlite.DriverModule == "modernc.org/sqlite" {
+		// The SQLite library of this test's build, also when it came from
+		// -tags sqlite_purego on go test's command line (CGO_ENABLED and
+		// GOFLAGS carry over by themselves).
+		args = append(args, "-tags=sqlite_purego")
+	}
+	cmd := exec.Command("go", append(args, "github.com/drover-run/drover/cmd/drover")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build drover: %v\n%s", err, out)
 	}

@@ -36,7 +36,7 @@ type versionInfo struct {
 
 // Modules of the drivers, as build info names them.
 const (
-	sqliteModule   = "github.com/mattn/go-sqlite3"
+	sqliteModule   = sqlite.DriverModule
 	postgresModule = "github.com/jackc/pgx/v5"
 )
 

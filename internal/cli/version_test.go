@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,6 +46,9 @@ func TestVersionFromBuildInfo(t *testing.T) {
 	}
 }
 
+// sqliteLibraries are the SQLite libraries store/sqlite can be built with.
+var sqliteLibraries = []string{"github.com/mattn/go-sqlite3", "modernc.org/sqlite"}
+
 // TestVersionCommand runs a built binary: "version", "--version" and
 // "version --db", checked against what "go version -m" reads from it.
 func TestVersionCommand(t *testing.T) {
@@ -54,8 +58,12 @@ func TestVersionCommand(t *testing.T) {
 		t.Fatalf("go version -m: %v", err)
 	}
 	want := map[string]string{}
+	var sqliteLibs []string
 	for _, line := range strings.Split(string(meta), "\n") {
 		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "dep" && slices.Contains(sqliteLibraries, f[1]) {
+			sqliteLibs = append(sqliteLibs, f[1])
+		}
 		switch {
 		case len(f) >= 3 && f[0] == "mod":
 			want["version"] = f[2]
@@ -64,6 +72,11 @@ func TestVersionCommand(t *testing.T) {
 		case len(f) >= 2 && f[0] == "build" && strings.HasPrefix(f[1], "vcs.revision="):
 			want["commit"] = strings.TrimPrefix(f[1], "vcs.revision=")
 		}
+	}
+	// The binary, built as this test is (CGO_ENABLED, GOFLAGS' tags),
+	// links the one SQLite library this test's build links.
+	if !slices.Equal(sqliteLibs, []string{sqliteModule}) {
+		t.Errorf("the binary links the SQLite libraries %v, want only %s", sqliteLibs, sqliteModule)
 	}
 	out, err := exec.Command(bin, "version", "--json").Output()
 	if err != nil {
@@ -76,7 +89,7 @@ func TestVersionCommand(t *testing.T) {
 	latest, _ := sqlite.LatestSchemaVersion()
 	if v.Version != want["version"] || v.Commit != want["commit"] || v.SchemaSQLite != latest || v.SchemaPostgres != latest ||
 		v.SQLiteDriver != sqliteModule+" "+want[sqliteModule] || v.PostgresDriver != postgresModule+" "+want[postgresModule] ||
-		!strings.HasPrefix(v.GoVersion, "go1.") || v.SQLiteLibrary == "" || v.SchemaApplied != nil {
+		!strings.HasPrefix(v.GoVersion, "go1.") || v.SQLiteLibrary != sqlite.LibraryVersion() || !strings.HasPrefix(v.SQLiteLibrary, "3.") || v.SchemaApplied != nil {
 		t.Errorf("version --json = %+v; go version -m says %v", v, want)
 	}
 	text, err := exec.Command(bin, "version").Output()

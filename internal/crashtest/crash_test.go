@@ -30,7 +30,6 @@ func buildDrover(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "drover")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/drover-run/drover/cmd/drover")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build drover: %v\n%s", err, out)
 	}

@@ -84,7 +84,6 @@ func TestDocs(t *testing.T) {
 	w0.fresh(t)
 	build := exec.Command("go", "run", "-exec", "cp", "./cmd/drover", filepath.Join(bin, "drover"))
 	build.Dir = w0.clone
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build drover: %v\n%s", err, out)
 	}
@@ -237,9 +236,9 @@ func sessionEnv(t *testing.T, bin, home, tmp string) []string {
 	env := []string{
 		"PATH=" + bin + string(os.PathListSeparator) + filepath.Join(g[0], "bin") + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"HOME=" + home, "TMPDIR=" + tmp, "TERM=dumb",
-		"GOPATH=" + g[1], "GOCACHE=" + g[2], "GOMODCACHE=" + g[3], "GOTOOLCHAIN=local", "CGO_ENABLED=1",
+		"GOPATH=" + g[1], "GOCACHE=" + g[2], "GOMODCACHE=" + g[3], "GOTOOLCHAIN=local",
 	}
-	for _, k := range []string{"LANG", "LC_ALL", "CC", "GOFLAGS", "GOPROXY"} {
+	for _, k := range []string{"LANG", "LC_ALL", "CC", "CGO_ENABLED", "GOFLAGS", "GOPROXY"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}

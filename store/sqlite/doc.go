@@ -9,6 +9,16 @@
 // Migrations are the embedded migrations/*.sql files, applied in version order,
 // each in its own transaction.
 //
+// # The SQLite library
+//
+// A cgo build links mattn/go-sqlite3; a build without cgo (CGO_ENABLED=0, or
+// no C compiler), or with the tag sqlite_purego, links modernc.org/sqlite,
+// pure Go. driver_*.go is all that differs: the DSN, reading an error's
+// result code, the library's version. The settings of each connection
+// (conn.go) and the errors' mapping to the store's sentinels are one code
+// for both, and the file format is SQLite's, so either opens the other's
+// databases. [DriverName] and [DriverModule] name the linked library.
+//
 // # How the store contract maps to SQLite
 //
 // [Driver.InExternalTx] takes a *sql.Tx opened on the same database file

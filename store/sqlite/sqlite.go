@@ -7,16 +7,12 @@ import (
 	"errors"
 	"fmt"
 	migs "github.com/drover-run/drover/store/internal/migrations"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/mattn/go-sqlite3"
 
 	"github.com/drover-run/drover/store"
 )
@@ -89,19 +85,8 @@ func Open(ctx context.Context, path string, opts Options) (*Driver, error) {
 		}
 	}
 
-	q := url.Values{}
-	q.Set("_busy_timeout", strconv.Itoa(int(opts.BusyTimeout/time.Millisecond)))
-	q.Set("_journal_mode", "WAL")
-	q.Set("_synchronous", opts.Synchronous)
-	q.Set("_txlock", "immediate")
-	q.Set("_cache_size", "-32000")
-	mode := "rw"
-	if opts.Create {
-		mode = "rwc"
-	}
-	q.Set("mode", mode)
-	writeDSN := "file:" + escapePath(path) + "?" + q.Encode()
-	write, err := sql.Open("sqlite3", writeDSN)
+	cfg := connConfig{busyTimeout: opts.BusyTimeout, synchronous: opts.Synchronous, create: opts.Create, write: true}
+	write, err := sql.Open(DriverName, dsn(path, cfg))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -117,11 +102,7 @@ func Open(ctx context.Context, path string, opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, translate(err))
 	}
 
-	rq := url.Values{}
-	rq.Set("_busy_timeout", strconv.Itoa(int(opts.BusyTimeout/time.Millisecond)))
-	rq.Set("mode", "rw")
-	rq.Set("_query_only", "1")
-	read, err := sql.Open("sqlite3", "file:"+escapePath(path)+"?"+rq.Encode())
+	read, err := sql.Open(DriverName, dsn(path, connConfig{busyTimeout: opts.BusyTimeout}))
 	if err != nil {
 		write.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -130,12 +111,6 @@ func Open(ctx context.Context, path string, opts Options) (*Driver, error) {
 	read.SetMaxIdleConns(opts.ReadConns)
 	d.read = read
 	return d, nil
-}
-
-func escapePath(p string) string {
-	// The DSN is a URI: escape what would end the path early.
-	r := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
-	return r.Replace(p)
 }
 
 // Name implements store.Driver.
@@ -271,29 +246,6 @@ var (
 	hotOnce sync.Once
 	hotSet  map[string]bool
 )
-
-// translate maps SQLite errors to the store's sentinels, keeping the original.
-func translate(err error) error {
-	if err == nil {
-		return nil
-	}
-	var se sqlite3.Error
-	if errors.As(err, &se) {
-		switch se.Code {
-		case sqlite3.ErrBusy, sqlite3.ErrLocked:
-			return fmt.Errorf("%w: %w", store.ErrLocked, err)
-		case sqlite3.ErrNotADB, sqlite3.ErrCorrupt:
-			return fmt.Errorf("%w: %w", store.ErrCorrupt, err)
-		case sqlite3.ErrTooBig:
-			return fmt.Errorf("%w: %w", store.ErrBadData, err)
-		case sqlite3.ErrError:
-			if strings.HasPrefix(se.Error(), "no such table") {
-				return fmt.Errorf("%w (run `drover migrate`): %w", store.ErrNotMigrated, err)
-			}
-		}
-	}
-	return err
-}
 
 func migrations() ([]migs.Migration, error) {
 	ms, err := migs.Load(migrationFS, "migrations")

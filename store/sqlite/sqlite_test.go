@@ -197,7 +197,7 @@ func TestLockedStore(t *testing.T) {
 	ctx := context.Background()
 
 	// Another process holds the write lock.
-	other, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=0")
+	other, err := sql.Open(sqlite.DriverName, path)
 	if err != nil {
 		t.Fatal(err)
 	}
