@@ -8,6 +8,7 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/flow"
+	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/store"
 )
 
@@ -210,6 +211,8 @@ func (c *Client) CancelAs(ctx context.Context, id, reason, actor string) (*Task,
 		return nil, err
 	}
 	c.traceCancelled(t, actor)
+	c.counters.Recorder.Observe([]instrument.Observation{{Kind: instrument.TaskFinished, Namespace: dt.NamespaceOf(t.ID),
+		Workflow: t.Workflow, State: string(t.ProcessState), Duration: t.UpdatedAt.Sub(t.CreatedAt)}})
 	if t.OrderingKey != "" {
 		// The next task of its key may start now.
 		c.wakeSchedulers()

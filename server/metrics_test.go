@@ -144,6 +144,15 @@ func startMetricsServer(t *testing.T, d store.Driver) *metricsServer {
 
 	testutil.WaitFor(t, "a webhook delivered", func() bool { return delivered.Load() > 0 })
 
+	// A delayed task an operator cancels before it starts.
+	hour := int64(3_600_000)
+	if _, _, err := op.SubmitTask(ctx, droverclient.SubmitRequest{Workflow: "pay", ID: "c-1", Input: json.RawMessage(`{}`), DelayMS: &hour}); err != nil {
+		t.Fatalf("submit c-1: %v", err)
+	}
+	if _, err := op.Cancel(ctx, "c-1", "not needed"); err != nil {
+		t.Fatalf("cancel c-1: %v", err)
+	}
+
 	// Session locks: one renewed, one lost (a stale token); session s2
 	// waits for a consumer.
 	if _, err := op.Publish(ctx, "orders-q", droverclient.PublishMessage{SessionID: "s1", Body: json.RawMessage(`1`)},
@@ -267,6 +276,7 @@ func checkSeries(t *testing.T, s *metricsServer) {
 	}
 	checks := []check{
 		{"drover_task_duration_seconds", with("workflow", "pay", "state", "Processed"), 1},
+		{"drover_task_duration_seconds", with("workflow", "pay", "state", "Cancelled"), 1},
 		{"drover_task_duration_seconds", with("workflow", "refund", "state", "Compensated"), 1},
 		{"drover_task_duration_seconds", with("workflow", "fail", "state", "Error"), 1},
 		{"drover_task_duration_seconds", map[string]string{"namespace": "acme", "workflow": "fail", "state": "Error"}, 1},
