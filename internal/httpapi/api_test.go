@@ -100,15 +100,28 @@ func TestTasks(t *testing.T) {
 		}
 		at := func(d time.Duration) string { return url.QueryEscape(updated.Add(d).Format(time.RFC3339Nano)) }
 		for target, want := range map[string]string{
-			"/v1/tasks?ordering_key=acct-1":                                               "[k-1]",
-			"/v1/tasks?ordering_key=acct":                                                 "[]",
-			"/v1/tasks?ordering_key=acct-1&updated_from=" + at(0):                         "[k-1]",
-			"/v1/tasks?ordering_key=acct-1&updated_from=" + at(time.Microsecond):          "[]",
-			"/v1/tasks?updated_from=" + at(0) + "&updated_before=" + at(time.Microsecond): "[k-1]",
+			"/v1/tasks?ordering_key=acct-1":                                      "[k-1]",
+			"/v1/tasks?ordering_key=acct":                                        "[]",
+			"/v1/tasks?ordering_key=acct-1&updated_from=" + at(0):                "[k-1]",
+			"/v1/tasks?ordering_key=acct-1&updated_from=" + at(time.Microsecond): "[]",
 		} {
 			if got := ids(target); got != want {
 				t.Errorf("%s: %s, want %s", target, got, want)
 			}
+		}
+		// The microsecond of k-1's last update: k-1, and any other task one
+		// scheduler transaction finished with it, none other.
+		r = e.do("GET", "/v1/tasks?updated_from="+at(0)+"&updated_before="+at(time.Microsecond), submitTok, "").must(t, 200)
+		var inRange []string
+		for _, x := range r.json["tasks"].([]any) {
+			task := x.(map[string]any)
+			if u, _ := time.Parse(time.RFC3339Nano, task["updated_at"].(string)); !u.Equal(updated) {
+				t.Errorf("the microsecond of k-1's update lists %s, updated at %s", task["id"], task["updated_at"])
+			}
+			inRange = append(inRange, task["id"].(string))
+		}
+		if !slices.Contains(inRange, "k-1") {
+			t.Errorf("the microsecond of k-1's update lists %v, without k-1", inRange)
 		}
 
 		// Alerts: listed, acknowledged once, filtered.
