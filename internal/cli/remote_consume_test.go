@@ -101,9 +101,9 @@ func TestRemoteQueueConsume(t *testing.T) {
 	}
 	// A handler slower than the lock: the consumer renews the lease. The
 	// lock leaves room for a renewal's round trip on a loaded machine.
-	e.op(t, "queue", "policy", "--queue", "slow", "--lock-duration", "500ms")
+	e.op(t, "queue", "policy", "--queue", "slow", "--lock-duration", "1s")
 	e.local(t, "queue", "publish", "--queue", "slow", "--session", "s", "--body", "1")
-	remote = e.srv(t, "queue", "consume", "--queue", "slow", "--count", "1", "--idle", "5s", "--exec", "sleep 1.6", "--json")
+	remote = e.srv(t, "queue", "consume", "--queue", "slow", "--count", "1", "--idle", "5s", "--exec", "sleep 3.2", "--json")
 	if !strings.Contains(remote, `"completed":1,"abandoned":0,"sessions_accepted":1`) || !strings.Contains(remote, `"delivery_count":1`) {
 		t.Fatalf("slow handler: %s", remote)
 	}
