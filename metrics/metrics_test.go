@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/metrics"
 	"github.com/drover-run/drover/store/sqlite"
 )
@@ -93,13 +94,9 @@ func TestCollectorReportsTheClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.Stop(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for c.Stats().TasksFinished < 3 || c.SupervisorTerm() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("tasks or leadership not there: %+v, term %d", c.Stats(), c.SupervisorTerm())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitFor(t, "3 tasks finished and the supervisor leading", func() bool {
+		return c.Stats().TasksFinished >= 3 && c.SupervisorTerm() != 0
+	})
 	got, err = gather(t, reg)
 	if err != nil {
 		t.Fatal(err)
