@@ -1,8 +1,9 @@
 // Package droverapi holds the JSON types of drover's HTTP API, defined
 // once: the server (drover server --listen) encodes them, the Go client
 // (droverclient) decodes them, and the drover command line prints what
-// they carry. It also holds the webhook signature scheme (SignWebhook,
-// VerifyWebhook) and the body of a webhook request (WebhookPayload),
+// they carry. It also holds the webhook signature scheme, Standard
+// Webhooks with a key per destination (SignWebhook, VerifyWebhook,
+// WebhookSecret), and the body of a webhook request (WebhookPayload),
 // shared by the webhook dispatcher and receivers written in Go.
 //
 // Each type is named as its schema in the OpenAPI document the server

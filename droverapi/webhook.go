@@ -3,7 +3,7 @@ package droverapi
 import (
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/hex"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,82 +12,120 @@ import (
 	"time"
 )
 
-// Header names of a webhook request (docs/webhooks.md).
-
+// Header names of a webhook request (docs/webhooks.md). The first three
+// are those of the Standard Webhooks specification
+// (https://www.standardwebhooks.com), so receivers verify requests with
+// any of its libraries; the Drover-* ones are informational and not signed.
 const (
-	// WebhookEventIDHeader carries the ID of the event the webhook reports: the
-	// same on every attempt, so receivers de-duplicate on it.
-	WebhookEventIDHeader = "Drover-Event-Id"
+	// WebhookIDHeader (webhook-id) carries the ID of the event the webhook
+	// reports: the same on every attempt, so receivers de-duplicate on it.
+	WebhookIDHeader = "webhook-id"
+	// WebhookTimestampHeader (webhook-timestamp) carries the time of the
+	// attempt in Unix seconds; it is signed.
+	WebhookTimestampHeader = "webhook-timestamp"
+	// WebhookSignatureHeader (webhook-signature) carries space-separated
+	// "v1,<base64 HMAC-SHA256>" signatures (SignWebhook).
+	WebhookSignatureHeader = "webhook-signature"
 	// WebhookEventTypeHeader carries the event type (processed, compensated,
-	// error, cancelled).
+	// error, cancelled, or an alert's type).
 	WebhookEventTypeHeader = "Drover-Event-Type"
 	// WebhookAttemptHeader carries the attempt number, 1 for the first.
 	WebhookAttemptHeader = "Drover-Delivery-Attempt"
-	// WebhookSignatureHeader carries "t=<unix seconds>,v2=<hex HMAC-SHA256>"
-	// (SignWebhook).
-	WebhookSignatureHeader = "Drover-Signature"
 )
+
+// WebhookSecretPrefix starts a Standard Webhooks secret (WebhookSecret).
+const WebhookSecretPrefix = "whsec_"
 
 // MinWebhookSecretBytes is the shortest secret a Dispatcher accepts.
 const MinWebhookSecretBytes = 16
 
-// DefaultWebhookTolerance is the signature age VerifyWebhook accepts when
-// given a tolerance of 0.
+// DefaultWebhookTolerance is how far from now VerifyWebhook accepts a
+// webhook-timestamp when given a tolerance of 0, as the Standard Webhooks
+// libraries do.
 const DefaultWebhookTolerance = 5 * time.Minute
 
 // Errors of VerifyWebhook; test them with errors.Is.
 var (
-	// ErrWebhookNoSignature: the header is empty or has no v2 signature.
+	// ErrWebhookNoSignature: the webhook-signature header is missing or
+	// has no v1 signature.
 	ErrWebhookNoSignature = errors.New("droverapi: webhook: no signature")
-	// ErrWebhookBadSignature: no v2 signature matches the key, the event ID,
-	// the timestamp and the body (or the event ID header is missing).
+	// ErrWebhookBadSignature: no v1 signature matches the key, the
+	// webhook-id, the webhook-timestamp and the body (or the webhook-id
+	// header is missing).
 	ErrWebhookBadSignature = errors.New("droverapi: webhook: signature does not match")
-	// ErrWebhookTimestamp: the header's timestamp is missing, malformed or
-	// further from now than the tolerance (a replayed request).
-	ErrWebhookTimestamp = errors.New("droverapi: webhook: signature timestamp out of tolerance")
+	// ErrWebhookTimestamp: the webhook-timestamp header is missing,
+	// malformed or further from now than the tolerance (a replayed request).
+	ErrWebhookTimestamp = errors.New("droverapi: webhook: timestamp out of tolerance")
 )
 
 // WebhookKey returns the key that signs the webhooks sent to url:
 // HMAC-SHA256(secret, url), with url exactly as drover was given it (the
 // task's callback URL, or a --webhook-url without its #events= part). Each
 // destination has its own key, so a request one receiver got does not
-// verify at another; and an operator can give a receiver its key instead
-// of the server's secret.
+// verify at another; and an operator gives a receiver its key
+// (WebhookSecret) instead of the server's secret.
 func WebhookKey(secret []byte, url string) []byte {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(url))
 	return m.Sum(nil)
 }
 
-// webhookSignature is hex(HMAC-SHA256(key, "<event id>.<t>.<body>")).
-func webhookSignature(key []byte, eventID string, t int64, body []byte) string {
+// WebhookSecret returns the Standard Webhooks secret of the receiver at
+// url: "whsec_" followed by the standard base64 of WebhookKey(secret, url).
+// A receiver configures it in any Standard Webhooks library (or decodes
+// it with ParseWebhookSecret for VerifyWebhookKey).
+func WebhookSecret(secret []byte, url string) string {
+	return WebhookSecretPrefix + base64.StdEncoding.EncodeToString(WebhookKey(secret, url))
+}
+
+// ParseWebhookSecret returns the key of a Standard Webhooks secret
+// ("whsec_<base64>", the prefix optional, as the libraries accept it).
+func ParseWebhookSecret(s string) ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(strings.TrimSpace(s), WebhookSecretPrefix))
+	if err != nil {
+		return nil, fmt.Errorf("droverapi: webhook secret: not %s followed by base64: %w", WebhookSecretPrefix, err)
+	}
+	if len(key) == 0 {
+		return nil, fmt.Errorf("droverapi: webhook secret: empty key")
+	}
+	return key, nil
+}
+
+// webhookSignature is base64(HMAC-SHA256(key, "<id>.<t>.<body>")).
+func webhookSignature(key []byte, id string, t int64, body []byte) string {
 	m := hmac.New(sha256.New, key)
-	m.Write([]byte(eventID))
+	m.Write([]byte(id))
 	m.Write([]byte{'.'})
 	m.Write([]byte(strconv.FormatInt(t, 10)))
 	m.Write([]byte{'.'})
 	m.Write(body)
-	return hex.EncodeToString(m.Sum(nil))
+	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
-// SignWebhook returns the Drover-Signature header value of the webhook of
-// event eventID with body, sent to url at t:
+// SignWebhook returns the signed headers of the webhook of event id with
+// body, sent to url at t (Standard Webhooks):
 //
-//	t=<unix seconds>,v2=<hex HMAC-SHA256(WebhookKey(secret, url), "<event id>.<unix seconds>.<body>")>
+//	webhook-id: <id>
+//	webhook-timestamp: <unix seconds>
+//	webhook-signature: v1,<base64 HMAC-SHA256(WebhookKey(secret, url), "<id>.<unix seconds>.<body>")>
 //
-// The destination (through the key), the event ID (the Drover-Event-Id
-// header) and the timestamp are signed with the body: a captured request
-// cannot be sent to another receiver, under another event ID, or later.
-func SignWebhook(secret []byte, url, eventID string, body []byte, t time.Time) string {
+// The destination (through the key), the event ID and the timestamp are
+// signed with the body: a captured request cannot be sent to another
+// receiver, under another event ID, or later.
+func SignWebhook(secret []byte, url, id string, body []byte, t time.Time) http.Header {
 	ts := t.Unix()
-	return "t=" + strconv.FormatInt(ts, 10) + ",v2=" + webhookSignature(WebhookKey(secret, url), eventID, ts, body)
+	h := http.Header{}
+	h.Set(WebhookIDHeader, id)
+	h.Set(WebhookTimestampHeader, strconv.FormatInt(ts, 10))
+	h.Set(WebhookSignatureHeader, "v1,"+webhookSignature(WebhookKey(secret, url), id, ts, body))
+	return h
 }
 
 // VerifyWebhook checks a webhook request received at url (the URL drover
-// sends it to, exactly as drover was given it): its Drover-Signature and
-// Drover-Event-Id headers in h, the raw request body (the bytes as
-// received, before any JSON decoding) and the server's secret. It is
-// VerifyWebhookKey with WebhookKey(secret, url).
+// sends it to, exactly as drover was given it): its webhook-id,
+// webhook-timestamp and webhook-signature headers in h, the raw request
+// body (the bytes as received, before any JSON decoding) and the server's
+// secret. It is VerifyWebhookKey with WebhookKey(secret, url).
 func VerifyWebhook(secret []byte, url string, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
 	if len(secret) == 0 {
 		return errors.New("droverapi: webhook: verify: empty secret")
@@ -96,12 +134,15 @@ func VerifyWebhook(secret []byte, url string, h http.Header, body []byte, now ti
 }
 
 // VerifyWebhookKey checks a webhook request with the receiver's key
-// (WebhookKey). It fails with ErrWebhookTimestamp when the header's
-// timestamp is more than tolerance away from now (DefaultWebhookTolerance
-// when tolerance is 0), with ErrWebhookBadSignature when no v2 value
-// matches, and with ErrWebhookNoSignature when there is none. Several v2
-// values (a sender signing with an old and a new secret during a rotation)
-// are accepted if any matches. The comparison takes constant time.
+// (WebhookKey, or ParseWebhookSecret of its whsec_ secret), as the
+// Standard Webhooks libraries do. It fails with ErrWebhookTimestamp when
+// webhook-timestamp is missing, malformed, or more than tolerance before or
+// after now (DefaultWebhookTolerance when tolerance is 0), with
+// ErrWebhookNoSignature when webhook-signature has no v1 entry, and with
+// ErrWebhookBadSignature when webhook-id is missing or no v1 entry
+// matches. Several entries (a sender signing with an old and a new key
+// during a rotation) are accepted if any matches; entries of other
+// versions are ignored. The comparison takes constant time.
 func VerifyWebhookKey(key []byte, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
 	if tolerance == 0 {
 		tolerance = DefaultWebhookTolerance
@@ -109,40 +150,38 @@ func VerifyWebhookKey(key []byte, h http.Header, body []byte, now time.Time, tol
 	if len(key) == 0 {
 		return errors.New("droverapi: webhook: verify: empty key")
 	}
-	var (
-		ts     int64
-		haveTS bool
-		sigs   []string
-	)
-	for _, part := range strings.Split(h.Get(WebhookSignatureHeader), ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "t":
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return fmt.Errorf("%w: t=%q is not an integer", ErrWebhookTimestamp, v)
-			}
-			ts, haveTS = n, true
-		case "v2":
-			sigs = append(sigs, v)
+	var sigs []string
+	for _, entry := range strings.Fields(h.Get(WebhookSignatureHeader)) {
+		if v, s, ok := strings.Cut(entry, ","); ok && v == "v1" {
+			sigs = append(sigs, s)
 		}
 	}
 	if len(sigs) == 0 {
-		return ErrWebhookNoSignature
+		if h.Get(WebhookSignatureHeader) == "" {
+			return fmt.Errorf("%w: no %s header", ErrWebhookNoSignature, WebhookSignatureHeader)
+		}
+		return fmt.Errorf("%w: no v1,… entry in the %s header", ErrWebhookNoSignature, WebhookSignatureHeader)
 	}
-	if !haveTS {
-		return fmt.Errorf("%w: no t= in the header", ErrWebhookTimestamp)
+	raw := h.Get(WebhookTimestampHeader)
+	if raw == "" {
+		return fmt.Errorf("%w: no %s header", ErrWebhookTimestamp, WebhookTimestampHeader)
 	}
-	if age := now.Sub(time.Unix(ts, 0)); age > tolerance || age < -tolerance {
-		return fmt.Errorf("%w: signed at %s, %s from now (tolerance %s)", ErrWebhookTimestamp,
-			time.Unix(ts, 0).UTC().Format(time.RFC3339), age.Round(time.Second), tolerance)
+	ts, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: %s %q is not Unix seconds", ErrWebhookTimestamp, WebhookTimestampHeader, raw)
 	}
-	id := h.Get(WebhookEventIDHeader)
+	signed := time.Unix(ts, 0)
+	switch age := now.Sub(signed); {
+	case age > tolerance:
+		return fmt.Errorf("%w: too old: signed at %s, %s ago (tolerance %s)", ErrWebhookTimestamp,
+			signed.UTC().Format(time.RFC3339), age.Round(time.Second), tolerance)
+	case age < -tolerance:
+		return fmt.Errorf("%w: too new: signed at %s, %s in the future (tolerance %s)", ErrWebhookTimestamp,
+			signed.UTC().Format(time.RFC3339), (-age).Round(time.Second), tolerance)
+	}
+	id := h.Get(WebhookIDHeader)
 	if id == "" {
-		return fmt.Errorf("%w: no %s header", ErrWebhookBadSignature, WebhookEventIDHeader)
+		return fmt.Errorf("%w: no %s header", ErrWebhookBadSignature, WebhookIDHeader)
 	}
 	want := []byte(webhookSignature(key, id, ts, body))
 	for _, s := range sigs {
@@ -150,5 +189,5 @@ func VerifyWebhookKey(key []byte, h http.Header, body []byte, now time.Time, tol
 			return nil
 		}
 	}
-	return ErrWebhookBadSignature
+	return fmt.Errorf("%w: none of %d v1 signatures matches", ErrWebhookBadSignature, len(sigs))
 }

@@ -12,7 +12,7 @@ import (
 // interval of the event). An event of a session queue (session_blocked)
 // has no task: Task is null and Session names the session.
 type WebhookPayload struct {
-	// ID is the event ID, as in the Drover-Event-Id header: receivers
+	// ID is the event ID, as in the webhook-id header: receivers
 	// de-duplicate on it.
 	ID   string `json:"id"`
 	Type string `json:"type"` // processed, compensated, error, cancelled, or an alert's type

@@ -13,8 +13,10 @@ import (
 
 // Header names of a webhook request (docs/webhooks.md).
 const (
-	// WebhookEventIDHeader is droverapi.WebhookEventIDHeader.
-	WebhookEventIDHeader = droverapi.WebhookEventIDHeader
+	// WebhookIDHeader is droverapi.WebhookIDHeader.
+	WebhookIDHeader = droverapi.WebhookIDHeader
+	// WebhookTimestampHeader is droverapi.WebhookTimestampHeader.
+	WebhookTimestampHeader = droverapi.WebhookTimestampHeader
 	// WebhookEventTypeHeader is droverapi.WebhookEventTypeHeader.
 	WebhookEventTypeHeader = droverapi.WebhookEventTypeHeader
 	// WebhookAttemptHeader is droverapi.WebhookAttemptHeader.
@@ -22,6 +24,9 @@ const (
 	// WebhookSignatureHeader is droverapi.WebhookSignatureHeader.
 	WebhookSignatureHeader = droverapi.WebhookSignatureHeader
 )
+
+// WebhookSecretPrefix is droverapi.WebhookSecretPrefix.
+const WebhookSecretPrefix = droverapi.WebhookSecretPrefix
 
 // MinWebhookSecretBytes is droverapi.MinWebhookSecretBytes.
 const MinWebhookSecretBytes = droverapi.MinWebhookSecretBytes
@@ -42,9 +47,15 @@ var (
 // WebhookKey is droverapi.WebhookKey.
 func WebhookKey(secret []byte, url string) []byte { return droverapi.WebhookKey(secret, url) }
 
+// WebhookSecret is droverapi.WebhookSecret.
+func WebhookSecret(secret []byte, url string) string { return droverapi.WebhookSecret(secret, url) }
+
+// ParseWebhookSecret is droverapi.ParseWebhookSecret.
+func ParseWebhookSecret(s string) ([]byte, error) { return droverapi.ParseWebhookSecret(s) }
+
 // SignWebhook is droverapi.SignWebhook.
-func SignWebhook(secret []byte, url, eventID string, body []byte, t time.Time) string {
-	return droverapi.SignWebhook(secret, url, eventID, body, t)
+func SignWebhook(secret []byte, url, id string, body []byte, t time.Time) http.Header {
+	return droverapi.SignWebhook(secret, url, id, body, t)
 }
 
 // VerifyWebhook is droverapi.VerifyWebhook.

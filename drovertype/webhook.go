@@ -147,7 +147,7 @@ func WebhookCandidate(e *Event) bool { return e.Alert || IsWebhookEvent(e.Type) 
 // at most once per URL whatever the number of processes enqueuing.
 type WebhookDelivery struct {
 	ID        int64
-	EventID   int64 // the event of the history it reports; Drover-Event-Id
+	EventID   int64 // the event of the history it reports; the webhook-id header
 	URL       string
 	TaskID    string // the event's subject: a task ID, or "session:<queue>/<session>"
 	EventType EventType

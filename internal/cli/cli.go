@@ -196,6 +196,7 @@ bench take --db and --schema from their command line only.`,
 		e.alertsCmd(),
 		e.versionCmd(),
 		e.healthcheckCmd(),
+		e.webhookCmd(),
 	)
 	e.setupCompletion(root)
 	// Arguments errors are usage errors.

@@ -185,12 +185,13 @@ whose URL names a refused host fails the start (or its reload).
 
 --webhook-secret-file FILE (or $DROVER_WEBHOOK_SECRET) turns on webhooks
 (docs/webhooks.md): when a task reaches a final state (Processed,
-Compensated, Error, Cancelled) the server POSTs a JSON event, signed with
-HMAC-SHA256 in the Drover-Signature header with a key of each
-destination's (receivers verify with the URL they are called at), to the
-task's callback URL and to
-every --webhook-url; it retries with back-off and sends the same
-Drover-Event-Id on every attempt, so receivers de-duplicate on it.
+Compensated, Error, Cancelled) the server POSTs a JSON event, signed as
+Standard Webhooks specifies (webhook-id, webhook-timestamp and
+webhook-signature headers) with a key of each destination's, to the
+task's callback URL and to every --webhook-url; "drover webhook secret
+--url URL" prints the whsec_ secret a receiver at URL verifies with. It
+retries with back-off and sends the same webhook-id on every attempt, so
+receivers de-duplicate on it.
 Deliveries are durable: any server with the secret sends the ones due.
 A --webhook-url ending in #events=LIST receives the events LIST chooses
 instead: final, alerts (every operator alert: a permanent step failure, a

@@ -41,22 +41,9 @@ func (f *webhookFlags) register(cmd *cobra.Command) {
 // checking the flags; a --webhook-url the egress policy refuses is a usage
 // error. The secret is never printed.
 func (e *env) checkWebhookFlags(f *webhookFlags, outbound *egress.Policy, allowPerms bool) ([]byte, error) {
-	var secret []byte
-	switch {
-	case f.secretFile != "":
-		b, err := e.readSecretFile("--webhook-secret-file", f.secretFile, allowPerms)
-		if err != nil {
-			return nil, err
-		}
-		secret = bytes.TrimSpace(b)
-		if len(secret) == 0 {
-			return nil, clicore.Usagef("--webhook-secret-file %s is empty", f.secretFile)
-		}
-	case e.Getenv(EnvWebhookSecret) != "":
-		secret = []byte(e.Getenv(EnvWebhookSecret))
-	}
-	if secret != nil && len(secret) < webhook.MinSecretBytes {
-		return nil, clicore.Usagef("the webhook secret is %d bytes; it must be at least %d", len(secret), webhook.MinSecretBytes)
+	secret, err := e.webhookSecret(f.secretFile, allowPerms)
+	if err != nil {
+		return nil, err
 	}
 	f.subs = nil
 	for _, u := range f.urls {
@@ -80,6 +67,29 @@ func (e *env) checkWebhookFlags(f *webhookFlags, outbound *egress.Policy, allowP
 				return nil, clicore.Usagef("--webhook-url %q: %v; open it with --egress-allow", f.urls[i], err)
 			}
 		}
+	}
+	return secret, nil
+}
+
+// webhookSecret returns the webhook signing secret of --webhook-secret-file
+// file, else of $DROVER_WEBHOOK_SECRET; nil when neither is set.
+func (e *env) webhookSecret(file string, allowPerms bool) ([]byte, error) {
+	var secret []byte
+	switch {
+	case file != "":
+		b, err := e.readSecretFile("--webhook-secret-file", file, allowPerms)
+		if err != nil {
+			return nil, err
+		}
+		secret = bytes.TrimSpace(b)
+		if len(secret) == 0 {
+			return nil, clicore.Usagef("--webhook-secret-file %s is empty", file)
+		}
+	case e.Getenv(EnvWebhookSecret) != "":
+		secret = []byte(e.Getenv(EnvWebhookSecret))
+	}
+	if secret != nil && len(secret) < webhook.MinSecretBytes {
+		return nil, clicore.Usagef("the webhook secret is %d bytes; it must be at least %d", len(secret), webhook.MinSecretBytes)
 	}
 	return secret, nil
 }

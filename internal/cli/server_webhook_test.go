@@ -54,6 +54,39 @@ func TestServerWebhookFlags(t *testing.T) {
 	}
 }
 
+// TestWebhookSecretCommand: "drover webhook secret URL" prints the
+// receiver's whsec_ secret from the server's secret, read as drover server
+// reads it; its deliveries verify with it in TestServerWebhookAlertsEndToEnd.
+func TestWebhookSecretCommand(t *testing.T) {
+	dir := t.TempDir()
+	const url = "https://hooks.example.com/drover"
+	// The value docs/webhooks.md's shell snippet and Python compute.
+	const want = "whsec_wEPaRArkEUL6XfFv4rIzWqCxQcu5K3gwvrUZPrE1ObM="
+	t.Setenv(EnvWebhookSecret, "0123456789abcdef-secret")
+	if got := strings.TrimSpace(mustRun(t, "webhook", "secret", url)); got != want {
+		t.Errorf("secret from $%s: %q, want %q", EnvWebhookSecret, got, want)
+	}
+	if got := mustRun(t, "webhook", "secret", url+"#events=alerts", "--json"); got != `{"secret":"`+want+`","url":"`+url+`"}`+"\n" {
+		t.Errorf("--json with #events=: %q", got)
+	}
+	file := filepath.Join(dir, "secret")
+	_ = os.WriteFile(file, []byte("another-secret-0123456789\n"), 0o600)
+	if got := strings.TrimSpace(mustRun(t, "webhook", "secret", url, "--webhook-secret-file", file)); got == want || !strings.HasPrefix(got, "whsec_") {
+		t.Errorf("--webhook-secret-file: %q, want another whsec_ secret than $%s's", got, EnvWebhookSecret)
+	}
+	open := filepath.Join(dir, "open")
+	_ = os.WriteFile(open, []byte("another-secret-0123456789\n"), 0o644)
+	_ = os.Chmod(open, 0o644)
+	wantFailure(t, run(t, "", "webhook", "secret", url, "--webhook-secret-file", open), ExitFailure, "is open to group or others")
+	wantFailure(t, run(t, "", "webhook", "secret", "ftp://x/y"), ExitUsage, "want an http or https URL")
+	wantFailure(t, run(t, "", "webhook", "secret", url+"#evnts=alerts"), ExitUsage, "the part after # must be events=LIST")
+	wantFailure(t, run(t, "", "webhook", "secret"), ExitUsage, "accepts 1 arg")
+	t.Setenv(EnvWebhookSecret, "tooshort")
+	wantFailure(t, run(t, "", "webhook", "secret", url), ExitUsage, "must be at least 16")
+	t.Setenv(EnvWebhookSecret, "")
+	wantFailure(t, run(t, "", "webhook", "secret", url), ExitUsage, "no webhook secret: give --webhook-secret-file FILE or $"+EnvWebhookSecret)
+}
+
 func TestServerWebhookURLEvents(t *testing.T) {
 	dir := t.TempDir()
 	db := "sqlite:" + filepath.Join(dir, "d.db")
@@ -85,6 +118,7 @@ func TestServerWebhookAlertsEndToEnd(t *testing.T) {
 				hits = map[string][]string{} // path → event types, signature verified
 				bad  []string
 			)
+			var alertsKey []byte // from "drover webhook secret", set before the server starts
 			recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Path == "/pay" {
 					http.Error(w, `{"error":"card declined"}`, http.StatusUnprocessableEntity) // a permanent failure
@@ -95,6 +129,12 @@ func TestServerWebhookAlertsEndToEnd(t *testing.T) {
 				defer mu.Unlock()
 				if err := droverclient.VerifyWebhook([]byte(secret), "http://"+r.Host+r.URL.RequestURI(), r.Header, body, time.Now(), 0); err != nil {
 					bad = append(bad, r.URL.Path+": "+err.Error())
+				}
+				// The receiver at /alerts holds only its whsec_ secret.
+				if r.URL.Path == "/alerts" {
+					if err := droverclient.VerifyWebhookKey(alertsKey, r.Header, body, time.Now(), 0); err != nil {
+						bad = append(bad, r.URL.Path+" with its whsec_ secret: "+err.Error())
+					}
 				}
 				hits[r.URL.Path] = append(hits[r.URL.Path], r.Header.Get("Drover-Event-Type"))
 				w.WriteHeader(http.StatusNoContent)
@@ -111,6 +151,16 @@ func TestServerWebhookAlertsEndToEnd(t *testing.T) {
 			if err := os.WriteFile(tokens, []byte(e2eSubmitTok+" submit\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
+			secretFile := filepath.Join(dir, "webhook-secret")
+			if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			whsec := strings.TrimSpace(mustRun(t, "webhook", "secret", recv.URL+"/alerts#events=alerts", "--webhook-secret-file", secretFile))
+			key, err := droverclient.ParseWebhookSecret(whsec)
+			if err != nil || !strings.HasPrefix(whsec, "whsec_") {
+				t.Fatalf("drover webhook secret printed %q: %v", whsec, err)
+			}
+			alertsKey = key
 			dbArgs := []string{"--db", "sqlite:" + filepath.Join(dir, "d.db")}
 			if driver == "postgres" {
 				url, schema := pgSchema(t)

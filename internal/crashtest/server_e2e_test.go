@@ -155,7 +155,7 @@ func TestServerModeEndToEnd(t *testing.T) {
 		if hooks[p.TaskID] == nil {
 			hooks[p.TaskID] = map[string]int{}
 		}
-		hooks[p.TaskID][r.Header.Get(droverclient.WebhookEventIDHeader)]++
+		hooks[p.TaskID][r.Header.Get(droverclient.WebhookIDHeader)]++
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer receiver.Close()

@@ -16,6 +16,7 @@ import (
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/internal/testutil/clienttest"
 	"github.com/drover-run/drover/store"
 )
 
@@ -75,18 +76,7 @@ func newEnv(t *testing.T, drv store.Driver, opts Options) *testEnv {
 // other packages; it cannot be used here without an import cycle.)
 func startEnv(t *testing.T, cfg drover.Config, opts Options) *testEnv {
 	t.Helper()
-	d, err := drover.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
+	d := clienttest.Start(t, cfg)
 	q, err := convoy.New(convoy.Config{Store: cfg.Store, PollInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

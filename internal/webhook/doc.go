@@ -20,7 +20,7 @@
 // dispatchers at once, and none is lost when a process dies: its claims
 // expire and another dispatcher (or the same instance restarted) sends them
 // again. Delivery is at least once; receivers de-duplicate on the
-// Drover-Event-Id header (or the body's "id"), which is the same on every
+// webhook-id header (or the body's "id"), which is the same on every
 // attempt. The user guide is docs/webhooks.md.
 //
 // Package server runs a Dispatcher when a webhook secret is set. A

@@ -13,15 +13,18 @@ import (
 
 // Header names of a webhook request.
 const (
-	// HeaderEventID carries the ID of the event the webhook reports: the
-	// same on every attempt, so receivers de-duplicate on it.
-	HeaderEventID = droverapi.WebhookEventIDHeader
+	// HeaderID (webhook-id) carries the ID of the event the webhook
+	// reports: the same on every attempt, so receivers de-duplicate on it.
+	HeaderID = droverapi.WebhookIDHeader
+	// HeaderTimestamp (webhook-timestamp) carries the attempt's time in
+	// Unix seconds.
+	HeaderTimestamp = droverapi.WebhookTimestampHeader
 	// HeaderEventType carries the event type (processed, compensated,
 	// error, cancelled).
 	HeaderEventType = droverapi.WebhookEventTypeHeader
 	// HeaderAttempt carries the attempt number, 1 for the first.
 	HeaderAttempt = droverapi.WebhookAttemptHeader
-	// HeaderSignature carries "t=<unix seconds>,v2=<hex HMAC-SHA256>".
+	// HeaderSignature (webhook-signature) carries "v1,<base64 HMAC-SHA256>".
 	HeaderSignature = droverapi.WebhookSignatureHeader
 )
 
@@ -39,10 +42,11 @@ var (
 	ErrTimestamp    = droverapi.ErrWebhookTimestamp
 )
 
-// Sign returns the Drover-Signature header value of event eventID's body
-// sent to url at t; see droverapi.SignWebhook.
-func Sign(secret []byte, url, eventID string, body []byte, t time.Time) string {
-	return droverapi.SignWebhook(secret, url, eventID, body, t)
+// Sign returns the signed headers (webhook-id, webhook-timestamp,
+// webhook-signature) of event id's body sent to url at t; see
+// droverapi.SignWebhook.
+func Sign(secret []byte, url, id string, body []byte, t time.Time) http.Header {
+	return droverapi.SignWebhook(secret, url, id, body, t)
 }
 
 // Verify checks a request received at url; see droverapi.VerifyWebhook.

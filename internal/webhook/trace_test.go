@@ -12,6 +12,7 @@ import (
 
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/internal/testutil/clienttest"
 	"github.com/drover-run/drover/internal/tracing"
 )
 
@@ -31,22 +32,11 @@ func TestDeliverySpansJoinTheTasksTrace(t *testing.T) {
 		}
 		return http.StatusNoContent
 	}
-	c, err := drover.New(drover.Config{Store: drv, PollInterval: 10 * time.Millisecond, TracerProvider: tp,
+	c := clienttest.Start(t, drover.Config{Store: drv, PollInterval: 10 * time.Millisecond, TracerProvider: tp,
 		Workflows: []drover.Workflow{{Name: "echo", Steps: []drover.Step{{Name: "a", Agent: "echo"}}}},
 		Agents: []drover.Agent{{Name: "echo", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {
 			return r.Input, nil
 		}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Stop(ctx)
-	})
 	task, err := c.Submit(context.Background(), "echo", []byte(`{}`), &drover.SubmitOptions{ID: "w-1", CallbackURL: rc.url("/cb")})
 	if err != nil {
 		t.Fatal(err)

@@ -66,8 +66,10 @@ const roundTimeout = 30 * time.Second
 type Options struct {
 	// Recorder, when set, counts the retention lease's changes of leader.
 	Recorder *instrument.Recorder
-	// Secret signs every request (HMAC-SHA256); receivers verify with the
-	// same secret. Required, at least MinSecretBytes bytes. Never logged.
+	// Secret derives the key that signs the requests to each URL
+	// (droverapi.WebhookKey); receivers verify with the server's secret or
+	// their own key (droverapi.WebhookSecret). Required, at least
+	// MinSecretBytes bytes. Never logged.
 	Secret []byte
 	// URLs receive every final-state event of every task, in addition to
 	// each task's own callback URL (SubmitOptions.CallbackURL). Absolute
@@ -901,10 +903,11 @@ func (d *Dispatcher) post(ctx context.Context, w *dt.WebhookDelivery) (status in
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "drover-webhook/1")
-	req.Header.Set(HeaderEventID, strconv.FormatInt(w.EventID, 10))
+	for k, v := range Sign(d.opts.Secret, w.URL, strconv.FormatInt(w.EventID, 10), w.Payload, d.clock.Now()) {
+		req.Header[k] = v
+	}
 	req.Header.Set(HeaderEventType, string(w.EventType))
 	req.Header.Set(HeaderAttempt, strconv.Itoa(w.Attempts))
-	req.Header.Set(HeaderSignature, Sign(d.opts.Secret, w.URL, strconv.FormatInt(w.EventID, 10), w.Payload, d.clock.Now()))
 	tracing.Inject(ctx, req.Header)
 	resp, err := d.client.Do(req)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/egress/egresstest"
 	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/internal/testutil/clienttest"
 	"github.com/drover-run/drover/store"
 	"github.com/drover-run/drover/store/postgres"
 )
@@ -44,12 +45,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // ---- a receiver ----
 
 type hit struct {
-	Path, EventID, EventType, Attempt, Signature, ContentType string
-	Body                                                      []byte
-	At                                                        time.Time
-	Status                                                    int
-	URL                                                       string // the URL called
-	Header                                                    http.Header
+	Path, EventID, EventType, Attempt, Timestamp, Signature, ContentType string
+	Body                                                                 []byte
+	At                                                                   time.Time
+	Status                                                               int
+	URL                                                                  string // the URL called
+	Header                                                               http.Header
 }
 
 // verify checks the hit's signature as a receiver at its URL does.
@@ -89,8 +90,8 @@ func (rc *receiver) url(path string) string { return rc.srv.URL + path }
 
 func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	h := hit{Path: r.URL.Path, EventID: r.Header.Get(HeaderEventID), EventType: r.Header.Get(HeaderEventType),
-		Attempt: r.Header.Get(HeaderAttempt), Signature: r.Header.Get(HeaderSignature),
+	h := hit{Path: r.URL.Path, EventID: r.Header.Get(HeaderID), EventType: r.Header.Get(HeaderEventType),
+		Attempt: r.Header.Get(HeaderAttempt), Timestamp: r.Header.Get(HeaderTimestamp), Signature: r.Header.Get(HeaderSignature),
 		ContentType: r.Header.Get("Content-Type"), Body: body, At: time.Now(), URL: rc.srv.URL + r.RequestURI, Header: r.Header.Clone()}
 	if r.Method != http.MethodPost {
 		h.Path = r.Method + " " + h.Path
@@ -164,7 +165,7 @@ func startClient(t *testing.T, drv store.Driver) *drover.Client {
 func startWorkflows(t *testing.T, drv store.Driver, sweep time.Duration, workflows ...drover.Workflow) *drover.Client {
 	t.Helper()
 	echo := func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) { return r.Input, nil }
-	c, err := drover.New(drover.Config{
+	return clienttest.Start(t, drover.Config{
 		Store: drv, PollInterval: 10 * time.Millisecond, SupervisorInterval: sweep,
 		Workflows: workflows,
 		Agents: []drover.Agent{
@@ -175,18 +176,6 @@ func startWorkflows(t *testing.T, drv store.Driver, sweep time.Duration, workflo
 		},
 		ExternalAgents: []string{"remote"},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Stop(ctx)
-	})
-	return c
 }
 
 func submit(t *testing.T, c *drover.Client, workflow, id, callback string) {
@@ -425,6 +414,12 @@ func TestFinalStatesDelivered(t *testing.T) {
 			}
 			if h.ContentType != "application/json" || h.Attempt != "1" || h.EventID != strconv.FormatInt(ev.ID, 10) || h.EventType != string(ev.Type) {
 				t.Errorf("%s: headers Content-Type %q, attempt %q, event %q %q", h.key(), h.ContentType, h.Attempt, h.EventID, h.EventType)
+			}
+			if ts, err := strconv.ParseInt(h.Timestamp, 10, 64); err != nil || h.At.Unix()-ts < 0 || h.At.Unix()-ts > 5 {
+				t.Errorf("%s: webhook-timestamp %q, received at %d", h.key(), h.Timestamp, h.At.Unix())
+			}
+			if old := h.Header.Get("Drover-Signature") + h.Header.Get("Drover-Event-Id"); old != "" {
+				t.Errorf("%s: the old Drover-Signature or Drover-Event-Id header is still sent: %q", h.key(), old)
 			}
 			var p Payload
 			if err := json.Unmarshal(h.Body, &p); err != nil {

@@ -1,7 +1,6 @@
 package apitest
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/httpapi"
+	"github.com/drover-run/drover/internal/testutil/clienttest"
 )
 
 // Server is a running API server and the clients it serves.
@@ -33,18 +33,7 @@ type Server struct {
 // streams, then the drover client.
 func Start(t testing.TB, cfg drover.Config, opts httpapi.Options, wrap func(http.Handler) http.Handler) *Server {
 	t.Helper()
-	d, err := drover.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
+	d := clienttest.Start(t, cfg)
 	q, err := convoy.New(convoy.Config{Store: cfg.Store, PollInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
