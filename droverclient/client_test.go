@@ -239,11 +239,26 @@ func TestSubmitGetList(t *testing.T) {
 		{droverclient.ListParams{OrderingKey: "k"}, "[t-1]"},
 		{droverclient.ListParams{OrderingKey: "other"}, "[]"},
 		{droverclient.ListParams{OrderingKey: "k", UpdatedFrom: at.Add(time.Microsecond)}, "[]"},
-		{droverclient.ListParams{UpdatedFrom: at, UpdatedBefore: at.Add(time.Microsecond)}, "[t-1]"},
 	} {
 		if got := listIDs(c.p); got != c.want {
 			t.Errorf("Tasks(%+v) = %s, want %s", c.p, got, c.want)
 		}
+	}
+	// The microsecond of t-1's last update: t-1, and any task one
+	// transaction finished with it, none other.
+	inRange, err := c.Tasks(ctx, droverclient.ListParams{UpdatedFrom: at, UpdatedBefore: at.Add(time.Microsecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawT1 := false
+	for _, tk := range inRange.Tasks {
+		sawT1 = sawT1 || tk.ID == "t-1"
+		if !tk.UpdatedAt.Equal(at) {
+			t.Errorf("the microsecond of t-1's update lists %s, updated at %s", tk.ID, tk.UpdatedAt)
+		}
+	}
+	if !sawT1 {
+		t.Errorf("the microsecond of t-1's update does not list t-1: %+v", inRange.Tasks)
 	}
 	_, err = c.Tasks(ctx, droverclient.ListParams{UpdatedFrom: at, UpdatedBefore: at})
 	wantAPIError(t, err, 400, "invalid_parameter", droverclient.ErrInvalid)
