@@ -51,6 +51,43 @@ type Config struct {
 	// message, and drover.convoy.receive and drover.convoy.settle spans as
 	// its children in whichever process consumes it. nil: off.
 	TracerProvider trace.TracerProvider
+	// Observer, when set, is told of the session locks this client's
+	// receivers and processors renewed or lost, and of the operator
+	// alerts they recorded, once the transaction that did it committed:
+	// for metrics (metrics.ConvoyObserver records them with a
+	// drover.Client's metrics). nil: nobody.
+	Observer Observer
+}
+
+// Observer is told what a Client's session queues did, for metrics. Its
+// methods must be quick and safe for concurrent use.
+type Observer interface {
+	// SessionLock is a session lock of queue renewed (renewed), or found
+	// lost (another consumer may hold the session now).
+	SessionLock(queue string, renewed bool)
+	// Alert is an operator alert recorded: a session blocked by a dead
+	// letter (EventSessionBlocked).
+	Alert(e *Event)
+}
+
+// observeAlerts tells the Observer of the alerts among events, which a
+// committed transaction recorded.
+func (c *Client) observeAlerts(events []*dt.Event) {
+	if c.cfg.Observer == nil {
+		return
+	}
+	for _, e := range events {
+		if e.Alert {
+			c.cfg.Observer.Alert(e)
+		}
+	}
+}
+
+// observeLock tells the Observer of a session lock renewed or lost.
+func (c *Client) observeLock(queue string, renewed bool) {
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.SessionLock(queue, renewed)
+	}
 }
 
 // Limits of names and bodies.

@@ -180,9 +180,11 @@ func (c *Client) receiveRef(ctx context.Context, ref LockRef) (*ReceivedMessage,
 	now := c.now()
 	var (
 		got     *dt.Message
+		events  []*dt.Event
 		outcome error
 	)
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		events = nil
 		if err := checkHolder(ctx, x, ref); errors.Is(err, ErrLockLost) {
 			outcome = err
 			return nil
@@ -190,9 +192,12 @@ func (c *Client) receiveRef(ctx context.Context, ref LockRef) (*ReceivedMessage,
 			return err
 		}
 		var err error
-		got, outcome, err = c.receiveHead(ctx, x, ref.sessionRef(), now)
+		got, events, outcome, err = c.receiveHead(ctx, x, ref.sessionRef(), now)
 		return err
 	})
+	if err == nil {
+		c.observeAlerts(events)
+	}
 	switch {
 	case err != nil:
 		return nil, err
@@ -214,21 +219,20 @@ func (c *Client) receiveRef(ctx context.Context, ref LockRef) (*ReceivedMessage,
 // their events). got is the message received; outcome is ErrLockLost,
 // ErrSessionBlocked or ErrSessionEnded when nothing can be received; both
 // nil when nothing is available now.
-func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.SessionRef, now time.Time) (got *dt.Message, outcome, err error) {
-	var events []*dt.Event
+func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.SessionRef, now time.Time) (got *dt.Message, events []*dt.Event, outcome, err error) {
 	for {
 		msgs, errs, err := x.MessageReceiveMany(ctx, &store.MessageReceiveManyParams{Refs: []store.SessionRef{ref}, Now: now})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if errs[0] != nil {
-			return nil, errs[0], nil
+			return nil, nil, errs[0], nil
 		}
 		m := msgs[0]
 		if m == nil {
 			s, err := x.SessionGet(ctx, &store.SessionGetParams{Queue: ref.Queue, SessionID: ref.SessionID})
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			switch {
 			case s.Blocked:
@@ -236,26 +240,26 @@ func (c *Client) receiveHead(ctx context.Context, x store.Executor, ref store.Se
 			case s.Closed && s.Pending == 0:
 				outcome = ErrSessionEnded
 			}
-			return nil, outcome, notifier.InsertEvents(ctx, x, events)
+			return nil, events, outcome, notifier.InsertEvents(ctx, x, events)
 		}
 		pol, err := c.policy(ctx, x, ref.Queue)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		settle, bad := poisoned(m, ref.Token, pol)
 		if !bad {
-			return m, nil, notifier.InsertEvents(ctx, x, events)
+			return m, events, nil, notifier.InsertEvents(ctx, x, events)
 		}
 		serrs, err := x.MessageSettleMany(ctx, &store.MessageSettleManyParams{Settles: []store.MessageSettle{settle}, Now: now})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if serrs[0] != nil {
-			return nil, nil, fmt.Errorf("dead-letter %s message %d: %w", ref.Queue, m.Seq, serrs[0])
+			return nil, nil, nil, fmt.Errorf("dead-letter %s message %d: %w", ref.Queue, m.Seq, serrs[0])
 		}
 		events = append(events, deadLetterEvent(ref.Queue, ref.SessionID, m.Seq, m.DeliveryCount, settle.Reason, settle.Block, c.cfg.InstanceID, now))
 		if settle.Block {
-			return nil, ErrSessionBlocked, notifier.InsertEvents(ctx, x, events)
+			return nil, events, ErrSessionBlocked, notifier.InsertEvents(ctx, x, events)
 		}
 	}
 }
@@ -299,14 +303,25 @@ func (c *Client) leaseSettle(ctx context.Context, what, holder string, s store.M
 	}
 	now := c.now()
 	errs := []error{nil}
+	var events []*dt.Event
+	var traced *dt.Message // the message settled, read first when tracing is on
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		errs = []error{nil}
+		errs, events, traced = []error{nil}, nil, nil
 		ref := LockRef{Queue: s.Ref.Queue, SessionID: s.Ref.SessionID, Token: s.Ref.Token, Holder: holder}
 		if err := checkHolder(ctx, x, ref); errors.Is(err, ErrLockLost) {
 			errs[0] = err
 			return nil
 		} else if err != nil {
 			return err
+		}
+		if c.tracer.On() {
+			ms, err := x.MessagePeek(ctx, &store.MessagePeekParams{Queue: s.Ref.Queue, SessionID: s.Ref.SessionID, FromSeq: s.Seq, Limit: 1})
+			if err != nil {
+				return err
+			}
+			if len(ms) == 1 && ms[0].Seq == s.Seq {
+				traced = ms[0]
+			}
 		}
 		if s.Action == store.SettleDeadLetter {
 			pol, err := c.policy(ctx, x, s.Ref.Queue)
@@ -332,8 +347,15 @@ func (c *Client) leaseSettle(ctx context.Context, what, holder string, s store.M
 			deliveries = ms[0].DeliveryCount
 		}
 		ev := deadLetterEvent(s.Ref.Queue, s.Ref.SessionID, s.Seq, deliveries, s.Reason, s.Block, c.cfg.InstanceID, now)
-		return notifier.InsertEvents(ctx, x, []*dt.Event{ev})
+		events = []*dt.Event{ev}
+		return notifier.InsertEvents(ctx, x, events)
 	})
+	if err == nil {
+		c.observeAlerts(events)
+		if traced != nil {
+			c.traceSettle(newReceived(traced, s.Ref.Token, nil), s.Action, errs[0])
+		}
+	}
 	switch {
 	case err != nil:
 		return err

@@ -546,6 +546,7 @@ type roundOut struct {
 	poisoned  map[*session]bool // dead-lettered at receive
 	block     bool              // the queue's poison policy is block
 	txSettles map[*session]store.MessageSettle
+	events    []*dt.Event // the round's events (for the Observer)
 }
 
 func (p *Processor) round(ctx context.Context, now time.Time, draining bool) (busy bool, err error) {
@@ -629,6 +630,7 @@ func (p *Processor) round(ctx context.Context, now time.Time, draining bool) (bu
 		return false, err
 	}
 	p.rounds.Add(1)
+	p.observe(o, held)
 	return p.apply(now, o, held, settles, acceptN), nil
 }
 
@@ -1001,7 +1003,22 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 
 	// 7. Events last: on PostgreSQL readers of the history wait for an
 	// event-writing transaction to end, so it should end soon after.
+	o.events = events
 	return notifier.InsertEvents(ctx, x, events)
+}
+
+// observe tells the client's Observer what a committed round did: the
+// locks it renewed or found lost, and the alerts it recorded.
+func (p *Processor) observe(o *roundOut, held []*session) {
+	if p.c.cfg.Observer == nil {
+		return
+	}
+	if o.renewed {
+		for _, s := range held {
+			p.c.observeLock(p.queue, !o.lost[s])
+		}
+	}
+	p.c.observeAlerts(o.events)
 }
 
 // apply brings the pump's state in line with a committed round. It reports

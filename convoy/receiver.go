@@ -246,9 +246,11 @@ func (r *SessionReceiver) renewLoop(ctx context.Context) {
 				return
 			}
 		case errs[0] != nil:
+			r.c.observeLock(r.queue, false)
 			r.markLost()
 			return
 		default:
+			r.c.observeLock(r.queue, true)
 			r.untilMu.Lock()
 			r.lockedUntil = until
 			r.untilMu.Unlock()
@@ -319,13 +321,17 @@ func (r *SessionReceiver) tryReceive(ctx context.Context) (*ReceivedMessage, err
 	now := r.c.now()
 	var (
 		got     *dt.Message
+		events  []*dt.Event
 		outcome error
 	)
 	err := r.c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		var err error
-		got, outcome, err = r.c.receiveHead(ctx, x, r.ref(), now)
+		got, events, outcome, err = r.c.receiveHead(ctx, x, r.ref(), now)
 		return err
 	})
+	if err == nil {
+		r.c.observeAlerts(events)
+	}
 	switch {
 	case err != nil:
 		return nil, err
@@ -405,7 +411,9 @@ func (r *SessionReceiver) settle(ctx context.Context, what string, m *ReceivedMe
 	now := r.c.now()
 	s.Ref, s.Seq = r.ref(), m.Seq
 	var errs []error
+	var events []*dt.Event
 	err := r.c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		events = nil
 		if s.Action == store.SettleDeadLetter {
 			pol, err := r.c.policy(ctx, x, r.queue)
 			if err != nil {
@@ -419,12 +427,14 @@ func (r *SessionReceiver) settle(ctx context.Context, what string, m *ReceivedMe
 		}
 		if s.Action == store.SettleDeadLetter {
 			ev := deadLetterEvent(r.queue, r.id, m.Seq, m.DeliveryCount, s.Reason, s.Block, r.c.cfg.InstanceID, now)
-			return notifier.InsertEvents(ctx, x, []*dt.Event{ev})
+			events = []*dt.Event{ev}
+			return notifier.InsertEvents(ctx, x, events)
 		}
 		return nil
 	})
 	if err == nil {
 		r.c.traceSettle(m, s.Action, errs[0])
+		r.c.observeAlerts(events)
 	}
 	switch {
 	case err != nil:

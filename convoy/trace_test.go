@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -37,9 +38,7 @@ func spanAttr(s tracetest.SpanStub, key string) string {
 func TestTracingPublishReceiveSettle(t *testing.T) {
 	t.Parallel()
 	drivers(t, func(t *testing.T, d store.Driver) {
-		exp := tracetest.NewInMemoryExporter()
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		exp, tp := inMemoryTracer(t)
 		ctx := ctxT(t)
 		pub := newClient(t, d, withTracer(tp), withID("publisher"))
 		con := newClient(t, secondDriver(t, d), withTracer(tp), withID("consumer"))
@@ -109,4 +108,53 @@ func TestTracingPublishReceiveSettle(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A consumer in another process settling through a lease (the HTTP API's
+// remote consumers) records the settle span too, a child of the publish
+// span.
+func TestTracingLeaseSettle(t *testing.T) {
+	t.Parallel()
+	drivers(t, func(t *testing.T, d store.Driver) {
+		exp, tp := inMemoryTracer(t)
+		ctx := ctxT(t)
+		c := newClient(t, d, withTracer(tp), withID("server"))
+		if _, err := c.Publish(ctx, "q", convoy.Message{SessionID: "o1", Body: []byte(`1`)}); err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.AcceptLease(ctx, "q", "o1", "remote-1", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := c.LeaseReceive(ctx, l.Ref(), time.Second)
+		if err != nil || m == nil {
+			t.Fatalf("receive: %v %v", m, err)
+		}
+		if err := c.LeaseComplete(ctx, l.Ref(), m.Seq); err != nil {
+			t.Fatal(err)
+		}
+		var publish, settle tracetest.SpanStub
+		for _, s := range exp.GetSpans() {
+			switch s.Name {
+			case "drover.convoy.publish":
+				publish = s
+			case "drover.convoy.settle":
+				settle = s
+			}
+		}
+		if settle.Name == "" || spanAttr(settle, "drover.outcome") != "complete" {
+			t.Fatalf("no complete settle span: %+v", exp.GetSpans())
+		}
+		if settle.Parent.SpanID() != publish.SpanContext.SpanID() || settle.SpanContext.TraceID() != publish.SpanContext.TraceID() {
+			t.Errorf("the settle span is not a child of the publish span")
+		}
+	})
+}
+
+// inMemoryTracer is a tracer provider recording every span in memory.
+func inMemoryTracer(t *testing.T) (*tracetest.InMemoryExporter, *sdktrace.TracerProvider) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return exp, tp
 }

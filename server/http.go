@@ -19,6 +19,7 @@ import (
 	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/internal/workflowdef"
+	droverMetrics "github.com/drover-run/drover/metrics"
 	"github.com/drover-run/drover/store"
 )
 
@@ -51,7 +52,8 @@ func listenHTTP(h *HTTPConfig) (net.Listener, error) {
 // serveHTTP starts serving the API on ln.
 func (s *Server) serveHTTP(ln net.Listener, c *drover.Client, drv store.Driver, reg *workflowdef.Registry, metrics prometheus.Gatherer) (*apiServer, error) {
 	h, log := s.cfg.HTTP, s.log
-	q, err := convoy.New(convoy.Config{Store: drv, InstanceID: c.InstanceID(), Logger: log, TracerProvider: s.cfg.TracerProvider})
+	q, err := convoy.New(convoy.Config{Store: drv, InstanceID: c.InstanceID(), Logger: log, TracerProvider: s.cfg.TracerProvider,
+		Observer: droverMetrics.ConvoyObserver(c)})
 	if err != nil {
 		return nil, err
 	}

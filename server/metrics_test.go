@@ -175,6 +175,22 @@ func startMetricsServer(t *testing.T, d store.Driver) *metricsServer {
 	if _, err := op.AcceptSession(ctx, "orders-q", "s1"); err != nil {
 		t.Fatal(err)
 	}
+	// A remote consumer dead-letters a message of a queue with the block
+	// policy (the default): the session is blocked, an operator alert.
+	if _, err := op.Publish(ctx, "blocky", droverclient.PublishMessage{SessionID: "b1", Body: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	bl, err := op.AcceptSession(ctx, "blocky", "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := op.Receive(ctx, bl, time.Second)
+	if err != nil || got.Message == nil {
+		t.Fatalf("receive from blocky: %+v %v", got, err)
+	}
+	if err := op.Settle(ctx, bl, got.Message.Seq, droverclient.Settlement{Outcome: droverclient.DeadLetter, Reason: "bad"}); err != nil {
+		t.Fatal(err)
+	}
 	// A request no route serves.
 	resp, err := http.Get(r.URL + "/v1/no-such-route/p-1")
 	if err != nil {
@@ -300,6 +316,7 @@ func checkSeries(t *testing.T, s *metricsServer) {
 		{"drover_alerts_by_kind_total", with("workflow", "hangwait", "kind", "step_waiting"), 1},
 		{"drover_alerts_by_kind_total", with("workflow", "fail", "kind", "error"), 1},
 		{"drover_alerts_by_kind_total", with("workflow", "refund", "kind", "step_failed"), 1},
+		{"drover_alerts_by_kind_total", with("kind", "session_blocked"), 1},
 		{"drover_leader_changes_total", map[string]string{"lease": "supervisor", "change": "acquired"}, 1},
 		{"drover_leader_changes_total", map[string]string{"lease": "instance", "change": "acquired"}, 1},
 		{"drover_leader_changes_total", map[string]string{"lease": "maintenance:webhooks", "change": "acquired"}, 1},
