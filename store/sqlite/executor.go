@@ -50,11 +50,16 @@ func (e *executor) query(ctx context.Context, query string, args ...any) (*sql.R
 		rows *sql.Rows
 		err  error
 	)
+	// One load of the prepared statement: Close drops them all meanwhile.
+	var s *sql.Stmt
+	if e.tx != nil && e.prepared {
+		s = e.d.stmt(query)
+	}
 	switch {
 	case e.tx == nil:
 		rows, err = e.db.QueryContext(ctx, query, args...)
-	case e.prepared && e.d.stmt(query) != nil:
-		rows, err = e.tx.StmtContext(ctx, e.d.stmt(query)).QueryContext(ctx, args...)
+	case s != nil:
+		rows, err = e.tx.StmtContext(ctx, s).QueryContext(ctx, args...)
 	default:
 		if e.prepared {
 			e.missed(query)
