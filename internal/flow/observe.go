@@ -5,6 +5,7 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/instrument"
+	"github.com/drover-run/drover/store"
 )
 
 // observe adds to t what batch b does, read from its events, for the
@@ -13,25 +14,14 @@ func (t *tally) observe(c *Counters, b *batch, now time.Time) {
 	if c == nil || c.Recorder == nil || len(b.events) == 0 {
 		return
 	}
-	tasks := make(map[string]*dt.Task, len(b.tasks))
-	for _, x := range b.tasks {
-		tasks[x.ID] = x
-	}
-	type ref struct {
-		task  string
-		index int
-	}
-	steps := make(map[ref]*dt.StepRecord, len(b.steps))
-	for _, s := range b.steps {
-		steps[ref{s.TaskID, s.Index}] = s
-	}
+	tasks, steps := b.written()
 	for i, e := range b.events {
 		task := tasks[e.TaskID]
 		if task == nil {
 			continue
 		}
 		o := instrument.Observation{Namespace: dt.NamespaceOf(task.ID), Workflow: task.Workflow}
-		s := steps[ref{e.TaskID, e.StepIndex}]
+		s := steps[store.StepRef{TaskID: e.TaskID, Index: e.StepIndex}]
 		if s != nil {
 			o.Step = s.Name
 		}
@@ -105,4 +95,18 @@ func recoveryAction(next []*dt.Event, id string) string {
 		}
 	}
 	return "retry"
+}
+
+// written indexes the tasks and steps the batch writes, by ID and by
+// step, for reading its events.
+func (b *batch) written() (map[string]*dt.Task, map[store.StepRef]*dt.StepRecord) {
+	tasks := make(map[string]*dt.Task, len(b.tasks))
+	for _, t := range b.tasks {
+		tasks[t.ID] = t
+	}
+	steps := make(map[store.StepRef]*dt.StepRecord, len(b.steps))
+	for _, s := range b.steps {
+		steps[store.StepRef{TaskID: s.TaskID, Index: s.Index}] = s
+	}
+	return tasks, steps
 }

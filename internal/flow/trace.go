@@ -5,6 +5,7 @@ import (
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/tracing"
+	"github.com/drover-run/drover/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -42,18 +43,7 @@ func (b *batch) spans(out []tracing.Record) []tracing.Record {
 	if b.began == nil {
 		return out
 	}
-	tasks := make(map[string]*dt.Task, len(b.tasks))
-	for _, t := range b.tasks {
-		tasks[t.ID] = t
-	}
-	type ref struct {
-		task string
-		i    int
-	}
-	steps := make(map[ref]*dt.StepRecord, len(b.steps))
-	for _, s := range b.steps {
-		steps[ref{s.TaskID, s.Index}] = s
-	}
+	tasks, steps := b.written()
 	for i, e := range b.events {
 		t := tasks[e.TaskID]
 		if t == nil {
@@ -62,7 +52,7 @@ func (b *batch) spans(out []tracing.Record) []tracing.Record {
 		attrs := []attribute.KeyValue{tracing.AttrTask.String(t.ID), tracing.AttrWorkflow.String(t.Workflow),
 			tracing.AttrInstance.String(e.Actor)}
 		rec := tracing.Record{Parent: t.TraceContext, Start: e.CreatedAt, End: e.CreatedAt, Kind: trace.SpanKindInternal}
-		s := steps[ref{e.TaskID, e.StepIndex}]
+		s := steps[store.StepRef{TaskID: e.TaskID, Index: e.StepIndex}]
 		attempt := func(outcome string) {
 			bg := b.began[s]
 			agent, key := s.Agent, s.IdempotencyKey
