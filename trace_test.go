@@ -7,33 +7,13 @@ import (
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/internal/tracing"
 )
-
-// memTracer returns a provider that exports every span as it ends to the
-// returned in-memory exporter.
-func memTracer(t *testing.T) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
-	t.Helper()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return tp, exp
-}
-
-// spanAttr returns the value of span s's attribute key ("" when unset).
-func spanAttr(s tracetest.SpanStub, key string) string {
-	for _, a := range s.Attributes {
-		if string(a.Key) == key {
-			return a.Value.String()
-		}
-	}
-	return ""
-}
 
 // TestTracingOneTracePerTask: with a TracerProvider, a task is one trace:
 // the submit span, whose context is stored with the task, and as its
@@ -42,7 +22,7 @@ func spanAttr(s tracetest.SpanStub, key string) string {
 // carries its call's span.
 func TestTracingOneTracePerTask(t *testing.T) {
 	t.Parallel()
-	tp, exp := memTracer(t)
+	tp, exp := testutil.MemTracer(t)
 	var (
 		mu         sync.Mutex
 		agentSpans = map[string]trace.SpanContext{}
@@ -85,7 +65,7 @@ func TestTracingOneTracePerTask(t *testing.T) {
 	var spans tracetest.SpanStubs
 	have := func(key string) bool {
 		for _, s := range spans {
-			if s.Name+"/"+spanAttr(s, "drover.step")+"/"+spanAttr(s, "drover.outcome") == key {
+			if s.Name+"/"+testutil.SpanAttr(s, "drover.step")+"/"+testutil.SpanAttr(s, "drover.outcome") == key {
 				return true
 			}
 		}
@@ -94,7 +74,7 @@ func TestTracingOneTracePerTask(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, s := range spans {
-				t.Logf("span %s step=%s outcome=%s", s.Name, spanAttr(s, "drover.step"), spanAttr(s, "drover.outcome"))
+				t.Logf("span %s step=%s outcome=%s", s.Name, testutil.SpanAttr(s, "drover.step"), testutil.SpanAttr(s, "drover.outcome"))
 			}
 		}
 	})
@@ -121,11 +101,11 @@ func TestTracingOneTracePerTask(t *testing.T) {
 		if s.Name != tracing.SpanSubmit && s.Parent.SpanID() != submit.SpanContext.SpanID() {
 			t.Errorf("span %s has parent %s, not the submit span %s", s.Name, s.Parent.SpanID(), submit.SpanContext.SpanID())
 		}
-		if s.Name != tracing.SpanSubmit && spanAttr(s, "drover.task.id") != "trip-1" {
-			t.Errorf("span %s: drover.task.id %q", s.Name, spanAttr(s, "drover.task.id"))
+		if s.Name != tracing.SpanSubmit && testutil.SpanAttr(s, "drover.task.id") != "trip-1" {
+			t.Errorf("span %s: drover.task.id %q", s.Name, testutil.SpanAttr(s, "drover.task.id"))
 		}
-		if s.Name == tracing.SpanFinal && spanAttr(s, "drover.state") != "Compensated" {
-			t.Errorf("final span: state %q", spanAttr(s, "drover.state"))
+		if s.Name == tracing.SpanFinal && testutil.SpanAttr(s, "drover.state") != "Compensated" {
+			t.Errorf("final span: state %q", testutil.SpanAttr(s, "drover.state"))
 		}
 	}
 	mu.Lock()
@@ -165,7 +145,7 @@ func TestTracingOffStoresNoContext(t *testing.T) {
 // its final-state span.
 func TestTracingCancelledTask(t *testing.T) {
 	t.Parallel()
-	tp, exp := memTracer(t)
+	tp, exp := testutil.MemTracer(t)
 	c := startClient(t, drover.Config{Store: newStore(t), TracerProvider: tp, ExternalAgents: []string{"elsewhere"},
 		Workflows: []drover.Workflow{{Name: "wait", Steps: []drover.Step{{Name: "a", Agent: "elsewhere"}}}}})
 	task, err := c.Submit(context.Background(), "wait", nil, &drover.SubmitOptions{ID: "c-1"})
@@ -185,9 +165,9 @@ func TestTracingCancelledTask(t *testing.T) {
 		}
 		return false
 	})
-	if final.SpanContext.TraceID().String() != tracing.TraceID(task.TraceContext) || spanAttr(final, "drover.state") != "Cancelled" ||
-		spanAttr(final, "drover.instance") != "ops" {
-		t.Errorf("final span: trace %s state %q actor %q", final.SpanContext.TraceID(), spanAttr(final, "drover.state"),
-			spanAttr(final, "drover.instance"))
+	if final.SpanContext.TraceID().String() != tracing.TraceID(task.TraceContext) || testutil.SpanAttr(final, "drover.state") != "Cancelled" ||
+		testutil.SpanAttr(final, "drover.instance") != "ops" {
+		t.Errorf("final span: trace %s state %q actor %q", final.SpanContext.TraceID(), testutil.SpanAttr(final, "drover.state"),
+			testutil.SpanAttr(final, "drover.instance"))
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
@@ -20,15 +19,6 @@ func withTracer(tp trace.TracerProvider) clientOpt {
 	return func(cfg *convoy.Config) { cfg.TracerProvider = tp }
 }
 
-func spanAttr(s tracetest.SpanStub, key string) string {
-	for _, a := range s.Attributes {
-		if string(a.Key) == key {
-			return a.Value.String()
-		}
-	}
-	return ""
-}
-
 // TestTracingPublishReceiveSettle: a message published by one client and
 // consumed by a processor of another (another driver on the store, as
 // another process) is one trace: its publish span, stored with it, and
@@ -38,7 +28,7 @@ func spanAttr(s tracetest.SpanStub, key string) string {
 func TestTracingPublishReceiveSettle(t *testing.T) {
 	t.Parallel()
 	drivers(t, func(t *testing.T, d store.Driver) {
-		exp, tp := inMemoryTracer(t)
+		tp, exp := testutil.MemTracer(t)
 		ctx := ctxT(t)
 		pub := newClient(t, d, withTracer(tp), withID("publisher"))
 		con := newClient(t, secondDriver(t, d), withTracer(tp), withID("consumer"))
@@ -68,7 +58,7 @@ func TestTracingPublishReceiveSettle(t *testing.T) {
 		count := func(name, outcome string) int {
 			n := 0
 			for _, s := range spans {
-				if s.Name == name && (outcome == "" || spanAttr(s, "drover.outcome") == outcome) {
+				if s.Name == name && (outcome == "" || testutil.SpanAttr(s, "drover.outcome") == outcome) {
 					n++
 				}
 			}
@@ -95,9 +85,9 @@ func TestTracingPublishReceiveSettle(t *testing.T) {
 			if s.SpanContext.TraceID() != publish.SpanContext.TraceID() || s.Parent.SpanID() != publish.SpanContext.SpanID() {
 				t.Errorf("span %s is not a child of the publish span", s.Name)
 			}
-			if spanAttr(s, "drover.session") != "o1" || spanAttr(s, "drover.seq") != "1" || spanAttr(s, "messaging.destination.name") != "q" {
-				t.Errorf("span %s: session %q seq %q queue %q", s.Name, spanAttr(s, "drover.session"), spanAttr(s, "drover.seq"),
-					spanAttr(s, "messaging.destination.name"))
+			if testutil.SpanAttr(s, "drover.session") != "o1" || testutil.SpanAttr(s, "drover.seq") != "1" || testutil.SpanAttr(s, "messaging.destination.name") != "q" {
+				t.Errorf("span %s: session %q seq %q queue %q", s.Name, testutil.SpanAttr(s, "drover.session"), testutil.SpanAttr(s, "drover.seq"),
+					testutil.SpanAttr(s, "messaging.destination.name"))
 			}
 		}
 		mu.Lock()
@@ -116,7 +106,7 @@ func TestTracingPublishReceiveSettle(t *testing.T) {
 func TestTracingLeaseSettle(t *testing.T) {
 	t.Parallel()
 	drivers(t, func(t *testing.T, d store.Driver) {
-		exp, tp := inMemoryTracer(t)
+		tp, exp := testutil.MemTracer(t)
 		ctx := ctxT(t)
 		c := newClient(t, d, withTracer(tp), withID("server"))
 		if _, err := c.Publish(ctx, "q", convoy.Message{SessionID: "o1", Body: []byte(`1`)}); err != nil {
@@ -142,19 +132,11 @@ func TestTracingLeaseSettle(t *testing.T) {
 				settle = s
 			}
 		}
-		if settle.Name == "" || spanAttr(settle, "drover.outcome") != "complete" {
+		if settle.Name == "" || testutil.SpanAttr(settle, "drover.outcome") != "complete" {
 			t.Fatalf("no complete settle span: %+v", exp.GetSpans())
 		}
 		if settle.Parent.SpanID() != publish.SpanContext.SpanID() || settle.SpanContext.TraceID() != publish.SpanContext.TraceID() {
 			t.Errorf("the settle span is not a child of the publish span")
 		}
 	})
-}
-
-// inMemoryTracer is a tracer provider recording every span in memory.
-func inMemoryTracer(t *testing.T) (*tracetest.InMemoryExporter, *sdktrace.TracerProvider) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return exp, tp
 }

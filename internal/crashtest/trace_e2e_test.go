@@ -231,16 +231,7 @@ func TestTracingAcrossProcesses(t *testing.T) {
 	var spans []collectedSpan
 	waitE2E(t, ctx, "the trace's spans at the receiver", func() bool {
 		spans = rcv.trace(traceID)
-		have := map[string]bool{}
-		for _, s := range spans {
-			have[s.service+"/"+s.name+"/"+s.attrs["drover.step"]] = true
-		}
-		for _, w := range want {
-			if !have[w] {
-				return false
-			}
-		}
-		return true
+		return hasSpans(spans, want)
 	})
 	for _, s := range spans {
 		t.Logf("%s %s step=%s outcome=%s span=%s parent=%s", s.service, s.name, s.attrs["drover.step"], s.attrs["drover.outcome"], s.spanID, s.parent)
@@ -325,16 +316,7 @@ func TestTracingAcrossProcesses(t *testing.T) {
 		"drover-server/drover.task.final/"}
 	waitE2E(t, ctx, "the library task's spans at the receiver", func() bool {
 		spans = rcv.trace(libTrace)
-		have := map[string]bool{}
-		for _, s := range spans {
-			have[s.service+"/"+s.name+"/"+s.attrs["drover.step"]] = true
-		}
-		for _, w := range want {
-			if !have[w] {
-				return false
-			}
-		}
-		return true
+		return hasSpans(spans, want)
 	})
 	for _, s := range spans {
 		if s.name == "drover.submit" {
@@ -346,4 +328,19 @@ func TestTracingAcrossProcesses(t *testing.T) {
 			t.Errorf("library task: %s (%s) has parent %s, not its submit span %s", s.name, s.service, s.parent, submit.spanID)
 		}
 	}
+}
+
+// hasSpans reports whether spans hold every one of want, each written
+// "service/name/step".
+func hasSpans(spans []collectedSpan, want []string) bool {
+	have := map[string]bool{}
+	for _, s := range spans {
+		have[s.service+"/"+s.name+"/"+s.attrs["drover.step"]] = true
+	}
+	for _, w := range want {
+		if !have[w] {
+			return false
+		}
+	}
+	return true
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
@@ -21,9 +20,7 @@ import (
 // and sends its traceparent to the receiver.
 func TestDeliverySpansJoinTheTasksTrace(t *testing.T) {
 	t.Parallel()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp, exp := testutil.MemTracer(t)
 	drv := testutil.SQLite(t)
 	rc := newReceiver(t)
 	rc.respond = func(h hit, before int) int {
