@@ -70,14 +70,7 @@ type composeFile struct {
 // servers whose --roles split the three roles between them, flags and
 // variables the binary accepts, the console published.
 func TestComposeFile(t *testing.T) {
-	src, err := os.ReadFile(composePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c composeFile
-	if err := yaml.Unmarshal(src, &c); err != nil {
-		t.Fatalf("%s: %v", composePath, err)
-	}
+	c := readCompose(t)
 	pg, ok := c.Services["postgres"]
 	if !ok || !strings.HasPrefix(pg.Image, "postgres:") || pg.Healthcheck == nil {
 		t.Errorf("no postgres service with a health check: %+v", pg)
@@ -137,14 +130,7 @@ func TestComposeFile(t *testing.T) {
 // deploy/grafana (whose queries server's tests check against a running
 // server).
 func TestComposeMonitoring(t *testing.T) {
-	src, err := os.ReadFile(composePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c composeFile
-	if err := yaml.Unmarshal(src, &c); err != nil {
-		t.Fatalf("%s: %v", composePath, err)
-	}
+	c := readCompose(t)
 	deployDir := filepath.Dir(composePath)
 	// mounts maps a service's container paths to their files on the host.
 	mounts := func(service string) map[string]string {
@@ -428,4 +414,18 @@ func TestDockerImageBuilds(t *testing.T) {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+}
+
+// readCompose parses deploy/compose.yaml.
+func readCompose(t *testing.T) composeFile {
+	t.Helper()
+	src, err := os.ReadFile(composePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c composeFile
+	if err := yaml.Unmarshal(src, &c); err != nil {
+		t.Fatalf("%s: %v", composePath, err)
+	}
+	return c
 }

@@ -68,6 +68,17 @@ type e2eServer struct {
 	err  error // exit status, once done is closed
 }
 
+// serverLog is a server's log, whose tail the test prints if it fails.
+func serverLog(t *testing.T) *lockedWriter {
+	logw := &lockedWriter{w: &strings.Builder{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log (tail):\n%s", tail(logw.String(), 60))
+		}
+	})
+	return logw
+}
+
 func startE2EServer(t *testing.T, bin string, args []string, logw io.Writer) *e2eServer {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
@@ -178,12 +189,7 @@ func TestServerModeEndToEnd(t *testing.T) {
 		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--tokens-file", tokens, "--workflows", wfDir,
 		"--webhook-url", receiver.URL + "/hooks", "--webhook-secret-file", secret, "--egress-allow", "127.0.0.1",
 		"--supervisor-interval", "100ms", "--lease-ttl", "1s", "--shutdown-timeout", "10s"}
-	logw := &lockedWriter{w: &strings.Builder{}}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server log (tail):\n%s", tail(logw.String(), 60))
-		}
-	})
+	logw := serverLog(t)
 	srv := startE2EServer(t, bin, args, logw)
 	defer func() { _ = srv.cmd.Process.Kill(); <-srv.done }()
 

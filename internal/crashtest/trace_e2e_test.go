@@ -175,12 +175,7 @@ func TestTracingAcrossProcesses(t *testing.T) {
 	args := []string{"server", "--db", "sqlite:" + filepath.Join(dir, "drover.db"), "--instance-id", "traced",
 		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--tokens-file", tokens, "--workflows", wfDir,
 		"--egress-allow", "127.0.0.1", "--supervisor-interval", "100ms", "--lease-ttl", "1s", "--shutdown-timeout", "10s"}
-	logw := &lockedWriter{w: &strings.Builder{}}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server log (tail):\n%s", tail(logw.String(), 60))
-		}
-	})
+	logw := serverLog(t)
 	srv := startE2EServer(t, bin, args, logw)
 	defer func() { _ = srv.cmd.Process.Kill(); <-srv.done }()
 	if !strings.Contains(logw.String(), "tracing on") {
