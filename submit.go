@@ -343,6 +343,7 @@ func (c *Client) prepare(ctx context.Context, p SubmitParams) (*prepared, error)
 		steps[i] = &dt.StepRecord{
 			TaskID: id, Index: i, Name: s.Name, Agent: s.Agent, Timeout: s.Timeout, Compensation: s.Compensation,
 			OnFailure: s.OnFailure, Wait: s.Wait, // never changed after registration: shared safely
+			Signal: s.Signal, SignalDefault: s.SignalDefault,
 			ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, i, s.Name), UpdatedAt: now,
 		}
 	}

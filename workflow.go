@@ -1,6 +1,7 @@
 package drover
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -70,6 +71,17 @@ type Step struct {
 	// out past the threshold (its call may have taken effect), not if its
 	// agent failed it with a Permanent error (it did not take effect).
 	Compensation string
+	// Signal, when set, makes this a signal step: it calls no agent (Agent,
+	// Compensation, Retry and Wait stay unset) but waits for the signal of
+	// this name (Client.Signal). Timeout, which such a step must set, is
+	// the deadline of the wait; past it, the step completes with
+	// SignalDefault if set, else it fails at once and its failure policy
+	// applies (OnFailure: Error with an alert, or compensation of the
+	// steps before). A missed deadline is never retried.
+	Signal string
+	// SignalDefault, when not nil, is the output (a JSON document) a signal
+	// step completes with when its deadline passes without the signal.
+	SignalDefault []byte
 }
 
 const (
@@ -174,7 +186,9 @@ func (w Workflow) Validate() error {
 			p = append(p, fmt.Sprintf("step %d: name %q is used twice", i, s.Name))
 		}
 		seen[s.Name] = true
-		if !validName(s.Agent) {
+		if s.Signal != "" || s.SignalDefault != nil {
+			p = append(p, signalStepProblems(i, s)...)
+		} else if !validName(s.Agent) {
 			p = append(p, fmt.Sprintf("step %d (%s): agent %q must be 1-%d printable characters without spaces or \"/\"", i, s.Name, s.Agent, maxNameLen))
 		}
 		if s.Timeout < 0 {
@@ -197,6 +211,34 @@ func (w Workflow) Validate() error {
 		return &ValidationError{Workflow: w.Name, Problems: p}
 	}
 	return nil
+}
+
+// signalStepProblems lists what is wrong with signal step i.
+func signalStepProblems(i int, s Step) []string {
+	var p []string
+	at := fmt.Sprintf("step %d (%s): ", i, s.Name)
+	if s.Signal == "" {
+		return append(p, at+"SignalDefault is set but Signal is not")
+	}
+	if !validName(s.Signal) {
+		p = append(p, fmt.Sprintf("%ssignal %q must be 1-%d printable characters without spaces or \"/\"", at, s.Signal, maxNameLen))
+	}
+	if s.Agent != "" {
+		p = append(p, fmt.Sprintf("%swaits for signal %q, so it cannot also call agent %q", at, s.Signal, s.Agent))
+	}
+	if s.Compensation != "" {
+		p = append(p, fmt.Sprintf("%sa signal step has nothing to undo: Compensation %q must be unset", at, s.Compensation))
+	}
+	if s.Retry != nil || s.Wait != nil {
+		p = append(p, at+"a signal step is never retried: Retry and Wait must be unset")
+	}
+	if s.Timeout <= 0 {
+		p = append(p, at+"a signal step needs a Timeout: the deadline of its wait")
+	}
+	if s.SignalDefault != nil && !json.Valid(s.SignalDefault) {
+		p = append(p, at+"SignalDefault must be a JSON document")
+	}
+	return p
 }
 
 func (w Workflow) withDefaults() Workflow {

@@ -196,6 +196,15 @@ type StepRecord struct {
 	StartedAt         *time.Time
 	FinishedAt        *time.Time
 	UpdatedAt         time.Time
+
+	// Signal, when set, makes this a signal step: it runs no agent but
+	// waits, until CompleteBy, for the named signal (see Signal). "" for
+	// an agent's step.
+	Signal string
+	// SignalDefault, when not nil, is the output a signal step completes
+	// with when its deadline passes without the signal; nil: the step
+	// fails and the failure policy applies.
+	SignalDefault []byte
 }
 
 // PolicyOf returns the failure policy and the wait policy that apply to
@@ -288,6 +297,12 @@ const (
 	EventError           EventType = "error"
 	EventCancelled       EventType = "cancelled"
 	EventResubmitted     EventType = "resubmitted"
+	// EventSignalWaiting: a signal step started waiting for its signal;
+	// the message names it and the deadline.
+	EventSignalWaiting EventType = "signal_waiting"
+	// EventSignalReceived: a signal was stored for the task; the message
+	// says whether it completed the step waiting for it.
+	EventSignalReceived EventType = "signal_received"
 )
 
 // Event is one entry of the append-only history. Alert events are the ones an

@@ -118,7 +118,7 @@ type Executor interface {
 	TaskListExpired(ctx context.Context, params *TaskListExpiredParams) ([]*drovertype.Task, error)
 	// TaskDeleteFinished deletes up to Limit final tasks (Processed, Error,
 	// Compensated, Cancelled) last updated before Before, oldest first, with
-	// their steps, requests, replies and events. It returns how many.
+	// their steps, requests, replies, events and signals. It returns how many.
 	// A key whose last task it deletes loses its ordering_keys row (the
 	// schema counts each key's tasks), so the key's next task starts again
 	// at position 1: no task of the key is left to order against. It never
@@ -221,6 +221,7 @@ type Executor interface {
 	RemoteAgentExecutor
 	WebhookExecutor
 	WorkflowDefExecutor
+	SignalExecutor
 }
 
 // Listener is an optional Driver capability: Listen delivers the topics

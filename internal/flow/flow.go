@@ -108,6 +108,7 @@ type batch struct {
 	deletes   []store.StepRef
 	events    []*dt.Event
 	began     map[*dt.StepRecord]began // set when tracing (tracedBatch)
+	waits     []*loaded                // tasks whose signal step started (see takeSignals)
 }
 
 func newBatch() *batch {
@@ -401,7 +402,7 @@ func (st *Start) Reserved() []*dt.AgentRequest { return st.reserved }
 // startable reports whether a new task may be started at submission (its
 // namespace's cap is checked apart, by Machine.nsStart).
 func startable(t *dt.Task, steps []*dt.StepRecord, now time.Time) bool {
-	return t.OrderingKey == "" && t.ProcessState == dt.Pending && len(steps) > 0 && !t.AvailableAt.After(now)
+	return t.OrderingKey == "" && t.ProcessState == dt.Pending && len(steps) > 0 && steps[0].Signal == "" && !t.AvailableAt.After(now)
 }
 
 // SubmitAndStart is Submit that also starts new tasks (see Start); start
@@ -897,6 +898,10 @@ func (m *Machine) advance(b *batch, l *loaded, now time.Time) {
 		var prev []byte
 		for _, s := range l.steps {
 			if s.ProcessState != dt.Processed {
+				if s.Signal != "" {
+					m.wait(b, l, s, now)
+					return
+				}
 				m.dispatch(b, t, s, prev, dt.KindDo, now)
 				return
 			}
@@ -1173,6 +1178,9 @@ func (m *Machine) tick(ctx context.Context, x store.Executor, now time.Time, rep
 		if l := fresh[t.ID]; !m.quarantined(b, l, now) {
 			m.advance(b, l, now)
 		}
+	}
+	if err := m.takeSignals(ctx, x, b, now); err != nil {
+		return TickResult{}, err
 	}
 	m.pending.observe(m.Counters, b, now)
 	err = b.flush(ctx, x)
@@ -1479,6 +1487,10 @@ func (sv *Leader) recover(b *batch, l *loaded, now time.Time) {
 		return
 	}
 	s := l.steps[t.CurrentStep]
+	if t.ProcessState == dt.Processing && s.Waiting() {
+		sv.signalTimeout(b, l, s, now)
+		return
+	}
 	compensating := t.ProcessState == dt.Compensating
 	inFlight := (!compensating && s.ProcessState == dt.Processing) || (compensating && s.CompensationState == dt.Processing)
 	if !inFlight {

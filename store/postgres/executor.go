@@ -941,9 +941,12 @@ func (e *executor) StepInsertMany(ctx context.Context, params *store.StepInsertM
 		waitMax                                           = make([]*int32, n) // NULL: the task's wait policy
 		waitDelay, waitMaxDelay                           = make([]*int64, n), make([]*int64, n)
 		waitMultiplier                                    = make([]*float64, n)
+		signals                                           = make([]string, n)
+		signalDefaults                                    = make([][]byte, n)
 	)
 	for i, s := range steps {
 		onFailure[i] = string(s.OnFailure)
+		signals[i], signalDefaults[i] = s.Signal, s.SignalDefault
 		if w := s.Wait; w != nil {
 			m, d, x, f := int32(w.MaxWaits), w.Delay.Microseconds(), w.MaxDelay.Microseconds(), w.Multiplier
 			waitMax[i], waitDelay[i], waitMaxDelay[i], waitMultiplier[i] = &m, &d, &x, &f
@@ -955,7 +958,7 @@ func (e *executor) StepInsertMany(ctx context.Context, params *store.StepInsertM
 	}
 	return e.later(ctx, "insert steps", e.d.q.stepInsert, []any{taskIDs, index, names, agents, timeouts, comps, states,
 		compStates, lockedBy, completeBy, failures, attempts, keys, outputs, lastErrs, started, finished, updated,
-		onFailure, waitMax, waitDelay, waitMultiplier, waitMaxDelay}, nil, nil)
+		onFailure, waitMax, waitDelay, waitMultiplier, waitMaxDelay, signals, signalDefaults}, nil, nil)
 }
 
 func (e *executor) StepListByTasks(ctx context.Context, params *store.StepListByTasksParams) ([]*dt.StepRecord, error) {
@@ -1017,7 +1020,8 @@ func scanStep(out *[]*dt.StepRecord) func(r rows) error {
 		var s dt.StepRecord
 		if err := r.Scan(&s.TaskID, &s.Index, &s.Name, &s.Agent, &timeout, &s.Compensation, &state, &compState,
 			&lockedBy, &completeBy, &s.FailureCount, &s.Attempt, &s.IdempotencyKey, &s.Output, &lastErr,
-			&startedAt, &finishedAt, &s.UpdatedAt, &onFailure, &waitMax, &waitDelay, &waitMultiplier, &waitMaxDelay); err != nil {
+			&startedAt, &finishedAt, &s.UpdatedAt, &onFailure, &waitMax, &waitDelay, &waitMultiplier, &waitMaxDelay,
+			&s.Signal, &s.SignalDefault); err != nil {
 			return err
 		}
 		s.OnFailure = dt.FailurePolicy(onFailure)

@@ -16,7 +16,7 @@ const taskCols = `id, workflow, input, input_hash, process_state, locked_by, com
 
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
- on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us`
+ on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, signal_name, signal_default`
 
 const eventCols = `id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at`
 
@@ -97,6 +97,7 @@ const (
  ev AS (DELETE FROM {s}.events WHERE task_id IN (SELECT id FROM pick)),
  rq AS (DELETE FROM {s}.agent_requests WHERE task_id IN (SELECT id FROM pick)),
  rp AS (DELETE FROM {s}.agent_replies WHERE task_id IN (SELECT id FROM pick)),
+ sg AS (DELETE FROM {s}.signals WHERE task_id IN (SELECT id FROM pick)),
  st AS (DELETE FROM {s}.steps WHERE task_id IN (SELECT id FROM pick))
  DELETE FROM {s}.tasks WHERE id IN (SELECT id FROM pick) RETURNING ordering_key`
 
@@ -155,7 +156,8 @@ const (
 	tStepInsert = `INSERT INTO {s}.steps (` + stepCols + `)
  SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[],
    $9::text[], $10::timestamptz[], $11::int[], $12::int[], $13::text[], $14::bytea[], $15::text[], $16::timestamptz[],
-   $17::timestamptz[], $18::timestamptz[], $19::text[], $20::int[], $21::bigint[], $22::float8[], $23::bigint[])
+   $17::timestamptz[], $18::timestamptz[], $19::text[], $20::int[], $21::bigint[], $22::float8[], $23::bigint[],
+   $24::text[], $25::bytea[])
    AS u(` + stepCols + `)
  ORDER BY task_id, step_index`
 
@@ -415,6 +417,7 @@ type queries struct {
 	remote      remoteQueries      // remote.go
 	webhook     webhookQueries     // webhook.go
 	workflowDef workflowDefQueries // workflowdef.go
+	signal      signalQueries      // signal.go
 
 	// Session queues (queue_queries.go).
 	queuePut, queueGet, queueList, queueDepth                   string
@@ -501,6 +504,7 @@ func newQueries(quotedSchema string) *queries {
 			insert: r(tWebhookInsert), claim: r(tWebhookClaim), finish: r(tWebhookFinish), release: r(tWebhookRelease),
 			list: r(tWebhookList), deleteFinished: r(tWebhookDeleteFinished),
 		},
+		signal: signalQueries{insert: r(tSignalInsert), take: r(tSignalTake), list: r(tSignalList)},
 		workflowDef: workflowDefQueries{put: r(tWorkflowDefPut), byDigest: r(tWorkflowDefByDigest), get: r(tWorkflowDefGet),
 			listAll: r(tWorkflowDefListAll), listName: r(tWorkflowDefListName)},
 

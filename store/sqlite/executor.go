@@ -417,7 +417,7 @@ func (e *executor) TaskDeleteFinished(ctx context.Context, params *store.TaskDel
 		return 0, translate(err)
 	}
 	list := jsonList(ids)
-	for _, q := range []string{qDeleteEvents, qDeleteRequests, qDeleteReplies, qDeleteSteps, qDeleteTasks} {
+	for _, q := range []string{qDeleteEvents, qDeleteRequests, qDeleteReplies, qDeleteSignals, qDeleteSteps, qDeleteTasks} {
 		if _, err := e.exec(ctx, q, list); err != nil {
 			return 0, fmt.Errorf("sqlite: retention: %w", err)
 		}
@@ -528,7 +528,8 @@ func (e *executor) StepInsertMany(ctx context.Context, params *store.StepInsertM
 		rows[i] = []any{s.TaskID, s.Index, s.Name, s.Agent, s.Timeout.Microseconds(), s.Compensation,
 			string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy), usPtr(s.CompleteBy),
 			s.FailureCount, s.Attempt, s.IdempotencyKey, s.Output, nullStr(s.LastError),
-			usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt), string(s.OnFailure), nil, nil, nil, nil}
+			usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt), string(s.OnFailure), nil, nil, nil, nil,
+			s.Signal, s.SignalDefault}
 		if w := s.Wait; w != nil {
 			rows[i][19], rows[i][20], rows[i][21], rows[i][22] = w.MaxWaits, w.Delay.Microseconds(), w.Multiplier, w.MaxDelay.Microseconds()
 		}
@@ -567,7 +568,8 @@ func (e *executor) StepListByTasks(ctx context.Context, params *store.StepListBy
 		)
 		if err := rows.Scan(&s.TaskID, &s.Index, &s.Name, &s.Agent, &timeout, &s.Compensation, &state, &compState,
 			&lockedBy, &completeBy, &s.FailureCount, &s.Attempt, &s.IdempotencyKey, &s.Output, &lastErr,
-			&startedAt, &finishedAt, &updated, &onFailure, &waitMax, &waitDelay, &waitMultiplier, &waitMaxDelay); err != nil {
+			&startedAt, &finishedAt, &updated, &onFailure, &waitMax, &waitDelay, &waitMultiplier, &waitMaxDelay,
+			&s.Signal, &s.SignalDefault); err != nil {
 			return nil, translate(err)
 		}
 		s.OnFailure = dt.FailurePolicy(onFailure)

@@ -10,7 +10,7 @@ const taskCols = `id, workflow, input, input_hash, process_state, locked_by, com
  wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events, submitter, trace_context`
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
- on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us`
+ on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, signal_name, signal_default`
 
 const (
 	// qTaskPickFinished feeds retention: final tasks, oldest first, through
@@ -26,6 +26,7 @@ const (
 	qDeleteEvents   = `DELETE FROM events WHERE task_id IN (SELECT value FROM json_each(?))`
 	qDeleteRequests = `DELETE FROM agent_requests WHERE task_id IN (SELECT value FROM json_each(?))`
 	qDeleteReplies  = `DELETE FROM agent_replies WHERE task_id IN (SELECT value FROM json_each(?))`
+	qDeleteSignals  = `DELETE FROM signals WHERE task_id IN (SELECT value FROM json_each(?))`
 	qDeleteSteps    = `DELETE FROM steps WHERE task_id IN (SELECT value FROM json_each(?))`
 	qDeleteTasks    = `DELETE FROM tasks WHERE id IN (SELECT value FROM json_each(?))`
 
@@ -142,7 +143,7 @@ var (
  last_error = u.column8, available_at = u.column9, updated_at = u.column10 FROM (VALUES `,
 		`(?,?,?,?,?,?,?,?,?,?)`, `) AS u WHERE tasks.id = u.column1`)
 	mStepInsert = newMultiRow(`INSERT INTO steps (`+stepCols+`) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, "")
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, "")
 	mStepUpdate = newMultiRow(`UPDATE steps SET process_state = u.column3, compensation_state = u.column4,
  locked_by = u.column5, complete_by = u.column6, failure_count = u.column7, attempt = u.column8,
  output = u.column9, last_error = u.column10, started_at = u.column11, finished_at = u.column12,
