@@ -34,6 +34,8 @@ func fullStep(taskID string, i int) *dt.StepRecord {
 	s.UpdatedAt = at(time.Second)
 	s.OnFailure = dt.PolicyError
 	s.Wait = &dt.WaitPolicy{MaxWaits: 2, Delay: time.Hour, Multiplier: 3, MaxDelay: 5 * time.Hour}
+	s.Signal = "approved"
+	s.SignalDefault = []byte(`{"default":true}`)
 	return s
 }
 

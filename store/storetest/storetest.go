@@ -90,6 +90,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Driver) {
 		{"Isolation", isolationCases()},
 		{"Namespace", namespaceCases()},
 		{"Trace", traceCases()},
+		{"Signal", signalCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
