@@ -84,6 +84,11 @@ type Step struct {
 	// OnFailure and Wait are the step's own policies; absent: the task's.
 	OnFailure string      `json:"on_failure,omitempty"`
 	Wait      *WaitPolicy `json:"wait,omitempty"`
+	// Signal names the signal a signal step waits for; absent for an
+	// agent's step. SignalDefault is its default outcome at the deadline;
+	// absent: the deadline fails the step.
+	Signal        string          `json:"signal,omitempty"`
+	SignalDefault json.RawMessage `json:"signal_default,omitempty"`
 }
 
 // WaitPolicy is the extended wait of a task or step (drover.WaitPolicy)
@@ -132,6 +137,30 @@ type ResubmitRequest struct {
 	// FromStep restarts the task at this step; nil: at the step that
 	// failed.
 	FromStep *int `json:"from_step,omitempty"`
+}
+
+// SignalRequest is the optional body of POST /v1/tasks/{id}/signals/{name}.
+type SignalRequest struct {
+	// ID de-duplicates: a signal with the ID of one the task already has
+	// (of the same name) is ignored. Empty: the server draws one.
+	ID string `json:"id,omitempty"`
+	// Payload becomes the output of the step waiting for the signal; any
+	// JSON value, null when absent.
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// SignalResult answers POST /v1/tasks/{id}/signals/{name}.
+type SignalResult struct {
+	Name string `json:"name"`
+	ID   string `json:"id"`
+	// Duplicate: the task already had a signal of this name and ID, so
+	// this one was ignored (status 200; a stored signal: 201).
+	Duplicate bool `json:"duplicate"`
+	// Delivered: the task's current step was waiting for this signal and
+	// completed with it; else the signal is kept for a step that waits for
+	// it later.
+	Delivered bool `json:"delivered"`
+	Task      Task `json:"task"`
 }
 
 // CancelRequest is the optional body of POST /v1/tasks/{id}/cancel.

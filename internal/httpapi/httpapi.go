@@ -331,6 +331,7 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 		{"GET", "/v1/tasks/{id}", ScopeSubmit, h.getTask},
 		{"POST", "/v1/tasks/{id}/resubmit", ScopeOperator, h.resubmitTask},
 		{"POST", "/v1/tasks/{id}/cancel", ScopeOperator, h.cancelTask},
+		{"POST", "/v1/tasks/{id}/signals/{name}", ScopeSubmit, h.signalTask},
 		{"GET", "/v1/tasks/{id}/events", ScopeSubmit, h.taskEvents},
 
 		{"GET", "/v1/events", ScopeSubmit, h.allEvents},

@@ -206,7 +206,7 @@ var pathParam = regexp.MustCompile(`\{(\w+)\}`)
 // own, freshly handed out for the agent "worker".
 func matrixRequest(t *testing.T, e *testEnv, o apiOp) (string, string) {
 	t.Helper()
-	values := map[string]string{"id": "mx-1", "queue": "mq", "session": "s", "seq": "1", "agent": "worker"}
+	values := map[string]string{"id": "mx-1", "queue": "mq", "session": "s", "seq": "1", "agent": "worker", "name": "approved"}
 	body := ""
 	if o.method != "GET" {
 		body = "{}"

@@ -23,6 +23,8 @@ var apiSchemas = map[string]reflect.Type{
 	"TaskList":         reflect.TypeFor[droverapi.TaskList](),
 	"ResubmitRequest":  reflect.TypeFor[droverapi.ResubmitRequest](),
 	"CancelRequest":    reflect.TypeFor[droverapi.CancelRequest](),
+	"SignalRequest":    reflect.TypeFor[droverapi.SignalRequest](),
+	"SignalResult":     reflect.TypeFor[droverapi.SignalResult](),
 	"Empty":            reflect.TypeFor[struct{}](),
 	"Ack":              reflect.TypeFor[droverapi.Ack](),
 	"Alert":            reflect.TypeFor[droverapi.Alert](),

@@ -99,7 +99,7 @@ func toTaskJSON(t *drover.Task) droverapi.Task {
 			State: string(s.ProcessState), CompensationState: string(s.CompensationState), LockedBy: s.LockedBy,
 			CompleteBy: s.CompleteBy, FailureCount: s.FailureCount, Attempt: s.Attempt, IdempotencyKey: s.IdempotencyKey,
 			Output: jsonOrString(s.Output), LastError: s.LastError, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
-			UpdatedAt: s.UpdatedAt,
+			UpdatedAt: s.UpdatedAt, Signal: s.Signal, SignalDefault: jsonOrString(s.SignalDefault),
 		})
 	}
 	return out
@@ -356,5 +356,44 @@ func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, h.taskView(r, t))
+	return nil
+}
+
+// signalTask sends a signal to a task (drover.Client.SendSignal): 201 when
+// stored (delivered to its waiting step or kept for later), 200 for a
+// duplicate ID.
+func (h *Handler) signalTask(w http.ResponseWriter, r *http.Request) error {
+	id, body, err := namedBody(r, "id", "task ID")
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	if err := checkName("signal name", name); err != nil {
+		return err
+	}
+	var req droverapi.SignalRequest
+	if err := decodeJSON(body, &req, false); err != nil {
+		return err
+	}
+	if req.ID != "" {
+		if err := checkName("id", req.ID); err != nil {
+			return err
+		}
+	}
+	res, err := h.drover.SendSignal(r.Context(), drover.SignalParams{TaskID: h.qualify(r, id), Name: name, ID: req.ID,
+		Payload: req.Payload, Sender: h.actor(r)})
+	if err != nil {
+		return err
+	}
+	t, err := h.drover.Task(r.Context(), h.qualify(r, id))
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if res.Duplicate {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, droverapi.SignalResult{Name: name, ID: res.ID, Duplicate: res.Duplicate, Delivered: res.Delivered,
+		Task: h.taskView(r, t)})
 	return nil
 }
