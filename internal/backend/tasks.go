@@ -37,6 +37,9 @@ type Tasks interface {
 	// steps.
 	Resubmit(ctx context.Context, id string, opts *drover.ResubmitOptions, full bool) (*drover.Task, error)
 	Cancel(ctx context.Context, id, reason string, full bool) (*drover.Task, error)
+	// Signal sends a signal to a task (drover.Client.SendSignal); the
+	// answer's Task has its steps.
+	Signal(ctx context.Context, p drover.SignalParams) (*drover.SignalResult, error)
 	// Events lists events (with AlertsOnly and no task: alerts, paged).
 	Events(ctx context.Context, q drover.EventQuery) ([]*drover.Event, error)
 	// Follow calls fn for each new event until ctx ends or, with a task,
@@ -158,6 +161,21 @@ func (l *localTasks) Cancel(ctx context.Context, id, reason string, full bool) (
 	}
 	t, err := c.Cancel(ctx, id, reason)
 	return l.changed(ctx, c, t, err, full)
+}
+
+func (l *localTasks) Signal(ctx context.Context, p drover.SignalParams) (*drover.SignalResult, error) {
+	c, err := l.client()
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.SendSignal(ctx, p)
+	if err != nil {
+		return nil, l.drv.StoreErr(err)
+	}
+	if res.Task, err = c.Task(ctx, p.TaskID); err != nil {
+		return nil, l.drv.StoreErr(err)
+	}
+	return res, nil
 }
 
 func (l *localTasks) Events(ctx context.Context, q drover.EventQuery) ([]*drover.Event, error) {
@@ -287,6 +305,14 @@ func (r *remoteTasks) Cancel(ctx context.Context, id, reason string, _ bool) (*d
 		return nil, r.r.Err(err)
 	}
 	return remoteTask(t), nil
+}
+
+func (r *remoteTasks) Signal(ctx context.Context, p drover.SignalParams) (*drover.SignalResult, error) {
+	res, err := r.r.Client.Signal(ctx, p.TaskID, p.Name, p.Payload, &droverclient.SignalOptions{ID: p.ID})
+	if err != nil {
+		return nil, r.r.Err(err)
+	}
+	return &drover.SignalResult{ID: res.ID, Duplicate: res.Duplicate, Delivered: res.Delivered, Task: remoteTask(&res.Task)}, nil
 }
 
 func (r *remoteTasks) Events(ctx context.Context, q drover.EventQuery) ([]*drover.Event, error) {

@@ -63,6 +63,8 @@ type StepJSON struct {
 	FinishedAt        *time.Time      `json:"finished_at"`
 	OnFailure         string          `json:"on_failure,omitempty"` // the step's own policy; absent: the task's
 	Wait              *WaitJSON       `json:"wait,omitempty"`
+	Signal            string          `json:"signal,omitempty"`         // the signal a signal step waits for
+	SignalDefault     json.RawMessage `json:"signal_default,omitempty"` // its outcome at the deadline; absent: it fails
 }
 
 // WaitJSON is a wait policy as printed with --json.
@@ -136,7 +138,11 @@ func taskJSON(t *drover.Task) TaskJSON {
 			FailureCount: s.FailureCount, Attempt: s.Attempt, IdempotencyKey: s.IdempotencyKey,
 			TimeoutSeconds: s.Timeout.Seconds(), Output: rawJSON(s.Output), LastError: s.LastError,
 			StartedAt: s.StartedAt, FinishedAt: s.FinishedAt, OnFailure: string(s.OnFailure),
+			Signal: s.Signal,
 		})
+		if s.SignalDefault != nil {
+			j.Steps[len(j.Steps)-1].SignalDefault = rawJSON(s.SignalDefault)
+		}
 		if s.Wait != nil {
 			j.Steps[len(j.Steps)-1].Wait = waitJSON(*s.Wait)
 		}
@@ -173,6 +179,16 @@ func waiting(t *drover.Task, s *drover.TaskStep, now time.Time) string {
 		return ""
 	}
 	return fmt.Sprintf("step %d (%s), extended wait %d of %d (see State)", s.Index, s.Name, n, w.MaxWaits)
+}
+
+// signalWaitText says what signal step s waits for and until when, and
+// what its deadline does.
+func signalWaitText(s *drover.TaskStep) string {
+	then := "then it fails"
+	if s.SignalDefault != nil {
+		then = "then it completes with its default outcome"
+	}
+	return fmt.Sprintf("step %d (%s) waits for signal %q until %s; %s", s.Index, s.Name, s.Signal, fmtTime(s.CompleteBy), then)
 }
 
 func eventJSON(e *drover.Event) EventJSON {
@@ -234,6 +250,9 @@ func printTask(w io.Writer, t *drover.Task, events []*drover.Event, now time.Tim
 		if s := waiting(t, &t.Steps[t.CurrentStep], now); s != "" {
 			row(tw, "Waiting:", s)
 		}
+		if s := &t.Steps[t.CurrentStep]; t.ProcessState == drover.Processing && s.Waiting() {
+			row(tw, "Waiting:", signalWaitText(s))
+		}
 	}
 	row(tw, "LockedBy:", dash(t.LockedBy))
 	row(tw, "CompleteBy:", fmtTime(t.CompleteBy))
@@ -274,7 +293,11 @@ func printTask(w io.Writer, t *drover.Task, events []*drover.Event, now time.Tim
 				comp += ":" + string(s.CompensationState)
 			}
 		}
-		row(tw, strconv.Itoa(s.Index), s.Name, s.Agent, string(s.ProcessState), comp, dash(s.LockedBy), fmtTime(s.CompleteBy),
+		agent := s.Agent
+		if s.Signal != "" {
+			agent = "signal:" + s.Signal
+		}
+		row(tw, strconv.Itoa(s.Index), s.Name, agent, string(s.ProcessState), comp, dash(s.LockedBy), fmtTime(s.CompleteBy),
 			strconv.Itoa(s.FailureCount), strconv.Itoa(s.Attempt), s.IdempotencyKey, dash(clip(s.LastError, 80)))
 		if s.OnFailure != "" || s.Wait != nil {
 			policy, wait := t.PolicyOf(s)

@@ -43,7 +43,7 @@ const (
 // remoteCommands are the commands that work against a server, by path.
 var remoteCommands = map[string]bool{
 	"drover submit": true, "drover status": true, "drover list": true, "drover resubmit": true,
-	"drover cancel": true, "drover events": true,
+	"drover cancel": true, "drover events": true, "drover signal": true,
 	"drover alerts": true, "drover alerts ack": true,
 	"drover queue": true, "drover queue publish": true, "drover queue peek": true, "drover queue sessions": true,
 	"drover queue list": true, "drover queue dlq": true, "drover queue resolve": true, "drover queue policy": true,
