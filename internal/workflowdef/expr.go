@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -568,6 +569,19 @@ func (v *valueTmpl) render(env *evalEnv, b *bytes.Buffer) error {
 		b.Write(v.raw)
 	}
 	return nil
+}
+
+// literal reports whether the value has no expressions.
+func (v *valueTmpl) literal() bool {
+	if v.str != nil {
+		return false
+	}
+	for _, c := range append(slices.Clone(v.vals), v.arr...) {
+		if !c.literal() {
+			return false
+		}
+	}
+	return true
 }
 
 func (v *valueTmpl) renderJSON(env *evalEnv) ([]byte, error) {

@@ -93,8 +93,14 @@ type Step struct {
 	OnFailure drover.FailurePolicy
 	Wait      *drover.WaitPolicy
 	// Do is what the step does; Compensate, when not nil, undoes it.
+	// Both are empty for a signal step.
 	Do         Action
 	Compensate *Action
+	// Signal, when set, makes the step wait for this signal instead of
+	// calling anything (drover.Step.Signal); SignalDefault is its outcome
+	// at the deadline (nil: the deadline fails it).
+	Signal        string
+	SignalDefault []byte
 }
 
 // Action is a call of the built-in HTTP agent or of a remote agent.
@@ -153,6 +159,9 @@ func (d *Definition) Workflow() drover.Workflow {
 	}
 	for _, s := range d.Steps {
 		st := drover.Step{Name: s.Name, Agent: s.Do.AgentName(), Timeout: s.Timeout, OnFailure: s.OnFailure}
+		if s.Signal != "" {
+			st = drover.Step{Name: s.Name, Signal: s.Signal, SignalDefault: s.SignalDefault, Timeout: s.Timeout, OnFailure: s.OnFailure}
+		}
 		if s.Wait != nil {
 			w := *s.Wait
 			st.Wait = &w
@@ -190,7 +199,7 @@ func (d *Definition) ExternalAgents() []string {
 	seen := map[string]bool{}
 	for _, s := range d.Steps {
 		for _, a := range []*Action{&s.Do, s.Compensate} {
-			if a != nil && a.HTTP == nil && !seen[a.Agent] {
+			if a != nil && a.HTTP == nil && a.Agent != "" && !seen[a.Agent] {
 				seen[a.Agent] = true
 				out = append(out, a.Agent)
 			}
@@ -782,12 +791,19 @@ func (p *parser) checkRefs(n *yaml.Node, field string, xs []*expr, sc refScope) 
 }
 
 func (p *parser) step(n *yaml.Node, field string, index int, names []string) *Step {
-	f, ok := p.fields(n, field, "name", "timeout", "http", "agent", "input", "retry", "compensate", "on_failure", "wait")
+	f, ok := p.fields(n, field, "name", "timeout", "http", "agent", "input", "retry", "compensate", "on_failure", "wait", "signal", "default")
 	if !ok {
 		return nil
 	}
 	s := &Step{Timeout: DefaultStepTimeout}
 	good := true
+	if _, ok := f["signal"]; ok {
+		return p.signalStep(n, f, field)
+	}
+	if e, ok := f["default"]; ok {
+		p.add(e.key, field+".default", "only a signal step (signal: NAME) has a default outcome")
+		good = false
+	}
 	if e, ok := f["on_failure"]; ok {
 		if s.OnFailure, ok = p.policy(e.val, field+".on_failure"); !ok {
 			good = false
@@ -837,6 +853,60 @@ func (p *parser) step(n *yaml.Node, field string, index int, names []string) *St
 				a.Retry = s.Do.Retry
 			}
 			s.Compensate = a
+		}
+	}
+	if !good {
+		return nil
+	}
+	return s
+}
+
+// signalStep reads a step that waits for a signal: name, signal, timeout
+// (required: the deadline of the wait), on_failure and default (a literal
+// JSON value, the step's output when the deadline passes).
+func (p *parser) signalStep(n *yaml.Node, f map[string]kv, field string) *Step {
+	s := &Step{}
+	good, ok := true, false
+	for _, k := range []string{"http", "agent", "input", "retry", "compensate", "wait"} {
+		if e, ok := f[k]; ok {
+			p.add(e.key, join(field, k), "a signal step waits for its signal and calls nothing: remove %s", k)
+			good = false
+		}
+	}
+	if e, ok := f["name"]; ok {
+		if s.Name, ok = p.name(e.val, field+".name"); !ok {
+			good = false
+		}
+	} else {
+		p.add(n, field+".name", "required: every step needs a name")
+		good = false
+	}
+	if s.Signal, ok = p.name(f["signal"].val, field+".signal"); !ok {
+		good = false
+	}
+	if e, ok := f["timeout"]; ok {
+		if s.Timeout, ok = p.duration(e.val, field+".timeout", true); !ok {
+			good = false
+		}
+	} else {
+		p.add(n, field+".timeout", "required for a signal step: how long it waits for its signal")
+		good = false
+	}
+	if e, ok := f["on_failure"]; ok {
+		if s.OnFailure, ok = p.policy(e.val, field+".on_failure"); !ok {
+			good = false
+		}
+	}
+	if e, ok := f["default"]; ok {
+		v, ok := p.value(e.val, field+".default", refScope{})
+		switch {
+		case !ok:
+			good = false
+		case !v.literal():
+			p.add(e.val, field+".default", "a default outcome is a literal value: ${...} expressions are not evaluated here")
+			good = false
+		default:
+			s.SignalDefault, _ = v.renderJSON(&evalEnv{})
 		}
 	}
 	if !good {

@@ -171,7 +171,7 @@ func TestParseProblems(t *testing.T) {
 			`w.yaml:2: step: unknown key (did you mean "steps"?)`,
 		}},
 		{"typo in step", oneStep("    agent: a\n    timout: 10s\n"), []string{`w.yaml:5: steps[0].timout: unknown key (did you mean "timeout"?)`}},
-		{"far-off key", oneStep("    agent: a\n    color: red\n"), []string{`w.yaml:5: steps[0].color: unknown key (want one of name, timeout, http, agent, input, retry, compensate, on_failure, wait)`}},
+		{"far-off key", oneStep("    agent: a\n    color: red\n"), []string{`w.yaml:5: steps[0].color: unknown key (want one of name, timeout, http, agent, input, retry, compensate, on_failure, wait, signal, default)`}},
 		{"repeated key", oneStep("    agent: a\n    agent: b\n"), []string{`w.yaml:5: steps[0].agent: repeated key`}},
 		{"bad duration", oneStep("    agent: a\n    timeout: 10x\n"), []string{`w.yaml:5: steps[0].timeout: "10x" is not a duration (such as 500ms, 10s, 1m)`}},
 		{"duration without unit", oneStep("    agent: a\n    timeout: 10\n"), []string{`w.yaml:5: steps[0].timeout: 10 is not a duration: give a unit, such as 10s`}},
