@@ -123,6 +123,7 @@ func New(opts Options) (*Console, error) {
 	c.mux.Handle("POST /tasks/{id}/resubmit", c.action(c.resubmit))
 	c.mux.Handle("GET /tasks/{id}/cancel", c.page(c.confirmCancel))
 	c.mux.Handle("POST /tasks/{id}/cancel", c.action(c.cancel))
+	c.mux.Handle("POST /tasks/{id}/signal", c.action(c.signal))
 	c.mux.Handle("GET /alerts", c.page(c.alerts))
 	c.mux.Handle("POST /alerts/{id}/ack", c.action(c.ack))
 	c.mux.Handle("POST /alerts/ack", c.action(c.ackMany))

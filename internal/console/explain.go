@@ -36,7 +36,13 @@ func explain(t *drover.Task, evs []*drover.Event) string {
 			fmt.Fprintf(&b, "Waiting for a scheduler to start step %d %s.", cur.Index, quote(cur.Name))
 		}
 	case dt.Processing:
-		if cur != nil {
+		if cur != nil && cur.Waiting() {
+			then := "then it fails and the failure policy applies"
+			if cur.SignalDefault != nil {
+				then = "then it completes with its default outcome"
+			}
+			fmt.Fprintf(&b, "Waiting for signal %s until %s (step %d %s); %s.", quote(cur.Signal), when(cur.CompleteBy), cur.Index, quote(cur.Name), then)
+		} else if cur != nil {
 			fmt.Fprintf(&b, "Step %d %s is running (attempt %d", cur.Index, quote(cur.Name), cur.Attempt)
 			if cur.LockedBy != "" {
 				fmt.Fprintf(&b, ", held by %s", cur.LockedBy)

@@ -297,14 +297,23 @@ type taskData struct {
 }
 
 // actions are the operator actions a task's state allows.
-type actions struct{ Resubmit, Cancel bool }
+// actions are what an operator may do to a task; Signal names the signal
+// its current step waits for ("" when it waits for none).
+type actions struct {
+	Resubmit, Cancel bool
+	Signal           string
+}
 
 func allowed(t *drover.Task) actions {
 	switch t.ProcessState {
 	case dt.Error, dt.Cancelled, dt.Compensated:
 		return actions{Resubmit: true}
 	case dt.Pending, dt.Processing, dt.Compensating:
-		return actions{Cancel: true}
+		a := actions{Cancel: true}
+		if s := stepAt(t, t.CurrentStep); t.ProcessState == dt.Processing && s != nil && s.Waiting() {
+			a.Signal = s.Signal
+		}
+		return a
 	}
 	return actions{}
 }
@@ -446,6 +455,26 @@ func (c *Console) cancel(ctx context.Context, r *http.Request, v *viewer) (strin
 		return "", "", err
 	}
 	return "/tasks/" + url.PathEscape(id), "Cancelled.", nil
+}
+
+// signal sends the signal of the task page's form: its name, an optional
+// ID and an optional JSON payload, as the viewer.
+func (c *Console) signal(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
+	id := r.PathValue("id")
+	payload := strings.TrimSpace(r.PostFormValue("payload"))
+	res, err := c.d.SendSignal(ctx, drover.SignalParams{TaskID: v.id.Qualify(id), Name: r.PostFormValue("name"),
+		ID: strings.TrimSpace(r.PostFormValue("signal_id")), Payload: []byte(payload), Sender: v.id.Actor()})
+	if err != nil {
+		return "", "", err
+	}
+	done := "Signal sent: the waiting step completed and the task goes on."
+	switch {
+	case res.Duplicate:
+		done = "A signal with this ID was sent before: this one was ignored."
+	case !res.Delivered:
+		done = "Signal kept: no step waits for it now (its deadline may have passed); the next step that waits for it takes it."
+	}
+	return "/tasks/" + url.PathEscape(id), done, nil
 }
 
 // alertKinds are the kinds of alert the Alerts page filters on.

@@ -91,12 +91,15 @@ func buildTimeline(t *drover.Task, evs []*drover.Event, more bool, now time.Time
 	}
 	for _, e := range evs {
 		switch e.Type {
-		case dt.EventStepStarted, dt.EventCompensating:
+		case dt.EventStepStarted, dt.EventCompensating, dt.EventSignalWaiting:
 			if e.StepIndex < 0 {
 				continue // the task starts compensating: no dispatch yet
 			}
 			s := stepAt(t, e.StepIndex)
 			a := &attempt{Step: e.StepIndex, Number: e.Attempt, Undo: e.Type == dt.EventCompensating, Start: e.CreatedAt, Holder: e.Actor, Outcome: "running"}
+			if e.Type == dt.EventSignalWaiting {
+				a.Holder = dt.SignalHolder // a wait: no scheduler holds it
+			}
 			if s != nil {
 				a.Name = s.Name
 				a.Deadline = e.CreatedAt.Add(s.Timeout)
