@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/server"
+	"github.com/drover-run/drover/store"
 )
 
 // signalWorkflow waits an hour for the signal "approved", then charges.
@@ -55,4 +58,34 @@ func TestSignalForm(t *testing.T) {
 	done := e.get(op, "/tasks/o-1")
 	wantIn(t, done, "signal_received", "http:oncall", "&#34;by&#34;: &#34;ann&#34;", "<td>0 approval</td><td>1</td><td>"+drover.SignalHolder+"</td>")
 	wantOut(t, done, `action="/tasks/o-1/signal"`)
+}
+
+// In a real headless Chromium an operator opens a task waiting for
+// approval, reads until when it waits, sends the signal with a payload
+// from the page's form, and sees the task done.
+func TestBrowserSignal(t *testing.T) {
+	stores(t, func(t *testing.T, d store.Driver) {
+		e := startServerWith(t, d, false, nil, signalWorkflow)
+		e.api("POST", "/v1/tasks", `{"workflow":"approve","id":"order-9","input":{"amount":1200}}`, nil)
+		b := newTab(t)
+		b.signIn(e.base, opToken, "")
+		testutil.WaitFor(t, "order-9 to wait for its signal", func() bool {
+			var tk struct {
+				Steps []struct{ State string } `json:"steps"`
+			}
+			e.api("GET", "/v1/tasks/order-9", "", &tk)
+			return len(tk.Steps) == 2 && tk.Steps[0].State == "Processing"
+		})
+		b.do(chromedp.Navigate(e.base+"/tasks/order-9"), chromedp.WaitVisible(chromedp.ID("signal")))
+		b.want("#story", "Waiting for signal “approved” until", "then it fails")
+		b.do(chromedp.SendKeys(chromedp.ID("payload"), `{"approved":true,"by":"ann"}`), b.shot("signal"))
+		b.press("/tasks/order-9/signal")
+		b.want(".flash", "Signal sent")
+		e.waitState("order-9", "Processed")
+		b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("story")))
+		if after := b.text("#story"); !strings.HasPrefix(after, "Done:") {
+			t.Errorf("after the signal the sentence is %q", after)
+		}
+		b.want("table.events", "signal_received", "http:oncall")
+	})
 }
