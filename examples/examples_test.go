@@ -90,7 +90,7 @@ func buildExamples(t *testing.T) string {
 	bin := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed", "./signals")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build the examples: %v\n%s", err, out)
 	}
@@ -161,6 +161,20 @@ func TestExamplesRun(t *testing.T) {
 		}
 		if strings.Contains(out, "in-1h sent") {
 			t.Error("the cancelled delayed task ran")
+		}
+	})
+
+	t.Run("signals", func(t *testing.T) {
+		t.Parallel()
+		out := runExample(t, bin, "signals")
+		wantLines(t, "signals", out, "o-2: approval sent early, completed a step: false",
+			"o-1: approval sent, completed a step: true, duplicate: false",
+			"o-1: approval sent, completed a step: false, duplicate: true",
+			`o-1: shipped, approved with {"by":"ann"}`, `o-2: shipped, approved with {"by":"bob"}`,
+			"o-1: Processed ", "o-2: Processed ", "o-3: stock released",
+			`o-3: Compensated step 1 (approve): no signal "approved" by the deadline`)
+		if !strings.Contains(out, "o-3: a late approval is refused") {
+			t.Error("a signal to a final order was not refused")
 		}
 	})
 
