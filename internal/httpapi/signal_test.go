@@ -20,6 +20,7 @@ func TestSignalRoute(t *testing.T) {
 		e := startEnv(t, drover.Config{Store: open(t), PollInterval: 10 * time.Millisecond, SupervisorInterval: 50 * time.Millisecond,
 			Workflows: []drover.Workflow{{Name: "approval", Steps: []drover.Step{
 				{Name: "approve", Signal: "approved", Timeout: time.Hour},
+				{Name: "confirm", Signal: "confirmed", Timeout: time.Hour},
 				{Name: "ship", Agent: "prev"},
 			}}},
 			Agents: []drover.Agent{{Name: "prev", Func: func(_ context.Context, r *drover.AgentRequest) ([]byte, error) {
@@ -34,7 +35,7 @@ func TestSignalRoute(t *testing.T) {
 			if err := json.Unmarshal(r.body, &task); err != nil {
 				t.Fatal(err)
 			}
-			if len(task.Steps) == 2 && task.Steps[0].State == "Processing" {
+			if len(task.Steps) == 3 && task.Steps[0].State == "Processing" {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -60,13 +61,15 @@ func TestSignalRoute(t *testing.T) {
 		if err := json.Unmarshal(r.body, &res); err != nil || !res.Duplicate || res.Delivered {
 			t.Fatalf("duplicate: %s", r.body)
 		}
+		// The task waits for "confirmed" now, or soon (kept until then).
+		e.do("POST", "/v1/tasks/o1/signals/confirmed", submitTok, `{"payload":{"ok":true}}`).must(t, 201)
 		got := e.waitState("o1", "Processed")
 		if out, _ := json.Marshal(got.json["output"]); string(out) != `{"ok":true}` {
 			t.Errorf("output %s, want the signal's payload", out)
 		}
 		e.do("POST", "/v1/tasks/o1/signals/approved", submitTok, `{}`).mustError(t, 409, "wrong_state")
 		sigs, err := e.d.Signals(context.Background(), "o1")
-		if err != nil || len(sigs) != 1 || sigs[0].Sender == "" || sigs[0].ConsumedAt == nil {
+		if err != nil || len(sigs) != 2 || sigs[0].Sender == "" || sigs[0].ConsumedAt == nil || sigs[1].ConsumedAt == nil || string(sigs[0].Payload) != `{"ok":true}` {
 			t.Errorf("stored signals: %+v %v", sigs, err)
 		}
 	})
