@@ -38,7 +38,8 @@ type env struct {
 
 // newEnv starts the API. Workflows: "echo" (two steps returning the
 // input), "fail" (fails permanently: Error and an alert), "external" (an
-// agent no process runs: stays Processing).
+// agent no process runs: stays Processing), "approval" (waits for the
+// signal "approved", then echoes).
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	drv := testutil.SQLite(t)
@@ -48,6 +49,7 @@ func newEnv(t *testing.T) *env {
 			{Name: "echo", Steps: []drover.Step{{Name: "a", Agent: "echo"}, {Name: "b", Agent: "echo"}}},
 			{Name: "fail", Steps: []drover.Step{{Name: "a", Agent: "fail"}}},
 			{Name: "external", Steps: []drover.Step{{Name: "a", Agent: "remote"}}},
+			{Name: "approval", Steps: []drover.Step{{Name: "approve", Signal: "approved", Timeout: time.Hour}, {Name: "b", Agent: "echo"}}},
 		},
 		Agents: []drover.Agent{
 			{Name: "echo", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) { return r.Input, nil }},
