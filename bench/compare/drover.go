@@ -31,6 +31,7 @@ type droverBenchConfig struct {
 	// BeforeStart, if set, runs after the N tasks are inserted and before
 	// the clock starts (--analyze).
 	BeforeStart func(context.Context) error
+	Steps       int // no-op steps per task (default 1)
 }
 
 const (
@@ -53,14 +54,16 @@ const (
 func droverBurnDown(ctx context.Context, drv store.Driver, cfg droverBenchConfig) (droverResult, error) {
 	res := droverResult{Tasks: cfg.Tasks}
 	noop := func(context.Context, *drover.AgentRequest) ([]byte, error) { return []byte("null"), nil }
+	steps := make([]drover.Step, max(cfg.Steps, 1))
+	for i := range steps {
+		steps[i] = drover.Step{Name: fmt.Sprintf("s%d", i+1), Agent: "noop", Timeout: time.Minute}
+	}
 	newClient := func() (*drover.Client, error) {
 		return drover.New(drover.Config{
-			Store: drv,
-			Workflows: []drover.Workflow{{Name: droverWorkflow, Steps: []drover.Step{
-				{Name: "s1", Agent: "noop", Timeout: time.Minute},
-			}}},
-			Agents: []drover.Agent{{Name: "noop", Func: noop, Concurrency: 1024}},
-			Logger: cfg.Logger,
+			Store:     drv,
+			Workflows: []drover.Workflow{{Name: droverWorkflow, Steps: steps}},
+			Agents:    []drover.Agent{{Name: "noop", Func: noop, Concurrency: 1024}},
+			Logger:    cfg.Logger,
 		})
 	}
 	submit := func(c *drover.Client, n int) error {

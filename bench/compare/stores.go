@@ -21,13 +21,13 @@ import (
 // pgxpool with pgx's default size (max(4, CPUs) connections), which is what
 // both postgres.Open and River's CLI use.
 func postgresSystems(ctx context.Context, o options, logger *slog.Logger) (systems, error) {
-	for _, s := range []string{o.droverSchema, o.riverSchema} {
+	for _, s := range []string{o.droverSchema, o.riverSchema, o.dbosSchema} {
 		if !validSchema(s) {
 			return systems{}, fmt.Errorf("schema name %q: want [a-z_][a-z0-9_]*", s)
 		}
 	}
-	if o.droverSchema == o.riverSchema {
-		return systems{}, fmt.Errorf("drover and River need different schemas")
+	if o.droverSchema == o.riverSchema || o.droverSchema == o.dbosSchema || o.riverSchema == o.dbosSchema {
+		return systems{}, fmt.Errorf("drover, River and DBOS need different schemas")
 	}
 	admin, err := pgxpool.New(ctx, o.db)
 	if err != nil {
@@ -90,7 +90,7 @@ func postgresSystems(ctx context.Context, o options, logger *slog.Logger) (syste
 		}
 		checkpoint(ctx)
 		res, err := droverBurnDown(ctx, drv, droverBenchConfig{
-			Tasks: o.tasks, Warmup: o.warmup, Timeout: o.timeout, CPUProfile: o.cpuprofile, Logger: logger, Log: logf,
+			Tasks: o.tasks, Steps: o.steps, Warmup: o.warmup, Timeout: o.timeout, CPUProfile: o.cpuprofile, Logger: logger, Log: logf,
 			BeforeStart: analyze(o.droverSchema),
 		})
 		if err == nil && !o.keep {
@@ -143,6 +143,21 @@ func postgresSystems(ctx context.Context, o options, logger *slog.Logger) (syste
 		}
 		return res, err
 	}
+	sys.dbos = func(ctx context.Context) (dbosResult, error) {
+		if err := dropSchema(ctx, o.dbosSchema); err != nil {
+			return dbosResult{}, fmt.Errorf("drop schema %s: %w", o.dbosSchema, err)
+		}
+		checkpoint(ctx)
+		res, err := dbosBurnDown(ctx, dbosBenchConfig{
+			URL: o.db, Schema: o.dbosSchema, Workflows: o.tasks, Steps: o.steps, Warmup: o.warmup,
+			WorkerConcurrency: o.dbosConcurrency, Polling: o.dbosPolling, Timeout: o.timeout,
+			Logger: logger, Log: logf, BeforeStart: analyze(o.dbosSchema),
+		})
+		if err == nil && !o.keep {
+			err = dropSchema(ctx, o.dbosSchema)
+		}
+		return res, err
+	}
 	return sys, nil
 }
 
@@ -168,7 +183,7 @@ func sqliteSystems(ctx context.Context, o options, logger *slog.Logger) (systems
 			return droverResult{}, fmt.Errorf("drover migrate: %w", err)
 		}
 		res, err := droverBurnDown(ctx, drv, droverBenchConfig{
-			Tasks: o.tasks, Warmup: o.warmup, Timeout: o.timeout, CPUProfile: o.cpuprofile, Logger: logger, Log: logf,
+			Tasks: o.tasks, Steps: o.steps, Warmup: o.warmup, Timeout: o.timeout, CPUProfile: o.cpuprofile, Logger: logger, Log: logf,
 		})
 		if err == nil && !o.keep {
 			drv.Close()
