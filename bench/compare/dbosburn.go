@@ -26,6 +26,7 @@ type dbosResult struct {
 	Version           string  `json:"version"`            // the dbos-transact-golang module version
 	WorkerConcurrency int     `json:"worker_concurrency"` // the queue's per-process concurrency
 	PollingMS         float64 `json:"polling_ms"`         // the queue's base polling interval
+	WALBytes          int64   `json:"wal_bytes"`          // WAL from the enqueueing to the end of the burn-down
 }
 
 type dbosBenchConfig struct {
@@ -38,6 +39,7 @@ type dbosBenchConfig struct {
 	Logger            *slog.Logger
 	Log               func(format string, args ...any)
 	BeforeStart       func(context.Context) error
+	WALPosition       func(context.Context) (int64, error) // see riverBenchConfig
 }
 
 const (
@@ -175,6 +177,10 @@ func dbosBurnDown(ctx context.Context, cfg dbosBenchConfig) (dbosResult, error) 
 	if err != nil {
 		return res, err
 	}
+	wal0, err := walPosition(ctx, cfg.WALPosition)
+	if err != nil {
+		return res, err
+	}
 	t0 := time.Now()
 	if err := enqueue(c, cfg.Workflows); err != nil {
 		return res, fmt.Errorf("dbos enqueue: %w", err)
@@ -192,5 +198,7 @@ func dbosBurnDown(ctx context.Context, cfg dbosBenchConfig) (dbosResult, error) 
 	}
 	res.Seconds, res.CPUSeconds = d.Seconds(), cpu
 	res.WorkflowsPerSec = float64(cfg.Workflows) / d.Seconds()
-	return res, nil
+	wal1, err := walPosition(ctx, cfg.WALPosition)
+	res.WALBytes = wal1 - wal0
+	return res, err
 }

@@ -19,6 +19,7 @@ type droverResult struct {
 	TasksPerSec   float64 `json:"tasks_per_sec"`  // Tasks / Seconds
 	InsertSeconds float64 `json:"insert_seconds"` // SubmitMany of the N tasks, before Start (not in Seconds)
 	CPUSeconds    float64 `json:"cpu_seconds"`    // this process's user+system CPU during Seconds
+	WALBytes      int64   `json:"wal_bytes"`      // WAL from the insertion to the end of the burn-down; 0: not measured
 }
 
 type droverBenchConfig struct {
@@ -31,7 +32,8 @@ type droverBenchConfig struct {
 	// BeforeStart, if set, runs after the N tasks are inserted and before
 	// the clock starts (--analyze).
 	BeforeStart func(context.Context) error
-	Steps       int // no-op steps per task (default 1)
+	Steps       int                                  // no-op steps per task (default 1)
+	WALPosition func(context.Context) (int64, error) // see riverBenchConfig
 }
 
 const (
@@ -152,6 +154,10 @@ func droverBurnDown(ctx context.Context, drv store.Driver, cfg droverBenchConfig
 	if err != nil {
 		return res, err
 	}
+	wal0, err := walPosition(ctx, cfg.WALPosition)
+	if err != nil {
+		return res, err
+	}
 	t0 := time.Now()
 	if err := submit(c, cfg.Tasks); err != nil {
 		return res, err
@@ -176,5 +182,7 @@ func droverBurnDown(ctx context.Context, drv store.Driver, cfg droverBenchConfig
 	}
 	res.Seconds, res.CPUSeconds = d.Seconds(), cpu
 	res.TasksPerSec = float64(cfg.Tasks) / res.Seconds
-	return res, nil
+	wal1, err := walPosition(ctx, cfg.WALPosition)
+	res.WALBytes = wal1 - wal0
+	return res, err
 }

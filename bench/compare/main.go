@@ -68,8 +68,13 @@ type Result struct {
 	Ratio               float64 `json:"ratio,omitempty"`                // drover_tasks_per_sec / river_jobs_per_sec (= ratio_river)
 	RatioRiver          float64 `json:"ratio_river,omitempty"`          // drover_tasks_per_sec / river_jobs_per_sec
 	RatioDBOS           float64 `json:"ratio_dbos,omitempty"`           // drover_tasks_per_sec / dbos_workflows_per_sec
-	NumCPU              int     `json:"num_cpu"`
-	GoVersion           string  `json:"go_version"`
+	// WAL bytes per task, job or workflow (PostgreSQL): the server's WAL
+	// from the insertion of the N to the end of their burn-down, over N.
+	DroverWALPerTask   float64 `json:"drover_wal_bytes_per_task,omitempty"`
+	RiverWALPerJob     float64 `json:"river_wal_bytes_per_job,omitempty"`
+	DBOSWALPerWorkflow float64 `json:"dbos_wal_bytes_per_workflow,omitempty"`
+	NumCPU             int     `json:"num_cpu"`
+	GoVersion          string  `json:"go_version"`
 }
 
 type options struct {
@@ -205,6 +210,7 @@ func run(ctx context.Context, o options) (*Result, error) {
 			r.DroverSeconds, r.DroverTasksPerSec, r.DroverInsertSeconds = round3(d.Seconds), math.Round(d.TasksPerSec), round3(d.InsertSeconds)
 			r.DroverCPUSeconds = round3(d.CPUSeconds)
 			r.DroverStepsPerSec = math.Round(d.TasksPerSec * float64(o.steps))
+			r.DroverWALPerTask = math.Round(float64(d.WALBytes) / float64(d.Tasks))
 			logf("drover: %d tasks of %d steps burned down in %.3fs: %.0f tasks/s, %.0f steps/s, client CPU %.1fs (inserted in %.3fs)", d.Tasks, o.steps, d.Seconds, d.TasksPerSec, d.TasksPerSec*float64(o.steps), d.CPUSeconds, d.InsertSeconds)
 		case "river":
 			logf("river: starting (no-op worker, MaxWorkers %d, riverbench's fetch settings)", o.workers)
@@ -215,6 +221,7 @@ func run(ctx context.Context, o options) (*Result, error) {
 			r.RiverSeconds, r.RiverJobsPerSec, r.RiverInsertSeconds = round3(rv.Seconds), math.Round(rv.JobsPerSec), round3(rv.InsertSeconds)
 			r.RiverVersion, r.RiverDriver, r.RiverWorkers = rv.Version, rv.Driver, rv.Workers
 			r.RiverCPUSeconds = round3(rv.CPUSeconds)
+			r.RiverWALPerJob = math.Round(float64(rv.WALBytes) / float64(rv.Jobs))
 			logf("river %s (%s): %d jobs burned down in %.3fs: %.0f jobs/s, client CPU %.1fs (inserted in %.3fs)", rv.Version, rv.Driver, rv.Jobs, rv.Seconds, rv.JobsPerSec, rv.CPUSeconds, rv.InsertSeconds)
 		case "dbos":
 			logf("dbos: starting (no-op workflows of %d steps on a queue, worker concurrency %d, polling %s)", o.steps, o.dbosConcurrency, o.dbosPolling)
@@ -225,6 +232,7 @@ func run(ctx context.Context, o options) (*Result, error) {
 			r.DBOSSeconds, r.DBOSWorkflowsPerSec, r.DBOSInsertSeconds = round3(db.Seconds), math.Round(db.WorkflowsPerSec), round3(db.InsertSeconds)
 			r.DBOSCPUSeconds, r.DBOSVersion = round3(db.CPUSeconds), db.Version
 			r.DBOSConcurrency, r.DBOSPollingMS = db.WorkerConcurrency, db.PollingMS
+			r.DBOSWALPerWorkflow = math.Round(float64(db.WALBytes) / float64(db.Workflows))
 			logf("dbos %s: %d workflows burned down in %.3fs: %.0f workflows/s, client CPU %.1fs (enqueued in %.3fs)", db.Version, db.Workflows, db.Seconds, db.WorkflowsPerSec, db.CPUSeconds, db.InsertSeconds)
 		}
 	}

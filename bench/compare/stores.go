@@ -53,6 +53,12 @@ func postgresSystems(ctx context.Context, o options, logger *slog.Logger) (syste
 		}
 	}
 	sys := systems{cleanup: admin.Close}
+	// The WAL position, for each system's WAL bytes: the whole server's,
+	// so it counts only this run's writes on an otherwise quiet server.
+	walPos := func(ctx context.Context) (n int64, err error) {
+		err = admin.QueryRow(ctx, "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").Scan(&n)
+		return n, err
+	}
 	analyze := func(schema string) func(context.Context) error {
 		if !o.analyze {
 			return nil
@@ -91,7 +97,7 @@ func postgresSystems(ctx context.Context, o options, logger *slog.Logger) (syste
 		checkpoint(ctx)
 		res, err := droverBurnDown(ctx, drv, droverBenchConfig{
 			Tasks: o.tasks, Steps: o.steps, Warmup: o.warmup, Timeout: o.timeout, CPUProfile: o.cpuprofile, Logger: logger, Log: logf,
-			BeforeStart: analyze(o.droverSchema),
+			BeforeStart: analyze(o.droverSchema), WALPosition: walPos,
 		})
 		if err == nil && !o.keep {
 			drv.Close()
@@ -131,7 +137,7 @@ func postgresSystems(ctx context.Context, o options, logger *slog.Logger) (syste
 		checkpoint(ctx)
 		res, err := riverBurnDown(ctx, driver, riverBenchConfig{
 			Jobs: o.tasks, Warmup: o.warmup, Workers: o.workers, Schema: o.riverSchema, Driver: "riverpgxv5",
-			Timeout: o.timeout, Logger: logger, Log: logf, BeforeStart: analyze(o.riverSchema),
+			Timeout: o.timeout, Logger: logger, Log: logf, BeforeStart: analyze(o.riverSchema), WALPosition: walPos,
 			CountCompleted: func(ctx context.Context) (n int64, err error) {
 				err = pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".river_job WHERE state = 'completed'").Scan(&n)
 				return n, err
@@ -151,7 +157,7 @@ func postgresSystems(ctx context.Context, o options, logger *slog.Logger) (syste
 		res, err := dbosBurnDown(ctx, dbosBenchConfig{
 			URL: o.db, Schema: o.dbosSchema, Workflows: o.tasks, Steps: o.steps, Warmup: o.warmup,
 			WorkerConcurrency: o.dbosConcurrency, Polling: o.dbosPolling, Timeout: o.timeout,
-			Logger: logger, Log: logf, BeforeStart: analyze(o.dbosSchema),
+			Logger: logger, Log: logf, BeforeStart: analyze(o.dbosSchema), WALPosition: walPos,
 		})
 		if err == nil && !o.keep {
 			err = dropSchema(ctx, o.dbosSchema)
