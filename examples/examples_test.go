@@ -90,7 +90,7 @@ func buildExamples(t *testing.T) string {
 	bin := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed", "./signals")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed", "./priorities", "./signals")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build the examples: %v\n%s", err, out)
 	}
@@ -175,6 +175,14 @@ func TestExamplesRun(t *testing.T) {
 			`o-3: Compensated step 1 (approve): no signal "approved" by the deadline`)
 		if !strings.Contains(out, "o-3: a late approval is refused") {
 			t.Error("a signal to a final order was not refused")
+		}
+	})
+
+	t.Run("priorities", func(t *testing.T) {
+		t.Parallel()
+		out := runExample(t, bin, "priorities")
+		if want := "ran reset-42\nran export-vip\nran export-1\nran export-2\nran export-3\n"; out != want {
+			t.Errorf("priorities printed\n%s\nwant\n%s", out, want)
 		}
 	})
 
