@@ -221,6 +221,7 @@ type Executor interface {
 	RemoteAgentExecutor
 	WebhookExecutor
 	WorkflowDefExecutor
+	ScheduleExecutor
 }
 
 // Listener is an optional Driver capability: Listen delivers the topics

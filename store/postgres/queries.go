@@ -415,6 +415,7 @@ type queries struct {
 	remote      remoteQueries      // remote.go
 	webhook     webhookQueries     // webhook.go
 	workflowDef workflowDefQueries // workflowdef.go
+	schedule    scheduleQueries    // schedule.go
 
 	// Session queues (queue_queries.go).
 	queuePut, queueGet, queueList, queueDepth                   string
@@ -503,6 +504,7 @@ func newQueries(quotedSchema string) *queries {
 		},
 		workflowDef: workflowDefQueries{put: r(tWorkflowDefPut), byDigest: r(tWorkflowDefByDigest), get: r(tWorkflowDefGet),
 			listAll: r(tWorkflowDefListAll), listName: r(tWorkflowDefListName)},
+		schedule: scheduleQueries{put: r(tSchedulePut), listAll: r(tScheduleListAll), listNames: r(tScheduleListNames), due: r(tScheduleDue)},
 
 		queuePut:            r(tQueuePut),
 		queueGet:            r(tQueueGet),
