@@ -313,3 +313,104 @@ func TestScheduleStartedClientFires(t *testing.T) {
 		}
 	})
 }
+
+// The schedule leader crashed at each of its transactions in turn, before
+// the commit and after it (the commit happened, the process never learned
+// it), and replaced by another process: every due time of the schedules
+// is fired exactly once, none lost. Each crash point runs on a store of
+// its own.
+func TestScheduleCrashAtEveryTransaction(t *testing.T) {
+	t.Parallel()
+	ss := []drover.Schedule{
+		{Name: "every", Workflow: "report", Every: time.Minute, CatchUp: drover.CatchUpAll},
+		{Name: "cron", Workflow: "report", Cron: "*/2 * * * *", CatchUp: drover.CatchUpAll},
+	}
+	// run is the scenario: a process fires the schedules for four minutes,
+	// one round a minute; once one of its calls fails (the crash) it is
+	// gone, and a process started in its place (after its lease ran out)
+	// takes over on the real store. It returns the clock's end.
+	run := func(t *testing.T, d store.Driver, first store.Driver) time.Time {
+		clk := clock.NewFake(t0)
+		newClient := func(d store.Driver, instance string) (*drover.Client, error) {
+			c, err := drover.New(drover.Config{Store: d, Clock: clk, InstanceID: instance, Workflows: []drover.Workflow{reportWorkflow},
+				ExternalAgents: []string{"builder"}, Schedules: ss})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c, c.AddSchedules(context.Background(), ss)
+		}
+		c, err := newClient(first, "crashing")
+		replace := func() {
+			clk.Advance(11 * time.Second) // the crashed leader's lease runs out
+			if c, err = newClient(d, "survivor"); err != nil {
+				t.Fatalf("survivor: %v", err)
+			}
+		}
+		if err != nil {
+			replace()
+		}
+		for i := range 5 {
+			if i < 4 {
+				clk.Advance(time.Minute)
+			}
+			if _, err := c.FireSchedules(context.Background()); err != nil {
+				if !errors.Is(err, testutil.ErrCrash) {
+					t.Fatalf("FireSchedules: %v", err)
+				}
+				replace()
+				fire(t, c)
+			}
+		}
+		return clk.Now()
+	}
+	check := func(t *testing.T, what string, d store.Driver, end time.Time) {
+		c, err := drover.New(drover.Config{Store: d, Workflows: []drover.Workflow{reportWorkflow}, ExternalAgents: []string{"builder"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The interval's grid starts when the schedule was first stored.
+		st, err := c.GetSchedule(context.Background(), "every")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var every, cron []time.Time
+		for due := st.CreatedAt.Truncate(time.Second).Add(time.Minute); !due.After(end); due = due.Add(time.Minute) {
+			every = append(every, due)
+		}
+		for due := t0.Add(time.Minute); !due.After(end); due = due.Add(time.Minute) {
+			if due.Minute()%2 == 0 {
+				cron = append(cron, due)
+			}
+		}
+		wantIDs(t, what+": every", scheduledIDs(t, c, "every"), dueIDs("every", every...))
+		wantIDs(t, what+": cron", scheduledIDs(t, c, "cron"), dueIDs("cron", cron...))
+	}
+	bothStores(t, func(t *testing.T, open store.Driver) {
+		fresh := func() store.Driver {
+			if open.Name() == "sqlite" {
+				return testutil.SQLite(t)
+			}
+			return testutil.Postgres(t)
+		}
+		// A clean run tells how many transactions the work takes.
+		d := fresh()
+		counter := &testutil.CrashPoint{Driver: d}
+		end := run(t, d, counter)
+		check(t, "clean run", d, end)
+		steps := counter.Calls()
+		if steps < 9 {
+			t.Fatalf("a clean run took %d transactions; want at least 9 (store, then a lease and a firing per round)", steps)
+		}
+		for k := int64(1); k <= steps; k++ {
+			for _, afterCommit := range []bool{false, true} {
+				d := fresh()
+				cp := &testutil.CrashPoint{Driver: d, At: k, AfterCommit: afterCommit}
+				end := run(t, d, cp)
+				if !cp.Fired() {
+					t.Fatalf("crash point %d was not reached", k)
+				}
+				check(t, fmt.Sprintf("crash at transaction %d (after commit: %v)", k, afterCommit), d, end)
+			}
+		}
+	})
+}
