@@ -12,7 +12,8 @@ import (
 // the default namespace: they are objects of the default namespace, which
 // a request in another one does not see (an empty list, 404).
 
-func toScheduleJSON(s *drover.ScheduleState) droverapi.Schedule {
+// ScheduleJSON is a schedule in the API's shape (the CLI prints the same).
+func ScheduleJSON(s *drover.ScheduleState) droverapi.Schedule {
 	out := droverapi.Schedule{Name: s.Name, Workflow: s.Workflow, Input: s.Input, Cron: s.Cron, TimeZone: s.TimeZone,
 		EverySeconds: int64(s.Every / time.Second), CatchUp: string(s.CatchUp), Paused: s.Paused, NextDue: s.NextDue,
 		LastDue: s.LastDue, LastTask: s.LastTask, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
@@ -38,7 +39,7 @@ func (h *Handler) listSchedules(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		for i := range ss {
-			out.Schedules = append(out.Schedules, toScheduleJSON(&ss[i]))
+			out.Schedules = append(out.Schedules, ScheduleJSON(&ss[i]))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -57,7 +58,7 @@ func (h *Handler) getSchedule(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toScheduleJSON(s))
+	writeJSON(w, http.StatusOK, ScheduleJSON(s))
 	return nil
 }
 
@@ -80,7 +81,7 @@ func (h *Handler) changeSchedule(change func(*drover.Client, *http.Request, stri
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, toScheduleJSON(s))
+		writeJSON(w, http.StatusOK, ScheduleJSON(s))
 		return nil
 	}
 }
