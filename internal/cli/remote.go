@@ -48,7 +48,7 @@ var remoteCommands = map[string]bool{
 	"drover queue": true, "drover queue publish": true, "drover queue peek": true, "drover queue sessions": true,
 	"drover queue list": true, "drover queue dlq": true, "drover queue resolve": true, "drover queue policy": true,
 	"drover queue consume": true,
-	"drover schedule": true, "drover schedule list": true, "drover schedule show": true, "drover schedule pause": true,
+	"drover schedule":      true, "drover schedule list": true, "drover schedule show": true, "drover schedule pause": true,
 	"drover schedule resume": true, "drover schedule run": true,
 }
 
