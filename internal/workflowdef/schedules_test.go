@@ -1,6 +1,7 @@
 package workflowdef
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -54,5 +55,27 @@ func TestParseScheduleProblems(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.src, err, tc.want)
 		}
+	}
+}
+
+// TestDocScheduleExample: the schedules example of docs/workflows.md is
+// a valid file with its two schedules.
+func TestDocScheduleExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/workflows.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "## Schedules\n")
+	_, block, ok2 := strings.Cut(rest, "```yaml\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("no YAML block in the Schedules section of docs/workflows.md")
+	}
+	d, err := Parse("doc.yaml", []byte(block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Schedules) != 2 || d.Schedules[0].TimeZone != "Europe/Berlin" || d.Schedules[1].Every != time.Hour {
+		t.Errorf("schedules: %+v", d.Schedules)
 	}
 }
