@@ -155,44 +155,44 @@ func (sp scheduleSpec) latest(first, now time.Time) time.Time {
 	}
 }
 
-// parse checks the timing of s and returns its spec; problems are
-// phrased for the user.
-func (s Schedule) parse() (scheduleSpec, error) {
+// parse checks the timing of s and returns its spec, or what is wrong
+// with it, phrased for the user.
+func (s Schedule) parse() (scheduleSpec, string) {
 	switch {
 	case s.Cron == "" && s.Every == 0:
-		return scheduleSpec{}, errors.New("give Cron or Every")
+		return scheduleSpec{}, "give Cron or Every"
 	case s.Cron != "" && s.Every != 0:
-		return scheduleSpec{}, errors.New("give Cron or Every, not both")
+		return scheduleSpec{}, "give Cron or Every, not both"
 	case s.Every != 0:
 		if s.TimeZone != "" {
-			return scheduleSpec{}, errors.New("TimeZone is only for Cron")
+			return scheduleSpec{}, "TimeZone is only for Cron"
 		}
 		if s.Every < MinScheduleEvery {
-			return scheduleSpec{}, fmt.Errorf("Every %s is shorter than %s", s.Every, MinScheduleEvery)
+			return scheduleSpec{}, fmt.Sprintf("Every %s is shorter than %s", s.Every, MinScheduleEvery)
 		}
 		if s.Every%time.Second != 0 {
-			return scheduleSpec{}, fmt.Errorf("Every %s is not whole seconds", s.Every)
+			return scheduleSpec{}, fmt.Sprintf("Every %s is not whole seconds", s.Every)
 		}
-		return scheduleSpec{every: s.Every}, nil
+		return scheduleSpec{every: s.Every}, ""
 	}
 	expr := strings.TrimSpace(s.Cron)
 	if strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=") {
-		return scheduleSpec{}, fmt.Errorf("Cron %q: give the time zone in TimeZone", s.Cron)
+		return scheduleSpec{}, fmt.Sprintf("Cron %q: give the time zone in TimeZone", s.Cron)
 	}
 	if strings.HasPrefix(expr, "@every") {
-		return scheduleSpec{}, fmt.Errorf("Cron %q: use Every for a fixed interval", s.Cron)
+		return scheduleSpec{}, fmt.Sprintf("Cron %q: use Every for a fixed interval", s.Cron)
 	}
 	c, err := cronParser.Parse(expr)
 	if err != nil {
-		return scheduleSpec{}, fmt.Errorf("Cron %q: %v", s.Cron, err)
+		return scheduleSpec{}, fmt.Sprintf("Cron %q: %v", s.Cron, err)
 	}
 	loc := time.UTC
 	if s.TimeZone != "" {
 		if loc, err = time.LoadLocation(s.TimeZone); err != nil {
-			return scheduleSpec{}, fmt.Errorf("TimeZone %q is not a known IANA time zone", s.TimeZone)
+			return scheduleSpec{}, fmt.Sprintf("TimeZone %q is not a known IANA time zone", s.TimeZone)
 		}
 	}
-	return scheduleSpec{cron: c, loc: loc}, nil
+	return scheduleSpec{cron: c, loc: loc}, ""
 }
 
 // Validate reports what is wrong with the definition, without checking
@@ -221,8 +221,8 @@ func (s Schedule) Validate() error {
 	default:
 		return bad("CatchUp %q is not skip, last or all", s.CatchUp)
 	}
-	if _, err := s.parse(); err != nil {
-		return bad("%v", err)
+	if _, p := s.parse(); p != "" {
+		return bad("%s", p)
 	}
 	return nil
 }
@@ -259,7 +259,7 @@ func scheduleOf(r *dt.Schedule) Schedule {
 func stateOf(r *dt.Schedule) ScheduleState {
 	st := ScheduleState{Schedule: scheduleOf(r), Paused: r.Paused, LastDue: r.LastDue, LastTask: r.LastTask,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
-	if sp, err := st.parse(); err == nil && !r.Paused {
+	if sp, p := st.parse(); p == "" && !r.Paused {
 		for d := r.NextDue; !d.IsZero() && len(st.NextDue) < ScheduleStateNext; d = sp.next(r.NextDue, d) {
 			st.NextDue = append(st.NextDue, d)
 		}
@@ -443,9 +443,9 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) (*ScheduleStat
 		if !r.Paused {
 			return nil
 		}
-		sp, err := scheduleOf(r).parse()
-		if err != nil {
-			return fmt.Errorf("%w %q: %v", ErrInvalidSchedule, name, err)
+		sp, p := scheduleOf(r).parse()
+		if p != "" {
+			return fmt.Errorf("%w %q: %s", ErrInvalidSchedule, name, p)
 		}
 		r.Paused = false
 		if !r.NextDue.After(now) {
@@ -508,9 +508,9 @@ func (c *Client) fire(ctx context.Context, x store.Executor, sv *flow.Leader, no
 		budget = limit
 	)
 	for _, r := range due {
-		sp, err := scheduleOf(r).parse()
-		if err != nil {
-			c.log.Error("schedule not fired: its stored definition is invalid", "schedule", r.Name, "err", err)
+		sp, p := scheduleOf(r).parse()
+		if p != "" {
+			c.log.Error("schedule not fired: its stored definition is invalid", "schedule", r.Name, "problem", p)
 			continue
 		}
 		fired, next := dueTimes(r, sp, now, budget)
