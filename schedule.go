@@ -594,10 +594,16 @@ func (c *Client) runSchedules(ctx context.Context, r *maintenance.Runner) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
-		if _, err := el.TryAcquire(ctx); err != nil && ctx.Err() == nil {
+		wait := r.LeaseTTL / 3
+		// A process without schedules takes no part: it would only hold
+		// the lease another process needs.
+		if len(c.scheduleNames()) == 0 {
+			if r.Term() != 0 {
+				_ = el.Resign(ctx)
+			}
+		} else if _, err := el.TryAcquire(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("schedule lease", "instance", c.cfg.InstanceID, "err", err)
 		}
-		wait := r.LeaseTTL / 3
 		if r.Term() != 0 {
 			if _, err := r.RunService(ctx, svc); err != nil && ctx.Err() == nil {
 				c.log.Warn("schedules", "instance", c.cfg.InstanceID, "err", err)
