@@ -414,3 +414,48 @@ func TestScheduleCrashAtEveryTransaction(t *testing.T) {
 		}
 	})
 }
+
+// Two started processes on one store, each running the schedule leader,
+// compete for the lease at every due time (it runs out as the fake clock
+// moves a minute): each due time is submitted once.
+func TestScheduleTwoStartedProcesses(t *testing.T) {
+	t.Parallel()
+	bothStores(t, func(t *testing.T, d store.Driver) {
+		clk := clock.NewFake(t0)
+		s := drover.Schedule{Name: "shared", Workflow: "report", Every: time.Minute}
+		var clients []*drover.Client
+		for _, id := range []string{"p1", "p2"} {
+			clients = append(clients, startClient(t, drover.Config{Store: d, Clock: clk, InstanceID: id, Workflows: []drover.Workflow{reportWorkflow},
+				ExternalAgents: []string{"builder"}, Roles: drover.Roles{Supervisor: true}, Schedules: []drover.Schedule{s}}))
+		}
+		var want []time.Time
+		for i := 1; i <= 4; i++ {
+			clk.Advance(time.Minute)
+			want = append(want, t0.Add(time.Duration(i)*time.Minute))
+			id := drover.ScheduleTaskID("shared", want[len(want)-1])
+			testutil.WaitFor(t, "the task of "+id, func() bool {
+				_, err := clients[0].Task(context.Background(), id)
+				return err == nil
+			})
+		}
+		wantIDs(t, "two processes", scheduledIDs(t, clients[1], "shared"), dueIDs("shared", want...))
+	})
+}
+
+// Catch-up all after a long downtime fires every missed due time, over
+// several transactions of at most 500.
+func TestScheduleCatchUpAllInBatches(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	c := scheduleClient(t, testutil.SQLite(t), clk, "a", drover.Schedule{Name: "s", Workflow: "report", Every: time.Second, CatchUp: drover.CatchUpAll})
+	clk.Advance(1234 * time.Second)
+	fire(t, c)
+	ts, err := c.Tasks(context.Background(), drover.ListParams{Workflow: "report", Limit: 2000})
+	if err != nil || len(ts) != 1234 {
+		t.Fatalf("%d tasks (%v), want 1234", len(ts), err)
+	}
+	st, _ := c.GetSchedule(context.Background(), "s")
+	if !st.NextDue[0].Equal(t0.Add(1235*time.Second)) || !st.LastDue.Equal(t0.Add(1234*time.Second)) {
+		t.Errorf("next due %v, last due %v", st.NextDue[0], st.LastDue)
+	}
+}
