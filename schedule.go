@@ -326,6 +326,20 @@ func (c *Client) syncSchedules(ctx context.Context, defs []Schedule) error {
 	for i, s := range defs {
 		names[i] = s.Name
 	}
+	// The leader locks due rows in due-time order: a transaction locking
+	// the same rows in name order may deadlock with it and be aborted
+	// (ErrConflict), then run again.
+	var err error
+	for range 5 {
+		if err = c.storeSchedules(ctx, defs, names); !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	return err
+}
+
+// storeSchedules is one try of syncSchedules.
+func (c *Client) storeSchedules(ctx context.Context, defs []Schedule, names []string) error {
 	return c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		rows, err := x.ScheduleList(ctx, &store.ScheduleListParams{Names: names})
 		if err != nil {
