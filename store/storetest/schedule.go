@@ -18,6 +18,7 @@ func scheduleCases() []testCase {
 		{"PutListRoundTrip", testSchedulePutList},
 		{"DueFiltersAndOrders", testScheduleDue},
 		{"PutRollsBack", testSchedulePutRollback},
+		{"ListInTransactionLocks", testScheduleListLocks},
 	}
 }
 
@@ -135,5 +136,68 @@ func testSchedulePutRollback(t *testing.T, d store.Driver) {
 	}
 	if got := listSchedules(t, d.Reader(), nil); len(got) != 0 {
 		t.Errorf("after rollback: %d schedules, want none", len(got))
+	}
+}
+
+// testScheduleListLocks holds a transaction that read a schedule (and
+// moved its NextDue) open while another reads it and pauses it: the second
+// waits for the first and sees its change, so neither update is lost.
+func testScheduleListLocks(t *testing.T, d store.Driver) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	putSchedules(t, d, newSchedule("s", at(time.Second)))
+	release := holdOpen(ctx, t, d, func(ctx context.Context, x store.Executor) error {
+		got, err := x.ScheduleList(ctx, &store.ScheduleListParams{Names: []string{"s"}})
+		if err != nil || len(got) != 1 {
+			return fmt.Errorf("T1 list: %d, %v", len(got), err)
+		}
+		got[0].NextDue = at(time.Hour)
+		return x.SchedulePut(ctx, &store.SchedulePutParams{Schedules: got})
+	})
+	probe, _ := d.(LockWaits)
+	var waitsBefore int64
+	if probe != nil {
+		var err error
+		if waitsBefore, err = probe.LockWaits(ctx); err != nil {
+			t.Fatalf("LockWaits: %v", err)
+		}
+	}
+	second := make(chan error, 1)
+	go func() {
+		second <- d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+			got, err := x.ScheduleList(ctx, &store.ScheduleListParams{Names: []string{"s"}})
+			if err != nil || len(got) != 1 {
+				return fmt.Errorf("T2 list: %d, %v", len(got), err)
+			}
+			got[0].Paused = true
+			return x.SchedulePut(ctx, &store.SchedulePutParams{Schedules: got})
+		})
+	}()
+	if probe != nil {
+		tick := time.NewTicker(2 * time.Millisecond)
+		for n := int64(0); n < waitsBefore+1; {
+			select {
+			case err := <-second:
+				t.Fatalf("T2 finished while T1 held the schedule: %v", err)
+			case <-tick.C:
+				var err error
+				if n, err = probe.LockWaits(ctx); err != nil {
+					t.Fatalf("LockWaits: %v", err)
+				}
+			case <-ctx.Done():
+				t.Fatal("T2 neither finished nor waited for T1")
+			}
+		}
+		tick.Stop()
+	}
+	if err := release(); err != nil {
+		t.Fatalf("T1: %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("T2: %v", err)
+	}
+	got := listSchedules(t, d.Reader(), []string{"s"})
+	if len(got) != 1 || !got[0].Paused || !got[0].NextDue.Equal(at(time.Hour)) {
+		t.Errorf("after both: %+v; want paused with T1's next due time", got)
 	}
 }
