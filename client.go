@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -47,6 +48,11 @@ type Config struct {
 	InstanceID string
 	// Workflows this client can submit and schedule.
 	Workflows []Workflow
+	// Schedules submit workflows of Workflows at recurring due times (see
+	// Schedule). Start stores them; the processes with the Supervisor
+	// role fire them, each due time once. Give every such process the
+	// same schedules.
+	Schedules []Schedule
 	// Agents this process runs (with the Agent role).
 	Agents []Agent
 	// ExternalAgents are agents that run in other processes; steps may name
@@ -136,6 +142,12 @@ type Client struct {
 	// process; no external agent may take one of their names.
 	localAgents map[string]bool
 
+	// schedMu guards schedules, those this Client fires; schedWake
+	// wakes its schedule leader.
+	schedMu   sync.Mutex
+	schedules map[string]Schedule
+	schedWake chan struct{}
+
 	mu      sync.Mutex
 	started bool
 	cancel  context.CancelFunc
@@ -209,7 +221,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	c := &Client{cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, workflows: map[string]Workflow{},
-		tracer: tracing.New(cfg.TracerProvider)}
+		tracer: tracing.New(cfg.TracerProvider), schedules: map[string]Schedule{}, schedWake: make(chan struct{}, 1)}
 	c.counters.Recorder = instrument.New()
 
 	agents := map[string]bool{}
@@ -250,6 +262,12 @@ func New(cfg Config) (*Client, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	if err := c.checkSchedules(cfg.Schedules); err != nil {
+		return nil, err
+	}
+	for _, s := range cfg.Schedules {
+		c.schedules[s.Name] = s.withDefaults()
 	}
 	return c, nil
 }
@@ -320,6 +338,12 @@ func (c *Client) Start(ctx context.Context) error {
 	if err := c.checkSchema(ctx); err != nil {
 		return err
 	}
+	c.schedMu.Lock()
+	defs := slices.Collect(maps.Values(c.schedules))
+	c.schedMu.Unlock()
+	if err := c.syncSchedules(ctx, defs); err != nil {
+		return fmt.Errorf("store schedules: %w", err)
+	}
 	lease, err := c.acquireInstance(ctx)
 	if err != nil {
 		return err
@@ -366,6 +390,14 @@ func (c *Client) Start(ctx context.Context) error {
 		unsubscribe()
 		eng.Stop()
 	}()
+	if c.cfg.Roles.Supervisor {
+		r := c.scheduleRunner()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.runSchedules(runCtx, r)
+		}()
+	}
 	// Keep the instance lease; if it is lost, stop acting at once.
 	wg.Add(1)
 	go func() {

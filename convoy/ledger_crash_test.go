@@ -3,50 +3,14 @@ package convoy_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
 )
-
-// crashPoint is a store.Driver that makes one of its transactions fail: the
-// n-th InTx either rolls back after its work (a crash before COMMIT) or
-// commits and then reports failure (the connection died during COMMIT, so
-// the caller cannot know it committed). Everything else is the real store.
-type crashPoint struct {
-	store.Driver
-	at          int64 // which InTx, counting from 1
-	afterCommit bool
-	calls       atomic.Int64
-	fired       atomic.Bool
-}
-
-var errCrash = errors.New("crash point")
-
-func (c *crashPoint) InTx(ctx context.Context, fn func(context.Context, store.Executor) error) error {
-	n := c.calls.Add(1)
-	if n != c.at {
-		return c.Driver.InTx(ctx, fn)
-	}
-	c.fired.Store(true)
-	if c.afterCommit {
-		if err := c.Driver.InTx(ctx, fn); err != nil {
-			return err
-		}
-		return errCrash
-	}
-	err := c.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		if err := fn(ctx, x); err != nil {
-			return err
-		}
-		return errCrash
-	})
-	return err
-}
 
 // The ledger processor crashed at each of its transactions in turn — before
 // the commit and after it (the commit happened, the process never learned
@@ -101,10 +65,10 @@ func TestLedgerProcessorCrashAtEveryTransaction(t *testing.T) {
 		}
 
 		// A clean run tells how many transactions the work takes.
-		counter := &crashPoint{Driver: d}
+		counter := &testutil.CrashPoint{Driver: d}
 		publish(t, setup, "ledgers-clean", ledgers...)
 		run(counter, "clean", "ledgers-clean", "orders-clean", func() bool { return published("orders-clean") == total })
-		steps := counter.calls.Load()
+		steps := counter.Calls()
 		if steps < 4 {
 			t.Fatalf("a clean run took %d transactions; want at least one per ledger", steps)
 		}
@@ -118,8 +82,8 @@ func TestLedgerProcessorCrashAtEveryTransaction(t *testing.T) {
 				if err := setup.SetQueuePolicy(ctx, convoy.QueuePolicy{Name: dst, DedupeWindow: convoy.NoDedupe}); err != nil {
 					t.Fatal(err)
 				}
-				cp := &crashPoint{Driver: d, at: k, afterCommit: afterCommit}
-				run(cp, "crashing-"+src, src, dst, func() bool { return cp.fired.Load() || published(dst) == total })
+				cp := &testutil.CrashPoint{Driver: d, At: k, AfterCommit: afterCommit}
+				run(cp, "crashing-"+src, src, dst, func() bool { return cp.Fired() || published(dst) == total })
 				run(d, "survivor-"+src, src, dst, func() bool {
 					s, err := setup.Session(ctx, src, "stream")
 					return err == nil && s.Pending == 0

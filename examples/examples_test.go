@@ -90,7 +90,7 @@ func buildExamples(t *testing.T) string {
 	bin := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed", "./priorities", "./signals")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed", "./priorities", "./signals", "./schedules")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build the examples: %v\n%s", err, out)
 	}
@@ -183,6 +183,19 @@ func TestExamplesRun(t *testing.T) {
 		out := runExample(t, bin, "priorities")
 		if want := "ran reset-42\nran export-vip\nran export-1\nran export-2\nran export-3\n"; out != want {
 			t.Errorf("priorities printed\n%s\nwant\n%s", out, want)
+		}
+	})
+
+	t.Run("schedules", func(t *testing.T) {
+		t.Parallel()
+		out := runExample(t, bin, "schedules")
+		wantLines(t, "schedules", out, "heartbeat paused", `report built by task report-rerun-1 with input {"kind":"sales"}`,
+			"daily-report run now: report-rerun-1 Processed", "heartbeat: paused, its last task a due time's: true")
+		if n := strings.Count(out, "  schedule:heartbeat:"); n != 3 {
+			t.Errorf("%d heartbeat task IDs, want 3:\n%s", n, out)
+		}
+		if !strings.Contains(out, "daily-report: next due ") || !strings.Contains(out, " 06:00 in Berlin (5 due times listed)") {
+			t.Errorf("no next due time of the daily report:\n%s", out)
 		}
 	})
 

@@ -85,6 +85,10 @@ type Config struct {
 	// AgentsProvider names the provider of Agents in error messages.
 	// Default: "agents in the server's configuration".
 	AgentsProvider string
+	// Schedules submit workflows (of Workflows or of WorkflowsDir) at
+	// recurring due times, beside the schedules: of the workflow files
+	// (see drover.Schedule).
+	Schedules []drover.Schedule
 
 	// HTTP serves the HTTP API; nil serves none.
 	HTTP *HTTPConfig

@@ -164,6 +164,7 @@ func (s *Server) Run(ctx context.Context) error {
 		dc.ExternalAgents = slices.Clone(s.agents)
 	}
 	dc.Workflows = append(dc.Workflows, reg.Workflows()...)
+	dc.Schedules = append(slices.Clone(cfg.Schedules), reg.Schedules()...)
 	dc.ExternalAgents = append(dc.ExternalAgents, reg.ExternalAgents()...)
 	if cfg.Roles.Agent {
 		dc.Agents = append(dc.Agents, reg.HTTPAgent())

@@ -223,6 +223,7 @@ type Executor interface {
 	WebhookExecutor
 	WorkflowDefExecutor
 	SignalExecutor
+	ScheduleExecutor
 }
 
 // Listener is an optional Driver capability: Listen delivers the topics

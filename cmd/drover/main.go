@@ -6,6 +6,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// Schedules' time zones resolve without the system's zoneinfo (a
+	// minimal container image may have none).
+	_ "time/tzdata"
 
 	"github.com/drover-run/drover/internal/cli"
 )

@@ -48,6 +48,8 @@ var remoteCommands = map[string]bool{
 	"drover queue": true, "drover queue publish": true, "drover queue peek": true, "drover queue sessions": true,
 	"drover queue list": true, "drover queue dlq": true, "drover queue resolve": true, "drover queue policy": true,
 	"drover queue consume": true,
+	"drover schedule":      true, "drover schedule list": true, "drover schedule show": true, "drover schedule pause": true,
+	"drover schedule resume": true, "drover schedule run": true,
 }
 
 // setupRemote resolves --server, --token and --token-file for cmd. With a

@@ -59,6 +59,8 @@ func newRemoteEnv(t *testing.T) *remoteEnv {
 			}},
 		},
 		ExternalAgents: orders.AgentNames(),
+		Schedules: []drover.Schedule{{Name: "nightly-order", Workflow: orders.WorkflowName, Input: []byte(`{"order_id":"o-nightly","amount":5}`),
+			Cron: "0 2 * * *", TimeZone: "Europe/Berlin"}},
 	}
 	s := apitest.Start(t, cfg, httpapi.Options{Rate: -1, EventPollInterval: 10 * time.Millisecond, Tokens: []httpapi.Token{
 		{Secret: remoteSubmitTok, Scopes: []httpapi.Scope{httpapi.ScopeSubmit}},
@@ -550,6 +552,7 @@ func TestRemoteHelp(t *testing.T) {
 		{"cancel", "--help"}, {"events", "--help"}, {"alerts", "--help"}, {"alerts", "ack", "--help"},
 		{"queue", "--help"}, {"queue", "publish", "--help"}, {"queue", "peek", "--help"}, {"queue", "sessions", "--help"},
 		{"queue", "list", "--help"}, {"queue", "dlq", "--help"}, {"queue", "resolve", "--help"}, {"migrate", "--help"},
+		{"schedule", "list", "--help"}, {"schedule", "run", "--help"},
 	} {
 		r := run(t, "", args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "--server") || !strings.Contains(r.stdout, "--token-file") || !strings.Contains(r.stdout, "--namespace") {

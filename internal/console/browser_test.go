@@ -320,6 +320,7 @@ var keyboardPages = []struct {
 	{"/tasks/held-1/cancel", "what"},
 	{"/alerts", "alerts-list"},
 	{"/workflows", "workflows-list"},
+	{"/schedules", "schedules-list"},
 	{"/agents", "agents-list"},
 	{"/queues", "queues-list"},
 	{"/queues/ledger", "dead-letters"},
@@ -388,7 +389,7 @@ func (b *tab) tabThrough(path string) {
 // also act with Enter).
 func TestBrowserKeyboardEveryPage(t *testing.T) {
 	stores(t, func(t *testing.T, d store.Driver) {
-		e := startServer(t, d, false)
+		e := startServerWith(t, d, false, nil, withSchedule)
 		e.submit("order-7", true)
 		e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"held-1","input":{"hold":true}}`, nil)
 		e.waitState("order-7", "Error")
@@ -400,6 +401,9 @@ func TestBrowserKeyboardEveryPage(t *testing.T) {
 		b.signIn(e.base, opToken, "")
 		for _, p := range keyboardPages {
 			b.do(chromedp.Navigate(e.base+p.path), chromedp.WaitVisible(p.wait))
+			if p.path == "/schedules" {
+				b.do(b.shot("schedules"))
+			}
 			b.tabThrough(p.path)
 		}
 	})

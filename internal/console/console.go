@@ -129,6 +129,8 @@ func New(opts Options) (*Console, error) {
 	c.mux.Handle("POST /alerts/ack", c.action(c.ackMany))
 	c.mux.Handle("GET /workflows", c.page(c.workflows))
 	c.mux.Handle("GET /agents", c.page(c.agents))
+	c.mux.Handle("GET /schedules", c.page(c.schedules))
+	c.mux.Handle("POST /schedules/{name}/{action}", c.action(c.scheduleAction))
 	c.mux.Handle("GET /queues", c.page(c.queues))
 	c.mux.Handle("GET /queues/{queue}", c.page(c.queue))
 	c.mux.Handle("GET /queues/{queue}/sessions/{session}", c.page(c.session))

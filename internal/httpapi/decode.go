@@ -62,7 +62,7 @@ func (h *Handler) classify(err error) *apiError {
 		return ae
 	case errors.As(err, &mb):
 		return tooLarge(mb.Limit)
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, drover.ErrScheduleNotFound):
 		return errorf(http.StatusNotFound, "not_found", "%s", err)
 	case errors.Is(err, drover.ErrTaskConflict):
 		return errorf(http.StatusConflict, "conflict", "%s", err)
@@ -70,7 +70,7 @@ func (h *Handler) classify(err error) *apiError {
 		return errorf(http.StatusConflict, "wrong_state", "%s", err)
 	case errors.Is(err, drover.ErrInputTooLarge):
 		return errorf(http.StatusRequestEntityTooLarge, "input_too_large", "%s", err)
-	case errors.Is(err, drover.ErrUnknownWorkflow), errors.Is(err, drover.ErrInvalidInput), errors.Is(err, drover.ErrInvalidTaskID),
+	case errors.Is(err, drover.ErrUnknownWorkflow), errors.Is(err, drover.ErrInvalidSchedule), errors.Is(err, drover.ErrInvalidInput), errors.Is(err, drover.ErrInvalidTaskID),
 		errors.Is(err, drover.ErrNoSuchStep), errors.Is(err, convoy.ErrInvalidQueue), errors.Is(err, convoy.ErrInvalidSession),
 		errors.Is(err, convoy.ErrInvalidMessage), errors.Is(err, convoy.ErrInvalidReason):
 		return errorf(http.StatusBadRequest, "invalid_request", "%s", err)

@@ -339,6 +339,12 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 		{"GET", "/v1/alerts", ScopeSubmit, h.listAlerts},
 		{"POST", "/v1/alerts/{id}/ack", ScopeOperator, h.ackAlert},
 
+		{"GET", "/v1/schedules", ScopeSubmit, h.listSchedules},
+		{"GET", "/v1/schedules/{name}", ScopeSubmit, h.getSchedule},
+		{"POST", "/v1/schedules/{name}/pause", ScopeOperator, h.pauseSchedule},
+		{"POST", "/v1/schedules/{name}/resume", ScopeOperator, h.resumeSchedule},
+		{"POST", "/v1/schedules/{name}/run", ScopeOperator, h.runSchedule},
+
 		{"GET", "/v1/queues", ScopeSubmit, h.listQueues},
 		{"POST", "/v1/queues/{queue}/messages", ScopeSubmit, h.publish},
 		{"GET", "/v1/queues/{queue}/sessions", ScopeSubmit, h.listSessions},

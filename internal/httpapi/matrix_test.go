@@ -207,6 +207,9 @@ var pathParam = regexp.MustCompile(`\{(\w+)\}`)
 func matrixRequest(t *testing.T, e *testEnv, o apiOp) (string, string) {
 	t.Helper()
 	values := map[string]string{"id": "mx-1", "queue": "mq", "session": "s", "seq": "1", "agent": "worker", "name": "approved"}
+	if strings.HasPrefix(o.path, "/v1/schedules/") {
+		values["name"] = "mx-schedule"
+	}
 	body := ""
 	if o.method != "GET" {
 		body = "{}"
@@ -277,7 +280,7 @@ func TestNamespaceMatrix(t *testing.T) {
 		own := map[string]bool{
 			"GET /v1/tasks": true, "GET /v1/events": true, "GET /v1/alerts": true, "GET /v1/queues": true,
 			"POST /v1/tasks": true, "POST /v1/queues/{queue}/messages": true, "PUT /v1/queues/{queue}/policy": true,
-			"POST /v1/queues/{queue}/sessions:accept": true,
+			"POST /v1/queues/{queue}/sessions:accept": true, "GET /v1/schedules": true,
 		}
 		type caller struct {
 			name, secret, ns string

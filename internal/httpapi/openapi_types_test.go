@@ -61,6 +61,11 @@ var apiSchemas = map[string]reflect.Type{
 	"FailRequest":      reflect.TypeFor[droverapi.FailRequest](),
 	"Accepted":         reflect.TypeFor[droverapi.Accepted](),
 	"WaitPolicy":       reflect.TypeFor[droverapi.WaitPolicy](),
+
+	// Schedules.
+	"Schedule":           reflect.TypeFor[droverapi.Schedule](),
+	"ScheduleList":       reflect.TypeFor[droverapi.ScheduleList](),
+	"RunScheduleRequest": reflect.TypeFor[droverapi.RunScheduleRequest](),
 }
 
 // apiScalarSchemas are the schemas that are not objects.

@@ -64,6 +64,9 @@ type Definition struct {
 	// from data.
 	Egress []egress.Rule
 	Steps  []*Step
+	// Schedules submit this workflow at recurring due times (the file's
+	// schedules:).
+	Schedules []drover.Schedule
 
 	nameLine int
 
@@ -620,7 +623,7 @@ func (p *parser) value(n *yaml.Node, field string, sc refScope) (*valueTmpl, boo
 }
 
 func (p *parser) workflow(n *yaml.Node, d *Definition) {
-	f, ok := p.fields(n, "", "name", "description", "failure_threshold", "on_failure", "retry_delay", "retry", "wait", "priority", "required_input", "egress", "steps")
+	f, ok := p.fields(n, "", "name", "description", "failure_threshold", "on_failure", "retry_delay", "retry", "wait", "priority", "required_input", "egress", "steps", "schedules")
 	if !ok {
 		return
 	}
@@ -677,6 +680,9 @@ func (p *parser) workflow(n *yaml.Node, d *Definition) {
 		if d.Egress != nil {
 			p.egress = egress.New(egress.Options{}).Restrict(d.Egress, "egress.allow")
 		}
+	}
+	if e, ok := f["schedules"]; ok {
+		p.schedules(e.val, d)
 	}
 	e, ok := f["steps"]
 	if !ok {

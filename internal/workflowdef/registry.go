@@ -141,6 +141,12 @@ type Client interface {
 	AddWorkflows(ws []drover.Workflow, externalAgents []string) error
 }
 
+// scheduleAdder is the part of a *drover.Client a reload registers the
+// changed files' schedules with.
+type scheduleAdder interface {
+	AddSchedules(ctx context.Context, ss []drover.Schedule) error
+}
+
 // Attach gives the registry the client (a *drover.Client) it reads tasks
 // through and, on reload, registers new versions with. Call it before the
 // client starts.
@@ -474,7 +480,19 @@ func (r *Registry) Reload(ctx context.Context) (*ReloadResult, error) {
 			}
 		}
 		if client != nil {
-			if err := client.AddWorkflows(ws, external); err != nil {
+			err := client.AddWorkflows(ws, external)
+			if sc, ok := client.(scheduleAdder); ok && err == nil {
+				var ss []drover.Schedule
+				for _, d := range changed {
+					ss = append(ss, d.Schedules...)
+				}
+				if len(ss) > 0 {
+					if err = sc.AddSchedules(ctx, ss); err != nil {
+						err = fmt.Errorf("schedules: %w", err)
+					}
+				}
+			}
+			if err != nil {
 				r.log.Error("reload workflows: registering the new versions failed; the previous ones stay", "err", err)
 				r.mu.Lock()
 				for _, d := range changed {

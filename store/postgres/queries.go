@@ -422,6 +422,7 @@ type queries struct {
 	webhook     webhookQueries     // webhook.go
 	workflowDef workflowDefQueries // workflowdef.go
 	signal      signalQueries      // signal.go
+	schedule    scheduleQueries    // schedule.go
 
 	// Session queues (queue_queries.go).
 	queuePut, queueGet, queueList, queueDepth                   string
@@ -511,6 +512,7 @@ func newQueries(quotedSchema string) *queries {
 		signal: signalQueries{insert: r(tSignalInsert), take: r(tSignalTake), list: r(tSignalList)},
 		workflowDef: workflowDefQueries{put: r(tWorkflowDefPut), byDigest: r(tWorkflowDefByDigest), get: r(tWorkflowDefGet),
 			listAll: r(tWorkflowDefListAll), listName: r(tWorkflowDefListName)},
+		schedule: scheduleQueries{put: r(tSchedulePut), listAll: r(tScheduleListAll), listNames: r(tScheduleListNames), due: r(tScheduleDue)},
 
 		queuePut:            r(tQueuePut),
 		queueGet:            r(tQueueGet),

@@ -86,6 +86,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Driver) {
 		{"Queue", queueCases()},
 		{"Ordering", orderingCases()},
 		{"WorkflowDef", workflowDefCases()},
+		{"Schedule", scheduleCases()},
 		{"Webhook", webhookCases()},
 		{"Isolation", isolationCases()},
 		{"Namespace", namespaceCases()},

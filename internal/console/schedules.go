@@ -1,0 +1,60 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/drover-run/drover"
+	dt "github.com/drover-run/drover/drovertype"
+)
+
+// The Schedules page: the recurring schedules, their next due times and
+// last task, with pause, resume and run now for operators. Schedules are
+// the server's configuration and submit in the default namespace: a
+// viewer in another namespace sees none (as the HTTP API answers).
+
+// schedulesData is the Schedules page.
+type schedulesData struct {
+	Schedules []drover.ScheduleState
+	// Elsewhere: the viewer is in a namespace other than the default one.
+	Elsewhere bool
+}
+
+func (c *Console) schedules(ctx context.Context, _ *http.Request, v *viewer) (string, string, any, error) {
+	d := &schedulesData{Elsewhere: v.id.ListNamespace() != dt.DefaultNamespace}
+	if !d.Elsewhere {
+		var err error
+		if d.Schedules, err = c.d.Schedules(ctx); err != nil {
+			return "", "", nil, err
+		}
+	}
+	return "schedules", "Schedules", d, nil
+}
+
+// scheduleAction is pause, resume or run of the schedule of the path.
+func (c *Console) scheduleAction(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
+	name := r.PathValue("name")
+	if v.id.ListNamespace() != dt.DefaultNamespace {
+		return "", "", fmt.Errorf("%w: %q", drover.ErrScheduleNotFound, name)
+	}
+	switch r.PathValue("action") {
+	case "pause":
+		if _, err := c.d.PauseSchedule(ctx, name); err != nil {
+			return "", "", err
+		}
+		return "/schedules", fmt.Sprintf("Schedule %s paused.", name), nil
+	case "resume":
+		if _, err := c.d.ResumeSchedule(ctx, name); err != nil {
+			return "", "", err
+		}
+		return "/schedules", fmt.Sprintf("Schedule %s resumed.", name), nil
+	case "run":
+		t, err := c.d.RunScheduleNow(ctx, name, "")
+		if err != nil {
+			return "", "", err
+		}
+		return "/schedules", fmt.Sprintf("Schedule %s ran now: task %s.", name, t.ID), nil
+	}
+	return "", "", fmt.Errorf("%w: no schedule action %q", drover.ErrInvalidInput, r.PathValue("action"))
+}

@@ -1,0 +1,74 @@
+package console_test
+
+import (
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/server"
+)
+
+// withSchedule gives the test server a schedule of the pay workflow that
+// does not come due during a test (midnight of 29 February).
+func withSchedule(cfg *server.Config) {
+	cfg.Schedules = []drover.Schedule{{Name: "leap-pay", Workflow: "pay", Input: []byte(`{"amount":1}`),
+		Cron: "0 0 29 2 *", TimeZone: "Europe/Berlin"}}
+}
+
+// The Schedules page lists a schedule with its next due times; an
+// operator pauses, resumes and runs it (with the session's CSRF token); a
+// reader sees it without the buttons and cannot act.
+func TestSchedulesPage(t *testing.T) {
+	e := startServerWith(t, testutil.SQLite(t), false, nil, withSchedule)
+	op, reader := browser(t), browser(t)
+	e.signIn(op, opToken)
+	e.signIn(reader, readToken)
+
+	p := e.get(op, "/schedules")
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	next := time.Date(2028, 2, 29, 0, 0, 0, 0, berlin).UTC()
+	wantIn(t, p, `id="schedules-list"`, "leap-pay", "<code>0 0 29 2 *</code> Europe/Berlin", "active", next.Format("2006-01-02 15:04"),
+		`action="/schedules/leap-pay/pause"`, `action="/schedules/leap-pay/run"`, `href="/schedules" aria-current="page"`)
+	rp := e.get(reader, "/schedules")
+	wantIn(t, rp, "leap-pay")
+	if strings.Contains(rp.body, "/schedules/leap-pay/pause") {
+		t.Errorf("a reader sees the pause button")
+	}
+	if got := e.do(reader, "POST", "/schedules/leap-pay/pause", url.Values{"csrf": {csrf(t, rp)}}); got.status != http.StatusForbidden {
+		t.Errorf("reader's pause: %d", got.status)
+	}
+	if got := e.do(op, "POST", "/schedules/leap-pay/pause", url.Values{}); got.status != http.StatusForbidden {
+		t.Errorf("pause without CSRF: %d", got.status)
+	}
+
+	token := csrf(t, p)
+	done := e.do(op, "POST", "/schedules/leap-pay/pause", url.Values{"csrf": {token}})
+	if done.status != http.StatusSeeOther || !strings.HasPrefix(done.loc, "/schedules?done=") {
+		t.Fatalf("pause: %d %s", done.status, done.loc)
+	}
+	p = e.get(op, done.loc)
+	wantIn(t, p, "Schedule leap-pay paused.", "paused", `action="/schedules/leap-pay/resume"`)
+	done = e.do(op, "POST", "/schedules/leap-pay/resume", url.Values{"csrf": {token}})
+	wantIn(t, e.get(op, done.loc), "Schedule leap-pay resumed.", `action="/schedules/leap-pay/pause"`)
+
+	done = e.do(op, "POST", "/schedules/leap-pay/run", url.Values{"csrf": {token}})
+	p = e.get(op, done.loc)
+	m := regexp.MustCompile(`ran now: task (schedule:leap-pay:run:[0-9a-f-]+)\.`).FindStringSubmatch(p.body)
+	if m == nil {
+		t.Fatalf("run: %s", p.body)
+	}
+	wantIn(t, p, `<a href="/tasks/`+url.PathEscape(m[1])+`">`+m[1]+`</a>`)
+	e.waitState(m[1], "Processed")
+
+	if got := e.do(op, "POST", "/schedules/missing/pause", url.Values{"csrf": {token}}); got.status != http.StatusNotFound {
+		t.Errorf("unknown schedule: %d", got.status)
+	}
+	if got := e.do(op, "POST", "/schedules/leap-pay/explode", url.Values{"csrf": {token}}); got.status != http.StatusBadRequest {
+		t.Errorf("unknown action: %d", got.status)
+	}
+}
