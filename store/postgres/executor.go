@@ -941,8 +941,11 @@ func (e *executor) StepInsertMany(ctx context.Context, params *store.StepInsertM
 		waitMax                                           = make([]*int32, n) // NULL: the task's wait policy
 		waitDelay, waitMaxDelay                           = make([]*int64, n), make([]*int64, n)
 		waitMultiplier                                    = make([]*float64, n)
+		groups                                            = make([]string, n)
+		finishSeqs                                        = make([]int32, n)
 	)
 	for i, s := range steps {
+		groups[i], finishSeqs[i] = s.Group, int32(s.FinishSeq)
 		onFailure[i] = string(s.OnFailure)
 		if w := s.Wait; w != nil {
 			m, d, x, f := int32(w.MaxWaits), w.Delay.Microseconds(), w.MaxDelay.Microseconds(), w.Multiplier
@@ -955,7 +958,7 @@ func (e *executor) StepInsertMany(ctx context.Context, params *store.StepInsertM
 	}
 	return e.later(ctx, "insert steps", e.d.q.stepInsert, []any{taskIDs, index, names, agents, timeouts, comps, states,
 		compStates, lockedBy, completeBy, failures, attempts, keys, outputs, lastErrs, started, finished, updated,
-		onFailure, waitMax, waitDelay, waitMultiplier, waitMaxDelay}, nil, nil)
+		onFailure, waitMax, waitDelay, waitMultiplier, waitMaxDelay, groups, finishSeqs}, nil, nil)
 }
 
 func (e *executor) StepListByTasks(ctx context.Context, params *store.StepListByTasksParams) ([]*dt.StepRecord, error) {
@@ -1017,7 +1020,8 @@ func scanStep(out *[]*dt.StepRecord) func(r rows) error {
 		var s dt.StepRecord
 		if err := r.Scan(&s.TaskID, &s.Index, &s.Name, &s.Agent, &timeout, &s.Compensation, &state, &compState,
 			&lockedBy, &completeBy, &s.FailureCount, &s.Attempt, &s.IdempotencyKey, &s.Output, &lastErr,
-			&startedAt, &finishedAt, &s.UpdatedAt, &onFailure, &waitMax, &waitDelay, &waitMultiplier, &waitMaxDelay); err != nil {
+			&startedAt, &finishedAt, &s.UpdatedAt, &onFailure, &waitMax, &waitDelay, &waitMultiplier, &waitMaxDelay,
+			&s.Group, &s.FinishSeq); err != nil {
 			return err
 		}
 		s.OnFailure = dt.FailurePolicy(onFailure)
@@ -1056,9 +1060,10 @@ func (e *executor) StepUpdateMany(ctx context.Context, params *store.StepUpdateM
 		outputs                       = make([][]byte, n)
 		updated                       = make([]time.Time, n)
 		keys                          = make([]string, n)
+		finishSeqs                    = make([]int32, n)
 	)
 	for i, s := range steps {
-		keys[i] = s.IdempotencyKey
+		keys[i], finishSeqs[i] = s.IdempotencyKey, int32(s.FinishSeq)
 		taskIDs[i], index[i], states[i], compStates[i] = s.TaskID, int32(s.Index), string(s.ProcessState), string(s.CompensationState)
 		lockedBy.set(i, s.LockedBy)
 		lastErrs.set(i, s.LastError)
@@ -1066,7 +1071,7 @@ func (e *executor) StepUpdateMany(ctx context.Context, params *store.StepUpdateM
 		outputs[i], started[i], finished[i], updated[i] = s.Output, s.StartedAt, s.FinishedAt, s.UpdatedAt
 	}
 	return e.later(ctx, "update steps", e.d.q.stepUpdate, []any{taskIDs, index, states, compStates, lockedBy.ptrs, completeBy,
-		failures, attempts, outputs, lastErrs.ptrs, started, finished, updated, keys}, nil, nil)
+		failures, attempts, outputs, lastErrs.ptrs, started, finished, updated, keys, finishSeqs}, nil, nil)
 }
 
 // ---- agent requests ----
@@ -1085,14 +1090,19 @@ func (e *executor) RequestInsertMany(ctx context.Context, params *store.RequestI
 		index, attempts                      = make([]int32, n), make([]int32, n)
 		completeBy, created                  = make([]time.Time, n), make([]time.Time, n)
 		claimedBy                            = make([]*string, n)
+		prevOwn                              = make([]bool, n)
+		prevOut                              = make([][]byte, n)
 	)
 	for i, r := range reqs {
+		if r.PreviousOwn {
+			prevOwn[i], prevOut[i] = true, r.PreviousOutput
+		}
 		agents[i], taskIDs[i], index[i], attempts[i], kinds[i] = r.Agent, r.TaskID, int32(r.StepIndex), int32(r.Attempt), string(r.Kind)
 		keys[i], completeBy[i], scheds[i], claimedBy[i], created[i] = r.IdempotencyKey, r.CompleteBy, r.Scheduler, nullStr(r.ClaimedBy), r.CreatedAt
 	}
 	var ids []int64
 	return e.later(ctx, "insert requests", e.d.q.requestInsert, []any{agents, taskIDs, index, attempts, kinds, keys,
-		completeBy, scheds, claimedBy, created}, scanIDs(&ids), func() error {
+		completeBy, scheds, claimedBy, created, prevOwn, prevOut}, scanIDs(&ids), func() error {
 		ids, err := sortedIDs(ids, n, "insert requests")
 		if err != nil {
 			return err
