@@ -84,6 +84,12 @@ type Step struct {
 	// OnFailure and Wait are the step's own policies; absent: the task's.
 	OnFailure string      `json:"on_failure,omitempty"`
 	Wait      *WaitPolicy `json:"wait,omitempty"`
+	// Group names the parallel group the step is a branch of; absent for
+	// a step of its own.
+	Group string `json:"group,omitempty"`
+	// FinishSeq numbers the task's steps in the order they completed;
+	// absent while the step has not completed.
+	FinishSeq int `json:"finish_seq,omitempty"`
 }
 
 // WaitPolicy is the extended wait of a task or step (drover.WaitPolicy)
