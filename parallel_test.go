@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,6 +337,7 @@ func TestParallelBranchTimeoutFailsTask(t *testing.T) {
 	t.Parallel()
 	bothStores(t, func(t *testing.T, d store.Driver) {
 		release, late := make(chan struct{}), make(chan struct{})
+		var fixed atomic.Bool
 		c := startClient(t, drover.Config{
 			Store: d,
 			Workflows: []drover.Workflow{{Name: "w", FailureThreshold: 1, Steps: []drover.Step{{Name: "g", Parallel: []drover.Step{
@@ -344,10 +346,16 @@ func TestParallelBranchTimeoutFailsTask(t *testing.T) {
 			}}}}},
 			Agents: []drover.Agent{
 				{Name: "hang", Func: func(ctx context.Context, _ *drover.AgentRequest) ([]byte, error) {
+					if fixed.Load() {
+						return []byte(`"fixed"`), nil
+					}
 					<-ctx.Done()
 					return nil, ctx.Err()
 				}},
 				{Name: "long", Func: func(context.Context, *drover.AgentRequest) ([]byte, error) {
+					if fixed.Load() {
+						return []byte(`"again"`), nil
+					}
 					<-release
 					defer close(late)
 					return []byte(`"late"`), nil
@@ -371,6 +379,19 @@ func TestParallelBranchTimeoutFailsTask(t *testing.T) {
 		})
 		if tk, _ := c.Task(context.Background(), "t1"); tk.ProcessState != drover.Error || stepNamed(t, tk, "long").ProcessState != drover.Cancelled {
 			t.Errorf("the late reply changed the task: %s", tk.ProcessState)
+		}
+		// Fixed and resubmitted, the group runs again: both branches
+		// (neither had completed), each with its own key, and joins.
+		fixed.Store(true)
+		if _, err := c.Resubmit(context.Background(), "t1", nil); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "t1 Processed after the resubmit", func() bool {
+			tk, err := c.Task(context.Background(), "t1")
+			return err == nil && tk.ProcessState == drover.Processed
+		})
+		if tk, _ := c.Task(context.Background(), "t1"); string(tk.Output) != `{"hang":"fixed","long":"again"}` {
+			t.Errorf("output after the resubmit: %s", tk.Output)
 		}
 	})
 }
