@@ -182,7 +182,7 @@ func TestParallelBranchTimeoutRetriedAlone(t *testing.T) {
 		c := startClient(t, drover.Config{
 			Store: d,
 			Workflows: []drover.Workflow{{Name: "w", Steps: []drover.Step{{Name: "g", Parallel: []drover.Step{
-				{Name: "slow", Agent: "slow", Timeout: 300 * time.Millisecond},
+				{Name: "slow", Agent: "slow", Timeout: 2 * time.Second},
 				{Name: "steady", Agent: "steady", Timeout: 20 * time.Second},
 			}}}}},
 			Agents: []drover.Agent{
