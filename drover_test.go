@@ -211,7 +211,13 @@ func TestMultiStepWorkflowRunsInOrder(t *testing.T) {
 			t.Errorf("task %s events %v, want %v", id, got, want)
 		}
 	}
-	if st := c.Stats(); st.Dispatched != 24 || st.RepliesApplied != 24 || st.LateReplies != 0 {
+	// The counts are published after the transaction that finished the
+	// tasks commits, which Wait may see first.
+	waitFor(t, "the stats of 8 tasks of 3 steps", func() bool {
+		st := c.Stats()
+		return st.Dispatched == 24 && st.RepliesApplied == 24 && st.TasksFinished == 8
+	})
+	if st := c.Stats(); st.LateReplies != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }

@@ -70,6 +70,13 @@ type SubmitOptions struct {
 	// Delay delays the task by this long from the submit instead (not
 	// with RunAt; 0: none). At most MaxDelay.
 	Delay time.Duration
+	// Priority, when set, is the task's priority (Task.Priority), from 0
+	// (lowest) to MaxPriority, instead of its workflow's
+	// (Workflow.Priority). Among tasks available to start, schedulers
+	// claim higher priorities first, aged so that a lower one waits at
+	// most PriorityAging per level of difference behind them (see
+	// ClaimAt). PriorityOf makes the pointer.
+	Priority *int
 	// Submitter names who submits the task (Task.Submitter), for a quota
 	// of tasks in flight per submitter (Client.ActiveTasksOf); the HTTP
 	// API sets its token's name. Never a secret. Default "": none.
@@ -163,6 +170,25 @@ func ValidateCallbackEvents(callbackURL string, events []string) (WebhookEventSe
 		return nil, fmt.Errorf("%w: CallbackEvents without a CallbackURL", ErrInvalidInput)
 	}
 	return set, nil
+}
+
+// PriorityOf returns a pointer to p, for SubmitOptions.Priority.
+func PriorityOf(p int) *int { return &p }
+
+// Priorities: a task's is from 0 (the default, lowest) to MaxPriority, and
+// each level of difference places it PriorityAging earlier in the claim
+// order (see ClaimAt in package drovertype).
+const (
+	MaxPriority   = dt.MaxPriority
+	PriorityAging = dt.PriorityAging
+)
+
+// priorityProblem says what is wrong with a priority, or "".
+func priorityProblem(p int) string {
+	if p < 0 || p > MaxPriority {
+		return fmt.Sprintf("%d is out of range: from 0 (lowest) to %d", p, MaxPriority)
+	}
+	return ""
 }
 
 // runAt is when a submitted task may start: now, or the later time its
@@ -329,12 +355,19 @@ func (c *Client) prepare(ctx context.Context, p SubmitParams) (*prepared, error)
 		return nil, err
 	}
 	flat := w.FlatSteps()
+	priority := w.Priority
+	if p.Options.Priority != nil {
+		priority = *p.Options.Priority
+		if why := priorityProblem(priority); why != "" {
+			return nil, fmt.Errorf("%w: Priority %s", ErrInvalidInput, why)
+		}
+	}
 	t := &dt.Task{
 		ID: id, Workflow: w.Name, Input: input, InputHash: flow.InputHash(w.Name, input),
 		ProcessState: dt.Pending, StepCount: len(flat), OrderingKey: dt.QualifyOrderingKey(p.Options.Namespace, p.Options.OrderingKey),
 		FailureThreshold: w.FailureThreshold, OnFailure: w.OnFailure, RetryDelay: w.RetryDelay, Wait: w.Wait,
 		WorkflowVersion: w.Version, CallbackURL: p.Options.CallbackURL, CallbackEvents: events,
-		Submitter: p.Options.Submitter, AvailableAt: start, CreatedAt: now, UpdatedAt: now,
+		Submitter: p.Options.Submitter, Priority: priority, AvailableAt: start, CreatedAt: now, UpdatedAt: now,
 	}
 	if c.tracer.On() {
 		t.TraceContext = submitContext(ctx)

@@ -36,6 +36,10 @@ type Workflow struct {
 	// should be quick: it runs on the submitting goroutine. Default: any
 	// JSON document.
 	ValidateInput func(input []byte) error
+	// Priority is the priority of the workflow's tasks (Task.Priority),
+	// from 0 (the default, lowest) to MaxPriority; a submission may set
+	// its own (SubmitOptions.Priority).
+	Priority int
 	// Wait, with MaxWaits set, makes a step that reached FailureThreshold
 	// wait an extended period and try again, up to MaxWaits times, before
 	// OnFailure applies; each wait raises a step_waiting alert. Defaults
@@ -218,6 +222,9 @@ func (w Workflow) Validate() error {
 	}
 	if w.RetryDelay < 0 {
 		p = append(p, fmt.Sprintf("RetryDelay %s is negative", w.RetryDelay))
+	}
+	if why := priorityProblem(w.Priority); why != "" {
+		p = append(p, "Priority "+why)
 	}
 	p = append(p, waitProblems("Wait", w.Wait)...)
 	seen := map[string]bool{}

@@ -25,6 +25,8 @@ type Task struct {
 	StepCount       int             `json:"step_count"`
 	OrderingKey     string          `json:"ordering_key"`
 	OrderingSeq     int64           `json:"ordering_seq"`
+	// Priority orders the tasks waiting to start: from 0 (lowest) to 10.
+	Priority int `json:"priority"`
 	// CallbackURL receives a signed webhook when the task is final.
 	CallbackURL string `json:"callback_url,omitempty"`
 	// CallbackEvents is what CallbackURL receives besides final states
@@ -124,6 +126,10 @@ type SubmitRequest struct {
 	RunAt *time.Time `json:"run_at,omitempty"`
 	// DelayMS delays the task by this many milliseconds from the submit.
 	DelayMS *int64 `json:"delay_ms,omitempty"`
+	// Priority is the task's priority, from 0 (lowest) to 10; absent: its
+	// workflow's. Higher priorities start first among waiting tasks, aged
+	// one minute per level so that lower ones are not starved.
+	Priority *int `json:"priority,omitempty"`
 }
 
 // TaskList is a page of GET /v1/tasks.

@@ -111,6 +111,25 @@ const (
 	KindCompensate RequestKind = "compensate"
 )
 
+// MaxPriority is the highest Task.Priority; 0 is the lowest and the
+// default.
+const MaxPriority = 10
+
+// PriorityAging is how much earlier than its AvailableAt each level of
+// priority places a task in the claim order (ClaimAt).
+const PriorityAging = time.Minute
+
+// ClaimAt is a task's place in the claim order: its AvailableAt moved
+// earlier by PriorityAging per level of priority. Schedulers claim
+// available tasks in ClaimAt order, so a task of priority p goes before
+// one of priority q < p that became available less than (p-q) ×
+// PriorityAging earlier, and after one that has waited longer: a task
+// waits at most MaxPriority × PriorityAging behind higher priorities,
+// however many keep arriving.
+func ClaimAt(availableAt time.Time, priority int) time.Time {
+	return availableAt.Add(-time.Duration(priority) * PriorityAging)
+}
+
 // Task is one submitted workflow run and its state-store record.
 type Task struct {
 	ID           string
@@ -131,8 +150,12 @@ type Task struct {
 	// at submit (1, 2, 3, … per key, in the order the submitting
 	// transactions commit; gaps are possible). 0 when there is no key.
 	OrderingSeq int64
-	Output      []byte // output of the last step once Processed
-	LastError   string
+	// Priority orders claimable tasks: higher first, from 0 (the default)
+	// to MaxPriority, aged so that lower ones are not starved (ClaimAt).
+	// Set at submit and never changed.
+	Priority  int
+	Output    []byte // output of the last step once Processed
+	LastError string
 	// WorkflowVersion is the version of the workflow definition the task
 	// was submitted with (Workflow.Version); 0 for definitions in code.
 	// A declarative workflow reloaded while the task runs does not change

@@ -90,7 +90,7 @@ func buildExamples(t *testing.T) string {
 	bin := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed", "./parallel")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed", "./parallel", "./priorities")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build the examples: %v\n%s", err, out)
 	}
@@ -172,6 +172,14 @@ func TestExamplesRun(t *testing.T) {
 			"order-1: Processed", "step 1 stock in group reserve: Processed", "step 2 payment in group reserve: Processed",
 			"order-2: undo stock\norder-2: undo quote\norder-2: Compensated (card declined)",
 			"step 2 payment in group reserve: Error")
+	})
+
+	t.Run("priorities", func(t *testing.T) {
+		t.Parallel()
+		out := runExample(t, bin, "priorities")
+		if want := "ran reset-42\nran export-vip\nran export-1\nran export-2\nran export-3\n"; out != want {
+			t.Errorf("priorities printed\n%s\nwant\n%s", out, want)
+		}
 	})
 
 	t.Run("submit_tx_postgres", func(t *testing.T) {

@@ -109,7 +109,8 @@ type Executor interface {
 	// A Pending task with an OrderingKey is claimable only when no task with
 	// the same key and a smaller OrderingSeq is still non-final (Pending,
 	// Processing or Compensating); Compensating tasks have started and are
-	// not held back. Pending tasks become Processing. Oldest first.
+	// not held back. Pending tasks become Processing. In claim order:
+	// by drovertype.ClaimAt (priority, then how long they waited), then ID.
 	TaskClaim(ctx context.Context, params *TaskClaimParams) ([]*drovertype.Task, error)
 	// TaskListLockedBy returns up to Limit of the non-final tasks Instance
 	// holds.
@@ -285,7 +286,7 @@ type TaskClaimParams struct {
 	// was when the transaction commits.
 	WriteLater bool
 	// After, when set, restricts the claim to tasks after it in the claim's
-	// order (AvailableAt, then ID). A scheduler working through a backlog
+	// order (ClaimAt, then ID). A scheduler working through a backlog
 	// passes the last task it claimed, so the claim starts where the last
 	// one ended instead of walking past the index entries of every task
 	// claimed before (in a database whose index keeps them until a later
@@ -295,10 +296,12 @@ type TaskClaimParams struct {
 	After *ClaimPosition
 }
 
-// ClaimPosition is a task's place in the claim order.
+// ClaimPosition is a task's place in the claim order: claimable tasks are
+// claimed by drovertype.ClaimAt (AvailableAt moved earlier by priority),
+// then ID.
 type ClaimPosition struct {
-	AvailableAt time.Time
-	ID          string
+	ClaimAt time.Time
+	ID      string
 }
 
 // RequestClaimParams are the arguments of RequestClaim.

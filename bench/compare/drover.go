@@ -19,6 +19,7 @@ type droverResult struct {
 	TasksPerSec   float64 `json:"tasks_per_sec"`  // Tasks / Seconds
 	InsertSeconds float64 `json:"insert_seconds"` // SubmitMany of the N tasks, before Start (not in Seconds)
 	CPUSeconds    float64 `json:"cpu_seconds"`    // this process's user+system CPU during Seconds
+	WALBytes      int64   `json:"wal_bytes"`      // WAL from the insertion to the end of the burn-down; 0: not measured
 }
 
 type droverBenchConfig struct {
@@ -31,6 +32,8 @@ type droverBenchConfig struct {
 	// BeforeStart, if set, runs after the N tasks are inserted and before
 	// the clock starts (--analyze).
 	BeforeStart func(context.Context) error
+	Steps       int                                  // no-op steps per task (default 1)
+	WALPosition func(context.Context) (int64, error) // see riverBenchConfig
 }
 
 const (
@@ -53,14 +56,16 @@ const (
 func droverBurnDown(ctx context.Context, drv store.Driver, cfg droverBenchConfig) (droverResult, error) {
 	res := droverResult{Tasks: cfg.Tasks}
 	noop := func(context.Context, *drover.AgentRequest) ([]byte, error) { return []byte("null"), nil }
+	steps := make([]drover.Step, max(cfg.Steps, 1))
+	for i := range steps {
+		steps[i] = drover.Step{Name: fmt.Sprintf("s%d", i+1), Agent: "noop", Timeout: time.Minute}
+	}
 	newClient := func() (*drover.Client, error) {
 		return drover.New(drover.Config{
-			Store: drv,
-			Workflows: []drover.Workflow{{Name: droverWorkflow, Steps: []drover.Step{
-				{Name: "s1", Agent: "noop", Timeout: time.Minute},
-			}}},
-			Agents: []drover.Agent{{Name: "noop", Func: noop, Concurrency: 1024}},
-			Logger: cfg.Logger,
+			Store:     drv,
+			Workflows: []drover.Workflow{{Name: droverWorkflow, Steps: steps}},
+			Agents:    []drover.Agent{{Name: "noop", Func: noop, Concurrency: 1024}},
+			Logger:    cfg.Logger,
 		})
 	}
 	submit := func(c *drover.Client, n int) error {
@@ -149,6 +154,10 @@ func droverBurnDown(ctx context.Context, drv store.Driver, cfg droverBenchConfig
 	if err != nil {
 		return res, err
 	}
+	wal0, err := walPosition(ctx, cfg.WALPosition)
+	if err != nil {
+		return res, err
+	}
 	t0 := time.Now()
 	if err := submit(c, cfg.Tasks); err != nil {
 		return res, err
@@ -173,5 +182,7 @@ func droverBurnDown(ctx context.Context, drv store.Driver, cfg droverBenchConfig
 	}
 	res.Seconds, res.CPUSeconds = d.Seconds(), cpu
 	res.TasksPerSec = float64(cfg.Tasks) / res.Seconds
-	return res, nil
+	wal1, err := walPosition(ctx, cfg.WALPosition)
+	res.WALBytes = wal1 - wal0
+	return res, err
 }

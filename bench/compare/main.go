@@ -1,8 +1,10 @@
-// Command compare burns down the same number of no-op tasks with drover and
-// no-op jobs with River, one after the other on the same database, and
-// reports both rates and their ratio.
+// Command compare burns down the same number of no-op tasks with drover,
+// no-op jobs with River and no-op durable workflows with DBOS Transact,
+// one after the other on the same database, and reports the rates and
+// drover's ratio to each.
 //
 //	cd bench && go run ./compare --db 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' --tasks 200000
+//	cd bench && go run ./compare --db 'postgres://…' --tasks 50000 --steps 3
 //	cd bench && go run ./compare --db sqlite: --tasks 50000
 //
 // What is timed, for each system: the N tasks/jobs are inserted first (not
@@ -54,26 +56,46 @@ type Result struct {
 	RiverVersion        string  `json:"river_version,omitempty"`
 	RiverDriver         string  `json:"river_driver,omitempty"`
 	RiverWorkers        int     `json:"river_workers,omitempty"`
-	Ratio               float64 `json:"ratio,omitempty"` // drover_tasks_per_sec / river_jobs_per_sec
-	NumCPU              int     `json:"num_cpu"`
-	GoVersion           string  `json:"go_version"`
+	DBOSSeconds         float64 `json:"dbos_seconds,omitempty"`
+	DBOSWorkflowsPerSec float64 `json:"dbos_workflows_per_sec,omitempty"`
+	DBOSInsertSeconds   float64 `json:"dbos_insert_seconds,omitempty"`
+	DBOSCPUSeconds      float64 `json:"dbos_cpu_seconds,omitempty"` // client process CPU during dbos_seconds
+	DBOSVersion         string  `json:"dbos_version,omitempty"`
+	DBOSConcurrency     int     `json:"dbos_worker_concurrency,omitempty"`
+	DBOSPollingMS       float64 `json:"dbos_polling_ms,omitempty"`
+	Steps               int     `json:"steps"`                          // no-op steps per drover task and DBOS workflow
+	DroverStepsPerSec   float64 `json:"drover_steps_per_sec,omitempty"` // drover_tasks_per_sec × steps
+	Ratio               float64 `json:"ratio,omitempty"`                // drover_tasks_per_sec / river_jobs_per_sec (= ratio_river)
+	RatioRiver          float64 `json:"ratio_river,omitempty"`          // drover_tasks_per_sec / river_jobs_per_sec
+	RatioDBOS           float64 `json:"ratio_dbos,omitempty"`           // drover_tasks_per_sec / dbos_workflows_per_sec
+	// WAL bytes per task, job or workflow (PostgreSQL): the server's WAL
+	// from the insertion of the N to the end of their burn-down, over N.
+	DroverWALPerTask   float64 `json:"drover_wal_bytes_per_task,omitempty"`
+	RiverWALPerJob     float64 `json:"river_wal_bytes_per_job,omitempty"`
+	DBOSWALPerWorkflow float64 `json:"dbos_wal_bytes_per_workflow,omitempty"`
+	NumCPU             int     `json:"num_cpu"`
+	GoVersion          string  `json:"go_version"`
 }
 
 type options struct {
-	db             string
-	tasks          int
-	workers        int
-	warmup         int
-	cpuprofile     string
-	only           string
-	order          string
-	keep           bool
-	timeout        time.Duration
-	riverSQLiteDir string
-	droverSchema   string
-	riverSchema    string
-	verbose        bool
-	analyze        bool
+	db              string
+	tasks           int
+	workers         int
+	warmup          int
+	cpuprofile      string
+	only            string
+	order           string
+	keep            bool
+	timeout         time.Duration
+	riverSQLiteDir  string
+	droverSchema    string
+	riverSchema     string
+	verbose         bool
+	analyze         bool
+	steps           int
+	dbosSchema      string
+	dbosConcurrency int
+	dbosPolling     time.Duration
 }
 
 func main() {
@@ -84,8 +106,12 @@ func main() {
 	fl.IntVar(&o.workers, "workers", 2000, "River MaxWorkers (2000 is what River's own riverbench uses)")
 	fl.IntVar(&o.warmup, "warmup", 1000, "tasks/jobs each system burns down first, not measured")
 	fl.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of drover's measured burn-down (only) to this file")
-	fl.StringVar(&o.only, "only", "", "run only drover or only river (no ratio)")
-	fl.StringVar(&o.order, "order", "drover,river", "which system runs first: drover,river or river,drover")
+	fl.StringVar(&o.only, "only", "", "run only this system: drover, river or dbos (no ratio)")
+	fl.StringVar(&o.order, "order", "drover,river,dbos", "the order the systems run in, comma-separated (each at most once)")
+	fl.IntVar(&o.steps, "steps", 1, "no-op steps per drover task and DBOS workflow (River, which has no steps, runs only with 1)")
+	fl.StringVar(&o.dbosSchema, "dbos-schema", "dbos_compare", "PostgreSQL schema for DBOS (dropped and recreated)")
+	fl.IntVar(&o.dbosConcurrency, "dbos-concurrency", 1000, "DBOS queue's worker concurrency (workflows at once in this process)")
+	fl.DurationVar(&o.dbosPolling, "dbos-polling", 10*time.Millisecond, "DBOS queue's base polling interval")
 	fl.BoolVar(&o.keep, "keep", false, "keep each system's schema or file after its run (default: drop it, so one system's dead rows and autovacuum never weigh on the other)")
 	fl.DurationVar(&o.timeout, "timeout", 0, "give up on one burn-down after this long (default 1m + 1ms per task)")
 	fl.StringVar(&o.riverSQLiteDir, "river-sqlite-dir", "", "directory of the bench/riversqlite module (default: found next to this source)")
@@ -96,19 +122,23 @@ func main() {
 	if err := fl.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
-	if fl.NArg() > 0 || o.tasks <= 0 || o.workers <= 0 || o.warmup < 0 {
-		fmt.Fprintln(os.Stderr, "compare: --tasks and --workers must be positive, --warmup not negative, and no arguments")
+	if fl.NArg() > 0 || o.tasks <= 0 || o.workers <= 0 || o.warmup < 0 || o.steps <= 0 || o.dbosConcurrency <= 0 || o.dbosPolling <= 0 {
+		fmt.Fprintln(os.Stderr, "compare: --tasks, --workers, --steps, --dbos-concurrency and --dbos-polling must be positive, --warmup not negative, and no arguments")
 		os.Exit(2)
 	}
 	switch o.only {
-	case "", "drover", "river":
+	case "", "drover", "river", "dbos":
 	default:
-		fmt.Fprintln(os.Stderr, "compare: --only must be drover or river")
+		fmt.Fprintln(os.Stderr, "compare: --only must be drover, river or dbos")
 		os.Exit(2)
 	}
-	if o.order != "drover,river" && o.order != "river,drover" {
-		fmt.Fprintln(os.Stderr, "compare: --order must be drover,river or river,drover")
-		os.Exit(2)
+	seen := map[string]bool{}
+	for _, s := range strings.Split(o.order, ",") {
+		if (s != "drover" && s != "river" && s != "dbos") || seen[s] {
+			fmt.Fprintln(os.Stderr, "compare: --order lists drover, river and dbos, each at most once, comma-separated")
+			os.Exit(2)
+		}
+		seen[s] = true
 	}
 	if o.timeout == 0 {
 		o.timeout = time.Minute + time.Duration(o.tasks)*time.Millisecond
@@ -134,7 +164,7 @@ func isPostgres(db string) bool {
 }
 
 func run(ctx context.Context, o options) (*Result, error) {
-	r := &Result{Tasks: o.tasks, Warmup: o.warmup, Order: o.order, Analyze: o.analyze, NumCPU: runtime.NumCPU(), GoVersion: runtime.Version()}
+	r := &Result{Steps: o.steps, Tasks: o.tasks, Warmup: o.warmup, Order: o.order, Analyze: o.analyze, NumCPU: runtime.NumCPU(), GoVersion: runtime.Version()}
 	level := slog.LevelWarn
 	if o.verbose {
 		level = slog.LevelInfo
@@ -162,6 +192,14 @@ func run(ctx context.Context, o options) (*Result, error) {
 		if o.only != "" && o.only != name {
 			continue
 		}
+		if name == "river" && o.steps > 1 {
+			logf("river: skipped: a River job has no steps (--steps %d)", o.steps)
+			continue
+		}
+		if name == "dbos" && sys.dbos == nil {
+			logf("dbos: skipped: this comparison runs DBOS on PostgreSQL only")
+			continue
+		}
 		switch name {
 		case "drover":
 			logf("drover: starting (no-op agent, Concurrency 1024, all roles in-process)")
@@ -171,7 +209,9 @@ func run(ctx context.Context, o options) (*Result, error) {
 			}
 			r.DroverSeconds, r.DroverTasksPerSec, r.DroverInsertSeconds = round3(d.Seconds), math.Round(d.TasksPerSec), round3(d.InsertSeconds)
 			r.DroverCPUSeconds = round3(d.CPUSeconds)
-			logf("drover: %d tasks burned down in %.3fs: %.0f tasks/s, client CPU %.1fs (inserted in %.3fs)", d.Tasks, d.Seconds, d.TasksPerSec, d.CPUSeconds, d.InsertSeconds)
+			r.DroverStepsPerSec = math.Round(d.TasksPerSec * float64(o.steps))
+			r.DroverWALPerTask = math.Round(float64(d.WALBytes) / float64(d.Tasks))
+			logf("drover: %d tasks of %d steps burned down in %.3fs: %.0f tasks/s, %.0f steps/s, client CPU %.1fs (inserted in %.3fs)", d.Tasks, o.steps, d.Seconds, d.TasksPerSec, d.TasksPerSec*float64(o.steps), d.CPUSeconds, d.InsertSeconds)
 		case "river":
 			logf("river: starting (no-op worker, MaxWorkers %d, riverbench's fetch settings)", o.workers)
 			rv, err := sys.river(ctx)
@@ -181,12 +221,29 @@ func run(ctx context.Context, o options) (*Result, error) {
 			r.RiverSeconds, r.RiverJobsPerSec, r.RiverInsertSeconds = round3(rv.Seconds), math.Round(rv.JobsPerSec), round3(rv.InsertSeconds)
 			r.RiverVersion, r.RiverDriver, r.RiverWorkers = rv.Version, rv.Driver, rv.Workers
 			r.RiverCPUSeconds = round3(rv.CPUSeconds)
+			r.RiverWALPerJob = math.Round(float64(rv.WALBytes) / float64(rv.Jobs))
 			logf("river %s (%s): %d jobs burned down in %.3fs: %.0f jobs/s, client CPU %.1fs (inserted in %.3fs)", rv.Version, rv.Driver, rv.Jobs, rv.Seconds, rv.JobsPerSec, rv.CPUSeconds, rv.InsertSeconds)
+		case "dbos":
+			logf("dbos: starting (no-op workflows of %d steps on a queue, worker concurrency %d, polling %s)", o.steps, o.dbosConcurrency, o.dbosPolling)
+			db, err := sys.dbos(ctx)
+			if err != nil {
+				return nil, err
+			}
+			r.DBOSSeconds, r.DBOSWorkflowsPerSec, r.DBOSInsertSeconds = round3(db.Seconds), math.Round(db.WorkflowsPerSec), round3(db.InsertSeconds)
+			r.DBOSCPUSeconds, r.DBOSVersion = round3(db.CPUSeconds), db.Version
+			r.DBOSConcurrency, r.DBOSPollingMS = db.WorkerConcurrency, db.PollingMS
+			r.DBOSWALPerWorkflow = math.Round(float64(db.WALBytes) / float64(db.Workflows))
+			logf("dbos %s: %d workflows burned down in %.3fs: %.0f workflows/s, client CPU %.1fs (enqueued in %.3fs)", db.Version, db.Workflows, db.Seconds, db.WorkflowsPerSec, db.CPUSeconds, db.InsertSeconds)
 		}
 	}
 	if r.DroverTasksPerSec > 0 && r.RiverJobsPerSec > 0 {
 		r.Ratio = math.Round(r.DroverTasksPerSec/r.RiverJobsPerSec*1000) / 1000
+		r.RatioRiver = r.Ratio
 		logf("compare: drover/river = %.3f", r.Ratio)
+	}
+	if r.DroverTasksPerSec > 0 && r.DBOSWorkflowsPerSec > 0 {
+		r.RatioDBOS = math.Round(r.DroverTasksPerSec/r.DBOSWorkflowsPerSec*1000) / 1000
+		logf("compare: drover/dbos = %.3f", r.RatioDBOS)
 	}
 	return r, nil
 }
@@ -196,6 +253,7 @@ type systems struct {
 	where   string
 	drover  func(context.Context) (droverResult, error)
 	river   func(context.Context) (riverResult, error)
+	dbos    func(context.Context) (dbosResult, error) // nil: not on this database
 	cleanup func()
 }
 

@@ -21,13 +21,13 @@ import (
 // pgxpool with pgx's default size (max(4, CPUs) connections), which is what
 // both postgres.Open and River's CLI use.
 func postgresSystems(ctx context.Context, o options, logger *slog.Logger) (systems, error) {
-	for _, s := range []string{o.droverSchema, o.riverSchema} {
+	for _, s := range []string{o.droverSchema, o.riverSchema, o.dbosSchema} {
 		if !validSchema(s) {
 			return systems{}, fmt.Errorf("schema name %q: want [a-z_][a-z0-9_]*", s)
 		}
 	}
-	if o.droverSchema == o.riverSchema {
-		return systems{}, fmt.Errorf("drover and River need different schemas")
+	if o.droverSchema == o.riverSchema || o.droverSchema == o.dbosSchema || o.riverSchema == o.dbosSchema {
+		return systems{}, fmt.Errorf("drover, River and DBOS need different schemas")
 	}
 	admin, err := pgxpool.New(ctx, o.db)
 	if err != nil {
@@ -53,6 +53,12 @@ func postgresSystems(ctx context.Context, o options, logger *slog.Logger) (syste
 		}
 	}
 	sys := systems{cleanup: admin.Close}
+	// The WAL position, for each system's WAL bytes: the whole server's,
+	// so it counts only this run's writes on an otherwise quiet server.
+	walPos := func(ctx context.Context) (n int64, err error) {
+		err = admin.QueryRow(ctx, "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").Scan(&n)
+		return n, err
+	}
 	analyze := func(schema string) func(context.Context) error {
 		if !o.analyze {
 			return nil
@@ -90,8 +96,8 @@ func postgresSystems(ctx context.Context, o options, logger *slog.Logger) (syste
 		}
 		checkpoint(ctx)
 		res, err := droverBurnDown(ctx, drv, droverBenchConfig{
-			Tasks: o.tasks, Warmup: o.warmup, Timeout: o.timeout, CPUProfile: o.cpuprofile, Logger: logger, Log: logf,
-			BeforeStart: analyze(o.droverSchema),
+			Tasks: o.tasks, Steps: o.steps, Warmup: o.warmup, Timeout: o.timeout, CPUProfile: o.cpuprofile, Logger: logger, Log: logf,
+			BeforeStart: analyze(o.droverSchema), WALPosition: walPos,
 		})
 		if err == nil && !o.keep {
 			drv.Close()
@@ -131,7 +137,7 @@ func postgresSystems(ctx context.Context, o options, logger *slog.Logger) (syste
 		checkpoint(ctx)
 		res, err := riverBurnDown(ctx, driver, riverBenchConfig{
 			Jobs: o.tasks, Warmup: o.warmup, Workers: o.workers, Schema: o.riverSchema, Driver: "riverpgxv5",
-			Timeout: o.timeout, Logger: logger, Log: logf, BeforeStart: analyze(o.riverSchema),
+			Timeout: o.timeout, Logger: logger, Log: logf, BeforeStart: analyze(o.riverSchema), WALPosition: walPos,
 			CountCompleted: func(ctx context.Context) (n int64, err error) {
 				err = pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".river_job WHERE state = 'completed'").Scan(&n)
 				return n, err
@@ -140,6 +146,21 @@ func postgresSystems(ctx context.Context, o options, logger *slog.Logger) (syste
 		if err == nil && !o.keep {
 			pool.Close()
 			err = dropSchema(ctx, o.riverSchema)
+		}
+		return res, err
+	}
+	sys.dbos = func(ctx context.Context) (dbosResult, error) {
+		if err := dropSchema(ctx, o.dbosSchema); err != nil {
+			return dbosResult{}, fmt.Errorf("drop schema %s: %w", o.dbosSchema, err)
+		}
+		checkpoint(ctx)
+		res, err := dbosBurnDown(ctx, dbosBenchConfig{
+			URL: o.db, Schema: o.dbosSchema, Workflows: o.tasks, Steps: o.steps, Warmup: o.warmup,
+			WorkerConcurrency: o.dbosConcurrency, Polling: o.dbosPolling, Timeout: o.timeout,
+			Logger: logger, Log: logf, BeforeStart: analyze(o.dbosSchema), WALPosition: walPos,
+		})
+		if err == nil && !o.keep {
+			err = dropSchema(ctx, o.dbosSchema)
 		}
 		return res, err
 	}
@@ -168,7 +189,7 @@ func sqliteSystems(ctx context.Context, o options, logger *slog.Logger) (systems
 			return droverResult{}, fmt.Errorf("drover migrate: %w", err)
 		}
 		res, err := droverBurnDown(ctx, drv, droverBenchConfig{
-			Tasks: o.tasks, Warmup: o.warmup, Timeout: o.timeout, CPUProfile: o.cpuprofile, Logger: logger, Log: logf,
+			Tasks: o.tasks, Steps: o.steps, Warmup: o.warmup, Timeout: o.timeout, CPUProfile: o.cpuprofile, Logger: logger, Log: logf,
 		})
 		if err == nil && !o.keep {
 			drv.Close()

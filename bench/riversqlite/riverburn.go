@@ -27,6 +27,9 @@ type riverResult struct {
 	Workers       int     `json:"workers"`
 	Version       string  `json:"river_version"`
 	Driver        string  `json:"river_driver"`
+	// WALBytes is the write-ahead log written from the insertion of the N
+	// jobs to the end of their burn-down (WALPosition); 0: not measured.
+	WALBytes int64 `json:"wal_bytes,omitempty"`
 }
 
 type riverBenchConfig struct {
@@ -44,6 +47,10 @@ type riverBenchConfig struct {
 	// BeforeStart, if set, runs after the N jobs are inserted and before the
 	// clock starts (compare's --analyze).
 	BeforeStart func(context.Context) error
+	// WALPosition, if set, returns the database's write-ahead log position
+	// in bytes (PostgreSQL's pg_current_wal_lsn), read before the insertion
+	// and after the burn-down.
+	WALPosition func(context.Context) (int64, error)
 }
 
 // riverInsertChunk is the jobs per InsertMany call: the same 1000 as
@@ -181,6 +188,10 @@ func riverBurnDown[TTx any](ctx context.Context, driver riverdriver.Driver[TTx],
 	if err != nil {
 		return res, err
 	}
+	wal0, err := walPosition(ctx, cfg.WALPosition)
+	if err != nil {
+		return res, err
+	}
 	t0 := time.Now()
 	if err := insert(c, cfg.Jobs); err != nil {
 		return res, err
@@ -205,7 +216,21 @@ func riverBurnDown[TTx any](ctx context.Context, driver riverdriver.Driver[TTx],
 	}
 	res.Seconds, res.CPUSeconds = d.Seconds(), cpu
 	res.JobsPerSec = float64(cfg.Jobs) / res.Seconds
-	return res, nil
+	wal1, err := walPosition(ctx, cfg.WALPosition)
+	res.WALBytes = wal1 - wal0
+	return res, err
+}
+
+// walPosition calls pos if it is set (0 otherwise).
+func walPosition(ctx context.Context, pos func(context.Context) (int64, error)) (int64, error) {
+	if pos == nil {
+		return 0, nil
+	}
+	n, err := pos(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the WAL position: %w", err)
+	}
+	return n, nil
 }
 
 // processCPU is this process's user plus system CPU time so far, in seconds.

@@ -105,7 +105,7 @@ func remoteTask(t *droverapi.Task) *drover.Task {
 		OrderingKey: t.OrderingKey, OrderingSeq: t.OrderingSeq, Output: nullJSON(t.Output), LastError: t.LastError,
 		WorkflowVersion: t.WorkflowVersion, CallbackURL: t.CallbackURL, CallbackEvents: t.CallbackEvents, FailureThreshold: t.FailureThreshold,
 		OnFailure: dt.FailurePolicy(t.OnFailure), RetryDelay: time.Duration(t.RetryDelayMS) * time.Millisecond,
-		AvailableAt: t.AvailableAt, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		Priority: t.Priority, AvailableAt: t.AvailableAt, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}
 	if t.Wait != nil {
 		out.Wait = remoteWait(t.Wait)

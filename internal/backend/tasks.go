@@ -221,7 +221,8 @@ func (r *remoteTasks) Close() {}
 
 func (r *remoteTasks) Submit(ctx context.Context, workflow string, input []byte, opts *drover.SubmitOptions, _ time.Duration, _ int, _ bool) (*drover.Task, error) {
 	req := droverapi.SubmitRequest{Workflow: workflow, Input: input, ID: opts.ID,
-		OrderingKey: opts.OrderingKey, CallbackURL: opts.CallbackURL, CallbackEvents: opts.CallbackEvents}
+		OrderingKey: opts.OrderingKey, CallbackURL: opts.CallbackURL, CallbackEvents: opts.CallbackEvents,
+		Priority: opts.Priority}
 	if !opts.RunAt.IsZero() {
 		req.RunAt = &opts.RunAt
 	}

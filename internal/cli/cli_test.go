@@ -1285,6 +1285,26 @@ func TestPostgresLockTimeout(t *testing.T) {
 	mustRun(t, append([]string{"cancel", "held", "--lock-timeout", "200ms"}, db...)...)
 }
 
+// drover submit --priority stores the task's priority and status shows
+// it; one out of range is a usage error that stores nothing.
+func TestSubmitPriority(t *testing.T) {
+	t.Parallel()
+	db, _ := migratedDB(t)
+	in := `{"order_id":"o-1","amount":5}`
+	mustRun(t, "submit", "orders", in, "--id", "urgent", "--priority", "9", "--in", "1h", "--db", db)
+	if out := mustRun(t, "status", "urgent", "--db", db); !strings.Contains(out, "Priority:") || !strings.Contains(out, " 9\n") {
+		t.Errorf("status does not show the priority:\n%s", out)
+	}
+	if out := mustRun(t, "status", "urgent", "--json", "--db", db); !strings.Contains(out, `"priority":9`) {
+		t.Errorf("status --json: %s", out)
+	}
+	wantFailure(t, run(t, "", "submit", "orders", in, "--priority", "11", "--db", db), 2, "--priority 11: want an integer from 0 (lowest) to 10")
+	wantFailure(t, run(t, "", "submit", "orders", in, "--priority", "-1", "--db", db), 2, "--priority -1: want")
+	if out := mustRun(t, "list", "--db", db); strings.Count(out, "\n") != 2 {
+		t.Errorf("want the one task only:\n%s", out)
+	}
+}
+
 // drover submit --at/--in delays a task: it is stored Pending until then,
 // status says so, and bad times are usage errors that store nothing.
 func TestSubmitDelayed(t *testing.T) {

@@ -75,6 +75,7 @@ func (e *env) submitCmd() *cobra.Command {
 		stepTimeout time.Duration
 		at          string
 		in          time.Duration
+		priority    int
 	)
 	cmd := &cobra.Command{
 		Use:   "submit WORKFLOW [INPUT-JSON|-]",
@@ -109,6 +110,11 @@ With --at TIME (RFC 3339, e.g. 2026-12-01T09:00:00Z) or --in DURATION (e.g.
 90m) the task waits Pending, unclaimed, until then (at most 10 years ahead),
 and can be cancelled meanwhile; "drover status" shows when it starts.
 
+--priority N (0 to 10, default: the workflow's, 0 unless it sets one) puts
+the task ahead of lower priorities among the tasks waiting to start, aged
+one minute per level: a task waits at most that long per level of
+difference behind higher ones, however many keep arriving.
+
 With --callback-url the server POSTs a signed webhook (HMAC-SHA256) to the
 URL when the task reaches a final state; --callback-events chooses other
 events too: final, alerts (every operator alert of the task: a permanent
@@ -124,7 +130,8 @@ instead, which knows its own workflows (also declarative ones).`,
   drover submit orders '{"order_id":"o-2","amount":50}' --id order-o-2 --json
   echo '{"order_id":"o-3","amount":7}' | drover submit orders -
   drover submit orders '{"order_id":"o-4","amount":9}' --ordering-key customer-42
-  drover submit orders '{"order_id":"o-6","amount":3}' --in 2h`,
+  drover submit orders '{"order_id":"o-6","amount":3}' --in 2h
+  drover submit orders '{"order_id":"o-7","amount":99}' --priority 5`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -170,6 +177,13 @@ instead, which knows its own workflows (also declarative ones).`,
 			if cmd.Flags().Changed("in") && (in < 0 || in > drover.MaxDelay) {
 				return clicore.Usagef("--in %s: want a duration from 0 to 10 years (87600h)", in)
 			}
+			var prio *int
+			if cmd.Flags().Changed("priority") {
+				if priority < 0 || priority > drover.MaxPriority {
+					return clicore.Usagef("--priority %d: want an integer from 0 (lowest) to %d", priority, drover.MaxPriority)
+				}
+				prio = &priority
+			}
 			if e.remote != nil && cmd.Flags().Changed("step-timeout") {
 				return clicore.Usagef("--step-timeout does not apply with --server: the server's workflow sets the time budgets")
 			}
@@ -201,7 +215,7 @@ instead, which knows its own workflows (also declarative ones).`,
 			}
 			defer b.Close()
 			t, err := b.Submit(ctx, workflow, input, &drover.SubmitOptions{ID: id, OrderingKey: orderingKey,
-				CallbackURL: callbackURL, CallbackEvents: callbackEvs, RunAt: runAt, Delay: in}, stepTimeout, maxInput, e.JSON)
+				CallbackURL: callbackURL, CallbackEvents: callbackEvs, RunAt: runAt, Delay: in, Priority: prio}, stepTimeout, maxInput, e.JSON)
 			if err != nil {
 				return err
 			}
@@ -220,6 +234,7 @@ instead, which knows its own workflows (also declarative ones).`,
 	cmd.Flags().DurationVar(&stepTimeout, "step-timeout", orders.DefaultStepTimeout, "time budget of each step of the task (recorded with it)")
 	cmd.Flags().StringVar(&at, "at", "", "start the task no earlier than this time (RFC 3339, e.g. 2026-12-01T09:00:00Z)")
 	cmd.Flags().DurationVar(&in, "in", 0, "start the task this long after the submit (e.g. 90m)")
+	cmd.Flags().IntVar(&priority, "priority", 0, "priority among the tasks waiting to start, 0 (lowest) to 10 (default: the workflow's)")
 	return cmd
 }
 

@@ -36,6 +36,7 @@ type TaskJSON struct {
 	StepCount        int             `json:"step_count"`
 	OrderingKey      *string         `json:"ordering_key"`
 	OrderingSeq      *int64          `json:"ordering_seq"` // position within ordering_key
+	Priority         int             `json:"priority"`
 	LastError        string          `json:"last_error,omitempty"`
 	CreatedAt        time.Time       `json:"created_at"`
 	UpdatedAt        time.Time       `json:"updated_at"`
@@ -121,7 +122,7 @@ func taskJSON(t *drover.Task) TaskJSON {
 		FailureThreshold: t.FailureThreshold, OnFailure: string(t.OnFailure), CurrentStep: t.CurrentStep,
 		StepCount: t.StepCount, LastError: t.LastError, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 		OrderingKey: nullable(t.OrderingKey), WorkflowVersion: t.WorkflowVersion, CallbackURL: t.CallbackURL,
-		AvailableAt: t.AvailableAt, CallbackEvents: t.CallbackEvents,
+		AvailableAt: t.AvailableAt, CallbackEvents: t.CallbackEvents, Priority: t.Priority,
 	}
 	if t.Wait.On() {
 		j.Wait = waitJSON(t.Wait)
@@ -244,6 +245,9 @@ func printTask(w io.Writer, t *drover.Task, events []*drover.Event, now time.Tim
 	row(tw, "Current step:", currentStep(t))
 	if t.OrderingKey != "" {
 		row(tw, "Ordering key:", ordering(t, 300))
+	}
+	if t.Priority != 0 {
+		row(tw, "Priority:", strconv.Itoa(t.Priority))
 	}
 	row(tw, "Input:", clip(string(t.Input), 200))
 	if len(t.Output) > 0 {

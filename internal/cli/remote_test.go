@@ -152,15 +152,15 @@ func TestRemoteTasks(t *testing.T) {
 	// answer shows the task as read after the submit: the server's
 	// scheduler may have claimed it already (no agent runs its steps).
 	out := e.srv(t, "submit", "orders", `{"order_id":"o-1","amount":5}`, "--id", "order-1", "--ordering-key", "cust-1",
-		"--callback-url", "https://hooks.example.com/hook", "--json")
+		"--callback-url", "https://hooks.example.com/hook", "--priority", "7", "--json")
 	var tj TaskJSON
 	if err := json.Unmarshal([]byte(out), &tj); err != nil {
 		t.Fatalf("submit --json: %q: %v", out, err)
 	}
-	if tj.ID != "order-1" || tj.OrderingKey == nil || *tj.OrderingKey != "cust-1" || tj.CallbackURL != "https://hooks.example.com/hook" || len(tj.Steps) != 3 || (tj.State != "Pending" && tj.State != "Processing") {
+	if tj.ID != "order-1" || tj.Priority != 7 || tj.OrderingKey == nil || *tj.OrderingKey != "cust-1" || tj.CallbackURL != "https://hooks.example.com/hook" || len(tj.Steps) != 3 || (tj.State != "Pending" && tj.State != "Processing") {
 		t.Fatalf("submitted: %s", out)
 	}
-	if local := e.local(t, "status", "order-1", "--json"); !strings.Contains(local, `"callback_url":"https://hooks.example.com/hook"`) || !strings.Contains(local, `"ordering_key":"cust-1"`) {
+	if local := e.local(t, "status", "order-1", "--json"); !strings.Contains(local, `"callback_url":"https://hooks.example.com/hook"`) || !strings.Contains(local, `"ordering_key":"cust-1"`) || !strings.Contains(local, `"priority":7`) {
 		t.Fatalf("the database's task: %s", local)
 	}
 	// Idempotent: the same ID and input again prints the same ID.

@@ -19,7 +19,7 @@ import (
 
 // payWorkflow is the workflow of the first-contact report: one step on a
 // remote agent named like one of the orders demo's agents.
-const payWorkflow = "name: pay\nsteps:\n  - {name: charge, agent: payments, timeout: 5s}\n"
+const payWorkflow = "name: pay\nsteps:\n  - {name: charge, agent: payments, timeout: 60s}\n" // long enough for a loaded machine
 
 // writeWorkflows writes files (name → content) into a new directory.
 func writeWorkflows(t *testing.T, files map[string]string) string {

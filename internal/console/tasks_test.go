@@ -67,13 +67,13 @@ func TestTaskFilters(t *testing.T) {
 	})
 }
 
-// A delayed task's page says when it starts, and the list shows it
-// Pending until then.
+// A delayed task's page says when it starts and shows its priority, and
+// the list shows it Pending until then.
 func TestDelayedTaskPage(t *testing.T) {
 	e := startServer(t, testutil.SQLite(t), false)
-	e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"later","input":{},"run_at":"2030-01-02T03:04:05Z"}`, nil)
+	e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"later","input":{},"run_at":"2030-01-02T03:04:05Z","priority":3}`, nil)
 	c := browser(t)
 	e.signIn(c, readToken)
-	wantIn(t, e.get(c, "/tasks/later"), "Scheduled: starts at 2030-01-02 03:04:05Z")
+	wantIn(t, e.get(c, "/tasks/later"), "Scheduled: starts at 2030-01-02 03:04:05Z", "<dt>Priority</dt><dd>3</dd>")
 	wantIn(t, e.get(c, "/tasks"), `href="/tasks/later"`, "Pending")
 }

@@ -20,7 +20,7 @@ func TestClaimFloorCommitDiscardAndAge(t *testing.T) {
 	m.claimed(nil, full, 2, t0)
 	m.Commit()
 	f := m.claimAfter(t0)
-	if f == nil || f.ID != "b" || !f.AvailableAt.Equal(t0) {
+	if f == nil || f.ID != "b" || !f.ClaimAt.Equal(t0) {
 		t.Fatalf("floor after a full claim = %+v, want b", f)
 	}
 

@@ -876,10 +876,11 @@ func (m *Machine) claimed(after *store.ClaimPosition, cl []*dt.Task, limit int, 
 	if len(cl) < limit || len(cl) == 0 {
 		return
 	}
-	last := store.ClaimPosition{AvailableAt: cl[0].AvailableAt, ID: cl[0].ID}
+	last := store.ClaimPosition{ClaimAt: dt.ClaimAt(cl[0].AvailableAt, cl[0].Priority), ID: cl[0].ID}
 	for _, t := range cl[1:] {
-		if t.AvailableAt.After(last.AvailableAt) || (t.AvailableAt.Equal(last.AvailableAt) && t.ID > last.ID) {
-			last = store.ClaimPosition{AvailableAt: t.AvailableAt, ID: t.ID}
+		at := dt.ClaimAt(t.AvailableAt, t.Priority)
+		if at.After(last.ClaimAt) || (at.Equal(last.ClaimAt) && t.ID > last.ID) {
+			last = store.ClaimPosition{ClaimAt: at, ID: t.ID}
 		}
 	}
 	m.pendingFloor = &last

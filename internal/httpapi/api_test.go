@@ -494,6 +494,27 @@ func (e *testEnv) deadLetterHead(t *testing.T, queue, session string) int64 {
 	return m.Seq
 }
 
+// A submit with priority stores it and the task shows it; absent, the
+// workflow's (0); out of range is refused naming the field.
+func TestSubmitPriority(t *testing.T) {
+	e := newEnv(t, testutilSQLite(t), Options{})
+	r := e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","id":"p-1","priority":8,"delay_ms":3600000}`).must(t, 201)
+	if got := r.json["priority"]; got != 8.0 {
+		t.Fatalf("submitted with priority 8: %s", r.body)
+	}
+	if got := e.do("GET", "/v1/tasks/p-1", submitTok, "").must(t, 200).json["priority"]; got != 8.0 {
+		t.Errorf("read back priority %v", got)
+	}
+	if got := e.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo","id":"p-2","delay_ms":3600000}`).must(t, 201).json["priority"]; got != 0.0 {
+		t.Errorf("default priority %v, want 0", got)
+	}
+	for _, body := range []string{`{"workflow":"echo","priority":11}`, `{"workflow":"echo","priority":-1}`} {
+		if msg := e.do("POST", "/v1/tasks", submitTok, body).mustError(t, 400, "").errMsg(); !strings.Contains(msg, `field "priority": want an integer from 0 (lowest) to 10`) {
+			t.Errorf("%s: %q", body, msg)
+		}
+	}
+}
+
 // A submit with run_at or delay_ms stores the task Pending until then,
 // shown as available_at; bad delays are refused naming the field.
 func TestSubmitDelayed(t *testing.T) {

@@ -83,7 +83,7 @@ func toTaskJSON(t *drover.Task) droverapi.Task {
 		OrderingKey: t.OrderingKey, OrderingSeq: t.OrderingSeq, FailureThreshold: t.FailureThreshold,
 		WorkflowVersion: t.WorkflowVersion, CallbackURL: t.CallbackURL, CallbackEvents: t.CallbackEvents,
 		OnFailure: string(t.OnFailure), RetryDelayMS: t.RetryDelay.Milliseconds(),
-		AvailableAt: t.AvailableAt, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		Priority: t.Priority, AvailableAt: t.AvailableAt, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}
 	if t.Wait.On() {
 		out.Wait = toWaitJSON(t.Wait)
@@ -158,6 +158,8 @@ func DecodeSubmit(body []byte) (*droverapi.SubmitRequest, error) {
 		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"delay_ms\": want 0 or more milliseconds, got %d", *req.DelayMS)
 	case req.DelayMS != nil && *req.DelayMS > int64(drover.MaxDelay/time.Millisecond):
 		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"delay_ms\": at most %d (10 years), got %d", int64(drover.MaxDelay/time.Millisecond), *req.DelayMS)
+	case req.Priority != nil && (*req.Priority < 0 || *req.Priority > drover.MaxPriority):
+		return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"priority\": want an integer from 0 (lowest) to %d, got %d", drover.MaxPriority, *req.Priority)
 	}
 	if len(req.Input) == 0 {
 		req.Input = json.RawMessage("null")
@@ -210,7 +212,7 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	runAt, delay := submitDelay(req)
 	t, err := h.drover.Submit(r.Context(), req.Workflow, req.Input, &drover.SubmitOptions{ID: req.ID, OrderingKey: req.OrderingKey,
 		CallbackURL: req.CallbackURL, CallbackEvents: req.CallbackEvents, Namespace: h.ns(r), Submitter: submitter,
-		RunAt: runAt, Delay: delay})
+		RunAt: runAt, Delay: delay, Priority: req.Priority})
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,9 @@ type Definition struct {
 	OnFailure        drover.FailurePolicy
 	RetryDelay       time.Duration
 	Wait             drover.WaitPolicy // MaxWaits 0: off
+	// Priority is the priority of the workflow's tasks, 0 to
+	// drover.MaxPriority (a submission may give its own).
+	Priority int
 	// RequiredInput are the fields a task's input, a JSON object, must
 	// have (not null): other inputs are refused at submission.
 	RequiredInput []string
@@ -149,7 +152,7 @@ type header struct {
 func (d *Definition) Workflow() drover.Workflow {
 	w := drover.Workflow{
 		Name: d.Name, Version: d.Version, FailureThreshold: d.FailureThreshold,
-		OnFailure: d.OnFailure, RetryDelay: d.RetryDelay, Wait: d.Wait,
+		OnFailure: d.OnFailure, RetryDelay: d.RetryDelay, Wait: d.Wait, Priority: d.Priority,
 	}
 	if req := slices.Clone(d.RequiredInput); len(req) > 0 {
 		w.ValidateInput = func(input []byte) error { return checkRequiredInput(input, req) }
@@ -619,7 +622,7 @@ func (p *parser) value(n *yaml.Node, field string, sc refScope) (*valueTmpl, boo
 }
 
 func (p *parser) workflow(n *yaml.Node, d *Definition) {
-	f, ok := p.fields(n, "", "name", "description", "failure_threshold", "on_failure", "retry_delay", "retry", "wait", "required_input", "egress", "steps")
+	f, ok := p.fields(n, "", "name", "description", "failure_threshold", "on_failure", "retry_delay", "retry", "wait", "priority", "required_input", "egress", "steps")
 	if !ok {
 		return
 	}
@@ -643,6 +646,13 @@ func (p *parser) workflow(n *yaml.Node, d *Definition) {
 	}
 	if e, ok := f["wait"]; ok {
 		d.Wait, _ = p.wait(e.val, "wait")
+	}
+	if e, ok := f["priority"]; ok {
+		if v, ok := p.integer(e.val, "priority", 0); ok && v > drover.MaxPriority {
+			p.add(e.val, "priority", "%d is more than %d (from 0, lowest, to %d)", v, drover.MaxPriority, drover.MaxPriority)
+		} else {
+			d.Priority = v
+		}
 	}
 	if e, ok := f["retry"]; ok {
 		if r, ok := p.retry(e.val, "retry"); ok {

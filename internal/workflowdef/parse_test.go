@@ -81,6 +81,7 @@ func TestParseExample(t *testing.T) {
 func TestParseWaitPolicy(t *testing.T) {
 	src := `name: w
 on_failure: error
+priority: 6
 wait: {max_waits: 3, delay: 10m, multiplier: 1.5, max_delay: 2h}
 steps:
   - name: a
@@ -98,6 +99,9 @@ steps:
 		t.Fatal(err)
 	}
 	w := d.Workflow()
+	if w.Priority != 6 {
+		t.Errorf("workflow priority = %d, want 6", w.Priority)
+	}
 	if want := (drover.WaitPolicy{MaxWaits: 3, Delay: 10 * time.Minute, Multiplier: 1.5, MaxDelay: 2 * time.Hour}); w.Wait != want {
 		t.Errorf("workflow wait = %+v, want %+v", w.Wait, want)
 	}
@@ -179,6 +183,8 @@ func TestParseProblems(t *testing.T) {
 		{"zero timeout", oneStep("    agent: a\n    timeout: 0s\n"), []string{`w.yaml:5: steps[0].timeout: "0s" must be positive`}},
 		{"threshold type", "name: w\nfailure_threshold: three\nsteps: [{name: s, agent: a}]\n", []string{`w.yaml:2: failure_threshold: want an integer, got "three"`}},
 		{"threshold zero", "name: w\nfailure_threshold: 0\nsteps: [{name: s, agent: a}]\n", []string{`w.yaml:2: failure_threshold: 0 is less than 1`}},
+		{"priority too high", "name: w\npriority: 11\nsteps: [{name: s, agent: a}]\n", []string{`w.yaml:2: priority: 11 is more than 10 (from 0, lowest, to 10)`}},
+		{"priority negative", "name: w\npriority: -1\nsteps: [{name: s, agent: a}]\n", []string{`w.yaml:2: priority: -1 is less than 0`}},
 		{"policy", "name: w\non_failure: retry\nsteps: [{name: s, agent: a}]\n", []string{`w.yaml:2: on_failure: "retry" must be error or compensate`}},
 		{"required_input not a list", "name: w\nrequired_input: a\nsteps: [{name: s, agent: a}]\n", []string{`w.yaml:2: required_input: want a list, got "a"`}},
 		{"required_input items", "name: w\nrequired_input: [a, '', a, {b: 1}]\nsteps: [{name: s, agent: a}]\n", []string{

@@ -278,15 +278,17 @@ func scanTask(out *[]*dt.Task) func(rows) error {
 		state, onFailure               string
 		waitDelay, waitMaxDelay        int64
 		callbackEvents                 string
+		priority                       int16
 	)
 	return func(r rows) error {
 		var t dt.Task
 		if err := r.Scan(&t.ID, &t.Workflow, &t.Input, &t.InputHash, &state, &lockedBy, &completeBy,
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
 			&t.FailureThreshold, &onFailure, &retryDelay, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt, &orderingSeq,
-			&workflowVersion, &t.CallbackURL, &waitMax, &waitDelay, &t.Wait.Multiplier, &waitMaxDelay, &callbackEvents, &t.Submitter, &t.TraceContext); err != nil {
+			&workflowVersion, &t.CallbackURL, &waitMax, &waitDelay, &t.Wait.Multiplier, &waitMaxDelay, &callbackEvents, &t.Submitter, &t.TraceContext, &priority); err != nil {
 			return err
 		}
+		t.Priority = int(priority)
 		t.Wait.MaxWaits = int(waitMax)
 		t.Wait.Delay = time.Duration(waitDelay) * time.Microsecond
 		t.Wait.MaxDelay = time.Duration(waitMaxDelay) * time.Microsecond
@@ -341,6 +343,8 @@ func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertM
 		waitDelay, waitMaxDelay                   = make([]int64, n), make([]int64, n)
 		waitMultiplier                            = make([]float64, n)
 		callbackEvents, submitters, traces        = make([]string, n), make([]string, n), make([]string, n)
+		priorities                                = make([]int16, n)
+		claimAt                                   = make([]time.Time, n)
 	)
 	for i, t := range tasks {
 		callbackEvents[i], submitters[i], traces[i] = t.CallbackEvents.String(), t.Submitter, t.TraceContext
@@ -351,6 +355,7 @@ func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertM
 		stepCount[i], orderingKeys[i], outputs[i], lastErrs[i] = int32(t.StepCount), nullStr(t.OrderingKey), t.Output, nullStr(t.LastError)
 		threshold[i], onFailure[i], retryDelay[i] = int32(t.FailureThreshold), string(t.OnFailure), t.RetryDelay.Microseconds()
 		avail[i], created[i], updated[i] = t.AvailableAt, t.CreatedAt, t.UpdatedAt
+		priorities[i], claimAt[i] = int16(t.Priority), dt.ClaimAt(t.AvailableAt, t.Priority)
 		if t.OrderingSeq != 0 {
 			orderingSeqs[i] = &t.OrderingSeq
 		}
@@ -359,7 +364,7 @@ func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertM
 	err := e.each(ctx, "insert tasks", e.d.q.taskInsert, []any{ids, workflows, inputs, hashes, states, lockedBy,
 		completeBy, failures, current, stepCount, orderingKeys, outputs, lastErrs, threshold, onFailure, retryDelay,
 		avail, created, updated, orderingSeqs, workflowVersions, callbackURLs, waitMax, waitDelay, waitMultiplier, waitMaxDelay,
-		callbackEvents, submitters, traces}, func(r rows) error {
+		callbackEvents, submitters, traces, priorities, claimAt}, func(r rows) error {
 		var id string
 		if err := r.Scan(&id); err != nil {
 			return err
@@ -713,7 +718,7 @@ func claimAfter(p *store.TaskClaimParams) (any, string) {
 	if p.After == nil {
 		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, ""
 	}
-	return p.After.AvailableAt, p.After.ID
+	return p.After.ClaimAt, p.After.ID
 }
 
 // TaskGetAndClaim implements store.TaskGetAndClaimExecutor: in a pipelined transaction,
@@ -803,8 +808,9 @@ func scanClaimWithSteps(tasks *[]*dt.Task, steps *[]*dt.StepRecord) func(rows) e
 // It also sets on the tasks what the caller will write.
 func claimedWithSteps(tasks []*dt.Task, steps []*dt.StepRecord, p *store.TaskClaimParams) {
 	sort.Slice(tasks, func(i, j int) bool {
-		if !tasks[i].AvailableAt.Equal(tasks[j].AvailableAt) {
-			return tasks[i].AvailableAt.Before(tasks[j].AvailableAt)
+		a, b := dt.ClaimAt(tasks[i].AvailableAt, tasks[i].Priority), dt.ClaimAt(tasks[j].AvailableAt, tasks[j].Priority)
+		if !a.Equal(b) {
+			return a.Before(b)
 		}
 		return tasks[i].ID < tasks[j].ID
 	})
@@ -867,16 +873,17 @@ func (e *executor) TaskUpdateMany(ctx context.Context, params *store.TaskUpdateM
 		failures, current  = make([]int32, n), make([]int32, n)
 		outputs            = make([][]byte, n)
 		avail, updated     = make([]time.Time, n), make([]time.Time, n)
+		claimAt            = make([]time.Time, n)
 	)
 	for i, t := range tasks {
 		lockedBy.set(i, t.LockedBy)
 		lastErrs.set(i, t.LastError)
 		ids[i], states[i], completeBy[i] = t.ID, string(t.ProcessState), t.CompleteBy
 		failures[i], current[i], outputs[i] = int32(t.FailureCount), int32(t.CurrentStep), t.Output
-		avail[i], updated[i] = t.AvailableAt, t.UpdatedAt
+		avail[i], updated[i], claimAt[i] = t.AvailableAt, t.UpdatedAt, dt.ClaimAt(t.AvailableAt, t.Priority)
 	}
 	return e.later(ctx, "update tasks", e.d.q.taskUpdate, []any{ids, states, lockedBy.ptrs, completeBy, failures, current,
-		outputs, lastErrs.ptrs, avail, updated}, nil, nil)
+		outputs, lastErrs.ptrs, avail, updated, claimAt}, nil, nil)
 }
 
 // OrderingKeyReserve implements store.Executor: one upsert of the keys'

@@ -12,7 +12,7 @@ import "strings"
 const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
  current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
  retry_delay_us, available_at, created_at, updated_at, ordering_seq, workflow_version, callback_url,
- wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events, submitter, trace_context`
+ wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events, submitter, trace_context, priority`
 
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
@@ -115,12 +115,13 @@ const (
    AND locked_by IS NOT NULL AND complete_by < $1
  ORDER BY id FOR UPDATE`
 
-	tTaskInsert = `INSERT INTO {s}.tasks (` + taskCols + `)
+	tTaskInsert = `INSERT INTO {s}.tasks (` + taskCols + `, claim_at)
  SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
    $8::int[], $9::int[], $10::int[], $11::text[], $12::bytea[], $13::text[], $14::int[], $15::text[], $16::bigint[],
    $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::bigint[], $21::int[], $22::text[],
-   $23::int[], $24::bigint[], $25::float8[], $26::bigint[], $27::text[], $28::text[], $29::text[])
-   AS u(` + taskCols + `)
+   $23::int[], $24::bigint[], $25::float8[], $26::bigint[], $27::text[], $28::text[], $29::text[], $30::smallint[],
+   $31::timestamptz[])
+   AS u(` + taskCols + `, claim_at)
  ORDER BY id
  ON CONFLICT (id) DO NOTHING
  RETURNING id`
@@ -143,10 +144,12 @@ const (
 
 	tTaskUpdate = `UPDATE {s}.tasks AS t SET process_state = u.process_state, locked_by = u.locked_by,
    complete_by = u.complete_by, failure_count = u.failure_count, current_step = u.current_step,
-   output = u.output, last_error = u.last_error, available_at = u.available_at, updated_at = u.updated_at
+   output = u.output, last_error = u.last_error, available_at = u.available_at, updated_at = u.updated_at,
+   claim_at = u.claim_at
  FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[], $6::int[], $7::bytea[], $8::text[],
-   $9::timestamptz[], $10::timestamptz[])
-   AS u(id, process_state, locked_by, complete_by, failure_count, current_step, output, last_error, available_at, updated_at)
+   $9::timestamptz[], $10::timestamptz[], $11::timestamptz[])
+   AS u(id, process_state, locked_by, complete_by, failure_count, current_step, output, last_error, available_at, updated_at,
+     claim_at)
  WHERE t.id = u.id`
 
 	tStepList     = `SELECT ` + stepCols + ` FROM {s}.steps WHERE task_id = ANY($1::text[]) ORDER BY task_id, step_index`
@@ -341,13 +344,14 @@ var (
 // row comparison is an index condition of tasks_claimable, so the scan
 // starts there. Without After the executor passes -infinity.
 func claimable(now, limit, afterAt, afterID string) string {
-	return `WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.available_at <= ` + now + `
-   AND (c.available_at, c.id) > (` + afterAt + `::timestamptz, ` + afterID + `::text)
+	return `WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.claim_at <= ` + now + `
+   AND c.available_at <= ` + now + `
+   AND (c.claim_at, c.id) > (` + afterAt + `::timestamptz, ` + afterID + `::text)
    AND (c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
      SELECT 1 FROM {s}.tasks AS p
      WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
        AND p.process_state IN ('Pending','Processing','Compensating')))
-   ORDER BY c.available_at, c.id LIMIT ` + limit + `
+   ORDER BY c.claim_at, c.id LIMIT ` + limit + `
    FOR UPDATE OF c SKIP LOCKED`
 }
 

@@ -135,7 +135,7 @@ func scanTasks(rows *sql.Rows) ([]*dt.Task, error) {
 			&t.FailureCount, &t.CurrentStep, &t.StepCount, &orderingKey, &t.Output, &lastErr,
 			&t.FailureThreshold, &onFailure, &retryDelay, &avail, &created, &updtd, &orderingSeq,
 			&t.WorkflowVersion, &t.CallbackURL, &t.Wait.MaxWaits, &waitDelay, &t.Wait.Multiplier, &waitMaxDelay,
-			&callbackEvents, &t.Submitter, &t.TraceContext); err != nil {
+			&callbackEvents, &t.Submitter, &t.TraceContext, &t.Priority); err != nil {
 			return nil, translate(err)
 		}
 		t.Wait.Delay = time.Duration(waitDelay) * time.Microsecond
@@ -170,7 +170,7 @@ func (e *executor) TaskInsertMany(ctx context.Context, params *store.TaskInsertM
 			nullStr(t.LastError), t.FailureThreshold, string(t.OnFailure), t.RetryDelay.Microseconds(),
 			us(t.AvailableAt), us(t.CreatedAt), us(t.UpdatedAt), nullSeq(t.OrderingSeq), t.WorkflowVersion, t.CallbackURL,
 			t.Wait.MaxWaits, t.Wait.Delay.Microseconds(), t.Wait.Multiplier, t.Wait.MaxDelay.Microseconds(), t.CallbackEvents.String(),
-			t.Submitter, t.TraceContext}
+			t.Submitter, t.TraceContext, t.Priority, us(dt.ClaimAt(t.AvailableAt, t.Priority))}
 	}
 	got := make(map[string]bool, len(tasks))
 	err := e.queryRows(ctx, "insert tasks", mTaskInsert, rows, func(r *sql.Rows) error {
@@ -444,7 +444,7 @@ func (e *executor) OrderingKeyPrune(ctx context.Context, params *store.OrderingK
 func (e *executor) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*dt.Task, error) {
 	afterAt, afterID := int64(math.MinInt64), ""
 	if p.After != nil {
-		afterAt, afterID = us(p.After.AvailableAt), p.After.ID
+		afterAt, afterID = us(p.After.ClaimAt), p.After.ID
 	}
 	rows, err := e.query(ctx, qTaskClaim, p.Instance, us(p.Now), p.Limit, afterAt, afterID)
 	if err != nil {
@@ -476,7 +476,8 @@ func (e *executor) TaskUpdateMany(ctx context.Context, params *store.TaskUpdateM
 	rows := make([][]any, len(tasks))
 	for i, t := range tasks {
 		rows[i] = []any{t.ID, string(t.ProcessState), nullStr(t.LockedBy), usPtr(t.CompleteBy), t.FailureCount,
-			t.CurrentStep, t.Output, nullStr(t.LastError), us(t.AvailableAt), us(t.UpdatedAt)}
+			t.CurrentStep, t.Output, nullStr(t.LastError), us(t.AvailableAt), us(t.UpdatedAt),
+			us(dt.ClaimAt(t.AvailableAt, t.Priority))}
 	}
 	return e.execRows(ctx, "update tasks", mTaskUpdate, rows, nil)
 }

@@ -7,7 +7,7 @@ package sqlite
 const taskCols = `id, workflow, input, input_hash, process_state, locked_by, complete_by, failure_count,
  current_step, step_count, ordering_key, output, last_error, failure_threshold, on_failure,
  retry_delay_us, available_at, created_at, updated_at, ordering_seq, workflow_version, callback_url,
- wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events, submitter, trace_context`
+ wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events, submitter, trace_context, priority`
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
  on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, step_group, finish_seq`
@@ -62,20 +62,24 @@ const (
 
 	qTaskCountLockedBy = `SELECT count(*) FROM tasks WHERE locked_by = ? AND complete_by IS NOT NULL`
 
-	// qTaskClaim walks tasks_claimable oldest first. A Pending task with an
-	// ordering key is skipped while an earlier task of its key is not final:
-	// one probe of the tasks_ordering partial index per such candidate.
+	// qTaskClaim walks tasks_claimable in claim order (claim_at: priority,
+	// then how long a task waited). claim_at is never after available_at,
+	// so the walk ends at now; the tasks it passes that are not available
+	// yet are delayed ones of raised priority due within their lead. A
+	// Pending task with an ordering key is skipped while an earlier task of
+	// its key is not final: one probe of the tasks_ordering partial index
+	// per such candidate.
 	qTaskClaim = `UPDATE tasks SET locked_by = ?1,
    process_state = CASE process_state WHEN 'Pending' THEN 'Processing' ELSE process_state END,
    updated_at = ?2
  WHERE id IN (SELECT c.id FROM tasks AS c INDEXED BY tasks_claimable
-   WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.available_at <= ?2
-     AND (c.available_at > ?4 OR (c.available_at = ?4 AND c.id > ?5))
+   WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.claim_at <= ?2
+     AND c.available_at <= ?2 AND (c.claim_at > ?4 OR (c.claim_at = ?4 AND c.id > ?5))
      AND (c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
        SELECT 1 FROM tasks AS p INDEXED BY tasks_ordering
        WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
          AND p.process_state IN ('Pending','Processing','Compensating')))
-   ORDER BY c.available_at, c.id LIMIT ?3)
+   ORDER BY c.claim_at, c.id LIMIT ?3)
  RETURNING ` + taskCols
 
 	qTaskListLockedBy = `SELECT ` + taskCols + ` FROM tasks WHERE locked_by = ? AND complete_by IS NOT NULL ORDER BY id LIMIT ?`
@@ -135,8 +139,8 @@ const (
 
 // Multi-row statements: see multiRow. Blobs are bound as []byte.
 var (
-	mTaskInsert = newMultiRow(`INSERT INTO tasks (`+taskCols+`) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
+	mTaskInsert = newMultiRow(`INSERT INTO tasks (`+taskCols+`, claim_at) VALUES `,
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, ` ON CONFLICT (id) DO NOTHING RETURNING id`)
 	// mOrderingReserve moves each key's last position on by the number of
 	// positions wanted (column 2) and returns the new last position; a new
 	// key starts at 0. Keys within one statement are distinct.
@@ -144,8 +148,8 @@ var (
 		` ON CONFLICT (key) DO UPDATE SET last_seq = ordering_keys.last_seq + excluded.last_seq RETURNING key, last_seq`)
 	mTaskUpdate = newMultiRow(`UPDATE tasks SET process_state = u.column2, locked_by = u.column3,
  complete_by = u.column4, failure_count = u.column5, current_step = u.column6, output = u.column7,
- last_error = u.column8, available_at = u.column9, updated_at = u.column10 FROM (VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?)`, `) AS u WHERE tasks.id = u.column1`)
+ last_error = u.column8, available_at = u.column9, updated_at = u.column10, claim_at = u.column11 FROM (VALUES `,
+		`(?,?,?,?,?,?,?,?,?,?,?)`, `) AS u WHERE tasks.id = u.column1`)
 	mStepInsert = newMultiRow(`INSERT INTO steps (`+stepCols+`) VALUES `,
 		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, "")
 	mStepUpdate = newMultiRow(`UPDATE steps SET process_state = u.column3, compensation_state = u.column4,

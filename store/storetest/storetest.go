@@ -182,6 +182,7 @@ func fullTask(id string) *dt.Task {
 	t.CallbackEvents = dt.WebhookEventSet{"alerts", "final"}
 	t.Submitter = "http:ci"
 	t.TraceContext = traceA
+	t.Priority = 7
 	t.AvailableAt = at(-time.Second)
 	t.CreatedAt = at(-time.Hour)
 	t.UpdatedAt = at(time.Minute)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,6 +31,9 @@ func taskCases() []testCase {
 		{"ClaimClaimableWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, writeLater) }},
 		{"ClaimClaimableWithSteps", func(t *testing.T, d store.Driver) { testTaskClaimClaimable(t, d, withSteps) }},
 		{"ClaimOldestFirstAndLimit", testTaskClaimOldestFirst},
+		{"ClaimByPriority", func(t *testing.T, d store.Driver) { testTaskClaimByPriority(t, d, plainClaim) }},
+		{"ClaimByPriorityWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimByPriority(t, d, writeLater) }},
+		{"ClaimByPriorityWithSteps", func(t *testing.T, d store.Driver) { testTaskClaimByPriority(t, d, withSteps) }},
 		{"ClaimAfter", func(t *testing.T, d store.Driver) { testTaskClaimAfter(t, d, plainClaim) }},
 		{"ClaimAfterWriteLater", func(t *testing.T, d store.Driver) { testTaskClaimAfter(t, d, writeLater) }},
 		{"ClaimAfterWithSteps", func(t *testing.T, d store.Driver) { testTaskClaimAfter(t, d, withSteps) }},
@@ -789,8 +793,75 @@ func testTaskClaimOldestFirst(t *testing.T, d store.Driver) {
 	}
 }
 
+// testTaskClaimByPriority: claimable tasks are claimed by ClaimAt, their
+// AvailableAt moved earlier by PriorityAging per level, then ID: a higher
+// priority goes first unless a lower one has waited longer than the
+// difference; a delayed task of high priority still waits for its time;
+// a task made available again (TaskUpdateMany, as the supervisor's
+// back-off does) keeps its priority's lead; After positions by ClaimAt.
+func testTaskClaimByPriority(t *testing.T, d store.Driver, mode claimMode) {
+	now := at(time.Hour)
+	mk := func(id string, priority int, avail time.Duration) *dt.Task {
+		tk := newTask(id)
+		tk.OrderingKey = ""
+		tk.Priority, tk.AvailableAt = priority, now.Add(avail)
+		return tk
+	}
+	step := dt.PriorityAging
+	insertTasks(t, d,
+		mk("a", 0, -step/2),                  // claims at now-30s
+		mk("b", 1, 0),                        // now-1m
+		mk("c", dt.MaxPriority, time.Second), // not available yet
+		mk("d", 0, -2*step),                  // now-2m
+		mk("e", 2, 0),                        // now-2m: a tie with d, broken by ID
+		mk("f", 3, -step/2),                  // now-3m30s
+	)
+	if got := getTask(t, d, "f"); got.Priority != 3 {
+		t.Fatalf("stored priority %d, want 3", got.Priority)
+	}
+	claim := func(limit int, after *store.ClaimPosition) []string {
+		t.Helper()
+		var got []*dt.Task
+		inTx(t, d, func(ctx context.Context, x store.Executor) error {
+			var err error
+			got, err = claimTasks(ctx, x, store.TaskClaimParams{Instance: "s", Now: now, Limit: limit, After: after}, mode)
+			return err
+		})
+		return taskIDs(got)
+	}
+	// After the position of d (now-2m, "d"): e, b, a in that order.
+	if got := claim(1, &store.ClaimPosition{ClaimAt: now.Add(-2 * step), ID: "d"}); !slices.Equal(got, []string{"e"}) {
+		t.Fatalf("claim after d = %v, want e", got)
+	}
+	for _, want := range []string{"f", "d", "b", "a"} {
+		if got := claim(1, nil); !slices.Equal(got, []string{want}) {
+			t.Fatalf("claim = %v, want %s", got, want)
+		}
+	}
+	if got := claim(5, nil); len(got) != 0 {
+		t.Fatalf("claim = %v; c is not available until now+1s", got)
+	}
+	// Let f go again, available since now-1m: priority 3 still leads it by
+	// 3m, so it goes before g, of priority 0, available a second earlier.
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		f, err := x.TaskGet(ctx, &store.TaskGetParams{ID: "f"})
+		if err != nil {
+			return err
+		}
+		f.LockedBy, f.ProcessState, f.AvailableAt = "", dt.Pending, now.Add(-step)
+		if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: []*dt.Task{f}}); err != nil {
+			return err
+		}
+		_, err = x.TaskInsertMany(ctx, &store.TaskInsertManyParams{Tasks: []*dt.Task{mk("g", 0, -step-time.Second)}})
+		return err
+	})
+	if got := claim(1, nil); !slices.Equal(got, []string{"f"}) {
+		t.Fatalf("after f's back-off, claim = %v, want f (it keeps its priority's lead)", got)
+	}
+}
+
 // testTaskClaimAfter: TaskClaimParams.After starts the claim after a
-// position in claim order (AvailableAt, then ID), ties included.
+// position in claim order (ClaimAt, then ID), ties included.
 func testTaskClaimAfter(t *testing.T, d store.Driver, mode claimMode) {
 	mk := func(id string, avail time.Duration) *dt.Task {
 		tk := newTask(id)
@@ -822,10 +893,10 @@ func testTaskClaimAfter(t *testing.T, d store.Driver, mode claimMode) {
 		want  []string
 	}{
 		{nil, []string{"e", "a", "b", "c", "d"}},
-		{&store.ClaimPosition{AvailableAt: at(time.Second), ID: "b"}, []string{"c", "d"}},
-		{&store.ClaimPosition{AvailableAt: at(time.Second), ID: ""}, []string{"b", "c", "d"}},
-		{&store.ClaimPosition{AvailableAt: at(-time.Minute), ID: "z"}, []string{"e", "a", "b", "c", "d"}},
-		{&store.ClaimPosition{AvailableAt: at(2 * time.Second), ID: "d"}, nil},
+		{&store.ClaimPosition{ClaimAt: at(time.Second), ID: "b"}, []string{"c", "d"}},
+		{&store.ClaimPosition{ClaimAt: at(time.Second), ID: ""}, []string{"b", "c", "d"}},
+		{&store.ClaimPosition{ClaimAt: at(-time.Minute), ID: "z"}, []string{"e", "a", "b", "c", "d"}},
+		{&store.ClaimPosition{ClaimAt: at(2 * time.Second), ID: "d"}, nil},
 	} {
 		if got := claim(c.after); !sameSet(got, c.want) {
 			t.Errorf("claim after %+v = %v, want %v", c.after, got, c.want)
