@@ -286,7 +286,7 @@ func (c *Client) checkAgents() error {
 	defer c.wfMu.RUnlock()
 	var errs []error
 	for _, w := range c.workflows {
-		for _, s := range w.Steps {
+		for _, s := range w.FlatSteps() {
 			for _, a := range []string{s.Agent, s.Compensation} {
 				if a != "" && !c.knownAgents[a] {
 					errs = append(errs, fmt.Errorf("workflow %q step %q: %w %q (register it in Config.Agents or list it in Config.ExternalAgents)", w.Name, s.Name, ErrUnknownAgent, a))
@@ -500,10 +500,11 @@ func (c *Client) stepRetry(r *dt.AgentRequest) *agentrt.Retry {
 	c.wfMu.RLock()
 	w, ok := c.workflows[r.Workflow]
 	c.wfMu.RUnlock()
-	if !ok || r.StepIndex < 0 || r.StepIndex >= len(w.Steps) {
+	steps := w.FlatSteps()
+	if !ok || r.StepIndex < 0 || r.StepIndex >= len(steps) {
 		return nil
 	}
-	s := w.Steps[r.StepIndex]
+	s := steps[r.StepIndex]
 	if s.Retry == nil || s.Name != r.StepName {
 		return nil
 	}

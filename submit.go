@@ -354,6 +354,7 @@ func (c *Client) prepare(ctx context.Context, p SubmitParams) (*prepared, error)
 	if err != nil {
 		return nil, err
 	}
+	flat := w.FlatSteps()
 	priority := w.Priority
 	if p.Options.Priority != nil {
 		priority = *p.Options.Priority
@@ -363,7 +364,7 @@ func (c *Client) prepare(ctx context.Context, p SubmitParams) (*prepared, error)
 	}
 	t := &dt.Task{
 		ID: id, Workflow: w.Name, Input: input, InputHash: flow.InputHash(w.Name, input),
-		ProcessState: dt.Pending, StepCount: len(w.Steps), OrderingKey: dt.QualifyOrderingKey(p.Options.Namespace, p.Options.OrderingKey),
+		ProcessState: dt.Pending, StepCount: len(flat), OrderingKey: dt.QualifyOrderingKey(p.Options.Namespace, p.Options.OrderingKey),
 		FailureThreshold: w.FailureThreshold, OnFailure: w.OnFailure, RetryDelay: w.RetryDelay, Wait: w.Wait,
 		WorkflowVersion: w.Version, CallbackURL: p.Options.CallbackURL, CallbackEvents: events,
 		Submitter: p.Options.Submitter, Priority: priority, AvailableAt: start, CreatedAt: now, UpdatedAt: now,
@@ -371,13 +372,14 @@ func (c *Client) prepare(ctx context.Context, p SubmitParams) (*prepared, error)
 	if c.tracer.On() {
 		t.TraceContext = submitContext(ctx)
 	}
-	steps := make([]*dt.StepRecord, len(w.Steps))
-	for i, s := range w.Steps {
+	steps := make([]*dt.StepRecord, len(flat))
+	for i, s := range flat {
 		steps[i] = &dt.StepRecord{
 			TaskID: id, Index: i, Name: s.Name, Agent: s.Agent, Timeout: s.Timeout, Compensation: s.Compensation,
 			OnFailure: s.OnFailure, Wait: s.Wait, // never changed after registration: shared safely
 			Signal: s.Signal, SignalDefault: s.SignalDefault,
 			ProcessState: dt.Pending, IdempotencyKey: flow.IdempotencyKey(id, i, s.Name), UpdatedAt: now,
+			Group: s.Group,
 		}
 	}
 	return &prepared{task: t, steps: steps}, nil

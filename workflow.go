@@ -86,6 +86,41 @@ type Step struct {
 	// SignalDefault, when not nil, is the output (a JSON document) a signal
 	// step completes with when its deadline passes without the signal.
 	SignalDefault []byte
+	// Parallel, when set, makes this step a parallel group named Name: its
+	// branches (at least two, each a step with its own agent, Timeout,
+	// retries and FailureCount; no group within a group) run at the same
+	// time and join before the next step, which gets as previous output a
+	// JSON object of the branches' outputs by name. A group sets nothing
+	// but Name and Parallel. If a branch fails for good, its failure policy
+	// applies to the whole task: the other branches are abandoned (their
+	// late replies are refused) and, with PolicyCompensate, every
+	// completed branch and earlier step is undone in reverse order of
+	// completion.
+	Parallel []Step
+}
+
+// FlatStep is a step as a task stores it: a step of its own, or one
+// branch of a parallel group (Group names the group).
+type FlatStep struct {
+	Step
+	Group string
+}
+
+// FlatSteps returns the workflow's steps as its tasks store them, each
+// parallel group replaced by its branches: a step's index in the result is
+// its index in the task (TaskStep.Index).
+func (w Workflow) FlatSteps() []FlatStep {
+	out := make([]FlatStep, 0, len(w.Steps))
+	for _, s := range w.Steps {
+		if len(s.Parallel) == 0 {
+			out = append(out, FlatStep{Step: s})
+			continue
+		}
+		for _, b := range s.Parallel {
+			out = append(out, FlatStep{Step: b, Group: s.Name})
+		}
+	}
+	return out
 }
 
 const (
@@ -139,6 +174,25 @@ func waitProblems(field string, w WaitPolicy) []string {
 	return p
 }
 
+// groupProblems lists what is wrong with parallel group g, the workflow's
+// i-th step (not counting branches), and records its name in seen.
+func groupProblems(i int, g Step, seen map[string]bool) []string {
+	var p []string
+	if !validName(g.Name) {
+		p = append(p, fmt.Sprintf("group %d: name %q must be 1-%d printable characters without spaces or \"/\"", i, g.Name, maxNameLen))
+	} else if seen[g.Name] {
+		p = append(p, fmt.Sprintf("group %d: name %q is used twice", i, g.Name))
+	}
+	seen[g.Name] = true
+	if len(g.Parallel) < 2 {
+		p = append(p, fmt.Sprintf("group %d (%s): a group needs at least 2 branches, it has %d", i, g.Name, len(g.Parallel)))
+	}
+	if g.Agent != "" || g.Compensation != "" || g.Timeout != 0 || g.OnFailure != "" || g.Wait != nil || g.Retry != nil {
+		p = append(p, fmt.Sprintf("group %d (%s): a group sets only Name and Parallel; set Agent, Timeout, Compensation, OnFailure, Wait and Retry on its branches", i, g.Name))
+	}
+	return p
+}
+
 // withWaitDefaults fills in the defaults of a policy that waits.
 func withWaitDefaults(w WaitPolicy) WaitPolicy {
 	if w.MaxWaits <= 0 {
@@ -186,7 +240,19 @@ func (w Workflow) Validate() error {
 	}
 	p = append(p, waitProblems("Wait", w.Wait)...)
 	seen := map[string]bool{}
-	for i, s := range w.Steps {
+	for i, g := range w.Steps {
+		if len(g.Parallel) > 0 {
+			p = append(p, groupProblems(i, g, seen)...)
+		}
+	}
+	for i, s := range w.FlatSteps() {
+		if s.Group != "" {
+			if len(s.Parallel) > 0 {
+				p = append(p, fmt.Sprintf("step %d (%s): a branch of group %q cannot be a group itself", i, s.Name, s.Group))
+			}
+		} else if s.Parallel != nil {
+			p = append(p, fmt.Sprintf("step %d (%s): Parallel is set but empty; a group needs at least 2 branches", i, s.Name))
+		}
 		if !validName(s.Name) {
 			p = append(p, fmt.Sprintf("step %d: name %q must be 1-%d printable characters without spaces or \"/\"", i, s.Name, maxNameLen))
 		} else if seen[s.Name] {
@@ -194,7 +260,10 @@ func (w Workflow) Validate() error {
 		}
 		seen[s.Name] = true
 		if s.Signal != "" || s.SignalDefault != nil {
-			p = append(p, signalStepProblems(i, s)...)
+			if s.Group != "" {
+				p = append(p, fmt.Sprintf("step %d (%s): a branch of group %q cannot wait for a signal; put the signal step before or after the group", i, s.Name, s.Group))
+			}
+			p = append(p, signalStepProblems(i, s.Step)...)
 		} else if !validName(s.Agent) {
 			p = append(p, fmt.Sprintf("step %d (%s): agent %q must be 1-%d printable characters without spaces or \"/\"", i, s.Name, s.Agent, maxNameLen))
 		}
@@ -256,9 +325,20 @@ func (w Workflow) withDefaults() Workflow {
 		w.OnFailure = PolicyError
 	}
 	w.Wait = withWaitDefaults(w.Wait)
-	steps := make([]Step, len(w.Steps))
-	copy(steps, w.Steps)
+	w.Steps = stepDefaults(w.Steps)
+	return w
+}
+
+// stepDefaults returns a copy of steps with their defaults (and their
+// branches') filled in.
+func stepDefaults(in []Step) []Step {
+	steps := make([]Step, len(in))
+	copy(steps, in)
 	for i := range steps {
+		if len(steps[i].Parallel) > 0 {
+			steps[i].Parallel = stepDefaults(steps[i].Parallel)
+			continue
+		}
 		if steps[i].Timeout == 0 {
 			steps[i].Timeout = defaultStepTimeout
 		}
@@ -267,8 +347,7 @@ func (w Workflow) withDefaults() Workflow {
 			steps[i].Wait = &d
 		}
 	}
-	w.Steps = steps
-	return w
+	return steps
 }
 
 // AddWorkflows registers workflows while the client may be running, or
@@ -312,7 +391,7 @@ func (c *Client) AddWorkflows(ws []Workflow, externalAgents []string) error {
 	defer c.wfMu.Unlock()
 	if c.cfg.Roles.Agent {
 		for _, w := range ws {
-			for _, s := range w.Steps {
+			for _, s := range w.FlatSteps() {
 				for _, a := range []string{s.Agent, s.Compensation} {
 					if a != "" && !c.knownAgents[a] && !slices.Contains(externalAgents, a) {
 						errs = append(errs, fmt.Errorf("workflow %q step %q: %w %q (register it in Config.Agents or list it as an external agent)", w.Name, s.Name, ErrUnknownAgent, a))
@@ -348,16 +427,26 @@ func (c *Client) Workflows() []Workflow {
 	c.wfMu.RLock()
 	out := make([]Workflow, 0, len(c.workflows))
 	for _, w := range c.workflows {
-		w.Steps = slices.Clone(w.Steps)
-		for i, s := range w.Steps {
-			if s.Wait != nil {
-				d := *s.Wait
-				w.Steps[i].Wait = &d
-			}
-		}
+		w.Steps = cloneSteps(w.Steps)
 		out = append(out, w)
 	}
 	c.wfMu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// cloneSteps copies steps deeply enough that the caller cannot change the
+// registered definition: wait policies and branches.
+func cloneSteps(in []Step) []Step {
+	steps := slices.Clone(in)
+	for i, s := range steps {
+		if s.Wait != nil {
+			d := *s.Wait
+			steps[i].Wait = &d
+		}
+		if s.Parallel != nil {
+			steps[i].Parallel = cloneSteps(s.Parallel)
+		}
+	}
+	return steps
 }

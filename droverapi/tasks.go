@@ -91,6 +91,12 @@ type Step struct {
 	// absent: the deadline fails the step.
 	Signal        string          `json:"signal,omitempty"`
 	SignalDefault json.RawMessage `json:"signal_default,omitempty"`
+	// Group names the parallel group the step is a branch of; absent for
+	// a step of its own.
+	Group string `json:"group,omitempty"`
+	// FinishSeq numbers the task's steps in the order they completed;
+	// absent while the step has not completed.
+	FinishSeq int `json:"finish_seq,omitempty"`
 }
 
 // WaitPolicy is the extended wait of a task or step (drover.WaitPolicy)

@@ -228,6 +228,14 @@ type StepRecord struct {
 	// with when its deadline passes without the signal; nil: the step
 	// fails and the failure policy applies.
 	SignalDefault []byte
+	// Group is the name of the parallel group the step is a branch of; ""
+	// for a step of its own. A group's branches are consecutive steps that
+	// run at the same time and join before the next step.
+	Group string
+	// FinishSeq numbers the task's steps in the order they completed (1 for
+	// the first; 0 while not completed): compensation undoes steps in
+	// reverse order of completion.
+	FinishSeq int
 }
 
 // PolicyOf returns the failure policy and the wait policy that apply to
@@ -266,10 +274,15 @@ type AgentRequest struct {
 	// instance ID stores the request again (same attempt and key);
 	// otherwise the Supervisor recovers the step after CompleteBy.
 	InProcess bool
+	// PreviousOwn: PreviousOutput is stored with the request, as it is not
+	// the output of the step just before (a branch of a parallel group
+	// gets the output of the step before the group; the step after a group
+	// gets an object of its branches' outputs by name).
+	PreviousOwn bool
 
 	// Payload, joined in when the request is claimed.
 	Input          []byte // the task's input
-	PreviousOutput []byte // output of the step before, nil for the first
+	PreviousOutput []byte // output of the step before (or of the group before, by branch name), nil for the first
 	StepOutput     []byte // the step's own output; set for compensations
 	TraceContext   string // the task's (Task.TraceContext)
 }

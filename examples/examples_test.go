@@ -90,7 +90,7 @@ func buildExamples(t *testing.T) string {
 	bin := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed", "./priorities", "./signals", "./schedules")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed", "./priorities", "./signals", "./schedules", "./parallel")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build the examples: %v\n%s", err, out)
 	}
@@ -176,6 +176,16 @@ func TestExamplesRun(t *testing.T) {
 		if !strings.Contains(out, "o-3: a late approval is refused") {
 			t.Error("a signal to a final order was not refused")
 		}
+	})
+
+	t.Run("parallel", func(t *testing.T) {
+		t.Parallel()
+		out := runExample(t, bin, "parallel")
+		wantLines(t, "parallel", out,
+			`order-1: ship got {"stock":"inventory ok for order-1","payment":"payments ok for order-1"}`,
+			"order-1: Processed", "step 1 stock in group reserve: Processed", "step 2 payment in group reserve: Processed",
+			"order-2: undo stock\norder-2: undo quote\norder-2: Compensated (card declined)",
+			"step 2 payment in group reserve: Error")
 	})
 
 	t.Run("priorities", func(t *testing.T) {

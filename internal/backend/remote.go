@@ -123,7 +123,7 @@ func remoteTask(t *droverapi.Task) *drover.Task {
 			LockedBy: s.LockedBy, CompleteBy: s.CompleteBy, FailureCount: s.FailureCount, Attempt: s.Attempt,
 			IdempotencyKey: s.IdempotencyKey, Output: nullJSON(s.Output), LastError: s.LastError,
 			StartedAt: s.StartedAt, FinishedAt: s.FinishedAt, UpdatedAt: s.UpdatedAt,
-			Signal: s.Signal, SignalDefault: []byte(s.SignalDefault),
+			Signal: s.Signal, SignalDefault: []byte(s.SignalDefault), Group: s.Group, FinishSeq: s.FinishSeq,
 		})
 	}
 	return out

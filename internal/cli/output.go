@@ -59,6 +59,8 @@ type StepJSON struct {
 	IdempotencyKey    string          `json:"idempotency_key"`
 	TimeoutSeconds    float64         `json:"timeout_seconds"`
 	Output            json.RawMessage `json:"output"`
+	Group             string          `json:"group,omitempty"`      // the parallel group it is a branch of
+	FinishSeq         int             `json:"finish_seq,omitempty"` // order of completion, from 1
 	LastError         string          `json:"last_error,omitempty"`
 	StartedAt         *time.Time      `json:"started_at"`
 	FinishedAt        *time.Time      `json:"finished_at"`
@@ -139,7 +141,7 @@ func taskJSON(t *drover.Task) TaskJSON {
 			FailureCount: s.FailureCount, Attempt: s.Attempt, IdempotencyKey: s.IdempotencyKey,
 			TimeoutSeconds: s.Timeout.Seconds(), Output: rawJSON(s.Output), LastError: s.LastError,
 			StartedAt: s.StartedAt, FinishedAt: s.FinishedAt, OnFailure: string(s.OnFailure),
-			Signal: s.Signal,
+			Signal: s.Signal, Group: s.Group, FinishSeq: s.FinishSeq,
 		})
 		if s.SignalDefault != nil {
 			j.Steps[len(j.Steps)-1].SignalDefault = rawJSON(s.SignalDefault)
@@ -301,7 +303,11 @@ func printTask(w io.Writer, t *drover.Task, events []*drover.Event, now time.Tim
 		if s.Signal != "" {
 			agent = "signal:" + s.Signal
 		}
-		row(tw, strconv.Itoa(s.Index), s.Name, agent, string(s.ProcessState), comp, dash(s.LockedBy), fmtTime(s.CompleteBy),
+		name := s.Name
+		if s.Group != "" {
+			name += " [parallel " + s.Group + "]"
+		}
+		row(tw, strconv.Itoa(s.Index), name, agent, string(s.ProcessState), comp, dash(s.LockedBy), fmtTime(s.CompleteBy),
 			strconv.Itoa(s.FailureCount), strconv.Itoa(s.Attempt), s.IdempotencyKey, dash(clip(s.LastError, 80)))
 		if s.OnFailure != "" || s.Wait != nil {
 			policy, wait := t.PolicyOf(s)
@@ -331,10 +337,21 @@ func stepOf(t *drover.Task) string {
 // currentStep is stepOf for "drover status": "3 of 3 (ship, index 2)".
 func currentStep(t *drover.Task) string {
 	s := fmt.Sprintf("%d of %d", t.CurrentStep+1, t.StepCount)
-	if t.CurrentStep >= 0 && t.CurrentStep < len(t.Steps) {
-		s += fmt.Sprintf(" (%s, index %d)", t.Steps[t.CurrentStep].Name, t.CurrentStep)
+	if t.CurrentStep < 0 || t.CurrentStep >= len(t.Steps) {
+		return s
 	}
-	return s
+	cur := &t.Steps[t.CurrentStep]
+	if cur.Group == "" || t.ProcessState == drover.Compensating {
+		return s + fmt.Sprintf(" (%s, index %d)", cur.Name, t.CurrentStep)
+	}
+	// A parallel group: every branch, with its state.
+	var branches []string
+	last := t.CurrentStep
+	for i := t.CurrentStep; i < len(t.Steps) && t.Steps[i].Group == cur.Group; i++ {
+		branches = append(branches, fmt.Sprintf("%s %s", t.Steps[i].Name, t.Steps[i].ProcessState))
+		last = i
+	}
+	return s + fmt.Sprintf(" (parallel group %s, indexes %d-%d: %s)", cur.Group, t.CurrentStep, last, strings.Join(branches, ", "))
 }
 
 // ordering shows a task's ordering key and its position in it, the key

@@ -98,7 +98,7 @@ func (c *Console) agentList(ctx context.Context, v *viewer) ([]*agentView, *task
 		if w.Version > 0 {
 			label += fmt.Sprintf(" v%d", w.Version)
 		}
-		for i, s := range w.Steps {
+		for i, s := range w.FlatSteps() {
 			k := versionKey{w.Name, w.Version}
 			use(s.Agent, fmt.Sprintf("%s step %d %s", label, i, s.Name), tc.Held[heldKey{k, i, false}])
 			if s.Compensation != "" {
@@ -195,7 +195,7 @@ func (c *Console) remoteInFlight(ctx context.Context, v *viewer) (list []*agentV
 	}
 	for _, w := range ws {
 		k := versionKey{w.Name, w.Version}
-		for i, s := range w.Steps {
+		for i, s := range w.FlatSteps() {
 			use(s.Agent, held[heldKey{k, i, false}])
 			if s.Compensation != "" {
 				use(s.Compensation, held[heldKey{k, i, true}])

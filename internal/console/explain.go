@@ -42,6 +42,8 @@ func explain(t *drover.Task, evs []*drover.Event) string {
 				then = "then it completes with its default outcome"
 			}
 			fmt.Fprintf(&b, "Waiting for signal %s until %s (step %d %s); %s.", quote(cur.Signal), when(cur.CompleteBy), cur.Index, quote(cur.Name), then)
+		} else if cur != nil && cur.Group != "" {
+			branches(&b, t, cur.Group)
 		} else if cur != nil {
 			fmt.Fprintf(&b, "Step %d %s is running (attempt %d", cur.Index, quote(cur.Name), cur.Attempt)
 			if cur.LockedBy != "" {
@@ -176,4 +178,26 @@ func verbS(n int) string {
 		return "s"
 	}
 	return ""
+}
+
+// branches tells where the branches of t's parallel group g are.
+func branches(b *strings.Builder, t *drover.Task, g string) {
+	fmt.Fprintf(b, "Parallel group %s is running:", quote(g))
+	sep := " "
+	for i := range t.Steps {
+		s := &t.Steps[i]
+		if s.Group != g {
+			continue
+		}
+		fmt.Fprintf(b, "%sstep %d %s %s", sep, s.Index, quote(s.Name), strings.ToLower(string(s.ProcessState)))
+		if s.ProcessState == dt.Processing {
+			fmt.Fprintf(b, " (attempt %d", s.Attempt)
+			if s.CompleteBy != nil {
+				fmt.Fprintf(b, ", deadline %s", when(s.CompleteBy))
+			}
+			b.WriteString(")")
+		}
+		sep = ", "
+	}
+	b.WriteString("; they join before the next step.")
 }

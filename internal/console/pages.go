@@ -294,6 +294,41 @@ type taskData struct {
 	// FromHere offers a resubmit from each step (an operator, a task
 	// resubmittable, not compensated: that one restarts from step 0).
 	FromHere bool
+	// Groups are the task's parallel groups by the index of their first
+	// branch, drawn around their branches.
+	Groups map[int]*groupView
+}
+
+// groupView is a parallel group of a task on its page.
+type groupView struct {
+	Name              string
+	First, Last, Size int
+	Done              int // branches Processed
+	Join              int // the step after the group; 0 when the group is last
+}
+
+// groups finds the parallel groups of t's steps.
+func groups(t *drover.Task) map[int]*groupView {
+	out := map[int]*groupView{}
+	var cur *groupView
+	for i := range t.Steps {
+		s := &t.Steps[i]
+		if cur != nil && cur.Name != s.Group {
+			cur.Join, cur = s.Index, nil
+		}
+		if s.Group == "" {
+			continue
+		}
+		if cur == nil {
+			cur = &groupView{Name: s.Group, First: s.Index}
+			out[s.Index] = cur
+		}
+		cur.Last, cur.Size = s.Index, cur.Size+1
+		if s.ProcessState == dt.Processed {
+			cur.Done++
+		}
+	}
+	return out
 }
 
 // actions are the operator actions a task's state allows.
@@ -338,7 +373,7 @@ func (c *Console) task(ctx context.Context, r *http.Request, v *viewer) (string,
 	if err != nil {
 		return "", "", nil, err
 	}
-	d := &taskData{Task: t, Events: evs, Actions: allowed(t)}
+	d := &taskData{Task: t, Events: evs, Actions: allowed(t), Groups: groups(t)}
 	d.FromHere = v.id.Operator() && d.Actions.Resubmit && t.ProcessState != dt.Compensated
 	if len(evs) > eventsShown {
 		d.Events, d.More = evs[:eventsShown], true

@@ -244,7 +244,21 @@ func (v versionView) Compensates() bool {
 	if v.OnFailure == drover.PolicyCompensate {
 		return true
 	}
-	return slices.ContainsFunc(v.Steps, func(s drover.Step) bool { return s.OnFailure == drover.PolicyCompensate || s.Compensation != "" })
+	return slices.ContainsFunc(v.FlatSteps(), func(s drover.FlatStep) bool {
+		return s.OnFailure == drover.PolicyCompensate || s.Compensation != ""
+	})
+}
+
+// stepBox is one step's box on the page: the step and its version.
+type stepBox struct {
+	V      versionView
+	S      drover.Step
+	Branch bool // a branch of a parallel group (its name is drawn in the box)
+}
+
+// Box is step s's box.
+func (v versionView) Box(s drover.Step) stepBox {
+	return stepBox{V: v, S: s, Branch: !slices.ContainsFunc(v.Steps, func(o drover.Step) bool { return o.Name == s.Name })}
 }
 
 // Label is the version's name on the page.

@@ -106,6 +106,8 @@ type batch struct {
 	dirtyS    map[*dt.StepRecord]bool
 	requests  []*dt.AgentRequest
 	deletes   []store.StepRef
+	forward   []*dt.AgentReply // branch replies for the instances holding their tasks
+	forwardTo []string         // those instances
 	events    []*dt.Event
 	began     map[*dt.StepRecord]began // set when tracing (tracedBatch)
 	waits     []*loaded                // tasks whose signal step started (see takeSignals)
@@ -196,6 +198,9 @@ func (b *batch) flush(ctx context.Context, x store.Executor) error {
 		if err := notifier.InsertEvents(ctx, x, b.events); err != nil {
 			return err
 		}
+	}
+	if err := forwardReplies(ctx, x, b.forward, b.forwardTo); err != nil {
+		return err
 	}
 	if err := notifyRequests(ctx, x, b.requests); err != nil {
 		return err
@@ -562,11 +567,13 @@ func startTasks(subs []Submission, fresh []*dt.Task, freshIdx []int, start *Star
 			cs := *st
 			steps[j] = &cs
 		}
-		dispatchStep(sb, start.Machine.Instance, start.Machine.Reserve, &c, steps[0], nil, dt.KindDo, start.Now)
-		// The request may go to an agent in memory while the caller holds
+		n := len(sb.requests)
+		dispatchNext(sb, start.Machine.Instance, start.Machine.Reserve, &loaded{task: &c, steps: steps}, start.Now)
+		// The requests may go to agents in memory while the caller holds
 		// the returned task: each gets its own input.
-		req := sb.requests[len(sb.requests)-1]
-		req.Input = bytes.Clone(req.Input)
+		for _, req := range sb.requests[n:] {
+			req.Input = bytes.Clone(req.Input)
+		}
 		subs[i] = Submission{Task: &c, Steps: steps}
 		fresh[k] = &c
 	}
@@ -896,36 +903,34 @@ func (m *Machine) advance(b *batch, l *loaded, now time.Time) {
 	t := l.task
 	switch t.ProcessState {
 	case dt.Processing:
-		var prev []byte
+		// A signal step (never a branch of a group) waits instead of
+		// being dispatched.
 		for _, s := range l.steps {
 			if s.ProcessState != dt.Processed {
 				if s.Signal != "" {
 					m.wait(b, l, s, now)
 					return
 				}
-				m.dispatch(b, t, s, prev, dt.KindDo, now)
-				return
+				break
 			}
-			prev = s.Output
+		}
+		if n, more := dispatchNext(b, m.Instance, m.Reserve, l, now); more {
+			m.pending.dispatched += int64(n)
+			b.task(t) // a reply of one branch of a group moves CompleteBy
+			return
 		}
 		t.ProcessState = dt.Processed
 		if n := len(l.steps); n > 0 {
-			t.Output = l.steps[n-1].Output
+			t.Output = output(l.steps, n-1)
 		}
 		m.release(b, t, now)
 		b.event(ev(t, -1, dt.EventProcessed, m.Instance, now))
 		m.pending.finished++
 	case dt.Compensating:
-		for i := len(l.steps) - 1; i >= 0; i-- {
-			s := l.steps[i]
-			if needsCompensation(s) {
-				var prev []byte
-				if i > 0 {
-					prev = l.steps[i-1].Output
-				}
-				m.dispatch(b, t, s, prev, dt.KindCompensate, now)
-				return
-			}
+		if i := nextToCompensate(l.steps); i >= 0 {
+			dispatchStep(b, m.Instance, m.Reserve, l, i, dt.KindCompensate, now)
+			m.pending.dispatched++
+			return
 		}
 		t.ProcessState = dt.Compensated
 		m.release(b, t, now)
@@ -966,29 +971,23 @@ func (m *Machine) release(b *batch, t *dt.Task, now time.Time) {
 	b.task(t)
 }
 
-func (m *Machine) dispatch(b *batch, t *dt.Task, s *dt.StepRecord, prev []byte, kind dt.RequestKind, now time.Time) {
-	dispatchStep(b, m.Instance, m.Reserve, t, s, prev, kind, now)
-	m.pending.dispatched++
-}
-
-// dispatchStep sends step s of task t, held by instance: the step's
+// dispatchStep sends step i of task l, held by instance: the step's
 // attempt (its fencing token) moves on and its deadline is set, and the
 // request goes to b (handed to an agent runtime of this process if reserve
 // takes it).
-func dispatchStep(b *batch, instance string, reserve func(agent string) (string, bool), t *dt.Task, s *dt.StepRecord, prev []byte, kind dt.RequestKind, now time.Time) {
+func dispatchStep(b *batch, instance string, reserve func(agent string) (string, bool), l *loaded, i int, kind dt.RequestKind, now time.Time) {
+	t, s := l.task, l.steps[i]
 	deadline := now.Add(s.Timeout)
 	s.Attempt++
 	s.LockedBy = instance
 	s.CompleteBy = &deadline
 	s.UpdatedAt = now
-	agent, key := s.Agent, s.IdempotencyKey
 	typ := dt.EventStepStarted
 	if kind == dt.KindCompensate {
 		if s.CompensationState == "" {
 			s.FailureCount = 0
 		}
 		s.CompensationState = dt.Processing
-		agent, key = s.Compensation, s.IdempotencyKey+"/compensate"
 		typ = dt.EventCompensating
 	} else {
 		s.ProcessState = dt.Processing
@@ -1003,16 +1002,9 @@ func dispatchStep(b *batch, instance string, reserve func(agent string) (string,
 	t.CompleteBy = &deadline
 	t.UpdatedAt = now
 	b.task(t)
-	req := &dt.AgentRequest{
-		Agent: agent, TaskID: t.ID, Workflow: t.Workflow, StepIndex: s.Index, StepName: s.Name, Attempt: s.Attempt,
-		Kind: kind, IdempotencyKey: key, CompleteBy: deadline, Scheduler: instance, CreatedAt: now,
-		Input: t.Input, PreviousOutput: prev, TraceContext: t.TraceContext,
-	}
-	if kind == dt.KindCompensate {
-		req.StepOutput = s.Output
-	}
+	req := request(l, i, kind, instance, now)
 	if reserve != nil {
-		req.ClaimedBy, req.InProcess = reserve(agent)
+		req.ClaimedBy, req.InProcess = reserve(req.Agent)
 	}
 	b.requests = append(b.requests, req)
 	e := ev(t, s.Index, typ, instance, now)
@@ -1054,23 +1046,33 @@ func (m *Machine) Restore(ctx context.Context, x store.Executor, now time.Time, 
 		if t.LockedBy != m.Instance || l.broken() != "" {
 			continue // someone took it meanwhile; a broken task is the claim's and supervisor's
 		}
-		s := l.steps[t.CurrentStep]
-		kind, agent, key := dt.KindDo, s.Agent, s.IdempotencyKey
-		switch {
-		case t.ProcessState == dt.Processing && s.ProcessState == dt.Processing:
-		case t.ProcessState == dt.Compensating && s.CompensationState == dt.Processing:
-			kind, agent, key = dt.KindCompensate, s.Compensation, s.IdempotencyKey+"/compensate"
-		default:
-			continue
+		// Every branch of a group in flight, else the current step.
+		lo, hi := t.CurrentStep, t.CurrentStep+1
+		if t.ProcessState == dt.Processing {
+			lo, hi = span(l.steps, t.CurrentStep)
 		}
-		if s.CompleteBy == nil || !now.Before(*s.CompleteBy) {
-			continue
+		for i := lo; i < hi; i++ {
+			s := l.steps[i]
+			kind := dt.KindDo
+			switch {
+			case t.ProcessState == dt.Processing && s.ProcessState == dt.Processing:
+			case t.ProcessState == dt.Compensating && s.CompensationState == dt.Processing:
+				kind = dt.KindCompensate
+			default:
+				continue
+			}
+			if s.CompleteBy == nil || !now.Before(*s.CompleteBy) {
+				continue
+			}
+			attempts = append(attempts, store.StepAttempt{TaskID: t.ID, Index: s.Index, Attempt: s.Attempt, Kind: kind})
+			r := request(l, i, kind, m.Instance, now)
+			// The payload is joined in when the request is claimed.
+			r.Input, r.StepOutput, r.TraceContext = nil, nil, ""
+			if !r.PreviousOwn {
+				r.PreviousOutput = nil
+			}
+			reqs = append(reqs, r)
 		}
-		attempts = append(attempts, store.StepAttempt{TaskID: t.ID, Index: s.Index, Attempt: s.Attempt, Kind: kind})
-		reqs = append(reqs, &dt.AgentRequest{
-			Agent: agent, TaskID: t.ID, Workflow: t.Workflow, StepIndex: s.Index, StepName: s.Name, Attempt: s.Attempt,
-			Kind: kind, IdempotencyKey: key, CompleteBy: *s.CompleteBy, Scheduler: m.Instance, CreatedAt: now,
-		})
 	}
 	exists, err := x.StepMessagesExist(ctx, &store.StepMessagesExistParams{Attempts: attempts})
 	if err != nil {
@@ -1250,12 +1252,18 @@ func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Tim
 	if l != nil && r.StepIndex >= 0 && r.StepIndex < len(l.steps) {
 		s = l.steps[r.StepIndex]
 	}
-	current := s != nil && l.task.LockedBy == m.Instance && s.Attempt == r.Attempt &&
+	if forwarded(b, l, s, r, m.Instance, now) {
+		return
+	}
+	// A branch of a group may answer while the task is let go of, waiting
+	// for a sibling's retry (see Leader.recover): it applies to the branch.
+	unheld := s != nil && s.Group != "" && l.task.LockedBy == "" && l.task.ProcessState == dt.Pending
+	current := s != nil && (l.task.LockedBy == m.Instance || unheld) && s.Attempt == r.Attempt &&
 		s.CompleteBy != nil && !now.After(*s.CompleteBy)
 	if current {
 		switch r.Kind {
 		case dt.KindDo:
-			current = s.ProcessState == dt.Processing && l.task.ProcessState == dt.Processing
+			current = s.ProcessState == dt.Processing && (l.task.ProcessState == dt.Processing || unheld)
 		case dt.KindCompensate:
 			current = s.CompensationState == dt.Processing && l.task.ProcessState == dt.Compensating
 		default:
@@ -1287,19 +1295,20 @@ func (m *Machine) applyReply(b *batch, l *loaded, r *dt.AgentReply, now time.Tim
 		s.ProcessState = dt.Processed
 		s.Output = r.Output
 		s.LastError = ""
-		finished := now
-		s.FinishedAt = &finished
+		completed(l, s, now)
 		e := ev(t, s.Index, dt.EventStepProcessed, m.Instance, now)
 		e.Attempt = r.Attempt
 		b.event(e)
-		m.advance(b, l, now)
+		if !unheld {
+			m.advance(b, l, now)
+		} // else the claim that takes the task back joins the group
 	case r.Kind == dt.KindDo:
 		s.ProcessState = dt.Error
 		s.LastError = r.Error
 		finished := now
 		s.FinishedAt = &finished
 		m.alert(b, t, s.Index, dt.EventStepFailed, "permanent error: "+r.Error, now).Attempt = r.Attempt
-		m.failTask(b, l, r.Error, now)
+		m.failTask(b, l, s, r.Error, now)
 	case !r.Failed:
 		s.CompensationState = dt.Compensated
 		s.LastError = ""
@@ -1328,12 +1337,15 @@ func (m *Machine) alert(b *batch, t *dt.Task, step int, typ dt.EventType, msg st
 	return e
 }
 
-// failTask applies the failure policy of the task's current step, which
-// failed for good, while the instance holds it.
-func (m *Machine) failTask(b *batch, l *loaded, reason string, now time.Time) {
+// failTask applies the failure policy of step s, which failed for good,
+// to the whole task, while the instance holds it (or a sibling branch's
+// retry let go of it): the other branches of its group are abandoned.
+func (m *Machine) failTask(b *batch, l *loaded, s *dt.StepRecord, reason string, now time.Time) {
 	t := l.task
 	t.LastError = reason
-	if policy, _ := t.PolicyOf(l.steps[t.CurrentStep]); policy == dt.PolicyCompensate {
+	policy, _ := t.PolicyOf(s)
+	abandon(b, l, s, policy == dt.PolicyCompensate, now)
+	if policy == dt.PolicyCompensate {
 		t.ProcessState = dt.Compensating
 		b.event(ev(t, -1, dt.EventCompensating, m.Instance, now))
 		m.advance(b, l, now)
@@ -1493,8 +1505,23 @@ func (sv *Leader) recover(b *batch, l *loaded, now time.Time) {
 		return
 	}
 	compensating := t.ProcessState == dt.Compensating
-	inFlight := (!compensating && s.ProcessState == dt.Processing) || (compensating && s.CompensationState == dt.Processing)
-	if !inFlight {
+	// The steps whose CompleteBy passed: the current one, or the branches
+	// of the current group. The other branches keep running; their replies
+	// apply while the task waits to be claimed again.
+	var expired []*dt.StepRecord
+	if s := l.steps[t.CurrentStep]; compensating || s.Group == "" {
+		if (!compensating && s.ProcessState == dt.Processing) || (compensating && s.CompensationState == dt.Processing) {
+			expired = append(expired, s)
+		}
+	} else {
+		lo, hi := span(l.steps, t.CurrentStep)
+		for _, s := range l.steps[lo:hi] {
+			if s.ProcessState == dt.Processing && (s.CompleteBy == nil || !now.Before(*s.CompleteBy)) {
+				expired = append(expired, s)
+			}
+		}
+	}
+	if len(expired) == 0 {
 		// Nothing in flight: make it claimable again; the claim's advance
 		// works out what comes next.
 		if !compensating {
@@ -1502,6 +1529,19 @@ func (sv *Leader) recover(b *batch, l *loaded, now time.Time) {
 		}
 		return
 	}
+	t.AvailableAt = now
+	for _, s := range expired {
+		if !sv.timedOut(b, l, s, compensating, now) {
+			return // failed for good: the policy applied to the whole task
+		}
+	}
+}
+
+// timedOut recovers step s of l, whose CompleteBy passed: another try
+// (after the back-off or an extended wait), or, when it failed for good,
+// the failure policy for the whole task (retry false).
+func (sv *Leader) timedOut(b *batch, l *loaded, s *dt.StepRecord, compensating bool, now time.Time) (retry bool) {
+	t := l.task
 	b.deletes = append(b.deletes, store.StepRef{TaskID: t.ID, Index: s.Index})
 	if compensating {
 		b.attemptEnds(s, dt.KindCompensate)
@@ -1518,20 +1558,22 @@ func (sv *Leader) recover(b *batch, l *loaded, now time.Time) {
 	e.Attempt = s.Attempt
 	e.Message = fmt.Sprintf("CompleteBy passed; FailureCount %d of %d", s.FailureCount, t.FailureThreshold)
 
-	retry := func() {
+	again := func(at time.Time) {
 		if compensating {
 			s.CompensationState = dt.Pending
 		} else {
 			s.ProcessState = dt.Pending
 			t.ProcessState = dt.Pending
 		}
+		if at.After(t.AvailableAt) {
+			t.AvailableAt = at
+		}
 	}
 	if s.FailureCount < t.FailureThreshold {
-		retry()
-		t.AvailableAt = now.Add(backoff(t.RetryDelay, s.FailureCount))
+		again(now.Add(backoff(t.RetryDelay, s.FailureCount)))
 		sv.pending.recoveries++
 		sv.event(b, t, s.Index, dt.EventStepRetry, now).Attempt = s.Attempt
-		return
+		return true
 	}
 	alert := func(typ dt.EventType, step int, msg string) *dt.Event {
 		e := sv.event(b, t, step, typ, now)
@@ -1545,14 +1587,13 @@ func (sv *Leader) recover(b *batch, l *loaded, now time.Time) {
 	// waits so far are the failures past the threshold.
 	waits := s.FailureCount - t.FailureThreshold
 	if waits < wait.MaxWaits {
-		retry()
 		next := now.Add(wait.Wait(waits + 1))
-		t.AvailableAt = next
+		again(next)
 		s.LastError = fmt.Sprintf("step %d (%s) timed out %d times; extended wait %d of %d, next attempt at %s",
 			s.Index, s.Name, s.FailureCount, waits+1, wait.MaxWaits, next.UTC().Format(time.RFC3339Nano))
 		sv.pending.waits++
 		alert(dt.EventStepWaiting, s.Index, s.LastError).Attempt = s.Attempt
-		return
+		return true
 	}
 	reason := fmt.Sprintf("step %d (%s) timed out %d times", s.Index, s.Name, s.FailureCount)
 	if waits > 0 {
@@ -1565,10 +1606,11 @@ func (sv *Leader) recover(b *batch, l *loaded, now time.Time) {
 		t.LastError = "compensation: " + reason
 		alert(dt.EventError, -1, t.LastError)
 		sv.pending.finished++
-		return
+		return false
 	}
 	s.ProcessState = dt.Error
 	t.LastError = reason
+	abandon(b, l, s, policy == dt.PolicyCompensate, now)
 	if policy == dt.PolicyCompensate {
 		if s.Compensation != "" {
 			// It timed out: it may have taken effect. Undo it too; the
@@ -1581,11 +1623,12 @@ func (sv *Leader) recover(b *batch, l *loaded, now time.Time) {
 		t.ProcessState = dt.Compensating
 		alert(dt.EventStepFailed, s.Index, reason+"; compensating")
 		sv.event(b, t, -1, dt.EventCompensating, now)
-		return
+		return false
 	}
 	t.ProcessState = dt.Error
 	alert(dt.EventError, -1, reason)
 	sv.pending.finished++
+	return false
 }
 
 // maxBackoff caps a recovered step's wait before it is claimed again.
@@ -1695,6 +1738,9 @@ func Resubmit(ctx context.Context, x store.Executor, id, actor string, fromStep 
 		t.ProcessState = dt.Compensating
 	} else {
 		start := fromStep
+		if start >= 0 && start < len(steps) {
+			start, _ = span(steps, start) // a group runs again as a whole
+		}
 		if start < 0 {
 			start = len(steps)
 			for i, s := range steps {
@@ -1708,7 +1754,7 @@ func Resubmit(ctx context.Context, x store.Executor, id, actor string, fromStep 
 			s.ProcessState = dt.Pending
 			s.CompensationState = ""
 			s.FailureCount, s.LastError, s.UpdatedAt = 0, "", now
-			s.LockedBy, s.CompleteBy, s.FinishedAt = "", nil, nil
+			s.LockedBy, s.CompleteBy, s.FinishedAt, s.FinishSeq = "", nil, nil, 0
 			b.step(s)
 		}
 		t.ProcessState = dt.Pending
@@ -1734,7 +1780,7 @@ func resubmitCompensated(ctx context.Context, x store.Executor, b *batch, t *dt.
 		s.IdempotencyKey, run = NextRunKey(s.IdempotencyKey)
 		s.ProcessState, s.CompensationState = dt.Pending, ""
 		s.FailureCount, s.LastError, s.Output, s.UpdatedAt = 0, "", nil, now
-		s.LockedBy, s.CompleteBy, s.StartedAt, s.FinishedAt = "", nil, nil, nil
+		s.LockedBy, s.CompleteBy, s.StartedAt, s.FinishedAt, s.FinishSeq = "", nil, nil, nil, 0
 		b.step(s)
 	}
 	t.ProcessState, t.CurrentStep, t.Output = dt.Pending, 0, nil

@@ -89,8 +89,7 @@ func deliver(b *batch, l *loaded, sig *dt.Signal, actor string, now time.Time) {
 	s.ProcessState = dt.Processed
 	s.Output = sig.Payload
 	s.LockedBy, s.CompleteBy, s.LastError = "", nil, ""
-	finished := now
-	s.FinishedAt = &finished
+	completed(l, s, now)
 	s.UpdatedAt = now
 	b.step(s)
 	t.ProcessState = dt.Pending
@@ -193,6 +192,7 @@ func (sv *Leader) signalTimeout(b *batch, l *loaded, s *dt.StepRecord, now time.
 	if s.SignalDefault != nil {
 		e.Message = fmt.Sprintf("no signal %q by the deadline; the step completes with its default outcome", s.Signal)
 		s.ProcessState, s.Output, s.LastError = dt.Processed, bytes.Clone(s.SignalDefault), ""
+		completed(l, s, now)
 		t.ProcessState, t.AvailableAt = dt.Pending, now
 		b.claimable = true
 		sv.event(b, t, s.Index, dt.EventStepProcessed, now).Attempt = s.Attempt

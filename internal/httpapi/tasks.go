@@ -99,7 +99,7 @@ func toTaskJSON(t *drover.Task) droverapi.Task {
 			State: string(s.ProcessState), CompensationState: string(s.CompensationState), LockedBy: s.LockedBy,
 			CompleteBy: s.CompleteBy, FailureCount: s.FailureCount, Attempt: s.Attempt, IdempotencyKey: s.IdempotencyKey,
 			Output: jsonOrString(s.Output), LastError: s.LastError, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
-			UpdatedAt: s.UpdatedAt, Signal: s.Signal, SignalDefault: jsonOrString(s.SignalDefault),
+			UpdatedAt: s.UpdatedAt, Signal: s.Signal, SignalDefault: jsonOrString(s.SignalDefault), Group: s.Group, FinishSeq: s.FinishSeq,
 		})
 	}
 	return out

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,7 @@ func TestWorkflowShape(t *testing.T) {
 		{Name: "ship", Agent: "shipping", Timeout: 2 * time.Second},
 	}
 	for i, s := range want {
-		if w.Steps[i] != s {
+		if !reflect.DeepEqual(w.Steps[i], s) {
 			t.Errorf("step %d = %+v, want %+v", i, w.Steps[i], s)
 		}
 	}

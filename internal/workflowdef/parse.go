@@ -107,6 +107,9 @@ type Step struct {
 	// at the deadline (nil: the deadline fails it).
 	Signal        string
 	SignalDefault []byte
+	// Group names the parallel group the step is a branch of ("" for a
+	// step of its own); a group's branches are consecutive in Steps.
+	Group string
 }
 
 // Action is a call of the built-in HTTP agent or of a remote agent.
@@ -175,7 +178,15 @@ func (d *Definition) Workflow() drover.Workflow {
 		if s.Compensate != nil {
 			st.Compensation = s.Compensate.AgentName()
 		}
-		w.Steps = append(w.Steps, st)
+		if s.Group == "" {
+			w.Steps = append(w.Steps, st)
+			continue
+		}
+		if n := len(w.Steps); n == 0 || w.Steps[n-1].Name != s.Group || len(w.Steps[n-1].Parallel) == 0 {
+			w.Steps = append(w.Steps, drover.Step{Name: s.Group})
+		}
+		g := &w.Steps[len(w.Steps)-1]
+		g.Parallel = append(g.Parallel, st)
 	}
 	return w
 }
@@ -697,30 +708,113 @@ func (p *parser) workflow(n *yaml.Node, d *Definition) {
 		return
 	}
 	// Names first, so references to any step can be checked in order.
-	names := make([]string, len(e.val.Content))
-	nameAt := map[string]int{}
-	for i, sn := range e.val.Content {
-		if sn.Kind != yaml.MappingNode {
-			continue
+	// A parallel group's branches are steps in their own right, indexed
+	// as its tasks store them.
+	entries := p.flatSteps(e.val)
+	names := make([]string, len(entries))
+	nameAt := map[string]string{}
+	newName := func(v *yaml.Node, field string) bool {
+		if prev, dup := nameAt[v.Value]; dup {
+			p.add(v, field+".name", "%q is also the name of %s", v.Value, prev)
+			return false
 		}
-		for j := 0; j+1 < len(sn.Content); j += 2 {
-			k, v := sn.Content[j], sn.Content[j+1]
-			if k.Value != "name" || v.Kind != yaml.ScalarNode || v.Value == "" {
-				continue
-			}
-			if prev, dup := nameAt[v.Value]; dup {
-				p.add(v, fmt.Sprintf("steps[%d].name", i), "%q is also the name of steps[%d]", v.Value, prev)
-			} else {
-				nameAt[v.Value] = i
-				names[i] = v.Value
-			}
+		nameAt[v.Value] = field
+		return true
+	}
+	for i, en := range entries {
+		if v := stepName(en.group); v != nil && (i == 0 || entries[i-1].group != en.group) {
+			newName(v, en.groupField)
+		}
+		if v := stepName(en.node); v != nil && newName(v, en.field) {
+			names[i] = v.Value
 		}
 	}
-	for i, sn := range e.val.Content {
-		if s := p.step(sn, fmt.Sprintf("steps[%d]", i), i, names); s != nil {
+	for i, en := range entries {
+		if en.group == nil {
+			if s := p.step(en.node, en.field, refScope{index: i, first: i, names: names}); s != nil {
+				d.Steps = append(d.Steps, s)
+			}
+			continue
+		}
+		if s := p.step(en.node, en.field, refScope{index: i, first: en.first, names: names}); s != nil {
+			if g := stepName(en.group); g != nil {
+				s.Group = g.Value
+			}
 			d.Steps = append(d.Steps, s)
 		}
 	}
+}
+
+// stepEntry is one step of the file as its tasks store it: a step of its
+// own, or a branch of the parallel group group.
+type stepEntry struct {
+	node, group       *yaml.Node
+	field, groupField string
+	first             int // index of the group's first branch; the step's own index when not in a group
+}
+
+// flatSteps lists the steps of the steps list, each parallel group's
+// branches in its place, and checks the groups' shape.
+func (p *parser) flatSteps(list *yaml.Node) []stepEntry {
+	var out []stepEntry
+	for i, sn := range list.Content {
+		field := fmt.Sprintf("steps[%d]", i)
+		par := mapValue(sn, "parallel")
+		if par == nil {
+			out = append(out, stepEntry{node: sn, field: field, first: len(out)})
+			continue
+		}
+		f, ok := p.fields(sn, field, "name", "parallel")
+		if !ok {
+			continue
+		}
+		if _, ok := f["name"]; !ok {
+			p.add(sn, field+".name", "required: a parallel group needs a name")
+		} else if _, ok := p.name(f["name"].val, field+".name"); !ok {
+			continue
+		}
+		if !p.kind(par, field+".parallel", yaml.SequenceNode) {
+			continue
+		}
+		if len(par.Content) < 2 {
+			p.add(par, field+".parallel", "a parallel group needs at least 2 branches, it has %d", len(par.Content))
+			continue
+		}
+		first := len(out)
+		for j, bn := range par.Content {
+			bf := fmt.Sprintf("%s.parallel[%d]", field, j)
+			if mapValue(bn, "parallel") != nil {
+				p.add(bn, bf+".parallel", "a branch cannot be a parallel group itself")
+				continue
+			}
+			out = append(out, stepEntry{node: bn, group: sn, field: bf, groupField: field, first: first})
+		}
+	}
+	return out
+}
+
+// mapValue is the value of key in mapping n; nil when n is not a mapping
+// or has no such key.
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for j := 0; j+1 < len(n.Content); j += 2 {
+		if n.Content[j].Value == key {
+			return n.Content[j+1]
+		}
+	}
+	return nil
+}
+
+// stepName is the name node of step (or group) n; nil when it has no
+// usable name.
+func stepName(n *yaml.Node) *yaml.Node {
+	v := mapValue(n, "name")
+	if v == nil || v.Kind != yaml.ScalarNode || v.Value == "" {
+		return nil
+	}
+	return v
 }
 
 // egressAllow reads egress: {allow: [RULE, ...]}; nil when it has problems.
@@ -767,6 +861,7 @@ func (p *parser) egressAllow(n *yaml.Node) []egress.Rule {
 // refScope says which step outputs an expression may use.
 type refScope struct {
 	index      int      // the step's index
+	first      int      // its group's first branch (index when not a branch): siblings run at the same time
 	compensate bool     // in its compensation: the step itself too, and step.output
 	names      []string // every step's name, by index
 }
@@ -801,12 +896,15 @@ func (p *parser) checkRefs(n *yaml.Node, field string, xs []*expr, sc refScope) 
 		case !sc.compensate && at >= sc.index:
 			p.add(n, field, "%s: step %q is not before this step; only earlier steps' outputs are available", x, x.step)
 			ok = false
+		case at >= sc.first && at != sc.index:
+			p.add(n, field, "%s: step %q is a branch of the same parallel group, which runs at the same time; use it after the group", x, x.step)
+			ok = false
 		}
 	}
 	return ok
 }
 
-func (p *parser) step(n *yaml.Node, field string, index int, names []string) *Step {
+func (p *parser) step(n *yaml.Node, field string, sc refScope) *Step {
 	f, ok := p.fields(n, field, "name", "timeout", "http", "agent", "input", "retry", "compensate", "on_failure", "wait", "signal", "default")
 	if !ok {
 		return nil
@@ -845,7 +943,6 @@ func (p *parser) step(n *yaml.Node, field string, index int, names []string) *St
 			good = false
 		}
 	}
-	sc := refScope{index: index, names: names}
 	if a := p.action(n, f, field, sc); a != nil {
 		s.Do = *a
 	} else {

@@ -950,8 +950,11 @@ func (e *executor) StepInsertMany(ctx context.Context, params *store.StepInsertM
 		waitMultiplier                                    = make([]*float64, n)
 		signals                                           = make([]string, n)
 		signalDefaults                                    = make([][]byte, n)
+		groups                                            = make([]string, n)
+		finishSeqs                                        = make([]int32, n)
 	)
 	for i, s := range steps {
+		groups[i], finishSeqs[i] = s.Group, int32(s.FinishSeq)
 		onFailure[i] = string(s.OnFailure)
 		signals[i], signalDefaults[i] = s.Signal, s.SignalDefault
 		if w := s.Wait; w != nil {
@@ -965,7 +968,7 @@ func (e *executor) StepInsertMany(ctx context.Context, params *store.StepInsertM
 	}
 	return e.later(ctx, "insert steps", e.d.q.stepInsert, []any{taskIDs, index, names, agents, timeouts, comps, states,
 		compStates, lockedBy, completeBy, failures, attempts, keys, outputs, lastErrs, started, finished, updated,
-		onFailure, waitMax, waitDelay, waitMultiplier, waitMaxDelay, signals, signalDefaults}, nil, nil)
+		onFailure, waitMax, waitDelay, waitMultiplier, waitMaxDelay, signals, signalDefaults, groups, finishSeqs}, nil, nil)
 }
 
 func (e *executor) StepListByTasks(ctx context.Context, params *store.StepListByTasksParams) ([]*dt.StepRecord, error) {
@@ -1028,7 +1031,7 @@ func scanStep(out *[]*dt.StepRecord) func(r rows) error {
 		if err := r.Scan(&s.TaskID, &s.Index, &s.Name, &s.Agent, &timeout, &s.Compensation, &state, &compState,
 			&lockedBy, &completeBy, &s.FailureCount, &s.Attempt, &s.IdempotencyKey, &s.Output, &lastErr,
 			&startedAt, &finishedAt, &s.UpdatedAt, &onFailure, &waitMax, &waitDelay, &waitMultiplier, &waitMaxDelay,
-			&s.Signal, &s.SignalDefault); err != nil {
+			&s.Signal, &s.SignalDefault, &s.Group, &s.FinishSeq); err != nil {
 			return err
 		}
 		s.OnFailure = dt.FailurePolicy(onFailure)
@@ -1067,9 +1070,10 @@ func (e *executor) StepUpdateMany(ctx context.Context, params *store.StepUpdateM
 		outputs                       = make([][]byte, n)
 		updated                       = make([]time.Time, n)
 		keys                          = make([]string, n)
+		finishSeqs                    = make([]int32, n)
 	)
 	for i, s := range steps {
-		keys[i] = s.IdempotencyKey
+		keys[i], finishSeqs[i] = s.IdempotencyKey, int32(s.FinishSeq)
 		taskIDs[i], index[i], states[i], compStates[i] = s.TaskID, int32(s.Index), string(s.ProcessState), string(s.CompensationState)
 		lockedBy.set(i, s.LockedBy)
 		lastErrs.set(i, s.LastError)
@@ -1077,7 +1081,7 @@ func (e *executor) StepUpdateMany(ctx context.Context, params *store.StepUpdateM
 		outputs[i], started[i], finished[i], updated[i] = s.Output, s.StartedAt, s.FinishedAt, s.UpdatedAt
 	}
 	return e.later(ctx, "update steps", e.d.q.stepUpdate, []any{taskIDs, index, states, compStates, lockedBy.ptrs, completeBy,
-		failures, attempts, outputs, lastErrs.ptrs, started, finished, updated, keys}, nil, nil)
+		failures, attempts, outputs, lastErrs.ptrs, started, finished, updated, keys, finishSeqs}, nil, nil)
 }
 
 // ---- agent requests ----
@@ -1096,14 +1100,19 @@ func (e *executor) RequestInsertMany(ctx context.Context, params *store.RequestI
 		index, attempts                      = make([]int32, n), make([]int32, n)
 		completeBy, created                  = make([]time.Time, n), make([]time.Time, n)
 		claimedBy                            = make([]*string, n)
+		prevOwn                              = make([]bool, n)
+		prevOut                              = make([][]byte, n)
 	)
 	for i, r := range reqs {
+		if r.PreviousOwn {
+			prevOwn[i], prevOut[i] = true, r.PreviousOutput
+		}
 		agents[i], taskIDs[i], index[i], attempts[i], kinds[i] = r.Agent, r.TaskID, int32(r.StepIndex), int32(r.Attempt), string(r.Kind)
 		keys[i], completeBy[i], scheds[i], claimedBy[i], created[i] = r.IdempotencyKey, r.CompleteBy, r.Scheduler, nullStr(r.ClaimedBy), r.CreatedAt
 	}
 	var ids []int64
 	return e.later(ctx, "insert requests", e.d.q.requestInsert, []any{agents, taskIDs, index, attempts, kinds, keys,
-		completeBy, scheds, claimedBy, created}, scanIDs(&ids), func() error {
+		completeBy, scheds, claimedBy, created, prevOwn, prevOut}, scanIDs(&ids), func() error {
 		ids, err := sortedIDs(ids, n, "insert requests")
 		if err != nil {
 			return err

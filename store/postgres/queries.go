@@ -16,7 +16,7 @@ const taskCols = `id, workflow, input, input_hash, process_state, locked_by, com
 
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
- on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, signal_name, signal_default`
+ on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, signal_name, signal_default, step_group, finish_seq`
 
 const eventCols = `id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at`
 
@@ -160,27 +160,28 @@ const (
  SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[],
    $9::text[], $10::timestamptz[], $11::int[], $12::int[], $13::text[], $14::bytea[], $15::text[], $16::timestamptz[],
    $17::timestamptz[], $18::timestamptz[], $19::text[], $20::int[], $21::bigint[], $22::float8[], $23::bigint[],
-   $24::text[], $25::bytea[])
+   $24::text[], $25::bytea[], $26::text[], $27::int[])
    AS u(` + stepCols + `)
  ORDER BY task_id, step_index`
 
 	tStepUpdate = `UPDATE {s}.steps AS s SET process_state = u.process_state, compensation_state = u.compensation_state,
    locked_by = u.locked_by, complete_by = u.complete_by, failure_count = u.failure_count, attempt = u.attempt,
    output = u.output, last_error = u.last_error, started_at = u.started_at, finished_at = u.finished_at,
-   updated_at = u.updated_at, idempotency_key = u.idempotency_key
+   updated_at = u.updated_at, idempotency_key = u.idempotency_key, finish_seq = u.finish_seq
  FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::int[], $8::int[],
-   $9::bytea[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[], $14::text[])
+   $9::bytea[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[], $14::text[], $15::int[])
    AS u(task_id, step_index, process_state, compensation_state, locked_by, complete_by, failure_count, attempt,
-        output, last_error, started_at, finished_at, updated_at, idempotency_key)
+        output, last_error, started_at, finished_at, updated_at, idempotency_key, finish_seq)
  WHERE s.task_id = u.task_id AND s.step_index = u.step_index`
 
 	// Inserts that hand IDs back: rows are fed in input order (ORDER BY
 	// ord), so the sequence numbers them in that order; the caller sorts the
 	// returned IDs and assigns them back by position.
-	requestInsCols = `agent, task_id, step_index, attempt, kind, idempotency_key, complete_by, scheduler, claimed_by, created_at`
+	requestInsCols = `agent, task_id, step_index, attempt, kind, idempotency_key, complete_by, scheduler, claimed_by, created_at,
+ previous_own, previous_output`
 	tRequestInsert = `INSERT INTO {s}.agent_requests (` + requestInsCols + `)
  SELECT ` + requestInsCols + ` FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::text[],
-   $7::timestamptz[], $8::text[], $9::text[], $10::timestamptz[])
+   $7::timestamptz[], $8::text[], $9::text[], $10::timestamptz[], $11::boolean[], $12::bytea[])
    WITH ORDINALITY AS u(` + requestInsCols + `, ord)
  ORDER BY ord
  RETURNING id`
@@ -196,9 +197,10 @@ const (
  u AS (
    UPDATE {s}.agent_requests AS r SET claimed_by = $1 FROM c WHERE r.id = c.id
    RETURNING r.id, r.agent, r.task_id, r.step_index, r.attempt, r.kind, r.idempotency_key, r.complete_by,
-     r.scheduler, r.created_at)
+     r.scheduler, r.created_at, r.previous_own, r.previous_output)
  SELECT u.id, u.agent, u.task_id, u.step_index, u.attempt, u.kind, u.idempotency_key, u.complete_by, u.scheduler,
-   u.created_at, t.workflow, t.input, s.name, s.output, p.output, coalesce(t.trace_context, '')
+   u.created_at, t.workflow, t.input, s.name, s.output,
+   CASE WHEN u.previous_own THEN u.previous_output ELSE p.output END, coalesce(t.trace_context, '')
  FROM u
  LEFT JOIN {s}.tasks t ON t.id = u.task_id
  LEFT JOIN {s}.steps s ON s.task_id = u.task_id AND s.step_index = u.step_index

@@ -17,7 +17,8 @@ const (
 	remoteReqCols = `r.id, r.agent, r.task_id, r.step_index, r.attempt, r.kind, r.idempotency_key, r.complete_by,
  r.scheduler, r.claimed_by, r.created_at`
 
-	tRemoteGet = `SELECT ` + remoteReqCols + `, t.workflow, t.input, s.name, s.output, p.output, coalesce(t.trace_context, '')
+	tRemoteGet = `SELECT ` + remoteReqCols + `, t.workflow, t.input, s.name, s.output,
+ CASE WHEN r.previous_own THEN r.previous_output ELSE p.output END, coalesce(t.trace_context, '')
  FROM {s}.agent_requests r
  LEFT JOIN {s}.tasks t ON t.id = r.task_id
  LEFT JOIN {s}.steps s ON s.task_id = r.task_id AND s.step_index = r.step_index

@@ -530,7 +530,7 @@ func (e *executor) StepInsertMany(ctx context.Context, params *store.StepInsertM
 			string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy), usPtr(s.CompleteBy),
 			s.FailureCount, s.Attempt, s.IdempotencyKey, s.Output, nullStr(s.LastError),
 			usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt), string(s.OnFailure), nil, nil, nil, nil,
-			s.Signal, s.SignalDefault}
+			s.Signal, s.SignalDefault, s.Group, s.FinishSeq}
 		if w := s.Wait; w != nil {
 			rows[i][19], rows[i][20], rows[i][21], rows[i][22] = w.MaxWaits, w.Delay.Microseconds(), w.Multiplier, w.MaxDelay.Microseconds()
 		}
@@ -570,7 +570,7 @@ func (e *executor) StepListByTasks(ctx context.Context, params *store.StepListBy
 		if err := rows.Scan(&s.TaskID, &s.Index, &s.Name, &s.Agent, &timeout, &s.Compensation, &state, &compState,
 			&lockedBy, &completeBy, &s.FailureCount, &s.Attempt, &s.IdempotencyKey, &s.Output, &lastErr,
 			&startedAt, &finishedAt, &updated, &onFailure, &waitMax, &waitDelay, &waitMultiplier, &waitMaxDelay,
-			&s.Signal, &s.SignalDefault); err != nil {
+			&s.Signal, &s.SignalDefault, &s.Group, &s.FinishSeq); err != nil {
 			return nil, translate(err)
 		}
 		s.OnFailure = dt.FailurePolicy(onFailure)
@@ -598,7 +598,7 @@ func (e *executor) StepUpdateMany(ctx context.Context, params *store.StepUpdateM
 	for i, s := range steps {
 		rows[i] = []any{s.TaskID, s.Index, string(s.ProcessState), string(s.CompensationState), nullStr(s.LockedBy),
 			usPtr(s.CompleteBy), s.FailureCount, s.Attempt, s.Output, nullStr(s.LastError),
-			usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt), s.IdempotencyKey}
+			usPtr(s.StartedAt), usPtr(s.FinishedAt), us(s.UpdatedAt), s.IdempotencyKey, s.FinishSeq}
 	}
 	return e.execRows(ctx, "update steps", mStepUpdate, rows, nil)
 }
@@ -607,7 +607,7 @@ func (e *executor) RequestInsertMany(ctx context.Context, params *store.RequestI
 	rows := make([][]any, len(reqs))
 	for i, r := range reqs {
 		rows[i] = []any{r.Agent, r.TaskID, r.StepIndex, r.Attempt, string(r.Kind), r.IdempotencyKey,
-			us(r.CompleteBy), r.Scheduler, nullStr(r.ClaimedBy), us(r.CreatedAt)}
+			us(r.CompleteBy), r.Scheduler, nullStr(r.ClaimedBy), us(r.CreatedAt), r.PreviousOwn, ownPrevious(r)}
 	}
 	return e.execRows(ctx, "insert requests", mRequestInsert, rows, func(res sql.Result, first, n int) error {
 		// One INSERT in a write transaction: its rowids are consecutive.
@@ -1002,4 +1002,13 @@ func (e *executor) LeaseCheck(ctx context.Context, params *store.LeaseCheckParam
 		return fmt.Errorf("lease %q held by %q until %s: %w", name, l.Holder, l.ExpiresAt.Format(time.RFC3339Nano), store.ErrLeaseNotHeld)
 	}
 	return nil
+}
+
+// ownPrevious is the previous_output column of request r: the value it
+// carries, NULL when it carries none.
+func ownPrevious(r *dt.AgentRequest) any {
+	if !r.PreviousOwn || r.PreviousOutput == nil {
+		return nil
+	}
+	return r.PreviousOutput
 }

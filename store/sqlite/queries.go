@@ -10,7 +10,12 @@ const taskCols = `id, workflow, input, input_hash, process_state, locked_by, com
  wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, callback_events, submitter, trace_context, priority`
 const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, process_state, compensation_state,
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
- on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, signal_name, signal_default`
+ on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, signal_name, signal_default, step_group, finish_seq`
+
+// previousOutput is the previous output of request r of step s: its own
+// when it carries one (a parallel group's branch or the step after a
+// group), else the output of step p, the one before.
+const previousOutput = `CASE WHEN r.previous_own <> 0 THEN r.previous_output ELSE p.output END`
 
 const (
 	// qTaskPickFinished feeds retention: final tasks, oldest first, through
@@ -96,7 +101,7 @@ const (
 	// qRequestPayload joins the message body into claimed requests: the
 	// task's input, the step's own output (for compensation) and the output
 	// of the step before.
-	qRequestPayload = `SELECT r.id, t.workflow, t.input, s.name, s.output, p.output, t.trace_context
+	qRequestPayload = `SELECT r.id, t.workflow, t.input, s.name, s.output, ` + previousOutput + `, t.trace_context
  FROM agent_requests r
  JOIN tasks t ON t.id = r.task_id
  JOIN steps s ON s.task_id = r.task_id AND s.step_index = r.step_index
@@ -147,15 +152,15 @@ var (
  last_error = u.column8, available_at = u.column9, updated_at = u.column10, claim_at = u.column11 FROM (VALUES `,
 		`(?,?,?,?,?,?,?,?,?,?,?)`, `) AS u WHERE tasks.id = u.column1`)
 	mStepInsert = newMultiRow(`INSERT INTO steps (`+stepCols+`) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, "")
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, "")
 	mStepUpdate = newMultiRow(`UPDATE steps SET process_state = u.column3, compensation_state = u.column4,
  locked_by = u.column5, complete_by = u.column6, failure_count = u.column7, attempt = u.column8,
  output = u.column9, last_error = u.column10, started_at = u.column11, finished_at = u.column12,
- updated_at = u.column13, idempotency_key = u.column14 FROM (VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, `) AS u WHERE steps.task_id = u.column1 AND steps.step_index = u.column2`)
+ updated_at = u.column13, idempotency_key = u.column14, finish_seq = u.column15 FROM (VALUES `,
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, `) AS u WHERE steps.task_id = u.column1 AND steps.step_index = u.column2`)
 	mRequestInsert = newMultiRow(`INSERT INTO agent_requests (agent, task_id, step_index, attempt, kind,
- idempotency_key, complete_by, scheduler, claimed_by, created_at) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?)`, "")
+ idempotency_key, complete_by, scheduler, claimed_by, created_at, previous_own, previous_output) VALUES `,
+		`(?,?,?,?,?,?,?,?,?,?,?,?)`, "")
 	mRequestDeleteByStep = newMultiRow(`DELETE FROM agent_requests WHERE (task_id, step_index) IN (VALUES `,
 		`(?,?)`, `)`)
 	mEventInsert = newMultiRow(`INSERT INTO events (task_id, step_index, type, state, alert, actor, term,

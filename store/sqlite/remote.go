@@ -20,7 +20,7 @@ const (
 	remoteRetCols = `id, agent, task_id, step_index, attempt, kind, idempotency_key, complete_by,
  scheduler, claimed_by, created_at`
 
-	qRemoteGet = `SELECT ` + remoteReqCols + `, t.workflow, t.input, s.name, s.output, p.output, coalesce(t.trace_context, '')
+	qRemoteGet = `SELECT ` + remoteReqCols + `, t.workflow, t.input, s.name, s.output, ` + previousOutput + `, coalesce(t.trace_context, '')
  FROM agent_requests r
  LEFT JOIN tasks t ON t.id = r.task_id
  LEFT JOIN steps s ON s.task_id = r.task_id AND s.step_index = r.step_index

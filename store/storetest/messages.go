@@ -51,6 +51,7 @@ func reqKeys(reqs []*dt.AgentRequest) []string {
 func requestCases() []testCase {
 	return []testCase{
 		{"ClaimPayloadAndOrder", testRequestClaim},
+		{"OwnPreviousOutput", testRequestOwnPrevious},
 		{"ClaimSkipsExpired", testRequestClaimExpired},
 		{"DeleteByStep", testRequestDeleteByStep},
 		{"StepMessagesExist", testStepMessagesExist},
@@ -374,4 +375,42 @@ func testReplyTakeLimit(t *testing.T, d store.Driver) {
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		return x.ReplyInsertMany(ctx, &store.ReplyInsertManyParams{Replies: nil})
 	})
+}
+
+// testRequestOwnPrevious: a request that carries its previous output (a
+// parallel group's branch, the step after a group) gets it, or none,
+// instead of the output of the step before, through RequestClaim and
+// RequestGet; a request that carries none gets the step before's.
+func testRequestOwnPrevious(t *testing.T, d store.Driver) {
+	setupPayload(t, d)
+	exp := at(time.Minute)
+	own := newRequest("t", 2, "a", exp)
+	own.PreviousOwn, own.PreviousOutput = true, []byte(`{"step0":{"out":0},"step1":{"out":1}}`)
+	none := newRequest("t", 1, "a", exp)
+	none.PreviousOwn, none.Attempt, none.CreatedAt = true, 2, at(time.Second)
+	plain := newRequest("t", 1, "b", exp)
+	insertRequests(t, d, own, none, plain)
+	want := map[int][]byte{2: own.PreviousOutput, 1: nil}
+	got := claimRequests(t, d, store.RequestClaimParams{Agent: "a", ClaimedBy: "rt", Now: base, Limit: 10})
+	if len(got) != 2 {
+		t.Fatalf("RequestClaim = %v, want 2 requests", reqKeys(got))
+	}
+	for _, g := range got {
+		if string(g.PreviousOutput) != string(want[g.StepIndex]) || (want[g.StepIndex] == nil) != (g.PreviousOutput == nil) {
+			t.Errorf("claimed request of step %d: PreviousOutput %q, want %q", g.StepIndex, g.PreviousOutput, want[g.StepIndex])
+		}
+	}
+	for _, r := range []*dt.AgentRequest{own, none, plain} {
+		g, err := d.Reader().RequestGet(context.Background(), &store.RequestGetParams{ID: r.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := []byte(`{"out":0}`) // the step before's
+		if r.PreviousOwn {
+			w = r.PreviousOutput
+		}
+		if string(g.PreviousOutput) != string(w) || (w == nil) != (g.PreviousOutput == nil) {
+			t.Errorf("RequestGet of step %d (own %v): PreviousOutput %q, want %q", r.StepIndex, r.PreviousOwn, g.PreviousOutput, w)
+		}
+	}
 }

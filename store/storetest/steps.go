@@ -36,6 +36,8 @@ func fullStep(taskID string, i int) *dt.StepRecord {
 	s.Wait = &dt.WaitPolicy{MaxWaits: 2, Delay: time.Hour, Multiplier: 3, MaxDelay: 5 * time.Hour}
 	s.Signal = "approved"
 	s.SignalDefault = []byte(`{"default":true}`)
+	s.Group = "group-x"
+	s.FinishSeq = 4
 	return s
 }
 
@@ -113,6 +115,7 @@ func testStepUpdateMany(t *testing.T, d store.Driver) {
 	a2.StartedAt = tp(at(time.Second))
 	a2.FinishedAt = tp(at(2 * time.Second))
 	a2.UpdatedAt = at(3 * time.Second)
+	a2.FinishSeq = 9
 	b2 := *b
 	b2.ProcessState = dt.Pending
 	b2.CompensationState = ""
@@ -125,6 +128,7 @@ func testStepUpdateMany(t *testing.T, d store.Driver) {
 	b2.StartedAt = nil
 	b2.FinishedAt = nil
 	b2.UpdatedAt = at(4 * time.Second)
+	b2.FinishSeq = 0
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		return x.StepUpdateMany(ctx, &store.StepUpdateManyParams{Steps: []*dt.StepRecord{&a2, &b2}})
 	})
@@ -148,11 +152,12 @@ func testStepUpdateMany(t *testing.T, d store.Driver) {
 	// when a compensated task starts a new run.
 	a4 := a3
 	a4.Name, a4.Agent, a4.Timeout, a4.Compensation, a4.IdempotencyKey = "x", "x", time.Hour, "x", a.IdempotencyKey+"/run-2"
+	a4.Group = "x"
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		return x.StepUpdateMany(ctx, &store.StepUpdateManyParams{Steps: []*dt.StepRecord{&a4}})
 	})
 	g := getSteps(t, d, "t")[0]
-	if g.Name != a.Name || g.Agent != a.Agent || g.Timeout != a.Timeout || g.Compensation != a.Compensation {
+	if g.Name != a.Name || g.Agent != a.Agent || g.Timeout != a.Timeout || g.Compensation != a.Compensation || g.Group != a.Group {
 		t.Errorf("StepUpdateMany changed immutable fields: %+v", g)
 	}
 	if g.IdempotencyKey != a.IdempotencyKey+"/run-2" {
