@@ -314,6 +314,17 @@ func TestParallelBranchFailureCompensatesInCompletionOrder(t *testing.T) {
 		if d := stepNamed(t, tk, "d"); d.ProcessState != drover.Error || d.CompensationState != "" {
 			t.Errorf("branch d is %s, compensation %q; want Error and not compensated", d.ProcessState, d.CompensationState)
 		}
+		// The history says c was abandoned, ending its first attempt, before
+		// its compensation started.
+		var trail []string
+		for _, e := range events(t, c, "t1") {
+			if e.StepIndex == stepNamed(t, tk, "c").Index {
+				trail = append(trail, fmt.Sprintf("%s/%d", e.Type, e.Attempt))
+			}
+		}
+		if want := []string{"step_started/1", "step_abandoned/1", "compensating/2", "step_compensated/2"}; !slices.Equal(trail, want) {
+			t.Errorf("branch c's history %v, want %v", trail, want)
+		}
 		close(release)
 		<-late
 		waitFor(t, "c's late reply refused", func() bool {
@@ -416,6 +427,9 @@ func TestParallelGroupValidation(t *testing.T) {
 			`step 1: name "a" is used twice`},
 		{"group name twice", drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "g", Agent: "x"}, {Name: "g", Parallel: []drover.Step{{Name: "a", Agent: "x"}, {Name: "b", Agent: "x"}}}}},
 			`name "g" is used twice`},
+		{"signal branch", drover.Workflow{Name: "w", Steps: []drover.Step{{Name: "g", Parallel: []drover.Step{{Name: "a", Agent: "x"},
+			{Name: "approve", Signal: "approved", Timeout: time.Hour}}}}},
+			`step 1 (approve): a branch of group "g" cannot wait for a signal`},
 	}
 	for _, tc := range cases {
 		err := tc.w.Validate()

@@ -52,6 +52,7 @@ const (
 	EventStepFailed      = dt.EventStepFailed
 	EventStepTimedOut    = dt.EventStepTimedOut
 	EventStepRetry       = dt.EventStepRetry
+	EventStepAbandoned   = dt.EventStepAbandoned
 	EventStepWaiting     = dt.EventStepWaiting
 	EventSessionBlocked  = dt.EventSessionBlocked
 	EventReplyDiscarded  = dt.EventReplyDiscarded

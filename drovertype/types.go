@@ -318,6 +318,10 @@ const (
 	EventStepFailed    EventType = "step_failed"
 	EventStepTimedOut  EventType = "step_timed_out"
 	EventStepRetry     EventType = "step_retry"
+	// EventStepAbandoned: a branch of a parallel group was stopped, in
+	// flight or waiting for a retry, because a sibling branch failed for
+	// good; it ends the branch's attempt (a late reply is refused).
+	EventStepAbandoned EventType = "step_abandoned"
 	// EventStepWaiting (an alert): the step reached the failure threshold
 	// and waits an extended period (WaitPolicy) before it is tried again;
 	// the message gives the time of the next attempt.

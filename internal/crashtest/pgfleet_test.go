@@ -42,6 +42,7 @@ const recentLines = 40
 type pgFleet struct {
 	t                        *testing.T
 	bin, url, schema, remote string
+	workflows                string // --workflows DIR; "" for none
 	logw                     io.Writer
 
 	mu   sync.Mutex
@@ -90,6 +91,9 @@ func (f *pgFleet) start(slot int, id string) *pgProc {
 		"--lease-ttl", "1s",
 		"--schedulers", "2",
 	)
+	if f.workflows != "" {
+		cmd.Args = append(cmd.Args, "--workflows", f.workflows)
+	}
 	// The flags name the database; nothing from the environment may.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "DROVER_DATABASE_URL=") && !strings.HasPrefix(kv, "DROVER_SCHEMA=") {

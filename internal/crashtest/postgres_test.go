@@ -106,7 +106,10 @@ func TestClusterSurvivesKillsAndDatabaseRestart(t *testing.T) {
 	var logMu sync.Mutex
 	logw := writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logf.Write(p) })
 
-	fleet := &pgFleet{t: t, bin: bin, url: pg.URL, schema: schema, remote: remote, logw: logw}
+	// Beside the orders, a declarative workflow with a parallel group,
+	// submitted with delays and fired every second by a schedule.
+	fleet := &pgFleet{t: t, bin: bin, url: pg.URL, schema: schema, remote: remote, logw: logw,
+		workflows: writeFanoutWorkflow(t, remote)}
 	t.Cleanup(fleet.killAll)
 
 	// Three servers start together on the empty schema: they migrate it
@@ -141,6 +144,10 @@ func TestClusterSurvivesKillsAndDatabaseRestart(t *testing.T) {
 	sub.api = func() serverAPI { return fleet.api(rng2.IntN) }
 	go sub.run()
 	defer sub.stop()
+	nFanout := nOrders / 10
+	fan := newFanoutSubmitter(nFanout, func() serverAPI { return fleet.api(rng2.IntN) }, seed)
+	go fan.run()
+	defer fan.stop()
 	chunk := nOrders / (kills + 1)
 
 	var outage outageResult
@@ -183,6 +190,15 @@ func TestClusterSurvivesKillsAndDatabaseRestart(t *testing.T) {
 	sub.raise(nOrders)
 	if err := sub.wait(2 * time.Minute); err != nil {
 		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); fan.done.Load() < int64(nFanout); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d fanout tasks submitted in 2 minutes", fan.done.Load(), nFanout)
+		}
+	}
+	// The schedule stops firing, so that the cluster can drain.
+	if _, err := client.PauseSchedule(ctx, tickSchedule); err != nil {
+		t.Fatalf("pause schedule %s: %v", tickSchedule, err)
 	}
 	// Submissions through the servers started tasks in the submitting
 	// process, and those processes were killed like the others.
@@ -265,15 +281,19 @@ func TestClusterSurvivesKillsAndDatabaseRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	final := counts[drover.Processed] + counts[drover.Error] + counts[drover.Compensated]
-	if final != nOrders {
-		t.Errorf("final tasks = %d (%v), want %d", final, counts, nOrders)
+	final, all := counts[drover.Processed]+counts[drover.Error]+counts[drover.Compensated], 0
+	for _, n := range counts {
+		all += n
+	}
+	if final != all {
+		t.Errorf("final tasks = %d (%v), want all %d", final, counts, all)
 	}
 	st := sim.Stats()
 	if st.DuplicateEffects != 0 {
 		t.Errorf("remote service saw %d duplicate effects, want 0 (stats %+v)", st.DuplicateEffects, st)
 	}
 	checkOrderEffects(t, client, sim, evs, nOrders)
+	checkFanout(t, client, sim, fan, evs)
 
 	// 3 and 4: the history.
 	reportViolations(t, "no step held by two schedulers", stepHolderViolations(evs))
@@ -477,7 +497,7 @@ func checkOrderEffects(t *testing.T, c *drover.Client, sim *remotesim.Service, e
 			alerted[e.TaskID] = true
 		}
 	}
-	tasks, err := c.Tasks(context.Background(), drover.ListParams{Limit: nOrders + 10})
+	tasks, err := c.Tasks(context.Background(), drover.ListParams{Workflow: orders.WorkflowName, Limit: nOrders + 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -579,6 +599,15 @@ func stepHolderViolations(evs []*drover.Event) []string {
 					e.TaskID, e.StepIndex, e.Attempt, e.ID, s.attempt, s.concluded)
 			}
 			s.concluded, s.resetDo = true, true
+		case drover.EventStepAbandoned:
+			// A branch stopped because a sibling failed for good: in
+			// flight, it ends the attempt; waiting for a retry, the
+			// attempt had ended with its step_timed_out.
+			if e.Attempt != s.attempt {
+				report("task %s step %d: step_abandoned of attempt %d (event %d) but the last attempt is %d",
+					e.TaskID, e.StepIndex, e.Attempt, e.ID, s.attempt)
+			}
+			s.concluded = true
 		case drover.EventStepProcessed, drover.EventStepCompensated, drover.EventStepFailed:
 			if e.Type == drover.EventStepFailed && e.Term != 0 {
 				// The supervisor's failure after the last timeout: the

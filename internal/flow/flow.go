@@ -1344,7 +1344,7 @@ func (m *Machine) failTask(b *batch, l *loaded, s *dt.StepRecord, reason string,
 	t := l.task
 	t.LastError = reason
 	policy, _ := t.PolicyOf(s)
-	abandon(b, l, s, policy == dt.PolicyCompensate, now)
+	abandon(b, l, s, policy == dt.PolicyCompensate, m.Instance, now)
 	if policy == dt.PolicyCompensate {
 		t.ProcessState = dt.Compensating
 		b.event(ev(t, -1, dt.EventCompensating, m.Instance, now))
@@ -1610,7 +1610,9 @@ func (sv *Leader) timedOut(b *batch, l *loaded, s *dt.StepRecord, compensating b
 	}
 	s.ProcessState = dt.Error
 	t.LastError = reason
-	abandon(b, l, s, policy == dt.PolicyCompensate, now)
+	for _, e := range abandon(b, l, s, policy == dt.PolicyCompensate, sv.Instance, now) {
+		e.Term = sv.Term
+	}
 	if policy == dt.PolicyCompensate {
 		if s.Compensation != "" {
 			// It timed out: it may have taken effect. Undo it too; the

@@ -224,13 +224,16 @@ func nextToCompensate(steps []*dt.StepRecord) int {
 
 // abandon stops the other branches of failed's group when failed failed
 // for good: a branch still Pending or in flight is Cancelled, its request
-// deleted, so a late reply finds it no longer Processing and is fenced.
+// deleted, so a late reply finds it no longer Processing and is fenced; a
+// step_abandoned event by actor ends its attempt in the history (the
+// events are returned, for the supervisor to stamp with its term).
 // With compensate, a branch that was dispatched may have taken effect, so
 // it is undone too, like a step that timed out.
-func abandon(b *batch, l *loaded, failed *dt.StepRecord, compensate bool, now time.Time) {
+func abandon(b *batch, l *loaded, failed *dt.StepRecord, compensate bool, actor string, now time.Time) []*dt.Event {
 	if failed.Group == "" {
-		return
+		return nil
 	}
+	var evs []*dt.Event
 	lo, hi := span(l.steps, failed.Index)
 	for _, s := range l.steps[lo:hi] {
 		if s == failed || (s.ProcessState != dt.Processing && s.ProcessState != dt.Pending) {
@@ -246,5 +249,10 @@ func abandon(b *batch, l *loaded, failed *dt.StepRecord, compensate bool, now ti
 			s.FailureCount = 0
 		}
 		b.step(s)
+		e := ev(l.task, s.Index, dt.EventStepAbandoned, actor, now)
+		e.Attempt, e.Message = s.Attempt, s.LastError
+		b.event(e)
+		evs = append(evs, e)
 	}
+	return evs
 }
