@@ -90,7 +90,7 @@ func buildExamples(t *testing.T) string {
 	bin := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed", "./priorities", "./signals", "./schedules", "./parallel")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./orders", "./submit_tx", "./submit_tx_postgres", "./delayed", "./priorities", "./signals", "./schedules", "./parallel", "./retry")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build the examples: %v\n%s", err, out)
 	}
@@ -206,6 +206,15 @@ func TestExamplesRun(t *testing.T) {
 		}
 		if !strings.Contains(out, "daily-report: next due ") || !strings.Contains(out, " 06:00 in Berlin (5 due times listed)") {
 			t.Errorf("no next due time of the daily report:\n%s", out)
+		}
+	})
+
+	t.Run("retry", func(t *testing.T) {
+		t.Parallel()
+		out := runExample(t, bin, "retry")
+		if want := "order-ok: Processed; quote called 3 times, charge 1\n" +
+			"order-declined: Error; quote called 3 times, charge 1\norder-declined: card declined\n"; out != want {
+			t.Errorf("retry printed\n%s\nwant\n%s", out, want)
 		}
 	})
 
