@@ -219,11 +219,7 @@ instead, which knows its own workflows (also declarative ones).`,
 			if err != nil {
 				return err
 			}
-			if e.JSON {
-				return clicore.WriteJSON(e.Stdout, taskJSON(t))
-			}
-			fmt.Fprintln(e.Stdout, t.ID)
-			return nil
+			return e.printNewTask(t)
 		},
 	}
 	cmd.Flags().StringVar(&id, "id", "", "task ID, for idempotent submission: 1-200 bytes of UTF-8, printable, no spaces or \"/\", not starting with \"-\" (default: a generated UUID)")
@@ -568,4 +564,14 @@ last event printed, so none is missed or printed twice.`,
 	f.BoolVar(&follow, "follow", false, "keep printing new events until interrupted (with --task: until the task is final)")
 	f.IntVar(&limit, "limit", 1000, "at most this many events (without --follow)")
 	return cmd
+}
+
+// printNewTask prints a task a command created: its ID, or the task as
+// JSON with --json.
+func (e *env) printNewTask(t *drover.Task) error {
+	if e.JSON {
+		return clicore.WriteJSON(e.Stdout, taskJSON(t))
+	}
+	fmt.Fprintln(e.Stdout, t.ID)
+	return nil
 }

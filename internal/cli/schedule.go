@@ -202,11 +202,7 @@ schedule:NAME:run:UUID).`,
 			if err != nil {
 				return err
 			}
-			if e.JSON {
-				return clicore.WriteJSON(e.Stdout, taskJSON(t))
-			}
-			fmt.Fprintln(e.Stdout, t.ID)
-			return nil
+			return e.printNewTask(t)
 		},
 	}
 	cmd.Flags().StringVar(&id, "id", "", "the task's ID, for an idempotent run (default: schedule:NAME:run:UUID)")

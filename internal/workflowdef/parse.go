@@ -930,12 +930,7 @@ func (p *parser) step(n *yaml.Node, field string, sc refScope) *Step {
 		}
 		s.Wait = &w
 	}
-	if e, ok := f["name"]; ok {
-		if s.Name, ok = p.name(e.val, field+".name"); !ok {
-			good = false
-		}
-	} else {
-		p.add(n, field+".name", "required: every step needs a name")
+	if !p.stepName(n, f, field, &s.Name) {
 		good = false
 	}
 	if e, ok := f["timeout"]; ok {
@@ -974,6 +969,18 @@ func (p *parser) step(n *yaml.Node, field string, sc refScope) *Step {
 	return s
 }
 
+// stepName reads a step's required name into name and reports whether
+// it is good.
+func (p *parser) stepName(n *yaml.Node, f map[string]kv, field string, name *string) bool {
+	e, ok := f["name"]
+	if !ok {
+		p.add(n, field+".name", "required: every step needs a name")
+		return false
+	}
+	*name, ok = p.name(e.val, field+".name")
+	return ok
+}
+
 // signalStep reads a step that waits for a signal: name, signal, timeout
 // (required: the deadline of the wait), on_failure and default (a literal
 // JSON value, the step's output when the deadline passes).
@@ -986,12 +993,7 @@ func (p *parser) signalStep(n *yaml.Node, f map[string]kv, field string) *Step {
 			good = false
 		}
 	}
-	if e, ok := f["name"]; ok {
-		if s.Name, ok = p.name(e.val, field+".name"); !ok {
-			good = false
-		}
-	} else {
-		p.add(n, field+".name", "required: every step needs a name")
+	if !p.stepName(n, f, field, &s.Name) {
 		good = false
 	}
 	if s.Signal, ok = p.name(f["signal"].val, field+".signal"); !ok {
