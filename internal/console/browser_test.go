@@ -40,15 +40,23 @@ type tab struct {
 	actions int
 }
 
+// browsers bounds the headless browsers running at once: the browser
+// tests run in parallel (each on both stores), and more browsers than the
+// machine has cores made each so slow that the longest tests ran out of
+// time. A test waits for a slot before its own time starts.
+var browsers = make(chan struct{}, 2)
+
 func newTab(t *testing.T) *tab {
 	t.Helper()
+	browsers <- struct{}{}
+	t.Cleanup(func() { <-browsers }) // runs last: after the browser is gone
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium(t)), chromedp.NoSandbox,
 		chromedp.WindowSize(1280, 800), chromedp.Flag("disable-dev-shm-usage", true))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelA)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(cancel)
-	ctx, cancelT := context.WithTimeout(ctx, 120*time.Second)
+	ctx, cancelT := context.WithTimeout(ctx, 180*time.Second)
 	t.Cleanup(cancelT)
 	b := &tab{t: t, ctx: ctx, shots: os.Getenv(ScreenshotsEnv)}
 	b.do(chromedp.EmulateViewport(1280, 800)) // the window's frame takes some of WindowSize
