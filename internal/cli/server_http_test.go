@@ -26,8 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store"
-	"github.com/drover-run/drover/store/sqlite"
 )
 
 const (
@@ -35,22 +35,10 @@ const (
 	e2eOperatorTok = "e2e-operator-token-0123456789"
 )
 
-// buildDroverBinary compiles cmd/drover into a temporary directory.
+// buildDroverBinary returns cmd/drover, built once for the package's tests.
 func buildDroverBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "drover")
-	args := []string{"build", "-o", bin}
-	if sqlite.DriverModule == "modernc.org/sqlite" {
-		// The SQLite library of this test's build, also when it came from
-		// -tags sqlite_purego on go test's command line (CGO_ENABLED and
-		// GOFLAGS carry over by themselves).
-		args = append(args, "-tags=sqlite_purego")
-	}
-	cmd := exec.Command("go", append(args, "github.com/drover-run/drover/cmd/drover")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build drover: %v\n%s", err, out)
-	}
-	return bin
+	return testutil.DroverBinary(t)
 }
 
 type serverProc struct {

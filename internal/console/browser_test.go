@@ -175,7 +175,7 @@ func (b *tab) want(sel chromedp.CSS, subs ...string) {
 // overview to the open alert, reads on the task page why the order
 // failed, resubmits it after confirming, and sees it done.
 func TestBrowserResubmitFailedTask(t *testing.T) {
-	stores(t, func(t *testing.T, d store.Driver) {
+	browserStore(t, "sqlite", func(t *testing.T, d store.Driver) {
 		e := startServer(t, d, false)
 		e.submit("order-7", true)
 		e.waitState("order-7", "Error")
@@ -208,7 +208,7 @@ func TestBrowserResubmitFailedTask(t *testing.T) {
 // resubmit confirmation, and the session unblocked, which then drains in
 // order.
 func TestBrowserResolveDeadLetter(t *testing.T) {
-	stores(t, func(t *testing.T, d store.Driver) {
+	browserStore(t, "postgres", func(t *testing.T, d store.Driver) {
 		e := startServer(t, d, false)
 		q := e.ledger()
 
@@ -241,7 +241,7 @@ func TestBrowserResolveDeadLetter(t *testing.T) {
 // the compensation under the step it undoes (and, on the way, the task
 // list and a cancel's confirmation).
 func TestBrowserWorkflows(t *testing.T) {
-	stores(t, func(t *testing.T, d store.Driver) {
+	browserStore(t, "sqlite", func(t *testing.T, d store.Driver) {
 		e := startWithShip(t, d)
 		e.api("POST", "/v1/tasks", `{"workflow":"ship","id":"s-1","input":{}}`, nil) // no agent serves it: it stays unfinished
 		b := newTab(t)
@@ -259,7 +259,7 @@ func TestBrowserWorkflows(t *testing.T) {
 // A task page follows the task live: cancelled by someone else (the API
 // here), the page shows it with no action of the operator's.
 func TestBrowserLiveTask(t *testing.T) {
-	stores(t, func(t *testing.T, d store.Driver) {
+	browserStore(t, "postgres", func(t *testing.T, d store.Driver) {
 		e := startServer(t, d, false)
 		e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"held-1","input":{"hold":true}}`, nil)
 		e.waitState("held-1", "Processing")
@@ -287,7 +287,7 @@ func TestBrowserLiveTask(t *testing.T) {
 // Tab to the ordering key's field, type the key, Enter; the list shows
 // that key's tasks only, and the field keeps the key.
 func TestBrowserTaskFilters(t *testing.T) {
-	stores(t, func(t *testing.T, d store.Driver) {
+	browserStore(t, "sqlite", func(t *testing.T, d store.Driver) {
 		e := startServer(t, d, false)
 		e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"a-1","input":{},"ordering_key":"acct-1"}`, nil)
 		e.api("POST", "/v1/tasks", `{"workflow":"pay","id":"b-1","input":{},"ordering_key":"acct-2"}`, nil)
@@ -414,7 +414,7 @@ func (b *tab) tabThrough(path string) {
 // button and field in order, with a visible focus (the drills above
 // also act with Enter).
 func TestBrowserKeyboardEveryPage(t *testing.T) {
-	stores(t, func(t *testing.T, d store.Driver) {
+	browserStore(t, "postgres", func(t *testing.T, d store.Driver) {
 		e := startServerWith(t, d, false, nil, withSchedule)
 		e.submit("order-7", true)
 		// A task to cancel whose history stays still: a running one's

@@ -266,6 +266,25 @@ func stores(t *testing.T, fn func(t *testing.T, d store.Driver)) {
 	t.Run("postgres", func(t *testing.T) { t.Parallel(); fn(t, testutil.Postgres(t)) })
 }
 
+// browserStore runs a browser test on one store, kind "sqlite" or
+// "postgres". What the pages show comes through drover.Client, which the
+// page tests check on both stores; a browser test checks what a person sees
+// and does, and one browser runs at a time, so most run on one store (each
+// store has its share; the incident drill runs on both).
+func browserStore(t *testing.T, kind string, fn func(t *testing.T, d store.Driver)) {
+	t.Run(kind, func(t *testing.T) {
+		t.Parallel()
+		switch kind {
+		case "sqlite":
+			fn(t, testutil.SQLite(t))
+		case "postgres":
+			fn(t, testutil.Postgres(t))
+		default:
+			t.Fatalf("browserStore: unknown store %q", kind)
+		}
+	})
+}
+
 func wantIn(t *testing.T, p page, subs ...string) {
 	t.Helper()
 	for _, s := range subs {

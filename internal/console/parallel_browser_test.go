@@ -19,7 +19,7 @@ import (
 // each branch with its own state, the story says which branch runs; the
 // Workflows page draws the group as a box of its branches.
 func TestBrowserParallelGroup(t *testing.T) {
-	stores(t, func(t *testing.T, d store.Driver) {
+	browserStore(t, "sqlite", func(t *testing.T, d store.Driver) {
 		release := make(chan struct{})
 		e := startServerWith(t, d, false, nil, func(c *server.Config) {
 			c.Workflows = append(c.Workflows, drover.Workflow{Name: "trip", Steps: []drover.Step{

@@ -64,7 +64,7 @@ func TestSignalForm(t *testing.T) {
 // approval, reads until when it waits, sends the signal with a payload
 // from the page's form, and sees the task done.
 func TestBrowserSignal(t *testing.T) {
-	stores(t, func(t *testing.T, d store.Driver) {
+	browserStore(t, "sqlite", func(t *testing.T, d store.Driver) {
 		e := startServerWith(t, d, false, nil, signalWorkflow)
 		e.api("POST", "/v1/tasks", `{"workflow":"approve","id":"order-9","input":{"amount":1200}}`, nil)
 		b := newTab(t)

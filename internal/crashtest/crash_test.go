@@ -20,20 +20,16 @@ import (
 	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/internal/orders"
 	"github.com/drover-run/drover/internal/remotesim"
+	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/store/sqlite"
 )
 
 var long = flag.Bool("crash.long", false, "run the long crash soak (more orders, more kills)")
 
-// buildDrover compiles the binary once per test run.
+// buildDrover returns cmd/drover, built once for the package's tests.
 func buildDrover(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "drover")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/drover-run/drover/cmd/drover")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build drover: %v\n%s", err, out)
-	}
-	return bin
+	return testutil.DroverBinary(t)
 }
 
 // server is one running `drover server` child process.

@@ -1,0 +1,14 @@
+package crashtest
+
+import (
+	"os"
+	"testing"
+
+	"github.com/drover-run/drover/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.RemoveDroverBinary()
+	os.Exit(code)
+}
