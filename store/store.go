@@ -112,6 +112,16 @@ type Executor interface {
 	// not held back. Pending tasks become Processing. In claim order:
 	// by drovertype.ClaimAt (priority, then how long they waited), then ID.
 	TaskClaim(ctx context.Context, params *TaskClaimParams) ([]*drovertype.Task, error)
+	// TaskNextAvailable returns when the next claimable task that is not
+	// available at Now becomes available: the earliest AvailableAt after
+	// Now of the Pending tasks, and the Compensating ones nobody holds, or
+	// the zero time if there is none. A scheduler with nothing to claim
+	// sleeps until then. It reads the claim order (ClaimAt) from
+	// MaxPriority × PriorityAging before Now, and at most Limit tasks past
+	// the first one not yet available; when it stops at Limit it returns
+	// that first one's ClaimAt, which is never after the answer (so a
+	// caller wakes early, never late).
+	TaskNextAvailable(ctx context.Context, params *TaskNextAvailableParams) (time.Time, error)
 	// TaskListLockedBy returns up to Limit of the non-final tasks Instance
 	// holds.
 	TaskListLockedBy(ctx context.Context, params *TaskListLockedByParams) ([]*drovertype.Task, error)
@@ -228,9 +238,11 @@ type Executor interface {
 
 // Listener is an optional Driver capability: Listen delivers the topics
 // other processes Notify, so roles wake at once instead of at their next
-// poll. It blocks until ctx ends, reconnecting on errors; after a
-// reconnect it calls wake(TopicAll), since notifications may have been
-// missed meanwhile.
+// poll. It blocks until ctx ends, reconnecting on errors. It calls
+// wake(TopicListening) each time it starts listening and
+// wake(TopicNotListening) when it stops (a lost connection), so that
+// roles poll slowly only while notifications arrive, and know that some
+// may have been missed in between.
 type Listener interface {
 	Listen(ctx context.Context, wake func(topic string)) error
 }
@@ -241,6 +253,12 @@ const (
 	TopicTasks = "tasks"
 	// TopicAll: anything may have happened; wake every role.
 	TopicAll = "*"
+	// TopicListening and TopicNotListening are a Listener's own: it
+	// listens from now on, or has stopped (notifications are missed until
+	// it listens again). No process can Notify them: a notification's
+	// payload holds no NUL byte.
+	TopicListening    = "\x00listening"
+	TopicNotListening = "\x00not-listening"
 )
 
 // TopicRequests is the topic of new unclaimed requests for an agent.
@@ -416,6 +434,12 @@ type TaskGetManyWithStepsParams struct {
 // TaskInsertManyParams are the arguments of TaskInsertMany.
 type TaskInsertManyParams struct {
 	Tasks []*drovertype.Task
+}
+
+// TaskNextAvailableParams are the arguments of TaskNextAvailable.
+type TaskNextAvailableParams struct {
+	Now   time.Time
+	Limit int
 }
 
 // TaskListExpiredParams are the arguments of TaskListExpired.

@@ -16,8 +16,8 @@ type Kind int
 
 // The kinds of topics.
 const (
-	// All: anything may have happened (a listener reconnected, or a topic
-	// this version does not know); wake every role.
+	// All: anything may have happened (the listener started or stopped
+	// listening, or a topic this version does not know); wake every role.
 	All Kind = iota
 	// Tasks: tasks became claimable.
 	Tasks
@@ -103,6 +103,7 @@ type Hub struct {
 // entry is the listening state of one driver in this process.
 type entry struct {
 	subs map[*subscription]struct{}
+	live bool // the listener listens: notifications arrive (guarded by mu)
 	stop context.CancelFunc
 	done chan struct{}
 }
@@ -133,6 +134,24 @@ func For(d store.Driver) *Hub {
 // Listening reports whether the driver delivers notifications at all;
 // without them subscribers are never called and roles poll.
 func (h *Hub) Listening() bool { return h.listener != nil }
+
+// Live reports whether notifications arrive now: someone subscribes and
+// the listening connection listens. While it does, roles need not poll
+// for what notifications announce, and poll only slowly as a fallback;
+// when it stops, every subscriber gets an All topic, so that a role
+// asleep for long wakes and polls again.
+func (h *Hub) Live() bool {
+	if h.listener == nil {
+		return false
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if h.own != nil {
+		return h.own.live
+	}
+	e := registry[h.key]
+	return e != nil && e.live
+}
 
 // entry returns the hub's entry, creating it; mu must be held.
 func (h *Hub) entry() *entry {
@@ -182,6 +201,7 @@ func (h *Hub) unsubscribe(e *entry, s *subscription) {
 			done = e.done
 			e.stop, e.done = nil, nil
 		}
+		e.live = false
 		if h.key != nil && registry[h.key] == e {
 			delete(registry, h.key)
 		}
@@ -192,10 +212,17 @@ func (h *Hub) unsubscribe(e *entry, s *subscription) {
 	}
 }
 
-// deliver parses a payload once and hands it to every subscriber.
+// deliver parses a payload once and hands it to every subscriber. The
+// listener's own topics change Live and reach subscribers as All.
 func (e *entry) deliver(payload string) {
 	t := Parse(payload)
 	mu.Lock()
+	switch payload {
+	case store.TopicListening:
+		e.live = true
+	case store.TopicNotListening:
+		e.live = false
+	}
 	fns := make([]func(Topic), 0, len(e.subs))
 	for s := range e.subs {
 		fns = append(fns, s.fn)

@@ -168,3 +168,44 @@ func TestOneListeningConnectionWakesEveryRole(t *testing.T) {
 		t.Fatalf("%d connections LISTEN for one process, want 1", n)
 	}
 }
+
+// Live is true while the listening connection listens; when it dies,
+// every subscriber is woken (an All topic) and Live is false until the
+// connection listens again.
+func TestLive(t *testing.T) {
+	url := testutil.PostgresURL(t)
+	schema := testutil.FreshSchema(t)
+	ctx := context.Background()
+	d, err := postgres.Open(ctx, url, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	notes := notifier.For(d)
+	if notes.Live() {
+		t.Fatal("Live before anyone subscribed")
+	}
+	all := make(chan struct{}, 16)
+	unsubscribe := notes.Subscribe(func(tp notifier.Topic) {
+		if tp.Kind == notifier.All {
+			all <- struct{}{}
+		}
+	})
+	waitFor(t, "Live", notes.Live)
+	for len(all) > 0 {
+		<-all
+	}
+	if _, err := d.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, "drover_"+schema); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-all:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lost connection woke no subscriber")
+	}
+	waitFor(t, "Live again", notes.Live)
+	unsubscribe()
+	if notes.Live() {
+		t.Error("Live after the last subscriber left")
+	}
+}

@@ -846,6 +846,26 @@ func (e *executor) TaskListLockedBy(ctx context.Context, params *store.TaskListL
 	return ts, err
 }
 
+// TaskNextAvailable reads with sequential scans off, as TaskCountLockedBy
+// (e.indexed).
+func (e *executor) TaskNextAvailable(ctx context.Context, params *store.TaskNextAvailableParams) (next time.Time, err error) {
+	lead := time.Duration(dt.MaxPriority) * dt.PriorityAging
+	var first, earliest *time.Time
+	var n int
+	err = e.indexed(ctx, func(x *executor) error {
+		return x.each(ctx, "next available task", e.d.q.taskNextAvailable,
+			[]any{params.Now, params.Now.Add(-lead), lead.Microseconds(), params.Limit},
+			func(r rows) error { return r.Scan(&first, &earliest, &n) })
+	})
+	switch {
+	case err != nil || first == nil:
+		return time.Time{}, err
+	case n >= params.Limit || earliest == nil:
+		return first.UTC(), nil
+	}
+	return earliest.UTC(), nil
+}
+
 func (e *executor) TaskListExpired(ctx context.Context, params *store.TaskListExpiredParams) ([]*dt.Task, error) {
 	now, limit := params.Now, params.Limit
 	if !e.tx {

@@ -16,3 +16,6 @@ func SetEventJoined(d *Driver, joined func()) { d.eventJoined = joined }
 
 // MigrateLockKey is the advisory lock key d's migrators take.
 func MigrateLockKey(d *Driver) int64 { return d.migrateLockKey }
+
+// Channel is d's LISTEN/NOTIFY channel.
+func Channel(d *Driver) string { return d.channel }

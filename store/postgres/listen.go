@@ -13,20 +13,22 @@ import (
 var _ store.Listener = (*Driver)(nil)
 
 // Listen implements store.Listener: one pooled connection LISTENs on the
-// schema's channel and hands every payload to wake. When the connection
-// breaks (or the database restarts) it reconnects with back-off and calls
-// wake(store.TopicAll), because notifications sent meanwhile are lost.
+// schema's channel and hands every payload to wake, after
+// wake(store.TopicListening). When the connection breaks (or the database
+// restarts) it calls wake(store.TopicNotListening), since notifications
+// sent meanwhile are lost, and reconnects with back-off.
 func (d *Driver) Listen(ctx context.Context, wake func(topic string)) error {
 	backoff := 100 * time.Millisecond
-	first := true
 	for ctx.Err() == nil {
+		listening := false
 		err := d.listenOnce(ctx, wake, func() {
 			backoff = 100 * time.Millisecond
-			if !first {
-				wake(store.TopicAll)
-			}
-			first = false
+			listening = true
+			wake(store.TopicListening)
 		})
+		if listening {
+			wake(store.TopicNotListening)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -884,7 +884,8 @@ func cycleUntilDone(ctx context.Context, d *postgres.Driver, m *flow.Machine, ba
 }
 
 // Notifications reach a listener when the transaction commits, never when it
-// rolls back; the listener reports a reconnect as TopicAll.
+// rolls back; the listener says when it listens and when it stops (a lost
+// connection), and listens again.
 func TestListenNotify(t *testing.T) {
 	t.Parallel()
 	d := open(t)
@@ -895,6 +896,14 @@ func TestListenNotify(t *testing.T) {
 	go func() { defer close(done); _ = d.Listen(ctx, func(topic string) { got <- topic }) }()
 	defer func() { cancel(); <-done }()
 
+	select {
+	case topic := <-got:
+		if topic != store.TopicListening {
+			t.Fatalf("first topic %q, want TopicListening", topic)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listener did not say it listens")
+	}
 	// The listener may not be LISTENing yet: notify until one arrives.
 	deadline := time.After(10 * time.Second)
 	for ready := false; !ready; {
@@ -938,5 +947,28 @@ func TestListenNotify(t *testing.T) {
 	}
 	if err := store.Notify(ctx, d.Reader(), &store.NotifyParams{Topic: "x"}); err == nil {
 		t.Error("Notify outside a transaction succeeded")
+	}
+
+	// The listening connection dies: the listener says it stopped, then
+	// listens again.
+	conn, err := pgx.Connect(ctx, testutil.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var killed int
+	if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = $1`,
+		"LISTEN "+pgx.Identifier{postgres.Channel(d)}.Sanitize()).Scan(&killed); err != nil || killed != 1 {
+		t.Fatalf("terminate the listening connection: %d terminated, %v", killed, err)
+	}
+	for _, want := range []string{store.TopicNotListening, store.TopicListening} {
+		select {
+		case topic := <-got:
+			if topic != want {
+				t.Fatalf("after the connection died: %q, want %q", topic, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("after the connection died: no %q", want)
+		}
 	}
 }

@@ -116,6 +116,22 @@ const (
    AND locked_by IS NOT NULL AND complete_by < $1
  ORDER BY id FOR UPDATE`
 
+	// tTaskNextAvailable finds the first claimable task not yet available in
+	// claim order ($2 is Now less the longest lead a priority gives), then
+	// the earliest AvailableAt among the tasks up to that lead after it
+	// (at most $4, $3 the lead in microseconds): a higher priority's task
+	// comes earlier in claim order than in time. Both walk tasks_claimable.
+	tTaskNextAvailable = `WITH f AS (
+   SELECT c.claim_at FROM {s}.tasks AS c
+   WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.claim_at > $2 AND c.available_at > $1
+   ORDER BY c.claim_at, c.id LIMIT 1),
+ w AS (
+   SELECT c.available_at FROM {s}.tasks AS c, f
+   WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating')
+     AND c.claim_at >= f.claim_at AND c.claim_at <= f.claim_at + $3 * interval '1 microsecond' AND c.available_at > $1
+   ORDER BY c.claim_at, c.id LIMIT $4)
+ SELECT (SELECT claim_at FROM f), (SELECT min(available_at) FROM w), (SELECT count(*) FROM w)`
+
 	tTaskInsert = `INSERT INTO {s}.tasks (` + taskCols + `, claim_at)
  SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
    $8::int[], $9::int[], $10::int[], $11::text[], $12::bytea[], $13::text[], $14::int[], $15::text[], $16::bigint[],
@@ -402,7 +418,7 @@ var (
 // queries holds every statement with the schema filled in.
 type queries struct {
 	taskGet, taskGetLock, taskGetMany, taskGetManyLock, taskCountByState, taskCountLockedBy,
-	taskCountActive, taskCountActiveIn, taskCountActiveBySubmitter, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskGetManySkip, taskExisting, taskListLockedBy, taskListExpired, taskListExpiredLock,
+	taskCountActive, taskCountActiveIn, taskCountActiveBySubmitter, taskDeleteFinished, taskClaim, taskClaimLock, taskClaimLockSteps, taskGetManySkip, taskExisting, taskListLockedBy, taskListExpired, taskListExpiredLock, taskNextAvailable,
 	taskInsert, taskUpdate, taskList, taskPickFinished, taskFinishedSince string
 	orderingReserve, orderingPrune string
 
@@ -463,6 +479,7 @@ func newQueries(quotedSchema string) *queries {
 		taskListLockedBy:           r(tTaskListLockedBy),
 		taskListExpired:            r(tTaskListExpired),
 		taskListExpiredLock:        r(tTaskListExpiredLock),
+		taskNextAvailable:          r(tTaskNextAvailable),
 		taskInsert:                 r(tTaskInsert),
 		taskUpdate:                 r(tTaskUpdate),
 		taskList:                   r(`SELECT ` + taskCols + ` FROM {s}.tasks`),

@@ -462,6 +462,32 @@ func (e *executor) TaskListLockedBy(ctx context.Context, params *store.TaskListL
 	return scanTasks(rows)
 }
 
+func (e *executor) TaskNextAvailable(ctx context.Context, params *store.TaskNextAvailableParams) (time.Time, error) {
+	lead := time.Duration(dt.MaxPriority) * dt.PriorityAging
+	var first, earliest sql.NullInt64
+	var n int
+	rows, err := e.query(ctx, qTaskNextAvailable, us(params.Now), us(params.Now.Add(-lead)), lead.Microseconds(), params.Limit)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("sqlite: next available task: %w", err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(&first, &earliest, &n); err != nil {
+			return time.Time{}, translate(err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return time.Time{}, translate(err)
+	}
+	switch {
+	case !first.Valid:
+		return time.Time{}, nil
+	case n >= params.Limit || !earliest.Valid:
+		return fromUS(first.Int64), nil
+	}
+	return fromUS(earliest.Int64), nil
+}
+
 func (e *executor) TaskListExpired(ctx context.Context, params *store.TaskListExpiredParams) ([]*dt.Task, error) {
 	now, limit := params.Now, params.Limit
 	rows, err := e.query(ctx, qTaskListExpired, us(now), limit)

@@ -83,6 +83,22 @@ const (
    ORDER BY c.claim_at, c.id LIMIT ?3)
  RETURNING ` + taskCols
 
+	// qTaskNextAvailable finds the first claimable task not yet available in
+	// claim order (?2 is Now less the longest lead a priority gives), then
+	// the earliest available_at among the tasks up to that lead (?3) after
+	// it, at most ?4: a higher priority's task comes earlier in claim order
+	// than in time. Both walk tasks_claimable.
+	qTaskNextAvailable = `WITH f AS (
+   SELECT c.claim_at FROM tasks AS c INDEXED BY tasks_claimable
+   WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.claim_at > ?2 AND c.available_at > ?1
+   ORDER BY c.claim_at, c.id LIMIT 1),
+ w AS (
+   SELECT c.available_at FROM f, tasks AS c INDEXED BY tasks_claimable
+   WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating')
+     AND c.claim_at >= f.claim_at AND c.claim_at <= f.claim_at + ?3 AND c.available_at > ?1
+   ORDER BY c.claim_at, c.id LIMIT ?4)
+ SELECT (SELECT claim_at FROM f), (SELECT min(available_at) FROM w), (SELECT count(*) FROM w)`
+
 	qTaskListLockedBy = `SELECT ` + taskCols + ` FROM tasks WHERE locked_by = ? AND complete_by IS NOT NULL ORDER BY id LIMIT ?`
 
 	qTaskListExpired = `SELECT ` + taskCols + ` FROM tasks

@@ -47,6 +47,7 @@ func taskCases() []testCase {
 		{"GetAndClaim", testTaskGetAndClaim},
 		{"ListLockedBy", testTaskListLockedBy},
 		{"ListExpired", testTaskListExpired},
+		{"NextAvailable", testTaskNextAvailable},
 		{"UpdateManyRoundTrip", testTaskUpdateMany},
 		{"DeleteFinished", testTaskDeleteFinished},
 	}
@@ -1035,6 +1036,64 @@ func testTaskListLockedBy(t *testing.T, d store.Driver) {
 			t.Errorf("TaskCountLockedBy(%s) = %d, %v; want %d", inst, n, err, want)
 		}
 	}
+}
+
+// TaskNextAvailable is the earliest AvailableAt after Now of the claimable
+// tasks, also when a higher priority puts a later one first in claim order,
+// and with a Limit it stops at, never after that answer.
+func testTaskNextAvailable(t *testing.T, d store.Driver) {
+	ctx := context.Background()
+	now := at(time.Hour)
+	next := func(x store.Executor, limit int) time.Time {
+		t.Helper()
+		got, err := x.TaskNextAvailable(ctx, &store.TaskNextAvailableParams{Now: now, Limit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := next(d.Reader(), 100); !got.IsZero() {
+		t.Fatalf("empty store: %v, want the zero time", got)
+	}
+	mk := func(id string, state dt.ProcessState, lockedBy string, priority int, avail time.Duration) *dt.Task {
+		tk := newTask(id)
+		tk.OrderingKey, tk.ProcessState, tk.LockedBy, tk.Priority, tk.AvailableAt = "", state, lockedBy, priority, now.Add(avail)
+		return tk
+	}
+	insertTasks(t, d,
+		mk("ready", dt.Pending, "", 0, -time.Second),                       // available already
+		mk("held", dt.Processing, "s", 0, 2*time.Second),                   // held: not claimable
+		mk("done", dt.Processed, "", 0, 3*time.Second),                     // final
+		mk("high", dt.Pending, "", dt.MaxPriority, 5*time.Minute),          // first in claim order
+		mk("low", dt.Pending, "", 0, 30*time.Second),                       // the answer
+		mk("later", dt.Pending, "", 0, time.Hour),                          // after it
+		mk("undo", dt.Compensating, "", 0, 10*time.Minute+30*time.Second),  // nobody holds it
+		mk("undoing", dt.Compensating, "s", 0, 10*time.Minute+time.Second), // held
+	)
+	if got, want := next(d.Reader(), 100), now.Add(30*time.Second); !got.Equal(want) {
+		t.Errorf("next = %v, want %v (task low)", got, want)
+	}
+	// Limit 1 stops at high, first in claim order: its ClaimAt, earlier
+	// than the answer.
+	if got, want := next(d.Reader(), 1), dt.ClaimAt(now.Add(5*time.Minute), dt.MaxPriority); !got.Equal(want) {
+		t.Errorf("next with limit 1 = %v, want %v (high's ClaimAt)", got, want)
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		done, err := x.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []string{"low", "high"}})
+		if err != nil {
+			return err
+		}
+		for _, tk := range done {
+			tk.ProcessState = dt.Processed
+		}
+		if err := x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: done}); err != nil {
+			return err
+		}
+		if got, want := next(x, 100), now.Add(10*time.Minute+30*time.Second); !got.Equal(want) {
+			t.Errorf("in a transaction, with low and high done: next = %v, want %v (task undo)", got, want)
+		}
+		return nil
+	})
 }
 
 func testTaskListExpired(t *testing.T, d store.Driver) {
