@@ -1062,6 +1062,20 @@ func TestPostgresServerWaitsAndReconnects(t *testing.T) {
 		}
 		return strings.Contains(errb.String(), ReadyPrefix+"instance=pg-1 db=postgres://") && strings.Contains(errb.String(), "schema="+schema)
 	})
+	// The server listens for other processes' notifications (drover
+	// submit's below wake it): one LISTEN connection on the schema's channel.
+	admin, err := pgx.Connect(ctx, realURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	listening := func() bool {
+		var n int
+		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = $1`,
+			"LISTEN "+pgx.Identifier{"drover_" + schema}.Sanitize()).Scan(&n)
+		return err == nil && n == 1
+	}
+	waitFor(t, "the server's LISTEN connection", listening)
 	db := []string{"--db", realURL, "--schema", schema}
 	processed := func(id string) func() bool {
 		return func() bool {
@@ -1075,6 +1089,7 @@ func TestPostgresServerWaitsAndReconnects(t *testing.T) {
 	proxy.breakAll() // as a database restart does
 	mustRun(t, append([]string{"submit", "orders", `{"order_id":"o-2","amount":2}`, "--id", "pg-2"}, db...)...)
 	waitFor(t, "the order after the break", processed("pg-2"))
+	waitFor(t, "the LISTEN connection again after the break", listening)
 
 	cancel()
 	select {

@@ -283,7 +283,9 @@ not sent).`,
 					if d, err = e.openServerStore(ctx, t, synchronous); err != nil {
 						return nil, err
 					}
-					return d, nil
+					// The driver itself, not the wrapper: the server
+					// looks for its optional capabilities (store.Listener).
+					return d.Driver, nil
 				},
 				WaitForStore: t.Postgres, StoreName: t.Desc(), Logger: log,
 				InstanceID: instanceID, Roles: r, Schedulers: schedulers,
