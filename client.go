@@ -354,7 +354,7 @@ func (c *Client) Start(ctx context.Context) error {
 	cfg := engine.Config{Store: c.store, Clock: c.clock, Log: c.log, Instance: c.cfg.InstanceID, Counters: &c.counters,
 		Fence: lease.check, ClaimBatch: c.cfg.ClaimBatch, MaxInFlight: c.cfg.MaxInFlight, PollInterval: c.cfg.PollInterval,
 		NamespaceMaxInFlight: c.cfg.NamespaceMaxInFlight, Supervisor: c.cfg.Roles.Supervisor, SupervisorInterval: c.cfg.SupervisorInterval, LeaseTTL: c.cfg.LeaseTTL,
-		Retention: c.cfg.Retention, Trace: c.tracer}
+		Retention: c.cfg.Retention, Trace: c.tracer, Live: notifier.For(c.store).Live}
 	if c.cfg.Roles.Scheduler {
 		cfg.Schedulers = c.cfg.Schedulers
 	}

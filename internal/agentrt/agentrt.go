@@ -96,8 +96,15 @@ type Runtime struct {
 	Instance     string
 	Log          *slog.Logger
 	PollInterval time.Duration
-	IsPermanent  Classifier
-	Deliver      Delivery
+	// Live, when set, reports whether notifications reach this process
+	// (notifier.Hub.Live): new requests for its agents from other
+	// processes notify it, and it polls only every IdlePoll (or
+	// PollInterval, the longer) as a fallback.
+	Live func() bool
+	// IdlePoll is the fallback poll while Live (default 30s).
+	IdlePoll    time.Duration
+	IsPermanent Classifier
+	Deliver     Delivery
 	// StepRetry, when set, returns the retry policy of a request's step
 	// when the step has its own (nil: the agent's applies). It is not
 	// asked for compensations.
@@ -132,7 +139,7 @@ type Runtime struct {
 // New builds a runtime for the given agents.
 func New(d store.Driver, c clock.Clock, instance string, log *slog.Logger, specs []Spec) *Runtime {
 	rt := &Runtime{
-		Driver: d, Clock: c, Instance: instance, Log: log, PollInterval: 200 * time.Millisecond,
+		Driver: d, Clock: c, Instance: instance, Log: log, PollInterval: 200 * time.Millisecond, IdlePoll: 30 * time.Second,
 		agents: map[string]*agent{}, wake: make(chan struct{}, 1), replies: make(chan *dt.AgentReply, 4096),
 		ready: make(chan struct{}),
 	}
@@ -308,8 +315,8 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	writerCtx, stopWriter := context.WithCancel(context.WithoutCancel(ctx))
 	go func() { defer close(writerDone); rt.writeReplies(writerCtx) }()
 
-	ticker := time.NewTicker(rt.PollInterval)
-	defer ticker.Stop()
+	timer := time.NewTimer(rt.PollInterval)
+	defer timer.Stop()
 	failures := 0
 	for {
 		more, err := rt.pull(ctx)
@@ -331,6 +338,11 @@ func (rt *Runtime) Run(ctx context.Context) error {
 		if more {
 			continue
 		}
+		if rt.Live != nil && rt.Live() {
+			timer.Reset(max(rt.PollInterval, rt.IdlePoll))
+		} else {
+			timer.Reset(rt.PollInterval)
+		}
 		select {
 		case <-ctx.Done():
 			rt.mu.Lock()
@@ -341,7 +353,7 @@ func (rt *Runtime) Run(ctx context.Context) error {
 			<-writerDone
 			return nil
 		case <-rt.wake:
-		case <-ticker.C:
+		case <-timer.C:
 		}
 	}
 }

@@ -36,6 +36,10 @@ type Config struct {
 	ClaimBatch   int
 	MaxInFlight  int
 	PollInterval time.Duration
+	// Live, when set, reports whether notifications reach this process
+	// (notifier.Hub.Live): the roles then poll only as a slow fallback
+	// and sleep until their next due time (see scheduler.Scheduler.Live).
+	Live func() bool
 	// NamespaceMaxInFlight caps the tasks of one namespace a scheduler
 	// holds (flow.Machine.NamespaceMaxInFlight).
 	NamespaceMaxInFlight int
@@ -77,7 +81,7 @@ func New(cfg Config) *Engine {
 	e := &Engine{cfg: cfg, schedulers: map[string]*scheduler.Scheduler{}}
 	if len(cfg.Agents) > 0 {
 		rt := agentrt.New(cfg.Store, cfg.Clock, cfg.Instance+"/agent", cfg.Log, cfg.Agents)
-		rt.PollInterval = cfg.PollInterval
+		rt.PollInterval, rt.Live = cfg.PollInterval, cfg.Live
 		rt.IsPermanent = cfg.IsPermanent
 		rt.StepRetry = cfg.StepRetry
 		if cfg.Counters != nil {
@@ -91,7 +95,7 @@ func New(cfg Config) *Engine {
 		m := &flow.Machine{Instance: id, Counters: cfg.Counters, NamespaceMaxInFlight: cfg.NamespaceMaxInFlight, Trace: cfg.Trace}
 		s := scheduler.New(cfg.Store, cfg.Clock, m, cfg.Log)
 		s.ClaimBatch, s.MaxInFlight, s.PollInterval = cfg.ClaimBatch, cfg.MaxInFlight, cfg.PollInterval
-		s.Fence = cfg.Fence
+		s.Fence, s.Live = cfg.Fence, cfg.Live
 		s.WakeMore = func() { e.wakeScheduler(s) }
 		if rt := e.runtime; rt != nil {
 			rt.FastPath = true
@@ -128,14 +132,14 @@ func New(cfg Config) *Engine {
 		sv := supervisor.New(cfg.Store, cfg.Clock, cfg.Instance+"/supervisor", cfg.Log, cfg.Counters)
 		sv.Interval, sv.LeaseTTL, sv.Retention = cfg.SupervisorInterval, cfg.LeaseTTL, cfg.Retention
 		sv.OnRecover = e.WakeSchedulers
-		sv.Trace = cfg.Trace
+		sv.Trace, sv.Live = cfg.Trace, cfg.Live
 		e.supervisor = sv
 		e.services = append(e.services, &startstop.Func{Name: "supervisor", Run: sv.Run, Log: cfg.Log})
 		// Session queues' dedupe entries expire under their own lease, which
 		// processes running only session queues (package convoy) take too.
 		dedupe := &maintenance.Runner{Driver: cfg.Store, Clock: cfg.Clock, Log: cfg.Log, Lease: maintenance.DedupeLease,
 			Instance: cfg.Instance + "/maintenance", Interval: cfg.SupervisorInterval, LeaseTTL: cfg.LeaseTTL,
-			Services: []maintenance.Service{maintenance.DedupeExpiry()}}
+			Services: []maintenance.Service{maintenance.DedupeExpiry()}, Live: cfg.Live}
 		if cfg.Counters != nil {
 			dedupe.Recorder = cfg.Counters.Recorder
 		}
@@ -180,7 +184,7 @@ func (e *Engine) WakeFor(t notifier.Topic) {
 	rt := e.runtime
 	switch t.Kind {
 	case notifier.Tasks:
-		e.WakeSchedulers()
+		e.WakeSchedulers() // and the supervisor
 	case notifier.Requests:
 		if rt != nil && rt.Has(t.Name) {
 			rt.Wake()
@@ -197,9 +201,17 @@ func (e *Engine) WakeFor(t notifier.Topic) {
 		for _, s := range e.order {
 			s.WakeReplies()
 		}
+		e.wakeSupervisor()
 		if rt != nil {
 			rt.Wake()
 		}
+	}
+}
+
+// wakeSupervisor has the supervisor look soon: tasks may be held.
+func (e *Engine) wakeSupervisor() {
+	if e.supervisor != nil {
+		e.supervisor.Wake()
 	}
 }
 
@@ -208,7 +220,10 @@ func (e *Engine) WakeFor(t notifier.Topic) {
 // a task one of them gets. A scheduler whose claim comes back full, or
 // whose transaction failed, wakes the next, so a backlog still reaches
 // all of them.
-func (e *Engine) WakeSchedulers() { e.wakeScheduler(nil) }
+func (e *Engine) WakeSchedulers() {
+	e.wakeScheduler(nil)
+	e.wakeSupervisor()
+}
 
 // wakeScheduler wakes the scheduler scheduler.Pick chooses, other than
 // except.

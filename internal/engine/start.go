@@ -63,6 +63,7 @@ func (st *Start) Commit() {
 	st.unreserve(f.Dropped)
 	st.sched.Adopt(f.Started, f.Room)
 	if f.Started > 0 {
+		st.e.wakeSupervisor() // it holds tasks now: deadlines run
 		st.e.cfg.Counters.Dispatched.Add(int64(f.Started))
 		st.e.cfg.Counters.EagerStarts.Add(int64(f.Started))
 		if st.rt != nil {

@@ -53,6 +53,15 @@ type Scheduler struct {
 	// PollInterval is how often the store is polled for tasks and replies
 	// when nothing in this process signals new work.
 	PollInterval time.Duration
+	// Live, when set, reports whether notifications reach this process
+	// (notifier.Hub.Live). While they do, and the Clock is the real one,
+	// the scheduler polls the store only every IdlePoll (or PollInterval,
+	// the longer) as a fallback: submits, recoveries and replies from
+	// other processes notify it, and when it has nothing to claim it
+	// sleeps until the next delayed task is due (TaskNextAvailable).
+	Live func() bool
+	// IdlePoll is the fallback poll while Live. Default DefaultIdlePoll.
+	IdlePoll time.Duration
 	// OnDispatch is told about every request dispatched, after commit (to
 	// start or wake agents in this process).
 	OnDispatch func([]*dt.AgentRequest)
@@ -72,6 +81,7 @@ type Scheduler struct {
 	stopped  bool         // Run has exited: Deliver refuses
 	inbox    chan *dt.AgentReply
 	pollNow  atomic.Bool      // replies for this instance are waiting in the store
+	idle     bool             // the last tick claimed and applied nothing
 	carry    *dt.AgentReply   // taken from the inbox while waiting; applied next tick
 	deferred []*dt.AgentReply // replies whose tasks were locked elsewhere: next tick
 	backoff  time.Duration    // wait before retrying deferred replies; grows while they stay
@@ -91,11 +101,18 @@ type Scheduler struct {
 	reserved int // room set aside by Submits (Reserve) and claims (take) in progress
 }
 
+// DefaultIdlePoll is how often a scheduler polls the store while
+// notifications arrive (Scheduler.Live).
+const DefaultIdlePoll = 30 * time.Second
+
+// nextDueLimit caps the tasks TaskNextAvailable reads.
+const nextDueLimit = 1000
+
 // New returns a scheduler for the given instance ID.
 func New(d store.Driver, c clock.Clock, m *flow.Machine, log *slog.Logger) *Scheduler {
 	return &Scheduler{
 		Driver: d, Clock: c, Machine: m, Log: log,
-		ClaimBatch: 256, MaxInFlight: 1024, PollInterval: 100 * time.Millisecond,
+		ClaimBatch: 256, MaxInFlight: 1024, PollInterval: 100 * time.Millisecond, IdlePoll: DefaultIdlePoll,
 		inbox: make(chan *dt.AgentReply, 8192), wake: make(chan struct{}, 1),
 	}
 }
@@ -264,22 +281,34 @@ func (s *Scheduler) shutdown() {
 func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.shutdown()
 	s.setInFlight(s.inFlight)
-	ticker := time.NewTicker(s.PollInterval)
-	defer ticker.Stop()
+	timer := time.NewTimer(s.PollInterval)
+	defer timer.Stop()
 	var lastPoll, lastCount time.Time
 	failures := 0
 	restored := false
 	for {
+		live := s.live()
+		interval := s.PollInterval
+		if live {
+			interval = max(s.PollInterval, s.IdlePoll)
+		}
 		// The store's reply queue and the held-task count are read on a
 		// timer, busy or not: a scheduler with a backlog must still apply
 		// replies from agents in other processes before their deadlines.
-		poll := s.pollNow.Swap(false) || time.Since(lastPoll) >= s.PollInterval
+		// While notifications arrive, replies for it notify it (pollNow),
+		// and the timer is only a fallback.
+		poll := s.pollNow.Swap(false) || time.Since(lastPoll) >= interval
 		if poll {
 			lastPoll = time.Now()
 		}
 		// The in-flight count only drifts when the supervisor or an operator
-		// takes tasks away: a recount a second is plenty.
-		if time.Since(lastCount) >= max(s.PollInterval, time.Second) {
+		// takes tasks away: a recount a second is plenty, and none while
+		// this instance holds nothing (but a fallback's).
+		recount := max(s.PollInterval, time.Second)
+		if live && s.inFlight == 0 {
+			recount = interval
+		}
+		if time.Since(lastCount) >= recount {
 			lastCount = time.Now()
 			s.recount(ctx)
 		}
@@ -332,6 +361,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		if len(s.deferred) > 0 || s.pollNow.Load() {
 			retry = time.After(s.backoff)
 		}
+		wait := s.PollInterval
+		if live {
+			wait = s.idleWait(ctx, interval)
+		}
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -339,9 +373,34 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		case <-s.wake:
 		case r := <-s.inbox:
 			s.carry = r
-		case <-ticker.C:
+		case <-timer.C:
 		}
 	}
+}
+
+// live reports whether the scheduler may rely on notifications: they
+// arrive, and the clock is the real one, whose due times a timer can wait
+// for (a test's fake clock moves without telling anyone).
+func (s *Scheduler) live() bool {
+	_, real := s.Clock.(clock.Real)
+	return real && s.Live != nil && s.Live()
+}
+
+// idleWait is how long a scheduler relying on notifications waits for
+// one: until the next delayed task is due, when its last tick found
+// nothing, at most the fallback poll interval.
+func (s *Scheduler) idleWait(ctx context.Context, interval time.Duration) time.Duration {
+	if !s.idle {
+		return min(interval, s.PollInterval)
+	}
+	next, err := s.Driver.Reader().TaskNextAvailable(ctx, &store.TaskNextAvailableParams{Now: s.Clock.Now(), Limit: nextDueLimit})
+	switch {
+	case err != nil:
+		return s.PollInterval
+	case next.IsZero():
+		return interval
+	}
+	return min(interval, max(next.Sub(s.Clock.Now()), time.Millisecond))
 }
 
 // recount refreshes the in-flight count from the store: the supervisor and
@@ -506,6 +565,7 @@ func (s *Scheduler) run(ctx context.Context, replies []*dt.AgentReply, retried i
 		again      bool             // a task of an ordering key became claimable
 		deferred   []*dt.AgentReply // replies for tasks locked elsewhere
 		putBack    int              // of those, taken from the store and put back
+		applied    int              // replies the tick applied
 	)
 	err := s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		// Read the clock once the write lock is held: waiting for it must
@@ -529,6 +589,7 @@ func (s *Scheduler) run(ctx context.Context, replies []*dt.AgentReply, retried i
 		if o.fail != nil {
 			all = failed(all, o.fail)
 		}
+		applied = len(all)
 		if o.applyOnly {
 			reqs, rel, err := s.Machine.ApplyReplies(ctx, x, now, all)
 			dispatched, released = reqs, rel
@@ -604,6 +665,7 @@ func (s *Scheduler) run(ctx context.Context, replies []*dt.AgentReply, retried i
 		s.WakeMore()
 	}
 	busy := (asked > 0 && claimed == asked) || again || len(s.inbox) > 0 || fromStore-putBack == storeLimit
+	s.idle = asked > 0 && claimed == 0 && applied == 0 && released == 0
 	return runResult{busy: busy, fromStore: fromStore}, nil
 }
 

@@ -38,6 +38,11 @@ type Supervisor struct {
 	OnRecover func()
 	// Trace, when on, records a span per recovery.
 	Trace *tracing.Tracer
+	// Live, when set, reports whether notifications reach this process
+	// (maintenance.Runner.Live): while they do, an idle supervisor looks
+	// for expired steps every LeaseTTL/3 instead of every Interval, and
+	// every Interval again once tasks are held.
+	Live func() bool
 
 	runnerOnce sync.Once
 	runner     *maintenance.Runner
@@ -59,13 +64,18 @@ func (s *Supervisor) r() *maintenance.Runner {
 			services = append(services, maintenance.Retention(s.Retention))
 		}
 		s.runner = &maintenance.Runner{Driver: s.Driver, Clock: s.Clock, Log: s.Log, Lease: LeaseName, Instance: s.Instance,
-			Interval: s.Interval, LeaseTTL: s.LeaseTTL, Batch: s.Batch, Services: services, Trace: s.Trace}
+			Interval: s.Interval, LeaseTTL: s.LeaseTTL, Batch: s.Batch, Services: services, Trace: s.Trace,
+			Live: s.Live, IdleInterval: max(s.Interval, s.LeaseTTL/3)}
 		if s.Counters != nil {
 			s.runner.Recorder = s.Counters.Recorder
 		}
 	})
 	return s.runner
 }
+
+// Wake has the supervisor look within an Interval: tasks were submitted
+// or recovered, and may soon be held.
+func (s *Supervisor) Wake() { s.r().Wake() }
 
 // Term returns the term this supervisor leads in, 0 if it is not the leader.
 func (s *Supervisor) Term() int64 { return s.r().Term() }

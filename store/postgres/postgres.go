@@ -82,6 +82,10 @@ type Driver struct {
 
 var _ store.Driver = (*Driver)(nil)
 
+// pingAfterIdle is how long a pooled connection may sit idle before the
+// pool pings it before use.
+const pingAfterIdle = 30 * time.Second
+
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 // Open connects to the PostgreSQL database at url (a postgres:// URL or a
@@ -103,6 +107,11 @@ func Open(ctx context.Context, url string, opts Options) (*Driver, error) {
 		RegisterArrayEncoders(c.TypeMap())
 		return nil
 	}
+	// pgxpool pings a connection idle for over a second before handing it
+	// out: an idle process's every transaction would cost a ping too. A
+	// connection that died meanwhile fails its transaction instead, which
+	// drover's roles retry.
+	cfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > pingAfterIdle }
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open pool: %w", err)
