@@ -187,6 +187,7 @@ error there (the server's synchronous_commit decides).`,
 	fl.IntVar(&f.claimBatch, "claim-batch", 0, "tasks claimed per transaction (default: drover's, 256)")
 	fl.BoolVar(&f.noEager, "no-eager-start", false, "latency mode: leave each submitted task Pending for a claim instead of starting it in Submit's transaction")
 	cmd.AddCommand(e.benchConvoyCmd())
+	cmd.AddCommand(e.benchIdleCmd())
 	return cmd
 }
 
