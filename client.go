@@ -66,6 +66,9 @@ type Config struct {
 	// Default: DefaultSchedulers(Store).
 	Schedulers int
 	// SupervisorInterval is the time between supervisor sweeps. Default 1s.
+	// Where the store notifies (PostgreSQL), a supervisor with no task held
+	// sweeps only every LeaseTTL/3, and every SupervisorInterval again once
+	// a submit wakes it or a sweep finds tasks held.
 	SupervisorInterval time.Duration
 	// LeaseTTL is how long supervisor leadership lasts unrenewed. Default 10s.
 	LeaseTTL time.Duration
@@ -99,6 +102,10 @@ type Config struct {
 	NoEagerStart bool
 	// PollInterval is how often roles poll the store when nothing in this
 	// process signals new work (work from other processes). Default 100ms.
+	// Where the store notifies (PostgreSQL) and the Clock is the real one,
+	// the roles rely on notifications and poll only every 30s (or
+	// PollInterval, the longer) as a fallback, and sleep until their next
+	// due time (a delayed task, a deadline): see docs/operations.md.
 	PollInterval time.Duration
 	// MaxInputBytes caps a task's input. Default 1 MiB.
 	MaxInputBytes int
