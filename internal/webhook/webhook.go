@@ -436,12 +436,18 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	results := make(chan sent, d.opts.Concurrency)
 	perHost := map[string]int{} // requests in flight by namespace and host
 	perNS := map[string]int{}   // requests in flight by namespace
-	ticker := time.NewTicker(d.opts.PollInterval)
-	defer ticker.Stop()
+	timer := time.NewTimer(d.opts.PollInterval)
+	defer timer.Stop()
 	// Another transaction's final state or alert wakes the scan at once
-	// (PostgreSQL); without notifications the ticker finds it.
+	// (PostgreSQL); without notifications the timer finds it, every
+	// PollInterval. While notifications arrive the timer is only a slow
+	// fallback (IdlePoll), and wakes the dispatcher when a retry it
+	// recorded is due (nextDue).
 	wake := make(chan struct{}, 1)
-	unsubscribe := notifier.For(d.store).Subscribe(func(t notifier.Topic) {
+	notes := notifier.For(d.store)
+	_, realClock := d.clock.(clock.Real)
+	var nextDue time.Time
+	unsubscribe := notes.Subscribe(func(t notifier.Topic) {
 		if t.Kind == notifier.Events || t.Kind == notifier.All {
 			select {
 			case wake <- struct{}{}:
@@ -469,8 +475,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			// its outcome unknown (results recorded twice, claims held
 			// until their lease ends).
 			rctx, cancel := context.WithTimeout(sendCtx, roundTimeout)
+			due := retryDue(pending)
 			claimed, left := d.round(rctx, pending, d.opts.Concurrency-inflight)
 			cancel()
+			if len(left) == 0 && !due.IsZero() && (nextDue.IsZero() || due.Before(nextDue)) {
+				nextDue = due
+			}
 			pending = append(pending[:0], left...)
 			for _, w := range claimed {
 				ns := dt.NamespaceOf(w.TaskID)
@@ -490,6 +500,17 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				go func() { results <- sent{d.send(sendCtx, w), ns, host} }()
 			}
 		}
+		wait := d.opts.PollInterval
+		if realClock && notes.Live() {
+			wait = max(d.opts.PollInterval, IdlePoll)
+			if !nextDue.IsZero() {
+				wait = min(wait, max(nextDue.Sub(d.clock.Now()), time.Millisecond))
+			}
+			if len(pending) > 0 { // results to record (postponed ones among them)
+				wait = d.opts.PollInterval
+			}
+		}
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			for ; inflight > 0; inflight-- {
@@ -505,8 +526,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 			d.log.Info("webhook dispatcher stopped")
 			return nil
-		case <-ticker.C:
+		case <-timer.C:
 			scan = true
+			if !nextDue.IsZero() && !d.clock.Now().Before(nextDue) {
+				nextDue = time.Time{} // claimed in this round
+			}
 		case <-wake:
 			scan = true
 		case r := <-results:
@@ -522,6 +546,23 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			pending = append(pending, r.res)
 		}
 	}
+}
+
+// IdlePoll is how often a dispatcher scans while notifications arrive
+// (PollInterval, if longer): final states and alerts notify it, and it
+// wakes for the retries it recorded itself; a retry another dispatcher
+// recorded, whose process then stopped, waits for this fallback.
+const IdlePoll = 30 * time.Second
+
+// retryDue is the earliest retry among results, zero if none is one.
+func retryDue(results []store.WebhookResult) time.Time {
+	var due time.Time
+	for _, r := range results {
+		if r.Status == dt.WebhookPending && (due.IsZero() || r.NextAttemptAt.Before(due)) {
+			due = r.NextAttemptAt
+		}
+	}
+	return due
 }
 
 // publishNS publishes a copy of the run loop's requests per namespace.

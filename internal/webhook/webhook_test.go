@@ -22,6 +22,7 @@ import (
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/egress/egresstest"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/internal/testutil/clienttest"
 	"github.com/drover-run/drover/store"
@@ -944,4 +945,32 @@ func TestNotifiedFinalStateWakesDispatcher(t *testing.T) {
 	submit(t, c, "echo", "woken-1", rc.url("/cb/woken-1"))
 	wait(t, c, "woken-1", drover.Processed)
 	waitFor(t, "the webhook, long before the hour's poll", func() bool { return len(rc.okCount()) == 1 })
+}
+
+// While notifications arrive a dispatcher polls only as a slow fallback:
+// with an hour's poll, the retries of a failing receiver still go out when
+// their back-off ends (the dispatcher wakes for the retries it recorded).
+func TestNotifiedDispatcherRetriesWhenDue(t *testing.T) {
+	t.Parallel()
+	drv := testutil.Postgres(t)
+	rc := newReceiver(t)
+	rc.respond = func(h hit, before int) int {
+		if before < 2 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusNoContent
+	}
+	c := startClient(t, drv)
+	opts := fastOptions(&logBuffer{})
+	opts.PollInterval = time.Hour
+	opts.BackoffBase, opts.BackoffMax = 200*time.Millisecond, 400*time.Millisecond
+	stop := run(t, newDispatcher(t, drv, opts))
+	defer stop()
+	waitFor(t, "notifications", notifier.For(drv).Live)
+	submit(t, c, "echo", "retried-1", rc.url("/cb/retried-1"))
+	wait(t, c, "retried-1", drover.Processed)
+	waitFor(t, "the webhook after two retries, long before the hour's poll", func() bool { return len(rc.okCount()) == 1 })
+	if n := len(rc.all()); n != 3 {
+		t.Errorf("%d requests, want 3 (two failures, then success)", n)
+	}
 }
