@@ -120,7 +120,7 @@ type Executor interface {
 	// MaxPriority × PriorityAging before Now, and at most Limit tasks past
 	// the first one not yet available; when it stops at Limit it returns
 	// that first one's ClaimAt, which is never after the answer (so a
-	// caller wakes early, never late).
+	// caller wakes early, never late; the answer may then be before Now).
 	TaskNextAvailable(ctx context.Context, params *TaskNextAvailableParams) (time.Time, error)
 	// TaskListLockedBy returns up to Limit of the non-final tasks Instance
 	// holds.
@@ -446,6 +446,9 @@ type TaskNextAvailableParams struct {
 type TaskListExpiredParams struct {
 	Now   time.Time
 	Limit int
+	// Peek reads without locking the tasks, in a transaction too: for a
+	// look at what is held, not to recover it.
+	Peek bool
 }
 
 // TaskListLockedByParams are the arguments of TaskListLockedBy.

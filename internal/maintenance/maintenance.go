@@ -59,7 +59,7 @@ func StepRecovery(counters *flow.Counters, onRecover func()) Service {
 			return sv.Sweep(ctx, x, now, limit)
 		},
 		Next: func(ctx context.Context, x store.Executor, now time.Time) (time.Time, error) {
-			held, err := x.TaskListExpired(ctx, &store.TaskListExpiredParams{Now: farFuture, Limit: 1})
+			held, err := x.TaskListExpired(ctx, &store.TaskListExpiredParams{Now: farFuture, Limit: 1, Peek: true})
 			if err != nil || len(held) > 0 {
 				return now, err
 			}
@@ -201,15 +201,17 @@ func (r *Runner) Run(ctx context.Context) error {
 	var renewed time.Time                     // real time
 	due := make([]time.Time, len(r.Services)) // on Clock: when each service runs next
 	for {
+		// A failed try is tried again at the next tick.
 		if time.Since(renewed) >= max(r.LeaseTTL/3, r.Tick) {
-			renewed = time.Now()
 			if _, err := el.TryAcquire(ctx); err != nil && ctx.Err() == nil {
 				r.Log.Warn("maintenance lease", "lease", r.Lease, "instance", r.Instance, "err", err)
+			} else {
+				renewed = time.Now()
 			}
 		}
 		// A round counts only while leading: a lease that ran out between
-		// its renewal and now (a clock moved on) is renewed at the next
-		// tick, and the round runs then.
+		// its renewal and now (a clock moved on) is renewed at its next
+		// renewal, and the round runs then.
 		now := r.Clock.Now()
 		if r.Term() != 0 {
 			live := r.live()

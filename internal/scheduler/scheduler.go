@@ -82,6 +82,7 @@ type Scheduler struct {
 	inbox    chan *dt.AgentReply
 	pollNow  atomic.Bool      // replies for this instance are waiting in the store
 	idle     bool             // the last tick claimed and applied nothing
+	tickNow  time.Time        // the Clock's time in the last tick
 	carry    *dt.AgentReply   // taken from the inbox while waiting; applied next tick
 	deferred []*dt.AgentReply // replies whose tasks were locked elsewhere: next tick
 	backoff  time.Duration    // wait before retrying deferred replies; grows while they stay
@@ -393,12 +394,18 @@ func (s *Scheduler) idleWait(ctx context.Context, interval time.Duration) time.D
 	if !s.idle {
 		return min(interval, s.PollInterval)
 	}
-	next, err := s.Driver.Reader().TaskNextAvailable(ctx, &store.TaskNextAvailableParams{Now: s.Clock.Now(), Limit: nextDueLimit})
+	// As of the tick's time: a task that became available since is due
+	// at once (a task the tick could not see).
+	next, err := s.Driver.Reader().TaskNextAvailable(ctx, &store.TaskNextAvailableParams{Now: s.tickNow, Limit: nextDueLimit})
 	switch {
 	case err != nil:
 		return s.PollInterval
 	case next.IsZero():
 		return interval
+	case !next.After(s.tickNow):
+		// A bound from a truncated read (many delayed tasks of raised
+		// priority): poll, as without notifications.
+		return s.PollInterval
 	}
 	return min(interval, max(next.Sub(s.Clock.Now()), time.Millisecond))
 }
@@ -566,11 +573,13 @@ func (s *Scheduler) run(ctx context.Context, replies []*dt.AgentReply, retried i
 		deferred   []*dt.AgentReply // replies for tasks locked elsewhere
 		putBack    int              // of those, taken from the store and put back
 		applied    int              // replies the tick applied
+		tickNow    time.Time        // the transaction's time
 	)
 	err := s.Driver.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		// Read the clock once the write lock is held: waiting for it must
 		// not make a stale reply look on time, nor start a step late.
 		now := s.Clock.Now()
+		tickNow = now
 		dispatched, released, claimed, asked, fromStore, again, deferred, putBack = nil, 0, 0, 0, 0, false, nil, 0
 		if s.Fence != nil {
 			if err := s.Fence(ctx, x, now); err != nil {
@@ -666,6 +675,7 @@ func (s *Scheduler) run(ctx context.Context, replies []*dt.AgentReply, retried i
 	}
 	busy := (asked > 0 && claimed == asked) || again || len(s.inbox) > 0 || fromStore-putBack == storeLimit
 	s.idle = asked > 0 && claimed == 0 && applied == 0 && released == 0
+	s.tickNow = tickNow
 	return runResult{busy: busy, fromStore: fromStore}, nil
 }
 

@@ -846,7 +846,7 @@ func (e *executor) TaskListLockedBy(ctx context.Context, params *store.TaskListL
 	return ts, err
 }
 
-// TaskNextAvailable reads with sequential scans off, as TaskCountLockedBy
+// TaskNextAvailable reads with bitmap scans off, as TaskCountLockedBy
 // (e.indexed).
 func (e *executor) TaskNextAvailable(ctx context.Context, params *store.TaskNextAvailableParams) (next time.Time, err error) {
 	lead := time.Duration(dt.MaxPriority) * dt.PriorityAging
@@ -868,7 +868,7 @@ func (e *executor) TaskNextAvailable(ctx context.Context, params *store.TaskNext
 
 func (e *executor) TaskListExpired(ctx context.Context, params *store.TaskListExpiredParams) ([]*dt.Task, error) {
 	now, limit := params.Now, params.Limit
-	if !e.tx {
+	if !e.tx || params.Peek {
 		return e.tasks(ctx, "list expired tasks", e.d.q.taskListExpired, now, limit)
 	}
 	// Locked in ID order; handed back oldest deadline first, as on the pool.

@@ -545,6 +545,33 @@ func TestReadsInTxLockRows(t *testing.T) {
 			}
 		})
 	}
+	// TaskListExpired with Peek locks nothing, in a transaction too: it
+	// neither waits for a lock nor holds one.
+	peek := func(ctx context.Context, x store.Executor) error {
+		got, err := x.TaskListExpired(ctx, &store.TaskListExpiredParams{Now: now.Add(time.Second), Limit: 10, Peek: true})
+		if err == nil && len(got) != 1 {
+			err = fmt.Errorf("TaskListExpired with Peek = %d tasks, want 1", len(got))
+		}
+		return err
+	}
+	release := testutil.HoldTx(t, d, reads["TaskListExpired"])
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := d.InTx(wctx, peek); err != nil {
+		t.Errorf("TaskListExpired with Peek in a transaction while the task is locked: %v", err)
+	}
+	cancel()
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	release = testutil.HoldTx(t, d, peek)
+	wctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+	if err := d.InTx(wctx, reads["TaskListExpired"]); err != nil {
+		t.Errorf("TaskListExpired in a transaction while another peeks: %v", err)
+	}
+	cancel()
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // LeaseCheck fences a transaction against a takeover of the lease without
