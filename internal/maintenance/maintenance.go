@@ -12,6 +12,7 @@ import (
 	"github.com/drover-run/drover/internal/instrument"
 	"github.com/drover-run/drover/internal/leader"
 	"github.com/drover-run/drover/internal/logattr"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/tracing"
 	"github.com/drover-run/drover/store"
 )
@@ -214,7 +215,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		// renewal, and the round runs then.
 		now := r.Clock.Now()
 		if r.Term() != 0 {
-			live := r.live()
+			live := notifier.Relied(r.Clock, r.Live)
 			for i, s := range r.Services {
 				if now.Before(due[i]) {
 					continue
@@ -244,14 +245,6 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 		}
 	}
-}
-
-// live reports whether the runner may rely on notifications: they arrive,
-// and the clock is the real one (a test's fake clock moves without
-// telling anyone).
-func (r *Runner) live() bool {
-	_, real := r.Clock.(clock.Real)
-	return real && r.Live != nil && r.Live()
 }
 
 // nextRun is when a service that ran at now, handled n items and said its

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	dt "github.com/drover-run/drover/drovertype"
+	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/store"
 )
 
@@ -210,6 +211,15 @@ func (h *Hub) unsubscribe(e *entry, s *subscription) {
 	if done != nil {
 		<-done
 	}
+}
+
+// Relied reports whether a role on clock c may rely on notifications and
+// sleep until its next due time: live (a Hub's Live) says they arrive, and
+// c is the real clock, whose due times a timer can wait for (a test's fake
+// clock moves without telling anyone). A nil live is never relied on.
+func Relied(c clock.Clock, live func() bool) bool {
+	_, real := c.(clock.Real)
+	return real && live != nil && live()
 }
 
 // deliver parses a payload once and hands it to every subscriber. The

@@ -15,6 +15,7 @@ import (
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/internal/logattr"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -288,7 +289,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	failures := 0
 	restored := false
 	for {
-		live := s.live()
+		live := notifier.Relied(s.Clock, s.Live)
 		interval := s.PollInterval
 		if live {
 			interval = max(s.PollInterval, s.IdlePoll)
@@ -377,14 +378,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 	}
-}
-
-// live reports whether the scheduler may rely on notifications: they
-// arrive, and the clock is the real one, whose due times a timer can wait
-// for (a test's fake clock moves without telling anyone).
-func (s *Scheduler) live() bool {
-	_, real := s.Clock.(clock.Real)
-	return real && s.Live != nil && s.Live()
 }
 
 // idleWait is how long a scheduler relying on notifications waits for

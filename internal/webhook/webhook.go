@@ -445,7 +445,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// recorded is due (nextDue).
 	wake := make(chan struct{}, 1)
 	notes := notifier.For(d.store)
-	_, realClock := d.clock.(clock.Real)
 	var nextDue time.Time
 	unsubscribe := notes.Subscribe(func(t notifier.Topic) {
 		if t.Kind == notifier.Events || t.Kind == notifier.All {
@@ -501,7 +500,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}
 		wait := d.opts.PollInterval
-		if realClock && notes.Live() {
+		if notifier.Relied(d.clock, notes.Live) {
 			wait = max(d.opts.PollInterval, IdlePoll)
 			if !nextDue.IsZero() {
 				wait = min(wait, max(nextDue.Sub(d.clock.Now()), time.Millisecond))
