@@ -104,8 +104,9 @@ type Config struct {
 	// process signals new work (work from other processes). Default 100ms.
 	// Where the store notifies (PostgreSQL) and the Clock is the real one,
 	// the roles rely on notifications and poll only every 30s (or
-	// PollInterval, the longer) as a fallback, and sleep until their next
-	// due time (a delayed task, a deadline): see docs/operations.md.
+	// PollInterval, the longer) as a fallback; a scheduler with nothing to
+	// claim sleeps until the next delayed task is due: see
+	// docs/operations.md.
 	PollInterval time.Duration
 	// MaxInputBytes caps a task's input. Default 1 MiB.
 	MaxInputBytes int
