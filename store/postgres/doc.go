@@ -182,6 +182,13 @@
 // sees them. The event sequence must keep CACHE 1: with per-session caches,
 // an ID could be taken below the last value a reader saw, after it looked.
 //
+// The sequence numbers event rows, 8 apart (INCREMENT BY 8): a row holds a
+// run of up to 8 events of one task, with IDs row ID + 0, 1, … (see
+// store.GroupEvents). The proof above is about rows, and a row commits
+// whole, so every event of a row up to the bound is final too. A reader
+// resuming after an event in the middle of a row reads that row again
+// (store.EventRowsFloor) and skips the events it has seen.
+//
 // Before this scheme the driver made event-writing transactions commit in
 // ID order with the same lock taken exclusive, which serialized their
 // commits: at most one per WAL flush in each schema. Processes of both

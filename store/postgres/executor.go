@@ -1316,18 +1316,21 @@ func (e *executor) EventInsertMany(ctx context.Context, params *store.EventInser
 		}
 		e.eventLocked = true
 	}
-	n := len(events)
+	rows := store.GroupEvents(events)
+	n := len(rows)
 	var (
 		taskIDs, types           = make([]string, n), make([]string, n)
 		steps, stepVals          = make([]*int32, n), make([]int32, n)
 		attempts                 = make([]int32, n)
 		states, actors, messages = newNullCol(n), newNullCol(n), newNullCol(n)
+		more                     = newNullCol(n)
 		alerts                   = make([]bool, n)
 		terms                    = make([]int64, n)
 		created                  = make([]time.Time, n)
 		namespaces               = make([]string, n)
 	)
-	for i, ev := range events {
+	for i, row := range rows {
+		ev := row[0]
 		namespaces[i] = dt.NamespaceOf(ev.TaskID)
 		if ev.StepIndex >= 0 {
 			stepVals[i] = int32(ev.StepIndex)
@@ -1336,18 +1339,25 @@ func (e *executor) EventInsertMany(ctx context.Context, params *store.EventInser
 		states.set(i, string(ev.State))
 		actors.set(i, ev.Actor)
 		messages.set(i, ev.Message)
+		rest, err := store.EncodeEventRow(row)
+		if err != nil {
+			return fmt.Errorf("postgres: insert events: %w", err)
+		}
+		more.set(i, rest)
 		taskIDs[i], types[i], alerts[i] = ev.TaskID, string(ev.Type), ev.Alert
 		terms[i], attempts[i], created[i] = ev.Term, int32(ev.Attempt), ev.CreatedAt
 	}
 	var ids []int64
 	return e.laterTail(ctx, "insert events", e.d.q.eventInsert, []any{taskIDs, steps, types, states.ptrs, alerts, actors.ptrs,
-		terms, attempts, messages.ptrs, created, namespaces}, scanIDs(&ids), func() error {
+		terms, attempts, messages.ptrs, created, namespaces, more.ptrs}, scanIDs(&ids), func() error {
 		ids, err := sortedIDs(ids, n, "insert events")
 		if err != nil {
 			return err
 		}
-		for i, ev := range events {
-			ev.ID = ids[i]
+		for i, row := range rows {
+			for k, ev := range row {
+				ev.ID = ids[i] + int64(k)
+			}
 		}
 		return nil
 	})
@@ -1365,18 +1375,18 @@ func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*
 		if upTo, _, err = e.eventsFinal(ctx, p.AfterID); err != nil {
 			return nil, err
 		}
-		if upTo <= p.AfterID {
+		if upTo+store.EventRowSpan-1 <= p.AfterID { // the row upTo holds nothing after AfterID either
 			return nil, nil
 		}
 	}
-	q := e.d.q.eventList + ` AND id <= $2`
-	args := []any{p.AfterID, upTo}
+	q := e.d.q.eventList
+	args := []any{store.EventRowsFloor(p.AfterID), p.AfterID, upTo}
 	if p.TaskID != "" {
 		args = append(args, p.TaskID)
 		q += fmt.Sprintf(` AND task_id = $%d`, len(args))
 	}
 	if p.AlertsOnly {
-		q += ` AND alert`
+		q += ` AND alert` // an alert is a row of its own
 	}
 	if ns, ok := store.ListNamespace(p.Namespace); ok {
 		args = append(args, ns)
@@ -1387,19 +1397,19 @@ func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*
 	}
 	q += ` ORDER BY id`
 	if p.Limit > 0 {
-		args = append(args, p.Limit)
+		args = append(args, p.Limit+1) // see store.EventRowsAfter
 		q += fmt.Sprintf(` LIMIT $%d`, len(args))
 	}
 	var (
-		out                   []*dt.Event
-		step, attempt         pgtype.Int4
-		term                  pgtype.Int8
-		typ                   string
-		state, actor, message pgtype.Text
+		evRows                      [][]*dt.Event
+		step, attempt               pgtype.Int4
+		term                        pgtype.Int8
+		typ                         string
+		state, actor, message, more pgtype.Text
 	)
 	err = e.each(ctx, "list events", q, args, func(r rows) error {
-		var ev dt.Event
-		if err := r.Scan(&ev.ID, &ev.TaskID, &step, &typ, &state, &ev.Alert, &actor, &term, &attempt, &message, &ev.CreatedAt); err != nil {
+		ev := new(dt.Event)
+		if err := r.Scan(&ev.ID, &ev.TaskID, &step, &typ, &state, &ev.Alert, &actor, &term, &attempt, &message, &ev.CreatedAt, &more); err != nil {
 			return err
 		}
 		ev.StepIndex = -1
@@ -1413,13 +1423,17 @@ func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*
 		ev.Attempt = int(attempt.Int32)
 		ev.Message = message.String
 		ev.CreatedAt = ev.CreatedAt.UTC()
-		out = append(out, &ev)
+		row, err := store.DecodeEventRow(ev, more.String)
+		if err != nil {
+			return err
+		}
+		evRows = append(evRows, row)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return store.EventRowsAfter(evRows, p.AfterID, p.Limit), nil
 }
 
 // eventsFinal returns an event ID upTo at or below which every event is

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	dt "github.com/drover-run/drover/drovertype"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/drover-run/drover/store/postgres"
@@ -62,4 +64,35 @@ func TestUpgradeTo16(t *testing.T) {
 	d, s := upgradeStore(t)
 	storetest.CheckUpgradeTo16(t, d, undo(d,
 		`DROP INDEX `+s+`.tasks_namespace_active`, `DELETE FROM `+s+`.drover_migrations WHERE version = 16`))
+}
+
+// Migration 23 (event rows) upgrades a store with events in place.
+func TestUpgradeTo23(t *testing.T) {
+	d, s := upgradeStore(t)
+	storetest.CheckUpgradeTo23(t, d,
+		undo(d, `CREATE OR REPLACE VIEW `+s+`.v_events AS SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at FROM `+s+`.events`,
+			`ALTER TABLE `+s+`.events DROP COLUMN more`, `ALTER SEQUENCE `+s+`.events_id_seq INCREMENT BY 1`,
+			`DELETE FROM `+s+`.drover_migrations WHERE version = 23`),
+		func(ctx context.Context, evs []*dt.Event) error {
+			for _, ev := range evs { // as the driver wrote them before: the sequence, 1 apart
+				var step *int
+				if ev.StepIndex >= 0 {
+					step = &ev.StepIndex
+				}
+				if _, err := d.Pool().Exec(ctx, `INSERT INTO `+s+`.events (task_id, step_index, type, state, alert, actor, term,
+ attempt, message, created_at, namespace) VALUES ($1,$2,$3,nullif($4,''),$5,nullif($6,''),$7,$8,nullif($9,''),$10,$11)`,
+					ev.TaskID, step, string(ev.Type), string(ev.State), ev.Alert, ev.Actor, ev.Term, ev.Attempt, ev.Message,
+					ev.CreatedAt, dt.NamespaceOf(ev.TaskID)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		func(ctx context.Context) (n int, err error) {
+			return n, d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+s+`.events`).Scan(&n)
+		},
+		func(ctx context.Context) ([]string, error) {
+			rows, _ := d.Pool().Query(ctx, `SELECT id || ' ' || type FROM `+s+`.v_events ORDER BY id`)
+			return pgx.CollectRows(rows, pgx.RowTo[string])
+		})
 }

@@ -38,11 +38,13 @@ const (
 	tWebhookCursorLock = `WITH l AS (SELECT last_event_id FROM {s}.webhook_cursor WHERE id = 1 FOR UPDATE SKIP LOCKED)
  SELECT (SELECT last_event_id FROM l), EXISTS (SELECT 1 FROM {s}.webhook_cursor WHERE id = 1)`
 	// tWebhookCursorCreate remakes a missing cursor (migration 8 makes it),
-	// at the highest event ID up to $1, an ID at or below which every event
-	// is final (eventsFinal): a later event has a higher ID. The inserted
+	// at the highest event ID of the rows up to $1, a row ID at or below
+	// which every event is final (eventsFinal): a later event has a higher
+	// ID. A row's last event is its ID plus its more events. The inserted
 	// row stays locked by this transaction.
 	tWebhookCursorCreate = `INSERT INTO {s}.webhook_cursor (id, last_event_id)
- SELECT 1, coalesce(max(id), 0) FROM {s}.events WHERE id <= $1
+ SELECT 1, coalesce((SELECT id + coalesce(json_array_length(more::json), 0) FROM {s}.events
+   WHERE id <= $1 ORDER BY id DESC LIMIT 1), 0)
  ON CONFLICT (id) DO NOTHING RETURNING last_event_id`
 	tWebhookCursorSet = `UPDATE {s}.webhook_cursor SET last_event_id = $1 WHERE id = 1`
 

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -827,35 +828,61 @@ func (e *executor) ReplyTake(ctx context.Context, p *store.ReplyTakeParams) ([]*
 	return out, translate(rows.Err())
 }
 
+// EventInsertMany stores the events as event rows (store.GroupEvents),
+// with IDs it gives them: EventRowSpan apart, above the highest ID
+// AUTOINCREMENT ever handed out. Write transactions take turns (BEGIN
+// IMMEDIATE), so no other can take the same IDs meanwhile.
 func (e *executor) EventInsertMany(ctx context.Context, params *store.EventInsertManyParams) error {
-	events := params.Events
-	rows := make([][]any, len(events))
-	for i, ev := range events {
+	if len(params.Events) == 0 {
+		return nil
+	}
+	groups := store.GroupEvents(params.Events)
+	var last int64
+	res, err := e.query(ctx, qEventLastID)
+	if err != nil {
+		return fmt.Errorf("sqlite: insert events: %w", err)
+	}
+	for res.Next() {
+		err = res.Scan(&last)
+	}
+	if cerr := res.Close(); err == nil {
+		err = cmp.Or(res.Err(), cerr)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: insert events: %w", translate(err))
+	}
+	rows := make([][]any, len(groups))
+	for i, row := range groups {
+		id := last + int64(i+1)*store.EventRowSpan
+		for k, ev := range row {
+			ev.ID = id + int64(k)
+		}
+		ev := row[0]
 		var step any
 		if ev.StepIndex >= 0 {
 			step = ev.StepIndex
 		}
-		rows[i] = []any{ev.TaskID, step, string(ev.Type), nullStr(string(ev.State)), ev.Alert, nullStr(ev.Actor),
-			ev.Term, ev.Attempt, nullStr(ev.Message), us(ev.CreatedAt), dt.NamespaceOf(ev.TaskID)}
-	}
-	return e.execRows(ctx, "insert events", mEventInsert, rows, func(res sql.Result, first, n int) error {
-		// AUTOINCREMENT within one INSERT of a write transaction: consecutive IDs.
-		last, err := res.LastInsertId()
-		for i := range n {
-			events[first+i].ID = last - int64(n-1-i)
+		more, err := store.EncodeEventRow(row)
+		if err != nil {
+			return fmt.Errorf("sqlite: insert events: %w", err)
 		}
-		return err
-	})
+		rows[i] = []any{id, ev.TaskID, step, string(ev.Type), nullStr(string(ev.State)), ev.Alert, nullStr(ev.Actor),
+			ev.Term, ev.Attempt, nullStr(ev.Message), us(ev.CreatedAt), dt.NamespaceOf(ev.TaskID), nullStr(more)}
+	}
+	return e.execRows(ctx, "insert events", mEventInsert, rows, nil)
 }
+
 func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*dt.Event, error) {
-	q := `SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at FROM events WHERE id > ?`
-	args := []any{p.AfterID}
+	// The rows that may hold an event after AfterID (store.EventRowsFloor).
+	q := `SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at, more FROM events
+ WHERE id > ? AND (id > ? OR more IS NOT NULL)`
+	args := []any{store.EventRowsFloor(p.AfterID), p.AfterID}
 	if p.TaskID != "" {
 		q += ` AND task_id = ?`
 		args = append(args, p.TaskID)
 	}
 	if p.AlertsOnly {
-		q += ` AND alert = 1`
+		q += ` AND alert = 1` // an alert is a row of its own
 	}
 	if ns, ok := store.ListNamespace(p.Namespace); ok {
 		q += ` AND namespace = ?`
@@ -867,23 +894,23 @@ func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*
 	q += ` ORDER BY id`
 	if p.Limit > 0 {
 		q += ` LIMIT ?`
-		args = append(args, p.Limit)
+		args = append(args, p.Limit+1) // see store.EventRowsAfter
 	}
 	rows, err := e.query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list events: %w", err)
 	}
 	defer rows.Close()
-	var out []*dt.Event
+	var out [][]*dt.Event
 	for rows.Next() {
 		var (
-			ev                    dt.Event
-			step, term, attempt   sql.NullInt64
-			typ                   string
-			state, actor, message sql.NullString
-			created               int64
+			ev                          = new(dt.Event)
+			step, term, attempt         sql.NullInt64
+			typ                         string
+			state, actor, message, more sql.NullString
+			created                     int64
 		)
-		if err := rows.Scan(&ev.ID, &ev.TaskID, &step, &typ, &state, &ev.Alert, &actor, &term, &attempt, &message, &created); err != nil {
+		if err := rows.Scan(&ev.ID, &ev.TaskID, &step, &typ, &state, &ev.Alert, &actor, &term, &attempt, &message, &created, &more); err != nil {
 			return nil, translate(err)
 		}
 		ev.StepIndex = -1
@@ -897,9 +924,16 @@ func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*
 		ev.Attempt = int(attempt.Int64)
 		ev.Message = message.String
 		ev.CreatedAt = fromUS(created)
-		out = append(out, &ev)
+		row, err := store.DecodeEventRow(ev, more.String)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list events: %w", err)
+		}
+		out = append(out, row)
 	}
-	return out, translate(rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, translate(err)
+	}
+	return store.EventRowsAfter(out, p.AfterID, p.Limit), nil
 }
 
 func (e *executor) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (*dt.Lease, bool, error) {

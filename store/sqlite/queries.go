@@ -28,7 +28,10 @@ const (
 	qTaskFinishedSince = `SELECT process_state, created_at, updated_at FROM tasks INDEXED BY tasks_finished
  WHERE process_state IN ('Processed','Error','Compensated','Cancelled') AND updated_at >= ?
  ORDER BY updated_at DESC LIMIT ?`
-	qDeleteEvents   = `DELETE FROM events WHERE task_id IN (SELECT value FROM json_each(?))`
+	qDeleteEvents = `DELETE FROM events WHERE task_id IN (SELECT value FROM json_each(?))`
+	// qEventLastID is the highest event row ID AUTOINCREMENT ever handed
+	// out (0 for none); the driver gives new rows IDs above it.
+	qEventLastID    = `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`
 	qDeleteRequests = `DELETE FROM agent_requests WHERE task_id IN (SELECT value FROM json_each(?))`
 	qDeleteReplies  = `DELETE FROM agent_replies WHERE task_id IN (SELECT value FROM json_each(?))`
 	qDeleteSignals  = `DELETE FROM signals WHERE task_id IN (SELECT value FROM json_each(?))`
@@ -179,9 +182,9 @@ var (
 		`(?,?,?,?,?,?,?,?,?,?,?,?)`, "")
 	mRequestDeleteByStep = newMultiRow(`DELETE FROM agent_requests WHERE (task_id, step_index) IN (VALUES `,
 		`(?,?)`, `)`)
-	mEventInsert = newMultiRow(`INSERT INTO events (task_id, step_index, type, state, alert, actor, term,
- attempt, message, created_at, namespace) VALUES `,
-		`(?,?,?,?,?,?,?,?,?,?,?)`, "")
+	mEventInsert = newMultiRow(`INSERT INTO events (id, task_id, step_index, type, state, alert, actor, term,
+ attempt, message, created_at, namespace, more) VALUES `,
+		`(?,?,?,?,?,?,?,?,?,?,?,?,?)`, "")
 	mReplyInsert = newMultiRow(`INSERT INTO agent_replies (task_id, step_index, attempt, kind, output, failed,
  error, created_at) VALUES `,
 		`(?,?,?,?,?,?,?,?)`, "")
@@ -193,7 +196,7 @@ var (
 // hotQueries run on every scheduler, agent or supervisor cycle. Each is
 // prepared after the first transaction of the driver that runs it
 // (Driver.prepare).
-var hotQueries = append([]string{qTaskGet, qTaskGetMany, qTaskCountByState, qTaskCountLockedBy, qTaskClaim, qTaskListLockedBy, qTaskListExpired, qStepListOne, qStepListMany, qRequestClaim, qRequestPayload, qRequestRelease, qRequestDeleteExpired, qReplyTake, qLeaseAcquire, qLeaseGet, qLeaseRelease}, allMultiRowSizes()...)
+var hotQueries = append([]string{qTaskGet, qTaskGetMany, qTaskCountByState, qTaskCountLockedBy, qTaskClaim, qTaskListLockedBy, qTaskListExpired, qStepListOne, qStepListMany, qRequestClaim, qRequestPayload, qRequestRelease, qRequestDeleteExpired, qReplyTake, qLeaseAcquire, qLeaseGet, qLeaseRelease, qEventLastID}, allMultiRowSizes()...)
 
 func allMultiRowSizes() []string {
 	var out []string

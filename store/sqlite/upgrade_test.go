@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	dt "github.com/drover-run/drover/drovertype"
+
 	"github.com/drover-run/drover/store/sqlite"
 	"github.com/drover-run/drover/store/storetest"
 )
@@ -54,4 +56,46 @@ func TestUpgradeTo16(t *testing.T) {
 	d, _ := freshStore(t)
 	storetest.CheckUpgradeTo16(t, d, undo(d,
 		`DROP INDEX tasks_namespace_active`, `DELETE FROM drover_migrations WHERE version = 16`))
+}
+
+// Migration 23 (event rows) upgrades a store with events in place.
+func TestUpgradeTo23(t *testing.T) {
+	d, _ := freshStore(t)
+	db := d.DB()
+	storetest.CheckUpgradeTo23(t, d,
+		undo(d, `DROP VIEW v_events`, `CREATE VIEW v_events AS SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at FROM events`,
+			`ALTER TABLE events DROP COLUMN more`, `DELETE FROM drover_migrations WHERE version = 23`),
+		func(ctx context.Context, evs []*dt.Event) error {
+			for _, ev := range evs { // as the driver wrote them before: AUTOINCREMENT, 1 apart
+				var step any
+				if ev.StepIndex >= 0 {
+					step = ev.StepIndex
+				}
+				if _, err := db.ExecContext(ctx, `INSERT INTO events (task_id, step_index, type, state, alert, actor, term,
+ attempt, message, created_at, namespace) VALUES (?,?,?,?,?,?,?,?,?,?,?)`, ev.TaskID, step, string(ev.Type),
+					string(ev.State), ev.Alert, ev.Actor, ev.Term, ev.Attempt, ev.Message, ev.CreatedAt.UnixMicro(),
+					dt.NamespaceOf(ev.TaskID)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		func(ctx context.Context) (n int, err error) {
+			return n, db.QueryRowContext(ctx, `SELECT count(*) FROM events`).Scan(&n)
+		},
+		func(ctx context.Context) (lines []string, err error) {
+			rows, err := db.QueryContext(ctx, `SELECT id || ' ' || type FROM v_events ORDER BY id`)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					return nil, err
+				}
+				lines = append(lines, line)
+			}
+			return lines, rows.Err()
+		})
 }

@@ -25,7 +25,7 @@ const (
 	// caller's deferred transaction takes the write lock here, before it
 	// reads the events.
 	qWebhookCursorLock = `INSERT INTO webhook_cursor (id, last_event_id)
- SELECT 1, coalesce(max(id), 0) FROM events WHERE true
+ SELECT 1, coalesce((SELECT id + coalesce(json_array_length(more), 0) FROM events ORDER BY id DESC LIMIT 1), 0) WHERE true
  ON CONFLICT (id) DO UPDATE SET last_event_id = last_event_id
  RETURNING last_event_id`
 	qWebhookCursorSet = `UPDATE webhook_cursor SET last_event_id = ? WHERE id = 1`

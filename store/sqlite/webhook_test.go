@@ -18,8 +18,11 @@ func TestWebhookCursorOfUpgradedStore(t *testing.T) {
 	if err := d.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	addEvents := func() int64 {
-		evs := []*dt.Event{{TaskID: "t", StepIndex: -1, Type: dt.EventProcessed}, {TaskID: "t", StepIndex: -1, Type: dt.EventCancelled}}
+	// Two events of one task or of two: one event row or two (the store
+	// keeps a run of one task's events in one row, since migration 23; a
+	// store that applies migration 8 has none such).
+	addEvents := func(task1, task2 string) int64 {
+		evs := []*dt.Event{{TaskID: task1, StepIndex: -1, Type: dt.EventProcessed}, {TaskID: task2, StepIndex: -1, Type: dt.EventCancelled}}
 		if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: evs})
 		}); err != nil {
@@ -39,7 +42,7 @@ func TestWebhookCursorOfUpgradedStore(t *testing.T) {
 		return after
 	}
 	// Undo migration 8 and apply it again on a store with history.
-	last := addEvents()
+	last := addEvents("t", "u")
 	for _, q := range []string{`DROP VIEW v_webhook_deliveries`, `DROP TABLE webhook_deliveries`, `DROP TABLE webhook_cursor`,
 		`DELETE FROM drover_migrations WHERE version = 8`} {
 		if _, err := d.DB().ExecContext(ctx, q); err != nil {
@@ -52,7 +55,7 @@ func TestWebhookCursorOfUpgradedStore(t *testing.T) {
 	if got := cursor(); got != last {
 		t.Fatalf("cursor after the upgrade = %d, want the latest event %d", got, last)
 	}
-	last = addEvents()
+	last = addEvents("t", "t")
 	if _, err := d.DB().ExecContext(ctx, `DELETE FROM webhook_cursor`); err != nil {
 		t.Fatal(err)
 	}

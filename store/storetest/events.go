@@ -16,6 +16,7 @@ func eventCases() []testCase {
 	return []testCase{
 		{"InsertListFilters", testEventList},
 		{"TailingReaderMissesNothing", testEventTailing},
+		{"RowsResumeFromEveryEvent", testEventRows},
 	}
 }
 
@@ -399,5 +400,126 @@ func testEventTailing(t *testing.T, d store.Driver) {
 	}
 	if missed > 0 {
 		t.Errorf("a reader tailing by AfterID missed %d of %d events: an event committed with an ID below one already read", missed, len(all))
+	}
+}
+
+// testEventRows stores runs of one task's events that a driver keeps in
+// one row (store.GroupEvents), beside alerts, another task's events and a
+// run longer than a row holds, and checks that every event reads back as
+// written, with distinct IDs in the order written, and that a reader
+// resuming after any of them, also one in the middle of a row, with or
+// without a limit, for all tasks, one task, alerts or a namespace, reads
+// exactly the rest.
+func testEventRows(t *testing.T, d store.Driver) {
+	insertTasks(t, d, newTask("a"), newTask("b"), newTask("team/c"))
+	n := 0
+	mk := func(task string, step int, typ dt.EventType) *dt.Event {
+		n++
+		return &dt.Event{TaskID: task, StepIndex: step, Type: typ, State: dt.Processing, Actor: fmt.Sprintf("actor-%d", n),
+			Term: int64(n % 3), Attempt: n % 4, Message: fmt.Sprintf("msg %d", n), CreatedAt: at(time.Duration(n) * time.Millisecond)}
+	}
+	first := []*dt.Event{
+		mk("a", -1, dt.EventSubmitted), mk("a", 0, dt.EventStepStarted), mk("a", 0, dt.EventStepProcessed),
+		mk("b", -1, dt.EventSubmitted),
+		mk("a", 1, dt.EventStepStarted),
+	}
+	first[0].State, first[0].Actor, first[0].Message = dt.Pending, "", "" // empty optional fields, in a row's first event
+	first[2].Actor, first[2].Attempt = "", 0                              // and in a later one
+	alert := mk("a", 1, dt.EventStepFailed)
+	alert.Alert = true
+	second := []*dt.Event{alert, mk("a", -1, dt.EventError)}
+	for i := range 2*store.EventRowSpan + 3 { // a run longer than two rows
+		second = append(second, mk("team/c", i, dt.EventStepStarted))
+	}
+	second = append(second, mk("b", 0, dt.EventStepStarted), mk("b", 0, dt.EventStepProcessed), mk("b", -1, dt.EventProcessed))
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: first})
+	})
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: second})
+	})
+	written := append(append([]*dt.Event(nil), first...), second...)
+	for i, e := range written {
+		if e.ID <= 0 || i > 0 && e.ID <= written[i-1].ID {
+			t.Fatalf("EventInsertMany gave IDs %v, want increasing in the order written", eventIDs(written))
+		}
+	}
+	all := listEvents(t, d, store.EventListParams{})
+	if len(all) != len(written) {
+		t.Fatalf("EventList = %d events, want %d", len(all), len(written))
+	}
+	for i, e := range all {
+		checkEqual(t, fmt.Sprintf("event %d", i), e, written[i])
+	}
+
+	checkEventsResume(t, d, written)
+}
+
+// checkEventsResume checks that the store holds exactly the events
+// written (and those of no other task), and that a reader resuming after
+// any of their IDs, with or without a limit, for all tasks, each task,
+// alerts or each namespace, reads exactly the rest.
+func checkEventsResume(t *testing.T, d store.Driver, written []*dt.Event) {
+	t.Helper()
+	type filter struct {
+		name string
+		p    store.EventListParams
+		keep func(*dt.Event) bool
+	}
+	filters := []filter{
+		{"all", store.EventListParams{}, func(*dt.Event) bool { return true }},
+		{"alerts", store.EventListParams{AlertsOnly: true}, func(e *dt.Event) bool { return e.Alert }},
+	}
+	seen := map[string]bool{}
+	for _, e := range written {
+		if !seen[e.TaskID] {
+			seen[e.TaskID] = true
+			task := e.TaskID
+			filters = append(filters, filter{"task " + task, store.EventListParams{TaskID: task}, func(e *dt.Event) bool { return e.TaskID == task }})
+		}
+		if ns := dt.NamespaceOf(e.TaskID); ns != "" && !seen["ns "+ns] {
+			seen["ns "+ns] = true
+			filters = append(filters, filter{"namespace " + ns, store.EventListParams{Namespace: ns},
+				func(e *dt.Event) bool { return dt.NamespaceOf(e.TaskID) == ns }})
+		}
+	}
+	for _, f := range filters {
+		var want []int64
+		for _, e := range written {
+			if f.keep(e) {
+				want = append(want, e.ID)
+			}
+		}
+		afters := []int64{0}
+		for _, e := range written { // also IDs the filter leaves out
+			afters = append(afters, e.ID)
+		}
+		for _, after := range afters {
+			var rest []int64
+			for _, id := range want {
+				if id > after {
+					rest = append(rest, id)
+				}
+			}
+			for _, limit := range []int{0, 1, 3} {
+				p := f.p
+				p.AfterID, p.Limit = after, limit
+				var got []int64
+				for {
+					page := eventIDs(listEvents(t, d, p))
+					if limit > 0 && len(page) > limit {
+						t.Fatalf("%s after %d, limit %d: %d events", f.name, p.AfterID, limit, len(page))
+					}
+					got = append(got, page...)
+					if limit == 0 || len(page) < limit {
+						break
+					}
+					p.AfterID = page[len(page)-1]
+				}
+				if fmt.Sprint(got) != fmt.Sprint(rest) {
+					t.Errorf("%s after %d, limit %d: read %v, want %v", f.name, after, limit, got, rest)
+				}
+			}
+		}
 	}
 }

@@ -2,7 +2,9 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/store"
@@ -126,5 +128,86 @@ func CheckUpgradeTo16(t *testing.T, d store.Driver, undo func(ctx context.Contex
 	insertTasks(t, d, newTask("a/new"))
 	if n, err := d.Reader().TaskCountActive(ctx, &store.TaskCountActiveParams{Namespace: "a"}); err != nil || n != 2 {
 		t.Errorf("active tasks of namespace a after the upgrade: %d, %v; want 2", n, err)
+	}
+}
+
+// CheckUpgradeTo23 checks that migration 23 (event rows) upgrades a store
+// holding events in place. undo (driver-specific SQL) takes it away again
+// from d, a migrated store; insertOld then writes events as a store before
+// it did, a row each with IDs taken 1 apart, and Migrate applies it again.
+// The old events read as they were written, events written after the
+// upgrade (some in rows of several, as rows counts) get IDs above them, and
+// a reader resuming after any event, old or new, reads exactly the rest.
+// view lists the view v_events as "ID type" lines in ID order: one per
+// event, as EventList reads them.
+func CheckUpgradeTo23(t *testing.T, d store.Driver, undo func(ctx context.Context) error,
+	insertOld func(ctx context.Context, evs []*dt.Event) error, rows func(ctx context.Context) (int, error),
+	view func(ctx context.Context) ([]string, error)) {
+	t.Helper()
+	ctx := context.Background()
+	insertTasks(t, d, newTask("old"), newTask("new"), newTask("team/new"))
+	if err := undo(ctx); err != nil {
+		t.Fatalf("undo migration 23: %v", err)
+	}
+	old := []*dt.Event{
+		{TaskID: "old", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: base},
+		{TaskID: "old", StepIndex: 0, Type: dt.EventStepStarted, State: dt.Processing, Actor: "s1", Attempt: 1, CreatedAt: at(time.Second)},
+		{TaskID: "old", StepIndex: 0, Type: dt.EventStepProcessed, State: dt.Processing, Actor: "s1", Attempt: 1, CreatedAt: at(2 * time.Second)},
+		{TaskID: "new", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: at(3 * time.Second)},
+	}
+	if err := insertOld(ctx, old); err != nil {
+		t.Fatalf("write events as before migration 23: %v", err)
+	}
+	before, err := rows(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	fresh := []*dt.Event{
+		{TaskID: "old", StepIndex: 0, Type: dt.EventStepProcessed, State: dt.Processing, Actor: "s2", Attempt: 2, CreatedAt: at(4 * time.Second)},
+		{TaskID: "old", StepIndex: -1, Type: dt.EventProcessed, State: dt.Processed, Actor: "s2", CreatedAt: at(4 * time.Second)},
+		{TaskID: "new", StepIndex: 0, Type: dt.EventStepStarted, State: dt.Processing, Actor: "s2", Attempt: 1, CreatedAt: at(5 * time.Second)},
+		{TaskID: "team/new", StepIndex: -1, Type: dt.EventSubmitted, State: dt.Pending, CreatedAt: at(5 * time.Second)},
+		{TaskID: "team/new", StepIndex: 0, Type: dt.EventStepStarted, State: dt.Processing, Actor: "s2", Attempt: 1, CreatedAt: at(5 * time.Second)},
+		{TaskID: "team/new", StepIndex: 0, Type: dt.EventStepProcessed, State: dt.Processing, Actor: "s2", Attempt: 1, CreatedAt: at(6 * time.Second)},
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: fresh})
+	})
+	after, err := rows(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := after-before, 3; got != want {
+		t.Errorf("%d events written after the upgrade took %d rows, want %d (one per run of a task's events)", len(fresh), got, want)
+	}
+	written := append(append([]*dt.Event(nil), old...), fresh...)
+	all := listEvents(t, d, store.EventListParams{})
+	if len(all) != len(written) {
+		t.Fatalf("EventList = %d events, want %d", len(all), len(written))
+	}
+	for i, e := range all {
+		checkEqual(t, fmt.Sprintf("event %d", i), e, written[i], "ID")
+		written[i].ID = e.ID
+		if i > 0 && e.ID <= all[i-1].ID {
+			t.Errorf("event IDs %v not increasing across the upgrade", eventIDs(all))
+		}
+	}
+	if old[len(old)-1].ID-old[0].ID != int64(len(old)-1) {
+		t.Errorf("the old events' IDs %v changed", eventIDs(all[:len(old)]))
+	}
+	checkEventsResume(t, d, written)
+	var want []string
+	for _, ev := range all {
+		want = append(want, fmt.Sprint(ev.ID, " ", ev.Type))
+	}
+	got, err := view(ctx)
+	if err != nil {
+		t.Fatalf("read v_events: %v", err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("v_events = %v, want %v", got, want)
 	}
 }
