@@ -32,23 +32,65 @@ func buildDrover(t *testing.T) string {
 	return testutil.DroverBinary(t)
 }
 
+// crashRig starts the remote-service simulator, its calls taking latency
+// (a tenth fail transiently, 3% hang, 1% fail for good), and a log in dir
+// for the servers' output; both end with the test.
+func crashRig(t *testing.T, dir string, seed int64, latency time.Duration) (*remotesim.Service, string, io.Writer) {
+	t.Helper()
+	sim := remotesim.New(remotesim.Config{TransientRate: 0.1, HangRate: 0.03, PermanentRate: 0.01, Seed: seed, Latency: latency})
+	remote, stopSim, err := sim.Serve(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopSim)
+	logf, err := os.Create(filepath.Join(dir, "servers.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logf.Close() })
+	var logMu sync.Mutex
+	return sim, remote, writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logf.Write(p) })
+}
+
+// waitAllFinal waits until no task is active, for at most limit; past it
+// the test fails, pointing at the servers' log in dir.
+func waitAllFinal(t *testing.T, client *drover.Client, limit time.Duration, when, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		active, err := client.Active(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if active == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tasks still not final %s; server log: %s", active, when, filepath.Join(dir, "servers.log"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // server is one running `drover server` child process.
 type server struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
-func startServer(t *testing.T, bin, db, remote, instance string, logw io.Writer) *server {
+// startServer starts bin's `drover server --demo` on the store dbArgs name
+// (--db and, on PostgreSQL, --schema) and waits until it is ready.
+func startServer(t *testing.T, bin string, dbArgs []string, remote, instance string, logw io.Writer) *server {
 	t.Helper()
-	cmd := exec.Command(bin, "server", "--demo",
-		"--db", "sqlite:"+db,
+	args := append([]string{"server", "--demo"}, dbArgs...)
+	cmd := exec.Command(bin, append(args,
 		"--remote-url", remote,
 		"--instance-id", instance,
 		"--step-timeout", "1s",
 		"--supervisor-interval", "100ms",
 		"--lease-ttl", "1s",
 		"--schedulers", "2",
-	)
+	)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -103,23 +145,10 @@ func TestServerSurvivesSIGKILL(t *testing.T) {
 	db := filepath.Join(dir, "drover.db")
 
 	// Latency keeps calls in flight long enough for the kills to land mid-work.
-	sim := remotesim.New(remotesim.Config{TransientRate: 0.1, HangRate: 0.03, PermanentRate: 0.01, Seed: 7, Latency: 20 * time.Millisecond})
-	remote, stopSim, err := sim.Serve(ctx, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stopSim()
-
-	logf, err := os.Create(filepath.Join(dir, "servers.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	var logMu sync.Mutex
-	logw := writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logf.Write(p) })
+	sim, remote, logw := crashRig(t, dir, 7, 20*time.Millisecond)
 
 	// The first server creates and migrates the store.
-	srv := startServer(t, bin, db, remote, "node-0", logw)
+	srv := startServer(t, bin, []string{"--db", "sqlite:" + db}, remote, "node-0", logw)
 	defer func() { srv.kill() }()
 
 	// A submit-only client in this process: a second process on the file.
@@ -171,7 +200,7 @@ func TestServerSurvivesSIGKILL(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			instance = fmt.Sprintf("node-%d", k+1)
 		}
-		srv = startServer(t, bin, db, remote, instance, logw)
+		srv = startServer(t, bin, []string{"--db", "sqlite:" + db}, remote, instance, logw)
 	}
 
 	if killedBusy < kills/2 {
@@ -181,20 +210,7 @@ func TestServerSurvivesSIGKILL(t *testing.T) {
 	submitWave(nOrders) // whatever is left
 
 	// Let the last server finish everything.
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		active, err := client.Active(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if active == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tasks still not final after the last restart; server log: %s", active, filepath.Join(dir, "servers.log"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitAllFinal(t, client, 3*time.Minute, "after the last restart", dir)
 
 	counts, err := client.Counts(ctx)
 	if err != nil {

@@ -8,6 +8,12 @@
 // environment) against an OTLP receiver in the test and checks that a
 // task submitted in this process and run in the server is one trace.
 //
+// TestUpgradeWithWorkInFlight builds the previous release (a commit named
+// in upgrade_test.go) from the repository's git history, runs its server
+// with orders in flight on SQLite and on PostgreSQL, kills it, and lets this
+// release's server migrate the store and finish every order, with no
+// duplicate effect and one history.
+//
 // The default run is short; `go test ./internal/crashtest -crash.long` runs a
 // longer soak.
 package crashtest
