@@ -18,7 +18,7 @@ const stepCols = `task_id, step_index, name, agent, timeout_us, compensation, pr
  locked_by, complete_by, failure_count, attempt, idempotency_key, output, last_error, started_at, finished_at, updated_at,
  on_failure, wait_max, wait_delay_us, wait_multiplier, wait_max_delay_us, signal_name, signal_default, step_group, finish_seq`
 
-const eventCols = `id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at, more`
+const eventCols = `id, task_id, step_index, event_type, state, alert, actor, term, attempt, message, created_at, more`
 
 // prefixed returns a column list with every column qualified by alias.
 func prefixed(alias, cols string) string {
@@ -280,7 +280,7 @@ const (
    AND classid = $1::bigint::oid AND objid = $2::bigint::oid
    AND ($3::text[] IS NULL OR virtualtransaction = ANY($3::text[]))`
 
-	eventInsCols = `task_id, step_index, type, state, alert, actor, term, attempt, message, created_at, namespace, more`
+	eventInsCols = `task_id, step_index, event_type, state, alert, actor, term, attempt, message, created_at, namespace, more`
 	tEventInsert = `INSERT INTO {s}.events (` + eventInsCols + `)
  SELECT ` + eventInsCols + ` FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::text[],
    $7::bigint[], $8::int[], $9::text[], $10::timestamptz[], $11::text[], $12::text[])

@@ -70,8 +70,9 @@ func TestUpgradeTo16(t *testing.T) {
 func TestUpgradeTo23(t *testing.T) {
 	d, s := upgradeStore(t)
 	storetest.CheckUpgradeTo23(t, d,
-		undo(d, `CREATE OR REPLACE VIEW `+s+`.v_events AS SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at FROM `+s+`.events`,
-			`ALTER TABLE `+s+`.events DROP COLUMN more`, `ALTER SEQUENCE `+s+`.events_id_seq INCREMENT BY 1`,
+		undo(d, `DROP VIEW `+s+`.v_events`, `ALTER TABLE `+s+`.events DROP COLUMN more`, `ALTER TABLE `+s+`.events RENAME COLUMN event_type TO type`,
+			`CREATE VIEW `+s+`.v_events AS SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at FROM `+s+`.events`,
+			`ALTER SEQUENCE `+s+`.events_id_seq INCREMENT BY 1`,
 			`DELETE FROM `+s+`.drover_migrations WHERE version = 23`),
 		func(ctx context.Context, evs []*dt.Event) error {
 			for _, ev := range evs { // as the driver wrote them before: the sequence, 1 apart

@@ -854,9 +854,6 @@ func (e *executor) EventInsertMany(ctx context.Context, params *store.EventInser
 	rows := make([][]any, len(groups))
 	for i, row := range groups {
 		id := last + int64(i+1)*store.EventRowSpan
-		for k, ev := range row {
-			ev.ID = id + int64(k)
-		}
 		ev := row[0]
 		var step any
 		if ev.StepIndex >= 0 {
@@ -869,12 +866,20 @@ func (e *executor) EventInsertMany(ctx context.Context, params *store.EventInser
 		rows[i] = []any{id, ev.TaskID, step, string(ev.Type), nullStr(string(ev.State)), ev.Alert, nullStr(ev.Actor),
 			ev.Term, ev.Attempt, nullStr(ev.Message), us(ev.CreatedAt), dt.NamespaceOf(ev.TaskID), nullStr(more)}
 	}
-	return e.execRows(ctx, "insert events", mEventInsert, rows, nil)
+	if err := e.execRows(ctx, "insert events", mEventInsert, rows, nil); err != nil {
+		return err
+	}
+	for i, row := range groups {
+		for k, ev := range row {
+			ev.ID = last + int64(i+1)*store.EventRowSpan + int64(k)
+		}
+	}
+	return nil
 }
 
 func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*dt.Event, error) {
 	// The rows that may hold an event after AfterID (store.EventRowsFloor).
-	q := `SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at, more FROM events
+	q := `SELECT id, task_id, step_index, event_type, state, alert, actor, term, attempt, message, created_at, more FROM events
  WHERE id > ? AND (id > ? OR more IS NOT NULL)`
 	args := []any{store.EventRowsFloor(p.AfterID), p.AfterID}
 	if p.TaskID != "" {

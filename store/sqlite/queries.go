@@ -182,7 +182,7 @@ var (
 		`(?,?,?,?,?,?,?,?,?,?,?,?)`, "")
 	mRequestDeleteByStep = newMultiRow(`DELETE FROM agent_requests WHERE (task_id, step_index) IN (VALUES `,
 		`(?,?)`, `)`)
-	mEventInsert = newMultiRow(`INSERT INTO events (id, task_id, step_index, type, state, alert, actor, term,
+	mEventInsert = newMultiRow(`INSERT INTO events (id, task_id, step_index, event_type, state, alert, actor, term,
  attempt, message, created_at, namespace, more) VALUES `,
 		`(?,?,?,?,?,?,?,?,?,?,?,?,?)`, "")
 	mReplyInsert = newMultiRow(`INSERT INTO agent_replies (task_id, step_index, attempt, kind, output, failed,

@@ -63,8 +63,8 @@ func TestUpgradeTo23(t *testing.T) {
 	d, _ := freshStore(t)
 	db := d.DB()
 	storetest.CheckUpgradeTo23(t, d,
-		undo(d, `DROP VIEW v_events`, `CREATE VIEW v_events AS SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at FROM events`,
-			`ALTER TABLE events DROP COLUMN more`, `DELETE FROM drover_migrations WHERE version = 23`),
+		undo(d, `DROP VIEW v_events`, `ALTER TABLE events DROP COLUMN more`, `ALTER TABLE events RENAME COLUMN event_type TO type`,
+			`CREATE VIEW v_events AS SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at FROM events`, `DELETE FROM drover_migrations WHERE version = 23`),
 		func(ctx context.Context, evs []*dt.Event) error {
 			for _, ev := range evs { // as the driver wrote them before: AUTOINCREMENT, 1 apart
 				var step any

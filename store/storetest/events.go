@@ -15,7 +15,8 @@ import (
 func eventCases() []testCase {
 	return []testCase{
 		{"InsertListFilters", testEventList},
-		{"TailingReaderMissesNothing", testEventTailing},
+		{"TailingReaderMissesNothing", func(t *testing.T, d store.Driver) { testEventTailing(t, d, 1, 0) }},
+		{"TailingReaderMissesNothingInRows", func(t *testing.T, d store.Driver) { testEventTailing(t, d, 3, 2) }},
 		{"RowsResumeFromEveryEvent", testEventRows},
 	}
 }
@@ -325,7 +326,11 @@ func testLeaseGetNotFound(t *testing.T, d store.Driver) {
 // Subscribers tail the history with EventList(AfterID: last ID seen). That
 // only misses nothing if a read never returns an ID while a lower one may
 // still commit, even with concurrent writers.
-func testEventTailing(t *testing.T, d store.Driver) {
+// testEventTailing has writers commit perTx events of one task per
+// transaction (one event row each, from 2 on) while a reader tails the
+// task's events by AfterID, limit at a time (0: all), and checks that the
+// reader saw every event, once.
+func testEventTailing(t *testing.T, d store.Driver, perTx, limit int) {
 	const (
 		writers = 8
 		each    = 40
@@ -341,8 +346,11 @@ func testEventTailing(t *testing.T, d store.Driver) {
 			defer wg.Done()
 			for i := range each {
 				errs[w] = d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
-					ev := &dt.Event{TaskID: "t", StepIndex: w, Type: dt.EventStepStarted, Attempt: i + 1, CreatedAt: base}
-					if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{ev}}); err != nil {
+					var evs []*dt.Event
+					for k := range perTx {
+						evs = append(evs, &dt.Event{TaskID: "t", StepIndex: w, Type: dt.EventStepStarted, Attempt: i*perTx + k + 1, CreatedAt: base})
+					}
+					if err := x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: evs}); err != nil {
 						return err
 					}
 					// More work in the same transaction widens the window
@@ -366,15 +374,19 @@ func testEventTailing(t *testing.T, d store.Driver) {
 
 	seen := map[int64]bool{}
 	var last int64
-	tail := func() {
-		evs := listEvents(t, d, store.EventListParams{TaskID: "t", AfterID: last})
+	tail := func() int {
+		evs := listEvents(t, d, store.EventListParams{TaskID: "t", AfterID: last, Limit: limit})
 		for _, e := range evs {
 			if e.ID <= last {
 				t.Errorf("EventList(AfterID %d) returned ID %d", last, e.ID)
 			}
+			if seen[e.ID] {
+				t.Errorf("EventList returned ID %d again", e.ID)
+			}
 			seen[e.ID] = true
 			last = e.ID
 		}
+		return len(evs)
 	}
 	for running := true; running; {
 		select {
@@ -384,13 +396,14 @@ func testEventTailing(t *testing.T, d store.Driver) {
 		}
 		tail()
 	}
-	tail()
+	for tail() > 0 { // what is left, a page at a time
+	}
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
 	all := listEvents(t, d, store.EventListParams{TaskID: "t"})
-	if len(all) != writers*each {
-		t.Fatalf("%d events stored, want %d", len(all), writers*each)
+	if len(all) != writers*each*perTx {
+		t.Fatalf("%d events stored, want %d", len(all), writers*each*perTx)
 	}
 	missed := 0
 	for _, e := range all {

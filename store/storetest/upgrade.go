@@ -135,6 +135,7 @@ func CheckUpgradeTo16(t *testing.T, d store.Driver, undo func(ctx context.Contex
 // holding events in place. undo (driver-specific SQL) takes it away again
 // from d, a migrated store; insertOld then writes events as a store before
 // it did, a row each with IDs taken 1 apart, and Migrate applies it again.
+// After it, insertOld (an earlier release still running) fails.
 // The old events read as they were written, events written after the
 // upgrade (some in rows of several, as rows counts) get IDs above them, and
 // a reader resuming after any event, old or new, reads exactly the rest.
@@ -164,6 +165,11 @@ func CheckUpgradeTo23(t *testing.T, d store.Driver, undo func(ctx context.Contex
 	}
 	if err := d.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate: %v", err)
+	}
+	// A process of the earlier release still running fails to write
+	// events, rather than write what this release cannot place.
+	if err := insertOld(ctx, old[:1]); err == nil {
+		t.Errorf("events written as before migration 23 after it: no error, want the earlier release to fail")
 	}
 	fresh := []*dt.Event{
 		{TaskID: "old", StepIndex: 0, Type: dt.EventStepProcessed, State: dt.Processing, Actor: "s2", Attempt: 2, CreatedAt: at(4 * time.Second)},

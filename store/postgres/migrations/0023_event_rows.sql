@@ -9,13 +9,21 @@
 -- Rows already stored keep their IDs (one event each, 1 apart), and every
 -- new ID is above them: a reader resuming after an ID it saw before the
 -- upgrade resumes where it was. Nothing is rewritten.
+--
+-- type is renamed event_type so that a process of an earlier release that
+-- still runs on this schema fails at once, every statement of it that
+-- writes or reads the history (it would miss the events in more, and on
+-- SQLite take IDs inside new rows), rather than go wrong quietly: stop
+-- every older process before this upgrade. Its transactions roll back;
+-- nothing is lost.
 ALTER TABLE events ADD COLUMN more text;
+ALTER TABLE events RENAME COLUMN type TO event_type;
 ALTER SEQUENCE events_id_seq INCREMENT BY 8;
 
 -- v_events still shows one line per event: a row's first, then those in
 -- more, with their IDs.
 CREATE OR REPLACE VIEW v_events AS
-SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message, created_at
+SELECT id, task_id, step_index, event_type AS type, state, alert, actor, term, attempt, message, created_at
 FROM events
 UNION ALL
 SELECT e.id + m.ord, e.task_id, nullif((m.v ->> 's')::integer, -1), m.v ->> 't', m.v ->> 'st', false, m.v ->> 'a',

@@ -9,13 +9,20 @@
 -- apart, above the highest ever handed out (sqlite_sequence). Rows already
 -- stored keep their IDs (one event each, 1 apart): a reader resuming after
 -- an ID it saw before the upgrade resumes where it was.
+--
+-- type is renamed event_type so that a process of an earlier release that
+-- still runs on this file fails at once, every statement of it that writes
+-- or reads the history (it would miss the events in more, and take IDs
+-- inside new rows), rather than go wrong quietly: stop every older process
+-- before this upgrade. Its transactions roll back; nothing is lost.
+DROP VIEW v_events;
 ALTER TABLE events ADD COLUMN more TEXT;
+ALTER TABLE events RENAME COLUMN type TO event_type;
 
 -- v_events still shows one line per event: a row's first, then those in
 -- more, with their IDs.
-DROP VIEW v_events;
 CREATE VIEW v_events AS
-SELECT id, task_id, step_index, type, state, alert, actor, term, attempt, message,
+SELECT id, task_id, step_index, event_type AS type, state, alert, actor, term, attempt, message,
        strftime('%Y-%m-%dT%H:%M:%fZ', created_at / 1e6, 'unixepoch') AS created_at
 FROM events
 UNION ALL
