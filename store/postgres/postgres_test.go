@@ -124,6 +124,10 @@ func openViaSQL(t *testing.T, d *postgres.Driver) viaSQL {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	// database/sql keeps 2 idle connections by default: concurrent cases
+	// would open a connection (and prepare every statement anew) per
+	// transaction.
+	db.SetMaxIdleConns(16)
 	return viaSQL{d, db}
 }
 
