@@ -505,9 +505,9 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		return nil, err
 	}
 	if sb != nil {
-		// Each started task's step_started after all submitted events, as
-		// a claim after the commit would have ordered them.
-		events = append(events, sb.events...)
+		// Each started task's events right after its submitted event: one
+		// run of the task's events, which the store keeps in one row.
+		events = afterTheirTasks(events, sb.events)
 		if stored := storedRequests(sb.requests); len(stored) > 0 {
 			if err := x.RequestInsertMany(ctx, &store.RequestInsertManyParams{Requests: stored}); err != nil {
 				return nil, err
@@ -528,6 +528,34 @@ func SubmitAndStart(ctx context.Context, x store.Executor, subs []Submission, st
 		return out, store.Notify(ctx, x, &store.NotifyParams{Topic: store.TopicTasks})
 	}
 	return out, nil
+}
+
+// afterTheirTasks returns events with each of more placed right after the
+// last event of its task in events (in order), or at the end if its task
+// has none there.
+func afterTheirTasks(events, more []*dt.Event) []*dt.Event {
+	byTask := map[string][]*dt.Event{}
+	for _, e := range more {
+		byTask[e.TaskID] = append(byTask[e.TaskID], e)
+	}
+	last := map[string]int{}
+	for i, e := range events {
+		last[e.TaskID] = i
+	}
+	out := make([]*dt.Event, 0, len(events)+len(more))
+	for i, e := range events {
+		out = append(out, e)
+		if last[e.TaskID] == i {
+			out = append(out, byTask[e.TaskID]...)
+			delete(byTask, e.TaskID)
+		}
+	}
+	for _, e := range more {
+		if _, left := byTask[e.TaskID]; left {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // startTasks starts up to start.Room of the new tasks fresh (the first

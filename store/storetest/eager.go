@@ -246,3 +246,30 @@ func testFlowStartAfterOrderingWait(t *testing.T, d store.Driver) {
 		t.Errorf("started %d (%v), want u1 only", start.Started, reqKeys(start.Requests))
 	}
 }
+
+// testFlowSubmitAndStartEventRows: tasks started in one submission record
+// each task's submitted and step_started one after the other, so the store
+// keeps them in one event row (their IDs are consecutive, store.GroupEvents),
+// and each task's history reads as a claim's would.
+func testFlowSubmitAndStartEventRows(t *testing.T, d store.Driver) {
+	e := newEnv(t, d)
+	w := orderWF()
+	now := at(time.Second)
+	start := &flow.Start{Machine: &flow.Machine{Instance: "sched-1", Reserve: func(string) (string, bool) { return "rt-1", true }},
+		Room: 10, Clock: func() time.Time { return now }}
+	ids := []string{"r1", "r2", "r3"}
+	var subs []flow.Submission
+	for _, id := range ids {
+		subs = append(subs, w.submission(id, `{"order":"`+id+`"}`, base))
+	}
+	e.submitStart(start, subs...)
+	if start.Started != len(ids) {
+		t.Fatalf("%d tasks started, want %d", start.Started, len(ids))
+	}
+	for _, id := range ids {
+		evs := e.wantEvents(id, "submitted step_started[0]")
+		if len(evs) == 2 && evs[1].ID != evs[0].ID+1 {
+			t.Errorf("%s: submitted has ID %d, step_started %d: not one event row", id, evs[0].ID, evs[1].ID)
+		}
+	}
+}

@@ -48,6 +48,7 @@ func flowCases() []testCase {
 		{"ClaimFloorWhileClaimsComeBackFull", testFlowClaimFloor},
 		{"ClaimWaitsForAvailableAt", testFlowClaimWaitsForAvailableAt},
 		{"SubmitAndStart", testFlowSubmitAndStart},
+		{"SubmitAndStartOneEventRowPerTask", testFlowSubmitAndStartEventRows},
 		{"StartAfterOrderingWait", testFlowStartAfterOrderingWait},
 	}
 }
