@@ -33,23 +33,34 @@ func buildDrover(t *testing.T) string {
 }
 
 // crashRig starts the remote-service simulator, its calls taking latency
-// (a tenth fail transiently, 3% hang, 1% fail for good), and a log in dir
-// for the servers' output; both end with the test.
-func crashRig(t *testing.T, dir string, seed int64, latency time.Duration) (*remotesim.Service, string, io.Writer) {
+// (a tenth fail transiently, 3% hang, 1% fail for good), and a log for the
+// servers' output, in a directory it returns: removed when the test
+// passes, kept (and named) when it fails.
+func crashRig(t *testing.T, seed int64, latency time.Duration) (sim *remotesim.Service, remote, logDir string, logw io.Writer) {
 	t.Helper()
-	sim := remotesim.New(remotesim.Config{TransientRate: 0.1, HangRate: 0.03, PermanentRate: 0.01, Seed: seed, Latency: latency})
+	sim = remotesim.New(remotesim.Config{TransientRate: 0.1, HangRate: 0.03, PermanentRate: 0.01, Seed: seed, Latency: latency})
 	remote, stopSim, err := sim.Serve(context.Background(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stopSim)
-	logf, err := os.Create(filepath.Join(dir, "servers.log"))
+	if logDir, err = os.MkdirTemp("", "drover-crash-logs-"); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(logDir, "servers.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { logf.Close() })
+	t.Cleanup(func() {
+		logf.Close()
+		if t.Failed() {
+			t.Logf("server logs kept in %s", logf.Name())
+		} else {
+			os.RemoveAll(logDir)
+		}
+	})
 	var logMu sync.Mutex
-	return sim, remote, writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logf.Write(p) })
+	return sim, remote, logDir, writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logf.Write(p) })
 }
 
 // waitAllFinal waits until no task is active, for at most limit; past it
@@ -118,6 +129,7 @@ func startServer(t *testing.T, bin string, dbArgs []string, remote, instance str
 	case <-s.done:
 		t.Fatalf("server %s exited before it was ready", instance)
 	case <-time.After(60 * time.Second):
+		s.kill()
 		t.Fatalf("server %s not ready after 60s", instance)
 	}
 	return s
@@ -145,7 +157,7 @@ func TestServerSurvivesSIGKILL(t *testing.T) {
 	db := filepath.Join(dir, "drover.db")
 
 	// Latency keeps calls in flight long enough for the kills to land mid-work.
-	sim, remote, logw := crashRig(t, dir, 7, 20*time.Millisecond)
+	sim, remote, logDir, logw := crashRig(t, 7, 20*time.Millisecond)
 
 	// The first server creates and migrates the store.
 	srv := startServer(t, bin, []string{"--db", "sqlite:" + db}, remote, "node-0", logw)
@@ -210,7 +222,7 @@ func TestServerSurvivesSIGKILL(t *testing.T) {
 	submitWave(nOrders) // whatever is left
 
 	// Let the last server finish everything.
-	waitAllFinal(t, client, 3*time.Minute, "after the last restart", dir)
+	waitAllFinal(t, client, 3*time.Minute, "after the last restart", logDir)
 
 	counts, err := client.Counts(ctx)
 	if err != nil {

@@ -10,5 +10,6 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testutil.RemoveDroverBinary()
+	removePreviousBinary()
 	os.Exit(code)
 }

@@ -36,6 +36,13 @@ var previousBinary struct {
 	err       error
 }
 
+// removePreviousBinary removes what buildPrevious built, if anything.
+func removePreviousBinary() {
+	if previousBinary.dir != "" {
+		_ = os.RemoveAll(previousBinary.dir)
+	}
+}
+
 // buildPrevious builds cmd/drover of previousRelease from the repository's
 // git history, once per package run.
 func buildPrevious(t *testing.T) string {
@@ -131,7 +138,7 @@ func testUpgradeWithWorkInFlight(t *testing.T, driver, old, bin string) {
 	}
 
 	// Calls slow enough that orders are in flight when the old server dies.
-	sim, remote, logw := crashRig(t, dir, 11, 60*time.Millisecond)
+	sim, remote, logDir, logw := crashRig(t, 11, 60*time.Millisecond)
 
 	// The previous release makes the store, takes the orders (its own
 	// submit command, four at a time) and runs them.
@@ -146,6 +153,7 @@ func testUpgradeWithWorkInFlight(t *testing.T, driver, old, bin string) {
 		pending <- i
 	}
 	close(pending)
+	defer wg.Wait() // also when the test fails before the kill below
 	for range 4 {
 		wg.Add(1)
 		go func() {
@@ -187,7 +195,7 @@ func testUpgradeWithWorkInFlight(t *testing.T, driver, old, bin string) {
 		if final == nOrders || time.Now().After(deadline) {
 			t.Fatalf("no moment with orders both final and in flight (held %d, final %d of %d)", held, final, nOrders)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 	srv.kill()
 	wg.Wait()
@@ -196,6 +204,9 @@ func testUpgradeWithWorkInFlight(t *testing.T, driver, old, bin string) {
 		t.Fatal(err)
 	}
 	heldAtKill, finalAtKill := progress()
+	if heldAtKill == 0 {
+		t.Fatalf("no order held when the previous release was killed (%d final)", finalAtKill)
+	}
 	var version int
 	if err := db.QueryRowContext(ctx, `SELECT max(version) FROM `+prefix+`drover_migrations`).Scan(&version); err != nil {
 		t.Fatal(err)
@@ -215,7 +226,7 @@ func testUpgradeWithWorkInFlight(t *testing.T, driver, old, bin string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitAllFinal(t, client, 3*time.Minute, "after the upgrade", dir)
+	waitAllFinal(t, client, 3*time.Minute, "after the upgrade", logDir)
 
 	evs := readAllEvents(t, client)
 	checkOrderEffects(t, client, sim, evs, nOrders)
@@ -245,6 +256,26 @@ func testUpgradeWithWorkInFlight(t *testing.T, driver, old, bin string) {
 			t.Errorf("%s: history ends with %s", task, last[task])
 		}
 	}
+	// Some order's history has events of both releases: work in flight
+	// across the upgrade.
+	actors := map[string]map[string]bool{}
+	for _, e := range evs {
+		if i := strings.Index(e.Actor, "/"); i > 0 {
+			if actors[e.TaskID] == nil {
+				actors[e.TaskID] = map[string]bool{}
+			}
+			actors[e.TaskID][e.Actor[:i]] = true
+		}
+	}
+	crossed := 0
+	for _, by := range actors {
+		if by["node-old"] && by["node-new"] {
+			crossed++
+		}
+	}
+	if crossed == 0 {
+		t.Errorf("no order has events of both releases: nothing was in flight across the upgrade")
+	}
 	var oldRows, newRows int
 	if err := db.QueryRowContext(ctx, `SELECT
  coalesce(sum(CASE WHEN actor LIKE 'node-old%' THEN 1 ELSE 0 END), 0),
@@ -254,6 +285,6 @@ func testUpgradeWithWorkInFlight(t *testing.T, driver, old, bin string) {
 	if oldRows == 0 || newRows == 0 {
 		t.Errorf("events written by the previous release: %d rows; rows of several events written after the upgrade: %d; want both", oldRows, newRows)
 	}
-	t.Logf("%s: at the kill %d orders held, %d final; %d events, %d rows from the previous release, %d of several after; remote %+v",
-		driver, heldAtKill, finalAtKill, len(evs), oldRows, newRows, sim.Stats())
+	t.Logf("%s: at the kill %d orders held, %d final; %d orders run by both releases; %d events, %d rows from the previous release, %d of several after; remote %+v",
+		driver, heldAtKill, finalAtKill, crossed, len(evs), oldRows, newRows, sim.Stats())
 }

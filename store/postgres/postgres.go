@@ -223,6 +223,12 @@ func (d *Driver) InTx(ctx context.Context, fn func(context.Context, store.Execut
 // If fn writes events, subscribers of the history see no event with a higher
 // ID until the transaction ends (see the package documentation): commit
 // promptly.
+//
+// A *sql.DB keeps 2 idle connections unless told otherwise
+// (SetMaxIdleConns): with more concurrent transactions than that, each
+// further one opens a connection and prepares drover's statements anew.
+// Raise it to the concurrency you run, or build the *sql.DB on a pool with
+// stdlib.OpenDBFromPool.
 func (d *Driver) InExternalTx(ctx context.Context, tx any, fn func(context.Context, store.Executor) error) error {
 	var q querier
 	switch t := tx.(type) {
