@@ -61,12 +61,25 @@ func buildPrevious(t *testing.T) string {
 		if b.err = os.Mkdir(src, 0o755); b.err != nil {
 			return
 		}
-		archive := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`,
-			"sh", strings.TrimSpace(string(root)), previousRelease, src)
-		if out, err := archive.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("check out the previous release %s (the test needs the repository's history: a full clone): %w\n%s",
-				previousRelease, err, out)
-			return
+		repo := strings.TrimSpace(string(root))
+		if exec.Command("git", "-C", repo, "cat-file", "-e", previousRelease+"^{commit}").Run() != nil {
+			// A shallow clone lacks it: fetch the rest of the history from
+			// where the clone came from.
+			if out, err := exec.Command("git", "-C", repo, "fetch", "--quiet", "--unshallow").CombinedOutput(); err != nil {
+				b.err = fmt.Errorf("the previous release %s is not in this clone's history, and fetching the rest of it failed: %w\n%s",
+					previousRelease, err, out)
+				return
+			}
+		}
+		tarball := filepath.Join(b.dir, "src.tar")
+		for _, cmd := range []*exec.Cmd{
+			exec.Command("git", "-C", repo, "archive", "--format=tar", "-o", tarball, previousRelease),
+			exec.Command("tar", "-x", "-f", tarball, "-C", src),
+		} {
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.err = fmt.Errorf("check out the previous release %s: %s: %w\n%s", previousRelease, strings.Join(cmd.Args, " "), err, out)
+				return
+			}
 		}
 		b.path = filepath.Join(b.dir, "drover")
 		args := []string{"build", "-o", b.path}
