@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
@@ -23,12 +22,7 @@ func TestDeliverySpansJoinTheTasksTrace(t *testing.T) {
 	tp, exp := testutil.MemTracer(t)
 	drv := testutil.SQLite(t)
 	rc := newReceiver(t)
-	rc.respond = func(h hit, before int) int {
-		if before < 1 {
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusNoContent
-	}
+	rc.respond = failFirst(1)
 	c := clienttest.Start(t, drover.Config{Store: drv, PollInterval: 10 * time.Millisecond, TracerProvider: tp,
 		Workflows: []drover.Workflow{{Name: "echo", Steps: []drover.Step{{Name: "a", Agent: "echo"}}}},
 		Agents: []drover.Agent{{Name: "echo", Func: func(ctx context.Context, r *drover.AgentRequest) ([]byte, error) {

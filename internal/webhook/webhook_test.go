@@ -470,6 +470,16 @@ func TestFinalStatesDelivered(t *testing.T) {
 	})
 }
 
+// failFirst is a receiver's answer: 503 to the first n deliveries, 204 after.
+func failFirst(n int) func(hit, int) int {
+	return func(_ hit, before int) int {
+		if before < n {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusNoContent
+	}
+}
+
 // A receiver failing the first tries gets retries of the same event, with
 // increasing attempt numbers and the same body, until it answers 2xx.
 func TestRetriesUntilDelivered(t *testing.T) {
@@ -477,12 +487,7 @@ func TestRetriesUntilDelivered(t *testing.T) {
 		t.Parallel()
 		drv := open(t)
 		rc := newReceiver(t)
-		rc.respond = func(h hit, before int) int {
-			if before < 3 {
-				return http.StatusServiceUnavailable
-			}
-			return http.StatusNoContent
-		}
+		rc.respond = failFirst(3)
 		c := startClient(t, drv)
 		submit(t, c, "echo", "r-1", rc.url("/cb"))
 		wait(t, c, "r-1", drover.Processed)
@@ -954,12 +959,7 @@ func TestNotifiedDispatcherRetriesWhenDue(t *testing.T) {
 	t.Parallel()
 	drv := testutil.Postgres(t)
 	rc := newReceiver(t)
-	rc.respond = func(h hit, before int) int {
-		if before < 2 {
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusNoContent
-	}
+	rc.respond = failFirst(2)
 	c := startClient(t, drv)
 	opts := fastOptions(&logBuffer{})
 	opts.PollInterval = time.Hour

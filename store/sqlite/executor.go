@@ -851,9 +851,10 @@ func (e *executor) EventInsertMany(ctx context.Context, params *store.EventInser
 	if err != nil {
 		return fmt.Errorf("sqlite: insert events: %w", translate(err))
 	}
-	rows := make([][]any, len(groups))
+	rows, ids := make([][]any, len(groups)), make([]int64, len(groups))
 	for i, row := range groups {
 		id := last + int64(i+1)*store.EventRowSpan
+		ids[i] = id
 		ev := row[0]
 		var step any
 		if ev.StepIndex >= 0 {
@@ -871,7 +872,7 @@ func (e *executor) EventInsertMany(ctx context.Context, params *store.EventInser
 	}
 	for i, row := range groups {
 		for k, ev := range row {
-			ev.ID = last + int64(i+1)*store.EventRowSpan + int64(k)
+			ev.ID = ids[i] + int64(k)
 		}
 	}
 	return nil
