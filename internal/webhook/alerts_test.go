@@ -112,7 +112,8 @@ func TestAlertsDeliveredToSubscriptionsThatChooseThem(t *testing.T) {
 		}
 		_ = r.Close(ctx)
 
-		opts := fastOptions(&logBuffer{}, rc.url("/final"))
+		logs := &logBuffer{}
+		opts := fastOptions(logs, rc.url("/final"))
 		opts.Subscriptions = []Subscription{
 			{URL: rc.url("/alerts"), Events: dt.WebhookEventSet{"alerts"}},
 			{URL: rc.url("/typed"), Events: dt.WebhookEventSet{"step_waiting", "session_blocked"}},
@@ -157,7 +158,7 @@ func TestAlertsDeliveredToSubscriptionsThatChooseThem(t *testing.T) {
 		}
 
 		stop := run(t, d)
-		waitFor(t, "every webhook delivered", func() bool { return len(rc.okCount()) == len(byKey) })
+		waitDelivered(t, rc, byKey, logs)
 		stop()
 		for k, n := range rc.okCount() {
 			if byKey[k] == nil {

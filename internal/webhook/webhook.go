@@ -460,6 +460,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		pending  []store.WebhookResult
 		released bool
 		scan     = true
+		rescan   bool // the last scan failed
 	)
 	for {
 		if !released {
@@ -467,7 +468,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		if scan {
 			scan = false
-			d.enqueueAll(ctx)
+			// A scan that failed is tried again a PollInterval later, not
+			// when the next notification or the slow fallback comes.
+			rescan = !d.enqueueAll(ctx)
 		}
 		if released && ctx.Err() == nil {
 			// Not cut by ctx: a commit interrupted by a stop would leave
@@ -505,7 +508,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			if !nextDue.IsZero() {
 				wait = min(wait, max(nextDue.Sub(d.clock.Now()), time.Millisecond))
 			}
-			if len(pending) > 0 { // results to record (postponed ones among them)
+			if len(pending) > 0 || rescan || !released { // results to record (postponed ones among them), or a failure to retry
 				wait = d.opts.PollInterval
 			}
 		}
@@ -682,20 +685,22 @@ func (d *Dispatcher) roundTx(ctx context.Context, results []store.WebhookResult,
 }
 
 // enqueueAll queues the deliveries of every event not yet scanned that a
-// subscription selects, a batch per transaction.
-func (d *Dispatcher) enqueueAll(ctx context.Context) {
+// subscription selects, a batch per transaction; ok is false when a
+// transaction failed.
+func (d *Dispatcher) enqueueAll(ctx context.Context) (ok bool) {
 	for ctx.Err() == nil {
 		more, err := d.enqueue(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Warn("webhook: queue deliveries", "err", err)
 			}
-			return
+			return false
 		}
 		if !more {
-			return
+			return true
 		}
 	}
+	return true
 }
 
 // enqueue runs one enqueue transaction; more reports a full batch.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -197,6 +198,40 @@ func wait(t *testing.T, c *drover.Client, id string, want drover.ProcessState) {
 	}
 	if task.ProcessState != want {
 		t.Fatalf("task %s is %s, want %s", id, task.ProcessState, want)
+	}
+}
+
+// waitDelivered waits until the 2xx answers are exactly the (path, event)
+// keys of want; on time-out it names the keys missing and unexpected and
+// shows the end of the dispatcher's log.
+func waitDelivered[V any](t *testing.T, rc *receiver, want map[string]V, logs *logBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := rc.okCount()
+		var missing, extra []string
+		for k := range want {
+			if got[k] == 0 {
+				missing = append(missing, k)
+			}
+		}
+		for k := range got {
+			if _, ok := want[k]; !ok {
+				extra = append(extra, k)
+			}
+		}
+		if len(missing) == 0 && len(extra) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			slices.Sort(missing)
+			slices.Sort(extra)
+			log := logs.String()
+			log = log[max(0, len(log)-8000):]
+			t.Fatalf("timed out waiting for every webhook delivered: missing %v, unexpected %v; %d requests answered\nend of the dispatcher's log:\n%s",
+				missing, extra, len(rc.all()), log)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -390,7 +425,7 @@ func TestFinalStatesDelivered(t *testing.T) {
 				want[fmt.Sprintf("/cb/%s %d", ev.TaskID, ev.ID)] = ev
 			}
 		}
-		waitFor(t, "every webhook delivered", func() bool { return len(rc.okCount()) == len(want) })
+		waitDelivered(t, rc, want, logs)
 		stop()
 
 		for k, n := range rc.okCount() {
@@ -972,5 +1007,40 @@ func TestNotifiedDispatcherRetriesWhenDue(t *testing.T) {
 	waitFor(t, "the webhook after two retries, long before the hour's poll", func() bool { return len(rc.okCount()) == 1 })
 	if n := len(rc.all()); n != 3 {
 		t.Errorf("%d requests, want 3 (two failures, then success)", n)
+	}
+}
+
+// While notifications arrive, a scan that fails (here: the deliveries
+// table is gone for a moment) is tried again a PollInterval later, not
+// only at the next notification or the slow fallback.
+func TestNotifiedDispatcherRetriesFailedScan(t *testing.T) {
+	t.Parallel()
+	drv := testutil.Postgres(t)
+	rc := newReceiver(t)
+	c := startClient(t, drv)
+	logs := &logBuffer{}
+	opts := fastOptions(logs)
+	opts.PollInterval = 20 * time.Millisecond
+	stop := run(t, newDispatcher(t, drv, opts))
+	defer stop()
+	waitFor(t, "notifications", notifier.For(drv).Live)
+	ctx := context.Background()
+	rename := func(from, to string) {
+		t.Helper()
+		if _, err := drv.Pool().Exec(ctx, fmt.Sprintf(`ALTER TABLE %s.%s RENAME TO %s`, drv.Schema(), from, to)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rename("webhook_deliveries", "webhook_deliveries_away")
+	submit(t, c, "echo", "later-1", rc.url("/cb/later-1"))
+	wait(t, c, "later-1", drover.Processed)
+	waitFor(t, "the woken scan to fail", func() bool { return strings.Contains(logs.String(), "webhook: queue deliveries") })
+	rename("webhook_deliveries_away", "webhook_deliveries")
+	deadline := time.Now().Add(IdlePoll / 3)
+	for len(rc.okCount()) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no webhook %v after the table came back: the failed scan was not tried again before the %v fallback", IdlePoll/3, IdlePoll)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

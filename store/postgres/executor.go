@@ -1451,7 +1451,8 @@ func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*
 //
 // One reader at a time per driver lists the writers; one on the pool (not
 // in a transaction) that finds a proof under way waits for it and takes
-// the highest ID proven then. Not current: a reader that waited
+// the highest ID proven then, and proves the rest of its own last ID
+// itself unless that proof gave up on a writer. Not current: a reader that waited
 // eventWaitMax for a writer that stays open (an application's long
 // transaction holding SubmitTx's events) settles for the highest ID proven
 // final before. A reader whose own transaction has written events does not
@@ -1483,28 +1484,34 @@ func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, cu
 	}
 	if !e.tx {
 		// One proof at a time per driver. A reader that finds one under
-		// way waits for it and takes what is proven then, without a proof
-		// of its own: fewer events than its own proof might give, all
-		// final, and a writer that stays open makes one reader at a time
+		// way waits for it and takes what is proven then, often all it
+		// needs; a writer that stays open makes one reader at a time
 		// wait, not each in turn. (Readers in a transaction prove for
 		// themselves: theirs may hold the writer lock already, through an
 		// earlier executor of a caller's transaction.)
 		select {
 		case e.d.eventProving <- struct{}{}:
-			defer func() { <-e.d.eventProving }()
 		default:
 			if e.d.eventJoined != nil {
 				e.d.eventJoined()
 			}
 			select {
 			case e.d.eventProving <- struct{}{}:
-				<-e.d.eventProving
 			case <-ctx.Done():
 				return 0, false, fmt.Errorf("postgres: wait for event writers: %w", ctx.Err())
 			}
+			// The proof waited for has ended. If it gave up on a writer
+			// that stays open, settle for what is proven. If it proved IDs
+			// handed out before this reader's last, prove the rest now: a
+			// reader woken by a notification of a newer event (the webhook
+			// dispatcher) would otherwise see nothing new and sleep.
 			now := e.d.eventsProven(seq)
-			return min(now, last), now > final, nil
+			if now >= last || e.d.eventStalled.Load() {
+				<-e.d.eventProving
+				return min(now, last), now >= last, nil
+			}
 		}
+		defer func() { <-e.d.eventProving }()
 	}
 	key := uint64(e.d.eventLockKey)
 	hi, lo := int64(key>>32), int64(uint32(key))
@@ -1545,6 +1552,9 @@ func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, cu
 	deadline := time.Now().Add(e.d.eventWaitMax)
 	for pause := 200 * time.Microsecond; len(open) > 0; pause = min(2*pause, 20*time.Millisecond) {
 		if !time.Now().Before(deadline) {
+			if !e.tx {
+				e.d.eventStalled.Store(true)
+			}
 			return e.d.eventsProven(seq), false, nil
 		}
 		t := time.NewTimer(pause)
@@ -1557,6 +1567,9 @@ func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, cu
 		if open, err = writers(open); err != nil {
 			return 0, false, err
 		}
+	}
+	if !e.tx {
+		e.d.eventStalled.Store(false)
 	}
 	e.d.proveEvents(seq, last)
 	return last, true, nil

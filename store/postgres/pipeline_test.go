@@ -557,6 +557,51 @@ func TestEventReadersShareOneWait(t *testing.T) {
 	}
 }
 
+// A reader that waits behind another's proof which began before a newer
+// event was committed still returns that event: a reader woken by the
+// newer event's notification (the webhook dispatcher) must not come away
+// empty and sleep until its next poll.
+func TestEventReaderBehindAnOlderProofGetsNewerEvents(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	waiting, joined := make(chan struct{}, 16), make(chan struct{}, 16)
+	postgres.SetEventWait(d, time.Minute, func() { waiting <- struct{}{} })
+	postgres.SetEventJoined(d, func() { joined <- struct{}{} })
+	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
+	older, newer := submittedEvent("a", now), submittedEvent("b", now)
+	release := make(chan struct{})
+	done := holdWriter(t, d, older, release)
+	first := listLater(d, 0) // proves up to older, waiting for its writer
+	<-waiting
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{newer}})
+	}); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	second := listLater(d, 0) // joins the proof under way
+	<-joined
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := <-first; got.err != nil || len(got.evs) != 1 || got.evs[0].ID != older.ID {
+		t.Fatalf("the first reader got %v, %v; want the older event only (the newer one's ID was handed out after its proof began)", got.evs, got.err)
+	}
+	got := <-second
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	var ids []int64
+	for _, ev := range got.evs {
+		ids = append(ids, ev.ID)
+	}
+	if want := []int64{older.ID, newer.ID}; !slices.Equal(ids, want) {
+		t.Fatalf("the reader behind the older proof got events %v, want %v", ids, want)
+	}
+}
+
 // A caller's transaction that wrote events through one InExternalTx call
 // and reads them through another sees them at once, even while a reader
 // on the pool waits for that very transaction to end.

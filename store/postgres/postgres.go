@@ -76,6 +76,9 @@ type Driver struct {
 	// a reader starts waiting behind another.
 	eventProving chan struct{}
 	eventJoined  func()
+	// eventStalled is set while the last proof on the pool gave up on a
+	// writer that stayed open: readers behind it do not try again.
+	eventStalled atomic.Bool
 
 	closeOnce sync.Once
 }
