@@ -460,7 +460,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		pending  []store.WebhookResult
 		released bool
 		scan     = true
-		rescan   bool // the last scan failed
+		retry    bool // the last scan or claim failed: try again soon
 	)
 	for {
 		if !released {
@@ -468,9 +468,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		if scan {
 			scan = false
-			// A scan that failed is tried again a PollInterval later, not
-			// when the next notification or the slow fallback comes.
-			rescan = !d.enqueueAll(ctx)
+			// A scan, release or claim that failed is tried again a
+			// PollInterval later, not when the next notification or the
+			// slow fallback comes.
+			retry = !d.enqueueAll(ctx)
 		}
 		if released && ctx.Err() == nil {
 			// Not cut by ctx: a commit interrupted by a stop would leave
@@ -478,7 +479,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			// until their lease ends).
 			rctx, cancel := context.WithTimeout(sendCtx, roundTimeout)
 			due := retryDue(pending)
-			claimed, left := d.round(rctx, pending, d.opts.Concurrency-inflight)
+			claimed, left, failed := d.round(rctx, pending, d.opts.Concurrency-inflight)
+			retry = retry || failed
 			cancel()
 			if len(left) == 0 && !due.IsZero() && (nextDue.IsZero() || due.Before(nextDue)) {
 				nextDue = due
@@ -508,7 +510,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			if !nextDue.IsZero() {
 				wait = min(wait, max(nextDue.Sub(d.clock.Now()), time.Millisecond))
 			}
-			if len(pending) > 0 || rescan || !released { // results to record (postponed ones among them), or a failure to retry
+			if len(pending) > 0 || retry || !released { // results to record (postponed ones among them), or a failure to retry
 				wait = d.opts.PollInterval
 			}
 		}
@@ -521,7 +523,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 			if len(pending) > 0 {
 				fctx, cancel := context.WithTimeout(sendCtx, roundTimeout)
-				if _, left := d.round(fctx, pending, 0); len(left) > 0 {
+				if _, left, _ := d.round(fctx, pending, 0); len(left) > 0 {
 					d.log.Warn("webhook results not recorded at stop; their deliveries are sent again when the claims expire", "results", len(pending))
 				}
 				cancel()
@@ -602,17 +604,18 @@ func (d *Dispatcher) release(ctx context.Context) bool {
 // one result (store.ErrBadData), the results are recorded one per
 // transaction, so that one does not hold back the others; the refused one
 // is recorded with an error saying so, or left to its claim's expiry (it
-// is then sent again) if even that is refused.
-func (d *Dispatcher) round(ctx context.Context, results []store.WebhookResult, free int) (claimed []*dt.WebhookDelivery, left []store.WebhookResult) {
+// is then sent again) if even that is refused. failed reports a
+// transaction that failed.
+func (d *Dispatcher) round(ctx context.Context, results []store.WebhookResult, free int) (claimed []*dt.WebhookDelivery, left []store.WebhookResult, failed bool) {
 	claimed, err := d.roundTx(ctx, results, free)
 	if err == nil {
-		return claimed, nil
+		return claimed, nil, false
 	}
 	if !errors.Is(err, store.ErrBadData) || len(results) == 0 || ctx.Err() != nil {
 		if ctx.Err() == nil {
 			d.log.Warn("webhook: record results and claim deliveries", "results", len(results), "err", err)
 		}
-		return nil, results
+		return nil, results, true
 	}
 	d.log.Warn("webhook: the store refused a value of the results; recording them apart", "results", len(results), "err", err)
 	for i, r := range results {
@@ -629,11 +632,11 @@ func (d *Dispatcher) round(ctx context.Context, results []store.WebhookResult, f
 			if ctx.Err() == nil {
 				d.log.Warn("webhook: record results", "results", len(results)-i, "err", err)
 			}
-			return nil, results[i:]
+			return nil, results[i:], true
 		}
 	}
-	claimed, _ = d.round(ctx, nil, free)
-	return claimed, nil
+	claimed, _, failed = d.round(ctx, nil, free)
+	return claimed, nil, failed
 }
 
 // roundTx is one transaction of round.

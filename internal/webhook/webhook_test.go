@@ -1036,11 +1036,35 @@ func TestNotifiedDispatcherRetriesFailedScan(t *testing.T) {
 	wait(t, c, "later-1", drover.Processed)
 	waitFor(t, "the woken scan to fail", func() bool { return strings.Contains(logs.String(), "webhook: queue deliveries") })
 	rename("webhook_deliveries_away", "webhook_deliveries")
-	deadline := time.Now().Add(IdlePoll / 3)
-	for len(rc.okCount()) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no webhook %v after the table came back: the failed scan was not tried again before the %v fallback", IdlePoll/3, IdlePoll)
+	soon := func(n int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(IdlePoll / 3)
+		for len(rc.okCount()) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d webhooks %v after %s, want %d: not tried again before the %v fallback", len(rc.okCount()), IdlePoll/3, what, n, IdlePoll)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
+	soon(1, "the table came back")
+
+	// The scan queues the delivery, but claiming it fails.
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := drv.Pool().Exec(ctx, strings.ReplaceAll(sql, "{s}", drv.Schema())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the first delivery recorded", func() bool {
+		var n int
+		err := drv.Pool().QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.webhook_deliveries WHERE delivered_at IS NOT NULL`, drv.Schema())).Scan(&n)
+		return err == nil && n == 1
+	})
+	exec(`CREATE FUNCTION {s}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'claims refused'; END $$`)
+	exec(`CREATE TRIGGER refuse BEFORE UPDATE ON {s}.webhook_deliveries FOR EACH ROW EXECUTE FUNCTION {s}.refuse()`)
+	submit(t, c, "echo", "later-2", rc.url("/cb/later-2"))
+	wait(t, c, "later-2", drover.Processed)
+	waitFor(t, "the claim to fail", func() bool { return strings.Contains(logs.String(), "claims refused") })
+	exec(`DROP TRIGGER refuse ON {s}.webhook_deliveries`)
+	soon(2, "claims were allowed again")
 }
