@@ -76,7 +76,8 @@ type Config struct {
 	// tasks (and their steps and events) last updated longer ago than this;
 	// an ordering key goes with its last task. Default 0: keep everything.
 	Retention time.Duration
-	// MaxInFlight caps the tasks one scheduler holds at once. Default 1024.
+	// MaxInFlight caps the tasks one scheduler holds at once. Default
+	// DefaultMaxInFlight.
 	MaxInFlight int
 	// ClaimBatch caps the tasks claimed per transaction. Default 256.
 	ClaimBatch int
@@ -129,6 +130,9 @@ type Config struct {
 
 // DefaultMaxInputBytes is the default cap on a task's input.
 const DefaultMaxInputBytes = 1 << 20
+
+// DefaultMaxInFlight is the default of Config.MaxInFlight.
+const DefaultMaxInFlight = 1024
 
 // Client submits and inspects tasks and, once started, runs the roles.
 type Client struct {
@@ -202,7 +206,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.LeaseTTL = 10 * time.Second
 	}
 	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 1024
+		cfg.MaxInFlight = DefaultMaxInFlight
 	}
 	if cfg.NamespaceMaxInFlight == 0 {
 		cfg.NamespaceMaxInFlight = max(1, cfg.MaxInFlight*3/4)

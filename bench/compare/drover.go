@@ -41,10 +41,11 @@ const (
 	droverSubmitChunk = 1000 // tasks per SubmitMany transaction, as `drover bench`
 )
 
-// droverBurnDown does what `drover bench` does (internal/cli/bench.go) with
+// droverBurnDown does what `drover bench` does (internal/benchcmd/bench.go) with
 // one no-op step per task: it submits the tasks first with SubmitMany in
 // chunks of 1000, then starts a client with all roles in this process
-// (scheduler, agents, supervisor) and a no-op agent of Concurrency 1024, and
+// (scheduler, agents, supervisor) and a no-op agent with a call slot for
+// every task the schedulers can hold (droverNoopConcurrency), and
 // waits until Stats().TasksFinished reaches N. That counter changes only
 // after the transaction that made a task Processed has committed, so, like
 // River's completion events, it counts durable completions.
@@ -64,7 +65,7 @@ func droverBurnDown(ctx context.Context, drv store.Driver, cfg droverBenchConfig
 		return drover.New(drover.Config{
 			Store:     drv,
 			Workflows: []drover.Workflow{{Name: droverWorkflow, Steps: steps}},
-			Agents:    []drover.Agent{{Name: "noop", Func: noop, Concurrency: 1024}},
+			Agents:    []drover.Agent{{Name: "noop", Func: noop, Concurrency: droverNoopConcurrency(drv)}},
 			Logger:    cfg.Logger,
 		})
 	}
@@ -185,4 +186,12 @@ func droverBurnDown(ctx context.Context, drv store.Driver, cfg droverBenchConfig
 	wal1, err := walPosition(ctx, cfg.WALPosition)
 	res.WALBytes = wal1 - wal0
 	return res, err
+}
+
+// droverNoopConcurrency is the no-op agent's call slots, as `drover bench`
+// sets them: one for every task the default schedulers can hold, so that
+// no dispatch finds the slots taken and goes through the request table (a
+// no-op agent stands for no remote service whose capacity would cap it).
+func droverNoopConcurrency(d store.Driver) int {
+	return drover.DefaultSchedulers(d) * drover.DefaultMaxInFlight
 }
