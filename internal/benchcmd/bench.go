@@ -238,7 +238,7 @@ func (e *env) runBench(ctx context.Context, f benchFlags, explicit *clicore.DBTa
 	noop := func(ctx context.Context, req *drover.AgentRequest) ([]byte, error) { return []byte("null"), nil }
 	c, err := drover.New(drover.Config{
 		Store: drv.Driver, Workflows: []drover.Workflow{w},
-		Agents:     []drover.Agent{{Name: "noop", Func: noop, Concurrency: NoopConcurrency(drv.Driver, f.schedulers, f.maxInFlight)}},
+		Agents:     []drover.Agent{{Name: "noop", Func: noop, Concurrency: noopConcurrency(drv.Driver, f.schedulers, f.maxInFlight)}},
 		Schedulers: f.schedulers, MaxInFlight: f.maxInFlight, ClaimBatch: f.claimBatch,
 		NoEagerStart: f.noEager, Logger: e.Logger(slog.LevelWarn),
 	})
@@ -376,12 +376,13 @@ func (e *env) benchTarget(cmd *cobra.Command, synchronous *string) (explicit *cl
 	return explicit, tempSchema, nil
 }
 
-// NoopConcurrency is the call slots of the benchmarks' no-op agent: one for
-// every task the schedulers can hold (each holds at most MaxInFlight, and a
-// task has one step in flight), so that no dispatch finds the slots taken
-// and goes through the request table. A no-op agent stands for no remote
-// service whose capacity would cap it.
-func NoopConcurrency(d store.Driver, schedulers, maxInFlight int) int {
+// noopConcurrency is the call slots of the benchmarks' no-op agent: one for
+// every task the schedulers can hold (each holds at most MaxInFlight, and
+// the benchmark's steps run one after another, so a task has one call in
+// flight), so that no dispatch finds the slots taken and goes through the
+// request table. A no-op agent stands for no remote service whose
+// capacity would cap it.
+func noopConcurrency(d store.Driver, schedulers, maxInFlight int) int {
 	if schedulers <= 0 {
 		schedulers = drover.DefaultSchedulers(d)
 	}

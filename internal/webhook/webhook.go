@@ -442,7 +442,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// (PostgreSQL); without notifications the timer finds it, every
 	// PollInterval. While notifications arrive the timer is only a slow
 	// fallback (IdlePoll), and wakes the dispatcher when a retry it
-	// recorded is due (nextDue).
+	// recorded is due (nextDue) or a scan, claim or release failed
+	// (retry, a PollInterval later).
 	wake := make(chan struct{}, 1)
 	notes := notifier.For(d.store)
 	var nextDue time.Time

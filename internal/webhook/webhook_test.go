@@ -1010,9 +1010,11 @@ func TestNotifiedDispatcherRetriesWhenDue(t *testing.T) {
 	}
 }
 
-// While notifications arrive, a scan that fails (here: the deliveries
-// table is gone for a moment) is tried again a PollInterval later, not
-// only at the next notification or the slow fallback.
+// While notifications arrive, a scan that fails, or a claim of the due
+// deliveries that fails, is tried again a PollInterval later, not only at
+// the next notification or the slow fallback. The failures are real:
+// a trigger refuses the deliveries' inserts (the scan), then their
+// updates (the claim).
 func TestNotifiedDispatcherRetriesFailedScan(t *testing.T) {
 	t.Parallel()
 	drv := testutil.Postgres(t)
@@ -1025,46 +1027,39 @@ func TestNotifiedDispatcherRetriesFailedScan(t *testing.T) {
 	defer stop()
 	waitFor(t, "notifications", notifier.For(drv).Live)
 	ctx := context.Background()
-	rename := func(from, to string) {
-		t.Helper()
-		if _, err := drv.Pool().Exec(ctx, fmt.Sprintf(`ALTER TABLE %s.%s RENAME TO %s`, drv.Schema(), from, to)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rename("webhook_deliveries", "webhook_deliveries_away")
-	submit(t, c, "echo", "later-1", rc.url("/cb/later-1"))
-	wait(t, c, "later-1", drover.Processed)
-	waitFor(t, "the woken scan to fail", func() bool { return strings.Contains(logs.String(), "webhook: queue deliveries") })
-	rename("webhook_deliveries_away", "webhook_deliveries")
-	soon := func(n int, what string) {
-		t.Helper()
-		deadline := time.Now().Add(IdlePoll / 3)
-		for len(rc.okCount()) != n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d webhooks %v after %s, want %d: not tried again before the %v fallback", len(rc.okCount()), IdlePoll/3, what, n, IdlePoll)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	soon(1, "the table came back")
-
-	// The scan queues the delivery, but claiming it fails.
 	exec := func(sql string) {
 		t.Helper()
 		if _, err := drv.Pool().Exec(ctx, strings.ReplaceAll(sql, "{s}", drv.Schema())); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// refuseWhile makes a trigger refuse op on the deliveries with message
+	// while task id runs to the end, waits for the dispatcher to log the
+	// refusal, drops the trigger, and expects n webhooks soon after.
+	refuseWhile := func(op, message, id string, n int) {
+		t.Helper()
+		exec(`CREATE OR REPLACE FUNCTION {s}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '` + message + `'; END $$`)
+		exec(`CREATE TRIGGER refuse BEFORE ` + op + ` ON {s}.webhook_deliveries FOR EACH ROW EXECUTE FUNCTION {s}.refuse()`)
+		submit(t, c, "echo", id, rc.url("/cb/"+id))
+		wait(t, c, id, drover.Processed)
+		waitFor(t, "the dispatcher to fail: "+message, func() bool { return strings.Contains(logs.String(), message) })
+		exec(`DROP TRIGGER refuse ON {s}.webhook_deliveries`)
+		deadline := time.Now().Add(IdlePoll / 3)
+		for len(rc.okCount()) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d webhooks %v after %s stopped, want %d: not tried again before the %v fallback", len(rc.okCount()), IdlePoll/3, message, n, IdlePoll)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	// The woken scan fails to queue the delivery.
+	refuseWhile("INSERT", "deliveries refused", "later-1", 1)
+	// The scan queues the delivery, but claiming it fails.
 	waitFor(t, "the first delivery recorded", func() bool {
 		var n int
 		err := drv.Pool().QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.webhook_deliveries WHERE delivered_at IS NOT NULL`, drv.Schema())).Scan(&n)
 		return err == nil && n == 1
 	})
-	exec(`CREATE FUNCTION {s}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'claims refused'; END $$`)
-	exec(`CREATE TRIGGER refuse BEFORE UPDATE ON {s}.webhook_deliveries FOR EACH ROW EXECUTE FUNCTION {s}.refuse()`)
-	submit(t, c, "echo", "later-2", rc.url("/cb/later-2"))
-	wait(t, c, "later-2", drover.Processed)
-	waitFor(t, "the claim to fail", func() bool { return strings.Contains(logs.String(), "claims refused") })
-	exec(`DROP TRIGGER refuse ON {s}.webhook_deliveries`)
-	soon(2, "claims were allowed again")
+	refuseWhile("UPDATE", "claims refused", "later-2", 2)
 }

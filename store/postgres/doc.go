@@ -160,7 +160,9 @@
 // about one commit when event writers are in flight. Of the readers outside
 // a transaction, one per driver at a time lists the writers (reading
 // pg_locks takes every partition of the server's lock table); those that
-// find one doing so wait for it and use what it proved. A lookup
+// find one doing so wait for it and use what it proved; one whose last ID
+// that did not cover then proves up to the last ID handed out by then,
+// unless that proof gave up on a writer that stays open. A lookup
 // (EventListParams.Lookup) reads every committed event, without the bound.
 // Writers pay a shared lock, and their commits share WAL flushes. Readers that have waited one
 // second for a transaction that

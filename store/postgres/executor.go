@@ -1438,8 +1438,7 @@ func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*
 
 // eventsFinal returns an event ID upTo at or below which every event is
 // final, committed or rolled back, and current true when upTo is as of this
-// call or as of another reader's proof that moved on during it, false when
-// it is only the best the call could do (see below).
+// call, false when it is only the best the call could do (see below).
 //
 // Event IDs come from a sequence, so they are taken in one order and
 // committed in another, and writers do not wait for each other (they hold
@@ -1451,8 +1450,9 @@ func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*
 //
 // One reader at a time per driver lists the writers; one on the pool (not
 // in a transaction) that finds a proof under way waits for it and takes
-// the highest ID proven then, and proves the rest of its own last ID
-// itself unless that proof gave up on a writer. Not current: a reader that waited
+// the highest ID proven then if that covers its last ID, and otherwise
+// proves up to the last ID handed out by then itself, unless that proof
+// gave up on a writer. Not current: a reader that waited
 // eventWaitMax for a writer that stays open (an application's long
 // transaction holding SubmitTx's events) settles for the highest ID proven
 // final before. A reader whose own transaction has written events does not
@@ -1463,17 +1463,23 @@ func (e *executor) EventList(ctx context.Context, p *store.EventListParams) ([]*
 // again under a running driver starts from nothing.
 func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, current bool, err error) {
 	var (
-		seq    uint32
-		last   int64
-		called bool
+		seq  uint32
+		last int64
 	)
-	if err := e.each(ctx, "read the event sequence", e.d.q.eventSeq, nil, func(r rows) error {
-		return r.Scan(&seq, &last, &called)
-	}); err != nil {
-		return 0, false, err
+	readSeq := func() error {
+		var called bool
+		if err := e.each(ctx, "read the event sequence", e.d.q.eventSeq, nil, func(r rows) error {
+			return r.Scan(&seq, &last, &called)
+		}); err != nil {
+			return err
+		}
+		if !called {
+			last = 0
+		}
+		return nil
 	}
-	if !called {
-		last = 0
+	if err := readSeq(); err != nil {
+		return 0, false, err
 	}
 	final := e.d.eventsProven(seq)
 	if last <= after || last <= final {
@@ -1504,14 +1510,23 @@ func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, cu
 			// that stays open, settle for what is proven. If it proved IDs
 			// handed out before this reader's last, prove the rest now: a
 			// reader woken by a notification of a newer event (the webhook
-			// dispatcher) would otherwise see nothing new and sleep.
+			// dispatcher) would otherwise see nothing new and sleep. It
+			// proves up to the last ID handed out now, so that one proof
+			// serves every reader queued behind it too.
 			now := e.d.eventsProven(seq)
 			if now >= last || e.d.eventStalled.Load() {
 				<-e.d.eventProving
 				return min(now, last), now >= last, nil
 			}
+			if err := readSeq(); err != nil {
+				<-e.d.eventProving
+				return 0, false, err
+			}
 		}
 		defer func() { <-e.d.eventProving }()
+		// Set again only if this proof gives up on a writer: one that
+		// ends otherwise (an error) leaves no stall for the next reader.
+		e.d.eventStalled.Store(false)
 	}
 	key := uint64(e.d.eventLockKey)
 	hi, lo := int64(key>>32), int64(uint32(key))
@@ -1567,9 +1582,6 @@ func (e *executor) eventsFinal(ctx context.Context, after int64) (upTo int64, cu
 		if open, err = writers(open); err != nil {
 			return 0, false, err
 		}
-	}
-	if !e.tx {
-		e.d.eventStalled.Store(false)
 	}
 	e.d.proveEvents(seq, last)
 	return last, true, nil

@@ -581,7 +581,12 @@ func TestEventReaderBehindAnOlderProofGetsNewerEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := listLater(d, 0) // joins the proof under way
-	<-joined
+	select {
+	case <-joined:
+	case got := <-second:
+		close(release)
+		t.Fatalf("the second reader returned %v, %v without waiting behind the proof under way", got.evs, got.err)
+	}
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -599,6 +604,50 @@ func TestEventReaderBehindAnOlderProofGetsNewerEvents(t *testing.T) {
 	}
 	if want := []int64{older.ID, newer.ID}; !slices.Equal(ids, want) {
 		t.Fatalf("the reader behind the older proof got events %v, want %v", ids, want)
+	}
+}
+
+// A reader behind a proof that gave up on a writer that stays open does
+// not wait for that writer in turn: it settles for what is proven final,
+// so such a writer makes one reader at a time wait, not each.
+func TestEventReaderBehindAStalledProofSettles(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ctx := context.Background()
+	var waits atomic.Int32
+	waiting, joined := make(chan struct{}, 16), make(chan struct{}, 16)
+	postgres.SetEventWait(d, 300*time.Millisecond, func() { waits.Add(1); waiting <- struct{}{} })
+	postgres.SetEventJoined(d, func() { joined <- struct{}{} })
+	now := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
+	open, newer := submittedEvent("a", now), submittedEvent("b", now)
+	release := make(chan struct{})
+	done := holdWriter(t, d, open, release)
+	defer func() {
+		close(release)
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	first := listLater(d, 0) // waits for the open writer, then gives up
+	<-waiting
+	if err := d.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		return x.EventInsertMany(ctx, &store.EventInsertManyParams{Events: []*dt.Event{newer}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	second := listLater(d, 0) // joins it, with a newer last ID
+	select {
+	case <-joined:
+	case got := <-second:
+		t.Fatalf("the second reader returned %v, %v without waiting behind the proof under way", got.evs, got.err)
+	}
+	for _, got := range []listed{<-first, <-second} {
+		if got.err != nil || len(got.evs) != 0 {
+			t.Fatalf("a reader got %v, %v while the writer of the lowest ID was open; want nothing", got.evs, got.err)
+		}
+	}
+	if n := waits.Load(); n != 1 {
+		t.Errorf("%d readers waited for the open writer, want 1 (the second settles behind the first)", n)
 	}
 }
 
