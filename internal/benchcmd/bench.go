@@ -91,7 +91,9 @@ func (e *env) benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure throughput (N tasks burned down) or latency (tasks submitted at a rate)",
 		Long: `bench measures drover's own overhead with a workflow of --steps steps whose
-agent does nothing, running all roles in this process.
+agent does nothing, running all roles in this process. The agent has a call
+slot for every task the schedulers can hold (--schedulers × --max-inflight),
+so no step waits for a slot.
 
 Throughput (the default): it inserts --tasks tasks (SubmitMany, 1000 per
 transaction), then starts the roles and reports the time from the start of
