@@ -335,6 +335,20 @@ func (c *Client) checkSchema(ctx context.Context) error {
 	return nil
 }
 
+// adviseOnStore logs, as warnings, the store's advice on its database's
+// settings (store.Advise), such as a PostgreSQL whose autovacuum is off.
+// Advice that cannot be read is not a reason to stop: it is logged at
+// debug level.
+func (c *Client) adviseOnStore(ctx context.Context) {
+	advice, err := store.Advise(ctx, c.store)
+	if err != nil {
+		c.log.Debug("store advice", "err", err)
+	}
+	for _, a := range advice {
+		c.log.Warn("database setting", "advice", a)
+	}
+}
+
 // Start runs the configured roles in the background until Stop.
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
@@ -349,6 +363,9 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	if err := c.checkSchema(ctx); err != nil {
 		return err
+	}
+	if c.cfg.Roles.Scheduler {
+		c.adviseOnStore(ctx)
 	}
 	c.schedMu.Lock()
 	defs := slices.Collect(maps.Values(c.schedules))

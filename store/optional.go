@@ -164,3 +164,21 @@ func Notify(ctx context.Context, x Executor, params *NotifyParams) error {
 	}
 	return nil
 }
+
+// Advisor is a Driver that can tell which settings of its database work
+// against drover; see Advise.
+type Advisor interface {
+	Driver
+	// Advise returns one sentence per such setting: what is set, what it
+	// costs, and what to do. None when the database is set up well.
+	Advise(ctx context.Context) ([]string, error)
+}
+
+// Advise returns d's advice on its database's settings (Advisor), or
+// nothing for a driver that gives none.
+func Advise(ctx context.Context, d Driver) ([]string, error) {
+	if a, ok := d.(Advisor); ok {
+		return a.Advise(ctx)
+	}
+	return nil, nil
+}

@@ -224,6 +224,12 @@
 // tasks, which run often, and its read of tasks with their steps, which
 // must see one snapshot: each runs in a short transaction of its own.
 //
+// Vacuum is what no setting replaces: a claim reads tasks_claimable from
+// its start, past the entries of every task claimed since the last VACUUM
+// of the tasks table. A steady load reuses those index pages; a backlog
+// leaves an entry per task until VACUUM removes them. Advise
+// (store.Advisor) says when nothing will vacuum the table.
+//
 // # Optional capabilities and other specifics of the contract
 //
 // The executor implements the store's optional interfaces: TaskClaimWithSteps
