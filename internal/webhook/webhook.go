@@ -469,9 +469,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		if scan {
 			scan = false
-			// A scan, release or claim that failed is tried again a
-			// PollInterval later, not when the next notification or the
-			// slow fallback comes.
+			// A scan, release or claim that failed, or a scan that events
+			// were held back from, is tried again a PollInterval later,
+			// not when the next notification or the slow fallback comes.
 			retry = !d.enqueueAll(ctx)
 		}
 		if released && ctx.Err() == nil {
@@ -689,9 +689,10 @@ func (d *Dispatcher) roundTx(ctx context.Context, results []store.WebhookResult,
 }
 
 // enqueueAll queues the deliveries of every event not yet scanned that a
-// subscription selects, a batch per transaction; ok is false when a
-// transaction failed.
-func (d *Dispatcher) enqueueAll(ctx context.Context) (ok bool) {
+// subscription selects, a batch per transaction. caughtUp is false when a
+// transaction failed, or when committed events were held back behind an
+// older event writer still open: either way, look again soon.
+func (d *Dispatcher) enqueueAll(ctx context.Context) (caughtUp bool) {
 	for ctx.Err() == nil {
 		more, err := d.enqueue(ctx)
 		if err != nil {
@@ -701,10 +702,24 @@ func (d *Dispatcher) enqueueAll(ctx context.Context) (ok bool) {
 			return false
 		}
 		if !more {
-			return true
+			return !d.heldBack(ctx)
 		}
 	}
 	return true
+}
+
+// heldBack reports whether an event was committed after the cursor this
+// dispatcher last saw that the scan could not read yet: on a driver whose
+// event IDs do not follow commit order, a scan reads nothing above an ID
+// whose transaction may still commit, and gives up waiting for it after a
+// while. Its end (a rollback, say) may notify no one, so the dispatcher
+// has to look again by itself.
+func (d *Dispatcher) heldBack(ctx context.Context) bool {
+	if !d.seenKnown.Load() {
+		return false
+	}
+	evs, err := d.store.Reader().EventList(ctx, &store.EventListParams{AfterID: d.seen.Load(), Limit: 1, Lookup: true})
+	return err == nil && len(evs) > 0
 }
 
 // enqueue runs one enqueue transaction; more reports a full batch.

@@ -1010,6 +1010,22 @@ func TestNotifiedDispatcherRetriesWhenDue(t *testing.T) {
 	}
 }
 
+// notifiedDispatcher starts, on a fresh PostgreSQL store, a client, a
+// receiver, and a dispatcher polling every 20 ms that relies on
+// notifications (IdlePoll), and waits for them to arrive.
+func notifiedDispatcher(t *testing.T) (*postgres.Driver, *receiver, *drover.Client, *logBuffer) {
+	t.Helper()
+	drv := testutil.Postgres(t)
+	rc := newReceiver(t)
+	c := startClient(t, drv)
+	logs := &logBuffer{}
+	opts := fastOptions(logs)
+	opts.PollInterval = 20 * time.Millisecond
+	run(t, newDispatcher(t, drv, opts))
+	waitFor(t, "notifications", notifier.For(drv).Live)
+	return drv, rc, c, logs
+}
+
 // While notifications arrive, a scan that fails, or a claim of the due
 // deliveries that fails, is tried again a PollInterval later, not only at
 // the next notification or the slow fallback. The failures are real:
@@ -1017,15 +1033,7 @@ func TestNotifiedDispatcherRetriesWhenDue(t *testing.T) {
 // updates (the claim).
 func TestNotifiedDispatcherRetriesFailedScan(t *testing.T) {
 	t.Parallel()
-	drv := testutil.Postgres(t)
-	rc := newReceiver(t)
-	c := startClient(t, drv)
-	logs := &logBuffer{}
-	opts := fastOptions(logs)
-	opts.PollInterval = 20 * time.Millisecond
-	stop := run(t, newDispatcher(t, drv, opts))
-	defer stop()
-	waitFor(t, "notifications", notifier.For(drv).Live)
+	drv, rc, c, logs := notifiedDispatcher(t)
 	ctx := context.Background()
 	exec := func(sql string) {
 		t.Helper()
@@ -1062,4 +1070,42 @@ func TestNotifiedDispatcherRetriesFailedScan(t *testing.T) {
 		return err == nil && n == 1
 	})
 	refuseWhile("UPDATE", "claims refused", "later-2", 2)
+}
+
+// A dispatcher woken while an older event writer stays open (here an
+// application's transaction holding SubmitTx's event, open longer than a
+// reader waits for it) reads nothing it may resume after. It looks again
+// a PollInterval later, not at the slow fallback, so the webhook goes out
+// soon after that writer ends, even by a rollback, which notifies no one.
+func TestDispatcherHeldBackByOpenWriterLooksAgain(t *testing.T) {
+	t.Parallel()
+	drv, rc, c, logs := notifiedDispatcher(t)
+	ctx := context.Background()
+
+	tx, err := drv.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := c.SubmitTx(ctx, tx, "echo", []byte(`{}`), &drover.SubmitOptions{ID: "held"}); err != nil {
+		t.Fatalf("SubmitTx: %v", err)
+	}
+	submit(t, c, "echo", "after", rc.url("/cb/after"))
+	wait(t, c, "after", drover.Processed)
+	// Longer than a reader waits for an open writer, so the woken scan
+	// has given up on it.
+	time.Sleep(1500 * time.Millisecond)
+	if n := len(rc.okCount()); n != 0 {
+		t.Fatalf("%d webhooks while the older writer is open, want 0", n)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(IdlePoll / 3)
+	for len(rc.okCount()) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no webhook %v after the older writer ended: not looked for again before the %v fallback\n%s", IdlePoll/3, IdlePoll, logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
