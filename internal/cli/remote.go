@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -101,7 +102,7 @@ func (e *env) setupRemote(cmd *cobra.Command) error {
 	case tokenFrom != fromDefault && tokenFrom == fileFrom:
 		return clicore.Usagef("--token and --token-file exclude each other%s", sourceNote(tokenFrom))
 	case fileFrom > tokenFrom:
-		b, err := os.ReadFile(e.tokenFile)
+		b, err := e.readTokenFile()
 		if err != nil {
 			return clicore.Usagef("--token-file: %w", err)
 		}
@@ -184,4 +185,23 @@ func sourceNote(from int) string {
 		return " (both set in the config file)"
 	}
 	return ""
+}
+
+// readTokenFile reads --token-file, warning on stderr when other users of
+// the machine may read it (a client's token file is not refused, unlike
+// the server's: a secret mounted by an orchestrator is often 0644).
+func (e *env) readTokenFile() ([]byte, error) {
+	fh, err := os.Open(e.tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	mode, open, err := openToOthers(fh)
+	if err != nil {
+		return nil, err
+	}
+	if open {
+		fmt.Fprintf(e.Stderr, "drover: WARNING: --token-file %s is open to group or others (mode %04o): other users of this machine could use its token; chmod 600 it\n", e.tokenFile, mode)
+	}
+	return io.ReadAll(fh)
 }

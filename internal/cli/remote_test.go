@@ -487,8 +487,16 @@ func TestRemoteUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.srv(t, "submit", "orders", `{"order_id":"o-9","amount":1}`, "--id", "o-9")
-	if out := mustRun(t, "cancel", "o-9", "--server", e.url, "--token-file", tokFile); out != "cancelled o-9: now Cancelled\n" {
-		t.Fatalf("cancel with --token-file: %q", out)
+	if r := run(t, "", "cancel", "o-9", "--server", e.url, "--token-file", tokFile); r.code != 0 || r.stdout != "cancelled o-9: now Cancelled\n" || r.stderr != "" {
+		t.Fatalf("cancel with --token-file: exit %d, %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// A token file other users may read still works, with a warning.
+	if err := os.Chmod(tokFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, "", "status", "o-9", "--server", e.url, "--token-file", tokFile); r.code != 0 ||
+		!strings.Contains(r.stderr, "WARNING: --token-file "+tokFile+" is open to group or others (mode 0644)") {
+		t.Fatalf("--token-file of mode 0644: exit %d, stderr %q; want it to work, with a warning", r.code, r.stderr)
 	}
 	r = run(t, "", "list", "--server", e.url, "--token-file", filepath.Join(t.TempDir(), "none"))
 	wantFailure(t, r, 2, "--token-file")

@@ -181,15 +181,11 @@ const allowInsecurePermsFlag = "allow-insecure-permissions"
 // its tokens. With allow it only warns, on stderr. Not on Windows, whose
 // permissions are not mode bits.
 func (e *env) checkSecretFile(fh *os.File, flag, path string, allow bool) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	fi, err := fh.Stat()
+	mode, open, err := openToOthers(fh)
 	if err != nil {
 		return fmt.Errorf("%s: %w", flag, err)
 	}
-	mode := fi.Mode().Perm()
-	if mode&0o077 == 0 {
+	if !open {
 		return nil
 	}
 	if allow {
@@ -198,6 +194,21 @@ func (e *env) checkSecretFile(fh *os.File, flag, path string, allow bool) error 
 	}
 	return fmt.Errorf("%s %s is open to group or others (mode %04o): other users of this machine could read its secrets; run chmod 600 %s (or pass --%s to accept it)",
 		flag, path, mode, path, allowInsecurePermsFlag)
+}
+
+// openToOthers reports whether the group or others may read or write the
+// file fh, and its permission bits. Never on Windows, whose permissions
+// are not mode bits.
+func openToOthers(fh *os.File) (mode os.FileMode, open bool, err error) {
+	if runtime.GOOS == "windows" {
+		return 0, false, nil
+	}
+	fi, err := fh.Stat()
+	if err != nil {
+		return 0, false, err
+	}
+	mode = fi.Mode().Perm()
+	return mode, mode&0o077 != 0, nil
 }
 
 // apiRedelivery is server.HTTPConfig.Redelivery for the flags: there, a
