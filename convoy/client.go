@@ -39,6 +39,8 @@ type Config struct {
 	// PollInterval is how often waiting consumers look at the store when no
 	// notification wakes them (work published by processes that cannot
 	// notify, such as other processes on the same SQLite file). Default 100ms.
+	// While notifications arrive (PostgreSQL), a Processor with nothing to
+	// do sleeps longer: see IdlePoll.
 	PollInterval time.Duration
 	// MaxBodyBytes caps a message body. Default DefaultMaxBodyBytes.
 	MaxBodyBytes int

@@ -64,7 +64,8 @@ type ProcessorOptions struct {
 	MaxAbandonDelay time.Duration
 	// PollInterval is how often held sessions with nothing deliverable and
 	// the queue are looked at again when no notification arrives. Default:
-	// the Client's.
+	// the Client's. A processor that holds no session and found none
+	// sleeps longer while notifications arrive (IdlePoll).
 	PollInterval time.Duration
 	// OnError, when set, is told about what goes wrong outside handlers:
 	// store round failures, and settles rejected because the session lock
@@ -413,7 +414,11 @@ func (p *Processor) pump(ctx context.Context, w *waiter, stopping <-chan struct{
 		if !draining {
 			stopC = stopping
 		}
-		t := time.NewTimer(p.nextDue(now))
+		wait := p.nextDue(now)
+		if !draining && len(p.held) == 0 && p.exhausted && notifier.Relied(p.c.clock, p.c.hub.notes.Live) {
+			wait = p.idleWait(ctx, now)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-stopC:
@@ -438,6 +443,29 @@ func (p *Processor) clearEmpty() {
 	for _, s := range p.held {
 		s.empty = false
 	}
+}
+
+// IdlePoll is how long a processor that holds no session and found none
+// to accept sleeps while notifications arrive (PostgreSQL): a publish, a
+// release of a session with messages left and an operator's resolve
+// notify it; it wakes by itself when a delayed message becomes due or
+// another holder's lock ends (SessionNextReady), and after IdlePoll as a
+// fallback. Without notifications it looks every PollInterval.
+const IdlePoll = 30 * time.Second
+
+// idleWait is how long an idle processor sleeps while notifications
+// arrive: until the next session of its queue may be accepted, at least
+// PollInterval and at most IdlePoll. If that cannot be read, it polls.
+func (p *Processor) idleWait(ctx context.Context, now time.Time) time.Duration {
+	next, err := p.c.store.Reader().SessionNextReady(ctx, &store.SessionNextReadyParams{Queue: p.queue})
+	if err != nil {
+		return p.o.PollInterval
+	}
+	wait := IdlePoll
+	if !next.IsZero() {
+		wait = min(wait, next.Sub(now))
+	}
+	return max(wait, p.o.PollInterval)
 }
 
 // nextDue is how long the pump may wait before something is due: a renewal,

@@ -93,6 +93,15 @@ type QueueExecutor interface {
 	// sessions of Queue would take one at Now: a cheap read (it takes no
 	// write lock), for waiting accepts to call before SessionAccept.
 	SessionAvailable(ctx context.Context, params *SessionAvailableParams) (bool, error)
+	// SessionNextReady returns the earliest time a session of Queue with
+	// something pending and not blocked may be accepted: its head's ready
+	// time, or, while a holder's lock runs later than that, the lock's end.
+	// Zero when no session has anything pending. A time at or before now
+	// means a session may be accepted now; a held session's stale ready
+	// time (see SessionAccept) only makes the answer early. A read, for an
+	// idle consumer that notifications wake for everything else to sleep
+	// until.
+	SessionNextReady(ctx context.Context, params *SessionNextReadyParams) (time.Time, error)
 	// SessionRenew extends the lock of each session of Refs to Until.
 	SessionRenew(ctx context.Context, params *SessionRenewParams) (errs []error, err error)
 	// SessionRelease frees each session of Refs (its token stays, so the ref
@@ -348,6 +357,11 @@ type QueuePutParams struct {
 type SessionAvailableParams struct {
 	Queue string
 	Now   time.Time
+}
+
+// SessionNextReadyParams are the arguments of SessionNextReady.
+type SessionNextReadyParams struct {
+	Queue string
 }
 
 // SessionGetParams are the arguments of SessionGet.

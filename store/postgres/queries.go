@@ -450,6 +450,7 @@ type queries struct {
 	publishPrepare, dedupeClaim, dedupeGet, publish             string
 	sessionAcceptNamed, sessionAcceptNext, sessionExists        string
 	sessionAvailable                                            string
+	sessionNextReady                                            string
 	sessionRenew, sessionRelease, receive, settleLock, settle   string
 	sessionGet, sessionGetLock, sessionList, sessionStateSet    string
 	messagePeek, deadLetterList, sessionLock, resubmit, discard string
@@ -547,6 +548,7 @@ func newQueries(quotedSchema string) *queries {
 		sessionAcceptNamed:  r(tSessionAcceptNamed),
 		sessionAcceptNext:   r(tSessionAcceptNext),
 		sessionAvailable:    r(tSessionAvailable),
+		sessionNextReady:    r(tSessionNextReady),
 		sessionExists:       r(tSessionExists),
 		sessionRenew:        r(tSessionRenew),
 		sessionRelease:      r(tSessionRelease),

@@ -509,6 +509,18 @@ func (e *executor) SessionAvailable(ctx context.Context, params *store.SessionAv
 	return ok, err
 }
 
+// SessionNextReady implements store.QueueExecutor.
+func (e *executor) SessionNextReady(ctx context.Context, params *store.SessionNextReadyParams) (time.Time, error) {
+	var next *time.Time
+	err := e.each(ctx, "next ready session", e.d.q.sessionNextReady, []any{params.Queue}, func(rs rows) error {
+		return rs.Scan(&next)
+	})
+	if err != nil || next == nil {
+		return time.Time{}, err
+	}
+	return next.UTC(), nil
+}
+
 // lockUpdate runs a lock statement (renew, release) round by round; a ref
 // whose ord the statement did not return lost its lock. With lockFirst,
 // tSettleLock locks the held sessions before, in the same pipeline.

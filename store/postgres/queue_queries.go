@@ -165,7 +165,11 @@ const (
 	// blocked, and nobody holds it.
 	sqSessionReady = `ready_at IS NOT NULL AND NOT blocked AND ready_at <= $2
      AND (lock_holder IS NULL OR locked_until <= $2)`
-	tSessionAvailable  = `SELECT EXISTS (SELECT 1 FROM {s}.queue_sessions WHERE queue = $1 AND ` + sqSessionReady + `)`
+	tSessionAvailable = `SELECT EXISTS (SELECT 1 FROM {s}.queue_sessions WHERE queue = $1 AND ` + sqSessionReady + `)`
+	// tSessionNextReady reads every pending session of the queue through
+	// queue_sessions_ready: an idle consumer asks it once before it sleeps.
+	tSessionNextReady = `SELECT min(CASE WHEN lock_holder IS NOT NULL AND locked_until > ready_at THEN locked_until ELSE ready_at END)
+ FROM {s}.queue_sessions WHERE queue = $1 AND ready_at IS NOT NULL AND NOT blocked`
 	tSessionAcceptNext = `WITH c AS MATERIALIZED (
    SELECT queue, session_id FROM {s}.queue_sessions
    WHERE queue = $4 AND ` + sqSessionReady + `

@@ -390,6 +390,17 @@ func (e *executor) SessionAvailable(ctx context.Context, params *store.SessionAv
 	return ok, nil
 }
 
+func (e *executor) SessionNextReady(ctx context.Context, params *store.SessionNextReadyParams) (time.Time, error) {
+	var next sql.NullInt64
+	if err := e.queryOne(ctx, qSessionNextReady, []any{params.Queue}, &next); err != nil {
+		return time.Time{}, fmt.Errorf("sqlite: next ready session: %w", err)
+	}
+	if !next.Valid {
+		return time.Time{}, nil
+	}
+	return fromUS(next.Int64), nil
+}
+
 // sortByReady orders sessions oldest head first, then by ID.
 func sortByReady(ss []*dt.Session) {
 	sort.Slice(ss, func(i, j int) bool {

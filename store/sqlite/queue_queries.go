@@ -77,6 +77,8 @@ const (
  RETURNING ` + sessionCols
 	qSessionAvailable = `SELECT EXISTS (SELECT 1 FROM queue_sessions INDEXED BY queue_sessions_ready
    WHERE queue = ?1 AND ` + sessionReady + `)`
+	qSessionNextReady = `SELECT min(CASE WHEN lock_holder IS NOT NULL AND locked_until > ready_at THEN locked_until ELSE ready_at END)
+ FROM queue_sessions INDEXED BY queue_sessions_ready WHERE queue = ? AND ready_at IS NOT NULL AND blocked = 0`
 	qSessionExists = `SELECT count(*) FROM queue_sessions WHERE queue = ? AND session_id = ?`
 
 	qSessionGet      = `SELECT ` + sessionCols + ` FROM queue_sessions WHERE queue = ? AND session_id = ?`

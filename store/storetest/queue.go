@@ -27,6 +27,7 @@ func queueCases() []testCase {
 		{"AcceptNextAfterChangesWhileHeld", testQueueAcceptAfterHeld},
 		{"AcceptNamed", testQueueAcceptNamed},
 		{"SessionAvailable", testQueueSessionAvailable},
+		{"SessionNextReady", testQueueSessionNextReady},
 		{"RenewRelease", testQueueRenewRelease},
 		{"ReceiveHeadOnly", testQueueReceive},
 		{"SettleComplete", testQueueSettleComplete},
@@ -724,6 +725,48 @@ func testQueueSessionAvailable(t *testing.T, d store.Driver) {
 	if avail(d.Reader(), "q", at(2*time.Second)) {
 		t.Error("SessionAvailable with the only session held = true")
 	}
+}
+
+func testQueueSessionNextReady(t *testing.T, d store.Driver) {
+	ctx := context.Background()
+	next := func(queue string) time.Time {
+		t.Helper()
+		got, err := d.Reader().SessionNextReady(ctx, &store.SessionNextReadyParams{Queue: queue})
+		if err != nil {
+			t.Fatalf("SessionNextReady(%s): %v", queue, err)
+		}
+		return got
+	}
+	want := func(what, queue string, at time.Time) {
+		t.Helper()
+		if got := next(queue); !got.Equal(at) {
+			t.Errorf("%s: SessionNextReady(%s) = %v, want %v", what, queue, got, at)
+		}
+	}
+	want("unknown queue", "none", time.Time{})
+	// A blocked session never becomes ready by itself.
+	blockedSession(t, d, "q", "blocked", base)
+	want("only a blocked session", "q", time.Time{})
+	// The head of a session no one holds: its available time.
+	publishAt(t, d, base, availAt(pub("q", "a", "1"), at(time.Minute)))
+	want("a delayed head", "q", at(time.Minute))
+	publishAt(t, d, base, availAt(pub("q", "b", "1"), at(10*time.Second)))
+	want("the earlier of two delayed heads", "q", at(10*time.Second))
+	want("another queue", "other", time.Time{})
+	// A held session: when its lock ends, if that is later than its head.
+	ref := acceptNamed(t, d, "q", "b", "h", at(10*time.Second))
+	lockEnd := at(10 * time.Second).Add(dt.DefaultLockDuration)
+	want("a held session's lock ending before the other's head", "q", lockEnd)
+	publishAt(t, d, base, pub("q", "c", "1"))
+	want("a session ready now", "q", base)
+	// Released with nothing left, a session is not pending.
+	wantErrs(t, "complete", settleAt(t, d, at(10*time.Second), complete(ref, 1)), nil)
+	wantErrs(t, "release", releaseAt(t, d, at(10*time.Second), ref), nil)
+	if s := getSession(t, d, "q", "b"); s.Pending != 0 {
+		t.Fatalf("session b: %d pending, want 0", s.Pending)
+	}
+	acceptNamed(t, d, "q", "c", "h", at(11*time.Second))
+	want("b done, c held: c's lock end before a's head", "q", at(11*time.Second).Add(dt.DefaultLockDuration))
 }
 
 func testQueueAcceptTakeover(t *testing.T, d store.Driver) {

@@ -1,0 +1,83 @@
+package convoy_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/drover-run/drover/convoy"
+	"github.com/drover-run/drover/internal/notifier"
+	"github.com/drover-run/drover/internal/testutil"
+)
+
+// While notifications arrive (PostgreSQL), a processor that holds no
+// session and finds none runs no store transaction until something wakes
+// it: a publish from another process, at once; a delayed message coming
+// due, and a crashed holder's lock ending, at that time, by itself.
+func TestIdleProcessorSleepsUntilWoken(t *testing.T) {
+	t.Parallel()
+	d := testutil.Postgres(t)
+	ctx := ctxT(t)
+	c := newClient(t, d, withPoll(20*time.Millisecond))
+	other := newClient(t, secondDriver(t, d), withID("other"))
+	for _, q := range []string{"q", "crash"} {
+		if err := c.SetQueuePolicy(ctx, convoy.QueuePolicy{Name: q, MaxDeliveryCount: 10, Poison: convoy.PoisonSkip,
+			DedupeWindow: time.Minute, LockDuration: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan string, 16)
+	handler := func(_ context.Context, m *convoy.ReceivedMessage) error {
+		got <- m.SessionID
+		return nil
+	}
+	p := must[*convoy.Processor](t)(convoy.NewProcessor(c, "q", handler, convoy.ProcessorOptions{}))
+	startProcessor(t, p)
+	waitFor(t, "notifications", notifier.For(d).Live)
+
+	// Idle: no rounds, where polling every 20 ms made about 50 a second.
+	waitFor(t, "a first round", func() bool { return p.Stats().Rounds > 0 })
+	time.Sleep(100 * time.Millisecond)
+	before := p.Stats().Rounds
+	time.Sleep(time.Second)
+	if n := p.Stats().Rounds - before; n > 1 {
+		t.Errorf("an idle processor made %d rounds in 1s while notifications arrive, want at most 1", n)
+	}
+
+	// A publish from another process: delivered at once.
+	publish(t, other, "q", convoy.Message{SessionID: "now"})
+	if s := recvWithin(t, got, 5*time.Second); s != "now" {
+		t.Fatalf("got %q, want now", s)
+	}
+	// A delayed message: at its time, though nothing notifies then.
+	due := time.Now().Add(1500 * time.Millisecond)
+	publish(t, other, "q", convoy.Message{SessionID: "later", NotBefore: due})
+	if s := recvWithin(t, got, 10*time.Second); s != "later" || time.Now().Before(due) {
+		t.Fatalf("got %q at %v, want later at or after %v", s, time.Now(), due)
+	}
+
+	// A holder that crashed (a lease never renewed nor released): its
+	// session is taken over when the lock ends.
+	publish(t, other, "crash", convoy.Message{SessionID: "held"})
+	lockEnd := time.Now().Add(time.Second) // the lock ends after this
+	if _, err := other.AcceptLease(ctx, "crash", "held", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	p2 := must[*convoy.Processor](t)(convoy.NewProcessor(c, "crash", handler, convoy.ProcessorOptions{}))
+	startProcessor(t, p2)
+	if s := recvWithin(t, got, 10*time.Second); s != "held" || time.Now().Before(lockEnd) {
+		t.Fatalf("got %q at %v, want held after its lock ended at %v", s, time.Now(), lockEnd)
+	}
+}
+
+// recvWithin receives from ch within limit, or fails the test.
+func recvWithin(t *testing.T, ch <-chan string, limit time.Duration) string {
+	t.Helper()
+	select {
+	case s := <-ch:
+		return s
+	case <-time.After(limit):
+		t.Fatalf("nothing received within %v", limit)
+		return ""
+	}
+}
