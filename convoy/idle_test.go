@@ -2,8 +2,11 @@ package convoy_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/notifier"
@@ -67,6 +70,46 @@ func TestIdleProcessorSleepsUntilWoken(t *testing.T) {
 	startProcessor(t, p2)
 	if s := recvWithin(t, got, 10*time.Second); s != "held" || time.Now().Before(lockEnd) {
 		t.Fatalf("got %q at %v, want held after its lock ended at %v", s, time.Now(), lockEnd)
+	}
+}
+
+// While notifications arrive, the expiry of dedupe entries that a
+// processor's client runs (as the lease holder) runs again only after its
+// idle interval when it found nothing, not every second. A statement
+// trigger counts its DELETEs, which run even when they delete nothing.
+func TestIdleDedupeExpirySleeps(t *testing.T) {
+	t.Parallel()
+	d := testutil.Postgres(t)
+	ctx := ctxT(t)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := d.Pool().Exec(ctx, strings.ReplaceAll(sql, "{s}", pgx.Identifier{d.Schema()}.Sanitize())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`CREATE TABLE {s}.dedupe_deletes (n int)`)
+	exec(`CREATE FUNCTION {s}.count_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO ` + pgx.Identifier{d.Schema()}.Sanitize() + `.dedupe_deletes VALUES (1); RETURN NULL; END $$`)
+	exec(`CREATE TRIGGER count_delete AFTER DELETE ON {s}.queue_dedupe FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_delete()`)
+	deletes := func() int {
+		var n int
+		if err := d.Pool().QueryRow(ctx, strings.ReplaceAll(`SELECT count(*) FROM {s}.dedupe_deletes`, "{s}", pgx.Identifier{d.Schema()}.Sanitize())).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Notifications arrive before the processor starts, so that even the
+	// expiry's first run relies on them.
+	defer notifier.For(d).Subscribe(func(notifier.Topic) {})()
+	waitFor(t, "notifications", notifier.For(d).Live)
+	c := newClient(t, d)
+	p := must[*convoy.Processor](t)(convoy.NewProcessor(c, "q", func(context.Context, *convoy.ReceivedMessage) error { return nil }, convoy.ProcessorOptions{}))
+	startProcessor(t, p)
+	waitFor(t, "the first expiry", func() bool { return deletes() > 0 })
+	before := deletes()
+	time.Sleep(4 * time.Second)
+	if n := deletes() - before; n > 0 {
+		t.Errorf("the idle dedupe expiry ran %d times in 4s while notifications arrive, want 0", n)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover/internal/maintenance"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/startstop"
 )
 
@@ -23,8 +24,12 @@ func (c *Client) maintain(ctx context.Context) (release func()) {
 	defer c.mntMu.Unlock()
 	c.mntUsers++
 	if c.mntUsers == 1 {
+		// While notifications arrive (they keep the processors awake), an
+		// expiry that found nothing runs again only after the runner's
+		// IdleInterval: an expired entry left a while longer costs only its
+		// row, since publishes ignore it.
 		r := &maintenance.Runner{Driver: c.store, Clock: c.clock, Log: c.log, Lease: maintenance.DedupeLease,
-			Instance: c.cfg.InstanceID + "/maintenance", Interval: maintenanceInterval,
+			Instance: c.cfg.InstanceID + "/maintenance", Interval: maintenanceInterval, Live: notifier.For(c.store).Live,
 			Services: []maintenance.Service{maintenance.DedupeExpiry()}}
 		c.mnt = &startstop.Func{Name: "convoy maintenance", Run: r.Run, Log: c.log}
 		_ = c.mnt.Start(context.WithoutCancel(ctx)) // a new Func always starts
