@@ -113,6 +113,60 @@ BEGIN INSERT INTO ` + pgx.Identifier{d.Schema()}.Sanitize() + `.dedupe_deletes V
 	}
 }
 
+// While notifications arrive, AcceptLease waiting for the next session
+// of an idle queue does not look at the store every PollInterval (the
+// index scans of queue_sessions, read from pg_stat_user_tables, stay
+// flat); a publish from another process ends the wait at once, and a
+// delayed message at its time.
+func TestWaitingAcceptSleepsUntilWoken(t *testing.T) {
+	t.Parallel()
+	d := testutil.Postgres(t)
+	ctx := ctxT(t)
+	defer notifier.For(d).Subscribe(func(notifier.Topic) {})()
+	waitFor(t, "notifications", notifier.For(d).Live)
+	c := newClient(t, d, withPoll(20*time.Millisecond))
+	other := newClient(t, secondDriver(t, d), withID("other"))
+	scans := func() int64 {
+		var n int64
+		err := d.Pool().QueryRow(ctx, `SELECT pg_stat_clear_snapshot(), coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+			pgx.Identifier{d.Schema(), "queue_sessions"}.Sanitize()).Scan(nil, &n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	accepted := make(chan string, 1)
+	accept := func() {
+		l, err := c.AcceptLease(ctx, "q", "", "", 30*time.Second)
+		switch {
+		case err != nil:
+			t.Error(err)
+			accepted <- ""
+		case l == nil:
+			accepted <- "none"
+		default:
+			accepted <- l.SessionID
+		}
+	}
+	go accept()
+	time.Sleep(1500 * time.Millisecond) // statistics reach pg_stat_user_tables within a second or so
+	before := scans()
+	time.Sleep(2 * time.Second)
+	if n := scans() - before; n > 4 {
+		t.Errorf("a waiting accept scanned queue_sessions %d times in 2s while notifications arrive, want a few at most (every 20 ms: about 100)", n)
+	}
+	publish(t, other, "q", convoy.Message{SessionID: "now"})
+	if s := recvWithin(t, accepted, 5*time.Second); s != "now" {
+		t.Fatalf("accepted %q, want now", s)
+	}
+	due := time.Now().Add(time.Second)
+	publish(t, other, "q", convoy.Message{SessionID: "later", NotBefore: due})
+	go accept()
+	if s := recvWithin(t, accepted, 10*time.Second); s != "later" || time.Now().Before(due) {
+		t.Fatalf("accepted %q at %v, want later at or after %v", s, time.Now(), due)
+	}
+}
+
 // recvWithin receives from ch within limit, or fails the test.
 func recvWithin(t *testing.T, ch <-chan string, limit time.Duration) string {
 	t.Helper()

@@ -416,7 +416,7 @@ func (p *Processor) pump(ctx context.Context, w *waiter, stopping <-chan struct{
 		}
 		wait := p.nextDue(now)
 		if !draining && len(p.held) == 0 && p.exhausted && notifier.Relied(p.c.clock, p.c.hub.notes.Live) {
-			wait = p.idleWait(ctx, now)
+			wait = p.c.idleWait(ctx, p.queue, now, p.o.PollInterval)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -443,29 +443,6 @@ func (p *Processor) clearEmpty() {
 	for _, s := range p.held {
 		s.empty = false
 	}
-}
-
-// IdlePoll is how long a processor that holds no session and found none
-// to accept sleeps while notifications arrive (PostgreSQL): a publish, a
-// release of a session with messages left and an operator's resolve
-// notify it; it wakes by itself when a delayed message becomes due or
-// another holder's lock ends (SessionNextReady), and after IdlePoll as a
-// fallback. Without notifications it looks every PollInterval.
-const IdlePoll = 30 * time.Second
-
-// idleWait is how long an idle processor sleeps while notifications
-// arrive: until the next session of its queue may be accepted, at least
-// PollInterval and at most IdlePoll. If that cannot be read, it polls.
-func (p *Processor) idleWait(ctx context.Context, now time.Time) time.Duration {
-	next, err := p.c.store.Reader().SessionNextReady(ctx, &store.SessionNextReadyParams{Queue: p.queue})
-	if err != nil {
-		return p.o.PollInterval
-	}
-	wait := IdlePoll
-	if !next.IsZero() {
-		wait = min(wait, next.Sub(now))
-	}
-	return max(wait, p.o.PollInterval)
 }
 
 // nextDue is how long the pump may wait before something is due: a renewal,

@@ -66,13 +66,14 @@ func (c *Client) AcceptSession(ctx context.Context, queue, sessionID string) (*S
 // head message is deliverable, not blocked and not held by another consumer,
 // oldest head first. It waits until there is one or ctx ends; it is woken by
 // publishes (in this process at once, from other processes by notification
-// on PostgreSQL) and polls every Config.PollInterval as a fallback.
+// on PostgreSQL) and polls every Config.PollInterval as a fallback (see
+// IdlePoll while notifications arrive).
 func (c *Client) AcceptNextSession(ctx context.Context, queue string) (*SessionReceiver, error) {
 	if err := checkQueue(queue); err != nil {
 		return nil, err
 	}
 	var r *SessionReceiver
-	_, err := c.waitQueue(ctx, queue, nil, func() (bool, error) {
+	_, err := c.waitQueue(ctx, queue, true, nil, func() (bool, error) {
 		var err error
 		r, err = c.accept(ctx, queue, "")
 		return r != nil, err
@@ -80,11 +81,39 @@ func (c *Client) AcceptNextSession(ctx context.Context, queue string) (*SessionR
 	return r, err
 }
 
+// IdlePoll is how long a consumer waiting to accept a session sleeps while
+// notifications arrive (PostgreSQL), when none can be accepted: a Processor
+// that holds no session, AcceptNextSession, and AcceptLease of the next
+// session. A publish, a release of a session with messages left and an
+// operator's resolve notify it; it wakes by itself when a delayed message
+// becomes due or another holder's lock ends (store.SessionNextReady), and
+// after IdlePoll as a fallback. Without notifications it looks every
+// PollInterval.
+const IdlePoll = 30 * time.Second
+
+// idleWait is how long a consumer that could accept no session of queue
+// sleeps while notifications arrive: until the next session may be
+// accepted, at least poll and at most IdlePoll. If that cannot be read,
+// poll.
+func (c *Client) idleWait(ctx context.Context, queue string, now time.Time, poll time.Duration) time.Duration {
+	next, err := c.store.Reader().SessionNextReady(ctx, &store.SessionNextReadyParams{Queue: queue})
+	if err != nil {
+		return poll
+	}
+	wait := IdlePoll
+	if !next.IsZero() {
+		wait = min(wait, next.Sub(now))
+	}
+	return max(wait, poll)
+}
+
 // waitQueue calls try until it reports done or fails, waking on publishes
 // to queue (in this process at once, from others by notification) and
-// every Config.PollInterval as a fallback. It gives up when ctx ends (with
-// ctx's error) or when deadline fires (timedOut; a nil deadline never does).
-func (c *Client) waitQueue(ctx context.Context, queue string, deadline <-chan time.Time, try func() (done bool, err error)) (timedOut bool, err error) {
+// every Config.PollInterval as a fallback; a try that accepts sessions
+// (accepting) waits longer while notifications arrive (idleWait). It gives
+// up when ctx ends (with ctx's error) or when deadline fires (timedOut; a
+// nil deadline never does).
+func (c *Client) waitQueue(ctx context.Context, queue string, accepting bool, deadline <-chan time.Time, try func() (done bool, err error)) (timedOut bool, err error) {
 	var w *waiter
 	defer func() {
 		if w != nil {
@@ -102,7 +131,11 @@ func (c *Client) waitQueue(ctx context.Context, queue string, deadline <-chan ti
 			w = c.hub.subscribe(queue)
 			continue
 		}
-		t := time.NewTimer(c.cfg.PollInterval)
+		wait := c.cfg.PollInterval
+		if accepting && notifier.Relied(c.clock, c.hub.notes.Live) {
+			wait = c.idleWait(ctx, queue, c.clock.Now(), wait)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
