@@ -121,6 +121,8 @@ type Executor interface {
 	// the first one not yet available; when it stops at Limit it returns
 	// that first one's ClaimAt, which is never after the answer (so a
 	// caller wakes early, never late; the answer may then be before Now).
+	// With Due, a claimable task available at Now that its ordering key
+	// does not hold back makes the answer Now (see TaskNextAvailableParams).
 	TaskNextAvailable(ctx context.Context, params *TaskNextAvailableParams) (time.Time, error)
 	// TaskListLockedBy returns up to Limit of the non-final tasks Instance
 	// holds.
@@ -440,6 +442,12 @@ type TaskInsertManyParams struct {
 type TaskNextAvailableParams struct {
 	Now   time.Time
 	Limit int
+	// Due asks whether a task is claimable at Now, not held back by its
+	// ordering key, and if so answers Now: for a scheduler whose claim came
+	// back empty, which passed over such a task while another transaction
+	// held it locked (or did not see it committed yet). Whoever holds it
+	// may let it go without notifying anyone.
+	Due bool
 }
 
 // TaskListExpiredParams are the arguments of TaskListExpired.

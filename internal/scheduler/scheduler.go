@@ -389,14 +389,16 @@ func (s *Scheduler) idleWait(ctx context.Context, interval time.Duration) time.D
 	}
 	// As of the tick's time: a task that became available since is due
 	// at once (a task the tick could not see).
-	next, err := s.Driver.Reader().TaskNextAvailable(ctx, &store.TaskNextAvailableParams{Now: s.tickNow, Limit: nextDueLimit})
+	next, err := s.Driver.Reader().TaskNextAvailable(ctx, &store.TaskNextAvailableParams{Now: s.tickNow, Limit: nextDueLimit, Due: true})
 	switch {
 	case err != nil:
 		return s.PollInterval
 	case next.IsZero():
 		return interval
 	case !next.After(s.tickNow):
-		// A bound from a truncated read (many delayed tasks of raised
+		// A task claimable now that the tick's claim passed over (another
+		// transaction held it locked, and may let it go without notifying),
+		// or a bound from a truncated read (many delayed tasks of raised
 		// priority): poll, as without notifications.
 		return s.PollInterval
 	}

@@ -852,14 +852,19 @@ func (e *executor) TaskNextAvailable(ctx context.Context, params *store.TaskNext
 	lead := time.Duration(dt.MaxPriority) * dt.PriorityAging
 	var first, earliest *time.Time
 	var n int
+	var dueNow bool
 	err = e.indexed(ctx, func(x *executor) error {
 		return x.each(ctx, "next available task", e.d.q.taskNextAvailable,
-			[]any{params.Now, params.Now.Add(-lead), lead.Microseconds(), params.Limit},
-			func(r rows) error { return r.Scan(&first, &earliest, &n) })
+			[]any{params.Now, params.Now.Add(-lead), lead.Microseconds(), params.Limit, params.Due},
+			func(r rows) error { return r.Scan(&first, &earliest, &n, &dueNow) })
 	})
 	switch {
-	case err != nil || first == nil:
+	case err != nil:
 		return time.Time{}, err
+	case dueNow:
+		return params.Now.UTC(), nil
+	case first == nil:
+		return time.Time{}, nil
 	case n >= params.Limit || earliest == nil:
 		return first.UTC(), nil
 	}

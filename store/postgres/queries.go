@@ -120,7 +120,9 @@ const (
 	// claim order ($2 is Now less the longest lead a priority gives), then
 	// the earliest AvailableAt among the tasks up to that lead after it
 	// (at most $4, $3 the lead in microseconds): a higher priority's task
-	// comes earlier in claim order than in time. Both walk tasks_claimable.
+	// comes earlier in claim order than in time; and, with $5
+	// (TaskNextAvailableParams.Due), whether a task is claimable now (d).
+	// All three walk tasks_claimable.
 	tTaskNextAvailable = `WITH f AS (
    SELECT c.claim_at FROM {s}.tasks AS c
    WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.claim_at > $2 AND c.available_at > $1
@@ -130,7 +132,13 @@ const (
    WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating')
      AND c.claim_at >= f.claim_at AND c.claim_at <= f.claim_at + $3 * interval '1 microsecond' AND c.available_at > $1
    ORDER BY c.claim_at, c.id LIMIT $4)
- SELECT (SELECT claim_at FROM f), (SELECT min(available_at) FROM w), (SELECT count(*) FROM w)`
+,
+ d AS (
+   SELECT 1 FROM {s}.tasks AS c
+   WHERE $5 AND c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.claim_at <= $1 AND c.available_at <= $1
+     AND ` + orderingFree + `
+   ORDER BY c.claim_at, c.id LIMIT 1)
+ SELECT (SELECT claim_at FROM f), (SELECT min(available_at) FROM w), (SELECT count(*) FROM w), EXISTS (SELECT 1 FROM d)`
 
 	tTaskInsert = `INSERT INTO {s}.tasks (` + taskCols + `, claim_at)
  SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
@@ -357,6 +365,14 @@ var (
  RETURNING ` + taskColsT
 )
 
+// orderingFree holds for a task c of tasks that its ordering key does not
+// hold back: a Pending task with a key waits while an earlier task of its
+// key is not final.
+const orderingFree = `(c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
+     SELECT 1 FROM {s}.tasks AS p
+     WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
+       AND p.process_state IN ('Pending','Processing','Compensating')))`
+
 // claimable is the claim's WHERE, ORDER BY, LIMIT and row locks over
 // tasks AS c, with now and limit the statement's parameters.
 //
@@ -367,10 +383,7 @@ func claimable(now, limit, afterAt, afterID string) string {
 	return `WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.claim_at <= ` + now + `
    AND c.available_at <= ` + now + `
    AND (c.claim_at, c.id) > (` + afterAt + `::timestamptz, ` + afterID + `::text)
-   AND (c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
-     SELECT 1 FROM {s}.tasks AS p
-     WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
-       AND p.process_state IN ('Pending','Processing','Compensating')))
+   AND ` + orderingFree + `
    ORDER BY c.claim_at, c.id LIMIT ` + limit + `
    FOR UPDATE OF c SKIP LOCKED`
 }

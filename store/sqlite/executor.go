@@ -467,13 +467,14 @@ func (e *executor) TaskNextAvailable(ctx context.Context, params *store.TaskNext
 	lead := time.Duration(dt.MaxPriority) * dt.PriorityAging
 	var first, earliest sql.NullInt64
 	var n int
-	rows, err := e.query(ctx, qTaskNextAvailable, us(params.Now), us(params.Now.Add(-lead)), lead.Microseconds(), params.Limit)
+	var dueNow bool
+	rows, err := e.query(ctx, qTaskNextAvailable, us(params.Now), us(params.Now.Add(-lead)), lead.Microseconds(), params.Limit, params.Due)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("sqlite: next available task: %w", err)
 	}
 	defer rows.Close()
 	if rows.Next() {
-		if err := rows.Scan(&first, &earliest, &n); err != nil {
+		if err := rows.Scan(&first, &earliest, &n, &dueNow); err != nil {
 			return time.Time{}, translate(err)
 		}
 	}
@@ -481,6 +482,8 @@ func (e *executor) TaskNextAvailable(ctx context.Context, params *store.TaskNext
 		return time.Time{}, translate(err)
 	}
 	switch {
+	case dueNow:
+		return fromUS(us(params.Now)), nil
 	case !first.Valid:
 		return time.Time{}, nil
 	case n >= params.Limit || !earliest.Valid:

@@ -79,10 +79,7 @@ const (
  WHERE id IN (SELECT c.id FROM tasks AS c INDEXED BY tasks_claimable
    WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.claim_at <= ?2
      AND c.available_at <= ?2 AND (c.claim_at > ?4 OR (c.claim_at = ?4 AND c.id > ?5))
-     AND (c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
-       SELECT 1 FROM tasks AS p INDEXED BY tasks_ordering
-       WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
-         AND p.process_state IN ('Pending','Processing','Compensating')))
+     AND ` + orderingFree + `
    ORDER BY c.claim_at, c.id LIMIT ?3)
  RETURNING ` + taskCols
 
@@ -90,7 +87,8 @@ const (
 	// claim order (?2 is Now less the longest lead a priority gives), then
 	// the earliest available_at among the tasks up to that lead (?3) after
 	// it, at most ?4: a higher priority's task comes earlier in claim order
-	// than in time. Both walk tasks_claimable.
+	// than in time; and, with ?5 (TaskNextAvailableParams.Due), whether a
+	// task is claimable now (d). All three walk tasks_claimable.
 	qTaskNextAvailable = `WITH f AS (
    SELECT c.claim_at FROM tasks AS c INDEXED BY tasks_claimable
    WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.claim_at > ?2 AND c.available_at > ?1
@@ -100,7 +98,13 @@ const (
    WHERE c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating')
      AND c.claim_at >= f.claim_at AND c.claim_at <= f.claim_at + ?3 AND c.available_at > ?1
    ORDER BY c.claim_at, c.id LIMIT ?4)
- SELECT (SELECT claim_at FROM f), (SELECT min(available_at) FROM w), (SELECT count(*) FROM w)`
+,
+ d AS (
+   SELECT 1 FROM tasks AS c INDEXED BY tasks_claimable
+   WHERE ?5 AND c.locked_by IS NULL AND c.process_state IN ('Pending','Compensating') AND c.claim_at <= ?1 AND c.available_at <= ?1
+     AND ` + orderingFree + `
+   ORDER BY c.claim_at, c.id LIMIT 1)
+ SELECT (SELECT claim_at FROM f), (SELECT min(available_at) FROM w), (SELECT count(*) FROM w), EXISTS (SELECT 1 FROM d)`
 
 	qTaskListLockedBy = `SELECT ` + taskCols + ` FROM tasks WHERE locked_by = ? AND complete_by IS NOT NULL ORDER BY id LIMIT ?`
 
@@ -205,3 +209,11 @@ func allMultiRowSizes() []string {
 	}
 	return out
 }
+
+// orderingFree holds for a task c of tasks that its ordering key does not
+// hold back: a Pending task with a key waits while an earlier task of its
+// key is not final.
+const orderingFree = `(c.ordering_key IS NULL OR c.process_state = 'Compensating' OR NOT EXISTS (
+       SELECT 1 FROM tasks AS p INDEXED BY tasks_ordering
+       WHERE p.ordering_key = c.ordering_key AND p.ordering_seq < c.ordering_seq
+         AND p.process_state IN ('Pending','Processing','Compensating')))`

@@ -1078,6 +1078,35 @@ func testTaskNextAvailable(t *testing.T, d store.Driver) {
 	if got, want := next(d.Reader(), 1), dt.ClaimAt(now.Add(5*time.Minute), dt.MaxPriority); !got.Equal(want) {
 		t.Errorf("next with limit 1 = %v, want %v (high's ClaimAt)", got, want)
 	}
+	// Due: ready, claimable now, makes the answer now; a task its key holds
+	// back does not.
+	due := func(x store.Executor) time.Time {
+		t.Helper()
+		got, err := x.TaskNextAvailable(ctx, &store.TaskNextAvailableParams{Now: now, Limit: 100, Due: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := due(d.Reader()); !got.Equal(now) {
+		t.Errorf("next with Due, task ready claimable = %v, want now %v", got, now)
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		ready, err := x.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []string{"ready"}})
+		if err != nil {
+			return err
+		}
+		ready[0].ProcessState, ready[0].LockedBy = dt.Processing, "s"
+		return x.TaskUpdateMany(ctx, &store.TaskUpdateManyParams{Tasks: ready})
+	})
+	first := mk("first", dt.Processing, "s", 0, -time.Minute)
+	waiting := mk("waiting", dt.Pending, "", 0, -time.Second)
+	first.OrderingKey, first.OrderingSeq = "k", 1
+	waiting.OrderingKey, waiting.OrderingSeq = "k", 2
+	insertTasks(t, d, first, waiting)
+	if got, want := due(d.Reader()), now.Add(30*time.Second); !got.Equal(want) {
+		t.Errorf("next with Due, ready held and waiting held back by its key = %v, want %v (task low)", got, want)
+	}
 	inTx(t, d, func(ctx context.Context, x store.Executor) error {
 		done, err := x.TaskGetMany(ctx, &store.TaskGetManyParams{IDs: []string{"low", "high"}})
 		if err != nil {
