@@ -416,7 +416,7 @@ func (p *Processor) pump(ctx context.Context, w *waiter, stopping <-chan struct{
 		}
 		wait := p.nextDue(now)
 		if !draining && len(p.held) == 0 && p.exhausted && notifier.Relied(p.c.clock, p.c.hub.notes.Live) {
-			wait = p.c.idleWait(ctx, p.queue, now, p.o.PollInterval)
+			wait = p.c.idleWait(ctx, p.queue, p.c.clock.Now(), p.o.PollInterval)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -861,6 +861,16 @@ func (p *Processor) roundTx(ctx context.Context, x store.Executor, now time.Time
 	if len(refs) > 0 {
 		if _, err := x.SessionRelease(ctx, &store.SessionReleaseParams{Refs: refs, Now: now}); err != nil {
 			return err
+		}
+		// A session given up with nothing deliverable may still have a
+		// delayed head: consumers asleep until its lock's end (IdlePoll)
+		// must hear of it.
+		for i := 0; !notify && i < len(refs); i++ {
+			s, err := x.SessionGet(ctx, &store.SessionGetParams{Queue: refs[i].Queue, SessionID: refs[i].SessionID})
+			if err != nil {
+				return err
+			}
+			notify = s.Pending > 0 && !s.Blocked
 		}
 		if notify {
 			if err := store.Notify(ctx, x, &store.NotifyParams{Topic: Topic(p.queue)}); err != nil {

@@ -177,7 +177,7 @@ bench take --db and --schema from their command line only.`,
 	pf.StringVar(&e.LogLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	pf.StringVar(&e.serverURL, "server", "", "run the command against a drover server's HTTP API (http://HOST:PORT or https://…) instead of the database; for the commands that read or change tasks, alerts and queues (env "+EnvServer+")")
 	pf.StringVar(&e.token, "token", "", "bearer token for --server (env "+EnvToken+"); prefer --token-file, as arguments are visible to other users")
-	pf.StringVar(&e.tokenFile, "token-file", "", "read the bearer token for --server from this file (chmod 600: one the group or others may read is used with a warning)")
+	pf.StringVar(&e.tokenFile, "token-file", "", "read the bearer token for --server from this file (chmod 600: one open to the group or others is used with a warning)")
 	pf.StringVar(&e.configPath, "config", "", "read settings from this YAML file: keys are flag names (db: …, log-level: …); command-line flags and DROVER_* variables take precedence (env "+EnvConfig+")")
 	pf.StringVar(&e.namespace, "namespace", "", "the namespace --server acts in, for a global token (env "+EnvNamespace+"); a token of a namespace acts in its own without it, and naming another is refused")
 

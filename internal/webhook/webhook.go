@@ -457,11 +457,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	})
 	defer unsubscribe()
 	var (
-		inflight int
-		pending  []store.WebhookResult
-		released bool
-		scan     = true
-		retry    bool // the last scan or claim failed: try again soon
+		inflight  int
+		pending   []store.WebhookResult
+		released  bool
+		scan      = true
+		retry     bool // the last scan or claim failed: try again soon
+		heldTries int  // scans in a row that events were held back from
 	)
 	for {
 		if !released {
@@ -469,10 +470,18 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		if scan {
 			scan = false
-			// A scan, release or claim that failed, or a scan that events
-			// were held back from, is tried again a PollInterval later,
-			// not when the next notification or the slow fallback comes.
-			retry = !d.enqueueAll(ctx)
+			// A scan, release or claim that failed is tried again a
+			// PollInterval later, not when the next notification or the
+			// slow fallback comes; a scan that events were held back from
+			// too, then less and less often while they stay held back (each
+			// try waits up to a second for the open writer).
+			ok, held := d.enqueueAll(ctx, notifier.Relied(d.clock, notes.Live))
+			retry = !ok
+			if held {
+				heldTries++
+			} else {
+				heldTries = 0
+			}
 		}
 		if released && ctx.Err() == nil {
 			// Not cut by ctx: a commit interrupted by a stop would leave
@@ -510,6 +519,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			wait = max(d.opts.PollInterval, IdlePoll)
 			if !nextDue.IsZero() {
 				wait = min(wait, max(nextDue.Sub(d.clock.Now()), time.Millisecond))
+			}
+			if heldTries > 0 {
+				wait = min(wait, d.opts.PollInterval<<min(heldTries-1, 10))
 			}
 			if len(pending) > 0 || retry || !released { // results to record (postponed ones among them), or a failure to retry
 				wait = d.opts.PollInterval
@@ -689,23 +701,24 @@ func (d *Dispatcher) roundTx(ctx context.Context, results []store.WebhookResult,
 }
 
 // enqueueAll queues the deliveries of every event not yet scanned that a
-// subscription selects, a batch per transaction. caughtUp is false when a
-// transaction failed, or when committed events were held back behind an
-// older event writer still open: either way, look again soon.
-func (d *Dispatcher) enqueueAll(ctx context.Context) (caughtUp bool) {
+// subscription selects, a batch per transaction. ok is false when a
+// transaction failed; held, when it relies on notifications (relied) and
+// committed events were held back behind an older event writer still
+// open. Either way it should look again soon.
+func (d *Dispatcher) enqueueAll(ctx context.Context, relied bool) (ok, held bool) {
 	for ctx.Err() == nil {
 		more, err := d.enqueue(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Warn("webhook: queue deliveries", "err", err)
 			}
-			return false
+			return false, false
 		}
 		if !more {
-			return !d.heldBack(ctx)
+			return true, relied && d.heldBack(ctx)
 		}
 	}
-	return true
+	return true, false
 }
 
 // heldBack reports whether an event was committed after the cursor this

@@ -762,7 +762,7 @@ func TestCrashedClaimIsSentAgain(t *testing.T) {
 
 		// The "crashed" dispatcher: it queued both and claimed them.
 		dead := newDispatcher(t, drv, Options{Secret: opts.Secret, Instance: "dead", Clock: fake})
-		dead.enqueueAll(ctx)
+		dead.enqueueAll(ctx, false)
 		var claimed []*dt.WebhookDelivery
 		if err := drv.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
@@ -796,7 +796,7 @@ func TestCrashedClaimIsSentAgain(t *testing.T) {
 		// waiting for the lease.
 		submit(t, c, "echo", "c-3", rc.url("/cb/3"))
 		wait(t, c, "c-3", drover.Processed)
-		dead.enqueueAll(ctx)
+		dead.enqueueAll(ctx, false)
 		if err := drv.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 			var err error
 			claimed, err = x.WebhookDeliveryClaim(ctx, &store.WebhookDeliveryClaimParams{ClaimedBy: "dead", Now: fake.Now(), Lease: time.Hour, Limit: 10})
