@@ -13,6 +13,7 @@ import (
 	"github.com/drover-run/drover/convoy"
 	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/internal/testutil"
+	"github.com/drover-run/drover/store/postgres"
 )
 
 // While notifications arrive (PostgreSQL), a processor that holds no
@@ -122,21 +123,9 @@ BEGIN INSERT INTO ` + pgx.Identifier{d.Schema()}.Sanitize() + `.dedupe_deletes V
 // delayed message at its time.
 func TestWaitingAcceptSleepsUntilWoken(t *testing.T) {
 	t.Parallel()
-	d := testutil.Postgres(t)
+	d, c, other := notifiedClients(t)
 	ctx := ctxT(t)
-	defer notifier.For(d).Subscribe(func(notifier.Topic) {})()
-	waitFor(t, "notifications", notifier.For(d).Live)
-	c := newClient(t, d, withPoll(20*time.Millisecond))
-	other := newClient(t, secondDriver(t, d), withID("other"))
-	scans := func() int64 {
-		var n int64
-		err := d.Pool().QueryRow(ctx, `SELECT pg_stat_clear_snapshot(), coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`,
-			pgx.Identifier{d.Schema(), "queue_sessions"}.Sanitize()).Scan(nil, &n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	scans := func() int64 { return sessionScans(t, d) }
 	accepted := make(chan string, 1)
 	accept := func() {
 		l, err := c.AcceptLease(ctx, "q", "", "", 30*time.Second)
@@ -157,8 +146,8 @@ func TestWaitingAcceptSleepsUntilWoken(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	before := scans()
 	time.Sleep(2 * time.Second)
-	if n := scans() - before; n > 8 {
-		t.Errorf("a waiting accept scanned queue_sessions %d times in 2s while notifications arrive, want a few at most (every 20 ms: about 100)", n)
+	if n := scans() - before; n > 30 {
+		t.Errorf("a waiting accept scanned queue_sessions %d times in 2s while notifications arrive, want a few, with statistics that come late (every 20 ms: about 100)", n)
 	}
 	publish(t, other, "q", convoy.Message{SessionID: "now"})
 	if s := recvWithin(t, accepted, 5*time.Second); s != "now" {
@@ -169,6 +158,81 @@ func TestWaitingAcceptSleepsUntilWoken(t *testing.T) {
 	go accept()
 	if s := recvWithin(t, accepted, 10*time.Second); s != "later" || time.Now().Before(due) {
 		t.Fatalf("accepted %q at %v, want later at or after %v", s, time.Now(), due)
+	}
+}
+
+// While notifications arrive, a wait for the next message of a held
+// session (LeaseReceive, SessionReceiver.Receive) does not try a receive
+// every PollInterval; a publish to the session from another process ends
+// the wait at once, and a delayed message at its time.
+func TestWaitingReceiveSleepsUntilWoken(t *testing.T) {
+	t.Parallel()
+	d, c, other := notifiedClients(t)
+	ctx := ctxT(t)
+	if err := c.SetQueuePolicy(ctx, convoy.QueuePolicy{Name: "q", MaxDeliveryCount: 10, Poison: convoy.PoisonSkip,
+		DedupeWindow: time.Minute, LockDuration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	scans := func() int64 { return sessionScans(t, d) }
+	for _, kind := range []string{"lease", "receiver"} {
+		session := kind
+		publish(t, c, "q", convoy.Message{SessionID: session, Body: []byte("1")})
+		// receive waits for the session's next message and completes it.
+		var receive func() string
+		switch kind {
+		case "lease":
+			l, err := c.AcceptLease(ctx, "q", session, "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			receive = func() string {
+				m, err := c.LeaseReceive(ctx, l.Ref(), 30*time.Second)
+				if err != nil || m == nil {
+					t.Errorf("%s: receive %v, %v", kind, m, err)
+					return ""
+				}
+				if err := c.LeaseComplete(ctx, l.Ref(), m.Seq); err != nil {
+					t.Error(err)
+				}
+				return string(m.Body)
+			}
+		case "receiver":
+			r := must[*convoy.SessionReceiver](t)(c.AcceptSession(ctx, "q", session))
+			defer r.Close(context.Background())
+			receive = func() string {
+				m, err := r.Receive(ctx)
+				if err != nil {
+					t.Errorf("%s: receive %v", kind, err)
+					return ""
+				}
+				if err := r.Complete(ctx, m, nil); err != nil {
+					t.Error(err)
+				}
+				return string(m.Body)
+			}
+		}
+		if b := receive(); b != "1" {
+			t.Fatalf("%s: first message %q", kind, b)
+		}
+		got := make(chan string, 1)
+		go func() { got <- receive() }()
+		// As in TestWaitingAcceptSleepsUntilWoken: statistics come late.
+		time.Sleep(1500 * time.Millisecond)
+		before := scans()
+		time.Sleep(2 * time.Second)
+		if n := scans() - before; n > 30 {
+			t.Errorf("%s: a waiting receive scanned queue_sessions %d times in 2s while notifications arrive, want a few, with statistics that come late (every 20 ms: 100 or more)", kind, n)
+		}
+		publish(t, other, "q", convoy.Message{SessionID: session, Body: []byte("2")})
+		if b := recvWithin(t, got, 5*time.Second); b != "2" {
+			t.Fatalf("%s: received %q, want 2", kind, b)
+		}
+		due := time.Now().Add(time.Second)
+		publish(t, other, "q", convoy.Message{SessionID: session, Body: []byte("3"), NotBefore: due})
+		go func() { got <- receive() }()
+		if b := recvWithin(t, got, 10*time.Second); b != "3" || time.Now().Before(due) {
+			t.Fatalf("%s: received %q at %v, want 3 at or after %v", kind, b, time.Now(), due)
+		}
 	}
 }
 
@@ -204,6 +268,31 @@ func TestReleaseOfDelayedSessionNotifies(t *testing.T) {
 	before := heard()
 	waitFor(t, "the release", func() bool { return p.Stats().Released > 0 })
 	waitForWithin(t, "a notification of the release", 5*time.Second, func() bool { return heard() > before })
+}
+
+// notifiedClients opens a PostgreSQL store whose notifications arrive
+// before anything starts, a client polling every 20 ms on it, and another
+// client on a second driver, as another process.
+func notifiedClients(t *testing.T) (*postgres.Driver, *convoy.Client, *convoy.Client) {
+	t.Helper()
+	d := testutil.Postgres(t)
+	t.Cleanup(notifier.For(d).Subscribe(func(notifier.Topic) {}))
+	waitFor(t, "notifications", notifier.For(d).Live)
+	return d, newClient(t, d, withPoll(20*time.Millisecond)), newClient(t, secondDriver(t, d), withID("other"))
+}
+
+// sessionScans is how many index scans of queue_sessions the server has
+// counted so far (pg_stat_user_tables: each backend reports at the end of
+// a transaction, at most once a second, else after 10 s idle).
+func sessionScans(t *testing.T, d *postgres.Driver) int64 {
+	t.Helper()
+	var n int64
+	err := d.Pool().QueryRow(context.Background(), `SELECT pg_stat_clear_snapshot(), coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+		pgx.Identifier{d.Schema(), "queue_sessions"}.Sanitize()).Scan(nil, &n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // recvWithin receives from ch within limit, or fails the test.

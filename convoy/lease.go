@@ -107,7 +107,7 @@ func (c *Client) AcceptLease(ctx context.Context, queue, sessionID, holder strin
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	var l *Lease
-	if _, err := c.waitQueue(ctx, queue, true, deadline.C, func() (bool, error) {
+	if _, err := c.waitQueue(ctx, queue, c.nextSessionWait(ctx, queue), deadline.C, func() (bool, error) {
 		var err error
 		l, err = c.acceptLease(ctx, queue, "", holder)
 		return l != nil, err
@@ -164,7 +164,10 @@ func (c *Client) LeaseReceive(ctx context.Context, ref LockRef, wait time.Durati
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	var m *ReceivedMessage
-	if _, err := c.waitQueue(ctx, ref.Queue, false, deadline.C, func() (bool, error) {
+	headWait := func(now time.Time) time.Duration {
+		return c.headWait(ctx, ref.Queue, ref.SessionID, now, c.cfg.PollInterval)
+	}
+	if _, err := c.waitQueue(ctx, ref.Queue, headWait, deadline.C, func() (bool, error) {
 		var err error
 		m, err = c.receiveRef(ctx, ref)
 		return m != nil, err

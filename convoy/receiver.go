@@ -73,7 +73,7 @@ func (c *Client) AcceptNextSession(ctx context.Context, queue string) (*SessionR
 		return nil, err
 	}
 	var r *SessionReceiver
-	_, err := c.waitQueue(ctx, queue, true, nil, func() (bool, error) {
+	_, err := c.waitQueue(ctx, queue, c.nextSessionWait(ctx, queue), nil, func() (bool, error) {
 		var err error
 		r, err = c.accept(ctx, queue, "")
 		return r != nil, err
@@ -107,13 +107,38 @@ func (c *Client) idleWait(ctx context.Context, queue string, now time.Time, poll
 	return max(wait, poll)
 }
 
+// headWait is how long a consumer waiting for the next message of a
+// session it holds sleeps while notifications arrive (a publish to the
+// session notifies): until the session's head is due or its lock ends,
+// at least poll and at most IdlePoll. If that cannot be read, poll.
+func (c *Client) headWait(ctx context.Context, queue, sessionID string, now time.Time, poll time.Duration) time.Duration {
+	s, err := c.store.Reader().SessionGet(ctx, &store.SessionGetParams{Queue: queue, SessionID: sessionID})
+	if err != nil {
+		return poll
+	}
+	wait := IdlePoll
+	if s.Pending > 0 && s.ReadyAt != nil {
+		wait = min(wait, s.ReadyAt.Sub(now))
+	}
+	if s.LockedUntil != nil {
+		wait = min(wait, s.LockedUntil.Sub(now))
+	}
+	return max(wait, poll)
+}
+
+// nextSessionWait is waitQueue's idle for a wait to accept the next
+// session of queue.
+func (c *Client) nextSessionWait(ctx context.Context, queue string) func(time.Time) time.Duration {
+	return func(now time.Time) time.Duration { return c.idleWait(ctx, queue, now, c.cfg.PollInterval) }
+}
+
 // waitQueue calls try until it reports done or fails, waking on publishes
 // to queue (in this process at once, from others by notification) and
-// every Config.PollInterval as a fallback; a try that accepts sessions
-// (accepting) waits longer while notifications arrive (idleWait). It gives
-// up when ctx ends (with ctx's error) or when deadline fires (timedOut; a
-// nil deadline never does).
-func (c *Client) waitQueue(ctx context.Context, queue string, accepting bool, deadline <-chan time.Time, try func() (done bool, err error)) (timedOut bool, err error) {
+// every Config.PollInterval as a fallback; while notifications arrive it
+// sleeps for idle(now) instead (idleWait, headWait), when idle is set. It
+// gives up when ctx ends (with ctx's error) or when deadline fires
+// (timedOut; a nil deadline never does).
+func (c *Client) waitQueue(ctx context.Context, queue string, idle func(now time.Time) time.Duration, deadline <-chan time.Time, try func() (done bool, err error)) (timedOut bool, err error) {
 	var w *waiter
 	defer func() {
 		if w != nil {
@@ -132,8 +157,8 @@ func (c *Client) waitQueue(ctx context.Context, queue string, accepting bool, de
 			continue
 		}
 		wait := c.cfg.PollInterval
-		if accepting && notifier.Relied(c.clock, c.hub.notes.Live) {
-			wait = c.idleWait(ctx, queue, c.clock.Now(), wait)
+		if idle != nil && notifier.Relied(c.clock, c.hub.notes.Live) {
+			wait = idle(c.clock.Now())
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -326,7 +351,11 @@ func (r *SessionReceiver) Receive(ctx context.Context) (*ReceivedMessage, error)
 		if err != nil || m != nil {
 			return m, err
 		}
-		t := time.NewTimer(r.c.cfg.PollInterval)
+		wait := r.c.cfg.PollInterval
+		if notifier.Relied(r.c.clock, r.c.hub.notes.Live) {
+			wait = r.c.headWait(ctx, r.queue, r.id, r.c.clock.Now(), wait)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
