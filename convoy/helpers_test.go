@@ -107,11 +107,18 @@ func waitForWithin(t *testing.T, what string, limit time.Duration, cond func() b
 // recv waits for a value on ch, failing the test after 30s.
 func recv[T any](t *testing.T, what string, ch <-chan T) T {
 	t.Helper()
+	return recvWithin(t, what, 30*time.Second, ch)
+}
+
+// recvWithin is recv with its own limit, for a value that must come
+// sooner than a fallback poll would bring it.
+func recvWithin[T any](t *testing.T, what string, limit time.Duration, ch <-chan T) T {
+	t.Helper()
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
+	case <-time.After(limit):
+		t.Fatalf("timed out after %v waiting for %s", limit, what)
 		panic("unreachable")
 	}
 }

@@ -52,13 +52,13 @@ func TestIdleProcessorSleepsUntilWoken(t *testing.T) {
 
 	// A publish from another process: delivered at once.
 	publish(t, other, "q", convoy.Message{SessionID: "now"})
-	if s := recvWithin(t, got, 5*time.Second); s != "now" {
+	if s := recvWithin(t, "the message published now", 5*time.Second, got); s != "now" {
 		t.Fatalf("got %q, want now", s)
 	}
 	// A delayed message: at its time, though nothing notifies then.
 	due := time.Now().Add(1500 * time.Millisecond)
 	publish(t, other, "q", convoy.Message{SessionID: "later", NotBefore: due})
-	if s := recvWithin(t, got, 10*time.Second); s != "later" || time.Now().Before(due) {
+	if s := recvWithin(t, "the delayed message", 10*time.Second, got); s != "later" || time.Now().Before(due) {
 		t.Fatalf("got %q at %v, want later at or after %v", s, time.Now(), due)
 	}
 
@@ -71,7 +71,7 @@ func TestIdleProcessorSleepsUntilWoken(t *testing.T) {
 	}
 	p2 := must[*convoy.Processor](t)(convoy.NewProcessor(c, "crash", handler, convoy.ProcessorOptions{}))
 	startProcessor(t, p2)
-	if s := recvWithin(t, got, 10*time.Second); s != "held" || time.Now().Before(lockEnd) {
+	if s := recvWithin(t, "the crashed holder's session", 10*time.Second, got); s != "held" || time.Now().Before(lockEnd) {
 		t.Fatalf("got %q at %v, want held after its lock ended at %v", s, time.Now(), lockEnd)
 	}
 }
@@ -150,13 +150,13 @@ func TestWaitingAcceptSleepsUntilWoken(t *testing.T) {
 		t.Errorf("a waiting accept scanned queue_sessions %d times in 2s while notifications arrive, want a few, with statistics that come late (every 20 ms: about 100)", n)
 	}
 	publish(t, other, "q", convoy.Message{SessionID: "now"})
-	if s := recvWithin(t, accepted, 5*time.Second); s != "now" {
+	if s := recvWithin(t, "the accept after the publish", 5*time.Second, accepted); s != "now" {
 		t.Fatalf("accepted %q, want now", s)
 	}
 	due := time.Now().Add(time.Second)
 	publish(t, other, "q", convoy.Message{SessionID: "later", NotBefore: due})
 	go accept()
-	if s := recvWithin(t, accepted, 10*time.Second); s != "later" || time.Now().Before(due) {
+	if s := recvWithin(t, "the accept of the delayed session", 10*time.Second, accepted); s != "later" || time.Now().Before(due) {
 		t.Fatalf("accepted %q at %v, want later at or after %v", s, time.Now(), due)
 	}
 }
@@ -224,13 +224,13 @@ func TestWaitingReceiveSleepsUntilWoken(t *testing.T) {
 			t.Errorf("%s: a waiting receive scanned queue_sessions %d times in 2s while notifications arrive, want a few, with statistics that come late (every 20 ms: 100 or more)", kind, n)
 		}
 		publish(t, other, "q", convoy.Message{SessionID: session, Body: []byte("2")})
-		if b := recvWithin(t, got, 5*time.Second); b != "2" {
+		if b := recvWithin(t, "the message published now", 5*time.Second, got); b != "2" {
 			t.Fatalf("%s: received %q, want 2", kind, b)
 		}
 		due := time.Now().Add(time.Second)
 		publish(t, other, "q", convoy.Message{SessionID: session, Body: []byte("3"), NotBefore: due})
 		go func() { got <- receive() }()
-		if b := recvWithin(t, got, 10*time.Second); b != "3" || time.Now().Before(due) {
+		if b := recvWithin(t, "the delayed message", 10*time.Second, got); b != "3" || time.Now().Before(due) {
 			t.Fatalf("%s: received %q at %v, want 3 at or after %v", kind, b, time.Now(), due)
 		}
 	}
@@ -293,16 +293,4 @@ func sessionScans(t *testing.T, d *postgres.Driver) int64 {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// recvWithin receives from ch within limit, or fails the test.
-func recvWithin(t *testing.T, ch <-chan string, limit time.Duration) string {
-	t.Helper()
-	select {
-	case s := <-ch:
-		return s
-	case <-time.After(limit):
-		t.Fatalf("nothing received within %v", limit)
-		return ""
-	}
 }
