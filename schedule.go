@@ -17,6 +17,7 @@ import (
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/flow"
 	"github.com/drover-run/drover/internal/maintenance"
+	"github.com/drover-run/drover/internal/notifier"
 	"github.com/drover-run/drover/store"
 )
 
@@ -625,7 +626,7 @@ func (c *Client) runSchedules(ctx context.Context, r *maintenance.Runner) {
 			next, err := c.store.Reader().ScheduleDue(ctx, &store.ScheduleDueParams{Names: c.scheduleNames(),
 				Before: c.clock.Now().Add(wait), Limit: 1})
 			if err == nil && len(next) == 1 {
-				wait = min(wait, max(next[0].NextDue.Sub(c.clock.Now()), 5*time.Millisecond))
+				wait = notifier.Until(c.clock.Now(), 5*time.Millisecond, wait, next[0].NextDue)
 			}
 		}
 		timer.Reset(wait)

@@ -100,11 +100,7 @@ func (c *Client) idleWait(ctx context.Context, queue string, now time.Time, poll
 	if err != nil {
 		return poll
 	}
-	wait := IdlePoll
-	if !next.IsZero() {
-		wait = min(wait, next.Sub(now))
-	}
-	return max(wait, poll)
+	return notifier.Until(now, poll, IdlePoll, next)
 }
 
 // headWait is how long a consumer waiting for the next message of a
@@ -116,14 +112,14 @@ func (c *Client) headWait(ctx context.Context, queue, sessionID string, now time
 	if err != nil {
 		return poll
 	}
-	wait := IdlePoll
+	var head, lockEnd time.Time
 	if s.Pending > 0 && s.ReadyAt != nil {
-		wait = min(wait, s.ReadyAt.Sub(now))
+		head = *s.ReadyAt
 	}
 	if s.LockedUntil != nil {
-		wait = min(wait, s.LockedUntil.Sub(now))
+		lockEnd = *s.LockedUntil
 	}
-	return max(wait, poll)
+	return notifier.Until(now, poll, IdlePoll, head, lockEnd)
 }
 
 // nextSessionWait is waitQueue's idle for a wait to accept the next

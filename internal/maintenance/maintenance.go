@@ -256,13 +256,8 @@ func (r *Runner) nextRun(now time.Time, live bool, n int, next time.Time, err er
 	case next.IsZero():
 		return now.Add(r.IdleInterval)
 	}
-	if next.Before(now) {
-		next = now
-	}
-	if at, idle := next.Add(r.Interval), now.Add(r.IdleInterval); at.Before(idle) {
-		return at
-	}
-	return now.Add(r.IdleInterval)
+	// An Interval after its work is due (at least one from now).
+	return now.Add(notifier.Until(now, r.Interval, r.IdleInterval, next.Add(r.Interval)))
 }
 
 // RunService runs s once, one transaction per batch, until a batch

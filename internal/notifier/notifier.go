@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"time"
 
 	dt "github.com/drover-run/drover/drovertype"
 	"github.com/drover-run/drover/internal/clock"
@@ -220,6 +221,21 @@ func (h *Hub) unsubscribe(e *entry, s *subscription) {
 func Relied(c clock.Clock, live func() bool) bool {
 	_, real := c.(clock.Real)
 	return real && live != nil && live()
+}
+
+// Until is how long a role relying on notifications sleeps before it looks
+// again by itself: until the earliest of dues (zero ones are ignored), at
+// least floor and at most ceiling; ceiling when no due time is set. The
+// one rule behind every such role's sleep, so that a due time in the past
+// or far ahead is clamped the same everywhere.
+func Until(now time.Time, floor, ceiling time.Duration, dues ...time.Time) time.Duration {
+	wait := ceiling
+	for _, due := range dues {
+		if !due.IsZero() {
+			wait = min(wait, due.Sub(now))
+		}
+	}
+	return max(wait, floor)
 }
 
 // deliver parses a payload once and hands it to every subscriber. The

@@ -209,3 +209,25 @@ func TestLive(t *testing.T) {
 		t.Error("Live after the last subscriber left")
 	}
 }
+
+func TestUntil(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	floor, ceiling := 100*time.Millisecond, 30*time.Second
+	for _, tc := range []struct {
+		name string
+		dues []time.Time
+		want time.Duration
+	}{
+		{"no due time", nil, ceiling},
+		{"only zero due times", []time.Time{{}, {}}, ceiling},
+		{"due within the bounds", []time.Time{now.Add(5 * time.Second)}, 5 * time.Second},
+		{"the earliest of several, zero ones ignored", []time.Time{{}, now.Add(9 * time.Second), now.Add(2 * time.Second)}, 2 * time.Second},
+		{"due in the past: the floor", []time.Time{now.Add(-time.Hour)}, floor},
+		{"due before the floor", []time.Time{now.Add(time.Millisecond)}, floor},
+		{"due after the ceiling", []time.Time{now.Add(time.Hour)}, ceiling},
+	} {
+		if got := notifier.Until(now, floor, ceiling, tc.dues...); got != tc.want {
+			t.Errorf("%s: Until = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -402,7 +402,7 @@ func (s *Scheduler) idleWait(ctx context.Context, interval time.Duration) time.D
 		// priority): poll, as without notifications.
 		return s.PollInterval
 	}
-	return min(interval, max(next.Sub(s.Clock.Now()), time.Millisecond))
+	return notifier.Until(s.Clock.Now(), time.Millisecond, interval, next)
 }
 
 // recount refreshes the in-flight count from the store: the supervisor and

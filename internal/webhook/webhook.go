@@ -516,10 +516,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		wait := d.opts.PollInterval
 		if notifier.Relied(d.clock, notes.Live) {
-			wait = max(d.opts.PollInterval, IdlePoll)
-			if !nextDue.IsZero() {
-				wait = min(wait, max(nextDue.Sub(d.clock.Now()), time.Millisecond))
-			}
+			wait = notifier.Until(d.clock.Now(), time.Millisecond, max(d.opts.PollInterval, IdlePoll), nextDue)
 			if heldTries > 0 {
 				wait = min(wait, d.opts.PollInterval<<min(heldTries-1, 10))
 			}
