@@ -19,3 +19,6 @@ func MigrateLockKey(d *Driver) int64 { return d.migrateLockKey }
 
 // Channel is d's LISTEN/NOTIFY channel.
 func Channel(d *Driver) string { return d.channel }
+
+// SessionNextReadyQuery is the statement d's SessionNextReady runs.
+func SessionNextReadyQuery(d *Driver) string { return d.q.sessionNextReady }

@@ -509,11 +509,16 @@ func (e *executor) SessionAvailable(ctx context.Context, params *store.SessionAv
 	return ok, err
 }
 
-// SessionNextReady implements store.QueueExecutor.
+// SessionNextReady implements store.QueueExecutor. It reads as indexed
+// does: a walk of queue_sessions_ready in ready-time order stops at the
+// first session no lock holds back, where a planner without statistics
+// may sort every pending session of the queue instead.
 func (e *executor) SessionNextReady(ctx context.Context, params *store.SessionNextReadyParams) (time.Time, error) {
 	var next *time.Time
-	err := e.each(ctx, "next ready session", e.d.q.sessionNextReady, []any{params.Queue}, func(rs rows) error {
-		return rs.Scan(&next)
+	err := e.indexed(ctx, func(x *executor) error {
+		return x.each(ctx, "next ready session", e.d.q.sessionNextReady, []any{params.Queue}, func(rs rows) error {
+			return rs.Scan(&next)
+		})
 	})
 	if err != nil || next == nil {
 		return time.Time{}, err

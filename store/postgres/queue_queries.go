@@ -166,10 +166,19 @@ const (
 	sqSessionReady = `ready_at IS NOT NULL AND NOT blocked AND ready_at <= $2
      AND (lock_holder IS NULL OR locked_until <= $2)`
 	tSessionAvailable = `SELECT EXISTS (SELECT 1 FROM {s}.queue_sessions WHERE queue = $1 AND ` + sqSessionReady + `)`
-	// tSessionNextReady reads every pending session of the queue through
-	// queue_sessions_ready: an idle consumer asks it once before it sleeps.
-	tSessionNextReady = `SELECT min(CASE WHEN lock_holder IS NOT NULL AND locked_until > ready_at THEN locked_until ELSE ready_at END)
- FROM {s}.queue_sessions WHERE queue = $1 AND ready_at IS NOT NULL AND NOT blocked`
+	// tSessionNextReady walks queue_sessions_ready to the first pending
+	// session whose head no lock holds back (u), then takes the earliest
+	// lock end among the held sessions before it: a session after u cannot
+	// be accepted before u. So an idle consumer's read costs the held
+	// sessions, however many wait for a later time.
+	tSessionNextReady = `WITH u AS (
+   SELECT ready_at FROM {s}.queue_sessions
+   WHERE queue = $1 AND ready_at IS NOT NULL AND NOT blocked AND (lock_holder IS NULL OR locked_until <= ready_at)
+   ORDER BY ready_at, session_id LIMIT 1)
+ SELECT least((SELECT ready_at FROM u),
+   (SELECT min(locked_until) FROM {s}.queue_sessions
+    WHERE queue = $1 AND ready_at IS NOT NULL AND NOT blocked AND lock_holder IS NOT NULL AND locked_until > ready_at
+      AND ready_at <= coalesce((SELECT ready_at FROM u), 'infinity')))`
 	tSessionAcceptNext = `WITH c AS MATERIALIZED (
    SELECT queue, session_id FROM {s}.queue_sessions
    WHERE queue = $4 AND ` + sqSessionReady + `

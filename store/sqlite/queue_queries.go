@@ -77,8 +77,19 @@ const (
  RETURNING ` + sessionCols
 	qSessionAvailable = `SELECT EXISTS (SELECT 1 FROM queue_sessions INDEXED BY queue_sessions_ready
    WHERE queue = ?1 AND ` + sessionReady + `)`
-	qSessionNextReady = `SELECT min(CASE WHEN lock_holder IS NOT NULL AND locked_until > ready_at THEN locked_until ELSE ready_at END)
- FROM queue_sessions INDEXED BY queue_sessions_ready WHERE queue = ? AND ready_at IS NOT NULL AND blocked = 0`
+	// qSessionNextReady: the first pending session whose head no lock holds
+	// back (u), and the earliest lock end among the held sessions before
+	// it (see the PostgreSQL driver's tSessionNextReady). SQLite's min of
+	// several values is NULL if one is, hence the coalesces.
+	qSessionNextReady = `WITH u AS (
+   SELECT ready_at FROM queue_sessions INDEXED BY queue_sessions_ready
+   WHERE queue = ?1 AND ready_at IS NOT NULL AND blocked = 0 AND (lock_holder IS NULL OR locked_until <= ready_at)
+   ORDER BY ready_at LIMIT 1),
+ h AS (
+   SELECT min(locked_until) AS t FROM queue_sessions INDEXED BY queue_sessions_ready
+   WHERE queue = ?1 AND ready_at IS NOT NULL AND blocked = 0 AND lock_holder IS NOT NULL AND locked_until > ready_at
+     AND ready_at <= coalesce((SELECT ready_at FROM u), 9223372036854775807))
+ SELECT min(coalesce((SELECT ready_at FROM u), (SELECT t FROM h)), coalesce((SELECT t FROM h), (SELECT ready_at FROM u)))`
 	qSessionExists = `SELECT count(*) FROM queue_sessions WHERE queue = ? AND session_id = ?`
 
 	qSessionGet      = `SELECT ` + sessionCols + ` FROM queue_sessions WHERE queue = ? AND session_id = ?`

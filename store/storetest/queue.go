@@ -767,6 +767,15 @@ func testQueueSessionNextReady(t *testing.T, d store.Driver) {
 	}
 	acceptNamed(t, d, "q", "c", "h", at(11*time.Second))
 	want("b done, c held: c's lock end before a's head", "q", at(11*time.Second).Add(dt.DefaultLockDuration))
+	// Held sessions in front of a free one (in ready-time order): the free
+	// head when it comes before their lock ends; sessions after it do not
+	// count.
+	publishAt(t, d, base, pub("r", "x", "1"), pub("r", "y", "1"))
+	acceptNamed(t, d, "r", "x", "h", at(time.Second))
+	acceptNamed(t, d, "r", "y", "h", at(2*time.Second))
+	want("two held sessions", "r", at(time.Second).Add(dt.DefaultLockDuration))
+	publishAt(t, d, base, availAt(pub("r", "z", "1"), at(20*time.Second)), availAt(pub("r", "w", "1"), at(25*time.Second)))
+	want("a free head before the held sessions' lock ends", "r", at(20*time.Second))
 }
 
 func testQueueAcceptTakeover(t *testing.T, d store.Driver) {
