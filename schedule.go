@@ -626,7 +626,7 @@ func (c *Client) runSchedules(ctx context.Context, r *maintenance.Runner) {
 			next, err := c.store.Reader().ScheduleDue(ctx, &store.ScheduleDueParams{Names: c.scheduleNames(),
 				Before: c.clock.Now().Add(wait), Limit: 1})
 			if err == nil && len(next) == 1 {
-				wait = notifier.Until(c.clock.Now(), 5*time.Millisecond, wait, next[0].NextDue)
+				wait = min(wait, notifier.Until(c.clock.Now(), 5*time.Millisecond, wait, next[0].NextDue)) // renewals first
 			}
 		}
 		timer.Reset(wait)

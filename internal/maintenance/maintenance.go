@@ -165,6 +165,7 @@ func (r *Runner) defaults() {
 	if r.IdleInterval <= 0 {
 		r.IdleInterval = max(r.Interval, 30*time.Second)
 	}
+	r.IdleInterval = max(r.IdleInterval, r.Interval) // an idle service never runs more often than a busy one
 }
 
 // Elector returns the runner's lease elector, created on first use (after

@@ -225,9 +225,10 @@ func Relied(c clock.Clock, live func() bool) bool {
 
 // Until is how long a role relying on notifications sleeps before it looks
 // again by itself: until the earliest of dues (zero ones are ignored), at
-// least floor and at most ceiling; ceiling when no due time is set. The
-// one rule behind every such role's sleep, so that a due time in the past
-// or far ahead is clamped the same everywhere.
+// least floor and at most ceiling; ceiling when no due time is set, and
+// floor when floor is above ceiling. The one rule behind every such role's
+// sleep, so that a due time in the past or far ahead is clamped the same
+// everywhere.
 func Until(now time.Time, floor, ceiling time.Duration, dues ...time.Time) time.Duration {
 	wait := ceiling
 	for _, due := range dues {

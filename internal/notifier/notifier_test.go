@@ -230,4 +230,7 @@ func TestUntil(t *testing.T) {
 			t.Errorf("%s: Until = %v, want %v", tc.name, got, tc.want)
 		}
 	}
+	if got := notifier.Until(now, time.Second, time.Millisecond, now.Add(time.Hour)); got != time.Second {
+		t.Errorf("floor above ceiling: Until = %v, want the floor", got)
+	}
 }

@@ -20,5 +20,9 @@ func MigrateLockKey(d *Driver) int64 { return d.migrateLockKey }
 // Channel is d's LISTEN/NOTIFY channel.
 func Channel(d *Driver) string { return d.channel }
 
+// SetLocalPlanSettings is the statement every pipelined transaction of
+// the driver begins with.
+const SetLocalPlanSettings = setLocalPlanSettings
+
 // SessionNextReadyQuery is the statement d's SessionNextReady runs.
 func SessionNextReadyQuery(d *Driver) string { return d.q.sessionNextReady }

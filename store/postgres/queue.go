@@ -510,9 +510,10 @@ func (e *executor) SessionAvailable(ctx context.Context, params *store.SessionAv
 }
 
 // SessionNextReady implements store.QueueExecutor. It reads as indexed
-// does: a walk of queue_sessions_ready in ready-time order stops at the
-// first session no lock holds back, where a planner without statistics
-// may sort every pending session of the queue instead.
+// does (on the Reader, a short transaction of its own: two round trips,
+// once per idle wake-up): a walk of queue_sessions_ready in ready-time
+// order stops at the first session no lock holds back, where a planner
+// without statistics may sort every pending session of the queue instead.
 func (e *executor) SessionNextReady(ctx context.Context, params *store.SessionNextReadyParams) (time.Time, error) {
 	var next *time.Time
 	err := e.indexed(ctx, func(x *executor) error {

@@ -169,8 +169,9 @@ const (
 	// tSessionNextReady walks queue_sessions_ready to the first pending
 	// session whose head no lock holds back (u), then takes the earliest
 	// lock end among the held sessions before it: a session after u cannot
-	// be accepted before u. So an idle consumer's read costs the held
-	// sessions, however many wait for a later time.
+	// be accepted before u, nor a held one of u's ready time (its lock ends
+	// after that). So an idle consumer's read costs the held sessions,
+	// however many wait for a later time.
 	tSessionNextReady = `WITH u AS (
    SELECT ready_at FROM {s}.queue_sessions
    WHERE queue = $1 AND ready_at IS NOT NULL AND NOT blocked AND (lock_holder IS NULL OR locked_until <= ready_at)
@@ -178,7 +179,7 @@ const (
  SELECT least((SELECT ready_at FROM u),
    (SELECT min(locked_until) FROM {s}.queue_sessions
     WHERE queue = $1 AND ready_at IS NOT NULL AND NOT blocked AND lock_holder IS NOT NULL AND locked_until > ready_at
-      AND ready_at <= coalesce((SELECT ready_at FROM u), 'infinity')))`
+      AND ready_at < coalesce((SELECT ready_at FROM u), 'infinity')))`
 	tSessionAcceptNext = `WITH c AS MATERIALIZED (
    SELECT queue, session_id FROM {s}.queue_sessions
    WHERE queue = $4 AND ` + sqSessionReady + `

@@ -88,7 +88,7 @@ const (
  h AS (
    SELECT min(locked_until) AS t FROM queue_sessions INDEXED BY queue_sessions_ready
    WHERE queue = ?1 AND ready_at IS NOT NULL AND blocked = 0 AND lock_holder IS NOT NULL AND locked_until > ready_at
-     AND ready_at <= coalesce((SELECT ready_at FROM u), 9223372036854775807))
+     AND ready_at < coalesce((SELECT ready_at FROM u), 9223372036854775807))
  SELECT min(coalesce((SELECT ready_at FROM u), (SELECT t FROM h)), coalesce((SELECT t FROM h), (SELECT ready_at FROM u)))`
 	qSessionExists = `SELECT count(*) FROM queue_sessions WHERE queue = ? AND session_id = ?`
 

@@ -768,14 +768,17 @@ func testQueueSessionNextReady(t *testing.T, d store.Driver) {
 	acceptNamed(t, d, "q", "c", "h", at(11*time.Second))
 	want("b done, c held: c's lock end before a's head", "q", at(11*time.Second).Add(dt.DefaultLockDuration))
 	// Held sessions in front of a free one (in ready-time order): the free
-	// head when it comes before their lock ends; sessions after it do not
-	// count.
+	// head when it comes before their lock ends.
 	publishAt(t, d, base, pub("r", "x", "1"), pub("r", "y", "1"))
 	acceptNamed(t, d, "r", "x", "h", at(time.Second))
 	acceptNamed(t, d, "r", "y", "h", at(2*time.Second))
 	want("two held sessions", "r", at(time.Second).Add(dt.DefaultLockDuration))
 	publishAt(t, d, base, availAt(pub("r", "z", "1"), at(20*time.Second)), availAt(pub("r", "w", "1"), at(25*time.Second)))
 	want("a free head before the held sessions' lock ends", "r", at(20*time.Second))
+	// A held session and a free one with the same ready time: the free one's.
+	publishAt(t, d, base, pub("s", "a", "1"), pub("s", "b", "1"))
+	acceptNamed(t, d, "s", "a", "h", base)
+	want("a held and a free session of one ready time", "s", base)
 }
 
 func testQueueAcceptTakeover(t *testing.T, d store.Driver) {
