@@ -489,12 +489,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			// until their lease ends).
 			rctx, cancel := context.WithTimeout(sendCtx, roundTimeout)
 			due := retryDue(pending)
+			roundAt := d.clock.Now()
 			claimed, left, failed := d.round(rctx, pending, d.opts.Concurrency-inflight)
 			retry = retry || failed
 			cancel()
-			if len(left) == 0 && !due.IsZero() && (nextDue.IsZero() || due.Before(nextDue)) {
-				nextDue = due
+			if len(left) > 0 {
+				due = time.Time{} // not recorded yet
 			}
+			nextDue = nextRetry(nextDue, roundAt, due)
 			pending = append(pending[:0], left...)
 			for _, w := range claimed {
 				ns := dt.NamespaceOf(w.TaskID)
@@ -569,6 +571,22 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 const IdlePoll = 30 * time.Second
 
 // retryDue is the earliest retry among results, zero if none is one.
+// nextRetry is when the dispatcher next wakes for a retry it recorded:
+// next, its earlier answer, unless a round's claim at roundAt took that
+// one (it was due by then), and due, the earliest retry the round recorded
+// (zero: none). Forgetting the claimed one here, not only when the timer
+// fires, keeps a later retry recorded meanwhile from being dropped with it
+// (which left that retry to the 30 s fallback).
+func nextRetry(next, roundAt, due time.Time) time.Time {
+	if !next.IsZero() && !next.After(roundAt) {
+		next = time.Time{}
+	}
+	if !due.IsZero() && (next.IsZero() || due.Before(next)) {
+		return due
+	}
+	return next
+}
+
 func retryDue(results []store.WebhookResult) time.Time {
 	var due time.Time
 	for _, r := range results {
