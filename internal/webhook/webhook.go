@@ -543,10 +543,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.log.Info("webhook dispatcher stopped")
 			return nil
 		case <-timer.C:
-			scan = true
-			if !nextDue.IsZero() && !d.clock.Now().Before(nextDue) {
-				nextDue = time.Time{} // claimed in this round
-			}
+			scan = true // and the round claims the retry due now (nextRetry)
 		case <-wake:
 			scan = true
 		case r := <-results:
@@ -570,7 +567,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // recorded, whose process then stopped, waits for this fallback.
 const IdlePoll = 30 * time.Second
 
-// retryDue is the earliest retry among results, zero if none is one.
 // nextRetry is when the dispatcher next wakes for a retry it recorded:
 // next, its earlier answer, unless a round's claim at roundAt took that
 // one (it was due by then), and due, the earliest retry the round recorded
@@ -587,6 +583,7 @@ func nextRetry(next, roundAt, due time.Time) time.Time {
 	return next
 }
 
+// retryDue is the earliest retry among results, zero if none is one.
 func retryDue(results []store.WebhookResult) time.Time {
 	var due time.Time
 	for _, r := range results {
