@@ -442,11 +442,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// (PostgreSQL); without notifications the timer finds it, every
 	// PollInterval. While notifications arrive the timer is only a slow
 	// fallback (IdlePoll), and wakes the dispatcher when a retry it
-	// recorded is due (nextDue) or a scan, claim or release failed
+	// recorded is due (retries) or a scan, claim or release failed
 	// (retry, a PollInterval later).
 	wake := make(chan struct{}, 1)
 	notes := notifier.For(d.store)
-	var nextDue time.Time
+	var retries retryTimes
 	unsubscribe := notes.Subscribe(func(t notifier.Topic) {
 		if t.Kind == notifier.Events || t.Kind == notifier.All {
 			select {
@@ -488,15 +488,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			// its outcome unknown (results recorded twice, claims held
 			// until their lease ends).
 			rctx, cancel := context.WithTimeout(sendCtx, roundTimeout)
-			due := retryDue(pending)
+			free := d.opts.Concurrency - inflight
 			roundAt := d.clock.Now()
-			claimed, left, failed := d.round(rctx, pending, d.opts.Concurrency-inflight)
+			claimed, left, failed := d.round(rctx, pending, free)
 			retry = retry || failed
 			cancel()
-			if len(left) > 0 {
-				due = time.Time{} // not recorded yet
+			claimedAt := roundAt
+			if failed || free <= 0 {
+				claimedAt = time.Time{}
 			}
-			nextDue = nextRetry(nextDue, roundAt, due)
+			retries.recorded(pending[:len(pending)-len(left)], claimedAt) // left is a suffix not recorded
 			pending = append(pending[:0], left...)
 			for _, w := range claimed {
 				ns := dt.NamespaceOf(w.TaskID)
@@ -518,7 +519,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		wait := d.opts.PollInterval
 		if notifier.Relied(d.clock, notes.Live) {
-			wait = notifier.Until(d.clock.Now(), time.Millisecond, max(d.opts.PollInterval, IdlePoll), nextDue)
+			wait = notifier.Until(d.clock.Now(), time.Millisecond, max(d.opts.PollInterval, IdlePoll), retries.next())
 			if heldTries > 0 {
 				wait = min(wait, d.opts.PollInterval<<min(heldTries-1, 10))
 			}
@@ -543,7 +544,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.log.Info("webhook dispatcher stopped")
 			return nil
 		case <-timer.C:
-			scan = true // and the round claims the retry due now (nextRetry)
+			scan = true // and the round claims the retry due now
 		case <-wake:
 			scan = true
 		case r := <-results:
@@ -567,31 +568,53 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // recorded, whose process then stopped, waits for this fallback.
 const IdlePoll = 30 * time.Second
 
-// nextRetry is when the dispatcher next wakes for a retry it recorded:
-// next, its earlier answer, unless a round's claim at roundAt took that
-// one (it was due by then), and due, the earliest retry the round recorded
-// (zero: none). Forgetting the claimed one here, not only when the timer
-// fires, keeps a later retry recorded meanwhile from being dropped with it
-// (which left that retry to the 30 s fallback).
-func nextRetry(next, roundAt, due time.Time) time.Time {
-	if !next.IsZero() && !next.After(roundAt) {
-		next = time.Time{}
+// maxRetryTimes caps the retry times a dispatcher remembers. Past it the
+// latest are forgotten: those retries wait for a scan another wake brings,
+// at worst the IdlePoll fallback.
+const maxRetryTimes = 1024
+
+// retryTimes are the times of the retries this dispatcher recorded that no
+// claim has covered yet, earliest first; it wakes at the first. All are
+// kept, not only the earliest: once the earliest is claimed, the next one
+// may be all that is due, and nothing else would wake the dispatcher for
+// it before the IdlePoll fallback.
+type retryTimes []time.Time
+
+// recorded takes in the retries among results a round recorded. claimedAt
+// is when the round's claim ran (zero: it claimed nothing): every retry
+// due by then was claimed by it, or by another dispatcher.
+func (r *retryTimes) recorded(results []store.WebhookResult, claimedAt time.Time) {
+	if !claimedAt.IsZero() {
+		n, _ := slices.BinarySearchFunc(*r, claimedAt, func(t, at time.Time) int {
+			if t.After(at) {
+				return 1
+			}
+			return -1
+		})
+		*r = slices.Delete(*r, 0, n)
 	}
-	if !due.IsZero() && (next.IsZero() || due.Before(next)) {
-		return due
+	for _, res := range results {
+		t := res.NextAttemptAt
+		if res.Status != dt.WebhookPending || !claimedAt.IsZero() && !t.After(claimedAt) {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(*r, t, time.Time.Compare)
+		if i == maxRetryTimes {
+			continue
+		}
+		if len(*r) == maxRetryTimes {
+			*r = (*r)[:maxRetryTimes-1]
+		}
+		*r = slices.Insert(*r, i, t)
 	}
-	return next
 }
 
-// retryDue is the earliest retry among results, zero if none is one.
-func retryDue(results []store.WebhookResult) time.Time {
-	var due time.Time
-	for _, r := range results {
-		if r.Status == dt.WebhookPending && (due.IsZero() || r.NextAttemptAt.Before(due)) {
-			due = r.NextAttemptAt
-		}
+// next is the earliest retry time, zero if none is remembered.
+func (r retryTimes) next() time.Time {
+	if len(r) == 0 {
+		return time.Time{}
 	}
-	return due
+	return r[0]
 }
 
 // publishNS publishes a copy of the run loop's requests per namespace.
