@@ -23,6 +23,10 @@ type ScheduleExecutor interface {
 	// (then by name), at most Limit. Inside a write transaction the rows
 	// returned stay locked until it ends.
 	ScheduleDue(ctx context.Context, params *ScheduleDueParams) ([]*drovertype.Schedule, error)
+	// ScheduleDelete deletes the schedules named in Names and returns how
+	// many it deleted (a name not stored is no error). The tasks they
+	// submitted stay. Write transactions only.
+	ScheduleDelete(ctx context.Context, params *ScheduleDeleteParams) (int, error)
 }
 
 // SchedulePutParams are the arguments of SchedulePut.
@@ -32,6 +36,11 @@ type SchedulePutParams struct {
 
 // ScheduleListParams are the arguments of ScheduleList.
 type ScheduleListParams struct {
+	Names []string
+}
+
+// ScheduleDeleteParams are the arguments of ScheduleDelete.
+type ScheduleDeleteParams struct {
 	Names []string
 }
 

@@ -548,7 +548,7 @@ func newQueries(quotedSchema string) *queries {
 		signal: signalQueries{insert: r(tSignalInsert), take: r(tSignalTake), list: r(tSignalList)},
 		workflowDef: workflowDefQueries{put: r(tWorkflowDefPut), byDigest: r(tWorkflowDefByDigest), get: r(tWorkflowDefGet),
 			listAll: r(tWorkflowDefListAll), listName: r(tWorkflowDefListName)},
-		schedule: scheduleQueries{put: r(tSchedulePut), listAll: r(tScheduleListAll), listNames: r(tScheduleListNames), due: r(tScheduleDue)},
+		schedule: scheduleQueries{put: r(tSchedulePut), listAll: r(tScheduleListAll), listNames: r(tScheduleListNames), due: r(tScheduleDue), del: r(tScheduleDelete)},
 
 		queuePut:            r(tQueuePut),
 		queueGet:            r(tQueueGet),

@@ -23,11 +23,12 @@ const (
 	tScheduleListNames = `SELECT ` + schedCols + ` FROM {s}.schedules WHERE name = ANY($1::text[]) ORDER BY name`
 	tScheduleDue       = `SELECT ` + schedCols + ` FROM {s}.schedules
  WHERE NOT paused AND next_due <= $1 AND name = ANY($2::text[]) ORDER BY next_due, name LIMIT $3`
-	lockRows = ` FOR UPDATE`
+	tScheduleDelete = `DELETE FROM {s}.schedules WHERE name = ANY($1::text[])`
+	lockRows        = ` FOR UPDATE`
 )
 
 // scheduleQueries holds the schedule statements.
-type scheduleQueries struct{ put, listAll, listNames, due string }
+type scheduleQueries struct{ put, listAll, listNames, due, del string }
 
 // SchedulePut implements store.ScheduleExecutor.
 func (e *executor) SchedulePut(ctx context.Context, params *store.SchedulePutParams) error {
@@ -60,6 +61,19 @@ func (e *executor) ScheduleDue(ctx context.Context, params *store.ScheduleDuePar
 	}
 	q := e.d.q.schedule
 	return e.schedules(ctx, "list due schedules", e.pick(q.due, q.due+lockRows), params.Before, params.Names, params.Limit)
+}
+
+// ScheduleDelete implements store.ScheduleExecutor.
+func (e *executor) ScheduleDelete(ctx context.Context, params *store.ScheduleDeleteParams) (int, error) {
+	const what = "delete schedules"
+	if err := e.write(what); err != nil {
+		return 0, err
+	}
+	if len(params.Names) == 0 {
+		return 0, nil
+	}
+	n, err := e.exec(ctx, what, e.d.q.schedule.del, params.Names)
+	return int(n), err
 }
 
 func (e *executor) schedules(ctx context.Context, what, query string, args ...any) ([]*dt.Schedule, error) {

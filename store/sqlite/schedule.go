@@ -21,6 +21,7 @@ const (
  created_at = excluded.created_at, updated_at = excluded.updated_at`
 	qScheduleListAll   = `SELECT ` + schedCols + ` FROM schedules ORDER BY name`
 	qScheduleListNames = `SELECT ` + schedCols + ` FROM schedules WHERE name IN (SELECT value FROM json_each(?)) ORDER BY name`
+	qScheduleDelete    = `DELETE FROM schedules WHERE name IN (SELECT value FROM json_each(?))`
 	qScheduleDue       = `SELECT ` + schedCols + ` FROM schedules
  WHERE paused = 0 AND next_due <= ? AND name IN (SELECT value FROM json_each(?)) ORDER BY next_due, name LIMIT ?`
 )
@@ -63,6 +64,23 @@ func (e *executor) ScheduleDue(ctx context.Context, params *store.ScheduleDuePar
 		return nil, err
 	}
 	return e.schedules(ctx, "list due schedules", qScheduleDue, us(params.Before), string(names), params.Limit)
+}
+
+// ScheduleDelete implements store.ScheduleExecutor.
+func (e *executor) ScheduleDelete(ctx context.Context, params *store.ScheduleDeleteParams) (int, error) {
+	if len(params.Names) == 0 {
+		return 0, nil
+	}
+	names, err := json.Marshal(params.Names)
+	if err != nil {
+		return 0, err
+	}
+	r, err := e.exec(ctx, qScheduleDelete, string(names))
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: delete schedules: %w", err)
+	}
+	n, err := r.RowsAffected()
+	return int(n), err
 }
 
 func (e *executor) schedules(ctx context.Context, what, query string, args ...any) ([]*dt.Schedule, error) {

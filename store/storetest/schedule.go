@@ -19,6 +19,7 @@ func scheduleCases() []testCase {
 		{"DueFiltersAndOrders", testScheduleDue},
 		{"PutRollsBack", testSchedulePutRollback},
 		{"ListInTransactionLocks", testScheduleListLocks},
+		{"DeleteRemovesTheNamed", testScheduleDelete},
 	}
 }
 
@@ -199,5 +200,51 @@ func testScheduleListLocks(t *testing.T, d store.Driver) {
 	got := listSchedules(t, d.Reader(), []string{"s"})
 	if len(got) != 1 || !got[0].Paused || !got[0].NextDue.Equal(at(time.Hour)) {
 		t.Errorf("after both: %+v; want paused with T1's next due time", got)
+	}
+}
+
+// testScheduleDelete deletes schedules by name: only those named, a
+// missing name is no error, a rollback keeps them, and a reader may not.
+func testScheduleDelete(t *testing.T, d store.Driver) {
+	putSchedules(t, d, newSchedule("a", at(0)), newSchedule("b", at(0)), newSchedule("c", at(0)))
+	del := func(x store.Executor, names ...string) (int, error) {
+		return x.ScheduleDelete(context.Background(), &store.ScheduleDeleteParams{Names: names})
+	}
+	names := func() []string {
+		var out []string
+		for _, s := range listSchedules(t, d.Reader(), nil) {
+			out = append(out, s.Name)
+		}
+		return out
+	}
+	if _, err := del(d.Reader(), "a"); err == nil {
+		t.Error("ScheduleDelete outside a write transaction: no error")
+	}
+	errStop := errors.New("stop")
+	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
+		if n, err := del(x, "a", "b"); n != 2 || err != nil {
+			return fmt.Errorf("ScheduleDelete a, b: %d, %v; want 2", n, err)
+		}
+		return errStop
+	})
+	if !errors.Is(err, errStop) {
+		t.Fatalf("InTx: %v, want the callback's error", err)
+	}
+	if got, want := names(), []string{"a", "b", "c"}; !slices.Equal(got, want) {
+		t.Errorf("after a rolled back delete: %v, want %v", got, want)
+	}
+	inTx(t, d, func(ctx context.Context, x store.Executor) error {
+		for _, c := range []struct {
+			names []string
+			want  int
+		}{{nil, 0}, {[]string{"b", "missing"}, 1}, {[]string{"b"}, 0}} {
+			if n, err := del(x, c.names...); n != c.want || err != nil {
+				t.Errorf("ScheduleDelete %v: %d, %v; want %d", c.names, n, err, c.want)
+			}
+		}
+		return nil
+	})
+	if got, want := names(), []string{"a", "c"}; !slices.Equal(got, want) {
+		t.Errorf("after deleting b: %v, want %v", got, want)
 	}
 }
