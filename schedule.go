@@ -57,6 +57,11 @@ var ErrInvalidSchedule = errors.New("invalid schedule")
 // ErrScheduleNotFound: no schedule of that name is stored.
 var ErrScheduleNotFound = errors.New("schedule not found")
 
+// ErrScheduleDefined: DeleteSchedule was asked to delete a schedule the
+// Client itself defines (Config.Schedules or AddSchedules): it would store
+// it again at its next start.
+var ErrScheduleDefined = errors.New("schedule defined by this client")
+
 // scheduleLease is the lease of the leader that fires due schedules.
 const scheduleLease = "maintenance:schedules"
 
@@ -316,6 +321,28 @@ func (c *Client) AddSchedules(ctx context.Context, ss []Schedule) error {
 	return nil
 }
 
+// RemoveSchedules stops this Client firing the schedules named (those of
+// Config.Schedules or AddSchedules): they stay stored, and fire in any
+// other process that defines them, until DeleteSchedule deletes them. A
+// name this Client does not define is ignored.
+func (c *Client) RemoveSchedules(names ...string) {
+	c.schedMu.Lock()
+	for _, n := range names {
+		delete(c.schedules, n)
+	}
+	c.schedMu.Unlock()
+	c.wakeScheduleLeader()
+}
+
+// DefinesSchedule reports whether this Client fires schedule name: it is
+// among Config.Schedules or AddSchedules' and not removed since.
+func (c *Client) DefinesSchedule(name string) bool {
+	c.schedMu.Lock()
+	defer c.schedMu.Unlock()
+	_, ok := c.schedules[name]
+	return ok
+}
+
 // syncSchedules stores defs, in name order (two processes storing the
 // same schedules lock their rows in the same order).
 func (c *Client) syncSchedules(ctx context.Context, defs []Schedule) error {
@@ -468,6 +495,30 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) (*ScheduleStat
 		}
 		return nil
 	})
+}
+
+// DeleteSchedule deletes the stored schedule name, which no longer fires;
+// the tasks it submitted stay. Delete a schedule once it is gone from
+// every process's configuration: a Client that defines it refuses
+// (ErrScheduleDefined), and a process that still defines it stores it
+// again, as a new schedule, when it starts or adds its schedules. A
+// schedule not stored is ErrScheduleNotFound.
+func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+	if c.DefinesSchedule(name) {
+		return fmt.Errorf("%w: %q is in this process's configuration; remove it there first, or it is stored again at the next start", ErrScheduleDefined, name)
+	}
+	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		n, err := x.ScheduleDelete(ctx, &store.ScheduleDeleteParams{Names: []string{name}})
+		if err == nil && n == 0 {
+			err = fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	c.wakeScheduleLeader()
+	return nil
 }
 
 // RunScheduleNow submits schedule name's workflow with its input at once,

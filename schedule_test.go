@@ -222,6 +222,62 @@ func TestSchedulePauseResumeRunNow(t *testing.T) {
 	})
 }
 
+// A schedule gone from the configuration is deleted by a client that does
+// not define it: it no longer fires, the tasks it submitted stay, and a
+// process still defining it stores it again, as new, when it starts.
+func TestScheduleDelete(t *testing.T) {
+	t.Parallel()
+	bothStores(t, func(t *testing.T, d store.Driver) {
+		ctx := context.Background()
+		clk := clock.NewFake(t0)
+		def := drover.Schedule{Name: "old", Workflow: "report", Every: time.Minute}
+		a := scheduleClient(t, d, clk, "a", def)
+		clk.Advance(time.Minute)
+		fire(t, a)
+		fired := dueIDs("old", t0.Add(time.Minute))
+		wantIDs(t, "before the delete", scheduledIDs(t, a, "old"), fired)
+
+		if err := a.DeleteSchedule(ctx, "old"); !errors.Is(err, drover.ErrScheduleDefined) || !strings.Contains(err.Error(), `"old"`) {
+			t.Errorf("DeleteSchedule by the client defining it: %v, want ErrScheduleDefined naming it", err)
+		}
+		b := scheduleClient(t, d, clk, "b")
+		if err := b.DeleteSchedule(ctx, "old"); err != nil {
+			t.Fatalf("DeleteSchedule: %v", err)
+		}
+		if _, err := b.GetSchedule(ctx, "old"); !errors.Is(err, drover.ErrScheduleNotFound) {
+			t.Errorf("GetSchedule after the delete: %v, want ErrScheduleNotFound", err)
+		}
+		if ss, err := b.Schedules(ctx); err != nil || len(ss) != 0 {
+			t.Errorf("Schedules after the delete: %+v, %v; want none", ss, err)
+		}
+		if err := b.DeleteSchedule(ctx, "old"); !errors.Is(err, drover.ErrScheduleNotFound) {
+			t.Errorf("DeleteSchedule again: %v, want ErrScheduleNotFound", err)
+		}
+		clk.Advance(time.Minute)
+		fire(t, a) // a still defines it, but it is not stored: nothing fires
+		wantIDs(t, "after the delete", scheduledIDs(t, a, "old"), fired)
+
+		restarted := scheduleClient(t, d, clk, "a2", def)
+		st, err := restarted.GetSchedule(ctx, "old")
+		if err != nil || st.LastTask != "" || !st.NextDue[0].Equal(t0.Add(3*time.Minute)) {
+			t.Fatalf("stored again at start: %+v, %v; want a new schedule next due %v", st, err, t0.Add(3*time.Minute))
+		}
+
+		// Removed from a client's own schedules, it is stored but no
+		// longer fired by it, and that client may delete it.
+		restarted.RemoveSchedules("old")
+		clk.Advance(time.Minute)
+		fire(t, restarted)
+		wantIDs(t, "after RemoveSchedules", scheduledIDs(t, a, "old"), fired)
+		if _, err := restarted.GetSchedule(ctx, "old"); err != nil {
+			t.Errorf("GetSchedule after RemoveSchedules: %v; want it still stored", err)
+		}
+		if err := restarted.DeleteSchedule(ctx, "old"); err != nil {
+			t.Errorf("DeleteSchedule after RemoveSchedules: %v", err)
+		}
+	})
+}
+
 // A changed definition keeps the state, unless its timing changed: then
 // it is next due after now.
 func TestScheduleDefinitionChange(t *testing.T) {

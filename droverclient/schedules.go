@@ -53,6 +53,18 @@ func (c *Client) RunSchedule(ctx context.Context, name, id string) (*Task, error
 	return &t, nil
 }
 
+// DeleteSchedule deletes a stored schedule (operator scope): it no
+// longer fires; the tasks it submitted stay. One the server's own
+// configuration defines is refused (ErrConflict, code wrong_state): remove
+// it there first. An unknown schedule: ErrNotFound.
+func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+	if name == "" {
+		return errEmptySchedule
+	}
+	_, err := c.do(ctx, http.MethodDelete, c.url(nil, "/v1/schedules", seg(name)), struct{}{}, nil)
+	return err
+}
+
 func (c *Client) scheduleCall(ctx context.Context, method, name, action string, body any) (*Schedule, error) {
 	if name == "" {
 		return nil, errEmptySchedule

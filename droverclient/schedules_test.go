@@ -38,4 +38,19 @@ func TestSchedules(t *testing.T) {
 	}
 	_, err = sub.Schedule(ctx, "nope")
 	wantAPIError(t, err, 404, "not_found", droverclient.ErrNotFound)
+
+	// Delete: refused while the server defines the schedule.
+	wantAPIError(t, sub.DeleteSchedule(ctx, "hourly"), 403, "forbidden", droverclient.ErrForbidden)
+	wantAPIError(t, op.DeleteSchedule(ctx, "hourly"), 409, "wrong_state", droverclient.ErrConflict)
+	e.d.RemoveSchedules("hourly")
+	if err := op.DeleteSchedule(ctx, "hourly"); err != nil {
+		t.Fatalf("DeleteSchedule: %v", err)
+	}
+	wantAPIError(t, op.DeleteSchedule(ctx, "hourly"), 404, "not_found", droverclient.ErrNotFound)
+	if ss, err := sub.Schedules(ctx); err != nil || len(ss) != 0 {
+		t.Fatalf("Schedules after the delete: %+v, %v", ss, err)
+	}
+	if err := op.DeleteSchedule(ctx, ""); err == nil {
+		t.Error("DeleteSchedule with an empty name: no error")
+	}
 }

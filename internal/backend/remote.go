@@ -53,7 +53,7 @@ func (r *Remote) Err(err error) error {
 		case ae.Status == http.StatusForbidden && r.Namespace != "" && strings.Contains(ae.Message, "namespace"):
 			msg += " (this token belongs to a namespace and acts in it only: leave out --namespace, or use a global token)"
 		case ae.Status == http.StatusForbidden:
-			msg += " (resubmit, cancel, alert acknowledgement, dead-letter actions, queue policy changes and schedule pause, resume and run need an operator token)"
+			msg += " (resubmit, cancel, alert acknowledgement, dead-letter actions, queue policy changes and schedule pause, resume, run and delete need an operator token)"
 		}
 		return clicore.Wrap(msg, err)
 	}

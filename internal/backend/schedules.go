@@ -17,6 +17,8 @@ type Schedules interface {
 	Get(ctx context.Context, name string) (*droverapi.Schedule, error)
 	Pause(ctx context.Context, name string) (*droverapi.Schedule, error)
 	Resume(ctx context.Context, name string) (*droverapi.Schedule, error)
+	// Delete deletes a stored schedule.
+	Delete(ctx context.Context, name string) error
 	// Run submits the schedule's task now, with task ID id ("": a new one).
 	Run(ctx context.Context, name, id string) (*drover.Task, error)
 	Close()
@@ -81,6 +83,10 @@ func (l *localSchedules) Resume(ctx context.Context, name string) (*droverapi.Sc
 	return l.change(l.c.ResumeSchedule(ctx, name))
 }
 
+func (l *localSchedules) Delete(ctx context.Context, name string) error {
+	return l.drv.StoreErr(l.c.DeleteSchedule(ctx, name))
+}
+
 // Run submits with a client that knows the schedule's workflow (as
 // "drover submit" does: a stored declarative workflow, or the demo's).
 func (l *localSchedules) Run(ctx context.Context, name, id string) (*drover.Task, error) {
@@ -122,6 +128,10 @@ func (r *remoteSchedules) Pause(ctx context.Context, name string) (*droverapi.Sc
 func (r *remoteSchedules) Resume(ctx context.Context, name string) (*droverapi.Schedule, error) {
 	s, err := r.r.Client.ResumeSchedule(ctx, name)
 	return s, r.r.Err(err)
+}
+
+func (r *remoteSchedules) Delete(ctx context.Context, name string) error {
+	return r.r.Err(r.r.Client.DeleteSchedule(ctx, name))
 }
 
 func (r *remoteSchedules) Run(ctx context.Context, name, id string) (*drover.Task, error) {

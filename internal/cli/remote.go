@@ -50,7 +50,7 @@ var remoteCommands = map[string]bool{
 	"drover queue list": true, "drover queue dlq": true, "drover queue resolve": true, "drover queue policy": true,
 	"drover queue consume": true,
 	"drover schedule":      true, "drover schedule list": true, "drover schedule show": true, "drover schedule pause": true,
-	"drover schedule resume": true, "drover schedule run": true,
+	"drover schedule resume": true, "drover schedule run": true, "drover schedule delete": true,
 }
 
 // setupRemote resolves --server, --token and --token-file for cmd. With a

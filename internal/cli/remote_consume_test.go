@@ -13,7 +13,7 @@ func TestRemoteQueuePolicy(t *testing.T) {
 	r := run(t, "", "queue", "policy", "--queue", "orders", "--server", e.url, "--token", remoteSubmitTok)
 	wantFailure(t, r, 1, "server: 404 not_found")
 	r = run(t, "", "queue", "policy", "--queue", "orders", "--max-delivery", "5", "--server", e.url, "--token", remoteSubmitTok)
-	wantFailure(t, r, 1, "queue policy changes and schedule pause, resume and run need an operator token")
+	wantFailure(t, r, 1, "queue policy changes and schedule pause, resume, run and delete need an operator token")
 
 	out := e.op(t, "queue", "policy", "--queue", "orders", "--max-delivery", "5", "--poison", "skip")
 	local := e.local(t, "queue", "policy", "--queue", "orders")

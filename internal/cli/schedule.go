@@ -15,31 +15,40 @@ import (
 
 // The "drover schedule" commands: the recurring schedules of the servers'
 // configuration (Go, or the schedules: of workflow files), their next due
-// times, pause, resume and run now.
+// times, pause, resume, run now and delete.
 
-func (e *env) schedules(ctx context.Context) (backend.Schedules, error) {
-	return backend.OpenSchedules(ctx, e.Env, e.remote)
+// withSchedules runs fn on the schedule commands' backend, then closes it.
+func (e *env) withSchedules(ctx context.Context, fn func(b backend.Schedules) error) error {
+	b, err := backend.OpenSchedules(ctx, e.Env, e.remote)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	return fn(b)
 }
 
 func (e *env) scheduleCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "schedule",
-		Short: "List, pause, resume and run recurring schedules",
+		Short: "List, pause, resume, run and delete recurring schedules",
 		Long: `schedule shows and controls the recurring schedules the servers fire: each
 submits a workflow with a given input at the due times of a cron expression
 (in a time zone) or of a fixed interval, one task per due time, named
 schedule:NAME:DUE-TIME. Schedules are defined in the servers' configuration
 (the schedules: section of a workflow file, or drover.Config.Schedules); these
 commands read and change their state in the database (or, with --server,
-through a server's API; pause, resume and run need an operator token).`,
+through a server's API; pause, resume, run and delete need an operator
+token). A schedule removed from every server's configuration stays stored,
+and listed, until deleted.`,
 		Example: `  drover schedule list
   drover schedule show nightly-report
   drover schedule pause nightly-report
   drover schedule resume nightly-report
-  drover schedule run nightly-report --id nightly-report-rerun-1`,
+  drover schedule run nightly-report --id nightly-report-rerun-1
+  drover schedule delete old-report`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(e.scheduleListCmd(), e.scheduleShowCmd(), e.scheduleChangeCmd("pause"), e.scheduleChangeCmd("resume"), e.scheduleRunCmd())
+	cmd.AddCommand(e.scheduleListCmd(), e.scheduleShowCmd(), e.scheduleChangeCmd("pause"), e.scheduleChangeCmd("resume"), e.scheduleRunCmd(), e.scheduleDeleteCmd())
 	return cmd
 }
 
@@ -76,25 +85,22 @@ func (e *env) scheduleListCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			b, err := e.schedules(ctx)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			ss, err := b.List(ctx)
-			if err != nil {
-				return err
-			}
-			if e.JSON {
-				return clicore.WriteJSON(e.Stdout, droverapi.ScheduleList{Schedules: append([]droverapi.Schedule{}, ss...)})
-			}
-			tw := newTable(e.Stdout)
-			row(tw, "NAME", "WORKFLOW", "TIMING", "CATCH-UP", "STATE", "NEXT DUE", "LAST TASK")
-			for i := range ss {
-				s := &ss[i]
-				row(tw, s.Name, s.Workflow, scheduleTiming(s), s.CatchUp, scheduleStateText(s), fmtTime(firstDue(s)), dash(s.LastTask))
-			}
-			return tw.Flush()
+			return e.withSchedules(ctx, func(b backend.Schedules) error {
+				ss, err := b.List(ctx)
+				if err != nil {
+					return err
+				}
+				if e.JSON {
+					return clicore.WriteJSON(e.Stdout, droverapi.ScheduleList{Schedules: append([]droverapi.Schedule{}, ss...)})
+				}
+				tw := newTable(e.Stdout)
+				row(tw, "NAME", "WORKFLOW", "TIMING", "CATCH-UP", "STATE", "NEXT DUE", "LAST TASK")
+				for i := range ss {
+					s := &ss[i]
+					row(tw, s.Name, s.Workflow, scheduleTiming(s), s.CatchUp, scheduleStateText(s), fmtTime(firstDue(s)), dash(s.LastTask))
+				}
+				return tw.Flush()
+			})
 		},
 	}
 }
@@ -128,16 +134,13 @@ func (e *env) scheduleShowCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			b, err := e.schedules(ctx)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			s, err := b.Get(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return e.printSchedule(s)
+			return e.withSchedules(ctx, func(b backend.Schedules) error {
+				s, err := b.Get(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return e.printSchedule(s)
+			})
 		},
 	}
 }
@@ -154,24 +157,21 @@ func (e *env) scheduleChangeCmd(action string) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			b, err := e.schedules(ctx)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			change := b.Pause
-			if action == "resume" {
-				change = b.Resume
-			}
-			s, err := change(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if e.JSON {
-				return clicore.WriteJSON(e.Stdout, s)
-			}
-			fmt.Fprintf(e.Stdout, "schedule %s %s; next due %s\n", s.Name, scheduleStateText(s), fmtTime(firstDue(s)))
-			return nil
+			return e.withSchedules(ctx, func(b backend.Schedules) error {
+				change := b.Pause
+				if action == "resume" {
+					change = b.Resume
+				}
+				s, err := change(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if e.JSON {
+					return clicore.WriteJSON(e.Stdout, s)
+				}
+				fmt.Fprintf(e.Stdout, "schedule %s %s; next due %s\n", s.Name, scheduleStateText(s), fmtTime(firstDue(s)))
+				return nil
+			})
 		},
 	}
 }
@@ -193,18 +193,41 @@ schedule:NAME:run:UUID).`,
 					return err
 				}
 			}
-			b, err := e.schedules(ctx)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			t, err := b.Run(ctx, args[0], id)
-			if err != nil {
-				return err
-			}
-			return e.printNewTask(t)
+			return e.withSchedules(ctx, func(b backend.Schedules) error {
+				t, err := b.Run(ctx, args[0], id)
+				if err != nil {
+					return err
+				}
+				return e.printNewTask(t)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&id, "id", "", "the task's ID, for an idempotent run (default: schedule:NAME:run:UUID)")
 	return cmd
+}
+
+func (e *env) scheduleDeleteCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a schedule removed from the servers' configuration",
+		Long: `delete deletes a stored schedule: it no longer fires, and is no longer
+listed. The tasks it submitted stay. Delete a schedule once it is gone from
+every server's configuration: a server that still defines it refuses (over
+--server), or stores it again, as a new schedule, when it starts or reloads
+its workflow files.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			return e.withSchedules(ctx, func(b backend.Schedules) error {
+				if err := b.Delete(ctx, args[0]); err != nil {
+					return err
+				}
+				if e.JSON {
+					return clicore.WriteJSON(e.Stdout, map[string]any{"deleted": args[0]})
+				}
+				fmt.Fprintf(e.Stdout, "schedule %s deleted\n", args[0])
+				return nil
+			})
+		},
+	}
 }

@@ -13,7 +13,9 @@ import (
 
 // TestServerWorkflowSchedules: the schedules: of a workflow file fire in
 // "drover server --workflows" (each due time one task, which runs), show
-// in the API and the CLI, and change on reload.
+// in the API and the CLI, and change on reload; one removed from its file
+// is no longer fired, and can then be deleted (not before: the server
+// would store it again at its next start).
 func TestServerWorkflowSchedules(t *testing.T) {
 	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"ok":true}`))
@@ -27,8 +29,10 @@ func TestServerWorkflowSchedules(t *testing.T) {
 	}
 	path := filepath.Join(wf, "tick.yaml")
 	write := func(every string) {
-		src := "name: tick\nsteps:\n  - name: ping\n    http: {method: POST, url: \"" + svc.URL + "/ping\", body: \"${input}\"}\n" +
-			"schedules:\n  - name: ticker\n    every: " + every + "\n    input: {source: schedule}\n    catch_up: skip\n"
+		src := "name: tick\nsteps:\n  - name: ping\n    http: {method: POST, url: \"" + svc.URL + "/ping\", body: \"${input}\"}\n"
+		if every != "" {
+			src += "schedules:\n  - name: ticker\n    every: " + every + "\n    input: {source: schedule}\n    catch_up: skip\n"
+		}
 		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -66,6 +70,27 @@ func TestServerWorkflowSchedules(t *testing.T) {
 		_, m := call(t, c, "GET", base+"/v1/schedules/ticker", "", "")
 		return m["every_seconds"] == float64(2)
 	})
+	r := run(t, "", "schedule", "delete", "ticker", "--server", base)
+	wantFailure(t, r, 1, `server: 409 wrong_state: schedule defined by this client: "ticker" is in this process's configuration`)
+
+	write("") // the schedule removed from the file
+	if err := proc.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the reload that removes the schedule", func() bool {
+		return strings.Contains(proc.stderr.String(), "schedules removed from their workflow file")
+	})
+	if out := mustRun(t, "schedule", "delete", "ticker", "--server", base); out != "schedule ticker deleted\n" {
+		t.Errorf("schedule delete: %q", out)
+	}
+	if code, m := call(t, c, "GET", base+"/v1/schedules/ticker", "", ""); code != 404 {
+		t.Errorf("GET the deleted schedule: %d %v", code, m)
+	}
+	if out := mustRun(t, "schedule", "list", "--db", db); strings.Contains(out, "ticker") {
+		t.Errorf("schedule list after the delete:\n%s", out)
+	}
+	r = run(t, "", "schedule", "delete", "ticker", "--db", db)
+	wantFailure(t, r, 1, `schedule not found: "ticker"`)
 	if err := proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func TestSchedules(t *testing.T) {
 		t.Fatalf("schedule show (5 next due times):\n%s", out)
 	}
 	r := run(t, "", "schedule", "pause", "nightly-order", "--server", e.url, "--token", remoteSubmitTok)
-	wantFailure(t, r, 1, "schedule pause, resume and run need an operator token")
+	wantFailure(t, r, 1, "schedule pause, resume, run and delete need an operator token")
 	if out := e.op(t, "schedule", "pause", "nightly-order"); out != "schedule nightly-order paused; next due -\n" {
 		t.Fatalf("pause: %q", out)
 	}
@@ -51,4 +51,15 @@ func TestSchedules(t *testing.T) {
 	wantFailure(t, r, 1, "server: 404 not_found")
 	r = run(t, "", "schedule", "run", "nightly-order", "--id", "a b", "--db", e.db)
 	wantFailure(t, r, 2, "")
+
+	// Delete: an operator's; refused by the server that defines it.
+	r = run(t, "", "schedule", "delete", "nightly-order", "--server", e.url, "--token", remoteSubmitTok)
+	wantFailure(t, r, 1, "server: 403 forbidden")
+	r = run(t, "", "schedule", "delete", "nightly-order", "--server", e.url, "--token", remoteOperatorTok)
+	wantFailure(t, r, 1, "server: 409 wrong_state")
+	if out := e.local(t, "schedule", "delete", "nightly-order", "--json"); out != `{"deleted":"nightly-order"}`+"\n" {
+		t.Fatalf("delete on the database: %q", out)
+	}
+	r = run(t, "", "schedule", "show", "nightly-order", "--db", e.db)
+	wantFailure(t, r, 1, `schedule not found: "nightly-order"`)
 }

@@ -10,13 +10,17 @@ import (
 )
 
 // The Schedules page: the recurring schedules, their next due times and
-// last task, with pause, resume and run now for operators. Schedules are
+// last task, with pause, resume and run now for operators, and delete for
+// those stored that this server's configuration no longer defines (gone
+// from its workflow files, say). Schedules are
 // the server's configuration and submit in the default namespace: a
 // viewer in another namespace sees none (as the HTTP API answers).
 
 // schedulesData is the Schedules page.
 type schedulesData struct {
 	Schedules []drover.ScheduleState
+	// Undefined are the stored schedules this server does not define.
+	Undefined map[string]bool
 	// Elsewhere: the viewer is in a namespace other than the default one.
 	Elsewhere bool
 }
@@ -28,11 +32,18 @@ func (c *Console) schedules(ctx context.Context, _ *http.Request, v *viewer) (st
 		if d.Schedules, err = c.d.Schedules(ctx); err != nil {
 			return "", "", nil, err
 		}
+		d.Undefined = map[string]bool{}
+		for _, s := range d.Schedules {
+			if !c.d.DefinesSchedule(s.Name) {
+				d.Undefined[s.Name] = true
+			}
+		}
 	}
 	return "schedules", "Schedules", d, nil
 }
 
-// scheduleAction is pause, resume or run of the schedule of the path.
+// scheduleAction is pause, resume, run or delete of the schedule of the
+// path.
 func (c *Console) scheduleAction(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
 	name := r.PathValue("name")
 	if v.id.ListNamespace() != dt.DefaultNamespace {
@@ -55,6 +66,11 @@ func (c *Console) scheduleAction(ctx context.Context, r *http.Request, v *viewer
 			return "", "", err
 		}
 		return "/schedules", fmt.Sprintf("Schedule %s ran now: task %s.", name, t.ID), nil
+	case "delete":
+		if err := c.d.DeleteSchedule(ctx, name); err != nil {
+			return "", "", err
+		}
+		return "/schedules", fmt.Sprintf("Schedule %s deleted.", name), nil
 	}
 	return "", "", fmt.Errorf("%w: no schedule action %q", drover.ErrInvalidInput, r.PathValue("action"))
 }

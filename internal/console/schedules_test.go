@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"github.com/drover-run/drover"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/server"
+	"github.com/drover-run/drover/store"
 )
 
 // withSchedule gives the test server a schedule of the pay workflow that
@@ -20,11 +22,29 @@ func withSchedule(cfg *server.Config) {
 		Cron: "0 0 29 2 *", TimeZone: "Europe/Berlin"}}
 }
 
+// storeRetired stores a schedule of the pay workflow that the test
+// server does not define, as a process that defined it once would have.
+func storeRetired(t testing.TB, d store.Driver) {
+	t.Helper()
+	c, err := drover.New(drover.Config{Store: d, Workflows: []drover.Workflow{{Name: "pay", Steps: []drover.Step{{Name: "charge", Agent: "charge"}}}},
+		ExternalAgents: []string{"charge"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddSchedules(context.Background(), []drover.Schedule{{Name: "retired-pay", Workflow: "pay", Every: 24 * time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The Schedules page lists a schedule with its next due times; an
 // operator pauses, resumes and runs it (with the session's CSRF token); a
-// reader sees it without the buttons and cannot act.
+// reader sees it without the buttons and cannot act. A stored schedule
+// the server does not define is marked so, and an operator deletes it;
+// the server's own cannot be.
 func TestSchedulesPage(t *testing.T) {
-	e := startServerWith(t, testutil.SQLite(t), false, nil, withSchedule)
+	d := testutil.SQLite(t)
+	storeRetired(t, d)
+	e := startServerWith(t, d, false, nil, withSchedule)
 	op, reader := browser(t), browser(t)
 	e.signIn(op, opToken)
 	e.signIn(reader, readToken)
@@ -70,5 +90,25 @@ func TestSchedulesPage(t *testing.T) {
 	}
 	if got := e.do(op, "POST", "/schedules/leap-pay/explode", url.Values{"csrf": {token}}); got.status != http.StatusBadRequest {
 		t.Errorf("unknown action: %d", got.status)
+	}
+
+	// Delete.
+	p = e.get(op, "/schedules")
+	wantIn(t, p, "retired-pay", "not in this server's configuration", `action="/schedules/retired-pay/delete"`)
+	if strings.Contains(p.body, "/schedules/leap-pay/delete") || strings.Count(p.body, "not in this server") != 1 {
+		t.Errorf("the server's own schedule is offered for deletion or marked as not configured:\n%s", p.body)
+	}
+	if strings.Contains(rp.body, "/delete") {
+		t.Errorf("a reader sees a delete button")
+	}
+	if got := e.do(op, "POST", "/schedules/leap-pay/delete", url.Values{"csrf": {token}}); got.status != http.StatusConflict ||
+		!strings.Contains(got.body, "remove it there first") {
+		t.Errorf("deleting the server's own schedule: %d %s", got.status, got.body)
+	}
+	done = e.do(op, "POST", "/schedules/retired-pay/delete", url.Values{"csrf": {token}})
+	p = e.get(op, done.loc)
+	wantIn(t, p, "Schedule retired-pay deleted.", "leap-pay")
+	if strings.Contains(strings.ReplaceAll(p.body, "Schedule retired-pay deleted.", ""), "retired-pay") {
+		t.Errorf("the deleted schedule is still listed:\n%s", p.body)
 	}
 }

@@ -66,7 +66,8 @@ func (h *Handler) classify(err error) *apiError {
 		return errorf(http.StatusNotFound, "not_found", "%s", err)
 	case errors.Is(err, drover.ErrTaskConflict):
 		return errorf(http.StatusConflict, "conflict", "%s", err)
-	case errors.Is(err, drover.ErrNotResubmittable), errors.Is(err, drover.ErrAlreadyFinal), errors.Is(err, convoy.ErrSessionClosed):
+	case errors.Is(err, drover.ErrNotResubmittable), errors.Is(err, drover.ErrAlreadyFinal), errors.Is(err, convoy.ErrSessionClosed),
+		errors.Is(err, drover.ErrScheduleDefined):
 		return errorf(http.StatusConflict, "wrong_state", "%s", err)
 	case errors.Is(err, drover.ErrInputTooLarge):
 		return errorf(http.StatusRequestEntityTooLarge, "input_too_large", "%s", err)

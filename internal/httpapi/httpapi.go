@@ -344,6 +344,7 @@ func New(d *drover.Client, q *convoy.Client, opts Options) (*Handler, error) {
 		{"POST", "/v1/schedules/{name}/pause", ScopeOperator, h.pauseSchedule},
 		{"POST", "/v1/schedules/{name}/resume", ScopeOperator, h.resumeSchedule},
 		{"POST", "/v1/schedules/{name}/run", ScopeOperator, h.runSchedule},
+		{"DELETE", "/v1/schedules/{name}", ScopeOperator, h.deleteSchedule},
 
 		{"GET", "/v1/queues", ScopeSubmit, h.listQueues},
 		{"POST", "/v1/queues/{queue}/messages", ScopeSubmit, h.publish},

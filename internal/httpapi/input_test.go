@@ -388,6 +388,7 @@ func TestMethodsAndContentTypes(t *testing.T) {
 		{"POST", "/v1/alerts/1/ack", "", ""},
 		{"POST", "/v1/queues/q/sessions/s/deadletters/1/discard", "", "text/plain"},
 		{"PUT", "/v1/queues/q/policy", `{"max_delivery_count":3}`, ""},
+		{"DELETE", "/v1/schedules/s", "", ""},
 		{"POST", "/v1/queues/q/messages", `{"session_id":"s","body":1}`, "application/jsonx"},
 	} {
 		req = newReq(c.method, c.target, c.body)
@@ -416,7 +417,9 @@ func TestMethodsAndContentTypes(t *testing.T) {
 	e2 := newEnv(t, testutilSQLite(t), Options{MaxBodyBytes: 64})
 	e2.do("POST", "/v1/tasks", submitTok, fmt.Sprintf(`{"workflow":"echo","input":"%s"}`, strings.Repeat("a", 64))).mustError(t, 413, "body_too_large")
 	e2.do("POST", "/v1/tasks", submitTok, `{"workflow":"echo"}`).must(t, 201)
-	if slices.ContainsFunc(e.h.routes, func(r route) bool { return r.method != "GET" && r.method != "POST" && r.method != "PUT" }) {
+	if slices.ContainsFunc(e.h.routes, func(r route) bool {
+		return r.method != "GET" && r.method != "POST" && r.method != "PUT" && r.method != "DELETE"
+	}) {
 		t.Fatal("unexpected method")
 	}
 }

@@ -62,20 +62,30 @@ func (h *Handler) getSchedule(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// scheduleOfAction is the schedule named in the path of a change that
+// takes no body (an empty one, or {}), checked to be the request's to see.
+func (h *Handler) scheduleOfAction(r *http.Request) (string, error) {
+	name, body, err := namedBody(r, "name", "schedule name")
+	if err != nil {
+		return "", err
+	}
+	var empty struct{}
+	if err := decodeJSON(body, &empty, false); err != nil {
+		return "", err
+	}
+	if h.ns(r) != "" {
+		return "", scheduleNotFound(name)
+	}
+	return name, nil
+}
+
 // changeSchedule is pause and resume: an empty body, the schedule as it
 // is afterwards.
 func (h *Handler) changeSchedule(change func(*drover.Client, *http.Request, string) (*drover.ScheduleState, error)) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		name, body, err := namedBody(r, "name", "schedule name")
+		name, err := h.scheduleOfAction(r)
 		if err != nil {
 			return err
-		}
-		var empty struct{}
-		if err := decodeJSON(body, &empty, false); err != nil {
-			return err
-		}
-		if h.ns(r) != "" {
-			return scheduleNotFound(name)
 		}
 		s, err := change(h.drover, r, name)
 		if err != nil {
@@ -96,6 +106,20 @@ func (h *Handler) resumeSchedule(w http.ResponseWriter, r *http.Request) error {
 	return h.changeSchedule(func(c *drover.Client, r *http.Request, name string) (*drover.ScheduleState, error) {
 		return c.ResumeSchedule(r.Context(), name)
 	})(w, r)
+}
+
+// deleteSchedule deletes a stored schedule: 204. One the server itself
+// defines is 409 (wrong_state): it would store it again at its next start.
+func (h *Handler) deleteSchedule(w http.ResponseWriter, r *http.Request) error {
+	name, err := h.scheduleOfAction(r)
+	if err != nil {
+		return err
+	}
+	if err := h.drover.DeleteSchedule(r.Context(), name); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // runSchedule submits the schedule's task now: 201 with the task.

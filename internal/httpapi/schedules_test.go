@@ -12,11 +12,13 @@ import (
 	"github.com/drover-run/drover/store"
 )
 
-// The schedule routes list, show, pause, resume and run a schedule; run
-// with an id submits once; a request in another namespace sees none.
+// The schedule routes list, show, pause, resume, run and delete a
+// schedule; run with an id submits once; the server's own schedules are
+// not deleted; a request in another namespace sees none.
 func TestScheduleRoutes(t *testing.T) {
 	drivers(t, func(t *testing.T, open func(t *testing.T) store.Driver) {
-		e := newEnv(t, open(t), Options{Tokens: append(testTokens, nsTokens[:4]...)})
+		drv := open(t)
+		e := newEnv(t, drv, Options{Tokens: append(testTokens, nsTokens[:4]...)})
 		if err := e.d.AddSchedules(context.Background(), []drover.Schedule{
 			{Name: "nightly", Workflow: "echo", Input: []byte(`{"n":1}`), Cron: "0 2 * * *", TimeZone: "Europe/Berlin", CatchUp: drover.CatchUpAll},
 		}); err != nil {
@@ -72,5 +74,26 @@ func TestScheduleRoutes(t *testing.T) {
 		if r := e.do("GET", "/v1/schedules/nightly", submitTok, "").must(t, 200); r.json["paused"] != false {
 			t.Errorf("namespace a paused it: %s", r.body)
 		}
+
+		// Delete: the server's own schedule is refused; one another
+		// process stored (and the server does not define) is deleted.
+		other, err := drover.New(drover.Config{Store: drv, Workflows: []drover.Workflow{{Name: "echo", Steps: []drover.Step{{Name: "a", Agent: "echo"}}}},
+			ExternalAgents: []string{"echo"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.AddSchedules(context.Background(), []drover.Schedule{{Name: "retired", Workflow: "echo", Every: time.Hour}}); err != nil {
+			t.Fatal(err)
+		}
+		e.do("DELETE", "/v1/schedules/nightly", operatorTok, "").mustError(t, 409, "wrong_state")
+		e.do("DELETE", "/v1/schedules/retired", submitTok, "").mustError(t, 403, "")
+		e.do("DELETE", "/v1/schedules/retired", aOperatorTok, "").mustError(t, 404, "not_found")
+		e.do("DELETE", "/v1/schedules/retired", operatorTok, `{"other":1}`).mustError(t, 400, "")
+		if r := e.do("DELETE", "/v1/schedules/retired", operatorTok, "").must(t, 204); len(r.body) != 0 {
+			t.Errorf("delete: body %q", r.body)
+		}
+		e.do("GET", "/v1/schedules/retired", submitTok, "").mustError(t, 404, "not_found")
+		e.do("DELETE", "/v1/schedules/retired", operatorTok, "").mustError(t, 404, "not_found")
+		e.do("GET", "/v1/schedules/nightly", submitTok, "").must(t, 200)
 	})
 }

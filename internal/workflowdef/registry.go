@@ -145,6 +145,7 @@ type Client interface {
 // changed files' schedules with.
 type scheduleAdder interface {
 	AddSchedules(ctx context.Context, ss []drover.Schedule) error
+	RemoveSchedules(names ...string)
 }
 
 // Attach gives the registry the client (a *drover.Client) it reads tasks
@@ -491,6 +492,11 @@ func (r *Registry) Reload(ctx context.Context) (*ReloadResult, error) {
 						err = fmt.Errorf("schedules: %w", err)
 					}
 				}
+				if removed := r.removedSchedules(changed); err == nil && len(removed) > 0 {
+					sc.RemoveSchedules(removed...)
+					r.log.Info("schedules removed from their workflow file: no longer fired here; they stay stored until deleted (drover schedule delete)",
+						"schedules", strings.Join(removed, ","))
+				}
 			}
 			if err != nil {
 				r.log.Error("reload workflows: registering the new versions failed; the previous ones stay", "err", err)
@@ -523,6 +529,30 @@ func (r *Registry) Reload(ctx context.Context) (*ReloadResult, error) {
 	}
 	r.mu.Unlock()
 	return res, nil
+}
+
+// removedSchedules are the schedules the current versions of the changed
+// workflows define that their new versions do not.
+func (r *Registry) removedSchedules(changed []*Definition) []string {
+	kept := map[string]bool{}
+	for _, d := range changed {
+		for _, s := range d.Schedules {
+			kept[s.Name] = true
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var removed []string
+	for _, d := range changed {
+		if cur := r.current[d.Name]; cur != nil {
+			for _, s := range cur.Schedules {
+				if !kept[s.Name] {
+					removed = append(removed, s.Name)
+				}
+			}
+		}
+	}
+	return removed
 }
 
 // logRemoved logs the workflows no file defines any more: they stay
