@@ -236,6 +236,7 @@ type Executor interface {
 	WorkflowDefExecutor
 	SignalExecutor
 	ScheduleExecutor
+	ConsoleExecutor
 }
 
 // Listener is an optional Driver capability: Listen delivers the topics

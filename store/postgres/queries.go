@@ -457,6 +457,7 @@ type queries struct {
 	workflowDef workflowDefQueries // workflowdef.go
 	signal      signalQueries      // signal.go
 	schedule    scheduleQueries    // schedule.go
+	console     consoleQueries     // console.go
 
 	// Session queues (queue_queries.go).
 	queuePut, queueGet, queueList, queueDepth                   string
@@ -549,6 +550,7 @@ func newQueries(quotedSchema string) *queries {
 		workflowDef: workflowDefQueries{put: r(tWorkflowDefPut), byDigest: r(tWorkflowDefByDigest), get: r(tWorkflowDefGet),
 			listAll: r(tWorkflowDefListAll), listName: r(tWorkflowDefListName)},
 		schedule: scheduleQueries{put: r(tSchedulePut), listAll: r(tScheduleListAll), listNames: r(tScheduleListNames), due: r(tScheduleDue), del: r(tScheduleDelete)},
+		console:  consoleQueries{insert: r(tSignOutInsert), exists: r(tSignOutExists), deleteExpired: r(tSignOutDeleteExpired)},
 
 		queuePut:            r(tQueuePut),
 		queueGet:            r(tQueueGet),

@@ -92,6 +92,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Driver) {
 		{"Namespace", namespaceCases()},
 		{"Trace", traceCases()},
 		{"Signal", signalCases()},
+		{"Console", consoleCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
