@@ -21,6 +21,7 @@ import (
 	"github.com/drover-run/drover/internal/clock"
 	"github.com/drover-run/drover/internal/httpagent"
 	"github.com/drover-run/drover/internal/httpapi"
+	"github.com/drover-run/drover/store"
 )
 
 //go:embed templates/*.html
@@ -214,6 +215,9 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*viewer,
 	if sess == nil {
 		return nil, errNoSession
 	}
+	if err := c.checkSignedOut(r.Context(), sess, now); err != nil {
+		return nil, err
+	}
 	id, err := c.api.Authenticate(r, sess.Secret)
 	if err != nil {
 		return nil, err
@@ -368,7 +372,12 @@ type actionFunc func(ctx context.Context, r *http.Request, v *viewer) (next, don
 func (c *Console) action(fn actionFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, err := c.authenticate(w, r)
-		if err != nil {
+		var se *storeCheckError
+		switch {
+		case errors.As(err, &se):
+			c.fail(w, r, nil, c.statusOf(se.err), se.err.Error())
+			return
+		case err != nil:
 			if !c.rateLimited(w, r, err) {
 				c.fail(w, r, nil, http.StatusUnauthorized, "Sign in first: "+err.Error())
 			}
@@ -437,14 +446,68 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
+// signout serves POST /signout: the session is recorded as signed out in
+// the store, so that no server accepts a copy of its cookie any more, and
+// the browser's cookie is deleted.
 func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
 	v, err := c.authenticate(w, r)
 	if err == nil && !c.seal.checkCSRF(v.sess, r.PostFormValue("csrf")) {
 		c.fail(w, r, v, http.StatusForbidden, "The form's CSRF token is missing or wrong.")
 		return
 	}
+	if err == nil && !c.api.NoAuth() {
+		if err := c.recordSignOut(r.Context(), v.sess); err != nil {
+			c.fail(w, r, v, c.statusOf(err), "Not signed out: "+err.Error())
+			return
+		}
+		c.log.Info("console: signed out", "actor", v.id.Actor())
+	}
 	setCookie(w, r, "", -1)
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)
+}
+
+// maxExpiredSignOuts is how many expired sign-outs a sign-out deletes:
+// more than one, so that they never pile up.
+const maxExpiredSignOuts = 100
+
+// recordSignOut records sess as signed out until it expires, and deletes
+// sign-outs that have expired.
+func (c *Console) recordSignOut(ctx context.Context, sess *session) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	now := c.clock.Now()
+	return c.d.Store().InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		if err := x.SignOutInsert(ctx, &store.SignOutInsertParams{SessionID: sess.ID, ExpiresAt: time.Unix(sess.Expires, 0)}); err != nil {
+			return err
+		}
+		_, err := x.SignOutDeleteExpired(ctx, &store.SignOutDeleteExpiredParams{Before: now, Limit: maxExpiredSignOuts})
+		return err
+	})
+}
+
+// errSignedOut: the session's cookie is a copy of one signed out.
+var errSignedOut = errors.New("this session was signed out")
+
+// storeCheckError is a failure to read whether a session was signed out:
+// the page answers it as a store error, not as a request to sign in.
+type storeCheckError struct{ err error }
+
+func (e *storeCheckError) Error() string { return e.err.Error() }
+func (e *storeCheckError) Unwrap() error { return e.err }
+
+// checkSignedOut refuses a session signed out before it expires
+// (errSignedOut).
+func (c *Console) checkSignedOut(ctx context.Context, sess *session, now time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	out, err := c.d.Store().Reader().SignOutExists(ctx, &store.SignOutExistsParams{SessionID: sess.ID, Now: now})
+	switch {
+	case err != nil:
+		return &storeCheckError{err}
+	case out:
+		return errSignedOut
+	}
+	return nil
 }
 
 // rateLimited answers 429 with Retry-After when err is a rate limit's
@@ -468,9 +531,18 @@ func (c *Console) toSignin(w http.ResponseWriter, r *http.Request, why error) {
 	if c.rateLimited(w, r, why) {
 		return
 	}
-	if errors.Is(why, httpapi.ErrUnknownToken) {
+	var se *storeCheckError
+	if errors.As(why, &se) {
+		c.fail(w, r, nil, c.statusOf(se.err), se.err.Error())
+		return
+	}
+	switch {
+	case errors.Is(why, httpapi.ErrUnknownToken):
 		setCookie(w, r, "", -1)
 		msg = "The token of this session is no longer accepted."
+	case errors.Is(why, errSignedOut):
+		setCookie(w, r, "", -1)
+		msg = "This session was signed out. Sign in again."
 	}
 	target := "/signin"
 	if msg != "" {

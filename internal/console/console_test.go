@@ -20,6 +20,7 @@ import (
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/server"
 	"github.com/drover-run/drover/store"
+	"github.com/drover-run/drover/store/postgres"
 )
 
 const (
@@ -397,6 +398,62 @@ func TestSignIn(t *testing.T) {
 	// The API is still the API.
 	var none struct{ Tasks []any }
 	e.api("GET", "/v1/tasks", "", &none)
+}
+
+// Signing out ends the session on every server of the store: a copy of
+// its cookie taken before is refused (sent to sign in again, the copy
+// deleted), while another session of the same token goes on. A store
+// that cannot be read answers an error, not a sign-in.
+func TestSignOutEndsCopiesOfTheSession(t *testing.T) {
+	d := testutil.Postgres(t)
+	other, err := postgres.Open(context.Background(), testutil.PostgresURL(t), postgres.Options{Schema: d.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	a, b := startServer(t, d, false), startServer(t, other, false)
+	c, thief, second := browser(t), browser(t), browser(t)
+	a.signIn(c, opToken)
+	a.signIn(second, opToken)
+	ua, _ := url.Parse(a.base)
+	stolen := c.Jar.Cookies(ua)
+	thief.Jar.SetCookies(ua, stolen)
+	for _, e := range []*env{a, b} {
+		if p := e.get(thief, "/"); p.status != http.StatusOK {
+			t.Fatalf("the copied cookie before the sign-out: %d", p.status)
+		}
+	}
+	ov := a.get(c, "/")
+	if so := a.do(c, "POST", "/signout", url.Values{"csrf": {csrf(t, ov)}}); so.status != http.StatusSeeOther || so.loc != "/signin" {
+		t.Fatalf("sign out: %d %q", so.status, so.loc)
+	}
+	for _, e := range []*env{a, b} {
+		// Cookies are the host's, whatever the port: each refusal
+		// deletes the thief's copy for both servers, so set it again.
+		u, _ := url.Parse(e.base)
+		thief.Jar.SetCookies(u, stolen)
+		p := e.get(thief, "/tasks")
+		if p.status != http.StatusSeeOther || !strings.Contains(p.loc, "/signin?why=") || !strings.Contains(p.loc, "signed+out") {
+			t.Errorf("%s: the copied cookie after the sign-out: %d %q, want sent to sign in, saying why", e.base, p.status, p.loc)
+		}
+		thief.Jar.SetCookies(u, stolen)
+		if got := e.do(thief, "POST", "/tasks/x/cancel", url.Values{"csrf": {csrf(t, ov)}}); got.status != http.StatusUnauthorized || !strings.Contains(got.body, "signed out") {
+			t.Errorf("%s: an action with the copied cookie after the sign-out: %d, want 401 saying it was signed out", e.base, got.status)
+		}
+	}
+	if p := b.get(second, "/"); p.status != http.StatusOK || !strings.Contains(p.body, "oncall · operator") {
+		t.Errorf("another session of the same token after the sign-out: %d", p.status)
+	}
+	// The sign-in page says why.
+	if p := a.get(thief, "/signin?why="+url.QueryEscape("This session was signed out. Sign in again.")); !strings.Contains(p.body, "This session was signed out") {
+		t.Errorf("sign-in page: %s", p.body)
+	}
+
+	// A store that cannot answer: an error page, not a sign-in.
+	other.Close()
+	if p := b.get(second, "/"); p.status < 500 || strings.Contains(p.loc, "/signin") {
+		t.Errorf("with the store closed: %d %q, want a 5xx error page", p.status, p.loc)
+	}
 }
 
 // A session opens on every server configured with the same tokens (many
