@@ -53,11 +53,15 @@ func TestRetryTimes(t *testing.T) {
 		{"a retry due by the round's claim was claimed by it", []round{
 			{[]store.WebhookResult{retry(3), retry(8)}, at(5), at(8)},
 		}},
-		{"a round that claimed nothing covers nothing", []round{
+		{"a failed round covers nothing", []round{
 			{[]store.WebhookResult{retry(4), retry(6)}, at(0), at(4)},
 			{nil, time.Time{}, at(4)},
 			{[]store.WebhookResult{retry(2)}, time.Time{}, at(2)},
 			{nil, at(5), at(6)},
+		}},
+		{"the same time twice takes one place", []round{
+			{[]store.WebhookResult{retry(4), retry(4), retry(6)}, time.Time{}, at(4)},
+			{nil, at(4), at(6)},
 		}},
 	} {
 		var r retryTimes

@@ -494,7 +494,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			retry = retry || failed
 			cancel()
 			claimedAt := roundAt
-			if failed || free <= 0 {
+			if failed {
 				claimedAt = time.Time{}
 			}
 			retries.recorded(pending[:len(pending)-len(left)], claimedAt) // left is a suffix not recorded
@@ -581,8 +581,12 @@ const maxRetryTimes = 1024
 type retryTimes []time.Time
 
 // recorded takes in the retries among results a round recorded. claimedAt
-// is when the round's claim ran (zero: it claimed nothing): every retry
-// due by then was claimed by it, or by another dispatcher.
+// is when the round's claim ran (zero: the round failed): the retries due
+// by then need no wake of their own. The claim took them (or another
+// dispatcher did), or it had no slot free for them: every request in
+// flight then brings, when it ends, a round whose claim takes them. Were
+// they kept, the dispatcher would wake for them at once, again and again,
+// while its slots stay busy.
 func (r *retryTimes) recorded(results []store.WebhookResult, claimedAt time.Time) {
 	if !claimedAt.IsZero() {
 		n, _ := slices.BinarySearchFunc(*r, claimedAt, func(t, at time.Time) int {
@@ -598,8 +602,8 @@ func (r *retryTimes) recorded(results []store.WebhookResult, claimedAt time.Time
 		if res.Status != dt.WebhookPending || !claimedAt.IsZero() && !t.After(claimedAt) {
 			continue
 		}
-		i, _ := slices.BinarySearchFunc(*r, t, time.Time.Compare)
-		if i == maxRetryTimes {
+		i, found := slices.BinarySearchFunc(*r, t, time.Time.Compare)
+		if found || i == maxRetryTimes {
 			continue
 		}
 		if len(*r) == maxRetryTimes {
