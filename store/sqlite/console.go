@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/drover-run/drover/store"
@@ -41,6 +42,9 @@ func (e *executor) SignOutExists(ctx context.Context, params *store.SignOutExist
 
 // SignOutDeleteExpired implements store.ConsoleExecutor.
 func (e *executor) SignOutDeleteExpired(ctx context.Context, params *store.SignOutDeleteExpiredParams) (int, error) {
+	if e.tx == nil {
+		return 0, errors.New("sqlite: delete expired sign-outs: write outside a transaction")
+	}
 	if params.Limit <= 0 {
 		return 0, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -68,6 +69,9 @@ func (e *executor) ScheduleDue(ctx context.Context, params *store.ScheduleDuePar
 
 // ScheduleDelete implements store.ScheduleExecutor.
 func (e *executor) ScheduleDelete(ctx context.Context, params *store.ScheduleDeleteParams) (int, error) {
+	if e.tx == nil {
+		return 0, errors.New("sqlite: delete schedules: write outside a transaction")
+	}
 	if len(params.Names) == 0 {
 		return 0, nil
 	}

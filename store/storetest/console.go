@@ -110,7 +110,9 @@ func testSignOutDeleteExpired(t *testing.T, d store.Driver) {
 	if !signedOut(t, d.Reader(), "d", at(2*time.Minute)) || signedOut(t, d.Reader(), "a", at(-time.Hour)) {
 		t.Error("after the deletes: d should still count and a be gone")
 	}
-	if _, err := d.Reader().SignOutDeleteExpired(context.Background(), &store.SignOutDeleteExpiredParams{Before: at(time.Hour), Limit: 10}); err == nil {
-		t.Error("SignOutDeleteExpired outside a write transaction: no error")
+	for _, limit := range []int{10, 0} {
+		if _, err := d.Reader().SignOutDeleteExpired(context.Background(), &store.SignOutDeleteExpiredParams{Before: at(time.Hour), Limit: limit}); err == nil {
+			t.Errorf("SignOutDeleteExpired (limit %d) outside a write transaction: no error", limit)
+		}
 	}
 }

@@ -217,8 +217,10 @@ func testScheduleDelete(t *testing.T, d store.Driver) {
 		}
 		return out
 	}
-	if _, err := del(d.Reader(), "a"); err == nil {
-		t.Error("ScheduleDelete outside a write transaction: no error")
+	for _, names := range [][]string{{"a"}, nil} {
+		if _, err := del(d.Reader(), names...); err == nil {
+			t.Errorf("ScheduleDelete %v outside a write transaction: no error", names)
+		}
 	}
 	errStop := errors.New("stop")
 	err := d.InTx(context.Background(), func(ctx context.Context, x store.Executor) error {
