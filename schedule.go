@@ -60,7 +60,7 @@ var ErrScheduleNotFound = errors.New("schedule not found")
 // ErrScheduleDefined: DeleteSchedule was asked to delete a schedule the
 // Client itself defines (Config.Schedules or AddSchedules): it would store
 // it again at its next start.
-var ErrScheduleDefined = errors.New("schedule defined by this client")
+var ErrScheduleDefined = errors.New("schedule still defined")
 
 // scheduleLease is the lease of the leader that fires due schedules.
 const scheduleLease = "maintenance:schedules"
@@ -343,6 +343,45 @@ func (c *Client) DefinesSchedule(name string) bool {
 	return ok
 }
 
+// scheduleRestoreEvery is how often the schedule leader looks for
+// schedules it defines that were deleted from the store.
+const scheduleRestoreEvery = time.Minute
+
+// restoreDeletedSchedules stores again, as new schedules, those this
+// Client defines that are no longer stored (deleted by a process that
+// does not define them), and says so: the configuration still asks for
+// them, and a schedule without its row fires nowhere.
+func (c *Client) restoreDeletedSchedules(ctx context.Context) error {
+	names := c.scheduleNames()
+	if len(names) == 0 {
+		return nil
+	}
+	rows, err := c.store.Reader().ScheduleList(ctx, &store.ScheduleListParams{Names: names})
+	if err != nil {
+		return err
+	}
+	stored := map[string]bool{}
+	for _, r := range rows {
+		stored[r.Name] = true
+	}
+	var missing []Schedule
+	var missingNames []string
+	c.schedMu.Lock()
+	for _, n := range names {
+		if s, ok := c.schedules[n]; ok && !stored[n] {
+			missing = append(missing, s)
+			missingNames = append(missingNames, n)
+		}
+	}
+	c.schedMu.Unlock()
+	if len(missing) == 0 {
+		return nil
+	}
+	c.log.Warn("schedules this process defines were deleted from the store; stored again as new schedules (remove them from the configuration of every process before deleting them)",
+		"instance", c.cfg.InstanceID, "schedules", strings.Join(missingNames, ","))
+	return c.syncSchedules(ctx, missing)
+}
+
 // syncSchedules stores defs, in name order (two processes storing the
 // same schedules lock their rows in the same order).
 func (c *Client) syncSchedules(ctx context.Context, defs []Schedule) error {
@@ -505,7 +544,7 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) (*ScheduleStat
 // schedule not stored is ErrScheduleNotFound.
 func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 	if c.DefinesSchedule(name) {
-		return fmt.Errorf("%w: %q is in this process's configuration; remove it there first, or it is stored again at the next start", ErrScheduleDefined, name)
+		return fmt.Errorf("%w: %q is in the configuration of this server or program (a workflow file, or Config.Schedules); remove it there first, or it is stored again", ErrScheduleDefined, name)
 	}
 	err := c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
 		n, err := x.ScheduleDelete(ctx, &store.ScheduleDeleteParams{Names: []string{name}})
@@ -659,6 +698,7 @@ func (c *Client) runSchedules(ctx context.Context, r *maintenance.Runner) {
 	svc := c.scheduleService()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var restoreAt time.Time
 	for {
 		wait := r.LeaseTTL / 3
 		// A process without schedules takes no part: it would only hold
@@ -671,6 +711,12 @@ func (c *Client) runSchedules(ctx context.Context, r *maintenance.Runner) {
 			c.log.Warn("schedule lease", "instance", c.cfg.InstanceID, "err", err)
 		}
 		if r.Term() != 0 {
+			if now := c.clock.Now(); !now.Before(restoreAt) {
+				restoreAt = now.Add(scheduleRestoreEvery)
+				if err := c.restoreDeletedSchedules(ctx); err != nil && ctx.Err() == nil {
+					c.log.Warn("schedules: store again the deleted ones", "instance", c.cfg.InstanceID, "err", err)
+				}
+			}
 			if _, err := r.RunService(ctx, svc); err != nil && ctx.Err() == nil {
 				c.log.Warn("schedules", "instance", c.cfg.InstanceID, "err", err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -274,6 +275,32 @@ func TestScheduleDelete(t *testing.T) {
 		}
 		if err := restarted.DeleteSchedule(ctx, "old"); err != nil {
 			t.Errorf("DeleteSchedule after RemoveSchedules: %v", err)
+		}
+	})
+}
+
+// A schedule deleted by another process while this started one still
+// defines it is stored again, as new, by this one's leader within
+// scheduleRestoreEvery, and fires again.
+func TestScheduleDeletedWhileDefinedIsStoredAgain(t *testing.T) {
+	t.Parallel()
+	bothStores(t, func(t *testing.T, d store.Driver) {
+		ctx := context.Background()
+		clk := clock.NewFake(t0)
+		logs := &testutil.Buffer{}
+		c := startClient(t, drover.Config{Store: d, Clock: clk, Workflows: []drover.Workflow{reportWorkflow}, ExternalAgents: []string{"builder"},
+			Logger: slog.New(slog.NewTextHandler(logs, nil)), Schedules: []drover.Schedule{{Name: "kept", Workflow: "report", Every: time.Hour}}})
+		other := scheduleClient(t, d, clk, "other")
+		if err := other.DeleteSchedule(ctx, "kept"); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Minute)
+		testutil.WaitFor(t, "the deleted schedule stored again", func() bool {
+			_, err := c.GetSchedule(ctx, "kept") // at once or a minute later: the leader's first look may follow the delete
+			return err == nil
+		})
+		if !strings.Contains(logs.String(), "stored again as new schedules") {
+			t.Errorf("no warning in the log:\n%s", logs.String())
 		}
 	})
 }

@@ -212,9 +212,11 @@ func (e *env) scheduleDeleteCmd() *cobra.Command {
 		Short: "Delete a schedule removed from the servers' configuration",
 		Long: `delete deletes a stored schedule: it no longer fires, and is no longer
 listed. The tasks it submitted stay. Delete a schedule once it is gone from
-every server's configuration: a server that still defines it refuses (over
---server), or stores it again, as a new schedule, when it starts or reloads
-its workflow files.`,
+every server's configuration (a server stops firing a schedule removed from
+its workflow files when it reloads them): a server that still defines it
+refuses to delete it (over --server), and one that still defines it
+elsewhere stores it again, as a new schedule, within a minute, with a
+warning in its log.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -222,6 +224,7 @@ its workflow files.`,
 				if err := b.Delete(ctx, args[0]); err != nil {
 					return err
 				}
+				fmt.Fprintf(e.Stderr, "drover: a process that still defines schedule %s stores it again, as a new schedule, within a minute\n", args[0])
 				if e.JSON {
 					return clicore.WriteJSON(e.Stdout, map[string]any{"deleted": args[0]})
 				}

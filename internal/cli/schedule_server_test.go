@@ -71,17 +71,18 @@ func TestServerWorkflowSchedules(t *testing.T) {
 		return m["every_seconds"] == float64(2)
 	})
 	r := run(t, "", "schedule", "delete", "ticker", "--server", base)
-	wantFailure(t, r, 1, `server: 409 wrong_state: schedule defined by this client: "ticker" is in this process's configuration`)
+	wantFailure(t, r, 1, `server: 409 wrong_state: schedule still defined: "ticker" is in the configuration of this server`)
 
 	write("") // the schedule removed from the file
 	if err := proc.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the reload that removes the schedule", func() bool {
-		return strings.Contains(proc.stderr.String(), "schedules removed from their workflow file")
+		return strings.Contains(proc.stderr.String(), "schedules no workflow file defines any more")
 	})
-	if out := mustRun(t, "schedule", "delete", "ticker", "--server", base); out != "schedule ticker deleted\n" {
-		t.Errorf("schedule delete: %q", out)
+	if r := run(t, "", "schedule", "delete", "ticker", "--server", base); r.code != 0 || r.stdout != "schedule ticker deleted\n" ||
+		!strings.Contains(r.stderr, "a process that still defines schedule ticker stores it again") {
+		t.Errorf("schedule delete: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	if code, m := call(t, c, "GET", base+"/v1/schedules/ticker", "", ""); code != 404 {
 		t.Errorf("GET the deleted schedule: %d %v", code, m)

@@ -42,6 +42,30 @@ func (c *Console) schedules(ctx context.Context, _ *http.Request, v *viewer) (st
 	return "schedules", "Schedules", d, nil
 }
 
+// confirmScheduleData is the page that asks before a schedule is deleted.
+type confirmScheduleData struct {
+	Schedule *drover.ScheduleState
+	What     string
+}
+
+// confirmScheduleDelete asks before a stored schedule is deleted.
+func (c *Console) confirmScheduleDelete(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
+	name := r.PathValue("name")
+	if v.id.ListNamespace() != dt.DefaultNamespace {
+		return "", "", nil, fmt.Errorf("%w: %q", drover.ErrScheduleNotFound, name)
+	}
+	s, err := c.d.GetSchedule(ctx, name)
+	if err != nil {
+		return "", "", nil, err
+	}
+	if c.d.DefinesSchedule(name) {
+		return "", "", nil, fmt.Errorf("%w: %q is in the configuration of this server; remove it there first", drover.ErrScheduleDefined, name)
+	}
+	what := "The schedule is deleted from the database: it fires no more and is no longer listed; the tasks it submitted stay. " +
+		"This server does not define it, but another process may: one that still does stores it again, as a new schedule, within a minute."
+	return "confirm_schedule_delete", "Delete schedule " + name, &confirmScheduleData{Schedule: s, What: what}, nil
+}
+
 // scheduleAction is pause, resume, run or delete of the schedule of the
 // path.
 func (c *Console) scheduleAction(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {

@@ -92,23 +92,34 @@ func TestSchedulesPage(t *testing.T) {
 		t.Errorf("unknown action: %d", got.status)
 	}
 
-	// Delete.
+	// Delete, after a page that asks.
 	p = e.get(op, "/schedules")
-	wantIn(t, p, "retired-pay", "not in this server's configuration", `action="/schedules/retired-pay/delete"`)
-	if strings.Contains(p.body, "/schedules/leap-pay/delete") || strings.Count(p.body, "not in this server") != 1 {
-		t.Errorf("the server's own schedule is offered for deletion or marked as not configured:\n%s", p.body)
+	wantIn(t, p, "retired-pay", "not defined by this server (another process may define it)", `href="/schedules/retired-pay/delete"`)
+	if strings.Contains(p.body, "/schedules/leap-pay/delete") || strings.Count(p.body, "not defined by this server") != 1 {
+		t.Errorf("the server's own schedule is offered for deletion or marked as not defined:\n%s", p.body)
 	}
 	if strings.Contains(rp.body, "/delete") {
 		t.Errorf("a reader sees a delete button")
+	}
+	ask := e.get(op, "/schedules/retired-pay/delete")
+	wantIn(t, ask, "Delete schedule <code>retired-pay</code>?", "every 24h0m0s", "another process may", `action="/schedules/retired-pay/delete"`)
+	if got := e.get(op, "/schedules/leap-pay/delete"); got.status != http.StatusConflict || !strings.Contains(got.body, "remove it there first") {
+		t.Errorf("the delete page of the server's own schedule: %d %s", got.status, got.body)
 	}
 	if got := e.do(op, "POST", "/schedules/leap-pay/delete", url.Values{"csrf": {token}}); got.status != http.StatusConflict ||
 		!strings.Contains(got.body, "remove it there first") {
 		t.Errorf("deleting the server's own schedule: %d %s", got.status, got.body)
 	}
-	done = e.do(op, "POST", "/schedules/retired-pay/delete", url.Values{"csrf": {token}})
+	if got := e.do(reader, "POST", "/schedules/retired-pay/delete", url.Values{"csrf": {csrf(t, rp)}}); got.status != http.StatusForbidden {
+		t.Errorf("reader's delete: %d", got.status)
+	}
+	done = e.do(op, "POST", "/schedules/retired-pay/delete", url.Values{"csrf": {csrf(t, ask)}})
 	p = e.get(op, done.loc)
 	wantIn(t, p, "Schedule retired-pay deleted.", "leap-pay")
 	if strings.Contains(strings.ReplaceAll(p.body, "Schedule retired-pay deleted.", ""), "retired-pay") {
 		t.Errorf("the deleted schedule is still listed:\n%s", p.body)
+	}
+	if got := e.get(op, "/schedules/retired-pay/delete"); got.status != http.StatusNotFound {
+		t.Errorf("the delete page of a deleted schedule: %d", got.status)
 	}
 }

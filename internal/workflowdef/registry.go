@@ -86,6 +86,10 @@ type Registry struct {
 	defs    map[key]*Definition    // every version seen: from files and from the store
 	current map[string]*Definition // the version new tasks are submitted with
 	scanned map[string]string      // path → digest at the last load, to notice changes
+	// dropped are the schedules a reload found no file defines any more
+	// and the client stopped firing (reloaded), until a file defines them
+	// again.
+	dropped map[string]bool
 }
 
 // NewRegistry returns an empty registry.
@@ -450,6 +454,7 @@ func (r *Registry) Reload(ctx context.Context) (*ReloadResult, error) {
 		}
 	}
 	r.logRemoved(files, defs, bad, holders)
+	gone, back := r.goneSchedules(defs, bad, holders)
 
 	var changed []*Definition
 	r.mu.Lock()
@@ -492,11 +497,6 @@ func (r *Registry) Reload(ctx context.Context) (*ReloadResult, error) {
 						err = fmt.Errorf("schedules: %w", err)
 					}
 				}
-				if removed := r.removedSchedules(changed); err == nil && len(removed) > 0 {
-					sc.RemoveSchedules(removed...)
-					r.log.Info("schedules removed from their workflow file: no longer fired here; they stay stored until deleted (drover schedule delete)",
-						"schedules", strings.Join(removed, ","))
-				}
 			}
 			if err != nil {
 				r.log.Error("reload workflows: registering the new versions failed; the previous ones stay", "err", err)
@@ -522,6 +522,9 @@ func (r *Registry) Reload(ctx context.Context) (*ReloadResult, error) {
 		r.mu.Unlock()
 		res.Loaded = changed
 	}
+	if sc, ok := client.(scheduleAdder); ok {
+		r.dropSchedules(ctx, sc, gone, back)
+	}
 	r.mu.Lock()
 	r.scanned = map[string]string{}
 	for _, f := range files {
@@ -531,28 +534,67 @@ func (r *Registry) Reload(ctx context.Context) (*ReloadResult, error) {
 	return res, nil
 }
 
-// removedSchedules are the schedules the current versions of the changed
-// workflows define that their new versions do not.
-func (r *Registry) removedSchedules(changed []*Definition) []string {
-	kept := map[string]bool{}
-	for _, d := range changed {
-		for _, s := range d.Schedules {
-			kept[s.Name] = true
+// dropSchedules makes the client stop firing the schedules gone, and
+// fire again those back, and remembers which are dropped.
+func (r *Registry) dropSchedules(ctx context.Context, sc scheduleAdder, gone []string, back []drover.Schedule) {
+	if len(back) > 0 {
+		if err := sc.AddSchedules(ctx, back); err != nil {
+			r.log.Error("reload workflows: schedules defined again could not be stored; retried at the next reload", "err", err)
+			back = nil
 		}
+	}
+	if len(gone) > 0 {
+		sc.RemoveSchedules(gone...)
+		r.log.Info("schedules no workflow file defines any more: no longer fired here; they stay stored until deleted (drover schedule delete)",
+			"schedules", strings.Join(gone, ","))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var removed []string
-	for _, d := range changed {
-		if cur := r.current[d.Name]; cur != nil {
-			for _, s := range cur.Schedules {
-				if !kept[s.Name] {
-					removed = append(removed, s.Name)
-				}
+	if r.dropped == nil {
+		r.dropped = map[string]bool{}
+	}
+	for _, name := range gone {
+		r.dropped[name] = true
+	}
+	for _, s := range back {
+		delete(r.dropped, s.Name)
+	}
+}
+
+// goneSchedules are the schedules of the current versions that the
+// directory no longer defines, not dropped yet: dropped from a workflow's
+// file, or with the workflow's file removed. (The workflow itself stays
+// registered, for its tasks; a schedule would go on submitting new ones.)
+// An invalid file's workflows keep their previous version, schedules
+// included. back are the dropped ones a file defines again.
+func (r *Registry) goneSchedules(defs []*Definition, bad map[string][]Problem, holders map[string]string) (gone []string, back []drover.Schedule) {
+	kept := map[string]bool{}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, d := range defs {
+		for _, s := range d.Schedules {
+			kept[s.Name] = true
+			if r.dropped[s.Name] {
+				back = append(back, s)
 			}
 		}
 	}
-	return removed
+	for name, path := range holders {
+		if cur := r.current[name]; cur != nil && bad[path] != nil {
+			for _, s := range cur.Schedules {
+				kept[s.Name] = true
+			}
+		}
+	}
+	for _, cur := range r.current {
+		for _, s := range cur.Schedules {
+			if !kept[s.Name] && !r.dropped[s.Name] {
+				gone = append(gone, s.Name)
+			}
+		}
+	}
+	slices.Sort(gone)
+	return gone, back
 }
 
 // logRemoved logs the workflows no file defines any more: they stay

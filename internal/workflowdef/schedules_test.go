@@ -1,12 +1,15 @@
 package workflowdef
 
 import (
+	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/testutil"
 )
 
 func TestParseSchedules(t *testing.T) {
@@ -77,5 +80,69 @@ func TestDocScheduleExample(t *testing.T) {
 	}
 	if len(d.Schedules) != 2 || d.Schedules[0].TimeZone != "Europe/Berlin" || d.Schedules[1].Every != time.Hour {
 		t.Errorf("schedules: %+v", d.Schedules)
+	}
+}
+
+// A reload stops the client firing the schedules no file defines any
+// more: dropped from a workflow's file, or with the file removed (the
+// workflow stays registered); an invalid file keeps its schedules; a
+// schedule defined again is fired again. Each is reported once.
+func TestReloadDropsSchedulesNoFileDefines(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, workflow string, schedules ...string) string {
+		src := "name: " + workflow + "\nsteps: [{name: build, agent: builder}]\n"
+		if len(schedules) > 0 {
+			src += "schedules:\n"
+			for _, s := range schedules {
+				src += "  - {name: " + s + ", every: 1h}\n"
+			}
+		}
+		path := filepath.Join(dir, name)
+		writeFile(t, path, src)
+		return path
+	}
+	file("a.yaml", "a", "a-hourly", "a-extra")
+	b := file("b.yaml", "b", "b-hourly")
+	c := file("c.yaml", "c", "c-hourly")
+	f := start(t, testutil.SQLite(t), dir, false)
+	ctx := context.Background()
+	if err := f.client.AddSchedules(ctx, f.reg.Schedules()); err != nil { // as a server does at start
+		t.Fatal(err)
+	}
+	reload := func() {
+		t.Helper()
+		if _, err := f.reg.Reload(ctx); err != nil {
+			t.Fatalf("reload: %v", err)
+		}
+	}
+	fired := func(want map[string]bool) {
+		t.Helper()
+		for name, w := range want {
+			if got := f.client.DefinesSchedule(name); got != w {
+				t.Errorf("DefinesSchedule(%s) = %v, want %v", name, got, w)
+			}
+		}
+	}
+
+	file("a.yaml", "a", "a-hourly") // a-extra dropped from its file
+	if err := os.Remove(b); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, c, "name: c\nsteps: [{name: build, agnt: builder}]\n") // invalid: keeps its previous version
+	reload()
+	fired(map[string]bool{"a-hourly": true, "a-extra": false, "b-hourly": false, "c-hourly": true})
+	if _, ok := f.reg.Current("b"); !ok {
+		t.Error("workflow b unregistered with its file")
+	}
+	reload() // nothing new: nothing reported again
+	if n := strings.Count(f.logs.String(), "schedules no workflow file defines any more"); n != 1 {
+		t.Errorf("reported %d times, want once:\n%s", n, f.logs.String())
+	}
+
+	file("b.yaml", "b", "b-hourly") // the same file back: its workflow has not changed
+	reload()
+	fired(map[string]bool{"b-hourly": true, "a-extra": false})
+	if err := f.client.DeleteSchedule(ctx, "a-extra"); err != nil {
+		t.Errorf("DeleteSchedule of the dropped schedule: %v", err)
 	}
 }
