@@ -338,6 +338,7 @@ var keyboardPages = []struct {
 	{"/alerts", "alerts-list"},
 	{"/workflows", "workflows-list"},
 	{"/schedules", "schedules-list"},
+	{"/schedules/retired-pay/delete", "what"},
 	{"/agents", "agents-list"},
 	{"/queues", "queues-list"},
 	{"/queues/ledger", "dead-letters"},
@@ -438,8 +439,11 @@ func TestBrowserKeyboardEveryPage(t *testing.T) {
 		b.signIn(e.base, opToken, "")
 		for _, p := range keyboardPages {
 			b.do(chromedp.Navigate(e.base+p.path), chromedp.WaitVisible(p.wait))
-			if p.path == "/schedules" {
+			switch p.path {
+			case "/schedules":
 				b.do(b.shot("schedules"))
+			case "/schedules/retired-pay/delete":
+				b.do(b.shot("schedule-delete"))
 			}
 			b.tabThrough(p.path)
 		}

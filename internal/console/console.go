@@ -131,6 +131,7 @@ func New(opts Options) (*Console, error) {
 	c.mux.Handle("GET /workflows", c.page(c.workflows))
 	c.mux.Handle("GET /agents", c.page(c.agents))
 	c.mux.Handle("GET /schedules", c.page(c.schedules))
+	c.mux.Handle("GET /schedules/{name}/delete", c.page(c.confirmScheduleDelete))
 	c.mux.Handle("POST /schedules/{name}/{action}", c.action(c.scheduleAction))
 	c.mux.Handle("GET /queues", c.page(c.queues))
 	c.mux.Handle("GET /queues/{queue}", c.page(c.queue))
@@ -215,9 +216,6 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*viewer,
 	if sess == nil {
 		return nil, errNoSession
 	}
-	if err := c.checkSignedOut(r.Context(), sess, now); err != nil {
-		return nil, err
-	}
 	id, err := c.api.Authenticate(r, sess.Secret)
 	if err != nil {
 		return nil, err
@@ -226,6 +224,10 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*viewer,
 		return nil, errors.New("this token may not read tasks (it needs the submit or operator scope)")
 	}
 	if err := c.api.Allow(id); err != nil {
+		return nil, err
+	}
+	// Last: a refused or rate-limited request costs the store nothing.
+	if err := c.checkSignedOut(r.Context(), sess, now); err != nil {
 		return nil, err
 	}
 	return c.viewerIn(sess, id), nil
@@ -249,9 +251,7 @@ func (c *Console) viewerIn(sess *session, id *httpapi.Identity) *viewer {
 func (c *Console) switchNamespace(w http.ResponseWriter, r *http.Request) {
 	v, err := c.authenticate(w, r)
 	if err != nil {
-		if !c.rateLimited(w, r, err) {
-			c.fail(w, r, nil, http.StatusUnauthorized, "Sign in first: "+err.Error())
-		}
+		c.refuse(w, r, err)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
@@ -372,15 +372,8 @@ type actionFunc func(ctx context.Context, r *http.Request, v *viewer) (next, don
 func (c *Console) action(fn actionFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, err := c.authenticate(w, r)
-		var se *storeCheckError
-		switch {
-		case errors.As(err, &se):
-			c.fail(w, r, nil, c.statusOf(se.err), se.err.Error())
-			return
-		case err != nil:
-			if !c.rateLimited(w, r, err) {
-				c.fail(w, r, nil, http.StatusUnauthorized, "Sign in first: "+err.Error())
-			}
+		if err != nil {
+			c.refuse(w, r, err)
 			return
 		}
 		if !v.id.Operator() {
@@ -449,22 +442,51 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 // signout serves POST /signout: the session is recorded as signed out in
 // the store, so that no server accepts a copy of its cookie any more, and
 // the browser's cookie is deleted.
+// It needs only a cookie that opens and the session's CSRF token, not a
+// token still accepted or room under the rate limit: a sign-out that
+// cannot be recorded says so and keeps the cookie, never pretends.
 func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
-	v, err := c.authenticate(w, r)
-	if err == nil && !c.seal.checkCSRF(v.sess, r.PostFormValue("csrf")) {
-		c.fail(w, r, v, http.StatusForbidden, "The form's CSRF token is missing or wrong.")
+	var sess *session
+	if ck, err := r.Cookie(cookieName); err == nil {
+		sess, _ = c.seal.open(ck.Value, c.clock.Now())
+	}
+	if sess != nil && !c.seal.checkCSRF(sess, r.PostFormValue("csrf")) {
+		c.fail(w, r, nil, http.StatusForbidden, "The form's CSRF token is missing or wrong.")
 		return
 	}
-	if err == nil && !c.api.NoAuth() {
-		if err := c.recordSignOut(r.Context(), v.sess); err != nil {
-			c.fail(w, r, v, c.statusOf(err), "Not signed out: "+err.Error())
+	if sess != nil && !c.api.NoAuth() {
+		if err := c.recordSignOut(r.Context(), sess); err != nil {
+			c.log.Error("console: a sign-out could not be recorded", "err", err)
+			c.render(w, r, http.StatusServiceUnavailable, "error", &pageData{Title: "Not signed out", Status: http.StatusServiceUnavailable,
+				Error: "Not signed out: the server could not record the sign-out (see its log). Retry in a moment."})
 			return
 		}
-		c.log.Info("console: signed out", "actor", v.id.Actor())
+		actor := "unknown token"
+		if id, err := c.api.Authenticate(r, sess.Secret); err == nil {
+			actor = id.Actor()
+		}
+		c.log.Info("console: signed out", "actor", actor)
 	}
 	setCookie(w, r, "", -1)
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)
 }
+
+// refuse answers a request whose session authenticate refused: 429 over
+// the rate limit, the store's error when the sign-out check failed, else
+// 401.
+func (c *Console) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	var se *storeCheckError
+	switch {
+	case c.rateLimited(w, r, err):
+	case errors.As(err, &se):
+		c.fail(w, r, nil, c.statusOf(se.err), se.err.Error())
+	default:
+		c.fail(w, r, nil, http.StatusUnauthorized, "Sign in first: "+err.Error())
+	}
+}
+
+// signOutMargin is how long a sign-out is kept past its session's expiry.
+const signOutMargin = time.Hour
 
 // maxExpiredSignOuts is how many expired sign-outs a sign-out deletes:
 // more than one, so that they never pile up.
@@ -480,7 +502,9 @@ func (c *Console) recordSignOut(ctx context.Context, sess *session) error {
 		if err := x.SignOutInsert(ctx, &store.SignOutInsertParams{SessionID: sess.ID, ExpiresAt: time.Unix(sess.Expires, 0)}); err != nil {
 			return err
 		}
-		_, err := x.SignOutDeleteExpired(ctx, &store.SignOutDeleteExpiredParams{Before: now, Limit: maxExpiredSignOuts})
+		// A margin for the other servers' clocks: one running behind still
+		// opens the cookie a little after this one would.
+		_, err := x.SignOutDeleteExpired(ctx, &store.SignOutDeleteExpiredParams{Before: now.Add(-signOutMargin), Limit: maxExpiredSignOuts})
 		return err
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/drover-run/drover"
+	"github.com/drover-run/drover/internal/console"
 	"github.com/drover-run/drover/internal/testutil"
 	"github.com/drover-run/drover/server"
 	"github.com/drover-run/drover/store"
@@ -449,10 +450,17 @@ func TestSignOutEndsCopiesOfTheSession(t *testing.T) {
 		t.Errorf("sign-in page: %s", p.body)
 	}
 
-	// A store that cannot answer: an error page, not a sign-in.
+	// A store that cannot answer: an error page, not a sign-in; a
+	// sign-out says it did not happen and keeps the cookie.
+	ov2 := b.get(second, "/")
 	other.Close()
 	if p := b.get(second, "/"); p.status < 500 || strings.Contains(p.loc, "/signin") {
 		t.Errorf("with the store closed: %d %q, want a 5xx error page", p.status, p.loc)
+	}
+	ub, _ := url.Parse(b.base)
+	if p := b.do(second, "POST", "/signout", url.Values{"csrf": {csrf(t, ov2)}}); p.status != http.StatusServiceUnavailable ||
+		!strings.Contains(p.body, "Not signed out") || len(second.Jar.Cookies(ub)) == 0 {
+		t.Errorf("sign-out with the store closed: %d, cookies left %d: %s", p.status, len(second.Jar.Cookies(ub)), p.body)
 	}
 }
 
@@ -821,6 +829,45 @@ func TestNoAuth(t *testing.T) {
 		t.Fatalf("resubmit: %d %s", p.status, p.body)
 	}
 	e.waitState("bad-1", "Processed")
+}
+
+// An open live stream ends at its next beat once its session is signed
+// out (here through another copy of its cookie).
+func TestLiveStreamEndsAtSignOut(t *testing.T) {
+	defer console.SetLiveBeat(20 * time.Millisecond)()
+	e := startServer(t, testutil.SQLite(t), false)
+	e.submit("bad-1", true)
+	e.waitState("bad-1", "Error")
+	c, thief := browser(t), browser(t)
+	e.signIn(c, readToken)
+	u, _ := url.Parse(e.base)
+	thief.Jar.SetCookies(u, c.Jar.Cookies(u))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.base+"/tasks/bad-1/live", nil)
+	resp, err := thief.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	for l := ""; l != ": still here\n"; { // the stream is open: a beat came
+		if l, err = r.ReadString('\n'); resp.StatusCode != 200 || err != nil {
+			t.Fatalf("live: %d, %v", resp.StatusCode, err)
+		}
+	}
+	ov := e.get(c, "/")
+	if so := e.do(c, "POST", "/signout", url.Values{"csrf": {csrf(t, ov)}}); so.status != http.StatusSeeOther {
+		t.Fatalf("sign out: %d", so.status)
+	}
+	for {
+		if _, err := r.ReadString('\n'); err != nil {
+			if ctx.Err() != nil {
+				t.Fatal("the stream went on after the sign-out")
+			}
+			return // ended by the server
+		}
+	}
 }
 
 // The live stream of a task page needs a session, answers 404 for

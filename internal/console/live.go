@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/drover-run/drover"
@@ -26,8 +27,11 @@ const maxLiveStreams = 64
 const livePoll = 500 * time.Millisecond
 
 // liveBeat is the interval of the comments that keep a quiet stream's
-// connection open through proxies.
-const liveBeat = 15 * time.Second
+// connection open through proxies, and of the stream's checks that its
+// session still holds (in nanoseconds: a test shortens it).
+var liveBeat atomic.Int64
+
+func init() { liveBeat.Store(int64(15 * time.Second)) }
 
 // liveURL is the stream of a task page shown up to event after.
 func liveURL(localID string, after int64) string {
@@ -40,12 +44,16 @@ func liveURL(localID string, after int64) string {
 func (c *Console) live(w http.ResponseWriter, r *http.Request) {
 	v, err := c.authenticate(w, r)
 	var rl *httpapi.RateLimitedError
-	if errors.As(err, &rl) {
+	var se *storeCheckError
+	switch {
+	case errors.As(err, &rl):
 		w.Header().Set("Retry-After", rl.RetryAfterHeader())
 		http.Error(w, err.Error(), http.StatusTooManyRequests)
 		return
-	}
-	if err != nil {
+	case errors.As(err, &se):
+		http.Error(w, "the server could not check the session; retry", c.statusOf(se.err))
+		return
+	case err != nil:
 		http.Error(w, "sign in first", http.StatusUnauthorized)
 		return
 	}
@@ -82,7 +90,7 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_ = rc.Flush()
 	evs := c.d.Subscribe(ctx, drover.Subscription{TaskID: t.ID, AfterID: after, PollInterval: livePoll})
-	beat := time.NewTicker(liveBeat)
+	beat := time.NewTicker(time.Duration(liveBeat.Load()))
 	defer beat.Stop()
 	for {
 		var err error
@@ -93,12 +101,32 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request) {
 			}
 			_, err = fmt.Fprintf(w, "id: %d\nevent: change\ndata: %s\n\n", e.ID, e.Type)
 		case <-beat.C:
+			if c.sessionEnded(ctx, r, v.sess) {
+				return
+			}
 			_, err = fmt.Fprint(w, ": still here\n\n")
 		}
 		if err != nil || rc.Flush() != nil {
 			return
 		}
 	}
+}
+
+// sessionEnded reports whether the session of an open stream has ended
+// since it opened: expired, signed out (on any server), or its token no
+// longer accepted. A failed read of the sign-outs does not end it.
+func (c *Console) sessionEnded(ctx context.Context, r *http.Request, sess *session) bool {
+	now := c.clock.Now()
+	if !now.Before(time.Unix(sess.Expires, 0)) {
+		return true
+	}
+	if c.api.NoAuth() {
+		return false
+	}
+	if _, err := c.api.Authenticate(r, sess.Secret); err != nil {
+		return true
+	}
+	return errors.Is(c.checkSignedOut(ctx, sess, now), errSignedOut)
 }
 
 // CloseStreams ends the live streams (a server shutting down: they would
