@@ -86,10 +86,6 @@ type Registry struct {
 	defs    map[key]*Definition    // every version seen: from files and from the store
 	current map[string]*Definition // the version new tasks are submitted with
 	scanned map[string]string      // path → digest at the last load, to notice changes
-	// dropped are the schedules a reload found no file defines any more
-	// and the client stopped firing (reloaded), until a file defines them
-	// again.
-	dropped map[string]bool
 }
 
 // NewRegistry returns an empty registry.
@@ -150,6 +146,7 @@ type Client interface {
 type scheduleAdder interface {
 	AddSchedules(ctx context.Context, ss []drover.Schedule) error
 	RemoveSchedules(names ...string)
+	DefinesSchedule(name string) bool
 }
 
 // Attach gives the registry the client (a *drover.Client) it reads tasks
@@ -454,7 +451,7 @@ func (r *Registry) Reload(ctx context.Context) (*ReloadResult, error) {
 		}
 	}
 	r.logRemoved(files, defs, bad, holders)
-	gone, back := r.goneSchedules(defs, bad, holders)
+	gone := r.goneSchedules(defs, bad, holders)
 
 	var changed []*Definition
 	r.mu.Lock()
@@ -500,6 +497,9 @@ func (r *Registry) Reload(ctx context.Context) (*ReloadResult, error) {
 			}
 			if err != nil {
 				r.log.Error("reload workflows: registering the new versions failed; the previous ones stay", "err", err)
+				if sc, ok := client.(scheduleAdder); ok {
+					r.dropSchedules(sc, gone) // as the files say, whatever failed
+				}
 				r.mu.Lock()
 				for _, d := range changed {
 					// Stored: tasks another process submits with it can run here.
@@ -523,7 +523,12 @@ func (r *Registry) Reload(ctx context.Context) (*ReloadResult, error) {
 		res.Loaded = changed
 	}
 	if sc, ok := client.(scheduleAdder); ok {
-		r.dropSchedules(ctx, sc, gone, back)
+		r.dropSchedules(sc, gone)
+		if err := r.addBackSchedules(ctx, sc, defs); err != nil {
+			// Not marked scanned: the next look at the directory reloads.
+			r.log.Error("reload workflows: schedules defined again could not be stored; tried again at the next reload", "err", err)
+			return res, err
+		}
 	}
 	r.mu.Lock()
 	r.scanned = map[string]string{}
@@ -534,51 +539,54 @@ func (r *Registry) Reload(ctx context.Context) (*ReloadResult, error) {
 	return res, nil
 }
 
-// dropSchedules makes the client stop firing the schedules gone, and
-// fire again those back, and remembers which are dropped.
-func (r *Registry) dropSchedules(ctx context.Context, sc scheduleAdder, gone []string, back []drover.Schedule) {
-	if len(back) > 0 {
-		if err := sc.AddSchedules(ctx, back); err != nil {
-			r.log.Error("reload workflows: schedules defined again could not be stored; retried at the next reload", "err", err)
-			back = nil
+// dropSchedules makes the client stop firing the schedules of gone it
+// fires.
+func (r *Registry) dropSchedules(sc scheduleAdder, gone []string) {
+	var drop []string
+	for _, name := range gone {
+		if sc.DefinesSchedule(name) {
+			drop = append(drop, name)
 		}
 	}
-	if len(gone) > 0 {
-		sc.RemoveSchedules(gone...)
+	if len(drop) > 0 {
+		sc.RemoveSchedules(drop...)
 		r.log.Info("schedules no workflow file defines any more: no longer fired here; they stay stored until deleted (drover schedule delete)",
-			"schedules", strings.Join(gone, ","))
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.dropped == nil {
-		r.dropped = map[string]bool{}
-	}
-	for _, name := range gone {
-		r.dropped[name] = true
-	}
-	for _, s := range back {
-		delete(r.dropped, s.Name)
+			"schedules", strings.Join(drop, ","))
 	}
 }
 
-// goneSchedules are the schedules of the current versions that the
-// directory no longer defines, not dropped yet: dropped from a workflow's
-// file, or with the workflow's file removed. (The workflow itself stays
-// registered, for its tasks; a schedule would go on submitting new ones.)
-// An invalid file's workflows keep their previous version, schedules
-// included. back are the dropped ones a file defines again.
-func (r *Registry) goneSchedules(defs []*Definition, bad map[string][]Problem, holders map[string]string) (gone []string, back []drover.Schedule) {
-	kept := map[string]bool{}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// addBackSchedules makes the client fire the schedules of defs it does
+// not: dropped by an earlier reload, and defined again by a file whose
+// workflow did not change since (the same file back).
+func (r *Registry) addBackSchedules(ctx context.Context, sc scheduleAdder, defs []*Definition) error {
+	var back []drover.Schedule
 	for _, d := range defs {
 		for _, s := range d.Schedules {
-			kept[s.Name] = true
-			if r.dropped[s.Name] {
+			if !sc.DefinesSchedule(s.Name) {
 				back = append(back, s)
 			}
 		}
 	}
+	if len(back) == 0 {
+		return nil
+	}
+	return sc.AddSchedules(ctx, back)
+}
+
+// goneSchedules are the schedules of the current versions that the
+// directory no longer defines: dropped from a workflow's file, or with
+// the workflow's file removed. (The workflow itself stays registered, for
+// its tasks; a schedule would go on submitting new ones.) An invalid
+// file's workflows keep their previous version, schedules included.
+func (r *Registry) goneSchedules(defs []*Definition, bad map[string][]Problem, holders map[string]string) []string {
+	kept := map[string]bool{}
+	for _, d := range defs {
+		for _, s := range d.Schedules {
+			kept[s.Name] = true
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for name, path := range holders {
 		if cur := r.current[name]; cur != nil && bad[path] != nil {
 			for _, s := range cur.Schedules {
@@ -586,15 +594,16 @@ func (r *Registry) goneSchedules(defs []*Definition, bad map[string][]Problem, h
 			}
 		}
 	}
+	var gone []string
 	for _, cur := range r.current {
 		for _, s := range cur.Schedules {
-			if !kept[s.Name] && !r.dropped[s.Name] {
+			if !kept[s.Name] {
 				gone = append(gone, s.Name)
 			}
 		}
 	}
 	slices.Sort(gone)
-	return gone, back
+	return slices.Compact(gone)
 }
 
 // logRemoved logs the workflows no file defines any more: they stay
