@@ -159,6 +159,10 @@ type Client struct {
 	schedMu   sync.Mutex
 	schedules map[string]Schedule
 	schedWake chan struct{}
+	// schedSync orders the changes of what this Client defines with the
+	// store writes that go with them (AddSchedules, RemoveSchedules,
+	// DeleteSchedule's check, the leader's restore of deleted ones).
+	schedSync sync.Mutex
 
 	mu      sync.Mutex
 	started bool

@@ -59,7 +59,7 @@ var ErrScheduleNotFound = errors.New("schedule not found")
 
 // ErrScheduleDefined: DeleteSchedule was asked to delete a schedule the
 // Client itself defines (Config.Schedules or AddSchedules): it would store
-// it again at its next start.
+// it again (see DeleteSchedule).
 var ErrScheduleDefined = errors.New("schedule still defined")
 
 // scheduleLease is the lease of the leader that fires due schedules.
@@ -309,6 +309,8 @@ func (c *Client) AddSchedules(ctx context.Context, ss []Schedule) error {
 	for i, s := range ss {
 		defs[i] = s.withDefaults()
 	}
+	c.schedSync.Lock()
+	defer c.schedSync.Unlock()
 	if err := c.syncSchedules(ctx, defs); err != nil {
 		return err
 	}
@@ -326,6 +328,8 @@ func (c *Client) AddSchedules(ctx context.Context, ss []Schedule) error {
 // other process that defines them, until DeleteSchedule deletes them. A
 // name this Client does not define is ignored.
 func (c *Client) RemoveSchedules(names ...string) {
+	c.schedSync.Lock()
+	defer c.schedSync.Unlock()
 	c.schedMu.Lock()
 	for _, n := range names {
 		delete(c.schedules, n)
@@ -356,30 +360,44 @@ func (c *Client) restoreDeletedSchedules(ctx context.Context) error {
 	if len(names) == 0 {
 		return nil
 	}
+	// A read first: the common case, nothing deleted, writes nothing.
 	rows, err := c.store.Reader().ScheduleList(ctx, &store.ScheduleListParams{Names: names})
-	if err != nil {
+	if err != nil || len(rows) == len(names) {
 		return err
 	}
-	stored := map[string]bool{}
-	for _, r := range rows {
-		stored[r.Name] = true
-	}
-	var missing []Schedule
-	var missingNames []string
-	c.schedMu.Lock()
-	for _, n := range names {
-		if s, ok := c.schedules[n]; ok && !stored[n] {
-			missing = append(missing, s)
-			missingNames = append(missingNames, n)
+	c.schedSync.Lock()
+	defer c.schedSync.Unlock()
+	names = c.scheduleNames() // as it is now
+	var restored []string
+	err = c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
+		restored = nil
+		rows, err := x.ScheduleList(ctx, &store.ScheduleListParams{Names: names})
+		if err != nil {
+			return err
 		}
+		stored := map[string]bool{}
+		for _, r := range rows {
+			stored[r.Name] = true
+		}
+		now := c.clock.Now().Truncate(time.Microsecond)
+		var put []*dt.Schedule
+		c.schedMu.Lock()
+		for _, n := range names {
+			if s, ok := c.schedules[n]; ok && !stored[n] {
+				sp, _ := s.parse() // validated
+				put = append(put, s.stored(sp, now))
+				restored = append(restored, n)
+			}
+		}
+		c.schedMu.Unlock()
+		// Only the missing ones: a stored row is left as it is.
+		return x.SchedulePut(ctx, &store.SchedulePutParams{Schedules: put})
+	})
+	if err == nil && len(restored) > 0 {
+		c.log.Warn("schedules this process defines were deleted from the store; stored again as new schedules (remove them from the configuration of every process before deleting them)",
+			"instance", c.cfg.InstanceID, "schedules", strings.Join(restored, ","))
 	}
-	c.schedMu.Unlock()
-	if len(missing) == 0 {
-		return nil
-	}
-	c.log.Warn("schedules this process defines were deleted from the store; stored again as new schedules (remove them from the configuration of every process before deleting them)",
-		"instance", c.cfg.InstanceID, "schedules", strings.Join(missingNames, ","))
-	return c.syncSchedules(ctx, missing)
+	return err
 }
 
 // syncSchedules stores defs, in name order (two processes storing the
@@ -539,10 +557,14 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) (*ScheduleStat
 // DeleteSchedule deletes the stored schedule name, which no longer fires;
 // the tasks it submitted stay. Delete a schedule once it is gone from
 // every process's configuration: a Client that defines it refuses
-// (ErrScheduleDefined), and a process that still defines it stores it
-// again, as a new schedule, when it starts or adds its schedules. A
-// schedule not stored is ErrScheduleNotFound.
+// (ErrScheduleDefined); a process that still defines it stores it again,
+// as a new schedule, when it starts or adds its schedules, and, if it is
+// the schedule leader (the Supervisor role, with schedules), within about
+// a minute, logging a warning. A schedule not stored is
+// ErrScheduleNotFound.
 func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+	c.schedSync.Lock()
+	defer c.schedSync.Unlock()
 	if c.DefinesSchedule(name) {
 		return fmt.Errorf("%w: %q is in the configuration of this server or program (a workflow file, or Config.Schedules); remove it there first, or it is stored again", ErrScheduleDefined, name)
 	}

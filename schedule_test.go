@@ -280,8 +280,8 @@ func TestScheduleDelete(t *testing.T) {
 }
 
 // A schedule deleted by another process while this started one still
-// defines it is stored again, as new, by this one's leader within
-// scheduleRestoreEvery, and fires again.
+// defines it is stored again, as new, by this one's schedule leader within
+// a minute, with a warning, and fires again.
 func TestScheduleDeletedWhileDefinedIsStoredAgain(t *testing.T) {
 	t.Parallel()
 	bothStores(t, func(t *testing.T, d store.Driver) {
@@ -302,6 +302,16 @@ func TestScheduleDeletedWhileDefinedIsStoredAgain(t *testing.T) {
 		if !strings.Contains(logs.String(), "stored again as new schedules") {
 			t.Errorf("no warning in the log:\n%s", logs.String())
 		}
+		st, err := c.GetSchedule(ctx, "kept")
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(st.NextDue[0].Sub(clk.Now()))
+		id := drover.ScheduleTaskID("kept", st.NextDue[0])
+		testutil.WaitFor(t, "the restored schedule's task", func() bool {
+			_, err := c.Task(ctx, id)
+			return err == nil
+		})
 	})
 }
 

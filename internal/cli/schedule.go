@@ -215,7 +215,8 @@ listed. The tasks it submitted stay. Delete a schedule once it is gone from
 every server's configuration (a server stops firing a schedule removed from
 its workflow files when it reloads them): a server that still defines it
 refuses to delete it (over --server), and one that still defines it
-elsewhere stores it again, as a new schedule, within a minute, with a
+elsewhere stores it again, as a new schedule: when it starts, and within
+about a minute if it fires the schedules (the schedule leader), with a
 warning in its log.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -224,7 +225,7 @@ warning in its log.`,
 				if err := b.Delete(ctx, args[0]); err != nil {
 					return err
 				}
-				fmt.Fprintf(e.Stderr, "drover: a process that still defines schedule %s stores it again, as a new schedule, within a minute\n", args[0])
+				fmt.Fprintf(e.Stderr, "drover: a process that still defines schedule %s stores it again, as a new schedule (at its start, or within about a minute if it fires the schedules)\n", args[0])
 				if e.JSON {
 					return clicore.WriteJSON(e.Stdout, map[string]any{"deleted": args[0]})
 				}

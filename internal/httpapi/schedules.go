@@ -109,7 +109,7 @@ func (h *Handler) resumeSchedule(w http.ResponseWriter, r *http.Request) error {
 }
 
 // deleteSchedule deletes a stored schedule: 204. One the server itself
-// defines is 409 (wrong_state): it would store it again at its next start.
+// defines is 409 (wrong_state): it would store it again.
 func (h *Handler) deleteSchedule(w http.ResponseWriter, r *http.Request) error {
 	name, err := h.scheduleOfAction(r)
 	if err != nil {
