@@ -223,11 +223,12 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*viewer,
 	if !id.CanRead() {
 		return nil, errors.New("this token may not read tasks (it needs the submit or operator scope)")
 	}
-	if err := c.api.Allow(id); err != nil {
+	// After the token check (an unknown token costs the store nothing),
+	// before the rate limit (a signed-out copy uses none of the token's).
+	if err := c.checkSignedOut(r.Context(), sess, now); err != nil {
 		return nil, err
 	}
-	// Last: a refused or rate-limited request costs the store nothing.
-	if err := c.checkSignedOut(r.Context(), sess, now); err != nil {
+	if err := c.api.Allow(id); err != nil {
 		return nil, err
 	}
 	return c.viewerIn(sess, id), nil
@@ -444,7 +445,8 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 // the browser's cookie is deleted.
 // It needs only a cookie that opens and the session's CSRF token, not a
 // token still accepted or room under the rate limit: a sign-out that
-// cannot be recorded says so and keeps the cookie, never pretends.
+// cannot be recorded says so and keeps the cookie, never pretends. One
+// recorded already writes nothing again.
 func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
 	var sess *session
 	if ck, err := r.Cookie(cookieName); err == nil {
@@ -455,17 +457,19 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sess != nil && !c.api.NoAuth() {
-		if err := c.recordSignOut(r.Context(), sess); err != nil {
+		err := c.checkSignedOut(r.Context(), sess, c.clock.Now())
+		if err == nil {
+			err = c.recordSignOut(r.Context(), sess)
+			if err == nil {
+				c.log.Info("console: a session signed out")
+			}
+		}
+		if err != nil && !errors.Is(err, errSignedOut) { // signed out already: nothing to write
 			c.log.Error("console: a sign-out could not be recorded", "err", err)
 			c.render(w, r, http.StatusServiceUnavailable, "error", &pageData{Title: "Not signed out", Status: http.StatusServiceUnavailable,
 				Error: "Not signed out: the server could not record the sign-out (see its log). Retry in a moment."})
 			return
 		}
-		actor := "unknown token"
-		if id, err := c.api.Authenticate(r, sess.Secret); err == nil {
-			actor = id.Actor()
-		}
-		c.log.Info("console: signed out", "actor", actor)
 	}
 	setCookie(w, r, "", -1)
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)

@@ -464,6 +464,34 @@ func TestSignOutEndsCopiesOfTheSession(t *testing.T) {
 	}
 }
 
+// A sign-out is recorded over the token's rate limit too (a copy of the
+// cookie is refused after it); signing the copy out again still ends in
+// the sign-in page.
+func TestSignOutOverTheRateLimit(t *testing.T) {
+	d := testutil.SQLite(t)
+	e := startServerWith(t, d, false, nil, func(cfg *server.Config) { cfg.HTTP.Rate, cfg.HTTP.Burst = 0.001, 2 })
+	c, thief := browser(t), browser(t)
+	e.signIn(c, opToken)
+	u, _ := url.Parse(e.base)
+	stolen := c.Jar.Cookies(u)
+	ov := e.get(c, "/") // the token's burst: 2 requests
+	e.get(c, "/")
+	if p := e.get(c, "/"); p.status != http.StatusTooManyRequests {
+		t.Fatalf("over the rate limit: %d, want 429", p.status)
+	}
+	if so := e.do(c, "POST", "/signout", url.Values{"csrf": {csrf(t, ov)}}); so.status != http.StatusSeeOther || so.loc != "/signin" {
+		t.Fatalf("sign out over the rate limit: %d %q", so.status, so.loc)
+	}
+	thief.Jar.SetCookies(u, stolen)
+	if p := e.get(thief, "/"); p.status != http.StatusSeeOther || !strings.Contains(p.loc, "signed+out") {
+		t.Errorf("the copy after a sign-out over the rate limit: %d %q, want sent to sign in as signed out", p.status, p.loc)
+	}
+	thief.Jar.SetCookies(u, stolen)
+	if so := e.do(thief, "POST", "/signout", url.Values{"csrf": {csrf(t, ov)}}); so.status != http.StatusSeeOther || so.loc != "/signin" {
+		t.Errorf("signing out the copy again: %d %q", so.status, so.loc)
+	}
+}
+
 // A session opens on every server configured with the same tokens (many
 // processes behind one address), and on none whose token list differs.
 func TestSessionAcrossServers(t *testing.T) {

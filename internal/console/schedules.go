@@ -62,7 +62,8 @@ func (c *Console) confirmScheduleDelete(ctx context.Context, r *http.Request, v 
 		return "", "", nil, fmt.Errorf("%w: %q is in the configuration of this server; remove it there first", drover.ErrScheduleDefined, name)
 	}
 	what := "The schedule is deleted from the database: it fires no more and is no longer listed; the tasks it submitted stay. " +
-		"This server does not define it, but another process may: one that still does stores it again, as a new schedule, within a minute."
+		"This server does not define it, but another process may: one that still does stores it again, as a new schedule " +
+		"(when it starts, or within about a minute if it fires the schedules)."
 	return "confirm_schedule_delete", "Delete schedule " + name, &confirmScheduleData{Schedule: s, What: what}, nil
 }
 
