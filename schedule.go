@@ -356,48 +356,38 @@ const scheduleRestoreEvery = time.Minute
 // does not define them), and says so: the configuration still asks for
 // them, and a schedule without its row fires nowhere.
 func (c *Client) restoreDeletedSchedules(ctx context.Context) error {
+	c.schedSync.Lock() // no AddSchedules or RemoveSchedules meanwhile
+	defer c.schedSync.Unlock()
 	names := c.scheduleNames()
 	if len(names) == 0 {
 		return nil
 	}
-	// A read first: the common case, nothing deleted, writes nothing.
 	rows, err := c.store.Reader().ScheduleList(ctx, &store.ScheduleListParams{Names: names})
-	if err != nil || len(rows) == len(names) {
+	if err != nil || len(rows) == len(names) { // the common case: nothing deleted, nothing written
 		return err
 	}
-	c.schedSync.Lock()
-	defer c.schedSync.Unlock()
-	names = c.scheduleNames() // as it is now
+	stored := map[string]bool{}
+	for _, r := range rows {
+		stored[r.Name] = true
+	}
+	var missing []Schedule
 	var restored []string
-	err = c.store.InTx(ctx, func(ctx context.Context, x store.Executor) error {
-		restored = nil
-		rows, err := x.ScheduleList(ctx, &store.ScheduleListParams{Names: names})
-		if err != nil {
-			return err
+	c.schedMu.Lock()
+	for _, n := range names {
+		if s, ok := c.schedules[n]; ok && !stored[n] {
+			missing = append(missing, s)
+			restored = append(restored, n)
 		}
-		stored := map[string]bool{}
-		for _, r := range rows {
-			stored[r.Name] = true
-		}
-		now := c.clock.Now().Truncate(time.Microsecond)
-		var put []*dt.Schedule
-		c.schedMu.Lock()
-		for _, n := range names {
-			if s, ok := c.schedules[n]; ok && !stored[n] {
-				sp, _ := s.parse() // validated
-				put = append(put, s.stored(sp, now))
-				restored = append(restored, n)
-			}
-		}
-		c.schedMu.Unlock()
-		// Only the missing ones: a stored row is left as it is.
-		return x.SchedulePut(ctx, &store.SchedulePutParams{Schedules: put})
-	})
-	if err == nil && len(restored) > 0 {
+	}
+	c.schedMu.Unlock()
+	if err := c.syncSchedules(ctx, missing); err != nil {
+		return err
+	}
+	if len(restored) > 0 {
 		c.log.Warn("schedules this process defines were deleted from the store; stored again as new schedules (remove them from the configuration of every process before deleting them)",
 			"instance", c.cfg.InstanceID, "schedules", strings.Join(restored, ","))
 	}
-	return err
+	return nil
 }
 
 // syncSchedules stores defs, in name order (two processes storing the

@@ -479,14 +479,24 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
 // the rate limit, the store's error when the sign-out check failed, else
 // 401.
 func (c *Console) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if !c.notAboutSignIn(w, r, err) {
+		c.fail(w, r, nil, http.StatusUnauthorized, "Sign in first: "+err.Error())
+	}
+}
+
+// notAboutSignIn answers a refusal of authenticate that signing in again
+// would not cure, and reports whether it did: the rate limit (429) or a
+// failed sign-out check (the store's error).
+func (c *Console) notAboutSignIn(w http.ResponseWriter, r *http.Request, err error) bool {
 	var se *storeCheckError
 	switch {
 	case c.rateLimited(w, r, err):
 	case errors.As(err, &se):
 		c.fail(w, r, nil, c.statusOf(se.err), se.err.Error())
 	default:
-		c.fail(w, r, nil, http.StatusUnauthorized, "Sign in first: "+err.Error())
+		return false
 	}
+	return true
 }
 
 // signOutMargin is how long a sign-out is kept past its session's expiry.
@@ -556,12 +566,7 @@ func (c *Console) toSignin(w http.ResponseWriter, r *http.Request, why error) {
 	if !errors.Is(why, errNoSession) || strings.Contains(why.Error(), "expired") {
 		msg = why.Error()
 	}
-	if c.rateLimited(w, r, why) {
-		return
-	}
-	var se *storeCheckError
-	if errors.As(why, &se) {
-		c.fail(w, r, nil, c.statusOf(se.err), se.err.Error())
+	if c.notAboutSignIn(w, r, why) {
 		return
 	}
 	switch {

@@ -42,6 +42,16 @@ func (c *Console) schedules(ctx context.Context, _ *http.Request, v *viewer) (st
 	return "schedules", "Schedules", d, nil
 }
 
+// scheduleOfPath is the schedule the path names, one the viewer can see:
+// schedules are objects of the default namespace.
+func scheduleOfPath(r *http.Request, v *viewer) (string, error) {
+	name := r.PathValue("name")
+	if v.id.ListNamespace() != dt.DefaultNamespace {
+		return "", fmt.Errorf("%w: %q", drover.ErrScheduleNotFound, name)
+	}
+	return name, nil
+}
+
 // confirmScheduleData is the page that asks before a schedule is deleted.
 type confirmScheduleData struct {
 	Schedule *drover.ScheduleState
@@ -50,9 +60,9 @@ type confirmScheduleData struct {
 
 // confirmScheduleDelete asks before a stored schedule is deleted.
 func (c *Console) confirmScheduleDelete(ctx context.Context, r *http.Request, v *viewer) (string, string, any, error) {
-	name := r.PathValue("name")
-	if v.id.ListNamespace() != dt.DefaultNamespace {
-		return "", "", nil, fmt.Errorf("%w: %q", drover.ErrScheduleNotFound, name)
+	name, err := scheduleOfPath(r, v)
+	if err != nil {
+		return "", "", nil, err
 	}
 	s, err := c.d.GetSchedule(ctx, name)
 	if err != nil {
@@ -70,9 +80,9 @@ func (c *Console) confirmScheduleDelete(ctx context.Context, r *http.Request, v 
 // scheduleAction is pause, resume, run or delete of the schedule of the
 // path.
 func (c *Console) scheduleAction(ctx context.Context, r *http.Request, v *viewer) (string, string, error) {
-	name := r.PathValue("name")
-	if v.id.ListNamespace() != dt.DefaultNamespace {
-		return "", "", fmt.Errorf("%w: %q", drover.ErrScheduleNotFound, name)
+	name, err := scheduleOfPath(r, v)
+	if err != nil {
+		return "", "", err
 	}
 	switch r.PathValue("action") {
 	case "pause":
